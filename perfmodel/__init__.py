@@ -1,0 +1,1 @@
+"""perfmodel: predict distributed training speed and memory before renting the cluster."""
