@@ -1,0 +1,229 @@
+"""Fit compute cost classes (GEMM, attention, memory-bound ops, optimizer) from a table.
+
+Usage::
+
+    fitter = ComputeFitter(sms=132).fit(read_compute_table("tables/"))
+    fitter.entries_   # class key -> profile entry (form, params, cv_mape, ...)
+    fitter.report_    # one row per class: points, CV MAPE, chosen form, candidates
+
+Class keys: ``gemm:<dtype>``, ``sdpa:fwd``/``sdpa:bwd``, ``<op>:<dtype>:fwd|bwd``
+for memory-bound ops over ``x`` elements (definition of x per op below),
+``adamw:fused``/``adamw:foreach``; ``host`` holds the eager per-kernel CPU cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.costs.compute_forms import gemm_wave_gpu
+from perfmodel.fit.forms import get_form
+from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
+from perfmodel.fit.tables import clean_rows
+
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
+# operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
+RAW_OPERANDS = {"copy": 2, "add": 3, "scale": 2, "sum": 1}
+MEM_OPS = ("layernorm", "rmsnorm", "softmax", "gelu", "swiglu", "residual_add", "rope",
+           "cross_entropy", "cast_bf16_to_fp32", "cast_fp32_to_bf16", "embedding",
+           "copy", "add", "scale", "sum")
+MIN_POINTS = 4
+
+
+def mem_elements(df: pd.DataFrame) -> np.ndarray:
+    """Elements ``x`` a memory-bound row works on (the op's main tensor)."""
+    op = df["op"].iloc[0]
+    if op in RAW_OPERANDS:
+        return df["bytes"].to_numpy(float) / 4 / RAW_OPERANDS[op]
+    if op.startswith("cast_"):
+        tv = (df["tokens"] * df["vocab"]).to_numpy(float)
+        return np.where(np.isfinite(tv), tv, df["bytes"].to_numpy(float) / 6)
+    if op == "cross_entropy":
+        return (df["tokens"] * df["vocab"]).to_numpy(float)
+    if op == "rope":
+        return (df["batch"] * df["heads"] * df["seq"] * df["head_dim"]).to_numpy(float)
+    return (df["tokens"] * df["hidden"]).to_numpy(float)
+
+
+class ComputeFitter:
+    """Fit every compute class found in a table; keep the best of the candidate forms by CV."""
+
+    def __init__(self, *, sms: int = 132, folds: int = 5, seed: int = 0, mem_bw_bytes_per_s: float = 4.0e12,
+                 source: str = ""):
+        self.sms = sms
+        self.folds = folds
+        self.seed = seed
+        self.mem_bw_bytes_per_s = mem_bw_bytes_per_s
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"ComputeFitter(sms={self.sms}, folds={self.folds}, seed={self.seed})"
+
+    def fit(self, table: pd.DataFrame) -> ComputeFitter:
+        table, self.rejected_ = clean_rows(table)
+        self.entries_: dict[str, dict] = {}
+        self.host_: dict[str, float] = {}
+        rows = []
+        for key, fn in self._jobs(table):
+            entry = fn()
+            if entry is None:
+                rows.append({"class": key, "points": 0, "form": "(datasheet fallback)", "cv_mape": np.nan})
+                continue
+            self.entries_[key] = entry
+            rows.append({"class": key, "points": entry["n_points"], "form": entry["form"],
+                         "cv_mape": entry["cv_mape"], "fit_mape": entry.get("fit_mape"),
+                         "candidates": entry.get("candidates", {})})
+        self._fit_host(table)
+        self.report_ = pd.DataFrame(rows)
+        return self
+
+    # -- job list ---------------------------------------------------------
+    def _jobs(self, table):
+        for dtype in ("bf16", "fp16", "tf32", "fp32", "fp8"):
+            sub = table[(table.op == "gemm") & (table.dtype == dtype)]
+            if len(sub):
+                yield f"gemm:{dtype}", lambda sub=sub, dtype=dtype: self._fit_gemm(sub, dtype)
+        sdpa = table[table.op == "sdpa"]
+        if len(sdpa):
+            yield "sdpa:fwd", lambda: self._fit_sdpa(sdpa, "fwd")
+            yield "sdpa:bwd", lambda: self._fit_sdpa(sdpa, "bwd")
+        for (op, dtype), sub in table[table.op.isin(MEM_OPS)].groupby(["op", "dtype"]):
+            yield f"{op}:{dtype}:fwd", lambda sub=sub: self._fit_mem(sub, "fwd")
+            if (sub.phase == "fwdbwd").any():
+                yield f"{op}:{dtype}:bwd", lambda sub=sub: self._fit_mem(sub, "bwd")
+        for fused, sub in table[table.op == "adamw"].groupby("fused"):
+            name = "fused" if str(fused).lower() in ("true", "1", "1.0") else "foreach"
+            yield f"adamw:{name}", lambda sub=sub: self._fit_per_param(sub)
+
+    def _entry(self, form, params, cv, n, fit_err, candidates=None, **extra):
+        return {"form": form, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
+                "fit_mape": fit_err, "n_points": int(n), "source": self.source,
+                **({"candidates": candidates} if candidates else {}), **extra}
+
+    # -- GEMM ---------------------------------------------------------------
+    def _fit_gemm(self, sub, dtype):
+        if len(sub) < MIN_POINTS:
+            return None
+        X = {k: sub[k].to_numpy(float) for k in ("m", "n", "k")}
+        y = sub.time_s.to_numpy(float)
+        big = 2 * X["m"] * X["n"] * X["k"] >= 1e9
+        fixed = {"sms": float(self.sms), "elem_bytes": float(ELEM_BYTES[dtype]),
+                 "bw": self.mem_bw_bytes_per_s}
+        free = {"R": Free(5e14, 1e12, 5e15), "k_half": Free(64, 1, 1e5), "t0": Free(3e-6, 1e-8, 1e-3),
+                "t_cpu": Free(1e-5, 1e-7, 1e-3), "p8": Free(0.3, 0.01, 1.0), "p16": Free(0.9, 0.05, 1.0)}
+        candidates = {
+            "gemm_wave/128x128": ("gemm_wave", {**fixed, "TM": 128.0, "TN": 128.0}, free),
+            "gemm_wave/128x256": ("gemm_wave", {**fixed, "TM": 128.0, "TN": 256.0}, free),
+            "gemm_smooth": ("gemm_smooth", fixed, {**free, "m_half": Free(64, 1, 1e5), "n_half": Free(64, 1, 1e5)}),
+        }
+        return self._best(candidates, X, y, score_mask=big)
+
+    def _best(self, candidates, X, y, *, score_mask=None, predict=None, extra=None):
+        scores, fits = {}, {}
+        for label, (form_name, fixed, free) in candidates.items():
+            form = get_form(form_name)
+            scores[label] = cross_validate(form, X, y, free, fixed, folds=self.folds, seed=self.seed,
+                                           score_mask=score_mask, predict=predict)
+            fits[label] = (form_name, fit_form(form, X, y, free, fixed, predict=predict))
+        finite = {k: v for k, v in scores.items() if np.isfinite(v)}
+        best = min(finite, key=finite.get) if finite else next(iter(candidates))
+        form_name, params = fits[best]
+        evaluate = predict or (lambda p, X: get_form(form_name).evaluate(p, **X))
+        mask = np.ones(len(y), bool) if score_mask is None else score_mask
+        fit_err = mape(evaluate(params, X)[mask], y[mask])
+        return self._entry(form_name, params, scores[best], len(y), fit_err,
+                           {k: round(v, 4) for k, v in scores.items()}, **(extra or {}))
+
+    # -- attention -----------------------------------------------------------
+    def _fit_sdpa(self, sdpa, which):
+        cols = ["batch", "heads", "kv_heads", "seq", "head_dim", "causal"]
+        fwd = sdpa[sdpa.phase == "fwd"].set_index(cols)["time_s"]
+        both = sdpa[sdpa.phase == "fwdbwd"].set_index(cols)["time_s"]
+        if which == "fwd":
+            y_series = fwd
+        else:  # backward = forward+backward minus forward of the same configuration
+            y_series = (both - fwd).dropna()
+            y_series = y_series[y_series > 0]
+        if len(y_series) < MIN_POINTS:
+            return None
+        idx = y_series.index.to_frame(index=False)
+        X = {"batch": idx.batch.to_numpy(float), "heads": idx.heads.to_numpy(float),
+             "seq": idx.seq.to_numpy(float), "head_dim": idx.head_dim.to_numpy(float),
+             "causal": idx.causal.astype(str).str.lower().isin(["true", "1", "1.0"]).to_numpy(float)}
+        y = y_series.to_numpy(float)
+        free = {"R": Free(6e14, 1e12, 5e15), "s_half": Free(256, 1, 1e5), "d_half": Free(64, 1, 1e4),
+                "p_mis": Free(0.2, 0.01, 1.0), "t0": Free(5e-6, 1e-8, 1e-3)}
+        candidates = {"sdpa_flash": ("sdpa_flash", {"t_cpu": 0.0}, free)}
+        return self._best(candidates, X, y)
+
+    # -- memory-bound ---------------------------------------------------------
+    def _fit_mem(self, sub, which):
+        fwd_rows = sub[sub.phase == "fwd"]
+        graph = fwd_rows[fwd_rows.timing == "graph"]
+        measured_dtype = sub["dtype"].iloc[0]
+        if which == "fwd":
+            rows = graph if len(graph) >= MIN_POINTS else fwd_rows[fwd_rows.timing == "eager"]
+            if len(rows) < MIN_POINTS and rows["op"].iloc[0:1].isin(["embedding"]).all() and len(rows) >= 3:
+                pass
+            elif len(rows) < MIN_POINTS:
+                return None
+            X, y = {"x": mem_elements(rows)}, rows.time_s.to_numpy(float)
+            t_cpu = Free(1e-5, 1e-7, 1e-3) if rows is not graph else None
+            free = {"t0": Free(2e-6, 1e-9, 1e-3), "beta": Free(1e-12, 1e-15, 1e-8)}
+            fixed = {"t_cpu": 0.0}
+            if t_cpu is not None:
+                free, fixed = {**free, "t_cpu": t_cpu}, {}
+            candidates = {"mem_affine": ("mem_affine", fixed, free),
+                          "mem_power": ("mem_power", fixed, {**free, "gamma": Free(1.0, 0.5, 1.5)})}
+            return self._best(candidates, X, y, score_mask=X["x"] * 4 >= 2**20,
+                              extra={"dtype": measured_dtype, "timing": rows.timing.iloc[0]})
+        return self._fit_mem_bwd(sub, measured_dtype)
+
+    def _fit_mem_bwd(self, sub, measured_dtype):
+        """Backward from fwd+bwd rows: measured = max(harness floor, fwd(x) + bwd(x))."""
+        both = sub[(sub.phase == "fwdbwd") & (sub.timing == "eager")]
+        fwd_entry = self.entries_.get(f"{sub.op.iloc[0]}:{measured_dtype}:fwd")
+        if len(both) < MIN_POINTS or fwd_entry is None:
+            return None
+        fwd_form = get_form(fwd_entry["form"])
+        fwd_gpu = {**fwd_entry["params"], "t_cpu": 0.0}
+        X, y = {"x": mem_elements(both)}, both.time_s.to_numpy(float)
+        if sub.op.iloc[0] == "embedding":
+            X["y"] = (both.vocab * both.hidden).to_numpy(float)
+        two = "y" in X
+        form = get_form("mem_affine2" if two else "mem_affine")
+
+        def predict(p, X):
+            bwd = {k: v for k, v in p.items() if k != "floor"}
+            body = fwd_form.evaluate(fwd_gpu, x=X["x"]) + form.evaluate({**bwd, "t_cpu": 0.0}, **X)
+            return np.maximum(p["floor"], body)
+
+        free = {"t0": Free(5e-6, 1e-9, 1e-3), "beta": Free(1e-12, 1e-15, 1e-8), "floor": Free(1e-4, 1e-6, 1e-3)}
+        if two:
+            free["beta_y"] = Free(1e-12, 1e-15, 1e-8)
+        entry = self._best({form.name: (form.name, {"t_cpu": 0.0}, free)}, X, y, predict=predict,
+                           score_mask=X["x"] * 4 >= 2**20,
+                           extra={"dtype": measured_dtype, "timing": "fwdbwd-minus-fwd"})
+        entry["harness_floor_s"] = entry["params"].pop("floor")
+        return entry
+
+    def _fit_per_param(self, sub):
+        if len(sub) < 3:
+            return None
+        X, y = {"params": sub.params.to_numpy(float)}, sub.time_s.to_numpy(float)
+        free = {"t0": Free(1e-5, 1e-8, 1e-2), "beta": Free(1e-11, 1e-14, 1e-8)}
+        return self._best({"per_param": ("per_param", {}, free)}, X, y)
+
+    def _fit_host(self, table):
+        """Eager CPU cost per kernel launch, from tiny kernels eager vs in a CUDA graph."""
+        tiny = table[table.op.isin(["launch_add", "launch_mm"]) & (table.timing == "eager")]
+        if len(tiny):
+            self.host_["cpu_per_kernel_s"] = float(tiny.time_s.min())
+        gemm = self.entries_.get("gemm:bf16")
+        if gemm:
+            self.host_["gemm_cpu_floor_s"] = gemm["params"]["t_cpu"]
+
+
+def gemm_gpu_time(entry: dict, m, n, k):
+    """GPU-only time of a GEMM from a fitted ``gemm_wave`` entry (no CPU floor)."""
+    return gemm_wave_gpu(entry["params"], np.asarray(m, float), np.asarray(n, float), np.asarray(k, float))

@@ -1,0 +1,154 @@
+"""Tidy measurement tables: the schema calibration writes and fitting reads.
+
+``compute.csv`` has one row per measurement (blank where a column does not
+apply); ``collectives.csv`` likewise. ``legacy_h200_to_tidy`` converts the
+JSON-lines tables of the bundled H200 measurements into this schema.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.errors import InvalidInputError
+
+COMPUTE_COLUMNS = (
+    "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",
+    "heads", "kv_heads", "seq", "head_dim", "causal", "params", "fused", "bytes", "cin",
+    "cout", "hw", "kernel", "stride", "time_s", "time_min_s", "time_p90_s", "reps", "inner",
+    "device",
+)
+COLLECTIVE_COLUMNS = (
+    "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node", "size_bytes",
+    "dtype", "time_s", "time_min_s", "algbw_GBps", "busbw_GBps", "reps", "world_size",
+)
+
+
+def clean_rows(df: pd.DataFrame, table: str = "compute") -> tuple[pd.DataFrame, dict[str, int]]:
+    """Drop rows a fit must not see; return the kept rows and a count per reason."""
+    reasons: dict[str, int] = {}
+    time = pd.to_numeric(df.get("time_s"), errors="coerce")
+    bad = {"missing or non-numeric time_s": time.isna(),
+           "non-positive time_s": time <= 0}
+    if table == "collectives":
+        size = pd.to_numeric(df.get("size_bytes"), errors="coerce")
+        bad["missing or non-positive size_bytes"] = size.isna() | (size <= 0)
+    drop = np.zeros(len(df), dtype=bool)
+    for reason, mask in bad.items():
+        mask = np.asarray(mask, dtype=bool) & ~drop
+        if mask.any():
+            reasons[reason] = int(mask.sum())
+        drop |= mask
+    return df.loc[~drop].reset_index(drop=True), reasons
+
+
+def read_compute_table(path: str | Path) -> pd.DataFrame:
+    """Read a ``compute.csv`` (or a folder holding one) and check its columns."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "compute.csv"
+    if not path.exists():
+        raise InvalidInputError(f"'table' {str(path)!r} does not exist (expected a compute.csv or a folder with one)")
+    df = pd.read_csv(path)
+    missing = [c for c in ("op", "time_s") if c not in df.columns]
+    if missing:
+        raise InvalidInputError(f"{path.name} lacks columns {missing} (schema: {', '.join(COMPUTE_COLUMNS)})")
+    for col in COMPUTE_COLUMNS:
+        if col not in df.columns:
+            df[col] = np.nan
+    return df
+
+
+def _dtype(value: str) -> str:
+    return {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(value, value)
+
+
+def _rows_from_legacy(rec: dict):
+    op = rec.get("op")
+    if op is None or op in ("bmm", "gemm_misaligned"):  # gemm.jsonl rows carry no op
+        yield {"op": "bmm" if op == "bmm" else "gemm", "phase": "fwd", "timing": "eager",
+               "dtype": rec["dtype"], "m": rec["m"], "n": rec["n"], "k": rec["k"],
+               "batch": rec.get("batch"), "time_s": rec["sec"], "time_min_s": rec.get("sec_min"),
+               "reps": rec.get("reps"), "inner": rec.get("inner")}
+        return
+    if op in ("copy", "add", "scale", "sum"):
+        yield {"op": op, "phase": "fwd", "timing": "eager", "dtype": "fp32", "bytes": rec["moved"],
+               "time_s": rec["sec"], "time_min_s": rec.get("sec_min"), "inner": rec.get("inner")}
+    elif op in ("h2d_pinned", "d2h_pinned", "h2d_pageable"):
+        kind, pin = op.split("_")
+        yield {"op": kind, "phase": "fwd", "timing": "eager", "dtype": pin, "bytes": rec["bytes"],
+               "time_s": rec["sec"]}
+    elif op.endswith(("_fwd", "_fwdbwd")) and "tokens" in rec:
+        base, phase = op.rsplit("_", 1)
+        parts = base.split("_")
+        dtype = parts[-1] if parts[-1] in ("fp32", "bf16") else _dtype(rec.get("dtype", "bf16"))
+        name = "_".join(p for p in parts if p not in ("fp32", "bf16"))
+        common = {"op": name, "phase": phase, "dtype": dtype, "tokens": rec["tokens"], "hidden": rec["hidden"]}
+        if "eager_sec" in rec:
+            yield {**common, "timing": "eager", "time_s": rec["eager_sec"]}
+            if rec.get("graph_sec") is not None:
+                yield {**common, "timing": "graph", "time_s": rec["graph_sec"]}
+        else:
+            yield {**common, "timing": "eager", "time_s": rec["sec"], "time_min_s": rec.get("sec_min"),
+                   "inner": rec.get("inner")}
+    elif op == "residual_add_fp32":
+        common = {"op": "residual_add", "phase": "fwd", "dtype": "fp32", "tokens": rec["tokens"], "hidden": rec["hidden"]}
+        yield {**common, "timing": "eager", "time_s": rec["eager_sec"]}
+        yield {**common, "timing": "graph", "time_s": rec["graph_sec"]}
+    elif op == "sdpa":
+        common = {"op": "sdpa", "timing": "eager", "dtype": "bf16", "batch": rec["batch"],
+                  "heads": rec["heads"], "kv_heads": rec.get("kv_heads", rec["heads"]),
+                  "seq": rec["seq"], "head_dim": rec["head_dim"], "causal": bool(rec["causal"])}
+        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
+        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+    elif op == "conv2d":
+        common = {"op": "conv2d", "timing": "eager", "dtype": "bf16", "batch": rec["batch"], "cin": rec["cin"],
+                  "cout": rec["cout"], "hw": rec["hw"], "kernel": rec["k"], "stride": rec["stride"]}
+        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
+        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+    elif op == "adamw_step":
+        yield {"op": "adamw", "phase": "step", "timing": "eager", "dtype": "fp32", "params": rec["params"],
+               "fused": bool(rec["fused"]), "time_s": rec["sec"]}
+    elif op == "cross_entropy_fp32":
+        common = {"timing": "eager", "tokens": rec["tokens"], "vocab": rec["vocab"]}
+        yield {**common, "op": "cast_bf16_to_fp32", "phase": "fwd", "dtype": "fp32",
+               "bytes": rec["tokens"] * rec["vocab"] * 6, "time_s": rec["cast_bf16_to_fp32_sec"]}
+        yield {**common, "op": "cross_entropy", "phase": "fwd", "dtype": "fp32", "time_s": rec["fwd_sec"]}
+        yield {**common, "op": "cross_entropy", "phase": "fwdbwd", "dtype": "fp32", "time_s": rec["fwdbwd_sec"]}
+    elif op == "cast":
+        elems = rec["fp32_bytes"] // 4
+        for name, key in (("cast_fp32_to_bf16", "fp32_to_bf16_sec"), ("cast_bf16_to_fp32", "bf16_to_fp32_sec")):
+            yield {"op": name, "phase": "fwd", "timing": "eager", "dtype": "fp32", "bytes": elems * 6,
+                   "time_s": rec[key]}
+    elif op == "rope":
+        common = {"op": "rope", "timing": "eager", "dtype": "bf16", "batch": rec["batch"], "heads": rec["heads"],
+                  "seq": rec["seq"], "head_dim": rec["head_dim"]}
+        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
+        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+    elif op == "embedding":
+        common = {"op": "embedding", "timing": "eager", "dtype": "fp32", "tokens": rec["tokens"],
+                  "vocab": rec["vocab"], "hidden": rec["hidden"]}
+        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
+        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+    elif op in ("add_tiny", "mm_tiny"):
+        name = "launch_add" if op == "add_tiny" else "launch_mm"
+        yield {"op": name, "phase": "fwd", "timing": "eager", "time_s": rec["eager_sec"]}
+        yield {"op": name, "phase": "fwd", "timing": "graph", "time_s": rec["graph_sec"]}
+
+
+def legacy_h200_to_tidy(folder: str | Path) -> pd.DataFrame:
+    """Convert the H200 JSON-lines microbenchmarks (not ``train_dev``) to ``compute.csv`` rows."""
+    rows = []
+    for name in ("gemm.jsonl", "mem.jsonl", "ops.jsonl", "micro2.jsonl", "h2d.jsonl"):
+        for line in Path(folder, name).read_text().splitlines():
+            if line.strip():
+                rows.extend(_rows_from_legacy(json.loads(line)))
+    df = pd.DataFrame(rows)
+    for col in COMPUTE_COLUMNS:
+        if col not in df.columns:
+            df[col] = np.nan
+    df["device"] = "NVIDIA H200"
+    return df[list(COMPUTE_COLUMNS)]

@@ -1,0 +1,87 @@
+"""Kernels: the unit of work the cost model prices.
+
+A workload is described as the list of kernels one training step launches on
+one GPU, forward and backward, each tagged with a cost class (``gemm``,
+``sdpa``, ``layernorm``...) that the Profile knows how to price, its sizes
+and its FLOPs. Sizes are numpy arrays (or scalars) so that a whole sweep of
+configurations is priced in one pass: every field broadcasts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PHASES = ("fwd", "bwd")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kind of kernel launched ``count`` times per step.
+
+    ``cls`` names the cost class; ``variant`` selects its forward or backward
+    curve where the class was measured as a pair (norms, activations, loss).
+    ``size`` holds the class's variables (e.g. ``m, n, k`` for ``gemm``;
+    ``elems`` for memory-bound classes). ``flops`` counts one launch.
+    """
+
+    name: str
+    cls: str
+    phase: str
+    size: dict = field(default_factory=dict)
+    count: object = 1
+    flops: object = 0.0
+    variant: str = "fwd"
+    dtype: str = "bf16"
+
+    def scaled(self, factor) -> Kernel:
+        """The same kernel launched ``factor`` times as often."""
+        return Kernel(self.name, self.cls, self.phase, self.size,
+                      np.multiply(self.count, factor), self.flops, self.variant, self.dtype)
+
+
+def gemm(name: str, phase: str, m, n, k, *, count=1, dtype="bf16") -> Kernel:
+    """``C[m, n] = A[m, k] @ B[k, n]``: 2·m·n·k FLOPs."""
+    flops = 2.0 * np.multiply(np.multiply(m, n), k)
+    return Kernel(name, "gemm", phase, {"m": m, "n": n, "k": k}, count, flops, "fwd", dtype)
+
+
+def linear(name: str, tokens, d_in, d_out, *, count=1, dtype="bf16", weight_grad=True,
+           input_grad=True) -> tuple[list[Kernel], list[Kernel]]:
+    """Forward and backward GEMMs of ``y = x @ W.T`` as PyTorch issues them.
+
+    forward  y[T, out]  = x[T, in] @ W.T      -> mm(M=T,   N=out, K=in)
+    dgrad    dx[T, in]  = dy[T, out] @ W      -> mm(M=T,   N=in,  K=out)
+    wgrad    dW[out, in] = dy.T @ x           -> mm(M=out, N=in,  K=T)
+    (torch/nn/modules/linear.py and aten's addmm backward; the layout matters
+    because cuBLAS is only slow when N or K is misaligned.)
+    """
+    fwd = [gemm(name, "fwd", tokens, d_out, d_in, count=count, dtype=dtype)]
+    bwd = []
+    if input_grad:
+        bwd.append(gemm(name + ".dgrad", "bwd", tokens, d_in, d_out, count=count, dtype=dtype))
+    if weight_grad:
+        bwd.append(gemm(name + ".wgrad", "bwd", d_out, d_in, tokens, count=count, dtype=dtype))
+    return fwd, bwd
+
+
+def mem(name: str, cls: str, phase: str, elems, *, count=1, variant=None, dtype="fp32") -> Kernel:
+    """A memory-bound kernel of class ``cls`` over ``elems`` elements."""
+    return Kernel(name, cls, phase, {"elems": elems}, count, 0.0, variant or phase, dtype)
+
+
+def total_flops(kernels: list[Kernel]):
+    """Sum of FLOPs over kernels (broadcast over configurations)."""
+    total = 0.0
+    for kern in kernels:
+        total = total + np.multiply(kern.flops, kern.count)
+    return total
+
+
+def kernel_count(kernels: list[Kernel]):
+    """Number of kernel launches (broadcast over configurations)."""
+    total = 0.0
+    for kern in kernels:
+        total = total + np.asarray(kern.count, dtype=float)
+    return total

@@ -1,0 +1,171 @@
+"""Transformer workloads: description, parameter and FLOP counts.
+
+``transformer(...)`` validates and returns a frozen :class:`Transformer`.
+Which kernels one training step launches lives in :mod:`perfmodel.workload.step`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from perfmodel.errors import InvalidInputError
+from perfmodel.validation import check_choice, check_divides, check_int
+
+ACTIVATIONS = ("gelu", "swiglu", "relu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rotary", "none")
+ARCHS = ("decoder", "encoder")
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A GPT/Llama/BERT-style transformer, as data.
+
+    Defaults mirror GPT-2 small. ``ffn_hidden`` defaults to 4·hidden for GELU
+    and to Llama's 2/3·4·hidden rounded up to a multiple of 256 for SwiGLU.
+    MoE layers replace the MLP by ``experts`` MLPs of which each token uses
+    ``experts_per_token`` (Shazeer et al. 2017; Mixtral, Jiang et al. 2024).
+    """
+
+    layers: int = 12
+    hidden: int = 768
+    heads: int = 12
+    seq: int = 1024
+    vocab: int = 50304
+    kv_heads: int = 12
+    ffn_hidden: int = 3072
+    activation: str = "gelu"
+    norm: str = "layernorm"
+    bias: bool = True
+    tied_embeddings: bool = False
+    position: str = "learned"
+    causal: bool = True
+    arch: str = "decoder"
+    experts: int = 1
+    experts_per_token: int = 1
+    name: str = "transformer"
+
+    # -- derived sizes ---------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def qkv_out(self) -> int:
+        """Output width of the fused QKV projection: h + 2·kv_heads·head_dim."""
+        return self.hidden + 2 * self.kv_heads * self.head_dim
+
+    @property
+    def mlp_in_out(self) -> int:
+        """Width of the MLP's first projection (gate and up both for SwiGLU)."""
+        return 2 * self.ffn_hidden if self.activation == "swiglu" else self.ffn_hidden
+
+    # -- parameters ------------------------------------------------------
+    def _norm_params(self) -> int:
+        # LayerNorm has a weight and (with bias) a bias; RMSNorm a weight only.
+        return 2 * self.hidden if self.norm == "layernorm" and self.bias else self.hidden
+
+    def layer_params(self) -> dict[str, int]:
+        """Parameters of one block, by part (dense; MoE counts every expert)."""
+        h, b = self.hidden, int(self.bias)
+        attn = h * self.qkv_out + b * self.qkv_out + h * h + b * h
+        mlp_one = h * self.mlp_in_out + b * self.mlp_in_out + self.ffn_hidden * h + b * h
+        router = h * self.experts if self.experts > 1 else 0
+        return {"attention": attn, "mlp": mlp_one * self.experts + router,
+                "norms": 2 * self._norm_params()}
+
+    @property
+    def embedding_params(self) -> int:
+        pos = self.seq * self.hidden if self.position == "learned" else 0
+        types = 2 * self.hidden if self.arch == "encoder" else 0
+        emb_norm = self._norm_params() if self.arch == "encoder" else 0
+        return self.vocab * self.hidden + pos + types + emb_norm
+
+    @property
+    def head_params(self) -> int:
+        """Final norm, LM head (unless tied) and, for encoders, pooler + MLM transform."""
+        h = self.hidden
+        final_norm = self._norm_params() if self.arch == "decoder" else 0
+        lm = 0 if self.tied_embeddings else self.vocab * h
+        if self.arch == "encoder":  # BERT: pooler, MLM transform dense + LN, decoder bias
+            return lm + (h * h + h) + (h * h + h) + self._norm_params() + self.vocab
+        return final_norm + lm
+
+    @property
+    def params(self) -> int:
+        return self.embedding_params + self.layers * sum(self.layer_params().values()) + self.head_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token touches (MoE: only its experts)."""
+        if self.experts == 1:
+            return self.params
+        h, b = self.hidden, int(self.bias)
+        mlp_one = h * self.mlp_in_out + b * self.mlp_in_out + self.ffn_hidden * h + b * h
+        return self.params - (self.experts - self.experts_per_token) * mlp_one * self.layers
+
+    # -- FLOPs -----------------------------------------------------------
+    def flops_per_step(self, batch: int) -> float:
+        """Training FLOPs of one step, counted as ``torch.utils.flop_counter`` does.
+
+        GEMMs 2·m·n·k forward and twice that backward; attention 4·b·heads·s²·d
+        forward (FlopCounterMode counts the full s² even when causal) and 2.5×
+        that backward (FlashAttention-2 backward: 5 GEMMs against 2).
+        """
+        from perfmodel.workload.step import step_kernels  # the kernels are the single source
+
+        fwd, bwd = step_kernels(self, batch, precision="bf16-mixed")
+        return float(sum(k.flops * k.count for k in fwd + bwd if k.cls in ("gemm", "sdpa")))
+
+    def with_(self, **changes) -> Transformer:
+        return transformer(**{**self.__dict__, **changes})
+
+    def __repr__(self) -> str:
+        return (f"Transformer(name={self.name!r}, layers={self.layers}, hidden={self.hidden}, "
+                f"heads={self.heads}, kv_heads={self.kv_heads}, seq={self.seq}, vocab={self.vocab}, "
+                f"params={self.params / 1e9:.3g}B)")
+
+
+def _default_ffn(hidden: int, activation: str) -> int:
+    if activation == "swiglu":  # Llama (Touvron et al. 2023): 2/3·4h rounded up to 256
+        return 256 * ((int(2 * 4 * hidden / 3) + 255) // 256)
+    return 4 * hidden
+
+
+def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int = 1024,
+                vocab: int = 50304, kv_heads: int | None = None, ffn_hidden: int | None = None,
+                activation: str = "gelu", norm: str = "layernorm", bias: bool = True,
+                tied_embeddings: bool = False, position: str = "learned", causal: bool = True,
+                arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
+                name: str = "transformer") -> Transformer:
+    """Describe a transformer; every argument is validated with a message naming it."""
+    layers = check_int("layers", layers)
+    hidden = check_int("hidden", hidden)
+    heads = check_int("heads", heads)
+    seq = check_int("seq", seq)
+    vocab = check_int("vocab", vocab)
+    check_divides("heads", heads, "hidden", hidden)
+    kv_heads = heads if kv_heads is None else check_int("kv_heads", kv_heads)
+    if heads % kv_heads:
+        valid = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise InvalidInputError(f"'kv_heads' must divide heads={heads}: got {kv_heads} (valid: {valid})")
+    check_choice("activation", activation, ACTIVATIONS)
+    check_choice("norm", norm, NORMS)
+    check_choice("position", position, POSITIONS)
+    check_choice("arch", arch, ARCHS)
+    ffn_hidden = _default_ffn(hidden, activation) if ffn_hidden is None else check_int("ffn_hidden", ffn_hidden)
+    experts = check_int("experts", experts)
+    experts_per_token = check_int("experts_per_token", experts_per_token)
+    if experts_per_token > experts:
+        raise InvalidInputError(
+            f"'experts_per_token' must be <= experts={experts}: got {experts_per_token}")
+    for flag, value in (("bias", bias), ("tied_embeddings", tied_embeddings), ("causal", causal)):
+        if not isinstance(value, bool):
+            raise InvalidInputError(f"{flag!r} must be True or False: got {value!r}")
+    return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
+                       bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
+                       str(name))
+
+
+def with_seq(model: Transformer, seq: int) -> Transformer:
+    return replace(model, seq=check_int("seq", seq))
