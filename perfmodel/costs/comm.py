@@ -1,0 +1,290 @@
+"""Time of a collective, in nccl-tests terms, on one fabric level or across nodes.
+
+Conventions (nccl-tests doc/PERFORMANCE.md): ``S`` is the message size as
+nccl-tests reports it for each collective (for all_gather and reduce_scatter
+the full, gathered buffer), ``algbw = S / t`` and ``busbw = algbw * factor(n)``.
+A fitted entry describes the bus bandwidth of one fabric level as a function
+of the message size, so one entry serves every group size::
+
+    t(S, n) = alpha(n) + S * factor(n) / busbw(S)        alpha(n) = alpha_s + alpha_rank_s * (n - 1)
+
+An entry is plain data (JSON-able)::
+
+    {"form": "comm_logistic", "params": {...}, "cv_mape": 0.06, "n_points": 24,
+     "range_bytes": [1024, 8589934592], "source": "..."}
+
+and a profile keeps them as ``collectives[level][collective]`` with ``level``
+``"intra"`` (inside a node) or ``"inter"`` (between nodes, per rank: the bus
+bandwidth one rank reaches while every rank of its node communicates).
+A group of one rank, or a message of zero bytes, costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import sympy as sp
+
+from perfmodel.errors import InvalidInputError, ProfileError, unknown_name
+from perfmodel.fit.forms import FORMS, Form, register
+from perfmodel.validation import check_choice, check_int, check_positive
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
+LEVELS = ("intra", "inter")
+ALGORITHMS = ("hierarchical", "ring")
+ENTRY_KEYS = ("form", "params", "cv_mape", "n_points", "range_bytes", "source")
+
+# busbw = algbw * factor(n); works on numpy arrays and sympy symbols alike.
+# Source: NVIDIA/nccl-tests doc/PERFORMANCE.md (sendrecv: point to point, factor 1).
+BUSBW_FACTOR: dict[str, Callable] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,  # ring: 2(n-1) steps of S/n each
+    "all_gather": lambda n: (n - 1) / n,  # S = sendcount * sizeof(dtype) * n
+    "reduce_scatter": lambda n: (n - 1) / n,  # S = recvcount * sizeof(dtype) * n
+    "broadcast": lambda n: 1 + 0 * n,  # every rank receives S once
+    "all_to_all": lambda n: (n - 1) / n,  # S = bytes each rank sends in all
+    "sendrecv": lambda n: 1 + 0 * n,  # S = bytes each rank sends
+}
+
+
+# --- closed forms ---------------------------------------------------------------------------
+
+
+def _alpha(p, n):
+    # latency grows with the ring's step count (Thakur, Rabenseifner & Gropp 2005): alpha + a_r (n-1)
+    return p["alpha_s"] + p["alpha_rank_s"] * (n - 1)
+
+
+def _alpha_beta_np(p, *, size, n, factor):
+    return _alpha(p, n) + size * factor / p["busbw_bytes_per_s"]  # Hockney alpha-beta
+
+
+def _logistic_np(p, *, size, n, factor):
+    # busbw(S) = B / (1 + (S_half / S)^k): a logistic in log S, so S / busbw = (S + S_half^k S^(1-k)) / B
+    shape = p["half_size_bytes"] ** p["exponent"] * size ** (1 - p["exponent"])
+    return _alpha(p, n) + factor * (size + shape) / p["busbw_bytes_per_s"]
+
+
+def _alpha_beta_sp(p, *, size, n, factor):
+    return _alpha(p, n) + size * factor / p["busbw_bytes_per_s"]
+
+
+def _logistic_sp(p, *, size, n, factor):
+    busbw = p["busbw_bytes_per_s"] / (1 + (p["half_size_bytes"] / size) ** p["exponent"])
+    return _alpha(p, n) + size * factor / busbw
+
+
+_VARIABLES = ("size", "n", "factor")
+_AB_PARAMS = ("alpha_s", "alpha_rank_s", "busbw_bytes_per_s")
+
+register(Form(
+    "comm_alpha_beta", _VARIABLES, _AB_PARAMS, _alpha_beta_np, _alpha_beta_sp,
+    doc="t = alpha(n) + S factor(n) / B (constant bus bandwidth; Hockney 1994)",
+))
+register(Form(
+    "comm_logistic", _VARIABLES, (*_AB_PARAMS, "half_size_bytes", "exponent"),
+    _logistic_np, _logistic_sp,
+    doc="t = alpha(n) + S factor(n) / busbw(S), busbw(S) = B / (1 + (S_half/S)^k)",
+))
+COMM_FORMS = ("comm_alpha_beta", "comm_logistic")
+
+
+# --- input checks ---------------------------------------------------------------------------
+
+
+def _array(name: str, value, *, integer: bool = False, minimum: float = 0.0) -> np.ndarray:
+    """``value`` as a float array, requiring finite values >= ``minimum`` (integers if asked)."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name!r} must be numbers: got {value!r}") from None
+    bad = ~np.isfinite(arr) | (arr < minimum)
+    if integer:
+        bad |= arr != np.round(arr)
+    if np.any(bad):
+        kind = f"integers >= {minimum:g}" if integer else f"finite numbers >= {minimum:g}"
+        raise InvalidInputError(f"{name!r} must be {kind}: got {float(arr[bad].flat[0])!r}")
+    return arr
+
+
+def _check_collective(collective: str) -> str:
+    return check_choice("collective", collective, COLLECTIVES)
+
+
+def comm_form(entry: Mapping) -> Form:
+    """The registered form an entry names, after checking the entry has what it needs."""
+    if not isinstance(entry, Mapping) or "form" not in entry or "params" not in entry:
+        raise ProfileError(f"a collective entry needs 'form' and 'params': got {entry!r}")
+    name = entry["form"]
+    if name is None:
+        raise ProfileError(f"collective entry was not fitted: {entry.get('note', 'no form')}")
+    if name not in COMM_FORMS:
+        raise unknown_name("communication form", name, COMM_FORMS)
+    form = FORMS[name]
+    missing = [p for p in form.params if p not in entry["params"]]
+    if missing:
+        raise ProfileError(f"form {name!r} lacks parameters {missing} (needs {list(form.params)})")
+    return form
+
+
+# --- one fabric level -----------------------------------------------------------------------
+
+
+def busbw_factor(collective: str, n) -> np.ndarray:
+    """nccl-tests bus-bandwidth factor ``busbw / algbw`` for ``n`` ranks (array-valued)."""
+    _check_collective(collective)
+    return np.asarray(BUSBW_FACTOR[collective](_array("group_size", n, integer=True, minimum=1)))
+
+
+def busbw_from_time(collective: str, size_bytes, group_size, time_s) -> np.ndarray:
+    """Bus bandwidth (bytes/s) of a measured time: ``S / t * factor(n)`` (nccl-tests)."""
+    time_s = _array("time_s", time_s)
+    return _array("size_bytes", size_bytes) / time_s * busbw_factor(collective, group_size)
+
+
+def collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> np.ndarray:
+    """Seconds for one collective of ``size_bytes`` (nccl-tests S) over ``group_size`` ranks.
+
+    ``entry`` is a fitted or datasheet entry of one fabric level; arrays broadcast.
+    """
+    form = comm_form(entry)
+    factor = busbw_factor(collective, group_size)
+    size = _array("size_bytes", size_bytes)
+    n = _array("group_size", group_size, integer=True, minimum=1)
+    t = form.evaluate(entry["params"], size=size, n=n, factor=factor)
+    return np.where((size > 0) & (n > 1), t, 0.0)  # one rank or no bytes: nothing to send
+
+
+def datasheet_entry(bw_bytes_per_s: float, latency_s: float, *, source: str) -> dict:
+    """Fallback entry from a link figure: constant bus bandwidth plus a latency.
+
+    ``bw_bytes_per_s`` is the bus bandwidth NCCL reaches on the link (a Link's
+    ``nccl_busbw_bytes_per_s``, else line rate times a cited efficiency).
+    """
+    bw = check_positive("bw_bytes_per_s", bw_bytes_per_s)
+    latency = check_positive("latency_s", latency_s, allow_zero=True)
+    if not isinstance(source, str) or not source.strip():
+        raise InvalidInputError(f"'source' must name where the figure comes from: got {source!r}")
+    return {
+        "form": "comm_alpha_beta",
+        "params": {"alpha_s": latency, "alpha_rank_s": 0.0, "busbw_bytes_per_s": bw},
+        "cv_mape": None,
+        "n_points": 0,
+        "range_bytes": None,
+        "source": source,
+    }
+
+
+def rail_busbw(nic_busbw_bytes_per_s: float, nics_per_node: int, ranks_per_node: int) -> float:
+    """Inter-node bus bandwidth per rank when every rank of a node talks at once.
+
+    Ranks share the node's NICs: each gets ``nic_busbw * min(nics, ranks) / ranks``
+    (one NIC per GPU on DGX A100/H100: 8 x 24 GB/s HDR -> 192 GB/s, NVIDIA/nccl#812).
+    """
+    bw = check_positive("nic_busbw_bytes_per_s", nic_busbw_bytes_per_s)
+    nics = check_int("nics_per_node", nics_per_node)
+    ranks = check_int("ranks_per_node", ranks_per_node)
+    return bw * min(nics, ranks) / ranks
+
+
+SIZE_SYMBOL = sp.Symbol("S")
+RANKS_SYMBOL = sp.Symbol("n")
+
+
+def formula(entry: Mapping, collective: str, *, size=SIZE_SYMBOL, n=RANKS_SYMBOL) -> sp.Expr:
+    """Sympy expression of ``collective_time`` (valid for n >= 2 and S > 0)."""
+    _check_collective(collective)
+    form = comm_form(entry)
+    params = {k: float(v) for k, v in entry["params"].items()}
+    return form.expression(params, size=size, n=n, factor=BUSBW_FACTOR[collective](n))
+
+
+# --- across nodes ---------------------------------------------------------------------------
+
+
+def lookup_entry(collectives: Mapping[str, Mapping[str, dict]], level: str, collective: str) -> dict:
+    """Entry of ``collective`` at ``level``, else that level's all_reduce entry.
+
+    The fallback reads busbw as the fabric's speed whatever the collective
+    (nccl-tests doc/PERFORMANCE.md); an NVLS-fitted all_reduce overstates the
+    others by about 480/370 on NVLink4 (NVIDIA/nccl-tests#212).
+    """
+    _check_collective(collective)
+    check_choice("level", level, LEVELS)
+    if level not in collectives:
+        raise ProfileError(
+            f"profile has no {level!r} collectives (levels: {', '.join(sorted(collectives)) or 'none'}); "
+            f"add a fitted entry or datasheet_entry(bw, latency, source=...)"
+        )
+    entries = collectives[level]
+    for name in (collective, "all_reduce"):
+        if name in entries:
+            return entries[name]
+    raise ProfileError(
+        f"profile has no {level!r} entry for {collective!r} nor 'all_reduce' "
+        f"(has: {', '.join(sorted(entries)) or 'none'})"
+    )
+
+
+def _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm):
+    """Time of a group with ``rpn`` ranks on each of ``nodes`` nodes, both > 1."""
+    ti = lambda c, s, n: collective_time(intra(c), c, s, n)  # noqa: E731
+    tx = lambda c, s, n: collective_time(inter(c), c, s, n)  # noqa: E731
+    rails = size / rpn  # after an intra reduce-scatter each rank holds S / rpn, one rail each
+    if algorithm == "ring" and collective in ("all_reduce", "all_gather", "reduce_scatter"):
+        # flat ring over all ranks (Gibiansky 2017): NVLink carries S f(N) per rank, each rail S f(N) / rpn
+        return np.maximum(ti(collective, size, rpn * nodes), tx(collective, rails, rpn * nodes))
+    if collective == "all_reduce":
+        # reduce-scatter inside, all-reduce of S/rpn on rpn rails at once, all-gather inside
+        # (Horovod hierarchical allreduce, Sergeev & Del Balso 2018)
+        return ti("reduce_scatter", size, rpn) + tx("all_reduce", rails, nodes) + ti("all_gather", size, rpn)
+    if collective == "reduce_scatter":  # first half of the all-reduce above
+        return ti("reduce_scatter", size, rpn) + tx("reduce_scatter", rails, nodes)
+    if collective == "all_gather":  # second half: gather S/rpn across rails, then S inside
+        return tx("all_gather", rails, nodes) + ti("all_gather", size, rpn)
+    if collective == "broadcast":
+        # NCCL pipelines the broadcast chain through every rank: the slower fabric bounds it
+        return np.maximum(tx("broadcast", size, nodes), ti("broadcast", size, rpn))
+    if collective == "all_to_all":
+        # grouped send/recv run at once: S (nodes-1)/nodes leaves each rank by NIC, S (rpn-1)/N by NVLink
+        return np.maximum(tx("all_to_all", size, nodes), ti("all_to_all", size / nodes, rpn))
+    return tx("sendrecv", size, np.full_like(size, 2.0))  # sendrecv: a pair across nodes
+
+
+def hierarchical_time(
+    collectives: Mapping[str, Mapping[str, dict]],
+    collective: str,
+    size_bytes,
+    ranks_per_node,
+    nodes,
+    *,
+    algorithm: str = "hierarchical",
+) -> np.ndarray:
+    """Seconds for a collective over ``ranks_per_node`` ranks on each of ``nodes`` nodes.
+
+    ``nodes == 1`` uses the intra entry only, ``ranks_per_node == 1`` the inter
+    entry only; otherwise the hierarchical composition (or a flat NCCL ring with
+    ``algorithm="ring"``). ``size_bytes`` is the nccl-tests S of the whole group.
+    """
+    _check_collective(collective)
+    check_choice("algorithm", algorithm, ALGORITHMS)
+    size = _array("size_bytes", size_bytes)
+    rpn = _array("ranks_per_node", ranks_per_node, integer=True, minimum=1)
+    nodes = _array("nodes", nodes, integer=True, minimum=1)
+    size, rpn, nodes = np.broadcast_arrays(size, rpn, nodes)
+    intra = lambda c: lookup_entry(collectives, "intra", c)  # noqa: E731
+    inter = lambda c: lookup_entry(collectives, "inter", c)  # noqa: E731
+    out = np.zeros(size.shape)
+    one_node = nodes == 1
+    one_rank = (rpn == 1) & ~one_node
+    spanning = ~one_node & ~one_rank
+    if one_node.any():
+        out[one_node] = collective_time(intra(collective), collective, size[one_node], rpn[one_node])
+    if one_rank.any():
+        out[one_rank] = collective_time(inter(collective), collective, size[one_rank], nodes[one_rank])
+    if spanning.any():
+        out[spanning] = _spanning_time(
+            intra, inter, collective, size[spanning], rpn[spanning], nodes[spanning], algorithm
+        )
+    return out
+
