@@ -1,0 +1,140 @@
+"""Build a Cluster from a name (GPU or node preset) or a user's TOML file.
+
+Examples::
+
+    cluster("h200")                     # one H200: a 1-GPU node, PCIe, 25 Gb/s NIC
+    cluster("h100", gpus_per_node=8)    # a generic 8 x H100 node on NVSwitch
+    cluster("dgx-a100-80gb", nodes=16)  # 128 GPUs
+    cluster("my_cluster.toml")          # a user's file (see docs/hardware.md)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+
+from perfmodel.errors import InvalidInputError, unknown_name
+from perfmodel.hardware import catalog
+from perfmodel.hardware.gpu import GPU
+from perfmodel.hardware.node import Cluster, Node
+from perfmodel.validation import check_int
+
+CLUSTER_FIELDS = ("name", "nodes", "node", "description")
+
+
+def gpu_node(gpu: GPU, gpus_per_node: int = 1) -> Node:
+    """A generic node of ``gpus_per_node`` copies of ``gpu`` (no preset behind it).
+
+    Inside: NVSwitch of the GPU's NVLink generation when it has NVLink and there
+    is more than one GPU, else PCIe of its generation. Outside: one 25 Gb/s
+    Ethernet NIC, as on a typical cloud VM.
+    """
+    gpus_per_node = check_int("gpus_per_node", gpus_per_node)
+    intra = catalog.default_intra(gpu, gpus_per_node)
+    nic = catalog.load_link(catalog.DEFAULT_NIC)
+    name = gpu.name if gpus_per_node == 1 else f"{gpus_per_node}x{gpu.name}"
+    return Node(
+        name=name,
+        gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        intra=intra,
+        nic=nic,
+        nics_per_node=1,
+        source=f"generic node (assumed): {gpus_per_node} x {gpu.name}, "
+        f"{intra.name} inside, 1 x {nic.name} NIC",
+    )
+
+
+def part_of_node(node: Node, gpus_per_node: int) -> Node:
+    """The first ``gpus_per_node`` GPUs of a preset, with NICs in proportion (at least one)."""
+    gpus_per_node = check_int("gpus_per_node", gpus_per_node)
+    if gpus_per_node == node.gpus_per_node:
+        return node
+    if gpus_per_node > node.gpus_per_node:
+        raise InvalidInputError(
+            f"'gpus_per_node' must be at most {node.gpus_per_node} for node {node.name!r}: "
+            f"got {gpus_per_node}"
+        )
+    # NICs are spread one per GPU (or per GPU pair) on the presets: keep the ratio
+    nics = max(1, node.nics_per_node * gpus_per_node // node.gpus_per_node)
+    return dataclasses.replace(
+        node,
+        name=f"{node.name}/{gpus_per_node}gpu",
+        gpus_per_node=gpus_per_node,
+        nics_per_node=nics,
+        aliases=(),
+    )
+
+
+def _from_file(path_arg) -> tuple[Node | GPU, int, str]:
+    """(node or GPU, node count, name) from a user's cluster, node or GPU file."""
+    path = catalog.existing_file(path_arg, "cluster")
+    shown = str(path_arg)
+    data = catalog.read_toml_file(path, shown)
+    if "peak_flops" in data:  # a GPU file
+        return catalog.load_gpu(path), 1, ""
+    if "node" not in data:  # a node file, perhaps with a node count
+        fields = {k: v for k, v in data.items() if k != "nodes"}
+        node = catalog.node_from_dict(fields, shown, path.parent, path.stem)
+        return node, _count(data.get("nodes", 1), shown), ""
+    for key in data:
+        if key not in CLUSTER_FIELDS:
+            raise InvalidInputError(f"{shown}: {unknown_name('field', key, CLUSTER_FIELDS)}")
+    spec = data["node"]
+    if isinstance(spec, Mapping):
+        node = catalog.node_from_dict(spec, f"{shown} [node]", path.parent, f"{path.stem}-node")
+    elif isinstance(spec, str):
+        relative = catalog.is_path(spec) and not Path(spec).expanduser().is_absolute()
+        node = _resolve(path.parent / spec if relative else spec)
+    else:
+        raise InvalidInputError(
+            f"{shown}: 'node' must be a node name, a .toml path or a table: got {spec!r}"
+        )
+    return node, _count(data.get("nodes", 1), shown), str(data.get("name", ""))
+
+
+def _count(value, where: str) -> int:
+    try:
+        return check_int("nodes", value)
+    except InvalidInputError as err:
+        raise InvalidInputError(f"{where}: {err}") from None
+
+
+def _resolve(name_or_path) -> Node | GPU:
+    """A node preset or node file, or a GPU name (the caller makes it a node)."""
+    if catalog.is_path(name_or_path):
+        return catalog.load_node(name_or_path)
+    key = catalog.catalog_key(name_or_path)
+    node_keys, gpu_keys = catalog.node_keys(), catalog.gpu_keys()
+    if key in node_keys:
+        return catalog.load_node(key)
+    if key in gpu_keys:
+        return catalog.load_gpu(key)
+    raise unknown_name("node or GPU", name_or_path, [*node_keys, *gpu_keys])
+
+
+def cluster(
+    name_or_path: str = "h200", nodes: int = 1, gpus_per_node: int | None = None
+) -> Cluster:
+    """A homogeneous cluster: ``nodes`` copies of a node preset, GPU or user file.
+
+    A GPU name gives generic nodes of ``gpus_per_node`` GPUs (default 1); a
+    preset keeps its GPU count unless ``gpus_per_node`` asks for part of it. A
+    file's own ``nodes`` count is used unless ``nodes`` is given (> 1).
+    """
+    nodes = check_int("nodes", nodes)
+    name = ""
+    if catalog.is_path(name_or_path):
+        found, file_nodes, name = _from_file(name_or_path)
+        if nodes == 1:
+            nodes = file_nodes
+    else:
+        found = _resolve(name_or_path)
+    if isinstance(found, GPU):
+        node = gpu_node(found, 1 if gpus_per_node is None else gpus_per_node)
+    elif gpus_per_node is not None:
+        node = part_of_node(found, gpus_per_node)
+    else:
+        node = found
+    return Cluster(node=node, nodes=nodes, name=name)
