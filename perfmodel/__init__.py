@@ -1,1 +1,41 @@
-"""perfmodel: predict distributed training speed and memory before renting the cluster."""
+"""perfmodel: predict distributed training speed and memory before renting the cluster.
+
+    import perfmodel as pm
+    p = pm.predict(pm.preset("gpt2-small"), pm.cluster("h200"), pm.Strategy(micro_batch=8))
+"""
+
+from perfmodel.errors import (
+    InfeasibleError,
+    InvalidInputError,
+    PerfModelError,
+    ProfileError,
+    UnknownNameError,
+    UnsupportedError,
+)
+from perfmodel.hardware import cluster, load_gpu, load_node
+from perfmodel.predict import Prediction, predict
+from perfmodel.profile import Profile, load_profile
+from perfmodel.strategy import Strategy
+from perfmodel.workload.model import Transformer, transformer
+from perfmodel.workload.presets import list_presets, preset
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InfeasibleError", "InvalidInputError", "PerfModelError", "Prediction", "Profile", "ProfileError",
+    "Strategy", "Transformer", "UnknownNameError", "UnsupportedError", "cluster", "list_presets",
+    "load_gpu", "load_node", "load_profile", "predict", "preset", "transformer",
+]
+
+
+def __getattr__(name):  # heavier entry points load on first use
+    lazy = {
+        "compare": "perfmodel.explore", "sweep": "perfmodel.explore", "search": "perfmodel.explore",
+        "from_torch": "perfmodel.workload.torch_import", "from_hf_config": "perfmodel.workload.hf",
+        "plan_training": "perfmodel.transient", "symbolic_step_time": "perfmodel.symbolic",
+    }
+    if name in lazy:
+        import importlib
+
+        return getattr(importlib.import_module(lazy[name]), name)
+    raise AttributeError(f"module 'perfmodel' has no attribute {name!r}")

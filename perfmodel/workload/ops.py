@@ -67,8 +67,8 @@ def linear(name: str, tokens, d_in, d_out, *, count=1, dtype="bf16", weight_grad
 
 
 def mem(name: str, cls: str, phase: str, elems, *, count=1, variant=None, dtype="fp32") -> Kernel:
-    """A memory-bound kernel of class ``cls`` over ``elems`` elements."""
-    return Kernel(name, cls, phase, {"elems": elems}, count, 0.0, variant or phase, dtype)
+    """A memory-bound kernel of class ``cls`` over ``elems`` elements (form variable ``x``)."""
+    return Kernel(name, cls, phase, {"x": elems}, count, 0.0, variant or phase, dtype)
 
 
 def total_flops(kernels: list[Kernel]):

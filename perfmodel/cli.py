@@ -1,0 +1,183 @@
+"""perfmodel command line.
+
+    perfmodel predict --model gpt2-small --gpu h200 --micro-batch 8 [--json]
+    perfmodel fit TABLES_DIR... -o profile.json
+    perfmodel calibrate --out DIR [--quick]
+    perfmodel import-nccl-tests LOG... --out DIR
+    perfmodel list models|gpus|nodes|profiles
+
+Errors from perfmodel become one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+
+from perfmodel.errors import PerfModelError
+
+# Modules that add their own sub-commands (compare/sweep/search, validate, plan).
+EXTENSIONS = ("perfmodel.explore.cli", "perfmodel.validate.cli", "perfmodel.transient.cli")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Model, cluster and profile options shared by predict and the explore commands."""
+    p.add_argument("--model", default="gpt2-small", help="preset name, HF config.json path, or a model TOML")
+    p.add_argument("--gpu", default=None, help="GPU or node preset (or cluster TOML); default h200")
+    p.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node for a bare GPU name")
+    p.add_argument("--profile", default=None, help="profile JSON (default: the GPU's bundled profile)")
+    p.add_argument("--seq", type=int, default=None, help="override the model's sequence length")
+
+
+def add_strategy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dp", type=int, default=None, help="data-parallel size (default: GPUs / (tp × pp))")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--global-batch", type=int, default=None)
+    p.add_argument("--zero", type=int, default=0, choices=range(4))
+    p.add_argument("--fsdp", default=None, choices=["full", "hybrid"])
+    p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    p.add_argument("--precision", default="bf16-mixed")
+    p.add_argument("--optimizer", default="adamw")
+    p.add_argument("--schedule", default="1f1b")
+    p.add_argument("--virtual-stages", type=int, default=1)
+    p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--ps-servers", type=int, default=0)
+
+
+def load_model(args):
+    from perfmodel.workload.presets import preset
+
+    spec = args.model
+    if spec.endswith(".json"):
+        from perfmodel.workload.hf import from_hf_config
+
+        model = from_hf_config(spec)
+    else:
+        model = preset(spec)
+    if getattr(args, "seq", None):
+        model = model.with_(seq=args.seq)
+    return model
+
+
+def load_cluster(args):
+    from perfmodel.hardware import cluster
+
+    return cluster(args.gpu or "h200", nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+
+
+def strategy_from_args(args, n_gpus: int):
+    from perfmodel.strategy import Strategy
+
+    dp = args.dp or max(1, n_gpus // (args.tp * args.pp))
+    return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
+                    zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
+                    optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
+                    sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers)
+
+
+def cmd_predict(args) -> int:
+    from perfmodel.predict import predict
+    from perfmodel.report.tables import prediction_table
+
+    model, cl = load_model(args), load_cluster(args)
+    p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile)
+    print(json.dumps(p.to_dict(), indent=1, default=str) if args.json else prediction_table(p))
+    return 0
+
+
+def cmd_fit(args) -> int:
+    from perfmodel.fit.build import build_profile
+    from perfmodel.report.tables import fit_report_table
+
+    profile, report = build_profile(args.tables, gpu=args.gpu, name=args.name)
+    print(fit_report_table(report))
+    if profile.meta.get("rejected_rows"):
+        print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
+    profile.save(args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    cmd = [sys.executable, "-m", "calibration.compute", "--out", args.out]
+    cmd += ["--quick"] if args.quick else []
+    cmd += ["--budget", str(args.budget)] if args.budget else []
+    cmd += ["--dtypes", args.dtypes] if args.dtypes else []
+    cmd += ["--device", args.device] if args.device else []
+    return subprocess.call(cmd)
+
+
+def cmd_import_nccl(args) -> int:
+    from perfmodel.fit.nccl_tests import import_logs
+
+    table = import_logs(args.logs, args.out)
+    print(f"imported {len(table)} rows into {args.out}/collectives.csv")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from perfmodel.hardware import list_gpus, list_nodes
+    from perfmodel.profile import list_profiles
+    from perfmodel.workload.presets import list_presets
+
+    names = {"models": list_presets, "gpus": list_gpus, "nodes": list_nodes, "profiles": list_profiles}[args.what]()
+    print("\n".join(names))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perfmodel", description="Predict distributed training speed and memory.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("predict", help="predict one configuration")
+    add_model_args(p)
+    add_strategy_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("fit", help="fit calibration tables into a profile")
+    p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv")
+    p.add_argument("-o", "--output", default="profile.json")
+    p.add_argument("--gpu", default="h200", help="catalog GPU the tables were measured on")
+    p.add_argument("--name", default=None)
+    p.set_defaults(func=cmd_fit)
+    p = sub.add_parser("calibrate", help="measure this machine's kernels (runs python -m calibration.compute)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--budget", type=float, default=None)
+    p.add_argument("--dtypes", default=None)
+    p.add_argument("--device", default=None)
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("import-nccl-tests", help="parse nccl-tests logs into collectives.csv")
+    p.add_argument("logs", nargs="+")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_import_nccl)
+    p = sub.add_parser("list", help="list bundled models, GPUs, nodes or profiles")
+    p.add_argument("what", choices=["models", "gpus", "nodes", "profiles"])
+    p.set_defaults(func=cmd_list)
+    for name in EXTENSIONS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                continue
+            raise
+        module.add_parsers(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except PerfModelError as exc:
+        print(f"perfmodel: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

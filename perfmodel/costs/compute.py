@@ -1,0 +1,90 @@
+"""Time of compute kernels from a Profile: GPU time and eager CPU issue time.
+
+Each kernel's GPU time comes from its class's fitted closed form with the
+eager CPU floor removed; its CPU time is that floor (or the host's per-kernel
+launch cost). A phase (forward or backward) then takes max(Σ GPU, Σ CPU): the
+CPU runs ahead of the GPU through the launch queue, so whichever side is
+slower sets the pace (the eager-mode launch-bound regime of small models).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.errors import UnsupportedError
+from perfmodel.fit.forms import get_form
+from perfmodel.profile import Profile
+from perfmodel.workload.ops import Kernel
+
+DEFAULT_CPU_PER_KERNEL_S = 1.5e-5  # eager PyTorch, H200 host: add_tiny eager_sec (micro2.jsonl)
+
+
+def _gpu(entry: dict, **variables):
+    return get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, **variables)
+
+
+def _cpu(profile: Profile, entry: dict) -> float:
+    floor = entry["params"].get("t_cpu", 0.0)
+    return floor if floor > 0 else profile.host.get("cpu_per_kernel_s", DEFAULT_CPU_PER_KERNEL_S)
+
+
+def gemm_key(profile: Profile, dtype: str) -> str:
+    key = f"gemm:{dtype}"
+    if not profile.has(key):
+        known = sorted(k.split(":")[1] for k in profile.compute if k.startswith("gemm:"))
+        raise UnsupportedError(f"profile {profile.name!r} has no {dtype} GEMM model "
+                               f"(the GPU lacks it or it was not calibrated; available: {', '.join(known)})")
+    return key
+
+
+def kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU seconds, CPU seconds) of one launch of ``kern``."""
+    cls = kern.cls
+    if cls == "gemm":
+        entry = profile.entry(gemm_key(profile, kern.dtype))
+        return _gpu(entry, **kern.size), _cpu(profile, entry)
+    if cls == "sdpa":
+        entry = profile.entry(f"sdpa:{kern.variant}")
+        size = {k: v for k, v in kern.size.items() if k != "kv_heads"}
+        t = _gpu(entry, **size)
+        if kern.dtype in ("fp32", "tf32"):  # no FlashAttention in fp32: scale by the GEMM rate ratio
+            t = t * profile.entry(gemm_key(profile, "bf16"))["params"]["R"] / profile.entry(gemm_key(profile, kern.dtype))["params"]["R"]
+        return t, _cpu(profile, entry)
+    if cls in ("adamw", "sgd"):
+        entry, scale = _optimizer_entry(profile, cls)
+        return _gpu(entry, params=np.asarray(kern.size["params"], float) * scale), _cpu(profile, entry)
+    entry, factor = profile.mem_entry(cls, kern.dtype, kern.variant)
+    size = dict(kern.size)
+    size["x"] = np.asarray(size["x"], float) * factor
+    return _gpu(entry, **size), _cpu(profile, entry)
+
+
+def _optimizer_entry(profile: Profile, cls: str):
+    fused = profile.compute.get("adamw:fused") or profile.entry("adamw:foreach")
+    if cls == "adamw":
+        return fused, 1.0
+    # SGD with momentum moves 20 bytes/param (read w, g, m; write w, m) against
+    # fused AdamW's 28 (read w, g, m, v; write w, m, v): same kernel shape, fewer bytes.
+    return fused, 20.0 / 28.0
+
+
+def phase_time(profile: Profile, kernels: list[Kernel]):
+    """(wall seconds, GPU seconds, CPU seconds) of a list of kernels run back to back."""
+    gpu = 0.0
+    cpu = 0.0
+    for kern in kernels:
+        g, c = kernel_time(profile, kern)
+        count = np.asarray(kern.count, float)
+        gpu = gpu + g * count
+        cpu = cpu + c * count
+    gpu, cpu = np.asarray(gpu, float), np.asarray(cpu, float)
+    return np.maximum(gpu, cpu), gpu, cpu
+
+
+def time_by_class(profile: Profile, kernels: list[Kernel]) -> dict[str, np.ndarray]:
+    """GPU seconds per cost class (for breakdowns and debugging)."""
+    out: dict[str, np.ndarray] = {}
+    for kern in kernels:
+        g, _ = kernel_time(profile, kern)
+        out[kern.cls] = out.get(kern.cls, 0.0) + g * np.asarray(kern.count, float)
+    return out

@@ -1,0 +1,1 @@
+"""Fitting: measurement tables in, closed-form cost models (a Profile) out."""

@@ -1,0 +1,148 @@
+"""Assemble a Profile: fitted classes from tables, datasheet-scaled classes for the rest.
+
+``build_profile`` fits what a calibration folder measured; ``datasheet_profile``
+derives a profile for any catalog GPU from a measured reference profile by
+scaling each class with the ratio of datasheet figures (peak FLOP/s for
+GEMM and attention, memory bandwidth for memory-bound classes): the shape of
+each curve (saturation, alignment, latencies) is the reference GPU's, its
+height is the target GPU's datasheet. Regenerate the bundled profiles with
+``python -m perfmodel.fit.build`` (run from a checkout).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+from pathlib import Path
+
+import pandas as pd
+
+from perfmodel.fit.compute import ComputeFitter
+from perfmodel.fit.tables import read_compute_table
+from perfmodel.profile import Profile
+
+BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-11-29"
+PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
+GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
+
+def _gpu(name):
+    from perfmodel.hardware import load_gpu
+
+    return load_gpu(name)
+
+
+def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
+    """Fit every class measured in the ``compute.csv`` of ``folders``; returns the fitter."""
+    spec = _gpu(gpu)
+    table = pd.concat([read_compute_table(f) for f in folders], ignore_index=True)
+    source = ", ".join(str(Path(f).name) for f in folders)
+    return ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}").fit(table)
+
+
+def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5, seed: int = 0,
+                  collectives: dict | None = None) -> tuple[Profile, pd.DataFrame]:
+    """Profile fitted from calibration folders; classes they lack are derived from the datasheet."""
+    spec = _gpu(gpu)
+    fitter = fit_tables(folders, gpu=gpu, folds=folds, seed=seed)
+    compute = dict(fitter.entries_)
+    _derive_missing_gemm(compute, spec, spec)
+    coll = dict(collectives or {})
+    for folder in folders:
+        path = Path(folder) / "collectives.csv"
+        if path.exists():
+            from perfmodel.fit.comm import fit_collectives
+
+            for level, entries in fit_collectives(pd.read_csv(path), source=f"measured: {path.parent.name}").items():
+                coll.setdefault(level, {}).update(entries)
+    meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
+            "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
+    profile = Profile(name or spec.name, spec.name, compute, coll, dict(fitter.host_), meta)
+    return profile, fitter.report_
+
+
+def _derive_missing_gemm(compute: dict, target, reference) -> None:
+    """Add GEMM dtypes the GPU supports but the tables lack (e.g. fp8): bf16's curve at that peak."""
+    base = compute.get("gemm:bf16")
+    if base is None:
+        return
+    for dtype in GEMM_DTYPES:
+        key = f"gemm:{dtype}"
+        if key in compute or dtype not in target.peak_flops or "bf16" not in reference.peak_flops:
+            continue
+        entry = copy.deepcopy(base)
+        entry["params"]["R"] = base["params"]["R"] * target.peak_flops[dtype] / reference.peak_flops["bf16"]
+        entry["params"]["elem_bytes"] = {"fp8": 1.0, "fp16": 2.0}.get(dtype, 4.0)
+        entry.update(source=f"derived: bf16 fit x datasheet {dtype}/bf16 peak ratio", cv_mape=None, n_points=0)
+        compute[key] = entry
+
+
+def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None) -> Profile:
+    """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth."""
+    target, ref = _gpu(gpu), _gpu(reference.gpu)
+    bw_ratio = ref.mem_bw_bytes_per_s / target.mem_bw_bytes_per_s
+    compute: dict = {}
+    for key, entry in reference.compute.items():
+        entry = copy.deepcopy(entry)
+        params = entry["params"]
+        cls = key.split(":")[0]
+        if cls == "gemm":
+            dtype = key.split(":")[1]
+            if dtype not in target.peak_flops or dtype not in ref.peak_flops:
+                continue
+            params["R"] *= target.peak_flops[dtype] / ref.peak_flops[dtype]
+            params["sms"] = float(target.sm_count)
+            params["bw"] /= bw_ratio
+        elif cls == "sdpa":
+            dtype = "bf16" if "bf16" in target.peak_flops else "fp16"
+            params["R"] *= target.peak_flops.get(dtype, target.peak_flops["fp32"]) / ref.peak_flops["bf16"]
+        else:  # memory-bound and optimizer classes: bytes over bandwidth
+            for name in ("beta", "beta_y"):
+                if name in params:
+                    params[name] *= bw_ratio
+        entry.update(source=f"datasheet-scaled from {reference.name} ({entry.get('source', '')})",
+                     cv_mape=None, n_points=0)
+        compute[key] = entry
+    _derive_missing_gemm(compute, target, target)
+    meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
+            "method": "reference fits scaled by datasheet peak FLOP/s and memory bandwidth"}
+    return Profile(f"{target.name} (datasheet)", target.name, compute, dict(collectives or {}),
+                   dict(reference.host), meta)
+
+
+# GPU -> the 8-GPU NVSwitch all-reduce curve fitted to its published nccl-tests numbers
+NVLINK_ALLREDUCE = {"a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100", "h100-sxm5-80gb": "h100",
+                    "h200-sxm-141gb": "h200"}
+
+
+def _intra_collectives(gpu: str) -> dict:
+    from perfmodel.fit.comm import bundled_allreduce_entry, profile_entry
+
+    system = NVLINK_ALLREDUCE.get(gpu)
+    if system is None:
+        return {}
+    return {"intra": {"all_reduce": profile_entry(bundled_allreduce_entry(system))}}
+
+
+def bundled_profiles() -> dict[str, Profile]:
+    """Every bundled profile: the fitted H200 one and datasheet-scaled ones for the other GPUs."""
+    from perfmodel.hardware import list_gpus
+
+    h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb",
+                            collectives=_intra_collectives("h200-sxm-141gb"))
+    out = {h200.gpu: h200}
+    for gpu in list_gpus():
+        if gpu not in out:
+            out[gpu] = datasheet_profile(gpu, h200, collectives=_intra_collectives(gpu))
+    return out
+
+
+def main() -> None:
+    PROFILES_DIR.mkdir(exist_ok=True)
+    for name, profile in bundled_profiles().items():
+        profile.save(PROFILES_DIR / f"{name}.json")
+        print(f"wrote {name}.json ({len(profile.compute)} compute classes)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""``predict(model, cluster, strategy)``: one configuration's step time, throughput and memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfmodel import compose
+from perfmodel.errors import InvalidInputError, UnsupportedError
+from perfmodel.fabric import cluster_collectives
+from perfmodel.profile import Profile, load_profile
+from perfmodel.strategy import Strategy
+from perfmodel.validation import check_divides
+from perfmodel.workload.step import gemm_dtype
+
+SCHEDULE_CODE = {"1f1b": 0, "gpipe": 1, "interleaved": 2}
+BREAKDOWN_KEYS = ("forward", "backward", "optimizer", "host_overhead", "tp_comm", "dp_comm",
+                  "pipeline_bubble", "p2p")
+BOTTLENECK_WORDS = {
+    "forward": "compute (forward kernels)", "backward": "compute (backward kernels)",
+    "optimizer": "optimizer step (memory bandwidth)", "host_overhead": "host: eager kernel-launch overhead",
+    "tp_comm": "tensor-parallel communication", "dp_comm": "data-parallel gradient communication",
+    "pipeline_bubble": "pipeline bubble", "p2p": "pipeline point-to-point sends",
+}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted step of one configuration. Times in seconds, memory in bytes."""
+
+    model: str
+    cluster: str
+    strategy: Strategy
+    profile: str
+    step_time: float
+    breakdown: dict
+    tokens_per_second: float
+    samples_per_second: float
+    tflops_per_gpu: float
+    mfu: float
+    peak_memory: float
+    memory: dict
+    memory_capacity: float
+    fits: bool
+    over_capacity: float
+    bottleneck: str
+    model_flops: float
+    interval: tuple = field(default=(np.nan, np.nan))
+
+    def __repr__(self) -> str:
+        mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
+        return (f"Prediction({self.model} on {self.cluster}: step {self.step_time * 1e3:.2f} ms, "
+                f"{self.tokens_per_second:,.0f} tok/s, {self.tflops_per_gpu:.0f} TFLOP/s/GPU, "
+                f"MFU {self.mfu:.1%}, memory {mem}{'' if self.fits else ' (DOES NOT FIT)'})")
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("model", "cluster", "profile", "step_time", "tokens_per_second",
+                                              "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
+                                              "memory_capacity", "fits", "over_capacity", "bottleneck",
+                                              "model_flops")}
+        out["interval"] = list(self.interval)
+        out["breakdown"] = dict(self.breakdown)
+        out["memory"] = dict(self.memory)
+        out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
+        return out
+
+
+def default_profile(cluster) -> Profile:
+    """The bundled profile of the cluster's GPU (fitted where measured, datasheet-scaled otherwise)."""
+    return load_profile(cluster.gpu.name)
+
+
+def check_strategy(model, cluster, s: Strategy) -> None:
+    """Raise a clear error when the strategy cannot run this model on this cluster."""
+    if s.gpus != cluster.n_gpus:
+        raise InvalidInputError(
+            f"dp × tp × pp = {s.dp} × {s.tp} × {s.pp} = {s.gpus} must equal the cluster's GPU count "
+            f"{cluster.n_gpus} (e.g. dp={max(1, cluster.n_gpus // (s.tp * s.pp))} with tp={s.tp}, pp={s.pp})")
+    heads = getattr(model, "heads", None)
+    if heads is not None:
+        check_divides("tp", s.tp, "heads", heads)
+        check_divides("tp", s.tp, "kv_heads", model.kv_heads)
+        if s.pp > model.layers:
+            raise InvalidInputError(f"'pp'={s.pp} must be <= layers={model.layers}")
+        if s.schedule == "interleaved" and model.layers % (s.pp * s.virtual_stages):
+            raise InvalidInputError(f"interleaved schedule needs layers={model.layers} divisible by "
+                                    f"pp × virtual_stages = {s.pp * s.virtual_stages}")
+    if s.pp > 1 and s.micro_batches < 1:
+        raise InvalidInputError("pipeline parallelism needs at least one micro-batch per step")
+    if gemm_dtype(s.precision) not in cluster.gpu.peak_flops:
+        raise UnsupportedError(f"{cluster.gpu.name} has no {gemm_dtype(s.precision)} support "
+                               f"(supported: {', '.join(sorted(cluster.gpu.peak_flops))}); choose another precision")
+
+
+def config_arrays(s: Strategy) -> dict:
+    """The numeric strategy fields as the arrays ``compose.evaluate`` takes."""
+    return {"dp": np.float64(s.dp), "tp": np.float64(s.tp), "pp": np.float64(s.pp),
+            "micro_batch": np.float64(s.micro_batch), "m": np.float64(s.micro_batches),
+            "v": np.float64(s.virtual_stages), "zero": np.float64(s.shard), "sp": np.bool_(s.sequence_parallel),
+            "ps": np.float64(s.ps_servers), "bucket": np.float64(s.bucket_mb * 1e6),
+            "hybrid": np.bool_(s.fsdp == "hybrid"), "schedule": np.float64(SCHEDULE_CODE[s.schedule])}
+
+
+def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus):
+    """Throughput, FLOP rates, MFU and capacity from ``compose.evaluate``'s arrays."""
+    step = out["step_time"]
+    tokens = s_batch * model.seq
+    # kernel FLOPs are per GPU of a tensor group: × tp for the whole model, × micro-batches per step
+    scale = out["tp"] * s_batch / out["micro_batch"]
+    fwd, bwd = out["layer_flops_f"], out["layer_flops_b"]
+    recomputed = {"none": 0.0, "full": fwd, "selective": out["layer_attn_flops_f"]}[recompute]
+    # Model FLOPs as torch.utils.flop_counter counts them (no recomputation), for MFU (PaLM, Chowdhery et al. 2022) ...
+    model_flops = (model.layers * (fwd + bwd - recomputed) + out["head_flops"]) * scale
+    # ... and the FLOPs actually executed, recomputation included (Narayanan et al. 2021, eq. 3 convention)
+    hw_flops = (model.layers * (fwd + bwd) + out["head_flops"]) * scale
+    peak = cluster.gpu.peak(gemm_dtype(precision))
+    capacity = cluster.gpu.mem_bytes
+    need = out["peak_memory"] * (1 + compose.mem.ALLOCATOR_RESERVE) + compose.mem.CUDA_CONTEXT_BYTES
+    return {
+        "tokens_per_second": tokens / step, "samples_per_second": s_batch / step,
+        "tflops_per_gpu": hw_flops / step / n_gpus / 1e12, "mfu": model_flops / step / n_gpus / peak,
+        "model_flops": model_flops, "fits": need <= capacity, "over_capacity": np.maximum(need - capacity, 0.0),
+        "memory_capacity": capacity,
+    }
+
+
+def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=None) -> Prediction:
+    """Predict one training step of ``model`` on ``cluster`` under ``strategy``."""
+    from perfmodel.hardware import Cluster, cluster as make_cluster
+
+    if cluster is None:
+        cluster = make_cluster("h200")
+    elif isinstance(cluster, str):
+        cluster = make_cluster(cluster)
+    if not isinstance(cluster, Cluster):
+        raise InvalidInputError(f"'cluster' must be a Cluster or a name: got {type(cluster).__name__}")
+    s = strategy or Strategy(dp=cluster.n_gpus)
+    if not isinstance(s, Strategy):
+        raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
+    check_strategy(model, cluster, s)
+    prof = default_profile(cluster) if profile is None else load_profile(profile)
+    coll = cluster_collectives(cluster, prof)
+    c = config_arrays(s)
+    out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
+                           optimizer=s.optimizer, placement=s.placement)
+    out["micro_batch"] = float(s.micro_batch)
+    derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, cluster.n_gpus)
+    breakdown = {k: float(out[k]) for k in BREAKDOWN_KEYS}
+    worst = max(breakdown, key=breakdown.get)
+    memory = {k: float(v) for k, v in out["memory"].items()}
+    step = float(out["step_time"])
+    rel = _relative_error(prof, breakdown, step)
+    return Prediction(
+        model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
+        step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),
+        samples_per_second=float(derived["samples_per_second"]), tflops_per_gpu=float(derived["tflops_per_gpu"]),
+        mfu=float(derived["mfu"]), peak_memory=float(out["peak_memory"]), memory=memory,
+        memory_capacity=float(derived["memory_capacity"]), fits=bool(derived["fits"]),
+        over_capacity=float(derived["over_capacity"]), bottleneck=BOTTLENECK_WORDS[worst],
+        model_flops=float(derived["model_flops"]), interval=(step * (1 - rel), step * (1 + rel)),
+    )
+
+
+def _relative_error(profile: Profile, breakdown: dict, step: float) -> float:
+    """Half-width of the prediction interval, as a fraction of the step.
+
+    Time-weighted mean of the CV MAPE of the compute fits (errors assumed fully
+    correlated, so they add rather than average out), plus 15% of communication
+    time where collectives come from datasheet figures. See docs/accuracy.md.
+    """
+    cv = [e.get("cv_mape") for e in profile.compute.values() if e.get("cv_mape") is not None]
+    compute_err = float(np.nanmedian(cv)) if cv else 0.15
+    compute = breakdown["forward"] + breakdown["backward"] + breakdown["optimizer"]
+    comm = breakdown["tp_comm"] + breakdown["dp_comm"] + breakdown["p2p"]
+    return float((compute * compute_err + comm * 0.15) / max(step, 1e-12))

@@ -1,0 +1,171 @@
+"""Profile: fitted closed forms for one GPU (and its node's fabrics), as plain JSON data.
+
+A profile maps each compute class (``gemm:bf16``, ``layernorm:fp32:fwd``...)
+and each collective per fabric level to ``{"form", "params", "cv_mape",
+"n_points", "source"}``. Loading validates the schema and never executes
+anything: a form is looked up by name in :mod:`perfmodel.fit.forms`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel.errors import ProfileError, unknown_name
+
+SCHEMA_VERSION = 1
+ENTRY_FIELDS = ("form", "params")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Fitted cost model of one GPU type; ``collectives[level][collective]`` for its fabrics."""
+
+    name: str
+    gpu: str
+    compute: dict = field(default_factory=dict)
+    collectives: dict = field(default_factory=dict)
+    host: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (f"Profile(name={self.name!r}, gpu={self.gpu!r}, compute={len(self.compute)} classes, "
+                f"collectives={sorted(self.collectives)})")
+
+    # -- lookup --------------------------------------------------------------
+    def entry(self, key: str) -> dict:
+        try:
+            return self.compute[key]
+        except KeyError:
+            raise unknown_name(f"compute class in profile {self.name!r}", key, self.compute) from None
+
+    def has(self, key: str) -> bool:
+        return key in self.compute
+
+    def mem_entry(self, cls: str, dtype: str, variant: str) -> tuple[dict, float]:
+        """Entry of a memory-bound class and the factor to scale elements by.
+
+        Prefers the entry measured in ``dtype``; otherwise uses another dtype's
+        entry with elements scaled by the ratio of element sizes (same bytes).
+        """
+        exact = f"{cls}:{dtype}:{variant}"
+        if exact in self.compute:
+            return self.compute[exact], 1.0
+        for key, entry in self.compute.items():
+            parts = key.split(":")
+            if len(parts) == 3 and parts[0] == cls and parts[2] == variant:
+                return entry, _ELEM_BYTES.get(dtype, 4) / _ELEM_BYTES.get(parts[1], 4)
+        raise unknown_name(f"memory-bound class in profile {self.name!r}", exact, self.compute)
+
+    def formula(self, cls: str, *, dtype: str | None = None, variant: str | None = None,
+                level: str | None = None, **symbols):
+        """The sympy expression of a fitted class or collective.
+
+        ``profile.formula("gemm", dtype="bf16")``; ``profile.formula("all_reduce", level="intra")``.
+        """
+        from perfmodel.fit.forms import get_form
+
+        if level is not None:
+            from perfmodel.costs import comm
+
+            entry = self.collectives.get(level, {}).get(cls)
+            if entry is None:
+                raise unknown_name(f"collective at level {level!r}", cls, self.collectives.get(level, {}))
+            return comm.formula(entry, cls, **symbols)
+        key = ":".join(p for p in (cls, dtype, variant) if p)
+        if key not in self.compute and dtype and variant is None:
+            key = f"{cls}:{dtype}:fwd"
+        entry = self.entry(key)
+        return get_form(entry["form"]).expression(entry["params"], **symbols)
+
+    # -- (de)serialisation -----------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "name": self.name, "gpu": self.gpu, "host": self.host,
+                "meta": self.meta, "compute": self.compute, "collectives": self.collectives}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(_plain(self.to_dict()), indent=1, sort_keys=True))
+
+    @classmethod
+    def from_dict(cls, data: dict, *, origin: str = "profile") -> Profile:
+        _validate(data, origin)
+        return cls(data["name"], data["gpu"], data.get("compute", {}), data.get("collectives", {}),
+                   data.get("host", {}), data.get("meta", {}))
+
+
+_ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
+def _validate(data, origin: str) -> None:
+    from perfmodel.fit.forms import get_form
+
+    if not isinstance(data, dict):
+        raise ProfileError(f"{origin}: a profile must be a JSON object")
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise ProfileError(f"{origin}: 'schema_version' missing or not an integer")
+    if version > SCHEMA_VERSION:
+        raise ProfileError(f"{origin}: schema_version {version} is newer than this perfmodel understands "
+                           f"({SCHEMA_VERSION}); upgrade perfmodel (pip install -U perfmodel)")
+    for key in ("name", "gpu"):
+        if not isinstance(data.get(key), str):
+            raise ProfileError(f"{origin}: field {key!r} missing or not a string")
+    sections = [("compute", data.get("compute", {}))]
+    sections += [(f"collectives.{lvl}", v) for lvl, v in data.get("collectives", {}).items()]
+    for section, entries in sections:
+        if not isinstance(entries, dict):
+            raise ProfileError(f"{origin}: {section!r} must be an object")
+        for key, entry in entries.items():
+            where = f"{origin}: {section}.{key}"
+            if not isinstance(entry, dict) or any(f not in entry for f in ENTRY_FIELDS):
+                raise ProfileError(f"{where} needs fields {list(ENTRY_FIELDS)}")
+            form = get_form(entry["form"])
+            params = entry["params"]
+            bad = [p for p in form.params if not isinstance(params.get(p), (int, float))]
+            if bad:
+                raise ProfileError(f"{where}: parameters {bad} missing or not numbers (form {form.name!r} needs {list(form.params)})")
+
+
+def load_profile(name_or_path: str | Path | Profile) -> Profile:
+    """A bundled profile by name (see :func:`list_profiles`) or a profile JSON file."""
+    if isinstance(name_or_path, Profile):
+        return name_or_path
+    path = Path(str(name_or_path))
+    if path.suffix == ".json" and path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return Profile.from_dict(data, origin=str(path))
+    return _bundled(str(name_or_path))
+
+
+def list_profiles() -> list[str]:
+    folder = resources.files("perfmodel") / "profiles"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+@lru_cache(maxsize=None)
+def _bundled(name: str) -> Profile:
+    known = list_profiles()
+    if name not in known:
+        raise unknown_name("profile", name, known)
+    text = (resources.files("perfmodel") / "profiles" / f"{name}.json").read_text()
+    return Profile.from_dict(json.loads(text), origin=f"bundled profile {name!r}")

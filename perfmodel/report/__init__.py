@@ -1,0 +1,1 @@
+"""Human-readable output: tables and plots (no cost formulas here)."""

@@ -1,0 +1,51 @@
+"""Plain-text tables for predictions and fit reports."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perfmodel.units import format_bytes, format_seconds
+
+
+def prediction_table(p) -> str:
+    """A readable multi-line summary of one Prediction."""
+    s = p.strategy
+    lines = [
+        f"model      {p.model}",
+        f"cluster    {p.cluster}",
+        f"strategy   dp={s.dp} tp={s.tp} pp={s.pp} micro_batch={s.micro_batch} global_batch={s.batch} "
+        f"zero={s.shard} recompute={s.recompute} precision={s.precision} optimizer={s.optimizer}",
+        f"profile    {p.profile}",
+        "",
+        f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])})",
+        f"tokens/s         {p.tokens_per_second:,.0f}",
+        f"samples/s        {p.samples_per_second:,.2f}",
+        f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}",
+        f"MFU              {p.mfu:.1%}",
+        f"peak memory      {format_bytes(p.peak_memory)} of {format_bytes(p.memory_capacity)}"
+        + ("" if p.fits else f"   DOES NOT FIT (over by {format_bytes(p.over_capacity)})"),
+        f"bottleneck       {p.bottleneck}",
+        "",
+        "time breakdown (per step)",
+    ]
+    total = max(p.step_time, 1e-30)
+    for key, value in p.breakdown.items():
+        if value > 0:
+            lines.append(f"  {key:<16} {format_seconds(value):>12}  {value / total:6.1%}")
+    lines.append("memory breakdown (per GPU)")
+    for key, value in p.memory.items():
+        if value > 0:
+            lines.append(f"  {key:<16} {format_bytes(value):>12}")
+    return "\n".join(lines)
+
+
+def fit_report_table(report: pd.DataFrame) -> str:
+    """class, points, chosen form, CV MAPE and the candidates' CV MAPE."""
+    df = report.copy()
+    df["cv_mape"] = df["cv_mape"].map(lambda v: "n/a" if pd.isna(v) else f"{v:.1%}")
+    if "fit_mape" in df:
+        df["fit_mape"] = df["fit_mape"].map(lambda v: "" if v is None or pd.isna(v) else f"{v:.1%}")
+    if "candidates" in df:
+        df["candidates"] = df["candidates"].map(
+            lambda c: ", ".join(f"{k} {v:.1%}" for k, v in c.items() if v == v) if isinstance(c, dict) else "")
+    return df.to_string(index=False)

@@ -1,0 +1,45 @@
+"""Named model presets, read from ``data/presets.toml`` (published sizes with sources)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+from perfmodel.errors import unknown_name
+from perfmodel.workload.model import Transformer, transformer
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+META_KEYS = ("published_params", "source")
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    text = (resources.files("perfmodel.workload") / "data" / "presets.toml").read_text()
+    return tomllib.loads(text)
+
+
+def list_presets() -> list[str]:
+    return sorted(_table())
+
+
+def preset_info(name: str) -> dict:
+    """The preset's published parameter count and source."""
+    return {k: _table()[_key(name)][k] for k in META_KEYS}
+
+
+def _key(name: str) -> str:
+    key = str(name).lower()
+    if key not in _table():
+        raise unknown_name("model preset", name, _table())
+    return key
+
+
+def preset(name: str, **overrides) -> Transformer:
+    """A bundled model by name; keyword overrides change fields (e.g. ``seq=4096``)."""
+    key = _key(name)
+    fields = {k: v for k, v in _table()[key].items() if k not in META_KEYS}
+    return transformer(**{"name": key, **fields, **overrides})
