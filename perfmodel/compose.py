@@ -42,6 +42,8 @@ GRAD_BYTES = 4.0  # fp32 gradients (autocast keeps fp32 parameters; DDP reduces 
 
 def _params(model):
     """Parameter counts by part: per layer, embedding, head, GEMM weights per layer and head."""
+    if hasattr(model, "param_parts"):  # workloads other than the transformer builder's
+        return model.param_parts()
     lp = model.layer_params()
     layer = float(sum(lp.values()))
     h = model.hidden

@@ -33,6 +33,8 @@ CUDA_CONTEXT_BYTES = 0.5 * 2**30  # CUDA context + cuBLAS/cuDNN workspaces, outs
 def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf16-mixed",
                            recompute="none"):
     """Bytes saved for backward per token by one block (per GPU, tensor-parallel aware)."""
+    if not isinstance(model, Transformer):  # other workloads count their own saved tensors
+        return model.activation_bytes_per_token(tp=tp, sp=sp, precision=precision, recompute=recompute)
     h, f = model.hidden, model.ffn_hidden
     tp = np.asarray(tp, float)
     sp_div = np.where(np.asarray(sp, bool), tp, 1.0)       # norms/residuals split by sequence parallelism

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.errors import UnsupportedError
 from perfmodel.validation import check_choice
 from perfmodel.workload.ops import Kernel, linear, mem
 from perfmodel.workload.model import Transformer
@@ -136,6 +135,8 @@ def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision=
     """Kernels of one transformer block: (forward, backward incl. recomputation)."""
     check_choice("precision", precision, PRECISIONS)
     check_choice("recompute", recompute, RECOMPUTE)
+    if not isinstance(model, Transformer):  # any other workload describes its own kernels
+        return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute)
     fwd, bwd = _Builder(model, micro_batch, tp, sp, precision).layer()
     if recompute == "full":  # torch.utils.checkpoint re-runs the whole block forward in backward
         bwd = [Kernel(k.name + ".recompute", k.cls, "bwd", k.size, k.count, k.flops, k.variant, k.dtype)
@@ -148,6 +149,8 @@ def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision=
 
 def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-mixed"):
     """Token (+ learned position) embedding: gather forward, scatter-add backward."""
+    if not isinstance(model, Transformer):
+        return model.embedding_kernels(micro_batch, tp=tp, precision=precision)
     bld = _Builder(model, micro_batch, tp, False, precision)
     h, T = model.hidden, bld.T
     vocab_rows = model.vocab / bld.tp
@@ -165,6 +168,8 @@ def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-
 
 def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed"):
     """Final norm, LM head and cross-entropy on fp32 logits (vocabulary split over tp)."""
+    if not isinstance(model, Transformer):
+        return model.head_kernels(micro_batch, tp=tp, sp=sp, precision=precision)
     bld = _Builder(model, micro_batch, tp, sp, precision)
     T, V = bld.T, model.vocab / bld.tp
     nf, nb = bld.norm("final_norm")
@@ -183,8 +188,6 @@ def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="
 def step_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
                  recompute="none", layers=None, first_stage=True, last_stage=True):
     """Forward and backward kernels of one micro-batch on one GPU (a pipeline stage)."""
-    if not isinstance(model, Transformer):
-        raise UnsupportedError(f"step_kernels needs a Transformer, got {type(model).__name__}")
     layers = model.layers if layers is None else layers
     lf, lb = layer_kernels(model, micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute)
     fwd = [k.scaled(layers) for k in lf]
