@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfmodel.errors import InvalidInputError, unknown_name
+from perfmodel.fit.tables import COLLECTIVE_COLUMNS
 
 __all__ = [
     "BUSBW_FACTORS",
@@ -45,12 +46,6 @@ __all__ = [
     "parse_nccl_tests",
 ]
 
-#: Columns of ``collectives.csv`` (the same for torch measurements and imported logs).
-COLLECTIVE_COLUMNS = (
-    "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node",
-    "size_bytes", "dtype", "time_s", "time_min_s", "algbw_GBps", "busbw_GBps",
-    "reps", "world_size",
-)
 #: Columns that identify one measurement (a rerun skips rows with the same key).
 COLLECTIVE_KEY_COLUMNS = (
     "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node",
