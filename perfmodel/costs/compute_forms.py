@@ -25,18 +25,25 @@ import sympy as sp
 from perfmodel.fit.forms import Form, register
 
 
+def _align_bytes(x, elem_bytes):
+    """Largest power of two (bytes, capped at 32) dividing a row of ``x`` elements."""
+    b = np.asarray(x * elem_bytes, dtype=np.int64)
+    low = b & -b  # lowest set bit
+    return np.minimum(np.where(b > 0, low, 32), 32)
+
+
 def _align_factor(p, n, k):
-    mis8 = (np.mod(n, 8) != 0) | (np.mod(k, 8) != 0)
-    mis16 = ~mis8 & ((np.mod(n, 16) != 0) | (np.mod(k, 16) != 0))
-    return np.where(mis8, p["p8"], np.where(mis16, p["p16"], 1.0))
+    # cuBLAS picks kernels by operand alignment: 16-byte aligned rows (8 bf16 elements,
+    # 4 tf32) reach the tensor-core peak; 8-, 4- and 2-byte alignment fall to slower kernels.
+    an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
+    a = np.minimum(an, ak)
+    factor = np.select([a >= 32, a >= 16, a >= 8, a >= 4], [1.0, p["p16"], p["p8"], p["p4"]], p["p2"])
+    return factor * np.where((an < 16) & (ak < 16), p["p_both"], 1.0)
 
 
 def _sym_align(p, n, k):
-    return sp.Piecewise(
-        (p["p8"], sp.Or(sp.Ne(sp.Mod(n, 8), 0), sp.Ne(sp.Mod(k, 8), 0))),
-        (p["p16"], sp.Or(sp.Ne(sp.Mod(n, 16), 0), sp.Ne(sp.Mod(k, 16), 0))),
-        (1, True),
-    )
+    """Sympy twin of ``_align_factor`` for the common case (symbols: no alignment known)."""
+    return sp.Function("align")(n, k)
 
 
 def _gemm_parts(p, m, n, k, q):
@@ -69,7 +76,7 @@ def _sym_gemm(p, m, n, k, q):
     return sp.Max(p["t_cpu"], sp.Max(p["t0"] + flops / rate, bytes_moved / p["bw"]))
 
 
-GEMM_COMMON = ("R", "k_half", "t0", "t_cpu", "p8", "p16", "bw", "elem_bytes")
+GEMM_COMMON = ("R", "k_half", "t0", "t_cpu", "p16", "p8", "p4", "p2", "p_both", "bw", "elem_bytes")
 
 register(Form(
     "gemm_wave", ("m", "n", "k"), (*GEMM_COMMON, "TM", "TN", "sms"),
@@ -85,6 +92,37 @@ register(Form(
     lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_smooth_gpu(p, m, n, k)),
     lambda p, m, n, k: _sym_gemm(p, m, n, k, m / (m + p["m_half"]) * n / (n + p["n_half"])),
     "GEMM with smooth size saturation in m, n, k and an alignment penalty",
+))
+
+def gemm_two_gpu(p, m, n, k):
+    """Aligned and misaligned GEMMs as two kernel families, each with its own rate and saturation."""
+    an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
+    aligned = np.minimum(an, ak) >= 16
+    q = m / (m + p["m_half"]) * n / (n + p["n_half"]) * k / (k + p["k_half"])
+    q_mis = m * n / (m * n + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    rate = np.where(aligned, p["R"] * q * np.where(np.minimum(an, ak) >= 32, 1.0, p["p16"]), p["R_mis"] * q_mis)
+    flops = 2.0 * m * n * k
+    bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
+    return np.maximum(p["t0"] + flops / rate, bytes_moved / p["bw"])
+
+
+def _sym_gemm_two(p, m, n, k):
+    eb = p["elem_bytes"]
+    aligned16 = sp.And(sp.Eq(sp.Mod(n * eb, 16), 0), sp.Eq(sp.Mod(k * eb, 16), 0))
+    aligned32 = sp.And(sp.Eq(sp.Mod(n * eb, 32), 0), sp.Eq(sp.Mod(k * eb, 32), 0))
+    q = m / (m + p["m_half"]) * n / (n + p["n_half"]) * k / (k + p["k_half"])
+    q_mis = m * n / (m * n + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    rate = sp.Piecewise((p["R"] * q, aligned32), (p["R"] * q * p["p16"], aligned16), (p["R_mis"] * q_mis, True))
+    bytes_moved = eb * (m * k + k * n + m * n)
+    return sp.Max(p["t_cpu"], sp.Max(p["t0"] + 2 * m * n * k / rate, bytes_moved / p["bw"]))
+
+
+register(Form(
+    "gemm_two", ("m", "n", "k"),
+    ("R", "k_half", "m_half", "n_half", "p16", "R_mis", "k_half_mis", "mn_half_mis", "t0", "t_cpu", "bw", "elem_bytes"),
+    lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_two_gpu(p, m, n, k)),
+    lambda p, m, n, k: _sym_gemm_two(p, m, n, k),
+    "aligned and misaligned GEMM kernel families with separate rates and saturation",
 ))
 
 register(Form(
@@ -122,14 +160,36 @@ def sdpa_flops(batch, heads, seq, head_dim, causal):
     return np.where(np.asarray(causal, dtype=bool), 0.5 * full, full)
 
 
+def _sdpa_waves(p, batch, heads, seq):
+    # one thread block per (batch, head, 128-query tile), sms blocks at a time (Dao 2023, §3.3)
+    tiles = batch * heads * np.ceil(seq / 128.0)
+    return tiles / (np.ceil(tiles / p["sms"]) * p["sms"])
+
+
+def _sdpa_time(p, batch, heads, seq, head_dim, causal):
+    rate = p["R"] * _sdpa_eff(p, seq, head_dim) * np.where(np.asarray(causal) > 0, p["p_causal"], 1.0)
+    rate = rate * np.where(p["sms"] > 0, _sdpa_waves(p, batch, heads, seq), 1.0)
+    return p["t0"] + sdpa_flops(batch, heads, seq, head_dim, causal) / rate
+
+
+def _sym_sdpa(p, batch, heads, seq, head_dim, causal):
+    d_pad = sp.ceiling(head_dim / 32) * 32
+    eff = seq / (seq + p["s_half"]) * head_dim / (d_pad + p["d_half"])
+    eff = eff * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)), (1, True))
+    flops = 4 * batch * heads * seq ** 2 * head_dim * (1 - sp.Rational(1, 2) * causal)
+    rate = p["R"] * eff * (1 + (p["p_causal"] - 1) * causal)
+    if p["sms"] > 0:
+        tiles = batch * heads * sp.ceiling(seq / 128)
+        rate = rate * tiles / (sp.ceiling(tiles / p["sms"]) * p["sms"])
+    return sp.Max(p["t_cpu"], p["t0"] + flops / rate)
+
+
 register(Form(
-    "sdpa_flash", ("batch", "heads", "seq", "head_dim", "causal"), ("R", "s_half", "d_half", "p_mis", "t0", "t_cpu"),
-    lambda p, batch, heads, seq, head_dim, causal: np.maximum(
-        p["t_cpu"], p["t0"] + sdpa_flops(batch, heads, seq, head_dim, causal) / (p["R"] * _sdpa_eff(p, seq, head_dim))),
-    lambda p, batch, heads, seq, head_dim, causal: sp.Max(
-        p["t_cpu"], p["t0"] + 4 * batch * heads * seq ** 2 * head_dim * (1 - causal / 2)
-        / (p["R"] * seq / (seq + p["s_half"]) * head_dim / (sp.ceiling(head_dim / 32) * 32 + p["d_half"]))),
-    "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim",
+    "sdpa_flash", ("batch", "heads", "seq", "head_dim", "causal"),
+    ("R", "s_half", "d_half", "p_mis", "p_causal", "t0", "t_cpu", "sms"),
+    lambda p, batch, heads, seq, head_dim, causal: np.maximum(p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal)),
+    _sym_sdpa,
+    "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; causal at its own rate",
 ))
 
 register(Form(

@@ -84,6 +84,9 @@ class _Builder:
             for part, nh in (("q", heads), ("k", kv)):
                 fwd.append(mem(f"attn.rope_{part}", "rope", "fwd", self.T * nh * d, dtype=self.low))
                 bwd.append(mem(f"attn.rope_{part}.bwd", "rope", "bwd", self.T * nh * d, dtype=self.low))
+        # q, k, v are views of the fused QKV output: backward of the split concatenates
+        # their gradients into one (tokens × qkv_out) tensor, a copy kernel
+        bwd.append(mem("attn.split.bwd", "copy", "bwd", self.T * m.qkv_out / self.tp, variant="fwd", dtype=self.low))
         size = {"batch": self.b, "heads": heads, "kv_heads": kv, "seq": float(m.seq), "head_dim": float(d),
                 "causal": float(m.causal)}
         flops = 4.0 * self.b * heads * m.seq ** 2 * d     # FlopCounterMode convention: full s²
