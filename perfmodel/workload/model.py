@@ -105,17 +105,21 @@ class Transformer:
         return self.params - (self.experts - self.experts_per_token) * mlp_one * self.layers
 
     # -- FLOPs -----------------------------------------------------------
-    def flops_per_step(self, batch: int) -> float:
+    def flops_per_step(self, batch: int, *, attention_backward: float = 2.5) -> float:
         """Training FLOPs of one step, counted as ``torch.utils.flop_counter`` does.
 
         GEMMs 2·m·n·k forward and twice that backward; attention 4·b·heads·s²·d
-        forward (FlopCounterMode counts the full s² even when causal) and 2.5×
-        that backward (FlashAttention-2 backward: 5 GEMMs against 2).
+        forward (FlopCounterMode counts the full s² even when causal) and
+        ``attention_backward`` × that backward: 2.5 for FlashAttention (its
+        backward recomputes the scores: 5 GEMMs against 2), 2.0 for the math
+        path (plain bmm, e.g. on the meta device or CPU).
         """
         from perfmodel.workload.step import step_kernels  # the kernels are the single source
 
         fwd, bwd = step_kernels(self, batch, precision="bf16-mixed")
-        return float(sum(k.flops * k.count for k in fwd + bwd if k.cls in ("gemm", "sdpa")))
+        total = sum(k.flops * k.count for k in fwd + bwd if k.cls == "gemm")
+        attn = sum(k.flops * k.count for k in fwd if k.cls == "sdpa")
+        return float(total + attn * (1 + attention_backward))
 
     def with_(self, **changes) -> Transformer:
         return transformer(**{**self.__dict__, **changes})

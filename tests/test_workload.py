@@ -1,0 +1,146 @@
+"""Transformer workloads: parameter and FLOP counts against torch, presets, validation."""
+
+import math
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.workload.presets import preset_info
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+
+class Block(nn.Module):
+    """A pre-norm block written the way the predictor describes one (GPT or Llama style)."""
+
+    def __init__(self, m):
+        super().__init__()
+        h, d = m.hidden, m.head_dim
+        norm = nn.LayerNorm if m.norm == "layernorm" else nn.RMSNorm
+        kw = {"bias": m.bias} if m.norm == "layernorm" else {}
+        self.m = m
+        self.ln1, self.ln2 = norm(h, **kw), norm(h, **kw)
+        self.qkv = nn.Linear(h, h + 2 * m.kv_heads * d, bias=m.bias)
+        self.proj = nn.Linear(h, h, bias=m.bias)
+        width = 2 * m.ffn_hidden if m.activation == "swiglu" else m.ffn_hidden
+        self.fc1 = nn.Linear(h, width, bias=m.bias)
+        self.fc2 = nn.Linear(m.ffn_hidden, h, bias=m.bias)
+
+    def forward(self, x):
+        m = self.m
+        B, T, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split([h, m.kv_heads * m.head_dim, m.kv_heads * m.head_dim], dim=-1)
+        q = q.view(B, T, m.heads, m.head_dim).transpose(1, 2)
+        k = k.view(B, T, m.kv_heads, m.head_dim).transpose(1, 2)
+        v = v.view(B, T, m.kv_heads, m.head_dim).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=m.causal, enable_gqa=m.kv_heads != m.heads)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, h))
+        a = self.fc1(self.ln2(x))
+        if m.activation == "swiglu":
+            g, u = a.chunk(2, dim=-1)
+            a = F.silu(g) * u
+        else:
+            a = F.gelu(a)
+        return x + self.fc2(a)
+
+
+class Net(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+        self.tok = nn.Embedding(m.vocab, m.hidden)
+        self.pos = nn.Embedding(m.seq, m.hidden) if m.position == "learned" else None
+        self.blocks = nn.ModuleList(Block(m) for _ in range(m.layers))
+        norm = nn.LayerNorm if m.norm == "layernorm" else nn.RMSNorm
+        self.ln_f = norm(m.hidden, **({"bias": m.bias} if m.norm == "layernorm" else {}))
+        self.head = nn.Linear(m.hidden, m.vocab, bias=False)
+        if m.tied_embeddings:
+            self.head.weight = self.tok.weight
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+
+CASES = {
+    "gpt": dict(layers=2, hidden=64, heads=4, seq=32, vocab=96),
+    "gpt-tied-nobias": dict(layers=2, hidden=64, heads=4, seq=32, vocab=96, tied_embeddings=True, bias=False),
+    "llama-gqa": dict(layers=3, hidden=64, heads=8, kv_heads=2, seq=16, vocab=80, activation="swiglu",
+                      norm="rmsnorm", bias=False, position="rotary", ffn_hidden=96),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_params_and_flops_match_torch(name):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m = pm.transformer(**CASES[name])
+    with torch.device("meta"):
+        net = Net(m)
+    assert m.params == sum(p.numel() for p in net.parameters())
+    batch = 3
+    idx = torch.zeros(batch, m.seq, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        logits = net(idx)
+        F.cross_entropy(logits.float().view(-1, m.vocab), idx.view(-1)).backward()
+    # on the meta device SDPA runs the math path: its backward is 2 bmm per forward bmm
+    ours = m.flops_per_step(batch, attention_backward=2.0)
+    assert ours == pytest.approx(counter.get_total_flops(), rel=0.01)
+
+
+@pytest.mark.parametrize("name", pm.list_presets())
+def test_presets_match_published_parameter_counts(name):
+    info = preset_info(name)
+    assert pm.preset(name).params == pytest.approx(info["published_params"], rel=0.01)
+    assert info["source"]
+
+
+def test_gpt2_small_exact_and_mixtral_active():
+    assert pm.preset("gpt2-small").params == 124_439_808
+    mix = pm.preset("mixtral-8x7b")
+    assert mix.active_params == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_gpt_flops_closed_form():
+    """6·N·tokens-style check by hand: 24·L·h²·(1 + s/6h) + 6·V·h per token fwd+bwd ×3 (Narayanan)."""
+    m = pm.transformer(layers=4, hidden=256, heads=4, seq=128, vocab=512)
+    b = 2
+    tokens = b * m.seq
+    dense = 3 * 2 * tokens * (m.layers * 12 * m.hidden**2 + m.vocab * m.hidden)
+    attn = 3 * m.layers * 4 * b * m.seq**2 * m.hidden
+    assert m.flops_per_step(b, attention_backward=2.0) == pytest.approx(dense + attn, rel=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(hidden=100, heads=12), "'heads' must divide hidden=100: got 12"),
+    (dict(heads=12, kv_heads=5), "'kv_heads' must divide heads=12: got 5"),
+    (dict(layers=0), "'layers' must be an integer >= 1: got 0"),
+    (dict(layers=2.5), "'layers' must be an integer >= 1: got 2.5"),
+    (dict(activation="swish"), "unknown activation 'swish'"),
+    (dict(norm="batchnorm"), "known: layernorm, rmsnorm"),
+    (dict(experts=2, experts_per_token=3), "'experts_per_token' must be <= experts=2: got 3"),
+])
+def test_bad_input_names_the_field(kwargs, message):
+    with pytest.raises(pm.InvalidInputError if "unknown" not in message and "known" not in message
+                       else pm.UnknownNameError) as err:
+        pm.transformer(**kwargs)
+    assert message in str(err.value)
+
+
+def test_unknown_preset_lists_known_and_closest():
+    with pytest.raises(pm.UnknownNameError) as err:
+        pm.preset("llama-3-7b")
+    assert "did you mean 'llama-3-8b'" in str(err.value) or "did you mean" in str(err.value)
+    assert "gpt2-small" in str(err.value)
+
+
+def test_default_ffn_for_swiglu_follows_llama():
+    m = pm.transformer(hidden=4096, heads=32, activation="swiglu")
+    assert m.ffn_hidden == 11008  # Llama-2-7b
+    assert math.isclose(pm.transformer().ffn_hidden, 3072)
