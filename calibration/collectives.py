@@ -45,7 +45,7 @@ from calibration.tables import (
     update_metadata,
 )
 from perfmodel.errors import PerfModelError, unknown_name
-from perfmodel.fit.nccl_tests import BUSBW_FACTORS, COLLECTIVES
+from perfmodel.costs.comm import COLLECTIVES, busbw_factor
 from perfmodel.units import parse_bytes
 
 SCOPES = ("world", "intra", "inter", "subgroup")
@@ -374,7 +374,7 @@ def _measure_all(cases, rows, done, handles, layout, args, device, apis, writer)
         if layout.rank == 0:
             algbw = row["size_bytes"] / median_s / 1e9  # nccl-tests: algbw = S / t, GB = 1e9 bytes
             writer.append({**row, "time_s": median_s, "time_min_s": min_s, "algbw_GBps": algbw,
-                           "busbw_GBps": algbw * BUSBW_FACTORS[case.collective](row["group_size"]),
+                           "busbw_GBps": algbw * float(busbw_factor(case.collective, row["group_size"])),
                            "reps": (3 if args.quick else 5) * iters})
             written += 1
             bar.update(1)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from calibration.env import identity
 from perfmodel.errors import InvalidInputError
+from perfmodel.fit.nccl_tests import COLLECTIVE_KEY_COLUMNS
 from perfmodel.fit.tables import COLLECTIVE_COLUMNS, COMPUTE_COLUMNS
 
 __all__ = [
@@ -39,10 +40,6 @@ __all__ = [
 _MEASURED = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "device")
 #: What identifies a compute measurement: everything but the measured values.
 COMPUTE_KEY_COLUMNS = tuple(c for c in COMPUTE_COLUMNS if c not in _MEASURED)
-#: What identifies a collective measurement.
-COLLECTIVE_KEY_COLUMNS = (
-    "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node", "size_bytes", "dtype",
-)
 
 
 class MixedMachineError(InvalidInputError):

@@ -10,13 +10,8 @@ import pandas as pd
 import pytest
 
 from perfmodel.errors import InvalidInputError, UnknownNameError
-from perfmodel.fit.nccl_tests import (
-    COLLECTIVE_COLUMNS,
-    busbw_factor,
-    collective_from_name,
-    import_logs,
-    parse_nccl_tests,
-)
+from perfmodel.fit.nccl_tests import collective_from_name, import_logs, parse_nccl_tests
+from perfmodel.fit.tables import COLLECTIVE_COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_tests"
 
@@ -38,18 +33,6 @@ def printed_rows(name: str) -> list[tuple[int, float, float]]:
         if len(words) >= 11 and words[0].isdigit() and words[2] in ("float", "bfloat16"):
             rows.append((int(words[0]), float(words[-8]), float(words[-6])))
     return rows
-
-
-def test_busbw_factors_follow_nccl_tests_performance_md():
-    # 2(n-1)/n on 8 ranks = 1.75; (n-1)/n = 0.875; broadcast and sendrecv 1
-    assert busbw_factor("all_reduce", 8) == 1.75
-    assert busbw_factor("all_gather", 8) == 0.875
-    assert busbw_factor("reduce_scatter", 4) == 0.75
-    assert busbw_factor("all_to_all", 2) == 0.5
-    assert busbw_factor("broadcast", 16) == 1.0
-    assert busbw_factor("sendrecv", 2) == 1.0
-    with pytest.raises(UnknownNameError, match="unknown collective 'allreduce'; did you mean 'all_reduce'"):
-        busbw_factor("allreduce", 8)
 
 
 def test_all_reduce_new_format_golden_row():

@@ -16,7 +16,7 @@ A row that cannot be read is counted (``df.attrs["bad_lines"]``), never fatal.
 
 Sizes and bandwidths follow nccl-tests ``doc/PERFORMANCE.md``: ``size_bytes``
 is S as printed in the ``size`` column, algbw = S / t and busbw = algbw times
-the per-collective factor of :data:`BUSBW_FACTORS`.
+the per-collective factor (``perfmodel.costs.comm.busbw_factor``).
 """
 
 from __future__ import annotations
@@ -26,49 +26,23 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
+from perfmodel.costs.comm import COLLECTIVES, busbw_factor
 from perfmodel.errors import InvalidInputError, unknown_name
 from perfmodel.fit.tables import COLLECTIVE_COLUMNS
 
-__all__ = [
-    "BUSBW_FACTORS",
-    "COLLECTIVES",
-    "COLLECTIVE_COLUMNS",
-    "COLLECTIVE_KEY_COLUMNS",
-    "busbw_factor",
-    "import_logs",
-    "parse_nccl_tests",
-]
+__all__ = ["COLLECTIVE_KEY_COLUMNS", "collective_from_name", "import_logs", "parse_nccl_tests"]
 
 #: Columns that identify one measurement (a rerun skips rows with the same key).
 COLLECTIVE_KEY_COLUMNS = (
     "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node",
     "size_bytes", "dtype",
 )
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
-
-#: busbw = algbw * factor(n); n = ranks in the communicator.
-BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
-    # nccl-tests doc/PERFORMANCE.md @a0b82b2 (AllReduce): busbw = algbw * 2(n-1)/n
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    # nccl-tests doc/PERFORMANCE.md @a0b82b2 (AllGather): busbw = algbw * (n-1)/n
-    "all_gather": lambda n: (n - 1) / n,
-    # nccl-tests doc/PERFORMANCE.md @a0b82b2 (ReduceScatter): busbw = algbw * (n-1)/n
-    "reduce_scatter": lambda n: (n - 1) / n,
-    # nccl-tests doc/PERFORMANCE.md @a0b82b2 (Broadcast): busbw = algbw
-    "broadcast": lambda n: 1.0,
-    # nccl-tests doc/PERFORMANCE.md @a0b82b2 (AlltoAll) and src/alltoall.cu: busbw = algbw * (n-1)/n
-    "all_to_all": lambda n: (n - 1) / n,
-    # nccl-tests src/sendrecv.cu SendRecvGetBw: factor = 1
-    "sendrecv": lambda n: 1.0,
-}
-
 # nccl-tests binary name fragments -> collective (checked in this order)
 _NAME_PATTERNS = (
     ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
@@ -109,13 +83,6 @@ class _Run:
     has_root: bool | None = None  # None: header not seen, guess per row
     avg_busbw: float | None = None
     rows: list = field(default_factory=list)  # (size, dtype, time_us, busbw printed)
-
-
-def busbw_factor(collective: str, n) -> float:
-    """busbw / algbw for ``collective`` on ``n`` ranks (nccl-tests PERFORMANCE.md)."""
-    if collective not in BUSBW_FACTORS:
-        raise unknown_name("collective", collective, BUSBW_FACTORS)
-    return BUSBW_FACTORS[collective](n)
 
 
 def collective_from_name(name: str) -> str | None:
@@ -251,7 +218,7 @@ def _run_frame(run: _Run) -> pd.DataFrame:
     time_s = pd.Series([r[2] / 1e6 for r in run.rows])  # nccl-tests prints microseconds
     algbw = size / time_s / 1e9  # PERFORMANCE.md: algbw = S / t, GB = 1e9 bytes
     if group_size > 0:
-        busbw = algbw * busbw_factor(run.collective, group_size)
+        busbw = algbw * float(busbw_factor(run.collective, int(group_size)))
     else:  # ranks unknown: keep what nccl-tests computed
         busbw = pd.Series([r[3] for r in run.rows], dtype=float)
     n = len(run.rows)
