@@ -37,6 +37,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from calibration.env import DistEnv, available_memory_bytes, dist_env, machine_metadata
+from calibration.grids import geometric
 from calibration.tables import (
     COLLECTIVE_COLUMNS,
     COLLECTIVE_KEY_COLUMNS,
@@ -89,7 +90,7 @@ class Layout:
         if scope == "inter":
             rails = min(map(len, per_node))
             return [tuple(tuple(node[j] for node in per_node) for j in range(rails))] if len(per_node) > 1 else []
-        sizes = [g for g in _pow2(2, self.world_size // 2) if len(per_node) == 1 or g != len(per_node[0])]
+        sizes = [g for g in geometric(2, self.world_size // 2) if len(per_node) == 1 or g != len(per_node[0])]
         return [(tuple(range(g)),) for g in sizes]
 
     def span(self, members: tuple[int, ...]) -> tuple[int, int | None]:
@@ -101,14 +102,6 @@ class Layout:
         return len(counts), (per.pop() if len(per) == 1 else None)
 
 
-def _pow2(lo: int, hi: int, step: int = 2) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= step
-    return out
-
-
 def parse_sizes(text: str) -> list[int]:
     """'1KiB:1GiB' -> powers of two from 1 KiB to 1 GiB; '1MiB' -> [1 MiB]."""
     lo_text, _, hi_text = text.partition(":")
@@ -116,7 +109,7 @@ def parse_sizes(text: str) -> list[int]:
     hi = int(parse_bytes(hi_text or lo_text, "--sizes"))
     if lo < 1 or hi < lo:
         raise PerfModelError(f"'--sizes' must be LOW:HIGH with 1 <= LOW <= HIGH: got {text!r}")
-    return _pow2(lo, hi)
+    return geometric(lo, hi)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -174,7 +174,7 @@ def run(req: grids.Request, out_dir: str | Path, plan: Plan, *, budget_s: float 
     todo = [c for c in planned if writer.key(c) not in writer.done]
     summary = Summary(planned=len(planned), already_done=len(planned) - len(todo))
     name = device_name(req.device)
-    l2 = torch.cuda.get_device_properties(req.device).L2_cache_size if req.gpu else None
+    l2 = getattr(torch.cuda.get_device_properties(req.device), "L2_cache_size", None) if req.gpu else None
     torch.manual_seed(0)
     start = time.monotonic()
     bar = tqdm(todo, desc="compute", unit="case", disable=not progress, dynamic_ncols=True)

@@ -199,7 +199,8 @@ def layer_cases(req: Request) -> list[dict]:
     return cases
 
 
-def _pow2(lo: int, hi: int, step: int = 2) -> list[int]:
+def geometric(lo: int, hi: int, step: int = 2) -> list[int]:
+    """lo, lo*step, lo*step**2, ... up to hi (powers of two for sizes)."""
     out, s = [], lo
     while s <= hi:
         out.append(s)
@@ -210,10 +211,10 @@ def _pow2(lo: int, hi: int, step: int = 2) -> list[int]:
 def memory_cases(req: Request) -> list[dict]:
     """copy/add/scale/sum over fp32 tensors; fp32 <-> bf16 casts; host <-> device copies."""
     sizes = ([1 << 10, 1 << 16, 1 << 22] if req.quick else
-             _pow2(1 << 10, 1 << 32) if req.gpu else _pow2(1 << 10, 1 << 28, 4))
+             geometric(1 << 10, 1 << 32) if req.gpu else geometric(1 << 10, 1 << 28, 4))
     from calibration.ops import MEM_OPERANDS
     cases = [_case(op, "fwd", "fp32", bytes=s * k) for s in sizes for op, k in MEM_OPERANDS.items()]
-    casts = [1 << 16] if req.quick else _pow2(1 << 20, 1 << 32, 4) if req.gpu else _pow2(1 << 16, 1 << 26, 4)
+    casts = [1 << 16] if req.quick else geometric(1 << 20, 1 << 32, 4) if req.gpu else geometric(1 << 16, 1 << 26, 4)
     for fp32_bytes in casts:  # 'bytes' = 6 per element: 4 read + 2 written (or 2 + 4)
         cases += [_case(op, "fwd", "fp32", bytes=fp32_bytes // 4 * 6)
                   for op in ("cast_fp32_to_bf16", "cast_bf16_to_fp32")]
