@@ -54,7 +54,11 @@ def kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]
         entry, scale = _optimizer_entry(profile, cls)
         return _gpu(entry, params=np.asarray(kern.size["params"], float) * scale), _cpu(profile, entry)
     entry, factor = profile.mem_entry(cls, kern.dtype, kern.variant)
-    size = dict(kern.size)
+    needs = get_form(entry["form"]).variables
+    missing = [v for v in needs if v not in kern.size]
+    if missing:
+        raise UnsupportedError(f"kernel {kern.name!r} lacks {missing} needed by the {entry['form']!r} form of {cls!r}")
+    size = {v: kern.size[v] for v in needs}
     size["x"] = np.asarray(size["x"], float) * factor
     return _gpu(entry, **size), _cpu(profile, entry)
 

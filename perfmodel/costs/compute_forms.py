@@ -138,6 +138,18 @@ register(Form(
     "latency + a power law in size (bandwidth that still grows with size)",
 ))
 register(Form(
+    "mem_smoothmax", ("x",), ("t0", "beta", "q", "t_cpu"),
+    lambda p, x: np.maximum(p["t_cpu"], (p["t0"] ** p["q"] + (x * p["beta"]) ** p["q"]) ** (1.0 / p["q"])),
+    lambda p, x: sp.Max(p["t_cpu"], (p["t0"] ** p["q"] + (x * p["beta"]) ** p["q"]) ** (1 / p["q"])),
+    "latency or bandwidth bound, whichever dominates, joined smoothly (q-norm of the two)",
+))
+register(Form(
+    "mem_rows", ("x", "rows"), ("t0", "beta", "beta_row", "t_cpu"),
+    lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
+    lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
+    "row-wise kernel (norm, softmax, loss): bandwidth term plus a per-row reduction cost",
+))
+register(Form(
     "mem_affine2", ("x", "y"), ("t0", "beta", "beta_y", "t_cpu"),
     lambda p, x, y: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] + y * p["beta_y"]),
     lambda p, x, y: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + y * p["beta_y"]),

@@ -97,7 +97,7 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
             dtype = "bf16" if "bf16" in target.peak_flops else "fp16"
             params["R"] *= target.peak_flops.get(dtype, target.peak_flops["fp32"]) / ref.peak_flops["bf16"]
         else:  # memory-bound and optimizer classes: bytes over bandwidth
-            for name in ("beta", "beta_y"):
+            for name in ("beta", "beta_y", "beta_row"):
                 if name in params:
                     params[name] *= bw_ratio
         entry.update(source=f"datasheet-scaled from {reference.name} ({entry.get('source', '')})",

@@ -66,9 +66,13 @@ def linear(name: str, tokens, d_in, d_out, *, count=1, dtype="bf16", weight_grad
     return fwd, bwd
 
 
-def mem(name: str, cls: str, phase: str, elems, *, count=1, variant=None, dtype="fp32") -> Kernel:
-    """A memory-bound kernel of class ``cls`` over ``elems`` elements (form variable ``x``)."""
-    return Kernel(name, cls, phase, {"x": elems}, count, 0.0, variant or phase, dtype)
+def mem(name: str, cls: str, phase: str, elems, *, rows=None, count=1, variant=None, dtype="fp32") -> Kernel:
+    """A memory-bound kernel of class ``cls`` over ``elems`` elements (form variable ``x``).
+
+    ``rows`` (tokens) lets row-wise kernels (norms, softmax, loss) pay a per-row cost.
+    """
+    size = {"x": elems} if rows is None else {"x": elems, "rows": rows}
+    return Kernel(name, cls, phase, size, count, 0.0, variant or phase, dtype)
 
 
 def total_flops(kernels: list[Kernel]):

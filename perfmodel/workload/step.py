@@ -68,11 +68,11 @@ class _Builder:
 
     def norm(self, name):
         cls = self.m.norm
-        return ([mem(name, cls, "fwd", self.Tn * self.m.hidden)],
-                [mem(name + ".bwd", cls, "bwd", self.Tn * self.m.hidden)])
+        return ([mem(name, cls, "fwd", self.Tn * self.m.hidden, rows=self.Tn)],
+                [mem(name + ".bwd", cls, "bwd", self.Tn * self.m.hidden, rows=self.Tn)])
 
     def residual(self, name):
-        k = mem(name, "residual_add", "fwd", self.Tn * self.m.hidden)
+        k = mem(name, "residual_add", "fwd", self.Tn * self.m.hidden, rows=self.Tn)
         return [k], [Kernel(name + ".grad_add", k.cls, "bwd", k.size, 1, 0.0, "fwd", k.dtype)]
 
     def attention(self):
@@ -101,8 +101,8 @@ class _Builder:
         act = "swiglu" if m.activation == "swiglu" else "gelu"
         f_in, b_in = self.linear(f"{prefix}.fc1", tokens, h, (2 if act == "swiglu" else 1) * f,
                                  count=count, cast_input=self.mixed and prefix == "mlp")
-        a_f = mem(f"{prefix}.{act}", act, "fwd", np.multiply(tokens, f), count=count, dtype=self.low)
-        a_b = mem(f"{prefix}.{act}.bwd", act, "bwd", np.multiply(tokens, f), count=count, dtype=self.low)
+        a_f = mem(f"{prefix}.{act}", act, "fwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
+        a_b = mem(f"{prefix}.{act}.bwd", act, "bwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
         f_out, b_out = self.linear(f"{prefix}.fc2", tokens, f, h, count=count)
         return f_in + [a_f] + f_out, b_out + [a_b] + b_in
 
@@ -157,10 +157,11 @@ def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-
     bld = _Builder(model, micro_batch, tp, False, precision)
     h, T = model.hidden, bld.T
     vocab_rows = model.vocab / bld.tp
-    fwd = [Kernel("embed.tok", "embedding", "fwd", {"x": T * h}, 1, 0.0, "fwd", "fp32")]
+    fwd = [Kernel("embed.tok", "embedding", "fwd", {"x": T * h, "rows": T}, 1, 0.0, "fwd", "fp32")]
     bwd = [Kernel("embed.tok.bwd", "embedding", "bwd", {"x": T * h, "y": vocab_rows * h}, 1, 0.0, "bwd", "fp32")]
     if model.position == "learned":
-        fwd += [mem("embed.pos", "embedding", "fwd", model.seq * h), mem("embed.add", "residual_add", "fwd", T * h)]
+        fwd += [mem("embed.pos", "embedding", "fwd", model.seq * h, rows=model.seq),
+                mem("embed.add", "residual_add", "fwd", T * h, rows=T)]
         bwd += [mem("embed.pos.grad", "sum", "bwd", T * h, variant="fwd")]
     if model.arch == "encoder":
         nf, nb = bld.norm("embed.ln")
@@ -181,8 +182,8 @@ def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="
     if bld.mixed:  # logits.float(): the loss runs on fp32 logits
         fwd.append(mem("logits.float", "cast_bf16_to_fp32", "fwd", T * V, variant="fwd"))
         bwd.append(mem("logits.grad_cast", "cast_fp32_to_bf16", "bwd", T * V, variant="fwd"))
-    fwd.append(mem("loss", "cross_entropy", "fwd", T * V))
-    bwd.append(mem("loss.bwd", "cross_entropy", "bwd", T * V))  # listed last, runs first
+    fwd.append(mem("loss", "cross_entropy", "fwd", T * V, rows=T))
+    bwd.append(mem("loss.bwd", "cross_entropy", "bwd", T * V, rows=T))  # listed last, runs first
     if model.tied_embeddings:  # the head's weight gradient is added into the embedding's
         bwd.append(mem("tied.grad_add", "add", "bwd", V * model.hidden, variant="fwd"))
     return fwd, bwd[::-1] + lb + nb
