@@ -179,3 +179,40 @@ def test_interrupted_runs_lose_no_row_and_resume_skips_done_rows(tmp_path):
     assert final[: len(complete)] == complete
     assert len(final) == len(set(_keys(final))) == planned
     assert f"{planned - len(complete)} rows written, {len(complete)} already there" in out
+
+
+def test_cpu_timing_batches_calls_and_reports_per_call_seconds():
+    from calibration.timing import Plan, time_cpu
+
+    t = time_cpu([lambda: time.sleep(0.001)], Plan(max_reps=4, min_reps=4))
+    assert t.inner == 1 and t.reps == 4  # a 1 ms call already fills a 0.2 ms batch
+    assert 0.001 <= t.min_s <= t.median_s <= t.p90_s < 0.01
+    fast = time_cpu([lambda: None], Plan(max_reps=3, min_reps=3))
+    assert fast.inner > 10 and fast.median_s < 1e-4  # tiny calls are batched
+
+
+def test_cuda_event_timing_divides_each_batch_by_its_calls(monkeypatch):
+    """The GPU path's arithmetic, with CUDA events replaced by a host clock."""
+    from calibration import timing
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3  # milliseconds, as CUDA events report
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    rotated = []
+    calls = [lambda i=i: rotated.append(i) or time.sleep(5e-5) for i in range(3)]
+    t = timing.time_cuda(calls, timing.Plan(max_reps=5, min_reps=5))
+    assert t.reps == 5 and t.inner >= 2
+    assert 5e-5 <= t.median_s < 1e-3
+    assert set(rotated) == {0, 1, 2}  # inputs rotate among the copies
