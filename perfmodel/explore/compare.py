@@ -1,0 +1,153 @@
+"""``compare``: several parallel strategies for one model and cluster, side by side.
+
+Strategies are ``Strategy`` objects, mappings of its fields, or short strings
+such as ``"tp=4,pp=2,micro_batch=1"`` (dp defaults to GPUs / (tp × pp)). Each
+row comes from ``pm.predict``; the fastest strategy that fits is marked best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+
+import pandas as pd
+
+from perfmodel.errors import InvalidInputError, PerfModelError, unknown_name
+from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
+from perfmodel.strategy import Strategy
+
+ALIASES = {"mb": "micro_batch", "gb": "global_batch", "sp": "sequence_parallel", "v": "virtual_stages",
+           "vp": "virtual_stages", "ps": "ps_servers"}
+_FIELDS = {f.name: f for f in fields(Strategy)}
+LEAD = ("label", "dp", "tp", "pp", "virtual_stages", "schedule", "micro_batch", "micro_batches", "global_batch",
+        "zero", "fsdp", "recompute", "sequence_parallel", "precision")
+RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
+           "memory_capacity", "fits", "over_capacity", "bottleneck")
+
+
+def _value(name: str, text: str):
+    """A strategy field's value from its text (ints, booleans, None, strings)."""
+    default = _FIELDS[name].default
+    low = text.strip().lower()
+    if name == "sequence_parallel":
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise InvalidInputError(f"'sequence_parallel' must be true or false: got {text!r}")
+    if low in ("none", "null", ""):
+        return None
+    if name == "bucket_mb":
+        return float(text)
+    if isinstance(default, int) or name == "global_batch":
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidInputError(f"{name!r} must be an integer: got {text!r}") from None
+    return text.strip()
+
+
+def _pairs(spec: str) -> dict:
+    out = {}
+    for item in spec.replace(";", ",").replace(" ", ",").split(","):
+        if not item:
+            continue
+        if "=" not in item:
+            raise InvalidInputError(f"strategy item {item!r} in {spec!r} must read key=value (e.g. 'tp=4,pp=2')")
+        key, text = item.split("=", 1)
+        out[key.strip()] = text
+    return out
+
+
+def parse_strategy(spec, n_gpus: int, **defaults) -> Strategy:
+    """A ``Strategy`` from a string, a mapping or a Strategy; ``defaults`` fill unset fields.
+
+    dp defaults to ``n_gpus`` / (tp × pp); virtual_stages > 1 implies the interleaved schedule.
+    """
+    if isinstance(spec, Strategy):
+        return spec
+    if isinstance(spec, str):
+        raw = _pairs(spec)
+    elif isinstance(spec, Mapping):
+        raw = dict(spec)
+    else:
+        raise InvalidInputError(f"a strategy must be a Strategy, a mapping or a string like 'tp=4,pp=2': got {spec!r}")
+    values = dict(defaults)
+    for key, value in raw.items():
+        name = ALIASES.get(key, key)
+        if name not in _FIELDS:
+            raise unknown_name("strategy field", key, [*_FIELDS, *ALIASES])
+        values[name] = _value(name, value) if isinstance(value, str) else value
+    if values.get("virtual_stages", 1) > 1:
+        values.setdefault("schedule", "interleaved")
+    tp, pp = values.get("tp", 1), values.get("pp", 1)
+    if "dp" not in values:
+        if not isinstance(tp, int) or not isinstance(pp, int) or tp < 1 or pp < 1 or n_gpus % (tp * pp):
+            raise InvalidInputError(f"tp × pp = {tp} × {pp} must divide the cluster's {n_gpus} GPUs "
+                                    f"(or give dp explicitly) in strategy {spec!r}")
+        values["dp"] = n_gpus // (tp * pp)
+    return Strategy(**values)
+
+
+SHORT = {"virtual_stages": "v", "sequence_parallel": "sp"}
+
+
+def label_of(s: Strategy) -> str:
+    """Short text naming a strategy: dp, tp, pp, micro_batch and every other field off its default.
+
+    The global batch and the schedule (implied by virtual stages) are left to their own columns.
+    """
+    parts = [f"dp={s.dp}", f"tp={s.tp}", f"pp={s.pp}", f"mb={s.micro_batch}"]
+    for f in fields(s):
+        value = getattr(s, f.name)
+        if f.name in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule") or value == f.default:
+            continue
+        name = SHORT.get(f.name, f.name)
+        parts.append(name if value is True else f"{name}={value}")
+    return ",".join(parts)
+
+
+def prediction_row(p: Prediction, label: str | None = None) -> dict:
+    """One table row of a prediction: strategy fields, results, breakdown and memory terms."""
+    s = p.strategy
+    row = {"label": label or label_of(s), "dp": s.dp, "tp": s.tp, "pp": s.pp, "virtual_stages": s.virtual_stages,
+           "schedule": s.schedule, "micro_batch": s.micro_batch, "micro_batches": s.micro_batches,
+           "global_batch": s.batch, "zero": s.shard, "fsdp": s.fsdp, "recompute": s.recompute,
+           "sequence_parallel": s.sequence_parallel, "precision": s.precision}
+    row.update({k: getattr(p, k) for k in RESULTS})
+    row.update({k: p.breakdown[k] for k in BREAKDOWN_KEYS})
+    row.update({"mem_" + k: v for k, v in p.memory.items()})
+    return row
+
+
+def mark_best(df: pd.DataFrame, column: str = "tokens_per_second") -> pd.DataFrame:
+    """Add a boolean ``best`` column: the largest ``column`` among rows that fit."""
+    df["best"] = False
+    fitting = df.index[df["fits"].astype(bool)]
+    if len(fitting):
+        df.loc[df.loc[fitting, column].idxmax(), "best"] = True
+    return df
+
+
+def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | None = None) -> pd.DataFrame:
+    """One row per strategy (``pm.predict``), in the given order, with the best fitting one marked.
+
+    ``strategies``: a list of Strategy objects, mappings or strings, or a mapping
+    label -> strategy. ``defaults`` (e.g. ``{"global_batch": 512}``) fill fields a
+    string or mapping leaves unset.
+    """
+    from perfmodel.hardware import cluster as make_cluster
+
+    cl = make_cluster(cluster) if isinstance(cluster, str) else cluster
+    items = list(strategies.items()) if isinstance(strategies, Mapping) else [(None, s) for s in strategies]
+    if not items:
+        raise InvalidInputError("'strategies' must list at least one strategy: got none")
+    rows = []
+    for label, spec in items:
+        shown = label or (spec if isinstance(spec, str) else None)
+        try:
+            s = parse_strategy(spec, cl.n_gpus, **dict(defaults or {}))
+            rows.append(prediction_row(predict(model, cl, s, profile=profile), shown))
+        except PerfModelError as exc:
+            raise type(exc)(f"strategy {shown or spec!r}: {exc}") from None
+    return mark_best(pd.DataFrame(rows))

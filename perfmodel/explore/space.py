@@ -1,0 +1,157 @@
+"""The space of parallel configurations a search walks, and the rules that prune it.
+
+A configuration is (dp, tp, pp, virtual stages, micro-batch, ZeRO stage,
+sequence parallelism) for one global batch on ``n_gpus`` GPUs; recompute and
+precision are categorical and multiply the space. The space is built as
+numpy arrays (one entry per configuration), never configuration by
+configuration. Rules, in the order they are applied (a configuration is
+counted under the first rule it breaks):
+
+* divisibility — tp divides heads and kv_heads (Megatron-LM splits whole
+  heads, Shoeybi et al. 2019); pp <= layers; an interleaved schedule needs
+  layers divisible by pp × virtual stages (Narayanan et al. 2021, §2.2);
+* batch — the global batch is a multiple of dp × micro-batch, and an
+  interleaved schedule needs the micro-batches divisible by pp (Megatron-LM
+  ``schedules.py`` asserts it);
+* memory — checked after evaluation (``search``).
+
+Configurations equal to another one are not enumerated at all: a ZeRO stage
+with dp = 1 (nothing to shard), sequence parallelism with tp = 1, virtual
+stages with pp = 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfmodel.errors import InfeasibleError, InvalidInputError
+from perfmodel.validation import check_int, divisors
+
+REASONS = ("divisibility", "batch", "memory")
+NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "sequence_parallel")
+
+
+@dataclass(frozen=True)
+class Space:
+    """Configurations that pass the divisibility and batch rules, and counts of the others.
+
+    ``arrays`` maps each name of ``NUMERIC`` to an array with one entry per
+    configuration. ``rejected`` and ``detail`` count configurations of the
+    numeric grid (multiply by the categorical combinations for the total).
+    """
+
+    arrays: dict
+    rejected: dict
+    detail: dict
+    n_gpus: int
+    global_batch: int
+
+    def __len__(self) -> int:
+        return int(self.arrays["dp"].size)
+
+    def compose_arrays(self) -> dict:
+        """The arrays ``compose.evaluate`` takes (see ``predict.config_arrays``)."""
+        a, n = self.arrays, len(self)
+        v = a["virtual_stages"].astype(float)
+        return {"dp": a["dp"].astype(float), "tp": a["tp"].astype(float), "pp": a["pp"].astype(float),
+                "micro_batch": a["micro_batch"].astype(float), "m": a["micro_batches"].astype(float),
+                "v": v, "zero": a["zero"].astype(float), "sp": a["sequence_parallel"].astype(bool),
+                "ps": np.zeros(n), "bucket": np.full(n, 25.0e6),  # torch DDP bucket_cap_mb default
+                "hybrid": np.zeros(n, bool), "schedule": np.where(v > 1, 2.0, 0.0)}
+
+
+def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
+    """Every (tp, pp) with tp × pp dividing ``n_gpus`` and tp <= ``max_tp``; shape (P, 2)."""
+    pairs = [(tp, pp) for tp in divisors(n_gpus) if tp <= max_tp for pp in divisors(n_gpus // tp)]
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp):
+    """Cartesian product of the candidate values, as flat int arrays (no equivalent duplicates)."""
+    idx = np.meshgrid(np.arange(len(pairs)), micro_batches, virtual, zero, sp, indexing="ij")
+    p, mb, v, z, s = (x.ravel() for x in idx)
+    tp, pp = pairs[p, 0], pairs[p, 1]
+    dp = n_gpus // (tp * pp)
+    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | ((s > 0) & (tp == 1)))
+    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z,
+         "sequence_parallel": s.astype(bool)}
+    g = {k: x[keep] for k, x in g.items()}
+    g["micro_batches"] = global_batch // (g["dp"] * g["micro_batch"])
+    return g
+
+
+def _rules(model, global_batch, g):
+    """(reason, rule text, mask of configurations breaking it), in order of application."""
+    heads, kv = getattr(model, "heads", None), getattr(model, "kv_heads", None)
+    layers = model.layers
+    tp, pp, v, dp, mb = g["tp"], g["pp"], g["virtual_stages"], g["dp"], g["micro_batch"]
+    rules = []
+    if heads is not None:
+        rules.append(("divisibility", f"tp must divide heads={heads}", heads % tp != 0))
+        rules.append(("divisibility", f"tp must divide kv_heads={kv}", kv % tp != 0))
+    rules.append(("divisibility", f"pp must be <= layers={layers}", pp > layers))
+    rules.append(("divisibility", f"interleaving needs layers={layers} divisible by pp × virtual_stages",
+                  (v > 1) & (layers % (pp * v) != 0)))
+    rules.append(("batch", f"global_batch={global_batch} must be a multiple of dp × micro_batch",
+                  global_batch % (dp * mb) != 0))
+    m = global_batch // (dp * mb)
+    rules.append(("batch", "interleaving needs micro-batches divisible by pp", (v > 1) & (m % pp != 0)))
+    return rules
+
+
+def _check_options(name, values, valid=None) -> tuple:
+    values = tuple(values)
+    if not values:
+        raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
+    if valid is not None:
+        bad = [x for x in values if x not in valid]
+        if bad:
+            raise InvalidInputError(f"{name!r} has invalid values {bad} (valid: {', '.join(map(str, valid))})")
+    return values
+
+
+def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
+                    max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
+                    max_tp_nodes: int = 1) -> Space:
+    """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
+
+    Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
+    (more than one means the interleaved schedule); tensor groups span at most
+    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes). Raises
+    InfeasibleError naming the rule that removed the last configuration.
+    """
+    n_gpus, global_batch = check_int("n_gpus", n_gpus), check_int("global_batch", global_batch)
+    max_micro_batch = check_int("max_micro_batch", max_micro_batch)
+    max_virtual_stages = check_int("max_virtual_stages", max_virtual_stages)
+    zero = _check_options("zero", zero, (0, 1, 2, 3))
+    sequence_parallel = _check_options("sequence_parallel", sequence_parallel, (False, True))
+    max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
+    pairs = tp_pp_pairs(n_gpus, max_tp)
+    g = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
+              np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int))
+    alive = np.ones(g["dp"].size, bool)
+    rejected = dict.fromkeys(REASONS, 0)
+    detail = {}
+    for reason, text, bad in _rules(model, global_batch, g):
+        hit = alive & bad
+        n = int(hit.sum())
+        rejected[reason] += n
+        if n:
+            detail[text] = n
+        alive &= ~bad
+        if not alive.any():
+            raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, g, detail, max_micro_batch))
+    arrays = {k: g[k][alive] for k in NUMERIC}
+    return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch)
+
+
+def _empty_message(reason, text, n_gpus, global_batch, g, detail, max_micro_batch) -> str:
+    counts = "; ".join(f"{t}: {n:,} rejected" for t, n in detail.items())
+    head = f"no parallel configuration of {n_gpus} GPUs is left after the {reason} rules (the last, '{text}', emptied it)"
+    if reason == "batch":
+        dps = sorted(set(g["dp"].tolist()))
+        head += (f"; global_batch={global_batch} with micro_batch 1..{max_micro_batch} needs a dp that divides it"
+                 f" (dp candidates: {', '.join(map(str, dps[:12]))}{'...' if len(dps) > 12 else ''})")
+    return f"{head} [{counts}]"

@@ -1,0 +1,111 @@
+"""``sweep``: one strategy across node counts, GPU counts, batch sizes, sequence lengths or GPU types.
+
+Over ``nodes`` or ``gpus`` the data-parallel size follows the GPU count
+(dp = GPUs / (tp × pp)). Weak scaling keeps the per-rank work (micro-batch and
+micro-batches per step), so the global batch grows with dp; strong scaling keeps
+the global batch. Rows of GPU-count sweeps carry the scaling efficiency
+relative to the first row that fits in memory: (tokens/s per GPU) / (that row's
+tokens/s per GPU); every sweep carries the speed-up in tokens/s over that row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import pandas as pd
+
+from perfmodel.errors import InvalidInputError, PerfModelError
+from perfmodel.explore.compare import label_of, prediction_row
+from perfmodel.predict import predict
+from perfmodel.strategy import Strategy
+from perfmodel.validation import check_choice
+
+SCALE_AXES = ("nodes", "gpus")
+OTHER_AXES = ("global_batch", "micro_batch", "seq", "gpu")
+STRATEGY_AXES = tuple(f.name for f in fields(Strategy) if f.name not in ("dp", "global_batch", "micro_batch"))
+AXES = SCALE_AXES + OTHER_AXES + STRATEGY_AXES
+SCALINGS = ("weak", "strong")
+
+
+def _resize(cl, over: str, value):
+    """The cluster with ``value`` nodes, or ``value`` GPUs (part of one node or whole nodes)."""
+    from perfmodel.hardware import Cluster
+    from perfmodel.hardware.build import part_of_node
+
+    value = int(value)
+    if over == "nodes":
+        return Cluster(node=cl.node, nodes=value)
+    gpn = cl.gpus_per_node
+    if value < gpn:
+        return Cluster(node=part_of_node(cl.node, value), nodes=1)
+    if value % gpn:
+        raise InvalidInputError(f"'gpus'={value} must be below or a multiple of gpus_per_node={gpn} "
+                                f"(nearby: {value // gpn * gpn} or {(value // gpn + 1) * gpn})")
+    return Cluster(node=cl.node, nodes=value // gpn)
+
+
+def _rescaled(s: Strategy, n_gpus: int, scaling: str, base_batch: int) -> Strategy:
+    """The strategy on ``n_gpus`` GPUs: dp follows; weak keeps per-rank work, strong the global batch."""
+    if n_gpus % (s.tp * s.pp):
+        raise InvalidInputError(f"tp × pp = {s.tp * s.pp} must divide the GPU count {n_gpus}")
+    dp = n_gpus // (s.tp * s.pp)
+    batch = dp * s.micro_batch * s.micro_batches if scaling == "weak" else base_batch
+    return replace(s, dp=dp, global_batch=batch)
+
+
+def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: int):
+    """(model, cluster, strategy) of one sweep point."""
+    from perfmodel.hardware import cluster as make_cluster
+
+    if over in SCALE_AXES:
+        cl = _resize(cl, over, value)
+        return model, cl, _rescaled(s, cl.n_gpus, scaling, base_batch)
+    if over == "seq":
+        return model.with_(seq=int(value)), cl, s
+    if over == "gpu":
+        return model, make_cluster(str(value), nodes=cl.nodes), s
+    if over in ("global_batch", "micro_batch"):
+        return model, cl, replace(s, **{over: int(value)})
+    s = replace(s, **{over: value})
+    return model, cl, _rescaled(s, cl.n_gpus, "strong", s.batch) if over in ("tp", "pp") else s
+
+
+def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None = None, profile=None,
+          scaling: str = "weak") -> pd.DataFrame:
+    """One row per value of ``over`` (``pm.predict`` of each point), in the given order.
+
+    ``over``: "nodes", "gpus", "global_batch", "micro_batch", "seq", "gpu" (GPU or
+    node preset names, same node count) or any other Strategy field ("tp", "zero",
+    "recompute"...). Points that do not fit in memory stay in the table with
+    ``fits`` False; a point the strategy cannot run raises, naming the value.
+    """
+    from perfmodel.hardware import cluster as make_cluster
+
+    check_choice("over", over, AXES)
+    check_choice("scaling", scaling, SCALINGS)
+    values = list(values)
+    if not values:
+        raise InvalidInputError("'values' must list at least one value to sweep over: got none")
+    cl = make_cluster("h200") if cluster is None else make_cluster(cluster) if isinstance(cluster, str) else cluster
+    s = strategy or Strategy(dp=cl.n_gpus)
+    rows = []
+    for value in values:
+        try:
+            m, c, st = _point(model, cl, s, over, value, scaling, s.batch)
+            p = predict(m, c, st, profile=profile)
+        except PerfModelError as exc:
+            raise type(exc)(f"sweep over {over}={value!r}: {exc}") from None
+        row = {over: value, "cluster": c.name, "gpu": c.gpu.name, "nodes": c.nodes, "gpus": c.n_gpus,
+               "seq": m.seq, **prediction_row(p, label_of(st))}
+        row[over] = value
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    fitting = df.index[df["fits"].astype(bool)]
+    base = fitting[0] if len(fitting) else df.index[0]  # compare against the first point that fits
+    df["speedup"] = df["tokens_per_second"] / df.loc[base, "tokens_per_second"]
+    per_gpu = df["tokens_per_second"] / df["gpus"]
+    df["tokens_per_second_per_gpu"] = per_gpu
+    if over in SCALE_AXES:
+        df["scaling_efficiency"] = per_gpu / per_gpu[base]
+    df.attrs.update(over=over, scaling=scaling, model=getattr(model, "name", ""))
+    return df
