@@ -110,6 +110,9 @@ def cmd_calibrate(args) -> int:
     cmd += ["--budget", str(args.budget)] if args.budget else []
     cmd += ["--dtypes", args.dtypes] if args.dtypes else []
     cmd += ["--device", args.device] if args.device else []
+    cmd += ["--ops", args.ops] if args.ops else []
+    cmd += ["--timing", args.timing] if args.timing else []
+    cmd += ["--force-mix"] if args.force_mix else []
     return subprocess.call(cmd)
 
 
@@ -118,6 +121,8 @@ def cmd_import_nccl(args) -> int:
 
     table = import_logs(args.logs, args.out)
     print(f"imported {len(table)} rows into {args.out}/collectives.csv")
+    if table.attrs.get("bad_lines"):
+        print(f"skipped {table.attrs['bad_lines']} unreadable lines, e.g.: {table.attrs.get('bad_examples', [])[:3]}")
     return 0
 
 
@@ -151,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None)
     p.add_argument("--dtypes", default=None)
     p.add_argument("--device", default=None)
+    p.add_argument("--ops", default=None, help="comma-separated op families to measure")
+    p.add_argument("--timing", default=None, help="eager,graph")
+    p.add_argument("--force-mix", action="store_true", help="allow adding to a folder from another machine")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("import-nccl-tests", help="parse nccl-tests logs into collectives.csv")
     p.add_argument("logs", nargs="+")

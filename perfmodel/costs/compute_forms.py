@@ -42,8 +42,21 @@ def _align_factor(p, n, k):
 
 
 def _sym_align(p, n, k):
-    """Sympy twin of ``_align_factor`` for the common case (symbols: no alignment known)."""
-    return sp.Function("align")(n, k)
+    """Sympy twin of ``_align_factor``: a Piecewise on the byte alignment of n and k rows."""
+    eb = p["elem_bytes"]
+
+    def at_least(x, b):
+        return sp.Eq(sp.Mod(x * eb, b), 0)
+
+    both_mis = sp.And(sp.Not(at_least(n, 16)), sp.Not(at_least(k, 16)))
+    level = sp.Piecewise(
+        (1, sp.And(at_least(n, 32), at_least(k, 32))),
+        (p["p16"], sp.And(at_least(n, 16), at_least(k, 16))),
+        (p["p8"], sp.And(at_least(n, 8), at_least(k, 8))),
+        (p["p4"], sp.And(at_least(n, 4), at_least(k, 4))),
+        (p["p2"], True),
+    )
+    return level * sp.Piecewise((p["p_both"], both_mis), (1, True))
 
 
 def _gemm_parts(p, m, n, k, q):

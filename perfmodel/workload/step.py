@@ -32,6 +32,15 @@ def is_mixed(precision: str) -> bool:
     return precision.endswith("-mixed")
 
 
+def _is_symbolic(x) -> bool:
+    return hasattr(x, "free_symbols")
+
+
+def _numeric(x):
+    """Arrays of floats, except sympy expressions (symbolic step times) pass through."""
+    return x if _is_symbolic(x) else np.asarray(x, dtype=float)
+
+
 class _Builder:
     """Collects forward and backward kernels of one layer stack for one precision."""
 
@@ -39,10 +48,13 @@ class _Builder:
         self.m, self.precision = model, precision
         self.mixed = is_mixed(precision)
         self.low = "fp32" if not self.mixed else ("fp16" if precision == "fp16-mixed" else "bf16")
-        self.b = np.asarray(micro_batch, dtype=float)
-        self.tp = np.asarray(tp, dtype=float)
+        self.b = _numeric(micro_batch)
+        self.tp = _numeric(tp)
         self.T = self.b * model.seq                              # tokens per micro-batch
-        self.Tn = np.where(np.asarray(sp, bool), self.T / self.tp, self.T)  # tokens seen by norms
+        if np.ndim(sp) == 0 and not _is_symbolic(self.T):      # tokens seen by norms
+            self.Tn = self.T / self.tp if bool(sp) else self.T
+        else:
+            self.Tn = np.where(np.asarray(sp, bool), self.T / self.tp, self.T)
         self.fwd: list[Kernel] = []
         self.bwd: list[Kernel] = []
 

@@ -1,0 +1,131 @@
+"""A predicted step time as a sympy expression in chosen free symbols.
+
+    t = symbolic_step_time(pm.preset("gpt2-medium"), pm.cluster("dgx-a100-80gb"),
+                           pm.Strategy(dp=8, micro_batch=8), free=("micro_batch", "dp"))
+    t.subs({"micro_batch": 16, "dp": 8})      # equals pm.predict(...) for that configuration
+    sympy.diff(t, sympy.Symbol("micro_batch", positive=True, integer=True))
+
+Each kernel contributes its fitted closed form (the Profile's sympy twin);
+phases take Max(Σ GPU, Σ CPU); data parallelism adds DDP's exposed bucketed
+all-reduce. Scope: pipeline size 1, no ZeRO sharding, no parameter server
+(their discrete placement and schedule choices do not reduce to one
+expression); free symbols among ``micro_batch``, ``dp`` and ``micro_batches``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from perfmodel.costs.comm import formula as comm_formula, lookup_entry
+from perfmodel.costs.compute import _optimizer_entry, gemm_key
+from perfmodel.errors import UnsupportedError
+from perfmodel.fabric import cluster_collectives
+from perfmodel.fit.forms import get_form
+from perfmodel.placement import layout
+from perfmodel.predict import check_strategy, default_profile
+from perfmodel.profile import load_profile
+from perfmodel.workload import step as steps
+from perfmodel.workload.ops import Kernel
+
+FREE = ("micro_batch", "dp", "micro_batches")
+
+
+def symbol(name: str) -> sp.Symbol:
+    """The symbol used for a free variable (positive integer)."""
+    return sp.Symbol(name, positive=True, integer=True)
+
+
+def _s(value):
+    if isinstance(value, np.ndarray):
+        value = value.item()
+    if isinstance(value, (np.floating, np.integer, float, int)):
+        return sp.Float(float(value))
+    return value
+
+
+def kernel_expr(profile, kern: Kernel) -> tuple[sp.Expr, float]:
+    """(GPU seconds as an expression, CPU seconds) of one launch — the twin of costs.compute.kernel_time."""
+    cls = kern.cls
+    if cls == "gemm":
+        entry, size = profile.entry(gemm_key(profile, kern.dtype)), dict(kern.size)
+    elif cls == "sdpa":
+        entry = profile.entry(f"sdpa:{kern.variant}")
+        size = {k: v for k, v in kern.size.items() if k != "kv_heads"}
+    elif cls in ("adamw", "sgd"):
+        entry, scale = _optimizer_entry(profile, cls)
+        size = {"params": _s(kern.size["params"]) * scale}
+    else:
+        entry, factor = profile.mem_entry(cls, kern.dtype, kern.variant)
+        form = get_form(entry["form"])
+        size = {v: kern.size[v] for v in form.variables}
+        size["x"] = _s(size["x"]) * factor
+    form = get_form(entry["form"])
+    gpu = form.expression({**entry["params"], "t_cpu": 0.0}, **{k: _s(v) for k, v in size.items()})
+    floor = entry["params"].get("t_cpu", 0.0)
+    cpu = floor if floor > 0 else profile.host.get("cpu_per_kernel_s", 1.5e-5)
+    return gpu, cpu
+
+
+def phase_expr(profile, kernels) -> sp.Expr:
+    gpu = sum((kernel_expr(profile, k)[0] * _s(k.count) for k in kernels), sp.Integer(0))
+    cpu = sum((kernel_expr(profile, k)[1] * _s(k.count) for k in kernels), sp.Integer(0))
+    return sp.Max(gpu, cpu)
+
+
+def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profile=None) -> sp.Expr:
+    """Step time of ``strategy`` with the fields named in ``free`` left as symbols."""
+    unknown = [f for f in free if f not in FREE]
+    if unknown:
+        raise UnsupportedError(f"cannot leave {unknown} free (free symbols supported: {', '.join(FREE)})")
+    if strategy.pp > 1 or strategy.shard or strategy.ps_servers:
+        raise UnsupportedError("symbolic step times cover pp=1 without ZeRO/FSDP or parameter servers "
+                               f"(got pp={strategy.pp}, zero={strategy.shard}, ps_servers={strategy.ps_servers})")
+    if strategy.tp > 1:
+        raise UnsupportedError("symbolic step times do not cover tensor parallelism yet (use tp=1)")
+    check_strategy(model, cluster, strategy)
+    prof = default_profile(cluster) if profile is None else load_profile(profile)
+    b = symbol("micro_batch") if "micro_batch" in free else strategy.micro_batch
+    dp = symbol("dp") if "dp" in free else strategy.dp
+    m = symbol("micro_batches") if "micro_batches" in free else strategy.micro_batches
+    kw = {"tp": strategy.tp, "sp": strategy.sequence_parallel, "precision": strategy.precision}
+    lf, lb = steps.layer_kernels(model, b, recompute=strategy.recompute, **kw)
+    ef, eb = steps.embedding_kernels(model, b, tp=strategy.tp, precision=strategy.precision)
+    hf, hb = steps.head_kernels(model, b, **kw)
+    per_mb = model.layers * (phase_expr(prof, lf) + phase_expr(prof, lb))
+    per_mb += phase_expr(prof, ef) + phase_expr(prof, eb) + phase_expr(prof, hf) + phase_expr(prof, hb)
+    params = float(model.params)
+    opt = [Kernel("optimizer", strategy.optimizer, "opt", {"params": params}, 1, 0.0, "fwd", "fp32")]
+    total = m * per_mb + kernel_expr(prof, opt[0])[0]
+    accumulate = Kernel("grad_accumulate", "add", "opt", {"x": params}, 1, 0.0, "fwd", "fp32")
+    total += (m - 1) * kernel_expr(prof, accumulate)[0]
+    backward = model.layers * phase_expr(prof, lb) + phase_expr(prof, eb) + phase_expr(prof, hb)
+    return total + _ddp_expr(cluster, prof, strategy, dp, params, backward)
+
+
+def _ddp_expr(cluster, prof, strategy, dp, params, backward):
+    """DDP: bucketed all-reduce of fp32 gradients; all but the last bucket hide behind backward."""
+    if dp == 1:
+        return sp.Integer(0)
+    coll = cluster_collectives(cluster, prof)
+    rpn, nodes = layout(strategy.dp, 1, 1, cluster.gpus_per_node)["dp"]
+    grads = params * 4.0
+    bucket = min(strategy.bucket_mb * 1e6, grads)
+    full = np.floor(grads / bucket)
+    rem = grads - full * bucket
+
+    def ar(size):
+        if float(nodes) == 1:
+            e = lookup_entry(coll, "intra", "all_reduce")
+            return comm_formula(e, "all_reduce", size=sp.Float(size), n=dp)
+        rails = float(rpn)  # flat ring over nodes × rpn ranks: NVLink and NIC rails bound it
+        intra = comm_formula(lookup_entry(coll, "intra", "all_reduce"), "all_reduce", size=sp.Float(size), n=dp)
+        inter = comm_formula(lookup_entry(coll, "inter", "all_reduce"), "all_reduce", size=sp.Float(size / rails), n=dp)
+        return sp.Max(intra, inter)
+
+    t_bucket = ar(bucket)
+    t_rem = ar(rem) if rem > 0 else sp.Integer(0)
+    last = t_rem if rem > 0 else t_bucket
+    everything = sp.Float(full) * t_bucket + t_rem
+    window = backward * (1 - bucket / grads)
+    return sp.Max(last, everything - window)

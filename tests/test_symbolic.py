@@ -1,0 +1,61 @@
+"""Symbolic step times and symbolic forms agree with the numeric predictor."""
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import perfmodel as pm
+from perfmodel.fit.forms import FORMS, get_form
+from perfmodel.symbolic import symbol, symbolic_step_time
+
+MODEL = pm.transformer(layers=4, hidden=512, heads=8, seq=512, vocab=32000)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8, 32])
+def test_micro_batch_symbol_matches_predict(batch):
+    expr = symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(micro_batch=4), free=("micro_batch",))
+    value = float(expr.subs(symbol("micro_batch"), batch))
+    assert value == pytest.approx(pm.predict(MODEL, "h200", pm.Strategy(micro_batch=batch)).step_time, rel=1e-9)
+
+
+def test_gradient_accumulation_symbol_and_derivative():
+    s = pm.Strategy(micro_batch=4, global_batch=16)
+    expr = symbolic_step_time(MODEL, pm.cluster("h200"), s, free=("micro_batches",))
+    m = symbol("micro_batches")
+    assert float(expr.subs(m, 4)) == pytest.approx(pm.predict(MODEL, "h200", s).step_time, rel=1e-9)
+    slope = float(sp.diff(expr, m).subs(m, 4))  # each extra micro-batch costs one fwd+bwd + one grad add
+    one = pm.predict(MODEL, "h200", pm.Strategy(micro_batch=4))
+    assert slope == pytest.approx(one.step_time - one.breakdown["optimizer"], rel=0.05)
+
+
+def test_unsupported_scope_is_refused_clearly():
+    with pytest.raises(pm.UnsupportedError, match="free symbols supported"):
+        symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(), free=("tp",))
+    c = pm.cluster("dgx-a100-80gb")
+    with pytest.raises(pm.UnsupportedError, match="pp=1"):
+        symbolic_step_time(MODEL, c, pm.Strategy(dp=4, pp=2, global_batch=64))
+
+
+def test_every_profile_class_exports_a_formula_that_matches_numpy():
+    profile = pm.load_profile("h200-sxm-141gb")
+    rng = np.random.default_rng(0)
+    for key, entry in profile.compute.items():
+        form = get_form(entry["form"])
+        for _ in range(3):
+            values = {v: float(rng.integers(64, 8192)) for v in form.variables}
+            if "causal" in values:
+                values["causal"] = float(rng.integers(0, 2))
+            if "head_dim" in values:
+                values["head_dim"] = float(rng.choice([64, 80, 125, 128]))
+            numeric = float(form.evaluate(entry["params"], **values))
+            symbolic = float(form.expression(entry["params"], **{k: sp.Integer(int(v)) for k, v in values.items()}))
+            assert symbolic == pytest.approx(numeric, rel=1e-9), key
+
+
+def test_profile_formula_names_gemm_and_collectives():
+    profile = pm.load_profile("h200-sxm-141gb")
+    gemm = profile.formula("gemm", dtype="bf16")
+    assert {s.name for s in gemm.free_symbols} == {"m", "n", "k"}
+    ar = profile.formula("all_reduce", level="intra")
+    assert {s.name for s in ar.free_symbols} == {"S", "n"}
+    assert len(FORMS) >= 8
