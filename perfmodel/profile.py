@@ -8,6 +8,7 @@ anything: a form is looked up by name in :mod:`perfmodel.fit.forms`.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from functools import cache
@@ -85,8 +86,10 @@ class Profile:
 
     # -- (de)serialisation -----------------------------------------------------
     def to_dict(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "name": self.name, "gpu": self.gpu, "host": self.host,
-                "meta": self.meta, "compute": self.compute, "collectives": self.collectives}
+        """A deep copy as plain data (safe to modify)."""
+        return copy.deepcopy({"schema_version": SCHEMA_VERSION, "name": self.name, "gpu": self.gpu,
+                              "host": self.host, "meta": self.meta, "compute": self.compute,
+                              "collectives": self.collectives})
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(_plain(self.to_dict()), indent=1, sort_keys=True))

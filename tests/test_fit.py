@@ -1,0 +1,119 @@
+"""Fitting tables into a profile: reproducibility, CV targets, bad rows, schema."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel.fit.build import BUNDLED_H200_TABLES, build_profile, fit_tables
+from perfmodel.fit.compute import ComputeFitter
+from perfmodel.fit.tables import legacy_h200_to_tidy, read_compute_table
+from perfmodel.profile import SCHEMA_VERSION, Profile
+
+
+@pytest.fixture(scope="module")
+def h200_fit():
+    return fit_tables([BUNDLED_H200_TABLES], gpu="h200")
+
+
+def test_bundled_csv_is_the_converted_jsonl():
+    tidy = legacy_h200_to_tidy(BUNDLED_H200_TABLES)
+    stored = read_compute_table(BUNDLED_H200_TABLES)
+    assert len(tidy) == len(stored)
+    np.testing.assert_allclose(tidy.time_s.to_numpy(float), stored.time_s.to_numpy(float))
+
+
+def test_fit_reproduces_the_bundled_profile(h200_fit):
+    bundled = pm.load_profile("h200-sxm-141gb")
+    for key, entry in h200_fit.entries_.items():
+        assert entry["form"] == bundled.compute[key]["form"], key
+        for name, value in entry["params"].items():
+            assert value == pytest.approx(bundled.compute[key]["params"][name], rel=1e-6), (key, name)
+
+
+def test_cv_targets_met(h200_fit):
+    report = h200_fit.report_.set_index("class")
+    assert report.loc["gemm:bf16", "cv_mape"] <= 0.08      # GEMMs >= 1 GFLOP, misaligned included
+    assert report.loc["gemm:fp32", "cv_mape"] <= 0.08
+    # attention: the 8% target is not met yet (10.3% fwd, 8.3% bwd); guard against regressions
+    assert report.loc["sdpa:fwd", "cv_mape"] <= 0.11
+    assert report.loc["sdpa:bwd", "cv_mape"] <= 0.09
+    mem = report[report.index.str.contains(":f") | report.index.str.contains(":b")]
+    mem = mem[~mem.index.str.startswith(("gemm", "sdpa", "adamw"))]["cv_mape"].dropna()
+    assert mem.median() <= 0.08
+    used = ["layernorm:fp32:fwd", "layernorm:fp32:bwd", "residual_add:fp32:fwd", "gelu:bf16:fwd", "gelu:bf16:bwd",
+            "swiglu:bf16:fwd", "cross_entropy:fp32:fwd", "cross_entropy:fp32:bwd",
+            "cast_bf16_to_fp32:fp32:fwd", "cast_fp32_to_bf16:fp32:fwd"]
+    assert (report.loc[used, "cv_mape"] <= 0.10).all()
+
+
+def test_bad_rows_are_rejected_with_reasons():
+    table = read_compute_table(BUNDLED_H200_TABLES)
+    gemm = table[(table.op == "gemm") & (table.dtype == "fp32")].copy()
+    gemm.iloc[0, gemm.columns.get_loc("time_s")] = np.nan
+    gemm.iloc[1, gemm.columns.get_loc("time_s")] = -1.0
+    fitter = ComputeFitter(sms=132).fit(gemm)
+    assert fitter.rejected_ == {"missing or non-numeric time_s": 1, "non-positive time_s": 1}
+    assert "gemm:fp32" in fitter.entries_
+
+
+def test_too_few_points_fall_back_and_say_so():
+    table = read_compute_table(BUNDLED_H200_TABLES)
+    few = table[(table.op == "gemm") & (table.dtype == "bf16")].head(3)
+    fitter = ComputeFitter(sms=132).fit(few)
+    assert "gemm:bf16" not in fitter.entries_
+    assert "datasheet fallback" in fitter.report_.set_index("class").loc["gemm:bf16", "form"]
+
+
+def test_cli_fit_prints_report_and_writes_profile(tmp_path):
+    out = tmp_path / "p.json"
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "fit", str(BUNDLED_H200_TABLES), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "gemm:bf16" in proc.stdout and "cv_mape" in proc.stdout
+    prof = pm.load_profile(str(out))
+    assert prof.has("gemm:bf16") and prof.has("layernorm:fp32:fwd")
+
+
+def _profile_dict():
+    return pm.load_profile("h200-sxm-141gb").to_dict()
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(schema_version=SCHEMA_VERSION + 1), "newer than this perfmodel understands"),
+    (lambda d: d.pop("gpu"), "field 'gpu' missing"),
+    (lambda d: d["compute"]["gemm:bf16"].update(form="gemm_magic"), "unknown closed form 'gemm_magic'"),
+    (lambda d: d["compute"]["gemm:bf16"]["params"].pop("R"), "parameters ['R'] missing"),
+    (lambda d: d["compute"].update(bad={"params": {}}), "needs fields ['form', 'params']"),
+])
+def test_profile_schema_errors_name_the_field(tmp_path, mutate, message):
+    data = _profile_dict()
+    mutate(data)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(pm.PerfModelError) as err:
+        pm.load_profile(str(path))
+    assert message in str(err.value)
+
+
+def test_profile_round_trip_and_garbage(tmp_path):
+    prof = pm.load_profile("h200-sxm-141gb")
+    path = tmp_path / "again.json"
+    prof.save(path)
+    assert Profile.from_dict(json.loads(path.read_text())).compute == json.loads(json.dumps(prof.compute))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(pm.ProfileError, match="not valid JSON"):
+        pm.load_profile(str(bad))
+    with pytest.raises(pm.UnknownNameError, match="unknown profile"):
+        pm.load_profile("h300")
+
+
+def test_build_profile_derives_fp8_from_the_datasheet():
+    prof, report = build_profile([BUNDLED_H200_TABLES], gpu="h200")
+    assert prof.compute["gemm:fp8"]["source"].startswith("derived")
+    assert isinstance(report, pd.DataFrame)
