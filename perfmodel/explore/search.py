@@ -20,7 +20,7 @@ from perfmodel import compose
 from perfmodel.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
 from perfmodel.fabric import cluster_collectives
-from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, finish
+from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish
 from perfmodel.profile import load_profile
 from perfmodel.strategy import OPTIMIZERS, PLACEMENTS, Strategy
 from perfmodel.validation import check_choice, check_int
@@ -62,7 +62,9 @@ def price_per_gpu_hour(prices, cluster) -> float:
 def _evaluate(model, cl, space: Space, prof, opts) -> dict:
     """Every configuration of ``space`` under each (precision, recompute): flat arrays."""
     coll = cluster_collectives(cl, prof)
-    c = space.compose_arrays()
+    # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
+    base = config_arrays(Strategy(optimizer=opts["optimizer"], placement=opts["placement"]))
+    c = {**base, **space.compose_arrays()}
     n = len(space)
     parts = []
     for precision, recompute in product(opts["precision"], opts["recompute"]):
@@ -113,13 +115,16 @@ def _sort_order(cols: dict, sort_by: str, valid: dict) -> np.ndarray:
     return np.lexsort((np.arange(key.size), cols["peak_memory"], key))
 
 
-def _memory_message(cols, capacity_note) -> str:
+def _memory_message(cols, capacity_note, opts) -> str:
     i = int(np.argmin(cols["over_capacity"]))
     need = (cols["memory_capacity"][i] + cols["over_capacity"][i]) / 2**30
     at = ", ".join(f"{k}={_plain(cols[k][i])}" for k in ("dp", "tp", "pp", "micro_batch", "zero", "recompute"))
+    tips = ["more GPUs or GPUs with more memory"]
+    tips += [] if 3 in opts["zero"] else ["zero=3"]
+    tips += [] if "full" in opts["recompute"] else ["recompute='full'"]
     return (f"no configuration fits in memory: all {cols['fits'].size:,} that pass the divisibility and batch "
             f"rules need more than {capacity_note}; the smallest needs {need:.1f} GiB per GPU ({at}); "
-            "try more GPUs, zero=3, recompute='full' or a smaller micro-batch")
+            f"try {' or '.join(tips)}")
 
 
 def _plain(x):
@@ -195,7 +200,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     fits = cols["fits"].astype(bool)
     rejected["memory"] = int((~fits).sum())
     if not fits.any():
-        raise InfeasibleError(_memory_message(cols, " / ".join(capacity)))
+        raise InfeasibleError(_memory_message(cols, " / ".join(capacity), opts))
     feasible = {k: v[fits] for k, v in cols.items()}
     order = _sort_order(feasible, sort_by, valid)[:top_k]
     df = _table(feasible, order, int(global_batch))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.errors import InfeasibleError, InvalidInputError
+from perfmodel.predict import SCHEDULE_CODE
 from perfmodel.validation import check_int, divisors
 
 REASONS = ("divisibility", "batch", "memory")
@@ -52,14 +53,13 @@ class Space:
         return int(self.arrays["dp"].size)
 
     def compose_arrays(self) -> dict:
-        """The arrays ``compose.evaluate`` takes (see ``predict.config_arrays``)."""
-        a, n = self.arrays, len(self)
+        """The fields search varies, as the arrays ``compose.evaluate`` takes (see ``predict.config_arrays``)."""
+        a = self.arrays
         v = a["virtual_stages"].astype(float)
         return {"dp": a["dp"].astype(float), "tp": a["tp"].astype(float), "pp": a["pp"].astype(float),
                 "micro_batch": a["micro_batch"].astype(float), "m": a["micro_batches"].astype(float),
                 "v": v, "zero": a["zero"].astype(float), "sp": a["sequence_parallel"].astype(bool),
-                "ps": np.zeros(n), "bucket": np.full(n, 25.0e6),  # torch DDP bucket_cap_mb default
-                "hybrid": np.zeros(n, bool), "schedule": np.where(v > 1, 2.0, 0.0)}
+                "schedule": np.where(v > 1, float(SCHEDULE_CODE["interleaved"]), float(SCHEDULE_CODE["1f1b"]))}
 
 
 def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
@@ -140,18 +140,18 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         rejected[reason] += n
         if n:
             detail[text] = n
+        if n and n == alive.sum():
+            dps = sorted(set(g["dp"][alive].tolist()))
+            raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad
-        if not alive.any():
-            raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, g, detail, max_micro_batch))
     arrays = {k: g[k][alive] for k in NUMERIC}
     return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch)
 
 
-def _empty_message(reason, text, n_gpus, global_batch, g, detail, max_micro_batch) -> str:
+def _empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch) -> str:
     counts = "; ".join(f"{t}: {n:,} rejected" for t, n in detail.items())
     head = f"no parallel configuration of {n_gpus} GPUs is left after the {reason} rules (the last, '{text}', emptied it)"
     if reason == "batch":
-        dps = sorted(set(g["dp"].tolist()))
         head += (f"; global_batch={global_batch} with micro_batch 1..{max_micro_batch} needs a dp that divides it"
                  f" (dp candidates: {', '.join(map(str, dps[:12]))}{'...' if len(dps) > 12 else ''})")
     return f"{head} [{counts}]"

@@ -24,7 +24,8 @@ BREAKDOWN = (("forward", "forward"), ("backward", "backward"), ("host_overhead",
              ("p2p", "pipeline send/recv"), ("dp_comm", "data-parallel comm."), ("optimizer", "optimizer"))
 MEMORY = (("mem_weights", "weights (fp32)"), ("mem_weight_copies", "weight copies (bf16)"),
           ("mem_optimizer", "optimizer states"), ("mem_gradients", "gradients"),
-          ("mem_activations", "activations"), ("mem_loss", "loss (fp32 logits)"))
+          ("mem_comm_buffers", "communication buffers"), ("mem_activations", "activations"),
+          ("mem_loss", "loss (fp32 logits)"))
 SUFFIXES = (".png", ".svg", ".pdf")
 GIB = 2.0**30
 
@@ -109,18 +110,26 @@ def breakdown_bars(ax, df, labels) -> None:
     _legend_room(ax, float(np.max(np.maximum(step, bottom + excess))))
 
 
+def _memory_columns(df) -> list[str]:
+    known = [key for key, _ in MEMORY if key in df]
+    return known + sorted(c for c in df.columns if c.startswith("mem_") and c not in known)
+
+
 def alive_at_peak(df) -> dict:
     """Memory terms alive at each row's peak moment (bytes), so the stacked bars sum to the peak.
 
-    The peak is the larger of loss-backward start (weights, optimizer states, weight
-    copies, activations, loss; gradients too when micro-batches accumulate) and the
-    end of backward (weights, optimizer states, gradients) — see costs/memory.py.
-    A row whose terms do not add up to its peak keeps every term.
+    The peak is the larger of loss-backward start (every term; gradients only when
+    micro-batches accumulate) and the end of backward (every term but weight copies,
+    activations and the loss) — see costs/memory.py ``peak_bytes``. A row whose terms
+    do not add up to its peak keeps every term.
     """
-    get = {key: df[key].to_numpy(float) if key in df else np.zeros(len(df)) for key, _ in MEMORY}
-    accumulate = df["micro_batches"].to_numpy(float) > 1 if "micro_batches" in df else np.zeros(len(df), bool)
-    at_loss = {**get, "mem_gradients": np.where(accumulate, get["mem_gradients"], 0.0)}
-    at_end = {k: (v if k in ("mem_weights", "mem_optimizer", "mem_gradients") else 0.0 * v) for k, v in get.items()}
+    cols = _memory_columns(df)
+    get = {key: df[key].to_numpy(float) for key in cols}
+    zero = np.zeros(len(df))
+    accumulate = df["micro_batches"].to_numpy(float) > 1 if "micro_batches" in df else zero > 0
+    at_loss = {**get, "mem_gradients": np.where(accumulate, get.get("mem_gradients", zero), 0.0)}
+    transient = ("mem_weight_copies", "mem_activations", "mem_loss")
+    at_end = {k: zero if k in transient else v for k, v in get.items()}
     loss_first = sum(at_loss.values()) >= sum(at_end.values())
     out = {k: np.where(loss_first, at_loss[k], at_end[k]) for k in get}
     peak = df["peak_memory"].to_numpy(float)
@@ -134,7 +143,8 @@ def memory_bars(ax, df, labels) -> None:
     bottom = np.zeros(len(df))
     for i, (key, values) in enumerate(alive_at_peak(df).items()):
         if values.max() > 0:
-            ax.bar(x, values / GIB, 0.7, bottom=bottom, label=dict(MEMORY)[key], color=f"C{i}")
+            name = dict(MEMORY).get(key, key[4:].replace("_", " "))
+            ax.bar(x, values / GIB, 0.7, bottom=bottom, label=name, color=f"C{i}")
             bottom += values / GIB
     capacity = df["memory_capacity"].to_numpy(float)
     usable = (capacity - CUDA_CONTEXT_BYTES) / (1 + ALLOCATOR_RESERVE) / GIB

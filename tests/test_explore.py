@@ -1,0 +1,324 @@
+"""compare / sweep / search: the space, the rules, agreement with predict, errors, tables, plots, CLI."""
+
+from __future__ import annotations
+
+import json
+from itertools import product
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel.cli import main
+from perfmodel.errors import InfeasibleError, InvalidInputError, UnknownNameError
+from perfmodel.explore import compare, parse_strategy, search, strategy_of, sweep
+from perfmodel.explore.output import format_table, markdown, write_table
+from perfmodel.explore.space import enumerate_space
+from perfmodel.predict import BREAKDOWN_KEYS
+from perfmodel.report.plots import alive_at_peak, save_figure, sweep_figure
+
+SMALL = pm.transformer(layers=4, hidden=256, heads=4, seq=128, vocab=1024, name="small")
+
+
+@pytest.fixture(scope="module")
+def a100x8():
+    return pm.cluster("dgx-a100-80gb", nodes=8)
+
+
+@pytest.fixture(scope="module")
+def l13b():
+    return pm.preset("llama-2-13b")
+
+
+@pytest.fixture(scope="module")
+def found(l13b, a100x8):
+    return search(l13b, a100x8, 512, top_k=100_000)
+
+
+# --- the space --------------------------------------------------------------------------------
+
+
+def _brute_force(model, n_gpus, gpn, batch, max_mb, max_v, zeros):
+    """The rules written out plainly, one configuration at a time (the reference)."""
+    out = set()
+    for tp, pp, mb, v, z, sp in product(range(1, n_gpus + 1), range(1, n_gpus + 1), range(1, max_mb + 1),
+                                        range(1, max_v + 1), zeros, (False, True)):
+        if n_gpus % (tp * pp) or tp > gpn:
+            continue
+        dp = n_gpus // (tp * pp)
+        if (v > 1 and pp == 1) or (z > 0 and dp == 1) or (sp and tp == 1):
+            continue  # equal to another configuration
+        if model.heads % tp or model.kv_heads % tp or pp > model.layers:
+            continue
+        if v > 1 and model.layers % (pp * v):
+            continue
+        if batch % (dp * mb):
+            continue
+        if v > 1 and (batch // (dp * mb)) % pp:
+            continue
+        out.add((dp, tp, pp, v, mb, z, sp))
+    return out
+
+
+def test_space_matches_plain_enumeration():
+    space = enumerate_space(SMALL, 8, 8, 16, max_micro_batch=4, max_virtual_stages=4, zero=(0, 3))
+    a = space.arrays
+    got = set(zip(*(a[k].tolist() for k in ("dp", "tp", "pp", "virtual_stages", "micro_batch", "zero",
+                                             "sequence_parallel"))))
+    assert got == _brute_force(SMALL, 8, 8, 16, 4, 4, (0, 3))
+    assert len(got) == len(space)  # no duplicates
+    assert np.all(a["dp"] * a["micro_batch"] * a["micro_batches"] == 16)
+
+
+def test_space_counts_by_hand():
+    # 2 GPUs, heads 4, layers 4, batch 2, micro-batch 1..2, no interleaving, ZeRO 0 only:
+    # (tp, pp) = (1,1) dp 2, (1,2) dp 1, (2,1) dp 1 ; x mb {1, 2} ; x sp where tp = 2
+    # (1,1): mb 1 ok (2 = 2*1*1), mb 2 breaks the batch rule (dp*mb = 4)
+    # (1,2): mb 1, 2 ok; (2,1): mb 1, 2, each with sp False/True -> 4
+    space = enumerate_space(SMALL, 2, 8, 2, max_micro_batch=2, max_virtual_stages=1, zero=(0,))
+    assert len(space) == 1 + 2 + 4
+    assert space.rejected == {"divisibility": 0, "batch": 1, "memory": 0}
+    assert space.detail == {"global_batch=2 must be a multiple of dp × micro_batch": 1}
+
+
+def test_tensor_groups_stay_in_a_node_unless_allowed():
+    model = pm.transformer(layers=4, hidden=1024, heads=16, seq=128, vocab=1024)
+    one = enumerate_space(model, 32, 8, 32, max_micro_batch=1)
+    two = enumerate_space(model, 32, 8, 32, max_micro_batch=1, max_tp_nodes=2)
+    assert one.arrays["tp"].max() == 8
+    assert two.arrays["tp"].max() == 16
+
+
+def test_rejections_add_up(found, l13b, a100x8):
+    space = enumerate_space(l13b, 64, 8, 512)
+    combos = 3  # recompute none / selective / full x one precision
+    r = found.attrs["rejected"]
+    assert found.attrs["evaluated"] == len(space) * combos
+    assert r["divisibility"] + r["batch"] == (space.rejected["divisibility"] + space.rejected["batch"]) * combos
+    assert r["memory"] == found.attrs["evaluated"] - found.attrs["feasible"] > 0
+    assert sum(found.attrs["rejected_detail"].values()) == r["divisibility"] + r["batch"]
+
+
+# --- search ----------------------------------------------------------------------------------
+
+
+def test_search_ranks_fitting_configurations(found):
+    assert found["fits"].all()
+    tps = found["tokens_per_second"].to_numpy()
+    assert np.all(np.diff(tps) <= 0)
+    assert set(found["schedule"]) <= {"1f1b", "interleaved"}
+    assert ((found["virtual_stages"] > 1) == (found["schedule"] == "interleaved")).all()
+    assert (found["dp"] * found["tp"] * found["pp"] == 64).all()
+    assert found.attrs["sort_by"] == "tokens_per_second"
+
+
+def test_search_agrees_with_predict_exactly(found, l13b, a100x8):
+    rows = found.iloc[np.linspace(0, len(found) - 1, 20).astype(int)]
+    assert rows["pp"].nunique() > 1 and rows["recompute"].nunique() > 1
+    for _, row in rows.iterrows():
+        p = pm.predict(l13b, a100x8, strategy_of(row))
+        np.testing.assert_allclose(row["step_time"], p.step_time, rtol=1e-12)
+        np.testing.assert_allclose(row["peak_memory"], p.peak_memory, rtol=1e-12)
+        np.testing.assert_allclose(row["tokens_per_second"], p.tokens_per_second, rtol=1e-12)
+        np.testing.assert_allclose([row[k] for k in BREAKDOWN_KEYS], [p.breakdown[k] for k in BREAKDOWN_KEYS],
+                                   rtol=1e-12, atol=1e-15)
+        assert row["bottleneck"] == p.bottleneck
+
+
+def test_search_top_k_and_other_sort(l13b, a100x8):
+    top = search(l13b, a100x8, 512, top_k=3, sort_by="peak_memory", recompute="full", zero=(3,))
+    assert len(top) == 3
+    assert np.all(np.diff(top["peak_memory"].to_numpy()) >= 0)
+    assert set(top["recompute"]) == {"full"} and set(top["zero"]) <= {0, 3}
+
+
+def test_search_prices_rank_by_cost_across_clusters(l13b):
+    clusters = [pm.cluster("dgx-a100-80gb", nodes=2), pm.cluster("dgx-h100", nodes=2)]
+    prices = {"a100-sxm4-80gb": 1.0, "h100-sxm5-80gb": 100.0}
+    df = search(l13b, clusters, 64, top_k=5, prices=prices)
+    assert df.attrs["sort_by"] == "usd_per_million_tokens"
+    assert np.all(np.diff(df["usd_per_million_tokens"].to_numpy()) >= 0)
+    row = df.iloc[0]
+    assert row["cluster"] == "2x dgx-a100-80gb"  # 100x the price per GPU-hour loses
+    # $/M tokens = $/GPU-hour x GPUs / 3600 s / (tokens/s) x 1e6
+    assert row["usd_per_million_tokens"] == pytest.approx(1.0 * 16 / 3600 / row["tokens_per_second"] * 1e6)
+
+
+def test_unknown_sort_column_lists_valid_ones(l13b, a100x8):
+    with pytest.raises(UnknownNameError, match=r"unknown sort column 'speed'.*known: .*tokens_per_second"):
+        search(l13b, a100x8, 512, sort_by="speed")
+    with pytest.raises(UnknownNameError, match="unknown sort column 'usd_per_million_tokens'"):
+        search(l13b, a100x8, 512, sort_by="usd_per_million_tokens")  # cost needs prices
+
+
+def test_infeasible_batch_names_the_rule(a100x8):
+    # heads 4 and 4 layers: tp <= 4 and pp <= 4 leave dp >= 4 on 64 GPUs, too many for 2 sequences
+    with pytest.raises(InfeasibleError, match=r"64 GPUs is left after the batch rules \(the last, 'global_batch=2 "
+                                              r"must be a multiple of dp × micro_batch', emptied it\).*"
+                                              r"dp candidates: 4, 8, 16, 32, 64\)"):
+        search(SMALL, a100x8, 2)
+
+
+def test_infeasible_memory_names_the_smallest(a100x8):
+    with pytest.raises(InfeasibleError, match=r"no configuration fits in memory: all [\d,]+ .*need more than "
+                                              r"80 GiB on dgx-a100-80gb; the smallest needs [\d.]+ GiB per GPU \(dp=.*\); "
+                                              r"try more GPUs or GPUs with more memory$"):
+        search(pm.preset("llama-3-70b"), pm.cluster("dgx-a100-80gb", nodes=1), 8)
+
+
+def test_search_option_errors(l13b, a100x8):
+    with pytest.raises(InvalidInputError, match="'zero' must list at least one value"):
+        search(l13b, a100x8, 512, zero=())
+    with pytest.raises(InvalidInputError, match=r"'zero' has invalid values \[4\]"):
+        search(l13b, a100x8, 512, zero=(0, 4))
+    with pytest.raises(UnknownNameError, match="unknown recompute 'some'"):
+        search(l13b, a100x8, 512, recompute=("some",))
+    with pytest.raises(pm.UnsupportedError, match="a100-sxm4-80gb has no fp8 support"):
+        search(l13b, a100x8, 512, precision=("fp8-mixed",))
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+
+def test_parse_strategy_forms():
+    s = parse_strategy("tp=4,pp=2,mb=1,sp=true,v=2", 64, global_batch=512)
+    assert (s.dp, s.tp, s.pp, s.micro_batch, s.virtual_stages, s.schedule) == (8, 4, 2, 1, 2, "interleaved")
+    assert s.sequence_parallel and s.global_batch == 512
+    assert parse_strategy({"dp": 64, "zero": 3}, 64).zero == 3
+    with pytest.raises(UnknownNameError, match="unknown strategy field 'tensor'"):
+        parse_strategy("tensor=2", 8)
+    with pytest.raises(InvalidInputError, match=r"tp × pp = 3 × 1 must divide the cluster's 8 GPUs"):
+        parse_strategy("tp=3", 8)
+    with pytest.raises(InvalidInputError, match="must read key=value"):
+        parse_strategy("tp4", 8)
+
+
+def test_compare_rows_and_best(l13b, a100x8):
+    df = compare(l13b, a100x8, ["dp=64,mb=1", "dp=64,mb=1,zero=3", "tp=8,mb=1", pm.Strategy(dp=16, tp=4, micro_batch=1,
+                                                                                          global_batch=512)],
+                 defaults={"global_batch": 512})
+    assert list(df["label"][:3]) == ["dp=64,mb=1", "dp=64,mb=1,zero=3", "tp=8,mb=1"]
+    assert not df.loc[0, "fits"]  # plain DDP keeps 16 B/param of a 13B model on every GPU
+    best = df[df["best"]]
+    assert len(best) == 1
+    assert best["tokens_per_second"].iloc[0] == df.loc[df["fits"], "tokens_per_second"].max()
+    p = pm.predict(l13b, a100x8, pm.Strategy(dp=8, tp=8, micro_batch=1, global_batch=512))
+    assert df.loc[2, "step_time"] == p.step_time and df.loc[2, "bottleneck"] == p.bottleneck
+
+
+def test_compare_error_names_the_strategy(l13b, a100x8):
+    with pytest.raises(InvalidInputError, match=r"strategy 'tp=8,pp=2,mb=3': 'global_batch'=512 must be a multiple"):
+        compare(l13b, a100x8, ["tp=8,mb=1", "tp=8,pp=2,mb=3"], defaults={"global_batch": 512})
+
+
+# --- sweep -----------------------------------------------------------------------------------
+
+
+def test_sweep_nodes_weak_and_strong(l13b, a100x8):
+    s = pm.Strategy(dp=8, tp=8, micro_batch=1, global_batch=32)
+    weak = sweep(l13b, "nodes", [1, 2, 4], cluster=a100x8, strategy=s)
+    assert list(weak["gpus"]) == [8, 16, 32]
+    assert list(weak["dp"]) == [1, 2, 4]
+    assert list(weak["global_batch"]) == [4, 8, 16]  # 4 micro-batches of 1 per data-parallel rank kept
+    strong = sweep(l13b, "nodes", [1, 2, 4], cluster=a100x8, strategy=s, scaling="strong")
+    assert list(strong["global_batch"]) == [32, 32, 32]
+    base = strong.index[strong["fits"]][0]
+    assert strong.loc[base, "scaling_efficiency"] == 1.0
+    eff = strong["tokens_per_second"] / strong["gpus"] / (strong.loc[base, "tokens_per_second"] / strong.loc[base, "gpus"])
+    np.testing.assert_allclose(strong["scaling_efficiency"], eff)
+
+
+def test_sweep_other_axes(l13b):
+    h = pm.cluster("h100")
+    seq = sweep(l13b, "seq", [1024, 2048], cluster=h, strategy=pm.Strategy(micro_batch=1))
+    assert list(seq["seq"]) == [1024, 2048] and seq["step_time"].is_monotonic_increasing
+    assert "scaling_efficiency" not in seq
+    gpus = sweep(SMALL, "gpu", ["a100-sxm4-80gb", "h100-sxm5-80gb"], cluster=pm.cluster("h100"))
+    assert list(gpus["gpu"]) == ["a100-sxm4-80gb", "h100-sxm5-80gb"]
+    rec = sweep(SMALL, "recompute", ["none", "full"], cluster=h)
+    assert rec.loc[1, "step_time"] > rec.loc[0, "step_time"] and rec.loc[1, "peak_memory"] < rec.loc[0, "peak_memory"]
+
+
+def test_sweep_errors(l13b, a100x8):
+    with pytest.raises(InvalidInputError, match=r"sweep over nodes=1: tp × pp = 32 must divide the GPU count 8"):
+        sweep(l13b, "nodes", [1, 4], cluster=a100x8, strategy=pm.Strategy(dp=2, tp=8, pp=4))
+    with pytest.raises(UnknownNameError, match="unknown over 'speed'"):
+        sweep(l13b, "speed", [1], cluster=a100x8)
+    with pytest.raises(InvalidInputError, match="'gpus'=12 must be below or a multiple of gpus_per_node=8"):
+        sweep(SMALL, "gpus", [12], cluster=a100x8, strategy=pm.Strategy(dp=64, micro_batch=1))
+
+
+# --- tables, files, plots ------------------------------------------------------------------------
+
+
+def test_tables_and_files(found, tmp_path):
+    top = found.head(3).copy()
+    top["best"] = [True, False, False]
+    text = format_table(top, ("dp", "tp", "pp", "step_time", "tokens_per_second", "mfu", "peak_memory", "fits"))
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["dp", "tp", "pp"] and lines[2].startswith("*") and len(lines) == 5
+    assert len({len(line) for line in lines[:2]}) == 1  # header and rule aligned
+    assert "GiB" in lines[2] and "%" in lines[2]
+    md = markdown(top)
+    assert md.splitlines()[1].startswith("|---|") and md.count("\n") == 5
+    for suffix in (".csv", ".json", ".md"):
+        write_table(top, tmp_path / f"t{suffix}")
+    assert pd.read_csv(tmp_path / "t.csv")["dp"].tolist() == top["dp"].tolist()
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert len(data["rows"]) == 3 and data["meta"]["rejected"]["memory"] > 0
+    with pytest.raises(InvalidInputError, match=r"'--out' must end in one of .csv, .json, .md"):
+        write_table(top, tmp_path / "t.xlsx")
+
+
+def test_memory_stack_sums_to_peak(found):
+    alive = alive_at_peak(found)
+    np.testing.assert_allclose(sum(alive.values()), found["peak_memory"], rtol=1e-9)
+
+
+def test_sweep_figure_axes(l13b, a100x8, tmp_path):
+    s = pm.Strategy(dp=8, tp=8, micro_batch=1, global_batch=32)
+    fig = sweep_figure(sweep(l13b, "nodes", [1, 2], cluster=a100x8, strategy=s))
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["throughput (tokens/s)", "scaling efficiency (%)", "time per step (s)",
+                      "memory per GPU at its peak (GiB)"]
+    assert all(ax.get_xlabel() == "GPUs" for ax in fig.axes)
+    path = save_figure(fig, tmp_path / "s.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(InvalidInputError, match=r"'--plot' must end in one of .png, .svg, .pdf"):
+        save_figure(fig, tmp_path / "s.gif")
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def test_cli_compare_search_sweep(tmp_path, capsys):
+    args = ["--model", "llama-2-13b", "--gpu", "dgx-a100-80gb", "--nodes", "8"]
+    assert main(["compare", *args, "--global-batch", "512", "--strategies", "dp=64,mb=1,zero=3", "tp=8,mb=1",
+                 "--out", str(tmp_path / "c.md")]) == 0
+    out = capsys.readouterr().out
+    assert "* = fastest that fits" in out and "\n*  dp=64,mb=1,zero=3" in out
+    assert (tmp_path / "c.md").read_text().startswith("| label |")
+    assert main(["search", *args, "--global-batch", "512", "--top-k", "3", "--recompute", "full",
+                 "--out", str(tmp_path / "s.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "configurations evaluated" in out and "rejected: divisibility" in out
+    assert len(pd.read_csv(tmp_path / "s.csv")) == 3
+    assert main(["sweep", *args, "--over", "nodes", "--values", "1", "2", "--tp", "8", "--micro-batch", "1",
+                 "--global-batch", "32", "--scaling", "strong", "--plot", str(tmp_path / "w.svg")]) == 0
+    assert (tmp_path / "w.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_cli_errors_are_one_line(capsys):
+    code = main(["search", "--model", "llama-2-13b", "--gpu", "dgx-a100-80gb", "--global-batch", "64",
+                 "--sort-by", "fast"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("perfmodel: error: unknown sort column 'fast'") and err.count("\n") == 1
+
+
+def test_strategies_file(tmp_path, capsys):
+    (tmp_path / "s.toml").write_text('[fsdp]\ndp = 8\nzero = 3\nmicro_batch = 1\n\n[tp8]\ntp = 8\nmicro_batch = 1\n')
+    assert main(["compare", "--model", "llama-2-7b", "--gpu", "dgx-a100-80gb", "--strategies",
+                 str(tmp_path / "s.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp" in out and "tp8" in out
