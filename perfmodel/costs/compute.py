@@ -47,8 +47,9 @@ def kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]
         entry = profile.entry(f"sdpa:{kern.variant}")
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}
         t = _gpu(entry, **size)
-        if kern.dtype in ("fp32", "tf32"):  # no FlashAttention in fp32: scale by the GEMM rate ratio
-            t = t * profile.entry(gemm_key(profile, "bf16"))["params"]["R"] / profile.entry(gemm_key(profile, kern.dtype))["params"]["R"]
+        fast = next((f"gemm:{d}" for d in ("bf16", "fp16") if profile.has(f"gemm:{d}")), None)
+        if kern.dtype in ("fp32", "tf32") and fast:  # no FlashAttention in fp32: scale by the GEMM rate ratio
+            t = t * profile.entry(fast)["params"]["R"] / profile.entry(gemm_key(profile, kern.dtype))["params"]["R"]
         return t, _cpu(profile, entry)
     if cls in ("adamw", "sgd"):
         entry, scale = _optimizer_entry(profile, cls)

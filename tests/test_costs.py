@@ -1,0 +1,80 @@
+"""Primitive cost functions, checked by hand."""
+
+import numpy as np
+import pytest
+
+from perfmodel.costs.compute import kernel_time, phase_time
+from perfmodel.fit.forms import get_form
+from perfmodel.profile import Profile
+from perfmodel.workload.ops import Kernel, gemm, linear, mem
+
+HAND = Profile("hand", "h200-sxm-141gb", compute={
+    # 2 µs + elements × 1 ps (4 bytes at 4 TB/s)
+    "layernorm:fp32:fwd": {"form": "mem_affine", "params": {"t0": 2e-6, "beta": 1e-12, "t_cpu": 0.0}},
+    "gelu:bf16:fwd": {"form": "mem_affine", "params": {"t0": 1e-6, "beta": 5e-13, "t_cpu": 2e-5}},
+    "gemm:bf16": {"form": "gemm_smooth", "params": {
+        "R": 1e15, "k_half": 0.0, "m_half": 0.0, "n_half": 0.0, "t0": 0.0, "t_cpu": 1e-5, "p16": 1.0, "p8": 0.5,
+        "p4": 0.25, "p2": 0.2, "p_both": 1.0, "bw": 1e30, "elem_bytes": 2.0}},
+    "adamw:fused": {"form": "per_param", "params": {"t0": 1e-4, "beta": 1e-11}},
+}, host={"cpu_per_kernel_s": 1.5e-5})
+
+
+def test_memory_bound_kernel_by_hand():
+    g, c = kernel_time(HAND, mem("ln", "layernorm", "fwd", 1_000_000))
+    assert g == pytest.approx(2e-6 + 1e-6)         # 2 µs + 1e6 × 1 ps
+    assert c == pytest.approx(1.5e-5)              # graph-fitted class: host launch cost
+
+
+def test_gemm_rate_and_alignment_by_hand():
+    # 4096³ at 1 PFLOP/s with no saturation: 2·4096³ / 1e15 = 137.4 µs
+    g, c = kernel_time(HAND, gemm("mm", "fwd", 4096, 4096, 4096))
+    assert g == pytest.approx(2 * 4096**3 / 1e15)
+    assert c == pytest.approx(1e-5)
+    # n = 4092: rows 8184 bytes, aligned to 8 bytes only -> p8 = 0.5, twice the time
+    g_mis, _ = kernel_time(HAND, gemm("mm", "fwd", 4096, 4092, 4096))
+    assert g_mis == pytest.approx(2 * 4096 * 4092 * 4096 / 0.5e15)
+    # m does not matter
+    g_m, _ = kernel_time(HAND, gemm("mm", "fwd", 4095, 4096, 4096))
+    assert g_m == pytest.approx(2 * 4095 * 4096**2 / 1e15)
+
+
+def test_linear_layout_puts_the_vocabulary_in_the_right_place():
+    fwd, bwd = linear("head", 8192, 768, 50257)
+    shapes = [(k.size["m"], k.size["n"], k.size["k"]) for k in fwd + bwd]
+    assert shapes == [(8192, 50257, 768), (8192, 768, 50257), (50257, 768, 8192)]  # fwd, dgrad, wgrad
+
+
+def test_phase_is_max_of_gpu_and_cpu_sums():
+    tiny = [mem("a", "layernorm", "fwd", 10, count=100)]     # 100 × 2 µs GPU, 100 × 15 µs CPU
+    wall, gpu, cpu = phase_time(HAND, tiny)
+    assert gpu == pytest.approx(100 * (2e-6 + 1e-11))
+    assert cpu == pytest.approx(100 * 1.5e-5)
+    assert wall == pytest.approx(cpu)                       # launch-bound
+    big = [mem("b", "layernorm", "fwd", 1e9)]               # 1 ms GPU vs 15 µs CPU
+    assert phase_time(HAND, big)[0] == pytest.approx(2e-6 + 1e-3)
+
+
+def test_dtype_scaling_of_memory_classes():
+    # a bf16 layernorm priced from the fp32 curve moves half the bytes per element
+    g, _ = kernel_time(HAND, mem("ln", "layernorm", "fwd", 1_000_000, dtype="bf16"))
+    assert g == pytest.approx(2e-6 + 0.5e-6)
+
+
+def test_optimizer_by_hand_and_sgd_ratio():
+    g, _ = kernel_time(HAND, Kernel("opt", "adamw", "opt", {"params": 1e9}))
+    assert g == pytest.approx(1e-4 + 1e-2)
+    s, _ = kernel_time(HAND, Kernel("opt", "sgd", "opt", {"params": 1e9}))
+    assert s == pytest.approx(1e-4 + 1e-2 * 20 / 28)
+
+
+def test_kernel_sizes_broadcast():
+    g, _ = kernel_time(HAND, gemm("mm", "fwd", np.array([1024, 2048, 4096]), 4096, 4096))
+    assert g.shape == (3,)
+    assert np.all(np.diff(g) > 0)
+
+
+def test_forms_numpy_and_sympy_agree_on_a_hand_value():
+    form = get_form("mem_affine")
+    p = {"t0": 1e-6, "beta": 2e-12, "t_cpu": 0.0}
+    assert float(form.evaluate(p, x=1e6)) == pytest.approx(3e-6)
+    assert float(form.expression(p, x=1e6)) == pytest.approx(3e-6)

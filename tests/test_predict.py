@@ -1,0 +1,99 @@
+"""The predictor's contract: every catalog GPU out of the box, precisions, CLI, errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import perfmodel as pm
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "perfmodel.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("gpu", pm.hardware.list_gpus())
+def test_every_catalog_gpu_predicts_out_of_the_box(gpu):
+    spec = pm.load_gpu(gpu)
+    precision = "bf16-mixed" if "bf16" in spec.peak_flops else "fp16-mixed" if "fp16" in spec.peak_flops else "fp32"
+    p = pm.predict(pm.preset("gpt2-small"), pm.cluster(gpu), pm.Strategy(micro_batch=2, precision=precision))
+    assert 0 < p.step_time < 10
+    assert 0 < p.mfu < 1
+    assert p.peak_memory > 0
+
+
+def test_prediction_fields_and_breakdown_sum():
+    p = pm.predict(pm.preset("gpt2-medium"), pm.cluster("h100"), pm.Strategy(micro_batch=4))
+    parts = sum(p.breakdown.values())
+    assert parts == pytest.approx(p.step_time, rel=1e-9)
+    assert p.tokens_per_second == pytest.approx(4 * 1024 / p.step_time)
+    assert p.interval[0] < p.step_time < p.interval[1]
+    assert set(p.memory) >= {"weights", "optimizer", "gradients", "activations"}
+    assert p.fits and p.bottleneck
+
+
+def test_precisions_optimizers_and_recompute_order_sensibly():
+    m, c = pm.preset("gpt2-medium"), pm.cluster("a100")
+    bf16 = pm.predict(m, c, pm.Strategy(micro_batch=4))
+    fp32 = pm.predict(m, c, pm.Strategy(micro_batch=4, precision="fp32"))
+    fp16 = pm.predict(m, c, pm.Strategy(micro_batch=4, precision="fp16-mixed"))
+    sgd = pm.predict(m, c, pm.Strategy(micro_batch=4, optimizer="sgd"))
+    sel = pm.predict(m, c, pm.Strategy(micro_batch=4, recompute="selective"))
+    assert fp32.step_time > 3 * bf16.step_time
+    assert fp16.step_time == pytest.approx(bf16.step_time, rel=0.3)
+    assert sgd.breakdown["optimizer"] < bf16.breakdown["optimizer"]
+    assert sgd.peak_memory < bf16.peak_memory
+    assert bf16.step_time < sel.step_time < pm.predict(m, c, pm.Strategy(micro_batch=4, recompute="full")).step_time
+
+
+def test_gradient_accumulation_scales_compute_not_optimizer():
+    m, c = pm.preset("gpt2-small"), pm.cluster("h200")
+    one = pm.predict(m, c, pm.Strategy(micro_batch=4))
+    four = pm.predict(m, c, pm.Strategy(micro_batch=4, global_batch=16))
+    assert four.step_time == pytest.approx(4 * one.step_time - 3 * one.breakdown["optimizer"], rel=0.05)
+
+
+def test_memory_that_does_not_fit_says_by_how_much():
+    p = pm.predict(pm.preset("llama-2-13b"), pm.cluster("l4"), pm.Strategy(micro_batch=1))
+    assert not p.fits and p.over_capacity > 100e9
+
+
+def test_unsupported_dtype_is_a_clear_error():
+    with pytest.raises(pm.UnsupportedError, match="t4 has no bf16"):
+        pm.predict(pm.preset("gpt2-small"), pm.cluster("t4"), pm.Strategy(micro_batch=1))
+
+
+def test_gpu_count_mismatch_names_fields():
+    with pytest.raises(pm.InvalidInputError, match="must equal the cluster's GPU count 8"):
+        pm.predict(pm.preset("gpt2-small"), pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=4))
+    with pytest.raises(pm.InvalidInputError, match="'tp' must divide heads=12: got 8"):
+        pm.predict(pm.preset("gpt2-small"), pm.cluster("dgx-a100-80gb"), pm.Strategy(tp=8))
+
+
+def test_cli_predict_table_and_json():
+    proc = run_cli("predict", "--model", "gpt2-small", "--gpu", "h200", "--micro-batch", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert "step time" in proc.stdout and "MFU" in proc.stdout and "activations" in proc.stdout
+    proc = run_cli("predict", "--model", "gpt2-small", "--gpu", "h200", "--micro-batch", "8", "--json")
+    data = json.loads(proc.stdout)
+    assert data["step_time"] > 0 and data["strategy"]["micro_batch"] == 8
+
+
+@pytest.mark.parametrize("args, message", [
+    (("predict", "--model", "gpt5"), "unknown model preset 'gpt5'"),
+    (("predict", "--gpu", "h300"), "unknown"),
+    (("predict", "--micro-batch", "0"), "'micro_batch' must be an integer >= 1: got 0"),
+    (("predict", "--precision", "bf17"), "unknown precision 'bf17'"),
+])
+def test_cli_errors_are_one_line_and_exit_2(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_list():
+    proc = run_cli("list", "models")
+    assert "llama-3-70b" in proc.stdout.split()
