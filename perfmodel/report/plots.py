@@ -56,16 +56,18 @@ def _scale(values) -> tuple[float, str]:
     return 1e-6, "µs"
 
 
-def _wrap(label: str, width: int = 11) -> str:
-    """Break a long comma-separated label into lines of about ``width`` characters."""
+def _wrap(label: str, width: int = 10) -> str:
+    """Break a long label after commas, spaces or '+' into lines of about ``width`` characters."""
+    import re
+
     lines, line = [], ""
-    for part in label.split(","):
-        if line and len(line) + len(part) + 1 > width:
-            lines.append(line + ",")
+    for part in re.findall(r"[^,+ ]+[,+ ]?|[,+ ]", label):
+        if line and len(line) + len(part.rstrip()) > width:
+            lines.append(line.rstrip())
             line = part
         else:
-            line = f"{line},{part}" if line else part
-    return "\n".join([*lines, line])
+            line += part
+    return "\n".join([*lines, line.rstrip()])
 
 
 def _xticks(ax, x, labels) -> None:
@@ -242,7 +244,7 @@ def sweep_figure(df, *, title: str | None = None):
 def compare_figure(df, *, title: str | None = None):
     """Three panels of a ``pm.compare`` result: throughput, time breakdown, memory, per strategy."""
     labels = [str(v) for v in df["label"]]
-    fig, axes = _figure(1, 3, (17, 5.5))
+    fig, axes = _figure(1, 3, (max(15.0, 1.6 * len(df) + 6), 6))
     x = np.arange(len(df))
     colors = ["C2" if bool(b) else ("C7" if not bool(f) else "C0") for b, f in zip(df.get("best", [False] * len(df)), df["fits"])]
     axes[0, 0].bar(x, df["tokens_per_second"].to_numpy(float), 0.7, color=colors)
