@@ -101,6 +101,11 @@ def cmd_fit(args) -> int:
         print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
     profile.save(args.output)
     print(f"wrote {args.output}")
+    if args.plots:
+        from perfmodel.report.fit_plots import write_residual_plots
+
+        paths = write_residual_plots(report.attrs["points"], args.plots)
+        print(f"wrote {len(paths)} residual plots to {args.plots}")
     return 0
 
 
@@ -149,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="profile.json")
     p.add_argument("--gpu", default="h200", help="catalog GPU the tables were measured on")
     p.add_argument("--name", default=None)
+    p.add_argument("--plots", default=None, metavar="DIR", help="write one residual plot per class here")
     p.set_defaults(func=cmd_fit)
     p = sub.add_parser("calibrate", help="measure this machine's kernels (runs python -m calibration.compute)")
     p.add_argument("--out", required=True)

@@ -71,10 +71,12 @@ def test_too_few_points_fall_back_and_say_so():
 
 def test_cli_fit_prints_report_and_writes_profile(tmp_path):
     out = tmp_path / "p.json"
-    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "fit", str(BUNDLED_H200_TABLES), "-o", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    plots = tmp_path / "plots"
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "fit", str(BUNDLED_H200_TABLES), "-o", str(out),
+                           "--plots", str(plots)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "gemm:bf16" in proc.stdout and "cv_mape" in proc.stdout
+    assert (plots / "gemm_bf16.png").stat().st_size > 1000
     prof = pm.load_profile(str(out))
     assert prof.has("gemm:bf16") and prof.has("layernorm:fp32:fwd")
 

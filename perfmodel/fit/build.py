@@ -58,7 +58,9 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
             "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
     profile = Profile(name or spec.name, spec.name, compute, coll, dict(fitter.host_), meta)
-    return profile, fitter.report_
+    report = fitter.report_
+    report.attrs["points"] = fitter.points_
+    return profile, report
 
 
 def _derive_missing_gemm(compute: dict, target, reference) -> None:

@@ -70,7 +70,9 @@ class ComputeFitter:
         self.entries_: dict[str, dict] = {}
         self.host_: dict[str, float] = {}
         rows = []
+        self.points_: dict[str, tuple] = {}  # class -> (measured, fitted) for residual plots
         for key, fn in self._jobs(table):
+            self._key = key
             entry = fn()
             if entry is None:
                 rows.append({"class": key, "points": 0, "form": "(datasheet fallback)", "cv_mape": np.nan})
@@ -142,7 +144,9 @@ class ComputeFitter:
         form_name, params = fits[best]
         evaluate = predict or (lambda p, X: get_form(form_name).evaluate(p, **X))
         mask = np.ones(len(y), bool) if score_mask is None else score_mask
-        fit_err = mape(evaluate(params, X)[mask], y[mask])
+        fitted = np.asarray(evaluate(params, X), float)
+        fit_err = mape(fitted[mask], y[mask])
+        self.points_[self._key] = (y, fitted)
         return self._entry(form_name, params, scores[best], len(y), fit_err,
                            {k: round(v, 4) for k, v in scores.items()}, **(extra or {}))
 
