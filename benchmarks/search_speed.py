@@ -29,8 +29,8 @@ GPT_1T = {"layers": 128, "hidden": 25600, "heads": 160, "seq": 2048, "vocab": 51
 
 
 def cases(quick: bool):
-    yield ("gpt-1t", pm.transformer(**GPT_1T), pm.cluster("dgx-a100-80gb", nodes=384 if not quick else 16),
-           3072 if not quick else 128, {})
+    yield ("gpt-1t", pm.transformer(**GPT_1T), pm.cluster("dgx-a100-80gb", nodes=384 if not quick else 96),
+           3072, {})
     yield ("wide", pm.preset("llama-3-70b"), pm.cluster("dgx-h100", nodes=128 if not quick else 8),
            1536 if not quick else 128,
            {"max_micro_batch": 32, "max_virtual_stages": 16, "max_tp_nodes": 2,
