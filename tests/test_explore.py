@@ -114,8 +114,14 @@ def test_search_ranks_fitting_configurations(found):
 
 
 def test_search_agrees_with_predict_exactly(found, l13b, a100x8):
-    rows = found.iloc[np.linspace(0, len(found) - 1, 20).astype(int)]
-    assert rows["pp"].nunique() > 1 and rows["recompute"].nunique() > 1
+    # one row of each (recompute, zero) pair, an interleaved and a sequence-parallel pipeline, then evenly spread rows
+    picked = list(found.groupby(["recompute", "zero"]).head(1).index)
+    picked.append(found.index[found["virtual_stages"] > 1][0])
+    picked.append(found.index[found["sequence_parallel"] & (found["pp"] > 1)][0])
+    picked += [i for i in np.linspace(0, len(found) - 1, 20).astype(int) if i not in picked][: 20 - len(picked)]
+    rows = found.loc[picked]
+    assert len(rows) == 20 and rows["recompute"].nunique() == 3 and rows["zero"].nunique() == 4
+    assert (rows["virtual_stages"] > 1).any() and rows["sequence_parallel"].any()
     for _, row in rows.iterrows():
         p = pm.predict(l13b, a100x8, strategy_of(row))
         np.testing.assert_allclose(row["step_time"], p.step_time, rtol=1e-12)
