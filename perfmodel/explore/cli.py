@@ -98,7 +98,8 @@ def cmd_sweep(args) -> int:
     s = cli.strategy_from_args(args, cl.n_gpus)
     df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
                profile=args.profile, scaling=args.scaling)
-    print(f"{getattr(model, 'name', '')}: sweep over {args.over} ({args.scaling} scaling where GPUs change)\n")
+    how = f" ({args.scaling} scaling)" if args.over in ("nodes", "gpus") else ""
+    print(f"{getattr(model, 'name', '')}: sweep over {args.over}{how}\n")
     print(format_table(df, (args.over, "gpus", "label", "global_batch", "step_time", "tokens_per_second",
                             "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits", "bottleneck"),
                        best_column=None))
