@@ -1,0 +1,173 @@
+"""This CPU host as perfmodel hardware: a "GPU" of ``threads`` cores, and a node of several.
+
+The predictor prices devices; on a machine without a GPU the device is the
+CPU, running one training process with ``threads`` torch threads. Its
+description is measured, not looked up: peak fp32 FLOP/s is the fastest GEMM
+rate of the calibration table, memory bandwidth the median rate of the large
+(>= 32 MiB moved) copy/add rows, memory the host's RAM, ``sm_count`` the
+threads. Processes on the host talk through gloo over loopback TCP; the node's
+``intra`` link (kind "pcie": the catalog's only non-NVLink kind inside a node) carries the bus bandwidth and latency of an alpha-beta fit
+(nccl-tests doc/PERFORMANCE.md terms) to the measured all_reduce rows.
+
+The fitter needs 4 points per class; classes with 1-3 points (the quick
+calibration grid has one shape per memory-bound op) are priced here from
+their own points by ``few_point_entries``: t = t_launch + x · median((t_i -
+t_launch) / x_i), marked as such in each entry's ``source``.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.errors import InvalidInputError
+
+LARGE_MOVE_BYTES = 32 * 2**20  # beyond the last-level cache of a typical server core
+LAUNCH_FALLBACK_S = 5e-6
+
+
+def _toml_str(text: str) -> str:
+    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def host_figures(table: pd.DataFrame) -> dict:
+    """Peak fp32 FLOP/s and memory bandwidth (bytes/s) measured in a CPU ``compute.csv``."""
+    gemm = table[(table.op == "gemm") & (table.dtype == "fp32") & (table.time_s > 0)]
+    if gemm.empty:
+        raise InvalidInputError("the compute table has no fp32 GEMM rows: cannot describe the host's FLOP/s")
+    rate = 2 * gemm.m * gemm.n * gemm.k / gemm.time_s
+    raw = table[table.op.isin(["copy", "add"]) & (table.time_s > 0)]
+    big = raw[raw["bytes"] >= LARGE_MOVE_BYTES]
+    rows = big if len(big) else raw
+    if rows.empty:
+        raise InvalidInputError("the compute table has no copy/add rows: cannot describe the host's bandwidth")
+    return {"peak_fp32_flops": float(rate.max()), "mem_bw_bytes_per_s": float((rows["bytes"] / rows.time_s).median()),
+            "gemm_rows": len(gemm), "bandwidth_rows": len(rows)}
+
+
+def write_host_gpu(path: str | Path, table: pd.DataFrame, meta: dict, threads: int, *, note: str = "") -> Path:
+    """Write the host-as-a-GPU TOML (perfmodel/hardware format) and return its path."""
+    fig = host_figures(table)
+    memory = meta.get("memory_bytes") or 8 * 2**30
+    cpu = meta.get("cpu_model") or meta.get("device_name") or "CPU"
+    lines = [
+        f"# {cpu}: one training process with {threads} torch thread(s), measured by the calibration table",
+        f"name = {_toml_str(Path(path).stem)}",
+        f"description = {_toml_str(f'{cpu}, {threads} thread(s) per process (CPU host as a device){note}')}",
+        f"source = {_toml_str('measured by calibration.compute on ' + str(meta.get('date', 'an unknown date')))}",
+        f'memory_bandwidth = "{fig["mem_bw_bytes_per_s"]:.6g}B/s"',
+        f'memory = "{int(memory)}B"',
+        f"sm_count = {int(threads)}",
+        "",
+        "[peak_flops]",
+        f'fp32 = "{fig["peak_fp32_flops"]:.6g}FLOPS"',
+        "",
+        "[sources]",
+        f'peak_flops = "fastest fp32 GEMM of {fig["gemm_rows"]} measured (compute.csv)"',
+        f'memory_bandwidth = "median of {fig["bandwidth_rows"]} copy/add rows moving >= 32 MiB (compute.csv)"',
+        'memory = "host RAM (metadata.json memory_bytes)"',
+        'sm_count = "torch threads per process"',
+    ]
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def loopback_link(collectives: pd.DataFrame) -> dict:
+    """Bus bandwidth (bytes/s) and latency (s) of an alpha-beta fit to the all_reduce rows."""
+    from perfmodel.costs.comm import BUSBW_FACTOR
+    from perfmodel.fit.comm import fit_params
+
+    rows = collectives[(collectives.collective == "all_reduce") & (collectives.time_s > 0)]
+    if rows["size_bytes"].nunique() < 2:
+        raise InvalidInputError("collectives.csv needs all_reduce rows of at least 2 sizes to describe the link")
+    n = rows.group_size.to_numpy(float)
+    p = fit_params("comm_alpha_beta", rows.size_bytes.to_numpy(float), n, BUSBW_FACTOR["all_reduce"](n),
+                   rows.time_s.to_numpy(float))
+    return {"busbw_bytes_per_s": p["busbw_bytes_per_s"], "latency_s": p["alpha_s"],
+            "sizes": [float(rows.size_bytes.min()), float(rows.size_bytes.max())]}
+
+
+def write_host_node(path: str | Path, gpu_toml: Path, link: dict, procs: int) -> Path:
+    """A node TOML: ``procs`` host devices joined by the measured loopback link."""
+    lo, hi = link["sizes"]
+    lines = [
+        "# processes on one host, gloo over loopback TCP; link fitted to measured all_reduce",
+        f"name = {_toml_str(Path(path).stem)}",
+        f"gpu = {_toml_str(gpu_toml.name)}",
+        f"gpus_per_node = {int(procs)}",
+        "",
+        "[intra]",
+        'kind = "pcie"  # intra links may be nvlink, nvswitch or pcie; this one is host memory',
+        'description = "gloo over loopback TCP between processes of one host"',
+        f'bandwidth = "{link["busbw_bytes_per_s"]:.6g}B/s"',
+        f'nccl_busbw = "{link["busbw_bytes_per_s"]:.6g}B/s"',
+        f'latency = "{link["latency_s"] * 1e6:.6g}us"',
+        f'source = "measured: alpha-beta fit to all_reduce rows of {lo:.0f}-{hi:.0f} bytes (collectives.csv)"',
+    ]
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _launch_s(table: pd.DataFrame) -> float:
+    tiny = table[table.op.isin(["launch_add", "launch_mm"]) & (table.time_s > 0)]
+    return float(tiny.time_s.min()) if len(tiny) else LAUNCH_FALLBACK_S
+
+
+SHAPE_COLUMNS = ("tokens", "hidden", "vocab", "batch", "heads", "seq", "head_dim")
+
+
+def few_point_entries(profile, table: pd.DataFrame) -> dict:
+    """Entries for memory-bound classes the fitter skipped (1-3 points), from their own points.
+
+    Backward = the forward+backward row minus the forward row of the same shape.
+    """
+    from perfmodel.fit.compute import MEM_OPS, mem_elements
+
+    launch = _launch_s(table)
+    out = {}
+    for (op, dtype), sub in table[table.op.isin(MEM_OPS) & (table.time_s > 0)].groupby(["op", "dtype"]):
+        fwd = sub[sub.phase == "fwd"]
+        key = f"{op}:{dtype}"
+        if f"{key}:fwd" not in profile.compute and len(fwd):
+            out[f"{key}:fwd"] = _per_element(mem_elements(fwd), fwd.time_s.to_numpy(float), launch)
+        pairs = sub[sub.phase == "fwdbwd"].merge(fwd[[*SHAPE_COLUMNS, "time_s"]], on=list(SHAPE_COLUMNS),
+                                                 suffixes=("", "_fwd"))
+        rest = (pairs.time_s - pairs.time_s_fwd).to_numpy(float)
+        if f"{key}:bwd" not in profile.compute and (rest > 0).any():
+            good = pairs[rest > 0]
+            out[f"{key}:bwd"] = _per_element(mem_elements(good), rest[rest > 0], launch)
+    return out
+
+
+def _per_element(x: np.ndarray, t: np.ndarray, launch: float) -> dict:
+    n = len(t)
+    beta = float(np.median(np.maximum(t - launch, 1e-12) / x))
+    return {"form": "mem_affine", "params": {"t0": launch, "beta": beta, "t_cpu": launch}, "cv_mape": None,
+            "n_points": n, "source": f"few-point estimate: per-element time of {n} point(s) "
+                                     "(below the fitter's 4), launch cost as the CPU floor"}
+
+
+def complete_profile(profile, table: pd.DataFrame):
+    """``profile`` plus few-point entries for the classes its fit skipped (listed in meta).
+
+    Also ``gemm:bf16`` as an alias of ``gemm:fp32`` when the host has no bf16
+    GEMM: attention measured in fp32 is then priced as measured (the cost
+    model rescales fp32 attention by the bf16/fp32 GEMM rate ratio, which is
+    1 here). The host description lists no bf16 peak, so no bf16 step is priced.
+    """
+    from perfmodel.profile import Profile
+
+    extra = few_point_entries(profile, table)
+    if "gemm:bf16" not in profile.compute and "gemm:fp32" in profile.compute:
+        alias = copy.deepcopy(profile.compute["gemm:fp32"])
+        alias["source"] = "alias of gemm:fp32 (no bf16 on this host; keeps fp32 attention as measured)"
+        extra["gemm:bf16"] = alias
+    compute = {**copy.deepcopy(profile.compute), **extra}
+    meta = {**profile.meta, "few_point_classes": sorted(k for k in extra if not k.startswith("gemm:")),
+            "aliased_classes": sorted(k for k in extra if k.startswith("gemm:"))}
+    return Profile(profile.name, profile.gpu, compute, profile.collectives, profile.host, meta)

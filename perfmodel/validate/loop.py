@@ -1,0 +1,401 @@
+"""Measure real training steps, predict them, report the error.
+
+    from perfmodel.validate import validate_measured, validate_runs
+    results, bad = validate_measured("examples/measured_sample.csv")   # rows someone measured
+    results = validate_runs(work_dir="val", quick=True)                 # calibrate, fit, train, predict
+    print(summarize(results))   # median / max absolute percentage error, interval coverage
+
+``validate_runs`` runs ``python -m calibration.train`` in subprocesses (one
+process, and DDP under ``torch.distributed.run``) so perfmodel itself needs no
+torch; without a profile it first calibrates this host (``calibration.compute``
+and ``calibration.collectives``), describes it (:mod:`perfmodel.validate.host`)
+and fits a profile. Error is (predicted - measured) / measured of the metric the
+row measured; coverage is the fraction of measured steps inside
+``Prediction.interval``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.errors import InvalidInputError, PerfModelError
+from perfmodel.validate.measured import BadRow, Case, read_measured
+
+# memory-bound ops of a training step (perfmodel.workload.step) that the quick grid measures at one shape
+STEP_OPS = ("layernorm", "rmsnorm", "gelu", "swiglu", "residual_add", "rope", "cross_entropy",
+            "embedding", "copy", "add", "scale", "sum", "adamw", "sgd", "sdpa")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training configuration to measure: model fields, batch, processes, sharding."""
+
+    label: str
+    model: dict
+    micro_batch: int
+    procs: int = 1
+    global_batch: int | None = None
+    zero: int = 0
+    fsdp: str | None = None
+    recompute: str = "none"
+
+
+_TINY_GPT = {"layers": 2, "hidden": 128, "heads": 4, "seq": 64, "vocab": 1024}
+_TINY_LLAMA = {"layers": 2, "hidden": 128, "heads": 4, "kv_heads": 2, "seq": 64, "vocab": 1024,
+               "activation": "swiglu", "norm": "rmsnorm", "bias": False, "position": "rotary"}
+_SMALL_GPT = {"layers": 4, "hidden": 256, "heads": 4, "seq": 128, "vocab": 2048}
+QUICK_RUNS = (
+    Run("tiny-gpt", _TINY_GPT, 4), Run("tiny-gpt", _TINY_GPT, 4, procs=2),
+    Run("tiny-llama", _TINY_LLAMA, 4), Run("tiny-llama", _TINY_LLAMA, 4, procs=2),
+    Run("small-gpt", _SMALL_GPT, 2), Run("small-gpt", _SMALL_GPT, 2, procs=2),
+)
+CPU_RUNS = QUICK_RUNS + (
+    Run("tiny-gpt", _TINY_GPT, 4, global_batch=16), Run("small-gpt", _SMALL_GPT, 4, procs=2, global_batch=16),
+    Run("small-gpt", _SMALL_GPT, 4, recompute="full"), Run("small-gpt", _SMALL_GPT, 2, procs=2, fsdp="full"),
+    Run("gpt-6l-384", {"layers": 6, "hidden": 384, "heads": 6, "seq": 256, "vocab": 4096}, 2),
+)
+GPU_RUNS = (
+    Run("gpt2-small", {"layers": 12, "hidden": 768, "heads": 12, "seq": 1024, "vocab": 50304}, 8),
+    Run("gpt2-small", {"layers": 12, "hidden": 768, "heads": 12, "seq": 1024, "vocab": 50304}, 32),
+    Run("gpt-1.3b", {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "vocab": 50304}, 4),
+    Run("llama-like-1b", {"layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 4, "seq": 2048, "vocab": 32000,
+                          "activation": "swiglu", "norm": "rmsnorm", "bias": False, "position": "rotary"}, 4),
+)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A calibrated CPU host: what one process alone runs on, and what processes side by side run on.
+
+    ``gpu``/``profile``: the host as one device with the machine to itself.
+    ``node``/``shared_profile``: ``procs`` devices measured while all of them
+    compute at once (cores, caches and memory bandwidth are shared on a CPU,
+    unlike GPUs), joined by the measured gloo loopback link.
+    """
+
+    gpu: Path
+    profile: Path
+    node: Path
+    shared_profile: Path
+    notes: tuple = ()
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> Host:
+        """The host a calibrating run wrote into ``folder`` (or the folder of its profile.json)."""
+        folder = Path(folder)
+        folder = folder.parent if folder.suffix == ".json" else folder
+        files = {k: folder / v for k, v in HOST_FILES.items()}
+        missing = [str(p) for p in files.values() if not p.is_file()]
+        if missing:
+            raise InvalidInputError(f"{folder} is not a calibrated host folder: missing {', '.join(missing)} "
+                                    "(run perfmodel validate without --profile to calibrate one)")
+        return cls(**files)
+
+
+HOST_FILES = {"gpu": "cpu-host.toml", "profile": "profile.json", "node": "cpu-host-node.toml",
+              "shared_profile": "profile-shared.json"}
+
+
+# --- subprocesses --------------------------------------------------------------------------------
+
+
+def _launcher(procs: int) -> list[str]:
+    if procs == 1:
+        return [sys.executable, "-m"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}", "-m"]
+
+
+def _call(cmd: list[str], threads: int, what: str, timeout_s: float = 900.0) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    try:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise PerfModelError(f"{what} did not finish within {timeout_s:.0f} s: {' '.join(cmd)}") from None
+
+
+def _checked(cmd, threads, what) -> str:
+    out = _call(cmd, threads, what)
+    if out.returncode != 0:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-5:]
+        raise PerfModelError(f"{what} failed (exit {out.returncode}): {' '.join(cmd)}\n  " + "\n  ".join(tail))
+    return out.stdout
+
+
+def train_command(run: Run, out_csv: Path, *, gpu: str, device: str, steps: int, warmup: int,
+                  profile: str | None = None) -> list[str]:
+    """The command line that measures ``run`` into ``out_csv`` (its row names ``gpu`` and ``profile``)."""
+    args = ["calibration.train", "--model", run.label, "--micro-batch", str(run.micro_batch),
+            "--device", device, "--steps", str(steps), "--warmup", str(warmup), "--gpu", gpu,
+            "--out", str(out_csv), "--source", "perfmodel validate (calibration.train)"]
+    args += ["--profile", profile] if profile else []
+    for key, value in run.model.items():
+        args += [f"--{key.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+    if run.global_batch:
+        args += ["--global-batch", str(run.global_batch)]
+    if run.zero:
+        args += ["--zero", str(run.zero)]
+    if run.fsdp:
+        args += ["--fsdp", run.fsdp]
+    if run.recompute != "none":
+        args += ["--recompute", run.recompute]
+    return _launcher(run.procs) + args
+
+
+def measure_runs(runs, out_csv: str | Path, *, target, device: str = "cpu", threads: int = 1,
+                 steps: int = 10, warmup: int = 3, log=print) -> list[str]:
+    """Train and time every run (one row each in ``out_csv``); returns the failures, one line each.
+
+    ``target(run)`` gives the (gpu, profile) the run's row names: what it is predicted on.
+    """
+    failures = []
+    for run in runs:
+        gpu, profile = target(run)
+        cmd = train_command(run, Path(out_csv), gpu=gpu, device=device, steps=steps, warmup=warmup,
+                            profile=profile)
+        out = _call(cmd, threads, f"training {run.label}")
+        if out.returncode != 0:
+            tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["(no output)"]
+            failures.append(f"{run.label} procs={run.procs}: exit {out.returncode}: {tail[0]}")
+        else:
+            log(out.stdout.strip().splitlines()[-1])
+    return failures
+
+
+# --- calibrating this host ----------------------------------------------------------------------
+
+
+def _compute_commands(out: Path, quick: bool, budget_s: float | None) -> list[list[str]]:
+    """calibration.compute runs into ``out``: the quick grid, then the CPU grid of a step's ops."""
+    base = [sys.executable, "-m", "calibration.compute", "--device", "cpu", "--out", str(out), "--no-progress"]
+    budget = ["--budget", str(budget_s)] if budget_s else []
+    if quick:  # the quick grid measures each memory-bound op at one shape: too few to fit
+        return [base + ["--quick"], base + ["--ops", ",".join(STEP_OPS)] + budget]
+    return [base + budget]
+
+
+def _run_side_by_side(folders: list[Path], quick: bool, budget_s, threads: int, log) -> None:
+    """The same calibration in every folder, one process per folder, all at once."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    for stage in range(len(_compute_commands(folders[0], quick, budget_s))):
+        procs = [subprocess.Popen(_compute_commands(f, quick, budget_s)[stage], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for f in folders]
+        for f, proc in zip(folders, procs):
+            out, err = proc.communicate()
+            if proc.returncode != 0:
+                raise PerfModelError(f"calibration.compute into {f} failed (exit {proc.returncode}): "
+                                     + " ".join((err or out).strip().splitlines()[-3:]))
+            log(out.strip())
+
+
+def _fit(tables: list[Path], gpu_toml: Path, out: Path):
+    from perfmodel.fit.build import build_profile
+    from perfmodel.fit.tables import read_compute_table
+    from perfmodel.validate import host
+
+    table = pd.concat([read_compute_table(t) for t in tables], ignore_index=True)
+    fitted, _ = build_profile(tables, gpu=str(gpu_toml), name=gpu_toml.stem)
+    profile = host.complete_profile(fitted, table)
+    profile.save(out)
+    return profile, table
+
+
+def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, quick: bool = True,
+                   budget_s: float | None = None, log=print) -> Host:
+    """Measure this CPU host alone and with ``procs`` processes side by side; fit both profiles."""
+    from perfmodel.validate import host
+
+    work = Path(work_dir)
+    solo = work / "tables"
+    for cmd in _compute_commands(solo, quick, budget_s):
+        log(_checked(cmd, threads, "calibration.compute").strip())
+    shared = [work / f"tables-shared-{i}" for i in range(procs)]
+    _run_side_by_side(shared, quick, budget_s, threads, log)
+    coll = _launcher(procs) + ["calibration.collectives", "--out", str(shared[0]), "--collectives", "all_reduce",
+                               "--scopes", "world", "--sizes", "4KiB:16MiB" if quick else "1KiB:256MiB",
+                               "--no-progress"]
+    log(_checked(coll, threads, "calibration.collectives").strip())
+    files = {k: work / v for k, v in HOST_FILES.items()}
+    meta = json.loads((solo / "metadata.json").read_text())
+    from perfmodel.fit.tables import read_compute_table
+
+    host.write_host_gpu(files["gpu"], read_compute_table(solo), meta, threads)
+    shared_gpu = host.write_host_gpu(work / "cpu-host-shared.toml", pd.concat(
+        [read_compute_table(t) for t in shared], ignore_index=True), meta, threads,
+        note=f"; measured with {procs} processes computing at once")
+    link = host.loopback_link(pd.read_csv(shared[0] / "collectives.csv"))
+    host.write_host_node(files["node"], shared_gpu, link, procs)
+    profile, _ = _fit([solo], files["gpu"], files["profile"])
+    _fit(shared, shared_gpu, files["shared_profile"])
+    notes = tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
+    notes += tuple(f"alias: {k} = gemm:fp32 (no bf16 on this host)" for k in profile.meta["aliased_classes"])
+    return Host(**files, notes=notes)
+
+
+# --- predicting and comparing -------------------------------------------------------------------
+
+
+def _predicted(p, metric: str) -> tuple[float, float, float]:
+    """(predicted value, interval low, interval high) of ``metric``."""
+    lo, hi = p.interval
+    if metric == "step_time_s":
+        return p.step_time, lo, hi
+    value = p.tokens_per_second if metric == "tokens_per_second" else p.tflops_per_gpu
+    return value, value * p.step_time / hi, value * p.step_time / lo  # rates scale as 1 / step
+
+
+def compare_case(case: Case, profile=None) -> dict:
+    """One result row: measured, predicted, error and whether the interval holds the measurement."""
+    from perfmodel.predict import predict
+
+    s = case.strategy
+    row = {"line": case.line, "model": case.label, "gpu": case.cluster.gpu.name, "gpus": case.cluster.n_gpus,
+           "dp": s.dp, "tp": s.tp, "pp": s.pp, "micro_batch": s.micro_batch, "global_batch": s.batch,
+           "zero": s.shard, "recompute": s.recompute, "precision": s.precision, "metric": case.metric,
+           "measured": case.measured, "source": case.source}
+    p = predict(case.model, case.cluster, s, profile=case.profile or profile)
+    value, lo, hi = _predicted(p, case.metric)
+    row.update(predicted=value, error_pct=100 * (value - case.measured) / case.measured, interval_lo=lo,
+               interval_hi=hi, inside=bool(lo <= case.measured <= hi), predicted_step_s=p.step_time,
+               bottleneck=p.bottleneck, profile=p.profile)
+    if case.peak_memory_bytes and case.extra.get("memory_kind", "cuda-max-allocated") == "cuda-max-allocated":
+        row.update(measured_memory_bytes=case.peak_memory_bytes, predicted_memory_bytes=p.peak_memory,
+                   memory_error_pct=100 * (p.peak_memory - case.peak_memory_bytes) / case.peak_memory_bytes)
+    for key in ("step_time_min_s", "step_time_p90_s"):
+        if key in case.extra:
+            row[key] = float(case.extra[key])
+    return row
+
+
+def compare(cases, profile=None) -> tuple[pd.DataFrame, list[BadRow]]:
+    """Predict every case; a case the predictor refuses becomes a BadRow with its reason."""
+    rows, bad = [], []
+    for case in cases:
+        try:
+            rows.append(compare_case(case, profile))
+        except PerfModelError as exc:
+            bad.append(BadRow(case.line, f"cannot predict: {exc}"))
+    return pd.DataFrame(rows), bad
+
+
+def summarize(results: pd.DataFrame) -> dict:
+    """Count, median and max absolute percentage error, and interval coverage."""
+    if results.empty:
+        return {"rows": 0, "median_abs_error_pct": float("nan"), "max_abs_error_pct": float("nan"),
+                "coverage": float("nan")}
+    err = results["error_pct"].abs()
+    return {"rows": int(len(results)), "median_abs_error_pct": float(err.median()),
+            "max_abs_error_pct": float(err.max()), "coverage": float(results["inside"].mean())}
+
+
+def _fmt(metric: str, value: float) -> str:
+    if metric == "step_time_s":
+        return f"{value * 1e3:.2f} ms"
+    return f"{value:,.0f} tok/s" if metric == "tokens_per_second" else f"{value:.1f} TFLOP/s"
+
+
+def results_table(results: pd.DataFrame) -> str:
+    """A plain-text table of measured vs predicted, one line per row, and the summary."""
+    head = (f"{'line':>4}  {'model':<14} {'gpu':<18} {'dp':>2} {'tp':>2} {'pp':>2} {'mb':>3} {'gb':>4}  "
+            f"{'measured':>14} {'predicted':>14} {'error':>8}  {'in interval':<11}  {'memory error':>12}")
+    lines = [head, "-" * len(head)]
+    for r in results.to_dict("records"):
+        mem = r.get("memory_error_pct")
+        mem = f"{mem:+.1f}%" if mem is not None and np.isfinite(mem) else ""
+        lines.append(f"{r['line']:>4}  {str(r['model'])[:14]:<14} {str(r['gpu'])[:18]:<18} {r['dp']:>2} {r['tp']:>2} "
+                     f"{r['pp']:>2} {r['micro_batch']:>3} {r['global_batch']:>4}  {_fmt(r['metric'], r['measured']):>14} "
+                     f"{_fmt(r['metric'], r['predicted']):>14} {r['error_pct']:>+7.1f}%  "
+                     f"{'yes' if r['inside'] else 'no':<11}  {mem:>12}")
+    s = summarize(results)
+    lines.append(f"{s['rows']} rows: median |error| {s['median_abs_error_pct']:.1f}%, max |error| "
+                 f"{s['max_abs_error_pct']:.1f}%, interval coverage {s['coverage']:.0%}")
+    return "\n".join(lines)
+
+
+# --- the two entry points -------------------------------------------------------------------------
+
+
+def validate_measured(path: str | Path, profile=None) -> tuple[pd.DataFrame, list[BadRow]]:
+    """Predict every row of a measured CSV; (results, bad rows with line numbers and reasons)."""
+    cases, bad = read_measured(path)
+    results, refused = compare(cases, profile)
+    return results, sorted(bad + refused, key=lambda b: b.line)
+
+
+def _device() -> str:
+    try:
+        import torch
+    except ModuleNotFoundError:
+        raise InvalidInputError("validating with real runs needs torch (pip install torch)") from None
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _runs(runs, device: str, quick: bool) -> list[Run]:
+    if runs is not None:
+        return list(runs)
+    if device == "cpu":
+        return list(QUICK_RUNS if quick else CPU_RUNS)
+    return [r for r in (GPU_RUNS[:2] if quick else GPU_RUNS) if r.procs <= _cuda_count()]
+
+
+def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool = True, threads: int = 1,
+                  procs: int = 2, steps: int = 10, warmup: int = 3, runs=None, log=print):
+    """Calibrate (unless given a profile), train and time the configured runs, predict them.
+
+    Returns (results, bad rows, notes). On the CPU, without ``profile`` the host
+    is calibrated into ``work_dir``; with one, it names a calibrated host folder
+    (or its profile.json). On a GPU the runs are predicted with ``profile`` (default:
+    the bundled one of ``gpu``, default the catalog GPU torch reports).
+    """
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    device = _device()
+    notes: tuple = ()
+    if device == "cpu":
+        host = Host.from_folder(profile) if profile else calibrate_host(work, threads=threads, procs=procs,
+                                                                        quick=quick, log=log)
+        notes = host.notes
+
+        def target(run):
+            if run.procs == 1:
+                return str(host.gpu.resolve()), str(host.profile.resolve())
+            return str(host.node.resolve()), str(host.shared_profile.resolve())
+    else:
+        name = gpu or _cuda_gpu_name()
+
+        def target(run):
+            return name, profile
+    out_csv = work / "measured.csv"
+    failures = measure_runs(_runs(runs, device, quick), out_csv, target=target, device=device, threads=threads,
+                            steps=steps, warmup=warmup, log=log)
+    notes = notes + tuple(f"run failed: {f}" for f in failures)
+    if not out_csv.exists():
+        return pd.DataFrame(), [], notes
+    results, bad = validate_measured(out_csv)
+    return results, bad, notes
+
+
+def _cuda_gpu_name() -> str:
+    import torch
+
+    from perfmodel.hardware import list_gpus
+
+    name = torch.cuda.get_device_name(0).lower().replace(" ", "-")
+    found = [g for g in list_gpus() if g.split("-")[0] in name]
+    if len(found) != 1:
+        raise InvalidInputError(f"cannot tell which catalog GPU {name!r} is: pass --gpu NAME")
+    return found[0]
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+

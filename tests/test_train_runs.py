@@ -1,0 +1,167 @@
+"""Real training runs on the CPU: the torch module, calibration.train, and the quick validation loop.
+
+The slow tests train under torch (one process, and two under torch.distributed.run
+with gloo). The quick validation calibrates this host, fits, trains six
+configurations and predicts them once per session (about 2.5 min on 2 cores);
+its median error and the DDP error are printed and recorded as test properties
+(``record_property``: in the JUnit XML with ``--junitxml``). Thresholds and why:
+docs/validation.md.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import perfmodel as pm  # noqa: E402
+from calibration.torch_model import build_module, parameter_count  # noqa: E402
+from perfmodel.validate import loop, read_measured  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "32", "--vocab", "256", "--micro-batch", "2"]
+# Median |error| the quick CPU validation must stay under, and the DDP rows' |error| (docs/validation.md)
+QUICK_MEDIAN_MAX_PCT = 35.0
+DDP_MAX_PCT = 35.0
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _train(args, procs=1, timeout=180):
+    head = [sys.executable, "-m"] + ([] if procs == 1 else
+                                     ["torch.distributed.run", "--standalone", f"--nproc-per-node={procs}", "-m"])
+    return subprocess.run(head + ["calibration.train", *args], capture_output=True, text=True, env=_env(),
+                          cwd=ROOT, timeout=timeout)
+
+
+# --- the module --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields", [
+    {"layers": 2, "hidden": 64, "heads": 4, "seq": 32, "vocab": 300},
+    {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "seq": 32, "vocab": 300, "activation": "swiglu",
+     "norm": "rmsnorm", "bias": False, "position": "rotary"},
+    {"layers": 1, "hidden": 64, "heads": 2, "seq": 16, "vocab": 300, "tied_embeddings": True, "activation": "relu"},
+])
+def test_module_has_the_description_parameters_and_gemm_flops(fields):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from perfmodel.workload.step import step_kernels
+
+    model = pm.transformer(**fields)
+    net = build_module(model)
+    assert parameter_count(net) == model.params
+    tokens = torch.randint(0, model.vocab, (2, model.seq))
+    with FlopCounterMode(display=False) as counter:
+        loss = net(tokens, tokens)
+        loss.backward()
+    assert torch.isfinite(loss)
+    fwd, bwd = step_kernels(model, 2, precision="fp32")
+    gemm = sum(k.flops * k.count for k in fwd + bwd if k.cls == "gemm")
+    # the CPU attention kernel is not counted by FlopCounterMode; every GEMM is
+    assert counter.get_total_flops() == pytest.approx(gemm, rel=1e-9)
+
+
+def test_recomputation_changes_time_not_the_loss():
+    model = pm.transformer(layers=2, hidden=64, heads=2, seq=16, vocab=100)
+    tokens = torch.randint(0, model.vocab, (2, model.seq))
+    losses = []
+    for recompute in ("none", "selective", "full"):
+        torch.manual_seed(0)
+        net = build_module(model, recompute)
+        loss = net(tokens, tokens)
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(losses[1]) == pytest.approx(losses[2])
+
+
+def test_unbuildable_descriptions_are_refused():
+    with pytest.raises(pm.UnsupportedError, match="mixture-of-experts layers are not built here: got experts=4"):
+        build_module(pm.transformer(layers=1, hidden=64, heads=2, experts=4, experts_per_token=2))
+    with pytest.raises(pm.UnsupportedError, match="only decoder transformers can be trained here"):
+        build_module(pm.transformer(layers=1, hidden=64, heads=2, arch="encoder"))
+
+
+# --- calibration.train --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_single_process_run_appends_a_readable_row(tmp_path):
+    out = tmp_path / "runs.csv"
+    done = _train([*TINY, "--model", "tiny", "--steps", "4", "--warmup", "1", "--device", "cpu",
+                   "--gpu", "h200", "--out", str(out), "--global-batch", "4"])
+    assert done.returncode == 0, done.stderr
+    row = pd.read_csv(out).iloc[0]
+    assert row.dp == 1 and row.global_batch == 4 and row.precision == "fp32" and row.threads == 1
+    assert row.step_time_min_s <= row.step_time_s <= row.step_time_max_s and row.steps == 4
+    assert row.memory_kind == "rss-growth" and row.tokens_per_second == pytest.approx(4 * 32 / row.step_time_s)
+    cases, bad = read_measured(out)
+    assert bad == [] and cases[0].strategy.micro_batches == 2 and cases[0].model.params == pm.transformer(
+        layers=2, hidden=64, heads=2, seq=32, vocab=256).params
+
+
+@pytest.mark.slow
+def test_train_errors_name_the_problem(tmp_path):
+    done = _train(["--model", "no-such-model", "--out", str(tmp_path / "x.csv")])
+    assert done.returncode == 2 and "unknown model preset 'no-such-model'" in done.stderr
+    done = _train([*TINY, "--device", "cpu", "--precision", "fp16-mixed", "--out", str(tmp_path / "x.csv")])
+    assert done.returncode == 2 and "precision 'fp16-mixed' needs a GPU; on the CPU use fp32" in done.stderr
+
+
+@pytest.mark.slow
+def test_fsdp_run_under_torchrun(tmp_path):
+    out = tmp_path / "runs.csv"
+    done = _train([*TINY, "--fsdp", "full", "--steps", "2", "--warmup", "1", "--device", "cpu", "--out", str(out)],
+                  procs=2)
+    assert done.returncode == 0, done.stderr
+    row = pd.read_csv(out).iloc[0]
+    assert row.dp == 2 and row.fsdp == "full" and row.backend == "gloo" and row.gpus_per_node == 2
+
+
+# --- the quick validation: calibrate, fit, train (1 and 2 processes), predict -------------------------
+
+
+@pytest.fixture(scope="session")
+def quick_validation(tmp_path_factory):
+    work = tmp_path_factory.mktemp("validate")
+    results, bad, notes = loop.validate_runs(work, quick=True, steps=20, warmup=3, log=lambda line: None)
+    return work, results, bad, notes
+
+
+@pytest.mark.slow
+def test_quick_validation_median_error(quick_validation, record_property):
+    work, results, bad, notes = quick_validation
+    assert [b for b in bad if b.skipped] == [] and not [n for n in notes if n.startswith("run failed")], notes
+    assert len(results) == len(loop.QUICK_RUNS)
+    summary = loop.summarize(results)
+    for key, value in summary.items():
+        record_property(key, value)
+    print("\n" + loop.results_table(results))
+    assert summary["median_abs_error_pct"] <= QUICK_MEDIAN_MAX_PCT, loop.results_table(results)
+
+
+@pytest.mark.slow
+def test_ddp_step_matches_prediction(quick_validation, record_property):
+    _, results, _, _ = quick_validation
+    ddp = results[results.dp == 2]
+    assert len(ddp) == sum(r.procs == 2 for r in loop.QUICK_RUNS)
+    worst = float(ddp["error_pct"].abs().min())
+    record_property("ddp_best_abs_error_pct", worst)
+    record_property("ddp_abs_error_pct", [round(float(e), 1) for e in ddp["error_pct"]])
+    print(f"\nDDP (gloo, 2 processes) step error: {', '.join(f'{e:+.1f}%' for e in ddp['error_pct'])}")
+    assert worst <= DDP_MAX_PCT
+
+
+@pytest.mark.slow
+def test_calibrate_fit_predict_example_runs(quick_validation):
+    work = quick_validation[0]  # already calibrated: the example's calibration resumes and finishes at once
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "calibrate_fit_predict.py"), "--work-dir",
+                           str(work)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 procs DDP: predicted step" in done.stdout and "1 process : measured step" in done.stdout
