@@ -2,42 +2,57 @@
 
 Everything here takes numpy arrays for the numeric strategy fields (dp, tp,
 pp, micro_batch, micro-batches, virtual stages, ZeRO stage, sequence
-parallelism) and returns arrays, so ``predict`` (one configuration) and
-``search`` (a million) run the same code and agree exactly.
+parallelism, ...) and returns arrays, so ``predict`` (one configuration) and
+``search`` (a million) run the same code and agree exactly. docs/distributed.md
+derives every formula; the one-line comments name the sources.
 
-Step = pipeline(forward + backward per micro-batch, incl. exposed tensor-parallel
-communication) + point-to-point + exposed data-parallel communication + optimizer.
+Step = pipeline(forward + backward of every micro-batch, tensor-parallel
+communication on the critical path) + point-to-point sends + exposed
+data-parallel communication + optimizer.
 
-* Pipeline (Narayanan et al. 2021, §2.2): with m micro-batches, stage times
-  S_s = f_s + b_s and v virtual stages per GPU,
-  T = m · max_s S_s + (Σ_s S_s − max_s S_s) / v — for balanced stages the
-  familiar (m + p − 1)(f + b) and a bubble (p − 1)/(v·m).
-* Tensor parallel (Shoeybi et al. 2019): 2 all-reduces of b·s·h activations in
-  each layer's forward and 2 in its backward, on the critical path; sequence
-  parallel replaces each by a reduce-scatter + all-gather of the same bytes
-  (Korthikanti et al. 2022).
-* Data parallel as PyTorch DDP (Li et al. 2020, VLDB): gradients all-reduced in
-  buckets of ``bucket_mb`` while backward runs; the last bucket is exposed.
-  ZeRO-1/2: reduce-scatter the gradients, all-gather updated parameters;
-  ZeRO-3/FSDP: all-gather parameters before each layer's forward and backward
-  (prefetched, hidden behind compute where it fits) and reduce-scatter
-  gradients (Rajbhandari et al. 2020: 1.5× the DDP volume).
-* Parameter server (Li et al. 2014, OSDI): each worker pushes gradients and
-  pulls weights, 4 B/param each way; the S servers' NICs carry all workers.
+``c`` keys: dp, tp, pp, micro_batch, m (micro-batches per step per data-parallel
+rank), v (virtual stages), zero (0-3), sp (sequence parallel), ps (parameter
+servers), bucket (DDP bucket bytes), hybrid (FSDP hybrid sharding), schedule
+(0 1f1b, 1 gpipe, 2 interleaved), tp_overlap (Megatron-LM asynchronous
+tensor-parallel communication in backward). Optional keys that hold one value
+for every configuration: stage_layers (a tuple, layers per pipeline stage, for
+one pp), framework ("pytorch" | "megatron") and attention ("flash" |
+"unfused"); see ``adapt_kernels``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from perfmodel.costs import memory as mem
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.costs.compute import kernel_time, phase_time
-from perfmodel.placement import layout
+from perfmodel.placement import layout, pipeline_crossings
 from perfmodel.workload import step as steps
-from perfmodel.workload.ops import Kernel, mem as mem_kernel
+from perfmodel.validation import check_choice
+from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
 
-GRAD_BYTES = 4.0  # fp32 gradients (autocast keeps fp32 parameters; DDP reduces them as they are)
+PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
+DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
+FRAMEWORKS = ("pytorch", "megatron")
+ATTENTIONS = ("flash", "unfused")
+
+
+def dtype_bytes(precision: str, framework: str = "pytorch") -> dict[str, float]:
+    """Bytes per element that the data-parallel collectives move.
+
+    pytorch: autocast over fp32 parameters, so .grad and the weights are fp32.
+    megatron (Micikevicius et al. 2018 master weights): 16-bit weights; gradients
+    accumulate in fp32 main_grad under bf16 and stay 16-bit under fp16
+    (Megatron-LM arguments: accumulate_allreduce_grads_in_fp32 is forced for bf16).
+    ``lo``: the activation dtype (what ZeRO-3/FSDP gathers and reduces).
+    """
+    lo = 2.0 if steps.is_mixed(precision) else 4.0
+    if framework == "megatron" and steps.is_mixed(precision):
+        return {"grad": 2.0 if precision == "fp16-mixed" else 4.0, "param": lo, "lo": lo}
+    return {"grad": 4.0, "param": 4.0, "lo": lo}
 
 
 def _params(model):
@@ -49,15 +64,16 @@ def _params(model):
     h = model.hidden
     gemm_layer = float(h * model.qkv_out + h * h + model.experts * (h * model.mlp_in_out + model.ffn_hidden * h)
                        + (h * model.experts if model.experts > 1 else 0))
-    head_gemm = 0.0 if model.tied_embeddings else float(model.vocab * h)
-    if model.tied_embeddings:
-        head_gemm = float(model.vocab * h)  # the tied matrix is still cast for the LM head GEMM
+    head_gemm = float(model.vocab * h)  # a tied matrix is still cast for the LM head GEMM
     return {"layer": layer, "embed": float(model.embedding_params), "head": float(model.head_params),
             "gemm_layer": gemm_layer, "gemm_head": head_gemm}
 
 
+# --- pipeline stages ------------------------------------------------------------------------
+
+
 def stage_layers(layers: int, pp):
-    """Layers on the first, the last and the fullest middle stage (even split, remainder first)."""
+    """Layers on the first, the fullest middle and the last stage (even split, remainder first)."""
     pp = np.asarray(pp, float)
     base = np.floor(layers / pp)
     rem = layers - base * pp
@@ -67,71 +83,245 @@ def stage_layers(layers: int, pp):
     return first, middle, last
 
 
+def stages(model, c):
+    """Representative pipeline stages: dicts of layers, index, has_embed, has_head, valid.
+
+    Even split: the first, the fullest middle and the last stage stand for all
+    of them (a middle stage holds no more layers than the first and no
+    embedding, so it never sets a maximum the first does not). With an explicit
+    ``c["stage_layers"]`` every stage is listed.
+    """
+    pp = np.asarray(c["pp"], float)
+    explicit = c.get("stage_layers")
+    if explicit is not None:
+        n = len(explicit)
+        return [{"layers": float(lay), "index": float(i), "embed": i == 0, "head": i == n - 1, "valid": True}
+                for i, lay in enumerate(explicit)]
+    first, middle, last = stage_layers(model.layers, pp)
+    single = pp == 1
+    return [{"layers": first, "index": 0.0, "embed": True, "head": single, "valid": True},
+            {"layers": middle, "index": 1.0, "embed": False, "head": False, "valid": pp > 2},
+            {"layers": last, "index": pp - 1, "embed": False, "head": True, "valid": ~single}]
+
+
+def _stage_time(st, t, key):
+    """Seconds of one micro-batch on a stage: ``key`` "f", "b" or "fb"."""
+    total = 0.0
+    for k in key:
+        total = total + st["layers"] * t[f"layer_{k}"] + np.where(st["embed"], t[f"embed_{k}"], 0.0) \
+            + np.where(st["head"], t[f"head_{k}"], 0.0)
+    return total
+
+
+def pipeline_time(model, t, sts, c):
+    """All micro-batches through the pipeline; returns (seconds, bottleneck stage seconds).
+
+    Narayanan et al. 2021 §2.2: with m micro-batches and stage times S_s = f_s + b_s,
+    T = m·max S + (Σ S − max S)/v; balanced stages give (m + (p−1)/v)(f + b), a bubble of
+    (p−1)/(v·m) of the ideal time. For unequal stages the fill and the drain pass each
+    stage once while the slowest stage sets the steady-state pace (PipeDream, Narayanan
+    et al. 2019, §3.1). GPipe and 1F1B have the same bubble; they differ in memory.
+    """
+    worst = 0.0
+    for st in sts:
+        worst = np.maximum(worst, np.where(st["valid"], _stage_time(st, t, "fb"), 0.0))
+    if c.get("stage_layers") is not None:
+        everything = sum(_stage_time(st, t, "fb") for st in sts)
+    else:
+        everything = model.layers * (t["layer_f"] + t["layer_b"]) + t["embed_f"] + t["embed_b"] \
+            + t["head_f"] + t["head_b"]
+    pipe = c["m"] * worst + np.maximum(everything - worst, 0.0) / c["v"]
+    return pipe, worst
+
+
+# --- compute ----------------------------------------------------------------------------------
+
+
 def _times(profile, kernels):
     wall, gpu, _ = phase_time(profile, kernels)
     return wall, gpu
 
 
-def compute_times(model, profile, c, *, precision, recompute):
-    """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd."""
-    lf, lb = steps.layer_kernels(model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision,
-                                 recompute=recompute)
-    ef, eb = steps.embedding_kernels(model, c["micro_batch"], tp=c["tp"], precision=precision)
-    hf, hb = steps.head_kernels(model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision)
-    out = {}
-    for name, ks in (("layer_f", lf), ("layer_b", lb), ("embed_f", ef), ("embed_b", eb), ("head_f", hf), ("head_b", hb)):
-        out[name], out[name + "_gpu"] = _times(profile, ks)
-    out["layer_flops_f"] = sum(k.flops * np.asarray(k.count, float) for k in lf)
-    out["layer_attn_flops_f"] = sum(k.flops * np.asarray(k.count, float) for k in lf if k.cls == "sdpa")
-    out["layer_flops_b"] = sum(k.flops * np.asarray(k.count, float) for k in lb)
-    out["head_flops"] = sum(k.flops * np.asarray(k.count, float) for k in hf + hb)
+def _flops(kernels, cls=None):
+    return sum(k.flops * np.asarray(k.count, float) for k in kernels if cls is None or k.cls == cls)
+
+
+_AUTOCAST_CASTS = frozenset(("w_cast", "b_cast", "w_grad_cast", "b_grad_cast", "x_cast", "x_grad_cast"))
+_RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
+
+
+def unfused_attention(k: Kernel) -> list[Kernel]:
+    """The attention core without FlashAttention, as Megatron-LM ran it before 2023.
+
+    Two batched GEMMs forward (scores Q·Kᵀ, context P·V; one launch each, priced as a
+    GEMM whose m stacks the b·heads matrices), the fused scale-mask-softmax
+    and dropout (p = 0.1, Megatron-LM default) over b·heads·s² 16-bit scores (2 B read +
+    2 B written + a 1 B mask: 1.25x a scale kernel), four GEMMs backward and the
+    softmax backward (reads y and dy, writes dx: 1.5x the forward's bytes). FLOPs:
+    4·b·heads·s²·d forward, twice that backward (Narayanan et al. 2021, eq. 2 terms).
+    """
+    s, d = k.size["seq"], k.size["head_dim"]
+    rows = np.multiply(np.multiply(k.size["batch"], k.size["heads"]), s)  # b·heads stacked s×· matrices
+    scores = rows * s
+    dt, ph, n, count = k.dtype, k.phase, k.name, k.count
+
+    def probs(tag, cls, factor):
+        return mem_kernel(f"{n}.{tag}", cls, ph, scores * factor, count=count, variant="fwd", dtype=dt)
+
+    def bmm(tag, n_, k_):
+        return gemm(f"{n}.{tag}", ph, rows, n_, k_, count=count, dtype=dt)
+
+    if k.variant == "fwd":
+        return [bmm("scores", s, d), probs("softmax", "softmax", 1.0), probs("dropout", "scale", 1.25),
+                bmm("context", d, s)]
+    return [bmm("dprobs", s, d), bmm("dv", d, s), probs("dropout_bwd", "scale", 1.25),
+            probs("softmax_bwd", "softmax", 1.5), bmm("dq", d, s), bmm("dk", d, s)]
+
+
+def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash"):
+    """The kernel list of a step as another software stack runs it.
+
+    ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
+    Micikevicius et al. 2018): the model's weights are 16-bit, so autocast's
+    per-micro-batch weight and input casts disappear, and layer norms and residual
+    adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
+    ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``.
+    """
+    check_choice("framework", framework, FRAMEWORKS)
+    check_choice("attention", attention, ATTENTIONS)
+    mixed = steps.is_mixed(precision)
+    low = steps.gemm_dtype(precision) if mixed else "fp32"
+    out = []
+    for k in kernels:
+        if framework == "megatron" and mixed:
+            if _AUTOCAST_CASTS.intersection(k.name.split(".")):
+                continue
+            if k.cls in _RESIDUAL_STREAM and k.dtype == "fp32":
+                k = replace(k, dtype=low)
+        if attention == "unfused" and k.cls == "sdpa":
+            out.extend(unfused_attention(k))
+            continue
+        out.append(k)
     return out
 
 
-def tp_comm_times(model, coll, lay, c, *, precision, recompute):
-    """Exposed tensor-parallel seconds per micro-batch: per layer fwd/bwd, embedding, head."""
+def compute_times(model, profile, c, *, precision, recompute):
+    """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd."""
+    stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
+             "attention": c.get("attention", "flash")}
+    lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
+        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute))
+    ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
+        model, c["micro_batch"], tp=c["tp"], precision=precision))
+    hf, hb = (adapt_kernels(ks, **stack) for ks in steps.head_kernels(
+        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision))
+    out = {}
+    for name, ks in (("layer_f", lf), ("layer_b", lb), ("embed_f", ef), ("embed_b", eb), ("head_f", hf), ("head_b", hb)):
+        out[name], out[name + "_gpu"] = _times(profile, ks)
+    out["layer_flops_f"] = _flops(lf)
+    out["layer_attn_flops_f"] = sum(k.flops * np.asarray(k.count, float) for k in lf
+                                    if k.cls == "sdpa" or k.name.startswith("attn.sdpa."))
+    out["layer_flops_b"] = _flops(lb)
+    out["head_flops"] = _flops(hf + hb)
+    return out
+
+
+def step_flops(model, out, recompute):
+    """(model FLOPs, executed FLOPs) of one micro-batch on one tensor-parallel GPU.
+
+    Narayanan et al. 2021, eq. 3 convention: forward FLOPs from the layer shapes
+    (2·m·n·k per GEMM, 4·b·s²·h attention with the full s² matrix), backward
+    twice the forward, the LM head forward + backward; executed FLOPs add the
+    recomputed forward (all of it under full recompute, the attention core under
+    selective, Korthikanti et al. 2022 §5). Model FLOPs (no recompute) give MFU.
+    """
+    fwd = np.asarray(out["layer_flops_f"], float)
+    recomputed = {"none": 0.0, "full": fwd, "selective": np.asarray(out["layer_attn_flops_f"], float)}[recompute]
+    model_flops = model.layers * 3.0 * fwd + out["head_flops"]
+    return model_flops, model_flops + model.layers * recomputed
+
+
+# --- tensor and pipeline parallel communication ------------------------------------------------
+
+
+def _act_bytes(model, c, precision):
+    """Bytes of one micro-batch's hidden states (b·s·h) in the activation dtype."""
     lo = 2.0 if steps.is_mixed(precision) else 4.0
-    act = c["micro_batch"] * model.seq * model.hidden * lo
+    return c["micro_batch"] * model.seq * model.hidden * lo
+
+
+def tp_comm_times(model, coll, lay, c, *, precision, recompute, t=None):
+    """Tensor-parallel seconds per micro-batch on the critical path: per layer fwd/bwd, embedding, head.
+
+    Megatron-LM (Shoeybi et al. 2019, §3): the attention and the MLP each end in an
+    all-reduce of b·s·h (the g operator) and each start with one in backward (f), so
+    2 forward + 2 backward per layer. Sequence parallelism (Korthikanti et al. 2022,
+    §4.2.2) turns each all-reduce into an all-gather + reduce-scatter of the same
+    b·s·h (same bus bytes). Full recompute re-runs the forward ones in backward.
+    The vocabulary-parallel embedding all-reduces (SP: reduce-scatters) its output;
+    the LM head's input gradient is all-reduced (SP: the input is all-gathered
+    forward and its gradient reduce-scattered backward). With sequence parallelism
+    the column-parallel layers keep their input sharded and gather it again in
+    backward for the weight gradient (Korthikanti et al. 2022, §4.2.2).
+
+    ``tp_overlap`` (Megatron-LM ``LinearWithGradAccumulationAndAsyncCommunication``):
+    in backward the input-gradient all-reduce (SP: its reduce-scatter) runs while the
+    weight-gradient GEMM computes, and the SP re-gather while the input-gradient GEMM
+    computes; a weight-gradient GEMM takes as long as the layer's forward GEMMs, so
+    each hides behind up to one forward's worth of compute. Only the gradient of the
+    forward reduce-scatter (an all-gather) stays exposed under SP.
+    """
+    act = _act_bytes(model, c, precision)
     rpn, nodes = lay["tp"]
     ar = hierarchical_time(coll, "all_reduce", act, rpn, nodes, algorithm="ring")
-    rs_ag = (hierarchical_time(coll, "reduce_scatter", act, rpn, nodes, algorithm="ring")
-             + hierarchical_time(coll, "all_gather", act, rpn, nodes, algorithm="ring"))
-    one = np.where(c["sp"], rs_ag, ar)
-    one = np.where(c["tp"] > 1, one, 0.0)
+    rs = hierarchical_time(coll, "reduce_scatter", act, rpn, nodes, algorithm="ring")
+    ag = hierarchical_time(coll, "all_gather", act, rpn, nodes, algorithm="ring")
+    on = c["tp"] > 1
+    sp = np.asarray(c["sp"], bool)
+    one = np.where(on, np.where(sp, rs + ag, ar), 0.0)
     fwd = 2 * one
-    bwd = 2 * one + (fwd if recompute == "full" else 0.0)
-    return {"layer_f": fwd, "layer_b": bwd, "embed_f": one, "head_b": one}
+    hidden_by = np.asarray(t["layer_f_gpu"] if t is not None else 0.0, float)
+    plain = np.where(sp, 2 * (ag + rs + ag), 2 * ar)
+    overlapped = np.where(sp, 2 * ag + np.maximum(2 * (rs + ag) - 2 * hidden_by, 0.0),
+                          np.maximum(2 * ar - hidden_by, 0.0))
+    bwd = np.where(on, np.where(np.asarray(c.get("tp_overlap", False), bool), overlapped, plain), 0.0)
+    bwd = bwd + (fwd if recompute == "full" else 0.0)
+    return {"layer_f": fwd, "layer_b": bwd, "embed_f": np.where(on, np.where(sp, rs, ar), 0.0),
+            "head_f": np.where(on & sp, ag, 0.0), "head_b": np.where(on, np.where(sp, rs, ar), 0.0)}
 
 
-def pipeline_time(t, n_first, n_mid, n_last, c):
-    """Forward+backward of all micro-batches through the pipeline; returns (total, bottleneck stage)."""
-    per_layer = t["layer_f"] + t["layer_b"]
-    embed, head = t["embed_f"] + t["embed_b"], t["head_f"] + t["head_b"]
-    single = c["pp"] == 1
-    first = n_first * per_layer + embed + np.where(single, head, 0.0)
-    last = np.where(single, first, n_last * per_layer + head)
-    middle = n_mid * per_layer
-    worst = np.maximum(np.maximum(first, last), middle)
-    total_layers = n_first + np.where(single, 0.0, n_last) + np.maximum(c["pp"] - 2, 0) * (n_first + n_last) / 2
-    everything = total_layers * per_layer + embed + head
-    pipe = c["m"] * worst + np.maximum(everything - worst, 0.0) / c["v"]
-    return pipe, worst
+def _sendrecv(coll, level, size):
+    return collective_time(lookup_entry(coll, level, "sendrecv"), "sendrecv", size, 2)
 
 
 def p2p_time(model, coll, lay, c, *, precision):
-    """Activation sends between stages: one forward, one backward per micro-batch per boundary."""
-    lo = 2.0 if steps.is_mixed(precision) else 4.0
-    size = c["micro_batch"] * model.seq * model.hidden * lo / np.where(c["sp"], c["tp"], 1.0)
-    rpn, nodes = lay["pp"]
-    level_inter = nodes > 1
-    t_intra = collective_time(lookup_entry(coll, "intra", "sendrecv"), "sendrecv", size, 2)
-    t_inter = collective_time(lookup_entry(coll, "inter", "sendrecv"), "sendrecv", size, 2)
-    one = np.where(level_inter, t_inter, t_intra)
-    return np.where(c["pp"] > 1, 2 * one * (c["m"] * c["v"] + c["pp"] - 1), 0.0)
+    """Activation and gradient sends between pipeline stages on the critical path, per step.
+
+    Each boundary carries b·s·h forward and its gradient backward per micro-batch
+    (per virtual stage with interleaving, whose communication grows by v; Narayanan
+    et al. 2021, §2.2.2). With tp > 1 each of the t ranks sends 1/t and the receiver
+    all-gathers over NVLink (scatter/gather optimisation, §4.1); with sequence
+    parallelism the output is already split t ways. The bottleneck stage waits on
+    2·m·v transfers; the fill and the drain cross every boundary once each way.
+    """
+    size = _act_bytes(model, c, precision) / c["tp"]
+    crossings = pipeline_crossings(lay["pp"])
+    boundaries = np.maximum(c["pp"] - 1.0, 0.0)
+    t_intra, t_inter = _sendrecv(coll, "intra", size), _sendrecv(coll, "inter", size)
+    gather = np.where((c["tp"] > 1) & ~np.asarray(c["sp"], bool),
+                      hierarchical_time(coll, "all_gather", _act_bytes(model, c, precision), *lay["tp"],
+                                        algorithm="ring"), 0.0)
+    slowest = np.where(crossings > 0, t_inter, t_intra) + gather
+    fill = crossings * t_inter + (boundaries - crossings) * t_intra + boundaries * gather
+    return np.where(c["pp"] > 1, 2.0 * c["m"] * c["v"] * slowest + 2.0 * fill, 0.0)
+
+
+# --- data-parallel communication ---------------------------------------------------------------
 
 
 def _bucketed(coll, collective, total, bucket, rpn, nodes):
-    """(all buckets' seconds, last bucket's seconds) for bytes split into buckets."""
+    """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets."""
+    total = np.asarray(total, float)
     bucket = np.minimum(bucket, np.maximum(total, 1.0))
     full = np.floor(total / bucket)
     rem = total - full * bucket
@@ -141,49 +331,154 @@ def _bucketed(coll, collective, total, bucket, rpn, nodes):
     return full * t_bucket + t_rem, last, bucket / np.maximum(total, 1.0)
 
 
-def dp_comm_time(coll, lay, c, stage_params, layer_params, backward_s, forward_s, ps_bw):
-    """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server)."""
+def _overlapped(all_s, last_s, first_share, window_s):
+    """Exposed seconds of bucketed communication issued while ``window_s`` of compute runs.
+
+    PyTorch DDP (Li et al. 2020, VLDB, §3.2): a bucket leaves when its gradients are
+    ready, so communication starts after the first bucket's share of backward and the
+    last bucket always waits for the end of backward.
+    """
+    return np.maximum(last_s, all_s - window_s * (1.0 - first_share))
+
+
+def ddp_time(coll, lay, c, params, window_s, grad_bytes=4.0):
+    """PyTorch DDP: bucketed all-reduce of fp32 gradients, once per step (no_sync before).
+
+    Gradient accumulation communicates only in the last micro-batch's backward
+    (``DistributedDataParallel.no_sync``), so only that backward hides it.
+    Volume: 2Ψ elements per rank (ring all-reduce; Rajbhandari et al. 2020, §7.1).
+    """
     rpn, nodes = lay["dp"]
-    grads = stage_params * GRAD_BYTES
-    params_lo = stage_params * c["lo"]
-    shard = c["zero"]
-    hybrid = c["hybrid"]
-    # hybrid sharding: shard inside the node, all-reduce the shards across nodes
-    s_nodes = np.where(hybrid, 1.0, nodes)
-    s_rpn = rpn
-    # DDP / ZeRO-1/2: gradients leave in buckets while backward runs
-    ar_all, ar_last, frac = _bucketed(coll, "all_reduce", grads, c["bucket"], rpn, nodes)
-    rs_all, rs_last, _ = _bucketed(coll, "reduce_scatter", grads, c["bucket"], rpn, nodes)
-    window = backward_s * (1 - frac)
-    ddp = np.maximum(ar_last, ar_all - window)
-    ag_params = hierarchical_time(coll, "all_gather", params_lo, rpn, nodes, algorithm="ring")
-    zero12 = np.maximum(rs_last, rs_all - window) + ag_params
-    # ZeRO-3 / FSDP: per-layer all-gathers (fwd, bwd) and reduce-scatters, prefetched behind compute
-    ag3 = hierarchical_time(coll, "all_gather", params_lo, s_rpn, s_nodes, algorithm="ring")
-    rs3 = hierarchical_time(coll, "reduce_scatter", grads, s_rpn, s_nodes, algorithm="ring")
-    layer_frac = np.minimum(1.0, layer_params / np.maximum(stage_params, 1.0))
-    fwd_exposed = np.maximum(ag3 - forward_s, 0.0) + ag3 * layer_frac
-    bwd_exposed = np.maximum(ag3 + rs3 - backward_s, 0.0) + rs3 * layer_frac
-    cross = np.where(hybrid & (nodes > 1),
-                     hierarchical_time(coll, "all_reduce", grads / np.maximum(rpn, 1.0), 1.0, nodes), 0.0)
-    zero3 = c["m"] * (fwd_exposed + bwd_exposed) + cross
-    out = np.where(shard >= 3, zero3, np.where(shard >= 1, zero12, ddp))
-    # parameter server: push gradients (overlapping backward like DDP buckets), pull weights
+    all_s, last_s, share = _bucketed(coll, "all_reduce", params * grad_bytes, c["bucket"], rpn, nodes)
+    return _overlapped(all_s, last_s, share, window_s)
+
+
+def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0):
+    """ZeRO-1/2: reduce-scatter gradients, update the shard, all-gather the parameters.
+
+    Rajbhandari et al. 2020, §7.2.1: Ψ (reduce-scatter) + Ψ (all-gather) = the DDP
+    volume. ZeRO-2 keeps only its gradient shard, so it must reduce-scatter in every
+    micro-batch's backward (DeepSpeed reduces per micro-step); ZeRO-1 accumulates
+    full gradients and reduce-scatters once. The all-gather follows the optimizer.
+    """
+    rpn, nodes = lay["dp"]
+    all_s, last_s, share = _bucketed(coll, "reduce_scatter", params * grad_bytes, c["bucket"], rpn, nodes)
+    per_mb = _overlapped(all_s, last_s, share, window_s)
+    reduce = np.where(c["zero"] >= 2, c["m"] * per_mb, per_mb)
+    gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
+    return reduce + gather
+
+
+def _shard_group(lay, c):
+    """(ranks_per_node, nodes) of the ZeRO-3 sharding group: the node's dp ranks when hybrid."""
+    rpn, nodes = lay["dp"]
+    return rpn, np.where(c["hybrid"], 1.0, nodes)
+
+
+def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
+    """ZeRO-3 / FSDP: per-unit all-gathers (forward, backward) and reduce-scatters, per micro-batch.
+
+    Rajbhandari et al. 2020, §7.2.2: all-gather Ψ forward, Ψ again backward,
+    reduce-scatter Ψ: 3Ψ, 1.5x DDP. PyTorch FSDP (Zhao et al. 2023, §3.3) prefetches
+    the next unit's all-gather behind the current unit's compute; in backward the
+    gather and the previous unit's reduce-scatter share one stream. Only the first
+    unit's gather (forward) and the last reduce-scatter (backward) cannot hide.
+    HYBRID_SHARD shards inside the node and all-reduces each gradient shard across
+    nodes (S/r on each rail). Parameters and gradients move in the low precision
+    (FSDP MixedPrecision param_dtype = reduce_dtype). Without no_sync this repeats
+    for every micro-batch.
+
+    PyTorch FSDP (``c["fsdp"]``) gathers a unit's flat parameter in one collective;
+    DeepSpeed ZeRO-3 gathers in buckets of ``DS_PREFETCH_BUCKET`` elements, each
+    paying the collective's latency (which grows with the ring's n − 1 steps).
+
+    ``units``: dict name -> (count, params per unit, forward s, backward s) for
+    "layer", "embed", "head"; the embedding unit runs first when present.
+    """
+    rpn, nodes = _shard_group(lay, c)
+    dp_rpn, dp_nodes = lay["dp"]
+    hybrid = np.asarray(c["hybrid"], bool) & (dp_nodes > 1)
+    fwd = bwd = 0.0
+    ag, rs = {}, {}
+    fsdp = np.asarray(c.get("fsdp", False), bool)
+    for name, (count, params, f_s, b_s) in units.items():
+        pieces = np.where(fsdp, 1.0, np.maximum(np.ceil(params / DS_PREFETCH_BUCKET), 1.0))
+        size = params * lo / pieces
+        ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")
+        rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", size, rpn, nodes, algorithm="ring") + np.where(
+            hybrid, hierarchical_time(coll, "all_reduce", size / dp_rpn, 1.0, dp_nodes), 0.0))
+        fwd = fwd + count * np.maximum(ag[name] - f_s, 0.0)
+        bwd = bwd + count * np.maximum(ag[name] + rs[name] - b_s, 0.0)
+    first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
+    last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
+    return c["m"] * (first_gather + fwd + bwd + last_reduce)
+
+
+def ps_time(c, params, window_s, links, grad_bytes=4.0):
+    """Parameter server: workers push fp32 gradients, then pull fp32 weights.
+
+    Li et al. 2014 (OSDI), synchronous: each of S servers holds 1/S of the weights, so
+    it receives W·P/S bytes per step through its NICs; a worker sends its P bytes
+    through its share of its node's NICs. One direction takes
+    max(W·P/(S·B_server), P/B_worker) + latency. Pushes leave while backward runs (as
+    DDP buckets); the pull waits for the update and is exposed. NICs are full duplex,
+    so the push and pull directions do not share bandwidth.
+    """
     workers, servers = c["dp"], np.maximum(c["ps"], 1.0)
-    per_way = grads * np.maximum(workers / (servers * ps_bw["server"]), 1.0 / ps_bw["worker"]) + ps_bw["latency"]
-    ps = per_way + np.maximum(per_way * c["bucket"] / np.maximum(grads, 1.0), per_way - window)
-    out = np.where(c["ps"] > 0, ps, out)
-    return np.where((c["dp"] > 1) | (c["ps"] > 0), out, 0.0)
+    size = params * grad_bytes
+    one_way = size * np.maximum(workers / (servers * links["server"]), 1.0 / links["worker"]) + links["latency"]
+    push = _overlapped(one_way, one_way * np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)),
+                       np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)), window_s)
+    return push + one_way
 
 
-def optimizer_time(profile, c, stage_params, *, optimizer, precision):
-    """Optimizer step + gradient-accumulation adds (+ fp16 loss-scale unscale) per step."""
-    local = stage_params / np.where(c["zero"] >= 1, c["dp"], 1.0)
-    kernels = [Kernel("optimizer", optimizer, "opt", {"params": local}, 1, 0.0, "fwd", "fp32"),
-               mem_kernel("grad_accumulate", "add", "opt", stage_params, count=np.maximum(c["m"] - 1, 0), variant="fwd")]
+def dp_comm_time(coll, lay, c, p, sts, t, nb, links):
+    """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server).
+
+    Each stage's data-parallel group communicates its own parameters; the step ends
+    when the slowest finishes. A stage other than the first finishes its last backward
+    earlier (by the drain of the stages before it), which hides part of its traffic.
+    """
+    worst = 0.0
+    for st in sts:
+        params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
+                  + np.where(st["head"], p["head"], 0.0)) / c["tp"]
+        backward = _stage_time(st, t, "b")
+        units = {"layer": (st["layers"], p["layer"] / c["tp"], t["layer_f"], t["layer_b"]),
+                 "embed": (np.where(st["embed"], 1.0, 0.0), p["embed"] / c["tp"], t["embed_f"], t["embed_b"]),
+                 "head": (np.where(st["head"], 1.0, 0.0), p["head"] / c["tp"], t["head_f"], t["head_b"])}
+        shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
+                         np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, backward, nb["grad"], nb["param"]),
+                                  ddp_time(coll, lay, c, params, backward, nb["grad"])))
+        out = np.where(c["ps"] > 0, ps_time(c, params, backward, links, nb["grad"]), shard)
+        slack = st["index"] * backward  # the stages before it still drain their last backward
+        out = np.where((c["dp"] > 1) | (c["ps"] > 0), out, 0.0)
+        worst = np.maximum(worst, np.where(st["valid"], np.maximum(out - np.where(c["zero"] >= 3, 0.0, slack), 0.0), 0.0))
+    return worst
+
+
+# --- optimizer -----------------------------------------------------------------------------------
+
+
+def optimizer_time(profile, c, stage_params, shard_ranks, *, optimizer, precision, framework="pytorch"):
+    """Optimizer step + gradient-accumulation adds (+ fp16 loss-scale unscale) per step.
+
+    pytorch: autograd adds each micro-batch's .grad into the last (m − 1 adds).
+    megatron: the weight-gradient GEMM accumulates into fp32 main_grad itself
+    (gradient_accumulation_fusion), and after the update the optimizer writes the
+    16-bit copy of its (shard of the) master weights once.
+    """
+    local = stage_params / np.where(c["zero"] >= 1, shard_ranks, 1.0)
+    accumulated = stage_params / np.where(c["zero"] >= 2, shard_ranks, 1.0)
+    kernels = [Kernel("optimizer", optimizer, "opt", {"params": local}, 1, 0.0, "fwd", "fp32")]
+    if framework == "megatron" and steps.is_mixed(precision):
+        kernels.append(mem_kernel("master_to_model", "cast_fp32_to_bf16", "opt", local, variant="fwd"))
+    else:
+        kernels.append(mem_kernel("grad_accumulate", "add", "opt", accumulated, count=np.maximum(c["m"] - 1, 0),
+                                  variant="fwd"))
     if precision == "fp16-mixed":  # GradScaler: unscale and inf check over every gradient
-        kernels += [mem_kernel("unscale", "scale", "opt", stage_params, variant="fwd"),
-                    mem_kernel("inf_check", "sum", "opt", stage_params, variant="fwd")]
+        kernels += [mem_kernel("unscale", "scale", "opt", local, variant="fwd"),
+                    mem_kernel("inf_check", "sum", "opt", local, variant="fwd")]
     total = 0.0
     for k in kernels:
         g, _ = kernel_time(profile, k)
@@ -191,76 +486,131 @@ def optimizer_time(profile, c, stage_params, *, optimizer, precision):
     return total
 
 
-def memory_terms(model, c, n_first, n_last, *, precision, recompute, optimizer):
-    """Peak bytes of the first and last pipeline stage; returns (peak, terms of the worse one)."""
+# --- memory ----------------------------------------------------------------------------------------
+
+
+def in_flight(c, index):
+    """Micro-batches whose activations a stage holds at its peak.
+
+    GPipe: all m. 1F1B: stage s (0-based) of p holds min(m, p − s) (Narayanan et al.
+    2021, §2.2.1). Interleaved: the first stage holds p·(1 + (p−1)/(p·v)) chunks'
+    worth (Korthikanti et al. 2022, §4.2.3), i.e. × (1 + (p−1)/(p·v)).
+    """
+    pp, v, m = c["pp"], c["v"], c["m"]
+    f1b = np.minimum(m, np.maximum(pp - index, 1.0))
+    interleave = np.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
+    return np.where(c["schedule"] == 1, m, f1b * np.where(index == 0, interleave, 1.0))
+
+
+def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
+    """Peak bytes over the pipeline stages; returns (peak, terms of the fullest stage)."""
     p = _params(model)
-    tp, dp = c["tp"], c["dp"]
+    tp = c["tp"]
     tokens = c["micro_batch"] * model.seq
-    act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute=recompute)
-    full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none")
-    inflight_first = np.where(c["schedule"] == 1, c["m"],
-                              np.minimum(c["m"], c["pp"]) * np.where(c["v"] > 1, 1 + (c["pp"] - 1) / (c["pp"] * c["v"]), 1.0))
-    inflight_last = np.where(c["schedule"] == 1, c["m"], 1.0)
-    single = c["pp"] == 1
-    lo = 2.0 if steps.is_mixed(precision) else 4.0
+    framework = c.get("framework", "pytorch")
+    nb = dtype_bytes(precision, framework)
+    lo = nb["lo"]
+    kw = {"framework": framework} if framework != "pytorch" else {}
+    act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute=recompute, **kw)
+    if c.get("attention", "flash") == "unfused" and recompute == "none":
+        # softmax output, dropout mask and output over b·heads·s² (Korthikanti et al. 2022, eq. 1: 5as²b)
+        act_layer = act_layer + 5.0 * model.heads / tp * model.seq
+    full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     loss = 3.0 * tokens * model.vocab / tp * 4.0
     recompute_peak = tokens * full_layer if recompute == "full" else 0.0
-    peaks, terms_all = [], []
-    for n_layers, inflight, has_embed, has_head in (
-        (n_first, inflight_first, True, single), (n_last, inflight_last, single, True)
-    ):
-        params = (n_layers * p["layer"] + np.where(has_embed, p["embed"], 0.0) + np.where(has_head, p["head"], 0.0)) / tp
-        gemm = (n_layers * p["gemm_layer"] + np.where(has_head, p["gemm_head"], 0.0)) / tp
-        terms = mem.static_bytes(params, gemm, precision=precision, optimizer=optimizer, zero=c["zero"], dp=dp)
-        acts = tokens * act_layer * n_layers * inflight + recompute_peak
-        acts = acts + np.where(has_head, final, 0.0) + np.where(has_embed, tokens * 4.0 * model.hidden, 0.0)
-        loss_here = np.where(has_head, loss, 0.0)
+    rpn, _ = lay["dp"]
+    shard_ranks = np.where(c["hybrid"], rpn, c["dp"])
+    tied_copy = p["embed"] if getattr(model, "tied_embeddings", False) else 0.0  # Megatron keeps it on the last stage
+    best, best_terms = None, None
+    for st in sts:
+        head_params = np.where(st["head"], p["head"] + np.where(c["pp"] > 1, tied_copy, 0.0), 0.0)
+        params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0) + head_params) / tp
+        gemm = (st["layers"] * p["gemm_layer"] + np.where(st["head"], p["gemm_head"], 0.0)) / tp
+        terms = mem.static_bytes(params, gemm, precision=precision, optimizer=optimizer, zero=c["zero"],
+                                 dp=shard_ranks, framework=framework)
+        unit = np.maximum(p["layer"], np.where(st["embed"], p["embed"], 0.0)) / tp
+        terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c["zero"], dp=c["dp"], ps=c["ps"],
+                                                      bucket=c["bucket"], lo=lo, prefetch=PREFETCH_UNITS,
+                                                      grad_bytes=nb["grad"], framework=framework,
+                                                      fsdp=c.get("fsdp", False))
+        acts = tokens * act_layer * st["layers"] * in_flight(c, st["index"]) + np.where(st["layers"] > 0, recompute_peak, 0.0)
+        acts = acts + np.where(st["head"], final, 0.0) + np.where(st["embed"], tokens * 4.0 * model.hidden, 0.0)
+        loss_here = np.where(st["head"], loss, 0.0)
         peak = mem.peak_bytes(terms, acts, loss_here, c["m"] > 1)
         terms = {**terms, "activations": acts, "loss": loss_here}
-        peaks.append(peak)
-        terms_all.append(terms)
-    worse_first = peaks[0] >= peaks[1]
-    terms = {k: np.where(worse_first, terms_all[0][k], terms_all[1][k]) for k in terms_all[0]}
-    return np.maximum(peaks[0], peaks[1]), terms
+        peak = np.where(st["valid"], peak, 0.0)
+        if best is None:
+            best, best_terms = peak, terms
+        else:
+            better = peak > best
+            best_terms = {k: np.where(better, terms[k], best_terms[k]) for k in terms}
+            best = np.maximum(best, peak)
+    return best, best_terms
+
+
+# --- the step ----------------------------------------------------------------------------------------
 
 
 def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimizer, placement="tp-pp-dp"):
     """All step quantities for configurations ``c`` (a dict of broadcastable arrays)."""
+    from perfmodel.fabric import parameter_server_links
+
     c = dict(c)
-    c["lo"] = 2.0 if steps.is_mixed(precision) else 4.0
+    c.setdefault("stage_layers", None)
+    framework = c.setdefault("framework", "pytorch")
+    nb = dtype_bytes(precision, framework)
     lay = layout(c["dp"], c["tp"], c["pp"], cluster.gpus_per_node, placement)
     t = compute_times(model, profile, c, precision=precision, recompute=recompute)
-    comm = tp_comm_times(model, coll, lay, c, precision=precision, recompute=recompute)
+    comm = tp_comm_times(model, coll, lay, c, precision=precision, recompute=recompute, t=t)
     timed = {k: t[k] + comm.get(k, 0.0) for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b")}
-    n_first, n_mid, n_last = stage_layers(model.layers, c["pp"])
-    pipe, worst = pipeline_time(timed, n_first, n_mid, n_last, c)
+    sts = stages(model, c)
+    pipe, worst = pipeline_time(model, timed, sts, c)
     p = _params(model)
-    stage_params = (n_first * p["layer"] + p["embed"] + np.where(c["pp"] == 1, p["head"], 0.0)) / c["tp"]
-    stage_bwd = n_first * timed["layer_b"] + timed["embed_b"]
-    stage_fwd = n_first * timed["layer_f"] + timed["embed_f"]
-    node = cluster.node
-    ps_bw = {"server": node.nic.bw_bytes_per_s * node.nics_per_node, "worker": node.nic.bw_bytes_per_s
-             * node.nics_per_node / node.gpus_per_node, "latency": node.nic.latency_s}
-    dp_exposed = dp_comm_time(coll, lay, c, stage_params, p["layer"] / c["tp"], stage_bwd, stage_fwd, ps_bw)
+    dp_exposed = dp_comm_time(coll, lay, c, p, sts, timed, nb, parameter_server_links(cluster))
     p2p = p2p_time(model, coll, lay, c, precision=precision)
-    opt = optimizer_time(profile, c, stage_params, optimizer=optimizer, precision=precision)
+    shard_ranks = np.where(c["hybrid"], lay["dp"][0], c["dp"])
+    opt = 0.0
+    for st in sts:  # every stage updates its own parameters; the slowest sets the step
+        params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
+                  + np.where(st["head"], p["head"], 0.0)) / c["tp"]
+        this = optimizer_time(profile, c, params, shard_ranks, optimizer=optimizer, precision=precision,
+                              framework=framework)
+        opt = np.maximum(opt, np.where(st["valid"], this, 0.0))
     step = pipe + p2p + dp_exposed + opt
-    peak, terms = memory_terms(model, c, n_first, n_last, precision=precision, recompute=recompute, optimizer=optimizer)
-    per_mb = {k: n_first * t[f"layer_{k[0]}"] for k in ("fwd", "bwd")}
-    gpu_share = {k: n_first * t[f"layer_{k[0]}_gpu"] for k in ("fwd", "bwd")}
-    tp_share = n_first * (comm["layer_f"] + comm["layer_b"]) + comm["embed_f"] + comm["head_b"]
-    head_share = np.where(c["pp"] == 1, t["head_f"] + t["head_b"], 0.0)
-    host = (per_mb["fwd"] - gpu_share["fwd"]) + (per_mb["bwd"] - gpu_share["bwd"])
-    return {
+    peak, terms = memory_terms(model, lay, c, sts, precision=precision, recompute=recompute, optimizer=optimizer)
+    return _outputs(model, c, t, comm, sts, recompute, {
         "step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
-        "optimizer": opt, "tp_comm": c["m"] * tp_share,
-        "forward": c["m"] * (gpu_share["fwd"] + t["embed_f_gpu"] + np.where(c["pp"] == 1, t["head_f_gpu"], 0.0)),
-        "backward": c["m"] * (gpu_share["bwd"] + t["embed_b_gpu"] + np.where(c["pp"] == 1, t["head_b_gpu"], 0.0)),
-        "host_overhead": c["m"] * (host + (t["embed_f"] - t["embed_f_gpu"]) + (t["embed_b"] - t["embed_b_gpu"])
-                                   + np.where(c["pp"] == 1, (t["head_f"] - t["head_f_gpu"]) + (t["head_b"] - t["head_b_gpu"]), 0.0)),
-        "pipeline_bubble": pipe - c["m"] * worst, "head_share": head_share,
-        "peak_memory": peak, "memory": terms,
+        "optimizer": opt, "pipeline_bubble": pipe - c["m"] * worst, "peak_memory": peak, "memory": terms})
+
+
+def _outputs(model, c, t, comm, sts, recompute, out):
+    """Breakdown of the bottleneck stage (its m micro-batches + bubble + the rest = the step)."""
+    best = None
+    for st in sts:
+        n, has_head, has_embed = st["layers"], st["head"], st["embed"]
+
+        def part(k, flag):
+            return np.where(flag, t[k], 0.0)
+
+        fwd_gpu = n * t["layer_f_gpu"] + part("embed_f_gpu", has_embed) + part("head_f_gpu", has_head)
+        bwd_gpu = n * t["layer_b_gpu"] + part("embed_b_gpu", has_embed) + part("head_b_gpu", has_head)
+        wall = _stage_time(st, t, "fb")
+        tp_share = n * (comm["layer_f"] + comm["layer_b"]) + np.where(has_embed, comm["embed_f"], 0.0) + np.where(
+            has_head, comm["head_f"] + comm["head_b"], 0.0)
+        this = {"fb": np.where(st["valid"], wall + tp_share, -1.0), "forward": fwd_gpu, "backward": bwd_gpu,
+                "host_overhead": np.maximum(wall - fwd_gpu - bwd_gpu, 0.0), "tp_comm": tp_share}
+        if best is None:
+            best = this
+        else:
+            worse = this["fb"] > best["fb"]
+            best = {k: np.where(worse, this[k], best[k]) for k in best}
+    model_flops, hw_flops = step_flops(model, t, recompute)
+    out.update({k: c["m"] * best[k] for k in ("forward", "backward", "host_overhead", "tp_comm")})
+    out.update({
+        "head_share": np.where(c["pp"] == 1, t["head_f"] + t["head_b"], 0.0),
         "layer_flops_f": t["layer_flops_f"], "layer_flops_b": t["layer_flops_b"], "head_flops": t["head_flops"],
-        "layer_attn_flops_f": t["layer_attn_flops_f"], "tp": c["tp"],
-    }
+        "layer_attn_flops_f": t["layer_attn_flops_f"], "model_flops_mb": model_flops, "hw_flops_mb": hw_flops,
+        "tp": c["tp"],
+    })
+    return out

@@ -1,15 +1,28 @@
 """Map the dp × tp × pp grid of ranks onto nodes and say which fabric each group uses.
 
-Ranks are numbered with the first-named dimension varying fastest (the
-Megatron-LM convention for the default "tp-pp-dp": tensor groups are
-consecutive ranks, so they sit inside a node). A group of ``size`` ranks
-spaced ``stride`` apart has ``ranks_per_node`` members on each of ``nodes``
-nodes; the collective model is hierarchical when both exceed one.
+Ranks are numbered with the first-named dimension varying fastest. The
+default order "tp-pp-dp" is Megatron-LM's (Narayanan et al. 2021, §3.3 and
+``mpu.initialize_model_parallel``): tensor groups are consecutive ranks, so
+they sit inside a node; pipeline stages come next and data-parallel replicas
+last. A group of ``size`` ranks spaced ``stride`` apart has
+``ranks_per_node`` members on each of ``nodes`` nodes; a collective over it
+uses the intra-node fabric when ``nodes == 1``, the network when
+``ranks_per_node == 1`` and the two-level ring model otherwise
+(``perfmodel.costs.comm.hierarchical_time``).
+
+Sizes and strides are assumed to divide ``gpus_per_node`` or be multiples of
+it (powers of two on 8-GPU nodes always are); a group that does not tile the
+nodes evenly is treated as if it did.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from perfmodel.validation import check_choice
+
+DIMENSIONS = ("tp", "pp", "dp")
+ORDERS = ("tp-pp-dp", "tp-dp-pp", "pp-tp-dp", "dp-tp-pp", "pp-dp-tp", "dp-pp-tp")
 
 
 def group_layout(size, stride, gpus_per_node):
@@ -17,7 +30,7 @@ def group_layout(size, stride, gpus_per_node):
     size = np.asarray(size, float)
     stride = np.asarray(stride, float)
     gpn = float(gpus_per_node)
-    fits = stride * size <= gpn
+    fits = stride * size <= gpn                      # the whole group inside one node
     per_node = np.where(fits, size, np.where(stride >= gpn, 1.0, np.maximum(1.0, gpn // np.maximum(stride, 1.0))))
     per_node = np.minimum(per_node, size)
     return per_node, np.ceil(size / per_node)
@@ -25,6 +38,7 @@ def group_layout(size, stride, gpus_per_node):
 
 def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp") -> dict[str, tuple]:
     """For each of "tp", "pp", "dp": (ranks_per_node, nodes) under the given order."""
+    check_choice("placement", order, ORDERS)
     sizes = {"tp": np.asarray(tp, float), "pp": np.asarray(pp, float), "dp": np.asarray(dp, float)}
     stride = np.ones_like(sizes["tp"] * sizes["pp"] * sizes["dp"])
     out = {}
@@ -32,3 +46,9 @@ def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp") -> dict[str, tupl
         out[name] = group_layout(sizes[name], stride, gpus_per_node)
         stride = stride * sizes[name]
     return out
+
+
+def pipeline_crossings(pp_layout) -> np.ndarray:
+    """Stage boundaries that cross a node: consecutive stages fill a node, then move on."""
+    _, nodes = pp_layout
+    return np.asarray(nodes, float) - 1.0

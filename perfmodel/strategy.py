@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from perfmodel.compose import ATTENTIONS, FRAMEWORKS
 from perfmodel.errors import InvalidInputError
-from perfmodel.validation import check_choice, check_int, check_positive
+from perfmodel.placement import ORDERS
+from perfmodel.validation import check_choice, check_divides, check_int, check_positive, divisors
 from perfmodel.workload.step import PRECISIONS, RECOMPUTE
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
-PLACEMENTS = ("tp-pp-dp", "tp-dp-pp", "pp-tp-dp", "dp-tp-pp")
+PLACEMENTS = ORDERS
 FSDP = (None, "full", "hybrid")
 
 
@@ -42,7 +44,10 @@ class Strategy:
     bucket_mb: float = 25.0             # torch DDP bucket_cap_mb default
     ps_servers: int = 0
     placement: str = "tp-pp-dp"
-    stage_layers: tuple | None = None   # uneven pipeline split: layers per stage
+    stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
+    framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
+    attention: str = "flash"            # "flash": FlashAttention (SDPA); "unfused": softmax over s² scores
+    tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages"):
@@ -60,8 +65,13 @@ class Strategy:
         check_choice("schedule", self.schedule, SCHEDULES)
         check_choice("placement", self.placement, PLACEMENTS)
         check_choice("fsdp", self.fsdp, FSDP)
-        if not isinstance(self.sequence_parallel, bool):
-            raise InvalidInputError(f"'sequence_parallel' must be True or False: got {self.sequence_parallel!r}")
+        check_choice("framework", self.framework, FRAMEWORKS)
+        check_choice("attention", self.attention, ATTENTIONS)
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", self._checked_stage_layers())
+        for flag in ("sequence_parallel", "tp_overlap"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         self._check_combinations()
 
     def _check_combinations(self):
@@ -77,11 +87,28 @@ class Strategy:
             raise InvalidInputError(f"'virtual_stages'={self.virtual_stages} needs schedule='interleaved' (got {self.schedule!r})")
         if self.sequence_parallel and self.tp == 1:
             raise InvalidInputError("'sequence_parallel' needs tp > 1 (it splits norms across the tensor group)")
+        if self.schedule == "interleaved" and self.pp == 1:
+            raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
+                                    "use schedule='1f1b' or pp >= 2")
         if self.global_batch is not None and self.global_batch % (self.dp * self.micro_batch):
             g = self.dp * self.micro_batch
             lo = max(g, self.global_batch // g * g)
             raise InvalidInputError(f"'global_batch'={self.global_batch} must be a multiple of dp × micro_batch = {g} "
                                     f"(nearby: {lo} or {lo + g})")
+
+    def _checked_stage_layers(self) -> tuple:
+        try:
+            layers = tuple(check_int(f"stage_layers[{i}]", n) for i, n in enumerate(self.stage_layers))
+        except TypeError:
+            raise InvalidInputError(f"'stage_layers' must be a sequence of layer counts, one per pipeline "
+                                    f"stage: got {self.stage_layers!r}") from None
+        if len(layers) != self.pp:
+            raise InvalidInputError(f"'stage_layers' must list one layer count per pipeline stage (pp={self.pp}): "
+                                    f"got {len(layers)} counts {layers}")
+        if self.virtual_stages > 1 and any(n % self.virtual_stages for n in layers):
+            raise InvalidInputError(f"'stage_layers'={layers} must be multiples of virtual_stages="
+                                    f"{self.virtual_stages} (each stage is cut into that many chunks)")
+        return layers
 
     @property
     def gpus(self) -> int:
@@ -112,3 +139,42 @@ class Strategy:
             if value != f.default or f.name in ("dp", "tp", "pp", "micro_batch"):
                 parts.append(f"{f.name}={value!r}")
         return "Strategy(" + ", ".join(parts) + ")"
+
+
+def _nearest(value: int, valid: list[int]) -> int:
+    return min(valid, key=lambda d: (abs(d - value), d))
+
+
+def check_against(model, n_gpus: int, s: Strategy) -> None:
+    """Raise a clear error when ``s`` cannot run ``model`` on ``n_gpus`` GPUs.
+
+    Each message names the fields, the values and a valid nearby choice.
+    """
+    if s.gpus != n_gpus:
+        rest = s.tp * s.pp
+        hint = (f"dp={n_gpus // rest} with tp={s.tp}, pp={s.pp}" if n_gpus % rest == 0 else
+                f"tp × pp dividing {n_gpus}, e.g. tp={_nearest(s.tp, divisors(n_gpus))}, pp=1, "
+                f"dp={n_gpus // _nearest(s.tp, divisors(n_gpus))}")
+        raise InvalidInputError(f"dp × tp × pp = {s.dp} × {s.tp} × {s.pp} = {s.gpus} must equal the cluster's "
+                                f"GPU count {n_gpus} (e.g. {hint})")
+    heads = getattr(model, "heads", None)
+    if heads is not None:
+        check_divides("tp", s.tp, "heads", heads)
+        check_divides("tp", s.tp, "kv_heads", model.kv_heads)
+    layers = model.layers
+    if s.pp > layers:
+        raise InvalidInputError(f"'pp'={s.pp} must be <= layers={layers} (each stage needs a layer; "
+                                f"e.g. pp={_nearest(s.pp, [d for d in divisors(layers) if d <= s.pp] or [1])})")
+    if s.stage_layers is not None and sum(s.stage_layers) != layers:
+        raise InvalidInputError(f"'stage_layers'={s.stage_layers} must add up to layers={layers}: "
+                                f"got {sum(s.stage_layers)}")
+    if s.schedule == "interleaved":
+        if s.stage_layers is None and layers % (s.pp * s.virtual_stages):
+            valid = [v for v in divisors(layers // s.pp) if layers % (s.pp * v) == 0] if layers % s.pp == 0 else []
+            hint = f"virtual_stages in {valid}" if valid else f"pp dividing {layers}"
+            raise InvalidInputError(f"interleaved schedule needs layers={layers} divisible by pp × virtual_stages"
+                                    f" = {s.pp} × {s.virtual_stages} (try {hint})")
+        if s.micro_batches % s.pp:
+            raise InvalidInputError(f"interleaved schedule needs the micro-batches per step ({s.micro_batches}) "
+                                    f"to be a multiple of pp={s.pp} (Megatron-LM schedules.py); "
+                                    f"e.g. global_batch={s.pp * s.dp * s.micro_batch * max(1, -(-s.micro_batches // s.pp))}")

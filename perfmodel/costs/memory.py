@@ -13,7 +13,13 @@ autocast with fp32 master weights (the H200 measurements match it within ~1%):
 * activations saved for backward per layer and token (see ``layer_activation_bytes``;
   Korthikanti et al. 2022 derive the same quantities for Megatron layers);
 * the loss: cross-entropy backward holds the fp32 log-softmax output, its
-  incoming gradient and its result at once: 3 × tokens × vocab × 4 B.
+  incoming gradient and its result at once: 3 × tokens × vocab × 4 B;
+* communication buffers (``comm_buffer_bytes``): DDP buckets, ZeRO buckets,
+  FSDP gathered units.
+
+Allocator fragmentation (``ALLOCATOR_RESERVE``) and the CUDA context are added
+when judging whether a configuration fits. docs/memory.md compares the
+activation accounting with Korthikanti et al. 2022.
 
 The peak is the larger of the moment loss backward starts (all activations
 alive) and the end of backward (all gradients alive).
@@ -26,23 +32,33 @@ import numpy as np
 from perfmodel.workload.step import is_mixed
 from perfmodel.workload.model import Transformer
 
+DS_MAX_LIVE_PARAMETERS = 1e9  # DeepSpeed ZeRO-3 stage3_max_live_parameters default (elements)
+DS_REDUCE_BUCKET = 5e8        # DeepSpeed reduce_bucket_size default (elements)
 ALLOCATOR_RESERVE = 0.05       # caching-allocator fragmentation, kept free when judging fit
 CUDA_CONTEXT_BYTES = 0.5 * 2**30  # CUDA context + cuBLAS/cuDNN workspaces, outside the allocator
 
 
 def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf16-mixed",
-                           recompute="none"):
-    """Bytes saved for backward per token by one block (per GPU, tensor-parallel aware)."""
+                           recompute="none", framework="pytorch"):
+    """Bytes saved for backward per token by one block (per GPU, tensor-parallel aware).
+
+    pytorch (autocast over fp32 parameters): the residual stream and the norm
+    inputs are fp32, and the 16-bit copies of the normed inputs that feed QKV and
+    the MLP are saved too; FlashAttention keeps q, k, v, its output and the fp32
+    log-sum-exp instead of the s² scores. megatron: the residual stream is 16-bit.
+    docs/memory.md maps the terms onto Korthikanti et al. 2022, eq. 1.
+    """
     if not isinstance(model, Transformer):  # other workloads count their own saved tensors
         return model.activation_bytes_per_token(tp=tp, sp=sp, precision=precision, recompute=recompute)
     h, f = model.hidden, model.ffn_hidden
     tp = np.asarray(tp, float)
     sp_div = np.where(np.asarray(sp, bool), tp, 1.0)       # norms/residuals split by sequence parallelism
-    if recompute == "full":  # only the block input survives (fp32 residual stream)
-        return 4.0 * h / sp_div
     lo = 2.0 if is_mixed(precision) else 4.0
+    stream = lo if framework == "megatron" else 4.0          # bytes per element of the residual stream
+    if recompute == "full":  # only the block input survives
+        return stream * h / sp_div
     stats = 8.0 if model.norm == "layernorm" else 4.0
-    norm_inputs = 2 * (4.0 * h + stats) / sp_div               # two fp32 norm inputs (+ mean/rstd)
+    norm_inputs = 2 * (stream * h + stats) / sp_div            # two norm inputs (+ mean/rstd)
     casts = 2 * 2.0 * h / sp_div if is_mixed(precision) else 0.0  # bf16 copies feeding QKV and MLP
     heads, kv = model.heads / tp, model.kv_heads / tp
     qkv = lo * (heads + 2 * kv) * model.head_dim               # QKV output, kept by attention
@@ -55,21 +71,90 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
     return norm_inputs + casts + qkv + rope + attn_out + mlp
 
 
-def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adamw", zero=0, dp=1):
-    """Weights, autocast weight copies, optimizer states and gradients (bytes, per GPU)."""
+def korthikanti_layer_bytes(seq, micro_batch, hidden, heads, *, tp=1, sp=False, recompute="none"):
+    """Activation bytes of one Megatron-LM layer, Korthikanti et al. 2022, Table 2 (reference).
+
+    16-bit activations, dropout masks, no FlashAttention (the 5·a·s²·b term is the
+    softmax input, its output and its dropout). Kept as the published yardstick that
+    ``layer_activation_bytes`` is compared with (docs/memory.md gives the mapping).
+    """
+    s, b, h, a = (np.asarray(x, float) for x in (seq, micro_batch, hidden, heads))
+    t = np.asarray(tp, float)
+    sp = np.asarray(sp, bool)
+    sbh = s * b * h
+    if recompute == "full":  # only the layer input is kept: 2·s·b·h
+        return 2.0 * sbh
+    attn_scores = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)
+    replicated = np.where(sp, 10.0 / t, 10.0)  # layer-norm inputs, dropout masks, QKV and fc1 inputs
+    return sbh * (replicated + 24.0 / t + attn_scores)
+
+
+def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pytorch") -> dict[str, float]:
+    """Bytes per parameter of weights, 16-bit weight copies, optimizer states and gradients.
+
+    pytorch (autocast over fp32 parameters): 4 + 2 (per GEMM weight, cached by
+    autocast) + 8 (AdamW moments) + 4 (fp32 .grad). megatron (Micikevicius et al.
+    2018; Rajbhandari et al. 2020, §3.1 "K = 12"): 16-bit weights 2, optimizer
+    fp32 master copy + moments 12, gradients 4 (fp32 main_grad, bf16) or 2 (fp16).
+    """
+    opt = 8.0 if optimizer == "adamw" else 4.0
+    if framework == "megatron" and is_mixed(precision):
+        return {"weights": 2.0, "weight_copies": 0.0, "optimizer": 4.0 + opt,
+                "gradients": 2.0 if precision == "fp16-mixed" else 4.0}
+    return {"weights": 4.0, "weight_copies": 2.0 if is_mixed(precision) else 0.0, "optimizer": opt, "gradients": 4.0}
+
+
+def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adamw", zero=0, dp=1,
+                 framework="pytorch"):
+    """Weights, autocast weight copies, optimizer states and gradients (bytes, per GPU).
+
+    ``dp`` is the number of ranks sharding (the data-parallel size, or the node's
+    share of it under FSDP hybrid sharding). Rajbhandari et al. 2020, §5: ZeRO-1
+    shards optimizer states, ZeRO-2 also gradients, ZeRO-3 also parameters, so
+    model states take (2 + 2 + 12)Ψ/N_d = 16Ψ/N_d under ZeRO-3 (fp16, megatron) and
+    (4 + 4 + 8)Ψ/N_d under autocast. Under ZeRO-3 the 16-bit copies exist only for
+    gathered units (``comm_buffer_bytes``).
+    """
     dp = np.asarray(dp, float)
     zero = np.asarray(zero)
-    weights = 4.0 * params / np.where(zero >= 3, dp, 1.0)
-    copies = 2.0 * gemm_params / np.where(zero >= 3, dp, 1.0) if is_mixed(precision) else 0.0 * params
-    opt_per_param = 8.0 if optimizer == "adamw" else 4.0
-    optimizer_states = opt_per_param * params / np.where(zero >= 1, dp, 1.0)
-    grads = 4.0 * params / np.where(zero >= 2, dp, 1.0)
+    per = model_state_bytes(precision, optimizer, framework)
+    weights = per["weights"] * params / np.where(zero >= 3, dp, 1.0)
+    copies = np.where(zero >= 3, 0.0, per["weight_copies"] * gemm_params)
+    optimizer_states = per["optimizer"] * params / np.where(zero >= 1, dp, 1.0)
+    grads = per["gradients"] * params / np.where(zero >= 2, dp, 1.0)
     return {"weights": weights, "weight_copies": copies, "optimizer": optimizer_states, "gradients": grads}
+
+
+def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, lo=2.0, prefetch=2,
+                      grad_bytes=4.0, framework="pytorch", fsdp=False):
+    """Communication buffers per GPU (bytes).
+
+    * DDP: flat bucket buffers holding a second copy of every gradient (PyTorch DDP
+      with ``gradient_as_bucket_view=False``, the default; Li et al. 2020, §3.2);
+      Megatron-LM reduces its contiguous main_grad buffer in place: none;
+    * ZeRO-1/2: one bucket of gradients being reduce-scattered (DeepSpeed
+      ``reduce_bucket_size``);
+    * PyTorch FSDP: ``prefetch`` gathered units in 16 bits plus the unsharded
+      gradient of the unit being reduce-scattered (Zhao et al. 2023, §3.3,
+      limit_all_gathers);
+    * DeepSpeed ZeRO-3: gathered parameters up to stage3_max_live_parameters and
+      one reduce bucket (DeepSpeed config defaults 1e9 and 5e8 elements);
+    * one rank, or a parameter server: none.
+    """
+    zero = np.asarray(zero)
+    grads = grad_bytes * np.asarray(params, float)
+    ddp = grads if framework == "pytorch" else 0.0 * grads
+    zero12 = np.minimum(np.asarray(bucket, float), grads)
+    unit = np.asarray(unit_params, float)
+    deepspeed = lo * (np.minimum(prefetch * unit, DS_MAX_LIVE_PARAMETERS) + np.minimum(unit, DS_REDUCE_BUCKET))
+    zero3 = np.where(np.asarray(fsdp, bool), (prefetch + 1) * lo * unit, deepspeed)
+    out = np.where(zero >= 3, zero3, np.where(zero >= 1, zero12, ddp))
+    return np.where((np.asarray(dp) > 1) & (np.asarray(ps) == 0), out, 0.0)
 
 
 def peak_bytes(terms: dict, activations, loss, grads_during_forward) -> np.ndarray:
     """Peak over the step: loss-backward start vs end of backward."""
-    base = terms["weights"] + terms["optimizer"]
+    base = terms["weights"] + terms["optimizer"] + terms.get("comm_buffers", 0.0)
     at_loss = base + terms["weight_copies"] + activations + loss + np.where(grads_during_forward, terms["gradients"], 0.0)
-    at_end = base + terms["gradients"] + terms["weight_copies"] * 0.0
+    at_end = base + terms["gradients"]
     return np.maximum(at_loss, at_end)
