@@ -319,6 +319,23 @@ def p2p_time(model, coll, lay, c, *, precision):
 # --- data-parallel communication ---------------------------------------------------------------
 
 
+def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
+    """Data-parallel collectives of one step, as (collective, count), each over all Ψ elements.
+
+    The bookkeeping behind ``ddp_time``, ``zero12_time`` and ``zero3_time``
+    (Rajbhandari et al. 2020, §7): a ring all-reduce sends 2Ψ(n−1)/n per rank,
+    reduce-scatter and all-gather Ψ(n−1)/n each.
+    """
+    m = micro_batches
+    if zero >= 3:
+        return [("all_gather", 2 * m), ("reduce_scatter", m)]
+    if zero == 2:
+        return [("reduce_scatter", m), ("all_gather", 1)]
+    if zero == 1:
+        return [("reduce_scatter", 1), ("all_gather", 1)]
+    return [("all_reduce", 1)]
+
+
 def _bucketed(coll, collective, total, bucket, rpn, nodes):
     """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets."""
     total = np.asarray(total, float)

@@ -152,9 +152,11 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
     """
     if s.gpus != n_gpus:
         rest = s.tp * s.pp
+        heads = getattr(model, "heads", n_gpus)
+        tps = [d for d in divisors(n_gpus) if heads % d == 0] or [1]
+        tp = _nearest(s.tp, tps)
         hint = (f"dp={n_gpus // rest} with tp={s.tp}, pp={s.pp}" if n_gpus % rest == 0 else
-                f"tp × pp dividing {n_gpus}, e.g. tp={_nearest(s.tp, divisors(n_gpus))}, pp=1, "
-                f"dp={n_gpus // _nearest(s.tp, divisors(n_gpus))}")
+                f"tp={tp}, pp=1, dp={n_gpus // tp}: tp × pp must divide {n_gpus}")
         raise InvalidInputError(f"dp × tp × pp = {s.dp} × {s.tp} × {s.pp} = {s.gpus} must equal the cluster's "
                                 f"GPU count {n_gpus} (e.g. {hint})")
     heads = getattr(model, "heads", None)

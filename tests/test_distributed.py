@@ -1,0 +1,261 @@
+"""Distributed composition: hand-worked volumes, bubbles, overlaps and layouts.
+
+Collectives are priced with a datasheet entry of constant bus bandwidth and no
+latency unless a test says otherwise, so every number below can be checked
+with a pencil: t = S · factor(n) / B (nccl-tests doc/PERFORMANCE.md).
+"""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel import compose
+from perfmodel.errors import PerfModelError
+from perfmodel.workload import step as steps
+from perfmodel.costs.comm import BUSBW_FACTOR, datasheet_entry
+from perfmodel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.placement import group_layout, layout, pipeline_crossings
+from perfmodel.predict import config_arrays, default_profile
+
+B = 100e9  # bytes/s, bus bandwidth of every level in the hand-worked cases
+
+
+def flat_coll(intra=B, inter=B):
+    """Every collective at a constant bus bandwidth, zero latency."""
+    return {"intra": {"all_reduce": datasheet_entry(intra, 0.0, source="test")},
+            "inter": {"all_reduce": datasheet_entry(inter, 0.0, source="test")}}
+
+
+def cfg(**kw):
+    base = {"dp": 1.0, "tp": 1.0, "pp": 1.0, "micro_batch": 1.0, "m": 1.0, "v": 1.0, "zero": 0.0, "sp": False,
+            "ps": 0.0, "bucket": 25e6, "hybrid": False, "schedule": 0.0, "tp_overlap": False}
+    base.update({k: (np.float64(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                 for k, v in kw.items()})
+    return base
+
+
+# --- volumes -----------------------------------------------------------------------------------
+
+
+def test_megatron_tp_all_reduce_bytes_per_layer():
+    # b=1, s=2048, h=12288 in bf16: S = 50,331,648 B per all-reduce; ring factor 2·7/8 = 1.75
+    m = pm.transformer(2, 12288, 96, 2048, 51200)
+    lay = layout(1, 8, 1, 8)
+    t = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="none")
+    one = 1.75 * 50_331_648 / B
+    assert float(t["layer_f"]) == pytest.approx(2 * one)       # 2 all-reduces forward
+    assert float(t["layer_b"]) == pytest.approx(2 * one)       # 2 backward
+    full = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="full")
+    assert float(full["layer_b"]) == pytest.approx(4 * one)    # the recomputed forward all-reduces again
+
+
+def test_sequence_parallel_moves_the_same_bus_bytes_forward():
+    m = pm.transformer(2, 12288, 96, 2048, 51200)
+    lay = layout(1, 8, 1, 8)
+    ar = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="none")
+    sp = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, sp=True), precision="bf16-mixed", recompute="none")
+    assert float(sp["layer_f"]) == pytest.approx(float(ar["layer_f"]))  # RS + AG = AR, (n-1)/n twice
+    # backward re-gathers the sharded input of both column-parallel GEMMs: 1.5x the bytes
+    assert float(sp["layer_b"]) == pytest.approx(1.5 * float(ar["layer_b"]))
+
+
+def test_tp_overlap_hides_backward_collectives_behind_weight_gradients():
+    m = pm.transformer(2, 12288, 96, 2048, 51200)
+    lay = layout(1, 8, 1, 8)
+    t = {"layer_f_gpu": np.float64(1.0)}  # a second of forward GEMMs hides any all-reduce here
+    hid = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, tp_overlap=True), precision="bf16-mixed",
+                                recompute="none", t=t)
+    assert float(hid["layer_b"]) == 0.0
+    sp = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, tp_overlap=True, sp=True), precision="bf16-mixed",
+                               recompute="none", t=t)
+    assert float(sp["layer_b"]) == pytest.approx(2 * 0.875 * 50_331_648 / B)  # the two gradient all-gathers
+
+
+@pytest.mark.parametrize("zero, psi", [(0, 2.0), (1, 2.0), (2, 2.0), (3, 3.0)])
+def test_zero_data_parallel_volume_in_units_of_psi(zero, psi):
+    # Rajbhandari et al. 2020, §7: DDP and ZeRO-1/2 move 2Ψ per rank, ZeRO-3 3Ψ (ring, n -> inf)
+    n = 64
+    sent = sum(count * float(BUSBW_FACTOR[coll](n)) for coll, count in compose.dp_collectives(zero))
+    assert sent == pytest.approx(psi * (n - 1) / n)
+
+
+def test_dp_times_match_their_collectives_when_nothing_overlaps():
+    lay = layout(8, 1, 1, 8)
+    params = 1e9
+    c = cfg(dp=8, bucket=1e12)  # one bucket
+    ar = 1.75 * params * 4 / B  # fp32 gradients
+    assert float(compose.ddp_time(flat_coll(), lay, c, params, 0.0)) == pytest.approx(ar)
+    z1 = compose.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, bucket=1e12), params, 0.0)
+    assert float(z1) == pytest.approx(2 * 0.875 * params * 4 / B)  # RS grads + AG fp32 weights
+
+
+def test_ddp_communicates_once_per_step_and_hides_behind_the_last_backward():
+    lay = layout(8, 1, 1, 8)
+    params = 1e9                       # 4 GB of gradients in 160 buckets of 25 MB
+    total = 1.75 * 4e9 / B
+    bucket = 1.75 * 25e6 / B
+    one = compose.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=10.0)
+    four = compose.ddp_time(flat_coll(), lay, cfg(dp=8, m=4), params, window_s=10.0)
+    assert float(one) == pytest.approx(bucket)          # only the last bucket is exposed
+    assert float(four) == float(one)                     # no_sync: one all-reduce per step
+    short = compose.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=0.01)
+    assert float(short) == pytest.approx(total - 0.01 * (1 - 25e6 / 4e9))
+
+
+def test_zero2_and_zero3_communicate_every_micro_batch():
+    lay = layout(8, 1, 1, 8)
+    p = 1e9
+    z2 = [float(compose.zero12_time(flat_coll(), lay, cfg(dp=8, zero=2, m=m, bucket=1e12), p, 0.0)) for m in (1, 4)]
+    rs, ag = 0.875 * 4 * p / B, 0.875 * 4 * p / B
+    assert z2 == pytest.approx([rs + ag, 4 * rs + ag])
+    z1 = float(compose.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, m=4, bucket=1e12), p, 0.0))
+    assert z1 == pytest.approx(rs + ag)
+    units = {"layer": (10.0, p / 10, 0.0, 0.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
+    z3 = [float(compose.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, m=m, fsdp=True), units, 2.0, False))
+          for m in (1, 4)]
+    # no compute to hide behind: AG forward + AG backward + RS for each of 10 units, 16-bit
+    per = 3 * 0.875 * 2 * p / B + 2 * 0.875 * 2 * (p / 10) / B  # + first gather and last reduce once more
+    assert z3[0] == pytest.approx(per)
+    assert z3[1] == pytest.approx(4 * per)
+
+
+def test_zero3_prefetch_hides_gathers_behind_compute():
+    lay = layout(8, 1, 1, 8)
+    p = 1e8                                   # per unit: AG 1.75 ms in 16-bit
+    units = {"layer": (10.0, p, 1.0, 2.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
+    t = float(compose.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, fsdp=True), units, 2.0, False))
+    ag = rs = 0.875 * 2 * p / B
+    assert t == pytest.approx(ag + rs)        # only the first gather and the last reduce-scatter
+    deepspeed = float(compose.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3), units, 2.0, False))
+    assert deepspeed == pytest.approx(t)      # bucketed, same bytes; latency-free here
+
+
+def test_parameter_server_push_pull_through_server_nics():
+    links = {"server": 10e9, "worker": 2e9, "latency": 0.0}
+    params = 1e8                               # 400 MB of fp32 gradients
+    c = cfg(dp=8, ps=2, bucket=4e8)            # one bucket: nothing overlaps
+    one_way = 4e8 * max(8 / (2 * 10e9), 1 / 2e9)  # servers' NICs carry 8 workers over 2 servers
+    assert float(compose.ps_time(c, params, 0.0, links)) == pytest.approx(2 * one_way)
+    few = cfg(dp=2, ps=2, bucket=4e8)          # the worker's own NIC share is the limit
+    assert float(compose.ps_time(few, params, 0.0, links)) == pytest.approx(2 * 4e8 / 2e9)
+
+
+def test_parameter_server_links_from_the_node():
+    links = parameter_server_links(pm.cluster("dgx-a100-80gb", nodes=2))
+    assert links["server"] == pytest.approx(8 * 24e9)  # 8 HDR NICs at NCCL's 24 GB/s
+    assert links["worker"] == pytest.approx(24e9)
+
+
+# --- pipeline ------------------------------------------------------------------------------------
+
+
+def _uniform_times(f=1.0, b=2.0):
+    z = np.float64(0.0)
+    return {"layer_f": np.float64(f), "layer_b": np.float64(b), "embed_f": z, "embed_b": z, "head_f": z, "head_b": z}
+
+
+@pytest.mark.parametrize("p, m, v", [(4, 8, 1), (4, 8, 2), (8, 16, 4), (2, 1, 1)])
+def test_bubble_fraction_is_p_minus_1_over_v_m(p, m, v):
+    model = SimpleNamespace(layers=p * v)
+    c = cfg(pp=p, m=m, v=v, schedule=2 if v > 1 else 0)
+    t = _uniform_times()
+    pipe, worst = compose.pipeline_time(model, t, compose.stages(model, c), c)
+    ideal = m * float(worst)
+    assert (float(pipe) - ideal) / ideal == pytest.approx((p - 1) / (v * m))
+
+
+def test_uneven_stages_pay_the_slowest_stage_m_times():
+    model = SimpleNamespace(layers=4)
+    c = cfg(pp=2, m=4, stage_layers=(1, 3))
+    pipe, worst = compose.pipeline_time(model, _uniform_times(), compose.stages(model, c), c)
+    assert float(worst) == 9.0                       # 3 layers x (1 + 2)
+    assert float(pipe) == pytest.approx(4 * 9 + 3)   # + the fill/drain through the 1-layer stage
+
+
+def test_p2p_counts_and_node_crossings():
+    m = pm.transformer(8, 4096, 32, 2048, 51200)
+    size = 2048 * 4096 * 2 / 4          # scatter/gather: each of tp=4 ranks sends 1/4
+    c = cfg(pp=4, tp=4, m=8, sp=True)
+    coll = flat_coll(inter=B / 10)
+    inside = compose.p2p_time(m, coll, layout(1, 4, 4, 16), c, precision="bf16-mixed")
+    assert float(inside) == pytest.approx((2 * 8 + 2 * 3) * size / B)
+    across = compose.p2p_time(m, coll, layout(1, 4, 4, 8), c, precision="bf16-mixed")
+    # 2 stages per node: one of 3 boundaries crosses; the steady state waits on the slow one
+    assert float(across) == pytest.approx(2 * 8 * 10 * size / B + 2 * (10 + 2) * size / B)
+
+
+# --- placement ------------------------------------------------------------------------------------
+
+
+def test_megatron_placement_puts_tensor_groups_inside_a_node():
+    lay = layout(dp=4, tp=8, pp=2, gpus_per_node=8)
+    assert [tuple(map(float, lay[k])) for k in ("tp", "pp", "dp")] == [(8, 1), (1, 2), (1, 4)]
+    other = layout(dp=2, tp=4, pp=2, gpus_per_node=8, order="dp-tp-pp")
+    assert [tuple(map(float, other[k])) for k in ("dp", "tp", "pp")] == [(2, 1), (4, 1), (1, 2)]
+    assert tuple(map(float, group_layout(16, 1, 8))) == (8, 2)       # spans two nodes, 8 on each
+    assert float(pipeline_crossings(layout(1, 2, 8, 8)["pp"])) == 1.0  # 4 stages per node
+
+
+def test_tensor_group_across_nodes_uses_the_ring_over_both_fabrics():
+    m = pm.transformer(2, 8192, 64, 2048, 51200)
+    coll = flat_coll(inter=B / 8)
+    inside = compose.tp_comm_times(m, coll, layout(1, 8, 1, 8), cfg(tp=8), precision="bf16-mixed", recompute="none")
+    span = compose.tp_comm_times(m, coll, layout(1, 16, 1, 8), cfg(tp=16), precision="bf16-mixed", recompute="none")
+    s = 2048 * 8192 * 2
+    # ring over 16 ranks: each rail carries S/8 at B/8 = the NVLink share; bound by the network here
+    assert float(span["layer_f"]) == pytest.approx(2 * (2 * 15 / 16) * (s / 8) / (B / 8))
+    assert float(span["layer_f"]) > float(inside["layer_f"])
+
+
+# --- the whole step ---------------------------------------------------------------------------------
+
+
+def test_breakdown_adds_up_to_the_step():
+    model = pm.preset("gpt2-medium")
+    for s in (pm.Strategy(dp=2, tp=2, pp=2, micro_batch=2, global_batch=16),
+              pm.Strategy(dp=8, micro_batch=4, zero=3),
+              pm.Strategy(dp=2, tp=2, pp=2, micro_batch=1, global_batch=8, schedule="interleaved",
+                          virtual_stages=2, sequence_parallel=True)):
+        p = pm.predict(model, pm.cluster("dgx-a100-80gb"), s)
+        assert sum(p.breakdown.values()) == pytest.approx(p.step_time, rel=1e-9)
+
+
+def test_arrays_price_many_configurations_as_one():
+    model = pm.preset("gpt2-medium")
+    cl = pm.cluster("dgx-h100", nodes=2)
+    prof = default_profile(cl)
+    coll = cluster_collectives(cl, prof)
+    strategies = [pm.Strategy(dp=16, micro_batch=2, zero=z) for z in (0, 1, 2, 3)] + [
+        pm.Strategy(dp=4, tp=2, pp=2, micro_batch=2, global_batch=32, sequence_parallel=True)]
+    singles = [compose.evaluate(model, cl, prof, coll, config_arrays(s), precision="bf16-mixed", recompute="none",
+                                optimizer="adamw")["step_time"] for s in strategies]
+    arrays = {k: np.array([config_arrays(s)[k] for s in strategies])
+              for k in config_arrays(strategies[0]) if k not in ("stage_layers", "framework", "attention")}
+    many = compose.evaluate(model, cl, prof, coll, arrays, precision="bf16-mixed", recompute="none", optimizer="adamw")
+    assert many["step_time"] == pytest.approx(np.array([float(x) for x in singles]), rel=1e-12)
+
+
+def test_narayanan_flop_convention_with_full_recompute():
+    # 96·B·s·l·h²·(1 + s/6h + V/16lh) (Narayanan et al. 2021, eq. 3)
+    B_, s, L, h, V = 8, 2048, 4, 2048, 51200
+    model = pm.transformer(L, h, 16, s, V, tied_embeddings=True)
+    p = pm.predict(model, pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=8, micro_batch=1, recompute="full"))
+    executed = p.tflops_per_gpu * 1e12 * p.step_time * 8
+    assert executed == pytest.approx(96 * B_ * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)), rel=1e-9)
+    model_flops = 72 * B_ * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert p.model_flops == pytest.approx(model_flops, rel=1e-9)
+
+
+def test_megatron_stack_drops_autocast_casts_and_keeps_flops():
+    m = pm.preset("gpt2-small")
+    lf, lb = steps.layer_kernels(m, 4, precision="bf16-mixed")
+    mf = compose.adapt_kernels(lf, precision="bf16-mixed", framework="megatron")
+    assert not [k for k in mf if "cast" in k.name]
+    assert {k.dtype for k in mf if k.cls in ("layernorm", "residual_add")} == {"bf16"}
+    un = compose.adapt_kernels(lf + lb, precision="bf16-mixed", attention="unfused")
+    flops = lambda ks, cls: sum(float(k.flops * np.asarray(k.count)) for k in ks if k.name.startswith(cls))  # noqa: E731
+    assert flops(un, "attn.sdpa.") == pytest.approx(3 * flops(lf, "attn.sdpa"))  # 4bhs²d fwd, twice bwd
+    with pytest.raises(PerfModelError, match="framework"):
+        compose.adapt_kernels(lf, precision="bf16-mixed", framework="jax")
