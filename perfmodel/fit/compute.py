@@ -102,6 +102,13 @@ class ComputeFitter:
         for fused, sub in table[table.op == "adamw"].groupby("fused"):
             name = "fused" if str(fused).lower() in ("true", "1", "1.0") else "foreach"
             yield f"adamw:{name}", lambda sub=sub: self._fit_per_param(sub)
+        from perfmodel.fit.conv import fit_conv  # conv2d: implicit GEMMs + a fitted overhead class
+        for dtype, sub in table[table.op == "conv2d"].groupby("dtype"):
+            for variant in ("fwd", "bwd"):
+                yield f"conv2d:{dtype}:{variant}", lambda sub=sub, dtype=dtype, variant=variant: fit_conv(
+                    sub, variant=variant, gemm_entry=self.entries_.get(f"gemm:{dtype}"),
+                    fwd_entry=self.entries_.get(f"conv2d:{dtype}:fwd"), folds=self.folds, seed=self.seed,
+                    source=self.source)
 
     def _entry(self, form, params, cv, n, fit_err, candidates=None, **extra):
         return {"form": form, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
