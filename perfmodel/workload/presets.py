@@ -40,6 +40,10 @@ def _key(name: str) -> str:
 
 def preset(name: str, **overrides) -> Transformer:
     """A bundled model by name; keyword overrides change fields (e.g. ``seq=4096``)."""
+    from perfmodel.workload.cnn_presets import graph_preset, is_graph_preset
+
+    if is_graph_preset(name):  # traced CNN/ViT workloads shipped as data (data/graphs/*.json)
+        return graph_preset(name, **overrides)
     key = _key(name)
     fields = {k: v for k, v in _table()[key].items() if k not in META_KEYS}
     return transformer(**{"name": key, **fields, **overrides})
