@@ -1,0 +1,143 @@
+"""Transformers from a Hugging Face ``config.json``, read as plain JSON (no ``transformers`` import).
+
+    import perfmodel as pm
+    m = pm.from_hf_config("path/to/config.json")        # or a folder holding one, or a dict
+    m = pm.from_hf_config(cfg_dict, seq=4096)           # training context other than the config's
+
+Supported ``model_type`` values and how each maps onto :func:`perfmodel.transformer`
+are in :data:`FAMILIES`; approximations (parallel attention/MLP, partial rotary,
+Qwen2's QKV-only biases, Falcon's single layer norm) are listed in docs/workloads.md.
+They change parameter counts by well under 0.1% and kernel lists slightly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from perfmodel.errors import InvalidInputError, UnsupportedError, unknown_name
+from perfmodel.workload.model import Transformer, transformer
+
+GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models
+
+
+def _need(cfg: dict, family: str, *keys) -> list:
+    """Values of required keys; each key may be a tuple of aliases (first found wins)."""
+    values, missing = [], []
+    for key in keys:
+        names = key if isinstance(key, tuple) else (key,)
+        found = next((cfg[n] for n in names if cfg.get(n) is not None), None)
+        if found is None:
+            missing.append(" or ".join(names))
+        values.append(found)
+    if missing:
+        raise InvalidInputError(f"config of model_type {family!r} lacks required keys: {', '.join(missing)}")
+    return values
+
+
+def _llama(cfg: dict, family: str) -> dict:
+    """Llama, Mistral, Mixtral, Qwen2: pre-RMSNorm, rotary, gated MLP, no biases, untied by default."""
+    layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
+                                              "intermediate_size", "vocab_size")
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None and head_dim * heads != hidden:
+        raise UnsupportedError(f"head_dim={head_dim} × num_attention_heads={heads} != hidden_size={hidden}: "
+                               "perfmodel.transformer ties head_dim to hidden/heads")
+    act = str(cfg.get("hidden_act", "silu"))
+    if act not in GATED:
+        raise UnsupportedError(f"hidden_act={act!r} in a gated MLP is not modelled (known: {', '.join(sorted(GATED))})")
+    out = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
+               ffn_hidden=ffn, vocab=vocab, seq=cfg.get("max_position_embeddings", 4096), activation="swiglu",
+               norm="rmsnorm", bias=bool(cfg.get("attention_bias", False) and cfg.get("mlp_bias", False)),
+               tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), position="rotary")
+    if family == "mixtral":
+        out["experts"], out["experts_per_token"] = _need(cfg, family, "num_local_experts", "num_experts_per_tok")
+    return out
+
+
+def _gpt2(cfg: dict, family: str) -> dict:
+    """GPT-2: learned positions, pre-LayerNorm, GELU MLP of n_inner (4h), biases, tied head."""
+    layers, hidden, heads, vocab = _need(cfg, family, ("n_layer", "num_hidden_layers"), ("n_embd", "hidden_size"),
+                                         ("n_head", "num_attention_heads"), "vocab_size")
+    return dict(layers=layers, hidden=hidden, heads=heads, vocab=vocab, ffn_hidden=cfg.get("n_inner") or 4 * hidden,
+                seq=cfg.get("n_positions", cfg.get("n_ctx", 1024)), activation="gelu", norm="layernorm", bias=True,
+                tied_embeddings=True, position="learned")
+
+
+def _neox(cfg: dict, family: str) -> dict:
+    """GPT-NeoX / Pythia: rotary on a fraction of head dims, parallel residual, biases, untied head."""
+    layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
+                                              "intermediate_size", "vocab_size")
+    return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=ffn, vocab=vocab,
+                seq=cfg.get("max_position_embeddings", 2048), activation="gelu", norm="layernorm",
+                bias=bool(cfg.get("attention_bias", True)), tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                position="rotary")
+
+
+def _falcon(cfg: dict, family: str) -> dict:
+    """Falcon: multi-query (7B) or grouped (new decoder) attention, parallel attention/MLP, no linear biases."""
+    layers, hidden, heads, vocab = _need(cfg, family, ("num_hidden_layers", "n_layer"), "hidden_size",
+                                         ("num_attention_heads", "n_head"), "vocab_size")
+    if cfg.get("new_decoder_architecture"):
+        kv = cfg.get("num_kv_heads") or heads
+    else:
+        kv = 1 if cfg.get("multi_query", True) else heads
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv, vocab=vocab,
+                ffn_hidden=cfg.get("ffn_hidden_size") or 4 * hidden, seq=cfg.get("max_position_embeddings", 2048),
+                activation="gelu", norm="layernorm", bias=bool(cfg.get("bias", False)),
+                tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+                position="none" if cfg.get("alibi") else "rotary")
+
+
+def _bert(cfg: dict, family: str) -> dict:
+    """BERT: post-LN encoder, learned positions + 2 token types, GELU, biases, MLM head tied to the embedding."""
+    layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
+                                              "intermediate_size", "vocab_size")
+    if cfg.get("type_vocab_size", 2) != 2:
+        raise UnsupportedError(f"type_vocab_size={cfg['type_vocab_size']}: perfmodel.transformer models BERT's 2 token types")
+    return dict(layers=layers, hidden=hidden, heads=heads, ffn_hidden=ffn, vocab=vocab,
+                seq=cfg.get("max_position_embeddings", 512), activation="gelu", norm="layernorm", bias=True,
+                tied_embeddings=True, position="learned", arch="encoder", causal=False)
+
+
+FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "gpt2": _gpt2,
+            "gpt_neox": _neox, "falcon": _falcon, "bert": _bert}
+
+
+def read_config(path_or_dict) -> dict:
+    """The config as a dict: from a dict, a ``config.json`` path, or a folder holding one."""
+    if isinstance(path_or_dict, dict):
+        return dict(path_or_dict)
+    if not isinstance(path_or_dict, (str, Path)):
+        raise InvalidInputError(f"'config' must be a dict or a path to config.json: got {type(path_or_dict).__name__}")
+    path = Path(path_or_dict)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.exists():
+        raise InvalidInputError(f"'config' {str(path)!r} does not exist (expected a config.json or a folder with one)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{path}: a config must be a JSON object")
+    return data
+
+
+def from_hf_config(path_or_dict, *, seq: int | None = None, name: str | None = None) -> Transformer:
+    """A :class:`Transformer` from a Hugging Face config (dict, file or folder).
+
+    ``seq`` overrides the training context (default: the config's maximum positions; for
+    learned position embeddings that table's size is part of the parameter count).
+    """
+    cfg = read_config(path_or_dict)
+    family = cfg.get("model_type")
+    if family is None:
+        raise InvalidInputError(f"config has no 'model_type' (supported: {', '.join(sorted(FAMILIES))})")
+    if family not in FAMILIES:
+        raise unknown_name("model_type", family, FAMILIES)
+    fields = FAMILIES[family](cfg, family)
+    if seq is not None:
+        fields["seq"] = seq
+    label = name or cfg.get("_name_or_path") or family
+    return transformer(**fields, name=str(label))

@@ -1,0 +1,93 @@
+"""from_hf_config: published parameter counts of nine public configs, mapping details, errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.workload.hf import FAMILIES, from_hf_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+# published parameter counts; sources in tests/fixtures/hf/README.md
+PUBLISHED = {
+    "llama-2-7b-hf": 6_738_415_616, "meta-llama-3-8b": 8_030_261_248, "mistral-7b-v0.1": 7_241_732_096,
+    "mixtral-8x7b-v0.1": 46_702_792_704, "qwen2-7b": 7_615_616_512, "gpt2": 124_439_808,
+    "pythia-1.4b": 1_414_647_808, "falcon-7b": 6_921_720_704, "bert-base-uncased": 110_000_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_within_one_percent(name):
+    m = from_hf_config(FIXTURES / f"{name}.json")
+    assert isinstance(m, pm.Transformer)
+    assert m.params == pytest.approx(PUBLISHED[name], rel=0.01)
+
+
+def test_exact_where_the_architecture_is_expressible():
+    for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b"):
+        assert from_hf_config(FIXTURES / f"{name}.json").params == PUBLISHED[name]
+
+
+def test_field_mapping():
+    llama3 = from_hf_config(FIXTURES / "meta-llama-3-8b.json")
+    assert (llama3.kv_heads, llama3.ffn_hidden, llama3.activation, llama3.norm, llama3.position, llama3.seq) == (
+        8, 14336, "swiglu", "rmsnorm", "rotary", 8192)
+    mixtral = from_hf_config(FIXTURES / "mixtral-8x7b-v0.1.json")
+    assert (mixtral.experts, mixtral.experts_per_token) == (8, 2)
+    assert mixtral.active_params == pytest.approx(12.9e9, rel=0.01)  # Jiang et al. 2024: 12.9B active
+    falcon = from_hf_config(FIXTURES / "falcon-7b.json")
+    assert (falcon.kv_heads, falcon.head_dim, falcon.tied_embeddings, falcon.bias) == (1, 64, True, False)
+    bert = from_hf_config(FIXTURES / "bert-base-uncased.json")
+    assert (bert.arch, bert.causal, bert.position) == ("encoder", False, "learned")
+    gpt2 = from_hf_config(FIXTURES / "gpt2.json")
+    assert gpt2.params == pm.preset("gpt2-small").params
+    assert from_hf_config(FIXTURES / "llama-2-7b-hf.json").params == pm.preset("llama-2-7b").params
+
+
+def test_inputs_dict_folder_seq_and_name(tmp_path):
+    cfg = json.loads((FIXTURES / "meta-llama-3-8b.json").read_text())
+    assert from_hf_config(cfg, seq=4096).seq == 4096
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = from_hf_config(tmp_path, name="llama3")
+    assert m.name == "llama3" and m.params == PUBLISHED["meta-llama-3-8b"]
+    assert from_hf_config({**cfg, "_name_or_path": "meta-llama/Meta-Llama-3-8B"}).name == "meta-llama/Meta-Llama-3-8B"
+    falcon_old = {k: v for k, v in json.loads((FIXTURES / "falcon-7b.json").read_text()).items()
+                  if k not in ("num_attention_heads", "num_hidden_layers")}
+    assert from_hf_config({**falcon_old, "n_head": 71, "n_layer": 32}).params == from_hf_config(
+        FIXTURES / "falcon-7b.json").params  # the original RW config key names
+    assert pm.from_hf_config is from_hf_config
+
+
+def test_unknown_model_type_lists_supported():
+    with pytest.raises(pm.UnknownNameError) as info:
+        from_hf_config({"model_type": "t5", "d_model": 512})
+    msg = str(info.value)
+    assert msg.startswith("unknown model_type 't5'")
+    assert all(family in msg for family in FAMILIES)
+    with pytest.raises(pm.InvalidInputError, match="config has no 'model_type' \\(supported: bert, falcon"):
+        from_hf_config({"hidden_size": 8})
+
+
+def test_missing_keys_are_named():
+    cfg = json.loads((FIXTURES / "llama-2-7b-hf.json").read_text())
+    del cfg["hidden_size"], cfg["vocab_size"]
+    with pytest.raises(pm.InvalidInputError,
+                       match="config of model_type 'llama' lacks required keys: hidden_size, vocab_size"):
+        from_hf_config(cfg)
+    with pytest.raises(pm.InvalidInputError, match="lacks required keys: n_layer or num_hidden_layers"):
+        from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "vocab_size": 50257})
+
+
+def test_unsupported_shapes_and_bad_files(tmp_path):
+    cfg = json.loads((FIXTURES / "mistral-7b-v0.1.json").read_text())
+    with pytest.raises(pm.UnsupportedError, match="head_dim=160 .* != hidden_size=4096"):
+        from_hf_config({**cfg, "head_dim": 160})
+    with pytest.raises(pm.InvalidInputError, match="does not exist"):
+        from_hf_config(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(pm.InvalidInputError, match="not valid JSON"):
+        from_hf_config(bad)
+    with pytest.raises(pm.InvalidInputError, match="'config' must be a dict or a path"):
+        from_hf_config(42)
