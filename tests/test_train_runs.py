@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "32", "--vocab", "256", "--micro-batch", "2"]
 # Median |error| the quick CPU validation must stay under, and the DDP rows' |error| (docs/validation.md)
 QUICK_MEDIAN_MAX_PCT = 35.0
-DDP_MAX_PCT = 35.0
+DDP_CHECK_MODEL, DDP_MAX_PCT = "tiny-gpt", 20.0
+OTHER_LOAD_MAX = 0.15  # share of the CPUs other processes may use before timings are not compared
 
 
 def _env():
@@ -129,38 +130,47 @@ def test_fsdp_run_under_torchrun(tmp_path):
 
 @pytest.fixture(scope="session")
 def quick_validation(tmp_path_factory):
-    work = tmp_path_factory.mktemp("validate")
-    results, bad, notes = loop.validate_runs(work, quick=True, steps=20, warmup=3, log=lambda line: None)
-    return work, results, bad, notes
+    return loop.validate_runs(tmp_path_factory.mktemp("validate"), quick=True, steps=20, warmup=3,
+                              log=lambda line: None)
+
+
+def _skip_if_busy(found, record_property):
+    """Timings taken while other processes used the CPUs do not test the predictor: skip, saying so."""
+    record_property("other_load", found.other_load)
+    if found.other_load is not None and found.other_load > OTHER_LOAD_MAX:
+        pytest.skip(f"other processes used {found.other_load:.0%} of the CPUs during the runs "
+                    f"(> {OTHER_LOAD_MAX:.0%}): timings not comparable\n" + loop.results_table(found.results))
 
 
 @pytest.mark.slow
 def test_quick_validation_median_error(quick_validation, record_property):
-    work, results, bad, notes = quick_validation
-    assert [b for b in bad if b.skipped] == [] and not [n for n in notes if n.startswith("run failed")], notes
-    assert len(results) == len(loop.QUICK_RUNS)
-    summary = loop.summarize(results)
+    found = quick_validation
+    assert [b for b in found.bad if b.skipped] == [], found.bad
+    assert not [n for n in found.notes if n.startswith("run failed")], found.notes
+    assert len(found.results) == len(loop.QUICK_RUNS)
+    summary = loop.summarize(found.results)
     for key, value in summary.items():
         record_property(key, value)
-    print("\n" + loop.results_table(results))
-    assert summary["median_abs_error_pct"] <= QUICK_MEDIAN_MAX_PCT, loop.results_table(results)
+    print("\n" + loop.results_table(found.results) + "\n" + "\n".join(found.notes))
+    _skip_if_busy(found, record_property)
+    assert summary["median_abs_error_pct"] <= QUICK_MEDIAN_MAX_PCT, loop.results_table(found.results)
 
 
 @pytest.mark.slow
 def test_ddp_step_matches_prediction(quick_validation, record_property):
-    _, results, _, _ = quick_validation
-    ddp = results[results.dp == 2]
+    results = quick_validation.results
+    ddp = results[results.dp == 2].set_index("model")["error_pct"]
     assert len(ddp) == sum(r.procs == 2 for r in loop.QUICK_RUNS)
-    worst = float(ddp["error_pct"].abs().min())
-    record_property("ddp_best_abs_error_pct", worst)
-    record_property("ddp_abs_error_pct", [round(float(e), 1) for e in ddp["error_pct"]])
-    print(f"\nDDP (gloo, 2 processes) step error: {', '.join(f'{e:+.1f}%' for e in ddp['error_pct'])}")
-    assert worst <= DDP_MAX_PCT
+    for model, error in ddp.items():
+        record_property(f"ddp_error_pct_{model}", round(float(error), 1))
+    print(f"\nDDP (gloo, 2 processes) step error: {', '.join(f'{m} {e:+.1f}%' for m, e in ddp.items())}")
+    _skip_if_busy(quick_validation, record_property)
+    assert abs(ddp[DDP_CHECK_MODEL]) <= DDP_MAX_PCT
 
 
 @pytest.mark.slow
 def test_calibrate_fit_predict_example_runs(quick_validation):
-    work = quick_validation[0]  # already calibrated: the example's calibration resumes and finishes at once
+    work = quick_validation.work_dir  # already calibrated: the example's calibration resumes and ends at once
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "calibrate_fit_predict.py"), "--work-dir",
                            str(work)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -13,6 +13,7 @@ from perfmodel.validate.loop import (
     GPU_RUNS,
     QUICK_RUNS,
     Run,
+    Validation,
     calibrate_host,
     compare,
     measure_runs,
@@ -24,7 +25,7 @@ from perfmodel.validate.loop import (
 from perfmodel.validate.measured import COLUMNS, RUN_COLUMNS, BadRow, Case, read_measured
 
 __all__ = [
-    "COLUMNS", "CPU_RUNS", "GPU_RUNS", "QUICK_RUNS", "RUN_COLUMNS", "BadRow", "Case", "Run", "calibrate_host",
+    "COLUMNS", "CPU_RUNS", "GPU_RUNS", "QUICK_RUNS", "RUN_COLUMNS", "BadRow", "Case", "Run", "Validation", "calibrate_host",
     "compare", "measure_runs", "read_measured", "results_table", "summarize", "validate_measured",
     "validate_runs",
 ]

@@ -39,9 +39,9 @@ def cmd_validate(args) -> int:
         results, bad = validate_measured(args.measured, args.profile)
     else:
         work = args.work_dir or tempfile.mkdtemp(prefix="perfmodel-validate-")
-        results, bad, notes = validate_runs(work, profile=args.profile, gpu=args.gpu, quick=args.quick,
-                                            threads=args.threads, procs=args.procs, steps=args.steps,
-                                            warmup=args.warmup)
+        found = validate_runs(work, profile=args.profile, gpu=args.gpu, quick=args.quick,
+                              threads=args.threads, procs=args.procs, steps=args.steps, warmup=args.warmup)
+        results, bad, notes = found.results, found.bad, found.notes
         print(f"work folder: {work}")
     for note in notes:
         print(f"note: {note}")

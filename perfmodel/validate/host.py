@@ -171,3 +171,50 @@ def complete_profile(profile, table: pd.DataFrame):
     meta = {**profile.meta, "few_point_classes": sorted(k for k in extra if not k.startswith("gemm:")),
             "aliased_classes": sorted(k for k in extra if k.startswith("gemm:"))}
     return Profile(profile.name, profile.gpu, compute, profile.collectives, profile.host, meta)
+
+
+def _cpu_seconds() -> tuple[float, float] | None:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited-for children)."""
+    import os
+    import resource
+
+    try:
+        with open("/proc/stat") as f:
+            ticks = [float(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)  # idle + iowait
+    busy = (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # user..steal; guest time is inside user
+    own = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for f in ("ru_utime", "ru_stime"))
+    return busy, own
+
+
+class OtherLoad:
+    """Share of the machine's CPU time that other processes used while the block ran (Linux).
+
+        with OtherLoad() as load:
+            ...                       # run subprocesses and wait for them
+        load.fraction                 # 0.0 on a quiet machine; None where /proc/stat is missing
+
+    Busy time comes from ``/proc/stat`` (steal included: a hypervisor's other
+    guests); this process's and its children's from ``getrusage``.
+    """
+
+    def __enter__(self) -> OtherLoad:
+        import os
+        import time
+
+        self.fraction = None
+        self._t0, self._start, self._cores = time.monotonic(), _cpu_seconds(), os.cpu_count() or 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import time
+
+        end = _cpu_seconds()
+        wall = time.monotonic() - self._t0
+        if self._start is None or end is None or wall <= 0:
+            return
+        other = (end[0] - self._start[0]) - (end[1] - self._start[1])
+        self.fraction = float(min(max(other / (wall * self._cores), 0.0), 1.0))

@@ -345,41 +345,58 @@ def _runs(runs, device: str, quick: bool) -> list[Run]:
     return [r for r in (GPU_RUNS[:2] if quick else GPU_RUNS) if r.procs <= _cuda_count()]
 
 
+@dataclass(frozen=True)
+class Validation:
+    """What ``validate_runs`` found: per-row results, rows it could not use, notes, and the machine's load.
+
+    ``other_load``: share of the CPUs other processes used meanwhile (None where
+    unknown); timings taken beside other work say little about the predictor.
+    """
+
+    results: pd.DataFrame
+    bad: list
+    notes: tuple
+    other_load: float | None
+    work_dir: Path
+
+
 def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool = True, threads: int = 1,
-                  procs: int = 2, steps: int = 10, warmup: int = 3, runs=None, log=print):
+                  procs: int = 2, steps: int = 10, warmup: int = 3, runs=None, log=print) -> Validation:
     """Calibrate (unless given a profile), train and time the configured runs, predict them.
 
-    Returns (results, bad rows, notes). On the CPU, without ``profile`` the host
-    is calibrated into ``work_dir``; with one, it names a calibrated host folder
-    (or its profile.json). On a GPU the runs are predicted with ``profile`` (default:
-    the bundled one of ``gpu``, default the catalog GPU torch reports).
+    On the CPU, without ``profile`` the host is calibrated into ``work_dir``;
+    with one, it names a calibrated host folder (or its profile.json). On a GPU
+    the runs are predicted with ``profile`` (default: the bundled one of ``gpu``,
+    default the catalog GPU torch reports).
     """
+    from perfmodel.validate.host import OtherLoad
+
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     device = _device()
-    notes: tuple = ()
-    if device == "cpu":
-        host = Host.from_folder(profile) if profile else calibrate_host(work, threads=threads, procs=procs,
-                                                                        quick=quick, log=log)
-        notes = host.notes
+    with OtherLoad() as load:
+        if device == "cpu":
+            host = Host.from_folder(profile) if profile else calibrate_host(work, threads=threads, procs=procs,
+                                                                            quick=quick, log=log)
+            notes = host.notes
 
-        def target(run):
-            if run.procs == 1:
-                return str(host.gpu.resolve()), str(host.profile.resolve())
-            return str(host.node.resolve()), str(host.shared_profile.resolve())
-    else:
-        name = gpu or _cuda_gpu_name()
+            def target(run):
+                if run.procs == 1:
+                    return str(host.gpu.resolve()), str(host.profile.resolve())
+                return str(host.node.resolve()), str(host.shared_profile.resolve())
+        else:
+            name, notes = gpu or _cuda_gpu_name(), ()
 
-        def target(run):
-            return name, profile
-    out_csv = work / "measured.csv"
-    failures = measure_runs(_runs(runs, device, quick), out_csv, target=target, device=device, threads=threads,
-                            steps=steps, warmup=warmup, log=log)
+            def target(run):
+                return name, profile
+        out_csv = work / "measured.csv"
+        failures = measure_runs(_runs(runs, device, quick), out_csv, target=target, device=device,
+                                threads=threads, steps=steps, warmup=warmup, log=log)
     notes = notes + tuple(f"run failed: {f}" for f in failures)
-    if not out_csv.exists():
-        return pd.DataFrame(), [], notes
-    results, bad = validate_measured(out_csv)
-    return results, bad, notes
+    if load.fraction is not None:
+        notes += (f"other processes used {load.fraction:.0%} of this machine's CPU time meanwhile",)
+    results, bad = validate_measured(out_csv) if out_csv.exists() else (pd.DataFrame(), [])
+    return Validation(results, bad, notes, load.fraction, work)
 
 
 def _cuda_gpu_name() -> str:
