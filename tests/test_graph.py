@@ -144,3 +144,11 @@ def test_conv_fit_on_the_bundled_rows():
     prof = pm.load_profile("h200-sxm-141gb")
     assert prof.entry("conv2d:bf16:fwd")["params"] == pytest.approx(fwd["params"])
     assert "datasheet-scaled" in pm.load_profile("a100-sxm4-80gb").entry("conv2d:bf16:fwd")["source"]
+
+
+def test_shipped_graphs_are_what_the_generator_writes(tmp_path):
+    pytest.importorskip("torch")
+    from perfmodel.workload.cnn_presets import GRAPHS_DIR, write_presets
+
+    (path,) = write_presets(tmp_path, names=["vit-b-16"])
+    assert path.read_text() == (GRAPHS_DIR / "vit-b-16.json").read_text()

@@ -66,6 +66,33 @@ def graph_preset(name: str, **overrides):
     return _load(key)
 
 
+def write_presets(folder=None, names=None) -> list:
+    """Trace the plain-torch models below and write their graphs as JSON (needs torch)."""
+    import torch
+
+    from perfmodel.errors import UnsupportedError
+    from perfmodel.workload.graph import GraphModel
+    from perfmodel.workload.torch_import import from_torch
+
+    folder = Path(folder) if folder else GRAPHS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key in names or GRAPH_PRESETS:
+        spec = GRAPH_PRESETS[key]
+        module = build(key, device="meta")
+        count = sum(p.numel() for p in module.parameters())
+        if count != spec["published_params"]:
+            raise UnsupportedError(f"{key}: {count:,} parameters, torchvision has {spec['published_params']:,}")
+        x = torch.empty(2, 3, spec["image"], spec["image"], device="meta")
+        graph = from_torch(module, x, loss=loss_for(key), name=key)
+        note = (f"input 3x{spec['image']}x{spec['image']}; architecture written in plain torch after "
+                "torchvision.models (parameter count checked equal)")
+        graph = GraphModel(**{**graph.__dict__, "source": spec["source"], "notes": graph.notes + (note,)})
+        graph.save(folder / f"{key}.json")
+        written.append(folder / f"{key}.json")
+    return written
+
+
 # -- the models, in plain torch (torch imported only when building) ---------------------------------
 def build(name: str, *, num_classes: int = 1000, device="meta"):
     """A freshly built model by preset name (parameters on ``device``; meta by default)."""

@@ -569,34 +569,6 @@ def _affine(v1: float, v2: float, b1: int, b2: int) -> tuple:
 
 
 # -- shipped presets --------------------------------------------------------------------------------
-def write_presets(folder=None, names=None) -> list:
-    """Trace the plain-torch CNN/ViT definitions and write their graphs as JSON (needs torch)."""
-    from pathlib import Path
-
-    from perfmodel.workload import cnn_presets
-
-    folder = Path(folder) if folder else cnn_presets.GRAPHS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for key in names or cnn_presets.GRAPH_PRESETS:
-        spec = cnn_presets.GRAPH_PRESETS[key]
-        module = cnn_presets.build(key, device="meta")
-        count = _param_count(module)
-        if count != spec["published_params"]:
-            raise UnsupportedError(f"{key}: {count:,} parameters, torchvision has {spec['published_params']:,}")
-        import torch
-
-        x = torch.empty(2, 3, spec["image"], spec["image"], device="meta")
-        graph = from_torch(module, x, loss=cnn_presets.loss_for(key), name=key)
-        graph = GraphModel(**{**graph.__dict__, "source": spec["source"], "notes": graph.notes + (
-            f"input 3x{spec['image']}x{spec['image']}; architecture written in plain torch after "
-            "torchvision.models (parameter count checked equal)",)})
-        path = folder / f"{key}.json"
-        graph.save(path)
-        written.append(path)
-    return written
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-presets", action="store_true", help="regenerate data/graphs/*.json")
@@ -605,6 +577,8 @@ def main(argv=None) -> int:
     if not args.write_presets:
         parser.print_help()
         return 0
+    from perfmodel.workload.cnn_presets import write_presets
+
     for path in write_presets(args.out):
         print(f"wrote {path}")
     return 0
