@@ -23,7 +23,10 @@ def _table() -> dict:
 
 
 def list_presets() -> list[str]:
-    return sorted(_table())
+    """Transformer presets and the traced CNN/ViT graphs."""
+    from perfmodel.workload.cnn_presets import list_graph_presets
+
+    return sorted([*_table(), *list_graph_presets()])
 
 
 def preset_info(name: str) -> dict:
@@ -34,7 +37,7 @@ def preset_info(name: str) -> dict:
 def _key(name: str) -> str:
     key = str(name).lower()
     if key not in _table():
-        raise unknown_name("model preset", name, _table())
+        raise unknown_name("model preset", name, list_presets())
     return key
 
 
