@@ -6,6 +6,9 @@ Fields follow the contract in the design notes. ``zero`` is the ZeRO stage
 HYBRID_SHARD). ``ps_servers`` > 0 trains with parameter servers instead of
 all-reduce. ``placement`` orders the groups from fastest-varying rank up:
 the default puts tensor groups inside a node first, then pipeline, then data.
+``framework``, ``attention`` and ``tp_overlap`` describe the software stack
+(docs/distributed.md); ``check_against`` checks a strategy against a model and
+a GPU count.
 """
 
 from __future__ import annotations
