@@ -10,8 +10,7 @@ from perfmodel import compose
 from perfmodel.errors import InvalidInputError, UnsupportedError
 from perfmodel.fabric import cluster_collectives
 from perfmodel.profile import Profile, load_profile
-from perfmodel.strategy import Strategy
-from perfmodel.validation import check_divides
+from perfmodel.strategy import Strategy, check_against
 from perfmodel.workload.step import gemm_dtype
 
 SCHEDULE_CODE = {"1f1b": 0, "gpipe": 1, "interleaved": 2}
@@ -73,21 +72,7 @@ def default_profile(cluster) -> Profile:
 
 def check_strategy(model, cluster, s: Strategy) -> None:
     """Raise a clear error when the strategy cannot run this model on this cluster."""
-    if s.gpus != cluster.n_gpus:
-        raise InvalidInputError(
-            f"dp × tp × pp = {s.dp} × {s.tp} × {s.pp} = {s.gpus} must equal the cluster's GPU count "
-            f"{cluster.n_gpus} (e.g. dp={max(1, cluster.n_gpus // (s.tp * s.pp))} with tp={s.tp}, pp={s.pp})")
-    heads = getattr(model, "heads", None)
-    if heads is not None:
-        check_divides("tp", s.tp, "heads", heads)
-        check_divides("tp", s.tp, "kv_heads", model.kv_heads)
-        if s.pp > model.layers:
-            raise InvalidInputError(f"'pp'={s.pp} must be <= layers={model.layers}")
-        if s.schedule == "interleaved" and model.layers % (s.pp * s.virtual_stages):
-            raise InvalidInputError(f"interleaved schedule needs layers={model.layers} divisible by "
-                                    f"pp × virtual_stages = {s.pp * s.virtual_stages}")
-    if s.pp > 1 and s.micro_batches < 1:
-        raise InvalidInputError("pipeline parallelism needs at least one micro-batch per step")
+    check_against(model, cluster.n_gpus, s)
     if gemm_dtype(s.precision) not in cluster.gpu.peak_flops:
         raise UnsupportedError(f"{cluster.gpu.name} has no {gemm_dtype(s.precision)} support "
                                f"(supported: {', '.join(sorted(cluster.gpu.peak_flops))}); choose another precision")
@@ -99,7 +84,10 @@ def config_arrays(s: Strategy) -> dict:
             "micro_batch": np.float64(s.micro_batch), "m": np.float64(s.micro_batches),
             "v": np.float64(s.virtual_stages), "zero": np.float64(s.shard), "sp": np.bool_(s.sequence_parallel),
             "ps": np.float64(s.ps_servers), "bucket": np.float64(s.bucket_mb * 1e6),
-            "hybrid": np.bool_(s.fsdp == "hybrid"), "schedule": np.float64(SCHEDULE_CODE[s.schedule])}
+            "hybrid": np.bool_(s.fsdp == "hybrid"), "fsdp": np.bool_(s.fsdp is not None),
+            "schedule": np.float64(SCHEDULE_CODE[s.schedule]),
+            "tp_overlap": np.bool_(s.tp_overlap), "stage_layers": s.stage_layers, "framework": s.framework,
+            "attention": s.attention}
 
 
 def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus):
@@ -108,12 +96,10 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     tokens = s_batch * model.seq
     # kernel FLOPs are per GPU of a tensor group: × tp for the whole model, × micro-batches per step
     scale = out["tp"] * s_batch / out["micro_batch"]
-    fwd, bwd = out["layer_flops_f"], out["layer_flops_b"]
-    recomputed = {"none": 0.0, "full": fwd, "selective": out["layer_attn_flops_f"]}[recompute]
-    # Model FLOPs as torch.utils.flop_counter counts them (no recomputation), for MFU (PaLM, Chowdhery et al. 2022) ...
-    model_flops = (model.layers * (fwd + bwd - recomputed) + out["head_flops"]) * scale
-    # ... and the FLOPs actually executed, recomputation included (Narayanan et al. 2021, eq. 3 convention)
-    hw_flops = (model.layers * (fwd + bwd) + out["head_flops"]) * scale
+    # Narayanan et al. 2021 eq. 3 convention (compose.step_flops): model FLOPs for MFU (PaLM,
+    # Chowdhery et al. 2022), executed FLOPs (recomputation included) for TFLOP/s per GPU
+    model_flops = out["model_flops_mb"] * scale
+    hw_flops = out["hw_flops_mb"] * scale
     peak = cluster.gpu.peak(gemm_dtype(precision))
     capacity = cluster.gpu.mem_bytes
     need = out["peak_memory"] * (1 + compose.mem.ALLOCATOR_RESERVE) + compose.mem.CUDA_CONTEXT_BYTES
