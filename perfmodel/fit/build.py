@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfmodel.fit.compute import ComputeFitter
+from perfmodel.fit.reference import calibrate_gemm, stream_copy_bw
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.profile import Profile
 
@@ -47,6 +48,9 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     fitter = fit_tables(folders, gpu=gpu, folds=folds, seed=seed)
     compute = dict(fitter.entries_)
     _derive_missing_gemm(compute, spec, spec)
+    for dtype in GEMM_DTYPES:  # derived dtypes only: fitted ones already match this GPU's tables
+        if compute.get(f"gemm:{dtype}", {}).get("n_points") == 0:
+            calibrate_gemm({f"gemm:{dtype}": compute[f"gemm:{dtype}"]}, spec.name)
     coll = dict(collectives or {})
     for folder in folders:
         path = Path(folder) / "collectives.csv"
@@ -83,6 +87,9 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
     """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth."""
     target, ref = _gpu(gpu), _gpu(reference.gpu)
     bw_ratio = ref.mem_bw_bytes_per_s / target.mem_bw_bytes_per_s
+    measured_ref, measured_target = stream_copy_bw(ref.name), stream_copy_bw(target.name)
+    if measured_ref and measured_target:  # published STREAM figures beat the datasheet ratio
+        bw_ratio = measured_ref / measured_target
     compute: dict = {}
     for key, entry in reference.compute.items():
         entry = copy.deepcopy(entry)
@@ -106,6 +113,7 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
                      cv_mape=None, n_points=0)
         compute[key] = entry
     _derive_missing_gemm(compute, target, target)
+    calibrate_gemm(compute, target.name)
     meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
             "method": "reference fits scaled by datasheet peak FLOP/s and memory bandwidth"}
     return Profile(f"{target.name} (datasheet)", target.name, compute, dict(collectives or {}),
