@@ -227,13 +227,14 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
     from perfmodel.fit.tables import read_compute_table
 
     host.write_host_gpu(files["gpu"], read_compute_table(solo), meta, threads)
-    shared_gpu = host.write_host_gpu(work / "cpu-host-shared.toml", pd.concat(
-        [read_compute_table(t) for t in shared], ignore_index=True), meta, threads,
-        note=f"; measured with {procs} processes computing at once")
+    # the other processes' tables only kept the neighbours busy: fitting the same shapes twice
+    # would let cross-validation see each held-out point's twin
+    shared_gpu = host.write_host_gpu(work / "cpu-host-shared.toml", read_compute_table(shared[0]), meta, threads,
+                                     note=f"; measured with {procs} processes computing at once")
     link = host.loopback_link(pd.read_csv(shared[0] / "collectives.csv"))
     host.write_host_node(files["node"], shared_gpu, link, procs)
     profile, _ = _fit([solo], files["gpu"], files["profile"])
-    _fit(shared, shared_gpu, files["shared_profile"])
+    _fit(shared[:1], shared_gpu, files["shared_profile"])
     notes = tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
     notes += tuple(f"alias: {k} = gemm:fp32 (no bf16 on this host)" for k in profile.meta["aliased_classes"])
     return Host(**files, notes=notes)
