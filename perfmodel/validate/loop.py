@@ -304,14 +304,14 @@ def _fmt(metric: str, value: float) -> str:
 
 def results_table(results: pd.DataFrame) -> str:
     """A plain-text table of measured vs predicted, one line per row, and the summary."""
-    head = (f"{'line':>4}  {'model':<14} {'gpu':<18} {'dp':>2} {'tp':>2} {'pp':>2} {'mb':>3} {'gb':>4}  "
+    head = (f"{'line':>4}  {'model':<24} {'gpu':<16} {'dp':>4} {'tp':>2} {'pp':>2} {'mb':>3} {'gb':>5}  "
             f"{'measured':>14} {'predicted':>14} {'error':>8}  {'in interval':<11}  {'memory error':>12}")
     lines = [head, "-" * len(head)]
     for r in results.to_dict("records"):
         mem = r.get("memory_error_pct")
         mem = f"{mem:+.1f}%" if mem is not None and np.isfinite(mem) else ""
-        lines.append(f"{r['line']:>4}  {str(r['model'])[:14]:<14} {str(r['gpu'])[:18]:<18} {r['dp']:>2} {r['tp']:>2} "
-                     f"{r['pp']:>2} {r['micro_batch']:>3} {r['global_batch']:>4}  {_fmt(r['metric'], r['measured']):>14} "
+        lines.append(f"{r['line']:>4}  {str(r['model'])[:24]:<24} {str(r['gpu'])[:16]:<16} {r['dp']:>4} {r['tp']:>2} "
+                     f"{r['pp']:>2} {r['micro_batch']:>3} {r['global_batch']:>5}  {_fmt(r['metric'], r['measured']):>14} "
                      f"{_fmt(r['metric'], r['predicted']):>14} {r['error_pct']:>+7.1f}%  "
                      f"{'yes' if r['inside'] else 'no':<11}  {mem:>12}")
     s = summarize(results)

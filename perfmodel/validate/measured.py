@@ -10,7 +10,9 @@ One row per measured configuration. Columns (blank where unknown):
 * gpu: GPU or node preset, or a GPU/node/cluster TOML file; nodes,
   gpus_per_node (default: 1 node; GPUs per node = dp × tp × pp / nodes).
 * strategy: dp, tp, pp, micro_batch, global_batch, zero, fsdp, recompute,
-  precision, optimizer (defaults as ``pm.Strategy``).
+  precision, optimizer, schedule, virtual_stages, sequence_parallel,
+  stage_layers (space-separated), framework, attention, tp_overlap (defaults
+  as ``pm.Strategy``).
 * measured: at least one of step_time_s, tokens_per_second, tflops_per_gpu
   (the first present is compared); peak_memory_bytes optionally.
 * profile: a profile name or JSON file for this row (default: the command's
@@ -33,7 +35,8 @@ from perfmodel.errors import InvalidInputError, PerfModelError
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "activation",
                 "norm", "bias", "tied_embeddings", "position", "causal")
 STRATEGY_FIELDS = ("dp", "tp", "pp", "micro_batch", "global_batch", "zero", "fsdp", "recompute",
-                   "precision", "optimizer")
+                   "precision", "optimizer", "schedule", "virtual_stages", "sequence_parallel", "stage_layers",
+                   "framework", "attention", "tp_overlap")
 METRICS = ("step_time_s", "tokens_per_second", "tflops_per_gpu")
 COLUMNS = ("model", *MODEL_FIELDS, "gpu", "nodes", "gpus_per_node", *STRATEGY_FIELDS, *METRICS,
            "peak_memory_bytes", "profile", "source")
@@ -41,8 +44,8 @@ COLUMNS = ("model", *MODEL_FIELDS, "gpu", "nodes", "gpus_per_node", *STRATEGY_FI
 RUN_COLUMNS = ("step_time_min_s", "step_time_p10_s", "step_time_p90_s", "step_time_max_s", "steps",
                "warmup", "memory_kind", "device", "backend", "threads", "torch", "date")
 INT_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "nodes",
-              "gpus_per_node", "dp", "tp", "pp", "micro_batch", "global_batch", "zero")
-BOOL_FIELDS = ("bias", "tied_embeddings", "causal")
+              "gpus_per_node", "dp", "tp", "pp", "micro_batch", "global_batch", "zero", "virtual_stages")
+BOOL_FIELDS = ("bias", "tied_embeddings", "causal", "sequence_parallel", "tp_overlap")
 REQUIRED_WITHOUT_PRESET = ("layers", "hidden", "heads", "seq", "vocab")
 
 
@@ -102,6 +105,8 @@ def _bool(name: str, text: str) -> bool:
 def _value(name: str, text: str):
     if name in INT_FIELDS:
         return _int(name, text)
+    if name == "stage_layers":  # layers per pipeline stage, first to last, space-separated
+        return tuple(_int(name, part) for part in text.split())
     if name in BOOL_FIELDS:
         return _bool(name, text)
     return text.strip()
