@@ -534,8 +534,13 @@ def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
         act_layer = act_layer + 5.0 * model.heads / tp * model.seq
     full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
-    loss = 3.0 * tokens * model.vocab / tp * 4.0
-    recompute_peak = tokens * full_layer if recompute == "full" else 0.0
+    logits = tokens * model.vocab / tp
+    loss = 12.0 * logits                        # log-softmax output, its gradient and the result, fp32
+    loss_fwd = (10.0 if lo == 2.0 else 8.0) * logits  # (bf16 logits +) fp32 cast + log-softmax output
+    # autocast caches each cast weight until its context exits (all layers during the forward);
+    # under full recomputation autograd saves only the head's, and a recomputed layer casts again
+    per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]
+    recompute_full = recompute == "full"
     rpn, _ = lay["dp"]
     shard_ranks = np.where(c["hybrid"], rpn, c["dp"])
     tied_copy = p["embed"] if getattr(model, "tied_embeddings", False) else 0.0  # Megatron keeps it on the last stage
@@ -551,11 +556,17 @@ def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
                                                       bucket=c["bucket"], lo=lo, prefetch=PREFETCH_UNITS,
                                                       grad_bytes=nb["grad"], framework=framework,
                                                       fsdp=c.get("fsdp", False))
-        acts = tokens * act_layer * st["layers"] * in_flight(c, st["index"]) + np.where(st["layers"] > 0, recompute_peak, 0.0)
+        acts = tokens * act_layer * st["layers"] * in_flight(c, st["index"])
         acts = acts + np.where(st["head"], final, 0.0) + np.where(st["embed"], tokens * 4.0 * model.hidden, 0.0)
         loss_here = np.where(st["head"], loss, 0.0)
-        peak = mem.peak_bytes(terms, acts, loss_here, c["m"] > 1)
-        terms = {**terms, "activations": acts, "loss": loss_here}
+        cache = terms["weight_copies"]
+        transient = 0.0
+        if recompute_full:
+            terms["weight_copies"] = np.where(np.asarray(c["zero"]) >= 3, 0.0,
+                                              per_copy * np.where(st["head"], p["gemm_head"], 0.0) / tp)
+            transient = np.where(st["layers"] > 0, tokens * full_layer + per_copy * p["gemm_layer"] / tp, 0.0)
+        peak, terms = mem.peak_terms(terms, acts, loss_here, c["m"] > 1, cache=cache,
+                                     loss_forward=np.where(st["head"], loss_fwd, 0.0), transient=transient)
         peak = np.where(st["valid"], peak, 0.0)
         if best is None:
             best, best_terms = peak, terms

@@ -152,9 +152,43 @@ def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, l
     return np.where((np.asarray(dp) > 1) & (np.asarray(ps) == 0), out, 0.0)
 
 
-def peak_bytes(terms: dict, activations, loss, grads_during_forward) -> np.ndarray:
-    """Peak over the step: loss-backward start vs end of backward."""
-    base = terms["weights"] + terms["optimizer"] + terms.get("comm_buffers", 0.0)
-    at_loss = base + terms["weight_copies"] + activations + loss + np.where(grads_during_forward, terms["gradients"], 0.0)
-    at_end = base + terms["gradients"]
-    return np.maximum(at_loss, at_end)
+def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=None, loss_forward=None,
+               transient=0.0) -> tuple[np.ndarray, dict]:
+    """Peak over the step and the terms alive at it (they sum to the peak).
+
+    Four moments compete: the loss forward, the loss backward, a recomputed layer
+    and the end of backward. ``terms["weight_copies"]`` are the 16-bit copies
+    alive at the loss backward (those autograd saved); ``cache`` those alive
+    during the forward (autocast caches every cast weight until its context
+    exits; default: the same). ``loss`` is the cross-entropy backward's working
+    set, ``loss_forward`` its forward's (bf16 logits, their fp32 cast and the
+    log-softmax output: 10 B per logit against backward's 12). ``transient`` is
+    what a recomputed layer adds during backward (its activations and casts).
+    """
+    zero = np.zeros(np.broadcast(activations, loss, terms["weights"]).shape)
+    grads = terms["gradients"] + zero
+    acts = activations + zero
+    grads_fwd = np.where(grads_during_forward, grads, 0.0)
+    cache = terms["weight_copies"] if cache is None else cache
+    loss_forward = loss if loss_forward is None else loss_forward
+    acts_win = acts >= grads
+    moments = [
+        {"weight_copies": terms["weight_copies"], "activations": acts, "loss": loss, "gradients": grads_fwd},
+        {"weight_copies": cache, "activations": acts, "loss": loss_forward, "gradients": grads_fwd},
+        {"activations": np.where(acts_win, acts, 0.0), "gradients": np.where(acts_win, 0.0, grads),
+         "recompute": transient},
+        {"gradients": grads},
+    ]
+    keys = ("weight_copies", "activations", "loss", "gradients", "recompute")
+    moments = [{k: m.get(k, 0.0) + zero for k in keys} for m in moments]
+    totals = np.stack([sum(m.values()) for m in moments])
+    pick = np.argmax(totals, axis=0)
+    base = {k: terms[k] + zero for k in ("weights", "optimizer") if k in terms}
+    base["comm_buffers"] = terms.get("comm_buffers", 0.0) + zero
+    alive = {**base, **{k: np.choose(pick, [m[k] for m in moments]) for k in keys}}
+    return sum(alive.values()), alive
+
+
+def peak_bytes(terms: dict, activations, loss, grads_during_forward, **kw) -> np.ndarray:
+    """Peak bytes over the step (see ``peak_terms``)."""
+    return peak_terms(terms, activations, loss, grads_during_forward, **kw)[0]

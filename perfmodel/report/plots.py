@@ -118,25 +118,8 @@ def _memory_columns(df) -> list[str]:
 
 
 def alive_at_peak(df) -> dict:
-    """Memory terms alive at each row's peak moment (bytes), so the stacked bars sum to the peak.
-
-    The peak is the larger of loss-backward start (every term; gradients only when
-    micro-batches accumulate) and the end of backward (every term but weight copies,
-    activations and the loss) — see costs/memory.py ``peak_bytes``. A row whose terms
-    do not add up to its peak keeps every term.
-    """
-    cols = _memory_columns(df)
-    get = {key: df[key].to_numpy(float) for key in cols}
-    zero = np.zeros(len(df))
-    accumulate = df["micro_batches"].to_numpy(float) > 1 if "micro_batches" in df else zero > 0
-    at_loss = {**get, "mem_gradients": np.where(accumulate, get.get("mem_gradients", zero), 0.0)}
-    transient = ("mem_weight_copies", "mem_activations", "mem_loss")
-    at_end = {k: zero if k in transient else v for k, v in get.items()}
-    loss_first = sum(at_loss.values()) >= sum(at_end.values())
-    out = {k: np.where(loss_first, at_loss[k], at_end[k]) for k in get}
-    peak = df["peak_memory"].to_numpy(float)
-    off = np.abs(sum(out.values()) - peak) > 1e-3 * peak
-    return {k: np.where(off, get[k], v) for k, v in out.items()}
+    """Memory terms alive at each row's peak moment (bytes); compose reports exactly those, so they sum to it."""
+    return {key: df[key].to_numpy(float) for key in _memory_columns(df)}
 
 
 def memory_bars(ax, df, labels) -> None:
