@@ -141,9 +141,14 @@ class GPT(nn.Module):
 
 def check_buildable(model) -> None:
     """Raise UnsupportedError for descriptions this module cannot build."""
-    if getattr(model, "arch", "decoder") != "decoder":
+    from perfmodel.workload.model import Transformer
+
+    if not isinstance(model, Transformer):
+        raise UnsupportedError(f"only pm.transformer descriptions are built here: got {type(model).__name__} "
+                               f"{getattr(model, 'name', '')!r}")
+    if model.arch != "decoder":
         raise UnsupportedError(f"only decoder transformers can be trained here: got arch={model.arch!r}")
-    if getattr(model, "experts", 1) > 1:
+    if model.experts > 1:
         raise UnsupportedError(f"mixture-of-experts layers are not built here: got experts={model.experts}")
     if model.position == "rotary" and model.head_dim % 2:
         raise UnsupportedError(f"rotary embedding needs an even head_dim: got {model.head_dim}")

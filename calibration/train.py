@@ -90,21 +90,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def model_from_args(args):
-    """The ``pm.transformer`` the arguments describe (preset, then field overrides)."""
-    from perfmodel.workload.model import transformer
-    from perfmodel.workload.presets import list_presets, preset
+    """The ``pm.transformer`` the arguments describe (preset, then field overrides), read as a CSV row is."""
+    from perfmodel.validate.measured import model_of
 
-    fields = {f: getattr(args, f) for f in MODEL_FIELDS if getattr(args, f, None) is not None}
-    if args.model and args.model in list_presets():
-        base = preset(args.model)
-        return base.with_(**fields) if fields else base
-    missing = [f for f in ("layers", "hidden", "heads", "seq", "vocab") if f not in fields]
-    if missing:
-        from perfmodel.errors import unknown_name
-
-        what = unknown_name("model preset", args.model, list_presets()) if args.model else "no --model"
-        raise InvalidInputError(f"{what}; give --{' --'.join(missing)} for a model of your own")
-    return transformer(**fields, name=args.model or "transformer")
+    row = {f: str(getattr(args, f)) for f in MODEL_FIELDS if getattr(args, f, None) is not None}
+    return model_of({**row, "model": args.model or ""})
 
 
 # --- processes, devices, wrapping ---------------------------------------------------------------

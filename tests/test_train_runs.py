@@ -87,6 +87,8 @@ def test_unbuildable_descriptions_are_refused():
         build_module(pm.transformer(layers=1, hidden=64, heads=2, experts=4, experts_per_token=2))
     with pytest.raises(pm.UnsupportedError, match="only decoder transformers can be trained here"):
         build_module(pm.transformer(layers=1, hidden=64, heads=2, arch="encoder"))
+    with pytest.raises(pm.UnsupportedError, match="only pm.transformer descriptions are built here: got GraphModel"):
+        build_module(pm.preset("resnet50"))
 
 
 # --- calibration.train --------------------------------------------------------------------------

@@ -80,6 +80,12 @@ def test_missing_model_fields_and_impossible_gpu_counts(tmp_path):
     assert "3 GPUs do not split over nodes=2" in bad[1].reason
 
 
+def test_graph_presets_are_read_but_not_overridden(tmp_path):
+    cases, bad = read_measured(write(tmp_path, "model,layers,gpu,step_time_s\nresnet50,,h200,0.1\nresnet50,2,h200,0.1\n"))
+    assert [c.label for c in cases] == ["resnet50"]
+    assert bad[0].line == 3 and "preset 'resnet50' is not a transformer: its fields cannot be overridden" in bad[0].reason
+
+
 def test_unknown_columns_are_noted_not_skipped(tmp_path):
     cases, bad = read_measured(write(tmp_path, "model,gpu,step_time_s,colour\ngpt2-small,h200,0.05,red\n"))
     assert len(cases) == 1
