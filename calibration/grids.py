@@ -134,7 +134,7 @@ SDPA_GPU = [  # (batch, heads, kv_heads, seq, head_dim)
     (2, 32, 32, 2048, 96), (8, 8, 8, 1000, 125),
 ]
 SDPA_CPU = [(1, 4, 4, 128, 64), (2, 8, 8, 256, 64), (1, 8, 2, 512, 64), (1, 12, 12, 256, 64)]
-SDPA_QUICK = [(1, 2, 2, 64, 32), (1, 4, 2, 64, 32)]
+SDPA_QUICK = [(1, 2, 2, 64, 32), (1, 4, 2, 64, 32), (2, 4, 4, 64, 32), (1, 4, 4, 128, 32)]
 
 
 def sdpa_cases(req: Request) -> list[dict]:
@@ -159,7 +159,7 @@ CONV_GPU = [  # (batch, cin, hw, cout, kernel, stride): ResNet-50 and VGG-16 lay
 ]
 CONV_CPU = [(4, 64, 56, 64, 1, 1), (4, 64, 56, 64, 3, 1), (4, 128, 28, 128, 3, 1), (4, 256, 14, 256, 3, 1),
             (4, 3, 112, 64, 7, 2)]
-CONV_QUICK = [(2, 8, 16, 8, 3, 1)]
+CONV_QUICK = [(2, 8, 16, 8, 3, 1), (2, 8, 16, 16, 1, 1), (2, 16, 8, 16, 3, 1), (4, 8, 16, 8, 3, 1)]
 
 
 def conv_cases(req: Request) -> list[dict]:
@@ -172,7 +172,11 @@ def conv_cases(req: Request) -> list[dict]:
 def layer_cases(req: Request) -> list[dict]:
     """Norms, activations, residual add, rope, cross-entropy, casts, embedding."""
     if req.quick:
-        rows, ropes, ces, embs = [(256, 256)], [(1, 2, 64, 32)], [(128, 1000)], [(128, 1000, 64)]
+        # the fitter needs >= 4 points per class
+        rows = [(64, 128), (128, 256), (256, 256), (256, 512)]
+        ropes = [(1, 2, 64, 32), (1, 4, 64, 32), (2, 4, 64, 32), (2, 4, 128, 32)]
+        ces = [(64, 1000), (128, 1000), (128, 2000), (256, 2000)]
+        embs = [(128, 1000, 64), (256, 1000, 64), (256, 2000, 128), (512, 2000, 128)]
     elif req.gpu:
         rows = [(t, h) for t in (2048, 8192, 32768) for h in (768, 1024, 2048, 4096, 8192)]
         ropes = [(4, 32, 2048, 64), (1, 32, 4096, 128), (4, 16, 2048, 128), (8, 12, 1024, 64)]
@@ -180,9 +184,9 @@ def layer_cases(req: Request) -> list[dict]:
         embs = [(8192, 50304, 768), (8192, 32000, 2048), (16384, 128256, 4096), (32768, 50304, 1024)]
     else:
         rows = [(t, h) for t in (256, 1024, 4096) for h in (256, 768, 1024)]
-        ropes = [(1, 8, 512, 64), (2, 12, 256, 64)]
+        ropes = [(1, 8, 512, 64), (2, 12, 256, 64), (1, 4, 256, 64), (2, 8, 512, 64)]
         ces = [(t, v) for t in (256, 1024) for v in (8000, 32000)]
-        embs = [(1024, 32000, 256), (2048, 8000, 768)]
+        embs = [(1024, 32000, 256), (2048, 8000, 768), (512, 8000, 256), (2048, 32000, 512)]
     act = _act_dtype(req)
     both = ("fwd", "fwdbwd")
     cases = []
@@ -210,11 +214,11 @@ def geometric(lo: int, hi: int, step: int = 2) -> list[int]:
 
 def memory_cases(req: Request) -> list[dict]:
     """copy/add/scale/sum over fp32 tensors; fp32 <-> bf16 casts; host <-> device copies."""
-    sizes = ([1 << 10, 1 << 16, 1 << 22] if req.quick else
+    sizes = ([1 << 10, 1 << 14, 1 << 18, 1 << 22] if req.quick else
              geometric(1 << 10, 1 << 32) if req.gpu else geometric(1 << 10, 1 << 28, 4))
     from calibration.ops import MEM_OPERANDS
     cases = [_case(op, "fwd", "fp32", bytes=s * k) for s in sizes for op, k in MEM_OPERANDS.items()]
-    casts = [1 << 16] if req.quick else geometric(1 << 20, 1 << 32, 4) if req.gpu else geometric(1 << 16, 1 << 26, 4)
+    casts = [1 << 12, 1 << 14, 1 << 16, 1 << 18] if req.quick else geometric(1 << 20, 1 << 32, 4) if req.gpu else geometric(1 << 16, 1 << 26, 4)
     for fp32_bytes in casts:  # 'bytes' = 6 per element: 4 read + 2 written (or 2 + 4)
         cases += [_case(op, "fwd", "fp32", bytes=fp32_bytes // 4 * 6)
                   for op in ("cast_fp32_to_bf16", "cast_bf16_to_fp32")]
@@ -225,7 +229,7 @@ def memory_cases(req: Request) -> list[dict]:
 
 
 def optimizer_cases(req: Request) -> list[dict]:
-    counts = [10_000] if req.quick else [10**5, 10**6, 10**7, 10**8, 10**9] if req.gpu else [10**4, 10**5, 10**6, 10**7]
+    counts = [1_000, 10_000, 30_000, 100_000] if req.quick else [10**5, 10**6, 10**7, 10**8, 10**9] if req.gpu else [10**4, 10**5, 10**6, 10**7]
     return [_case(op, "step", "fp32", params=p, fused=f)
             for op in ("adamw", "sgd") for p in counts for f in (True, False)]
 

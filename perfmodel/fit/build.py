@@ -25,6 +25,7 @@ from perfmodel.profile import Profile
 BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-11-29"
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
+REFERENCE_PROFILE = "h200-sxm-141gb"  # the measured profile datasheet profiles are scaled from
 
 
 def _gpu(name):
@@ -48,6 +49,7 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     fitter = fit_tables(folders, gpu=gpu, folds=folds, seed=seed)
     compute = dict(fitter.entries_)
     _derive_missing_gemm(compute, spec, spec)
+    _fill_from_datasheet(compute, gpu, fitter.report_)
     for dtype in GEMM_DTYPES:  # derived dtypes only: fitted ones already match this GPU's tables
         if compute.get(f"gemm:{dtype}", {}).get("n_points") == 0:
             calibrate_gemm({f"gemm:{dtype}": compute[f"gemm:{dtype}"]}, spec.name)
@@ -65,6 +67,20 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     report = fitter.report_
     report.attrs["points"] = fitter.points_
     return profile, report
+
+
+def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame) -> None:
+    """Classes the tables could not fit come from the datasheet-scaled bundled reference profile."""
+    from perfmodel.profile import load_profile
+
+    reference = load_profile(REFERENCE_PROFILE)
+    fallback = datasheet_profile(gpu, reference).compute
+    for key, entry in fallback.items():
+        if key not in compute:
+            compute[key] = {**entry, "source": f"datasheet fallback: {entry.get('source', '')}"}
+    missing = report["form"].astype(str).str.startswith("(datasheet")
+    report.loc[missing, "form"] = [
+        "(datasheet fallback)" if k in fallback else "(missing: no datasheet class)" for k in report.loc[missing, "class"]]
 
 
 def _derive_missing_gemm(compute: dict, target, reference) -> None:

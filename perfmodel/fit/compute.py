@@ -30,6 +30,45 @@ MEM_OPS = ("layernorm", "rmsnorm", "softmax", "gelu", "swiglu", "residual_add", 
 MIN_POINTS = 4
 
 
+RATE_PARAMS = ("R", "R_mis")
+TIME_PARAMS = ("t0", "t_cpu", "floor")
+INVERSE_RATE_PARAMS = ("beta", "beta_y", "beta_row")
+
+
+def _data_scales(X, y) -> tuple[float, float]:
+    """How far the data sit from the GPU-sized starting values: (rate factor, time factor).
+
+    Starting values and bounds are written for a datacenter GPU (GEMMs near 1e15
+    FLOP/s, launches near 10 µs). Tables from a much slower (or faster) device —
+    a CPU at 1e11 FLOP/s — move them by these factors; within 100× of the GPU
+    defaults nothing moves, so GPU fits do not depend on this.
+    """
+    if {"m", "n", "k"} <= set(X):
+        work = 2.0 * X["m"] * X["n"] * X["k"]
+        rate = float(np.median(work / y)) / 4e14
+    elif "x" in X:  # bandwidth from the larger half of the sizes (the small ones measure latency)
+        big = X["x"] >= np.median(X["x"])
+        rate = 1e-12 / max(float(np.median(y[big] / np.maximum(X["x"][big], 1.0))), 1e-18)
+    else:
+        rate = 1.0
+    tau = float(np.min(y)) / 1.5e-5
+    clamp = lambda f: 1.0 if 0.01 <= f <= 100.0 else f  # noqa: E731
+    return clamp(rate), clamp(tau)
+
+
+def _rescale(free: dict, rate: float, tau: float) -> dict:
+    out = {}
+    for name, f in free.items():
+        if name in RATE_PARAMS and rate != 1.0:
+            f = Free(f.init * rate, f.lo * min(rate, 1.0), f.hi * max(rate, 1.0))
+        elif name in INVERSE_RATE_PARAMS and rate != 1.0:
+            f = Free(f.init / rate, f.lo / max(rate, 1.0), f.hi / min(rate, 1.0))
+        elif name in TIME_PARAMS and tau != 1.0:
+            f = Free(f.init * tau, f.lo * min(tau, 1.0), f.hi * max(tau, 1.0))
+        out[name] = f
+    return out
+
+
 def _row_counts(df: pd.DataFrame):
     """Tokens (rows) of each measurement when every row has them, else None."""
     tokens = pd.to_numeric(df["tokens"], errors="coerce").to_numpy(float)
@@ -141,7 +180,9 @@ class ComputeFitter:
 
     def _best(self, candidates, X, y, *, score_mask=None, predict=None, extra=None):
         scores, fits = {}, {}
+        rate, tau = _data_scales(X, y)
         for label, (form_name, fixed, free) in candidates.items():
+            free = _rescale(free, rate, tau)
             form = get_form(form_name)
             scores[label] = cross_validate(form, X, y, free, fixed, folds=self.folds, seed=self.seed,
                                            score_mask=score_mask, predict=predict)
@@ -235,13 +276,14 @@ class ComputeFitter:
         X, y = {"x": mem_elements(both)}, both.time_s.to_numpy(float)
         rows_col = _row_counts(both)
         base = {"t0": Free(5e-6, 1e-9, 1e-3), "beta": Free(1e-12, 1e-15, 1e-8), "floor": Free(1e-4, 1e-6, 1e-3)}
+        if rows_col is not None:
+            X["rows"] = rows_col
         if sub.op.iloc[0] == "embedding":
             X["y"] = (both.vocab * both.hidden).to_numpy(float)
             options = {"mem_affine2": {**base, "beta_y": Free(1e-12, 1e-15, 1e-8)}}
         else:
             options = {"mem_affine": base}
             if rows_col is not None:
-                X["rows"] = rows_col
                 options["mem_rows"] = {**base, "beta_row": Free(1e-10, 1e-14, 1e-6)}
         best = None
         for name, free in options.items():
