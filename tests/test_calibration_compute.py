@@ -30,7 +30,7 @@ def test_quick_cpu_grid_covers_every_op_without_graphs():
     cases = grids.cases(cpu_quick())
     assert {c["op"] for c in cases} == set(BUILDERS) - {"h2d", "d2h"}  # no host copies without a GPU
     assert {c["timing"] for c in cases} == {"eager"}
-    assert 40 <= len(cases) <= 80
+    assert 100 <= len(cases) <= 200  # >= 4 shapes per class, still < 10 s on 2 cores
     keys = [tuple(str(c.get(k)) for k in COMPUTE_KEY_COLUMNS) for c in cases]
     assert len(set(keys)) == len(keys)
 
