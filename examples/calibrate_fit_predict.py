@@ -3,6 +3,7 @@
 Run::
 
     python examples/calibrate_fit_predict.py                     # temporary folder, ~2 min on 2 CPU cores
+    python examples/calibrate_fit_predict.py --quick             # the same (the calibration is always quick)
     python examples/calibrate_fit_predict.py --work-dir calib     # keep tables, host files and profiles
     perfmodel validate --quick --profile calib/profile.json      # later: reuse them
 
@@ -30,6 +31,7 @@ from perfmodel.validate import calibrate_host
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--work-dir", default=None, help="folder for the calibration (rerunning resumes it)")
+    p.add_argument("--quick", action="store_true", help="accepted for uniformity: this example is always quick")
     args = p.parse_args(argv)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="calibrate-fit-predict-"))
 
