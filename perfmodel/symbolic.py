@@ -68,6 +68,8 @@ def kernel_expr(profile, kern: Kernel) -> tuple[sp.Expr, float]:
 
 
 def phase_expr(profile, kernels) -> sp.Expr:
+    if profile.host.get("serial"):  # see costs.compute.phase_time
+        return sum((sp.Max(*kernel_expr(profile, k)) * _s(k.count) for k in kernels), sp.Integer(0))
     gpu = sum((kernel_expr(profile, k)[0] * _s(k.count) for k in kernels), sp.Integer(0))
     cpu = sum((kernel_expr(profile, k)[1] * _s(k.count) for k in kernels), sp.Integer(0))
     return sp.Max(gpu, cpu)

@@ -63,10 +63,26 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
                 coll.setdefault(level, {}).update(entries)
     meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
             "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
-    profile = Profile(name or spec.name, spec.name, compute, coll, dict(fitter.host_), meta)
+    host = dict(fitter.host_)
+    if any(_metadata(f).get("device") == "cpu" for f in folders):
+        # no launch queue on a CPU: dispatch and compute of each op run one after the other
+        host["serial"] = True
+    profile = Profile(name or spec.name, spec.name, compute, coll, host, meta)
     report = fitter.report_
     report.attrs["points"] = fitter.points_
     return profile, report
+
+
+def _metadata(folder) -> dict:
+    path = Path(folder) / "metadata.json"
+    if not path.exists():
+        return {}
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return {}
 
 
 def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame) -> None:
