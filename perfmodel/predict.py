@@ -49,8 +49,10 @@ class Prediction:
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
+        rate = (f"{self.samples_per_second:,.0f} samples/s" if self.tokens_per_second == self.samples_per_second
+                else f"{self.tokens_per_second:,.0f} tok/s")
         return (f"Prediction({self.model} on {self.cluster}: step {self.step_time * 1e3:.2f} ms, "
-                f"{self.tokens_per_second:,.0f} tok/s, {self.tflops_per_gpu:.0f} TFLOP/s/GPU, "
+                f"{rate}, {self.tflops_per_gpu:.0f} TFLOP/s/GPU, "
                 f"MFU {self.mfu:.1%}, memory {mem}{'' if self.fits else ' (DOES NOT FIT)'})")
 
     def to_dict(self) -> dict:
