@@ -33,6 +33,7 @@ def __getattr__(name):  # heavier entry points load on first use
         "compare": "perfmodel.explore", "sweep": "perfmodel.explore", "search": "perfmodel.explore",
         "from_torch": "perfmodel.workload.torch_import", "from_hf_config": "perfmodel.workload.hf",
         "plan_training": "perfmodel.transient", "symbolic_step_time": "perfmodel.symbolic",
+        "predict_mixed": "perfmodel.hetero",
     }
     if name in lazy:
         import importlib

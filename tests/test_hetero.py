@@ -1,0 +1,125 @@
+"""Mixed-GPU data parallelism: hand-worked steps, invariants on catalog GPUs, bad input."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel import hetero
+from perfmodel.errors import InvalidInputError, UnknownNameError
+from perfmodel.hetero import predict_mixed, ps_exchange_s, ring_allreduce_s, split_batch
+
+PER_SAMPLE_S = {"k80": 0.010, "v100": 0.004}  # made-up linear compute times for hand-worked cases
+FAKE_MODEL = SimpleNamespace(params=1e6, name="fake")
+
+
+@pytest.fixture
+def linear_compute(monkeypatch):
+    def fake_predict(self, batch):
+        return SimpleNamespace(step_time=PER_SAMPLE_S[self.gpu] * batch, fits=True)
+
+    monkeypatch.setattr(hetero._Type, "predict", fake_predict)
+
+
+def test_equal_and_proportional_by_hand(linear_compute):
+    out = predict_mixed(FAKE_MODEL, [("k80", 1), ("v100", 1)], pm.Strategy(micro_batch=10)).set_index("policy")
+    # ring of 2 over eth25 (3.125 GB/s, 10 us): 2·1/2 · 4e6 B / 3.125e9 + 2·1·10e-6 = 1.30 ms
+    comm = 4e6 / 3.125e9 + 2e-5
+    eq = out.loc["equal"]
+    assert eq.comm_s == pytest.approx(comm)
+    assert eq.compute_s == pytest.approx(0.1) and eq.slowest == "k80"  # 10 samples x 10 ms
+    assert eq.step_time_s == pytest.approx(0.1 + comm)
+    # speeds 100 and 250 samples/s: 20 x 100/350 = 5.71 -> 6, 14.29 -> 14; k80 6 x 10 ms = 60 ms
+    pr = out.loc["proportional"]
+    assert (pr.batch_k80, pr.batch_v100, pr.global_batch) == (6, 14, 20)
+    assert pr.compute_s == pytest.approx(0.06) and pr.step_time_s == pytest.approx(0.06 + comm)
+    # solo throughputs 100 + 250 = 350 samples/s
+    assert pr.efficiency == pytest.approx(20 / (0.06 + comm) / 350)
+
+
+def test_parameter_server_time_by_hand(linear_compute):
+    out = predict_mixed(FAKE_MODEL, {"k80": 1, "v100": 1}, pm.Strategy(micro_batch=10), servers=1, mode="equal")
+    # one 10 Gb/s server for 2 workers: 4e6 B x max(2/1.25e9, 1/3.125e9) = 6.4 ms + 10 us, twice
+    assert out.comm_s.iloc[0] == pytest.approx(2 * (4e6 * 2 / 1.25e9 + 1e-5))
+    assert ps_exchange_s(1e6, 8, 4, 1.25e9, 3.125e9) == pytest.approx(2 * 4e6 * 8 / (4 * 1.25e9))
+    faster = predict_mixed(FAKE_MODEL, {"k80": 1, "v100": 1}, pm.Strategy(micro_batch=10), servers=1,
+                           server_node="eth25", mode="equal")
+    assert faster.comm_s.iloc[0] == pytest.approx(2 * (4e6 * 2 / 3.125e9 + 1e-5))
+    with pytest.raises(InvalidInputError, match="'server_node' must be a Node, a Link"):
+        predict_mixed(FAKE_MODEL, {"k80": 1}, pm.Strategy(), servers=1, server_node=3)
+    # enough servers: the worker NIC bounds
+    assert ps_exchange_s(1e6, 2, 8, 1.25e9, 3.125e9) == pytest.approx(2 * 4e6 / 3.125e9)
+
+
+def test_ring_formula_and_split():
+    assert ring_allreduce_s(1e6, 1, 1e9) == 0.0
+    assert ring_allreduce_s(1e6, 4, 1e9) == pytest.approx(2 * 3 / 4 * 4e6 / 1e9)
+    shares = split_batch(10, [1.0, 1.0, 1.0])
+    assert shares.sum() == 10 and sorted(shares) == [3, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    return predict_mixed(pm.preset("resnet50"), [("k80", 4), ("p100", 2), ("v100", 2)],
+                         pm.Strategy(micro_batch=32, precision="fp32")).set_index("policy")
+
+
+def test_catalog_invariants(mixed):
+    eq, pr = mixed.loc["equal"], mixed.loc["proportional"]
+    assert eq.slowest == "k80" and eq.compute_s == pytest.approx(eq.compute_s_k80)
+    assert eq.compute_s_k80 > eq.compute_s_p100 > eq.compute_s_v100
+    assert pr.samples_per_second >= eq.samples_per_second
+    assert pr.global_batch == eq.global_batch == 32 * 8
+    assert pr.batch_k80 < 32 < pr.batch_v100
+    assert 0 < eq.efficiency < pr.efficiency <= 1
+    # proportional shares nearly equalise compute: within 10% of each other
+    times = [pr.compute_s_k80, pr.compute_s_p100, pr.compute_s_v100]
+    assert max(times) / min(times) < 1.1
+
+
+def test_homogeneous_matches_predict():
+    model, s = pm.preset("resnet50"), pm.Strategy(micro_batch=32, precision="fp32")
+    out = predict_mixed(model, [("v100", 4)], s).set_index("policy")
+    ref = pm.predict(model, pm.cluster("v100", nodes=4), s.replace(dp=4))
+    assert out.loc["equal"].step_time_s == pytest.approx(out.loc["proportional"].step_time_s)
+    # same compute as the core's data-parallel step without its gradient communication
+    assert out.loc["equal"].compute_s == pytest.approx(ref.step_time - ref.breakdown["dp_comm"], rel=0.03)
+
+
+@pytest.mark.parametrize("workers, match", [
+    ([], "'workers' must list at least one"),
+    ({}, "'workers' must list at least one"),
+    ([("v100", 0)], "workers\\['v100'\\] count"),
+    ([("v100", -2)], "workers\\['v100'\\] count"),
+    ([("v100", 1.5)], "workers\\['v100'\\] count"),
+    (["v100"], "'workers\\[0\\]' must be a \\(gpu name, count\\) pair"),
+    ([("v100", 1), ("v100", 2)], "names each GPU type once"),
+    ("v100", "'workers' must be a list of \\(gpu, count\\) pairs or a dict"),
+])
+def test_bad_workers(workers, match):
+    with pytest.raises(InvalidInputError, match=match):
+        predict_mixed(FAKE_MODEL, workers, pm.Strategy())
+
+
+def test_unknown_gpu_lists_known():
+    with pytest.raises(UnknownNameError, match="unknown node or GPU 'z100'.*known: .*k80"):
+        predict_mixed(FAKE_MODEL, [("z100", 2)], pm.Strategy())
+
+
+def test_other_bad_arguments():
+    with pytest.raises(UnknownNameError, match="unknown mode 'fastest'.*known: both, equal, proportional"):
+        predict_mixed(FAKE_MODEL, [("v100", 1)], pm.Strategy(), mode="fastest")
+    with pytest.raises(InvalidInputError, match="'servers'"):
+        predict_mixed(FAKE_MODEL, [("v100", 1)], pm.Strategy(), servers=-1)
+    with pytest.raises(InvalidInputError, match="'profile' must be a dict"):
+        predict_mixed(FAKE_MODEL, [("v100", 1), ("k80", 1)], pm.Strategy(), profile="v100")
+    with pytest.raises(InvalidInputError, match="'strategy' must be a perfmodel.Strategy"):
+        predict_mixed(FAKE_MODEL, [("v100", 1)], {"micro_batch": 8})
+
+
+def test_lazy_entry():
+    assert pm.predict_mixed is predict_mixed
+    assert np.isfinite(split_batch(7, [3.0, 1.0])).all()
