@@ -28,7 +28,9 @@ def test_example_says_how_to_run_it(path):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs_quick(path, tmp_path):
-    env = {**os.environ, "MPLBACKEND": "Agg", "PERFMODEL_QUICK": "1"}
+    root = str(Path(__file__).resolve().parents[1])  # this checkout, not whatever copy is installed
+    env = {**os.environ, "MPLBACKEND": "Agg", "PERFMODEL_QUICK": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, str(path), "--quick"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

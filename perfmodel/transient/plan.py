@@ -5,8 +5,9 @@ The unit of revocation is a *worker*: one server (a node and all its GPUs).
 that has them works:
 
 * ``worker_gpus`` — optional sequence of GPU names, one per worker; each
-  worker's revocation model and price follow its own GPU type (the step time
-  does not: mixed-GPU data parallelism is not modelled here);
+  worker's revocation model and price follow its own GPU type; the step time
+  of a mixed cluster comes from ``perfmodel.hetero.predict_mixed``, passed
+  as ``step_time_s``;
 * otherwise ``nodes`` (or ``num_nodes``, ``workers``; default 1) workers of
   GPU ``gpu`` (a name, or an object with ``.name``; or ``node.gpu``);
 * ``gpus_per_node`` (or ``gpus_per_worker``; default 1) GPUs per worker.
