@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.errors import ProfileError, unknown_name
+from perfmodel.validation import read_json_file
 
 SCHEMA_VERSION = 1
 ENTRY_FIELDS = ("form", "params")
@@ -152,10 +153,7 @@ def load_profile(name_or_path: str | Path | Profile) -> Profile:
         return name_or_path
     path = Path(str(name_or_path))
     if path.suffix == ".json" and path.exists():
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ProfileError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        data = read_json_file(path, field="profile", error=ProfileError)
         return Profile.from_dict(data, origin=str(path))
     return _bundled(str(name_or_path))
 

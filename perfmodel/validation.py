@@ -53,3 +53,17 @@ def check_divides(name: str, value: int, other_name: str, other: int) -> None:
         raise InvalidInputError(
             f"{name!r} must divide {other_name}={other}: got {value} (valid: {valid})"
         )
+
+
+def read_json_file(path, *, field: str, error=InvalidInputError, expect: str = "a JSON file"):
+    """Parse a user's JSON file; a missing file or bad JSON raises ``error`` naming ``field``."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        raise InvalidInputError(f"{field!r} {str(path)!r} does not exist (expected {expect})")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from perfmodel.errors import InvalidInputError, ProfileError, UnsupportedError
-from perfmodel.validation import check_choice
+from perfmodel.errors import ProfileError, UnsupportedError
+from perfmodel.validation import check_choice, read_json_file
 from perfmodel.workload.ops import Kernel
 
 SCHEMA_VERSION = 1
@@ -287,13 +287,7 @@ class GraphModel:
 
 def load_graph(path) -> GraphModel:
     """Read a GraphModel from a JSON file written by :meth:`GraphModel.save`."""
-    path = Path(path)
-    if not path.exists():
-        raise InvalidInputError(f"'path' {str(path)!r} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json_file(path, field="path", error=ProfileError, expect="a GraphModel JSON file")
     return GraphModel.from_dict(data, origin=str(path))
 
 

@@ -12,9 +12,9 @@ They change parameter counts by well under 0.1% and kernel lists slightly.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from perfmodel.validation import read_json_file
 from perfmodel.errors import InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
 
@@ -113,12 +113,7 @@ def read_config(path_or_dict) -> dict:
     path = Path(path_or_dict)
     if path.is_dir():
         path = path / "config.json"
-    if not path.exists():
-        raise InvalidInputError(f"'config' {str(path)!r} does not exist (expected a config.json or a folder with one)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json_file(path, field="config", expect="a config.json or a folder with one")
     if not isinstance(data, dict):
         raise InvalidInputError(f"{path}: a config must be a JSON object")
     return data
