@@ -30,7 +30,7 @@ def prediction_table(p) -> str:
     ]
     total = max(p.step_time, 1e-30)
     for key, value in p.breakdown.items():
-        if value > 0:
+        if value > 1e-6 * total:  # rounding residue of a term that is zero
             lines.append(f"  {key:<16} {format_seconds(value):>12}  {value / total:6.1%}")
     lines.append("memory breakdown (per GPU)")
     for key, value in p.memory.items():
