@@ -204,3 +204,118 @@ def _proportional(types, mb) -> list[np.ndarray]:
         shares = np.split(split_batch(total, np.repeat(speeds, counts)), np.cumsum(counts)[:-1])
         speeds = np.array([t.speed(max(int(b.max()), 1)) for t, b in zip(types, shares)])
     return shares
+
+
+# --- pipeline stages on different GPU types ---------------------------------------------------
+
+
+def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, float]:
+    """(layer, embedding, head) forward + backward seconds of one micro-batch on one ``gpu``.
+
+    Priced by the core cost model (:func:`perfmodel.compose.compute_times`)
+    under ``profile`` (default: the GPU's bundled profile, as ``pm.predict``), tp = 1.
+    """
+    from perfmodel.compose import compute_times
+    from perfmodel.errors import UnsupportedError
+    from perfmodel.hardware import cluster
+    from perfmodel.predict import default_profile
+    from perfmodel.profile import load_profile
+    from perfmodel.workload.step import gemm_dtype
+
+    one = cluster(gpu)  # raises UnknownNameError listing the known GPUs
+    spec = one.gpu
+    if gemm_dtype(strategy.precision) not in spec.peak_flops:
+        raise UnsupportedError(f"{gpu} has no {gemm_dtype(strategy.precision)} support (supported: "
+                               f"{', '.join(sorted(spec.peak_flops))}); choose another precision")
+    prof = default_profile(one) if profile is None else (
+        load_profile(profile) if isinstance(profile, str) else profile)
+    c = {"micro_batch": np.float64(strategy.micro_batch), "tp": np.float64(1), "sp": np.bool_(False),
+         "framework": strategy.framework, "attention": strategy.attention}
+    t = compute_times(model, prof, c, precision=strategy.precision, recompute=strategy.recompute)
+    return (float(t["layer_f"] + t["layer_b"]), float(t["embed_f"] + t["embed_b"]),
+            float(t["head_f"] + t["head_b"]))
+
+
+def balance_layers(layer_s, layers: int, fixed_s=None) -> np.ndarray:
+    """Integer layers per stage (each >= 1, summing to ``layers``) minimising the slowest stage.
+
+    Stage i takes ``n_i · layer_s[i] + fixed_s[i]`` seconds. Exact dynamic
+    programme over (stage, layers placed), O(S·L²); ties go to the split that
+    puts more layers on earlier stages.
+    """
+    layer_s = np.asarray(layer_s, float)
+    n_st = layer_s.size
+    fixed = np.zeros(n_st) if fixed_s is None else np.asarray(fixed_s, float)
+    layers = check_int("layers", layers)
+    if layers < n_st:
+        raise InvalidInputError(f"'layers' ({layers}) must be at least the number of stages ({n_st})")
+    # best[i][k]: smallest max stage time of stages i.. holding k layers; choice[i][k]: layers on stage i
+    best = np.full((n_st + 1, layers + 1), np.inf)
+    choice = np.zeros((n_st + 1, layers + 1), int)
+    best[n_st][0] = 0.0
+    for i in range(n_st - 1, -1, -1):
+        for k in range(n_st - i, layers + 1):
+            n = np.arange(1, k - (n_st - i - 1) + 1)  # leave >= 1 layer for each later stage
+            cost = np.maximum(n * layer_s[i] + fixed[i], best[i + 1][k - n])
+            j = int(np.argmin(cost[::-1]))  # last minimum: most layers on this stage
+            best[i][k], choice[i][k] = cost[::-1][j], n[::-1][j]
+    out, k = [], layers
+    for i in range(n_st):
+        out.append(choice[i][k])
+        k -= choice[i][k]
+    return np.array(out)
+
+
+def _even(layers, n_st):
+    """Megatron-style even split; a remainder goes one layer each to the first stages."""
+    base = np.full(n_st, layers // n_st)
+    base[: layers % n_st] += 1
+    return base
+
+
+def balance_pipeline(model, stages, strategy=None, *, profile=None, micro_batches=None) -> pd.DataFrame:
+    """Layers per pipeline stage when stage i runs on GPU type ``stages[i]``.
+
+    Each stage's time per micro-batch is its layers' forward + backward time on
+    its GPU type (:func:`stage_costs`), plus the embedding on stage 0 and the
+    head on the last. Layer counts minimise the slowest stage
+    (:func:`balance_layers`); the even split is reported beside it. Step time
+    with ``m`` micro-batches (default ``strategy.micro_batches``) by the 1F1B
+    formula m·max + (Σ − max) (Narayanan et al. 2021, §2.2: (p−1) bubble slots
+    at each stage's own speed), without point-to-point transfers.
+
+    One row per split ("balanced", "even") and stage: split, stage, gpu,
+    layers, stage_time_s, bottleneck (the slowest stage), step_time_s,
+    speedup (even step time over this split's).
+    """
+    from perfmodel.strategy import Strategy
+
+    strategy = Strategy(micro_batch=8) if strategy is None else strategy
+    if not isinstance(strategy, Strategy):
+        raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(strategy).__name__}")
+    if isinstance(stages, str) or not stages or not all(isinstance(g, str) for g in stages):
+        raise InvalidInputError(f"'stages' must be a non-empty list of GPU names, one per stage: got {stages!r}")
+    if not isinstance(getattr(model, "layers", None), int):
+        raise InvalidInputError(f"'model' must be a Transformer with an integer 'layers': got {model!r}")
+    m = check_int("micro_batches", strategy.micro_batches if micro_batches is None else micro_batches)
+    types = list(dict.fromkeys(stages))
+    profs = _profiles(profile, types)
+    costs = {g: stage_costs(model, g, strategy, profs[g]) for g in types}
+    per_layer = np.array([costs[g][0] for g in stages])
+    fixed = np.zeros(len(stages))
+    fixed[0] += costs[stages[0]][1]
+    fixed[-1] += costs[stages[-1]][2]
+    splits = {"balanced": balance_layers(per_layer, model.layers, fixed),
+              "even": _even(model.layers, len(stages))}
+    rows, steps = [], {}
+    for name, counts in splits.items():
+        times = counts * per_layer + fixed
+        slow = int(np.argmax(times))
+        # 1F1B: m·max + (Σ − max), Narayanan et al. 2021 §2.2
+        steps[name] = m * times[slow] + (times.sum() - times[slow])
+        rows += [{"split": name, "stage": i, "gpu": g, "layers": int(n), "stage_time_s": float(t),
+                  "bottleneck": i == slow, "step_time_s": float(steps[name])}
+                 for i, (g, n, t) in enumerate(zip(stages, counts, times))]
+    out = pd.DataFrame(rows)
+    out["speedup"] = steps["even"] / out["step_time_s"]
+    return out

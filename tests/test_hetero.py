@@ -9,7 +9,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel import hetero
-from perfmodel.errors import InvalidInputError, UnknownNameError
+from perfmodel.errors import InvalidInputError, UnknownNameError, UnsupportedError
 from perfmodel.hetero import predict_mixed, ps_exchange_s, ring_allreduce_s, split_batch
 
 PER_SAMPLE_S = {"k80": 0.010, "v100": 0.004}  # made-up linear compute times for hand-worked cases
@@ -123,3 +123,64 @@ def test_other_bad_arguments():
 def test_lazy_entry():
     assert pm.predict_mixed is predict_mixed
     assert np.isfinite(split_batch(7, [3.0, 1.0])).all()
+
+
+# --- pipeline stages on different GPU types ---------------------------------------------------
+
+FAKE_LAYER_S = {"h100": 1.0, "a100-sxm4-80gb": 2.0}  # made-up: the h100 exactly 2x faster per layer
+
+
+@pytest.fixture
+def fake_stage_costs(monkeypatch):
+    monkeypatch.setattr(hetero, "stage_costs", lambda model, gpu, s, p=None: (FAKE_LAYER_S[gpu], 0.0, 0.0))
+
+
+def test_balance_layers_by_hand():
+    from perfmodel.hetero import balance_layers
+
+    assert balance_layers([1.0, 2.0], 12).tolist() == [8, 4]  # 8 x 1 = 4 x 2 = 8 s
+    assert balance_layers([1.0, 1.0, 1.0], 10).tolist() == [4, 3, 3]
+    # stage 0 carries 3 s of embedding: 1+3, 2x2, 4x1 -> all 4 s
+    assert balance_layers([1.0, 2.0, 1.0], 7, [3.0, 0.0, 0.0]).tolist() == [1, 2, 4]
+    with pytest.raises(InvalidInputError, match=r"'layers' \(2\) must be at least the number of stages \(3\)"):
+        balance_layers([1.0, 1.0, 1.0], 2)
+
+
+def test_balance_pipeline_twice_as_fast_gets_two_thirds(fake_stage_costs):
+    model = pm.preset("gpt2-small")  # 12 layers
+    out = hetero.balance_pipeline(model, ["h100", "a100-sxm4-80gb"], pm.Strategy(micro_batch=4, global_batch=32))
+    bal, even = out[out.split == "balanced"], out[out.split == "even"]
+    assert bal.layers.tolist() == [8, 4] and bal.stage_time_s.tolist() == [8.0, 8.0]
+    assert even.layers.tolist() == [6, 6] and even.stage_time_s.tolist() == [6.0, 12.0]
+    # 1F1B with m = 32/4 = 8: balanced 8 x 8 + (16 - 8) = 72 s; even 8 x 12 + (18 - 12) = 102 s
+    assert bal.step_time_s.iloc[0] == pytest.approx(72.0) and even.step_time_s.iloc[0] == pytest.approx(102.0)
+    assert even.bottleneck.tolist() == [False, True]
+    assert bal.speedup.iloc[0] == pytest.approx(102 / 72)
+
+
+def test_balance_pipeline_catalog_invariants():
+    model = pm.preset("gpt2-small")
+    stages = ["t4", "a100-sxm4-80gb", "h100"]
+    out = hetero.balance_pipeline(model, stages, pm.Strategy(micro_batch=4, global_batch=32, precision="fp16-mixed"))
+    for _, part in out.groupby("split"):
+        assert part.layers.sum() == model.layers and (part.layers >= 1).all()
+        assert part.gpu.tolist() == stages and part.bottleneck.sum() == 1
+    bal, even = out[out.split == "balanced"], out[out.split == "even"]
+    assert bal.stage_time_s.max() <= even.stage_time_s.max() + 1e-12
+    assert bal.step_time_s.iloc[0] <= even.step_time_s.iloc[0] + 1e-12
+    per_layer = {g: hetero.stage_costs(model, g, pm.Strategy(micro_batch=4, precision="fp16-mixed"))[0]
+                 for g in stages}
+    assert per_layer["t4"] > per_layer["a100-sxm4-80gb"]  # the T4 is the slow stage: it gets the fewest layers
+    assert bal.layers.iloc[0] == bal.layers.min()
+
+
+def test_balance_pipeline_bad_input():
+    model = pm.preset("gpt2-small")
+    with pytest.raises(InvalidInputError, match="'stages' must be a non-empty list of GPU names"):
+        hetero.balance_pipeline(model, "h100")
+    with pytest.raises(UnknownNameError, match="known"):
+        hetero.balance_pipeline(model, ["h100", "nosuchgpu"])
+    with pytest.raises(UnsupportedError, match="t4 has no bf16 support"):
+        hetero.balance_pipeline(model, ["t4", "h100"], pm.Strategy(micro_batch=4))
+    with pytest.raises(InvalidInputError, match="'model' must be a Transformer"):
+        hetero.balance_pipeline(FAKE_MODEL, ["h100"])
