@@ -194,7 +194,8 @@ def _sdpa_waves(p, batch, heads, seq):
 def _sdpa_time(p, batch, heads, seq, head_dim, causal):
     rate = p["R"] * _sdpa_eff(p, seq, head_dim) * np.where(np.asarray(causal) > 0, p["p_causal"], 1.0)
     rate = rate * np.where(p["sms"] > 0, _sdpa_waves(p, batch, heads, seq), 1.0)
-    return p["t0"] + sdpa_flops(batch, heads, seq, head_dim, causal) / rate
+    # c_row: a cost per query row and head (loading Q, writing O and the log-sum-exp)
+    return p["t0"] + p["c_row"] * batch * heads * seq + sdpa_flops(batch, heads, seq, head_dim, causal) / rate
 
 
 def _sym_sdpa(p, batch, heads, seq, head_dim, causal):
@@ -206,12 +207,12 @@ def _sym_sdpa(p, batch, heads, seq, head_dim, causal):
     if p["sms"] > 0:
         tiles = batch * heads * sp.ceiling(seq / 128)
         rate = rate * tiles / (sp.ceiling(tiles / p["sms"]) * p["sms"])
-    return sp.Max(p["t_cpu"], p["t0"] + flops / rate)
+    return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + flops / rate)
 
 
 register(Form(
     "sdpa_flash", ("batch", "heads", "seq", "head_dim", "causal"),
-    ("R", "s_half", "d_half", "p_mis", "p_causal", "t0", "t_cpu", "sms"),
+    ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu", "sms"),
     lambda p, batch, heads, seq, head_dim, causal: np.maximum(p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal)),
     _sym_sdpa,
     "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; causal at its own rate",

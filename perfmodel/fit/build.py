@@ -89,12 +89,14 @@ def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame) -> None:
     """Classes the tables could not fit come from the datasheet-scaled bundled reference profile."""
     from perfmodel.profile import load_profile
 
+    missing = report["form"].astype(str).str.startswith("(datasheet")
+    if not missing.any():  # nothing to fill (and the reference itself is built this way)
+        return
     reference = load_profile(REFERENCE_PROFILE)
     fallback = datasheet_profile(gpu, reference).compute
     for key, entry in fallback.items():
         if key not in compute:
             compute[key] = {**entry, "source": f"datasheet fallback: {entry.get('source', '')}"}
-    missing = report["form"].astype(str).str.startswith("(datasheet")
     report.loc[missing, "form"] = [
         "(datasheet fallback)" if k in fallback else "(missing: no datasheet class)" for k in report.loc[missing, "class"]]
 

@@ -217,10 +217,9 @@ class ComputeFitter:
         y = y_series.to_numpy(float)
         free = {"R": Free(6e14, 1e12, 5e15), "s_half": Free(256, 1, 1e5), "d_half": Free(64, 1, 1e4),
                 "p_mis": Free(0.2, 0.01, 1.0), "p_causal": Free(0.8, 0.3, 1.2), "t0": Free(5e-6, 1e-8, 1e-3)}
-        # eager SDPA pays a large CPU dispatch cost (kernel selection): fit it as the floor
-        with_floor = {**free, "t0": Free(2e-6, 1e-8, 1e-3), "t_cpu": Free(5e-5, 1e-7, 1e-3)}
-        candidates = {"sdpa_flash": ("sdpa_flash", {"t_cpu": 0.0, "sms": 0.0}, free),
-                      "sdpa_flash/cpu-floor": ("sdpa_flash", {"sms": 0.0}, with_floor)}
+        candidates = {"sdpa_flash": ("sdpa_flash", {"t_cpu": 0.0, "sms": 0.0, "c_row": 0.0}, free),
+                      "sdpa_flash/rows": ("sdpa_flash", {"t_cpu": 0.0, "sms": 0.0},
+                                          {**free, "c_row": Free(1e-10, 1e-14, 1e-6)})}
         # A head_dim off a multiple of 8 leaves FlashAttention; the tables hold one such
         # row, which no held-out fold can predict: it is fitted but not scored.
         aligned = np.mod(X["head_dim"], 8) == 0
