@@ -39,9 +39,9 @@ def test_cv_targets_met(h200_fit):
     report = h200_fit.report_.set_index("class")
     assert report.loc["gemm:bf16", "cv_mape"] <= 0.08      # GEMMs >= 1 GFLOP, misaligned included
     assert report.loc["gemm:fp32", "cv_mape"] <= 0.08
-    # attention: the 8% target is not met yet (10.3% fwd, 8.3% bwd); guard against regressions
+    # attention: the 8% target is met backward (7.0%), not forward yet (10.1%): guard against regressions
     assert report.loc["sdpa:fwd", "cv_mape"] <= 0.11
-    assert report.loc["sdpa:bwd", "cv_mape"] <= 0.09
+    assert report.loc["sdpa:bwd", "cv_mape"] <= 0.08
     mem = report[report.index.str.contains(":f") | report.index.str.contains(":b")]
     mem = mem[~mem.index.str.startswith(("gemm", "sdpa", "adamw"))]["cv_mape"].dropna()
     assert mem.median() <= 0.08
