@@ -119,3 +119,20 @@ def test_build_profile_derives_fp8_from_the_datasheet():
     prof, report = build_profile([BUNDLED_H200_TABLES], gpu="h200")
     assert prof.compute["gemm:fp8"]["source"].startswith("derived")
     assert isinstance(report, pd.DataFrame)
+
+
+def test_collectives_only_folder_fits_communication_and_falls_back_for_compute(tmp_path):
+    from pathlib import Path
+
+    from perfmodel.fit.nccl_tests import import_logs
+
+    log = Path(__file__).parent / "fixtures" / "nccl_tests" / "all_reduce_perf_1node_8gpu.log"
+    import_logs([str(log)], str(tmp_path))
+    prof, report = build_profile([tmp_path], gpu="h100")
+    assert "all_reduce" in prof.collectives["intra"]
+    assert prof.compute["gemm:bf16"]["source"].startswith("datasheet fallback")
+    assert (report["form"] == "(datasheet fallback)").all()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(pm.InvalidInputError, match="holds neither compute.csv nor collectives.csv"):
+        build_profile([empty], gpu="h100")

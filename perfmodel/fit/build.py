@@ -15,11 +15,13 @@ import copy
 import datetime as _dt
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from perfmodel.fit.compute import ComputeFitter
 from perfmodel.fit.reference import calibrate_gemm, stream_copy_bw
-from perfmodel.fit.tables import read_compute_table
+from perfmodel.errors import InvalidInputError
+from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
 from perfmodel.profile import Profile
 
 BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-11-29"
@@ -37,8 +39,13 @@ def _gpu(name):
 def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
     """Fit every class measured in the ``compute.csv`` of ``folders``; returns the fitter."""
     spec = _gpu(gpu)
-    table = pd.concat([read_compute_table(f) for f in folders], ignore_index=True)
-    source = ", ".join(str(Path(f).name) for f in folders)
+    for f in folders:
+        if Path(f).is_dir() and not any((Path(f) / n).exists() for n in ("compute.csv", "collectives.csv")):
+            raise InvalidInputError(f"'tables' folder {str(f)!r} holds neither compute.csv nor collectives.csv")
+    compute = [f for f in folders if not Path(f).is_dir() or (Path(f) / "compute.csv").exists()]
+    tables = [read_compute_table(f) for f in compute] or [pd.DataFrame(columns=list(COMPUTE_COLUMNS))]
+    table = pd.concat(tables, ignore_index=True)
+    source = ", ".join(str(Path(f).name) for f in compute) or "no compute tables"
     return ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}").fit(table)
 
 
@@ -49,7 +56,7 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     fitter = fit_tables(folders, gpu=gpu, folds=folds, seed=seed)
     compute = dict(fitter.entries_)
     _derive_missing_gemm(compute, spec, spec)
-    _fill_from_datasheet(compute, gpu, fitter.report_)
+    fitter.report_ = _fill_from_datasheet(compute, gpu, fitter.report_)
     for dtype in GEMM_DTYPES:  # derived dtypes only: fitted ones already match this GPU's tables
         if compute.get(f"gemm:{dtype}", {}).get("n_points") == 0:
             calibrate_gemm({f"gemm:{dtype}": compute[f"gemm:{dtype}"]}, spec.name)
@@ -85,20 +92,24 @@ def _metadata(folder) -> dict:
         return {}
 
 
-def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame) -> None:
+def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame) -> pd.DataFrame:
     """Classes the tables could not fit come from the datasheet-scaled bundled reference profile."""
     from perfmodel.profile import load_profile
 
+    if _gpu(gpu).name == REFERENCE_PROFILE:  # the reference is built from its own tables
+        return report
+    fallback = datasheet_profile(gpu, load_profile(REFERENCE_PROFILE)).compute
+    filled = [key for key in fallback if key not in compute]
+    for key in filled:
+        compute[key] = {**fallback[key], "source": f"datasheet fallback: {fallback[key].get('source', '')}"}
+    known = set(report["class"]) if len(report) else set()
+    extra = pd.DataFrame([{"class": k, "points": 0, "form": "(datasheet fallback)", "cv_mape": np.nan}
+                          for k in filled if k not in known])
+    report = pd.concat([report, extra], ignore_index=True) if len(extra) else report
     missing = report["form"].astype(str).str.startswith("(datasheet")
-    if not missing.any():  # nothing to fill (and the reference itself is built this way)
-        return
-    reference = load_profile(REFERENCE_PROFILE)
-    fallback = datasheet_profile(gpu, reference).compute
-    for key, entry in fallback.items():
-        if key not in compute:
-            compute[key] = {**entry, "source": f"datasheet fallback: {entry.get('source', '')}"}
-    report.loc[missing, "form"] = [
-        "(datasheet fallback)" if k in fallback else "(missing: no datasheet class)" for k in report.loc[missing, "class"]]
+    report.loc[missing, "form"] = ["(datasheet fallback)" if k in compute else "(missing: no datasheet class)"
+                                   for k in report.loc[missing, "class"]]
+    return report
 
 
 def _derive_missing_gemm(compute: dict, target, reference) -> None:

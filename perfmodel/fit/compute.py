@@ -121,7 +121,7 @@ class ComputeFitter:
                          "cv_mape": entry["cv_mape"], "fit_mape": entry.get("fit_mape"),
                          "candidates": entry.get("candidates", {})})
         self._fit_host(table)
-        self.report_ = pd.DataFrame(rows)
+        self.report_ = pd.DataFrame(rows, columns=["class", "points", "form", "cv_mape", "fit_mape", "candidates"])
         return self
 
     # -- job list ---------------------------------------------------------
