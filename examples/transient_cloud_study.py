@@ -13,6 +13,11 @@ Run it with::
 
     python examples/transient_cloud_study.py           # 10 000 Monte Carlo trials per scenario
     python examples/transient_cloud_study.py --quick   # 500 trials, a few seconds
+
+Both write ``transient_cost_vs_mix.png`` (expected cost on preemptible vs
+on-demand GPUs and the time to train, per cluster mix) and
+``transient_time_distribution.png`` (the spread of the time to train of the
+mixed cluster under synchronous training) in the current folder.
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ import argparse
 import pandas as pd
 
 import perfmodel as pm
-from perfmodel.transient import plan_training
+from perfmodel.transient import (
+    checkpoint_time_s,
+    default_checkpoint_bytes,
+    load_revocation,
+    plan_training,
+    plot_time_distribution,
+    revocation_model,
+    simulate_time,
+)
+from perfmodel.transient.plot import plot_cost_vs_mix
+from perfmodel.transient.prices import select_row
 
 # ResNet-50 (25.6 M parameters) at 32 images per worker, fp32: the K80 has no bf16 support.
 MODEL = "resnet50"
@@ -64,6 +79,7 @@ def cost_table(model, speeds: pd.DataFrame, trials: int) -> pd.DataFrame:
                              step_time_s=r.step_ms / 1e3, trials=trials, seed=0).set_index("scenario")
         od, spot = plan.loc["on-demand"], plan.loc["spot async (parameter server)"]
         rows.append({"cluster": r.cluster, "policy": r.policy, "step_ms": r.step_ms,
+                     "sync_interval_s": plan.loc["spot sync, Daly interval"].interval_s,
                      "on_demand_h": od.expected_time_s / 3600, "on_demand_usd": od.expected_cost_usd,
                      "spot_h": spot.expected_time_s / 3600, "spot_p90_h": spot.p90_s / 3600,
                      "spot_usd": spot.expected_cost_usd, "revocations": spot.revocations_expected,
@@ -101,7 +117,7 @@ def main(argv=None) -> int:
     costs = cost_table(model, speeds, trials)
     print(f"\n{STEPS:,} steps with 4 parameter servers, GCP us-central1 prices "
           f"(GPU only, the servers' CPU VMs not included), {trials:,} trials:\n")
-    print(costs.to_string(index=False))
+    print(costs.drop(columns="sync_interval_s").to_string(index=False))
     # What the table shows:
     # * Preemptible GPUs cost a fraction of on-demand in the bundled prices (K80 $0.038 vs $0.45,
     #   V100 $0.74 vs $2.48 per GPU-hour). With asynchronous parameter-server training a revoked
@@ -112,7 +128,30 @@ def main(argv=None) -> int:
     #   spot cost. The mixed cluster sits between: split by speed, its step is close to the
     #   all-P100 one at a lower price. Mixed clusters help when cheap slow GPUs are on hand and
     #   the batch is split by speed; with equal batches they cost more than all-K80 for no gain.
+    write_plots(model, costs, trials)
     return 0
+
+
+def write_plots(model, costs: pd.DataFrame, trials: int) -> None:
+    """Cost and time per cluster mix; the time-to-train spread of the mixed cluster (sync, Daly interval)."""
+    mix = costs.rename(columns={"cluster": "mix"}).assign(
+        expected_cost_usd=costs.spot_usd, on_demand_cost_usd=costs.on_demand_usd,
+        expected_time_s=costs.spot_h * 3600, on_demand_time_s=costs.on_demand_h * 3600)
+    path = plot_cost_vs_mix(mix, "transient_cost_vs_mix.png", label="mix",
+                            title=f"{MODEL}, {STEPS:,} steps, 4 parameter servers, preemptible (async) vs on-demand")
+    print(f"\nwrote {path}")
+    name = "4 K80 + 2 P100 + 2 V100"
+    r = costs.set_index("cluster").loc[name]
+    table = load_revocation()
+    rows = [select_row(table, g, "gcp", None, what="revocation") for g, n in CLUSTERS[name] for _ in range(n)]
+    delta = checkpoint_time_s(default_checkpoint_bytes(model), rows[0]["storage_bw_bytes_per_s"])
+    down = rows[0]["replacement_wait_s"] + rows[0]["restart_s"] + delta  # wait + restart + restore
+    times = simulate_time(r.on_demand_h * 3600, revocation=[revocation_model(x) for x in rows],
+                          workers=len(rows), checkpoint_s=delta, restart_s=down,
+                          interval_s=r.sync_interval_s, trials=trials, seed=0, mode="sync")
+    path = plot_time_distribution(times, "transient_time_distribution.png", on_demand_s=r.on_demand_h * 3600,
+                                  title=f"{name}: sync, preemptible ({trials:,} trials)")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

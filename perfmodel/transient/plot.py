@@ -1,4 +1,4 @@
-"""Histogram of simulated training times, for reports."""
+"""Plots for reports: the spread of simulated training times; cost and time against cluster mix."""
 
 from __future__ import annotations
 
@@ -41,6 +41,50 @@ def plot_time_distribution(trials, path, *, on_demand_s=None, title=None) -> Pat
     ax.set_ylabel("trials (count)")
     ax.set_title(title or f"Simulated time to train ({times.size} trials)")
     ax.legend()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_cost_vs_mix(df, path, *, label="mix", title=None) -> Path:
+    """Write bars of expected spot cost vs on-demand cost per row of ``df``, times on a second axis.
+
+    ``df``: one row per cluster mix with columns ``label`` (the x tick),
+    ``expected_cost_usd`` and ``expected_time_s`` (spot), ``on_demand_cost_usd``
+    and, optionally, ``on_demand_time_s`` — the columns of
+    :func:`~perfmodel.transient.plan_training` rows, so one spot row per mix
+    (with a ``mix`` column added) plots directly. Costs in US dollars, times in
+    hours. Agg canvas; the format follows the suffix. Returns the path.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    need = [label, "expected_cost_usd", "on_demand_cost_usd", "expected_time_s"]
+    missing = [c for c in need if c not in getattr(df, "columns", ())]
+    if missing or len(df) == 0:
+        raise InvalidInputError(f"'df' must be a non-empty DataFrame with columns {need}: "
+                                f"missing {missing}, {len(getattr(df, 'index', ()))} rows")
+    x = np.arange(len(df))
+    fig = Figure(figsize=(max(6.0, 1.4 * len(df) + 2), 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.bar(x - 0.2, df["expected_cost_usd"], 0.4, color="tab:blue", label="spot cost (expected)")
+    ax.bar(x + 0.2, df["on_demand_cost_usd"], 0.4, color="tab:gray", label="on-demand cost")
+    ax.set_xticks(x, [str(v) for v in df[label]], rotation=20, ha="right")
+    ax.set_xlabel(label)
+    ax.set_ylabel("expected cost (US$)")
+    right = ax.twinx()
+    right.plot(x, df["expected_time_s"] / SECONDS_PER_HOUR, "o-", color="tab:red", label="spot time (expected)")
+    if "on_demand_time_s" in df.columns:
+        right.plot(x, df["on_demand_time_s"] / SECONDS_PER_HOUR, "s--", color="black", label="on-demand time")
+    right.set_ylabel("time to train (hours)")
+    hours = [df["expected_time_s"].max()] + ([df["on_demand_time_s"].max()] if "on_demand_time_s" in df else [])
+    right.set_ylim(0, 1.15 * max(hours) / SECONDS_PER_HOUR)
+    ax.set_ylim(0, 1.15 * max(df["expected_cost_usd"].max(), df["on_demand_cost_usd"].max()))
+    handles = [h for a in (ax, right) for h in a.get_legend_handles_labels()[0]]
+    fig.legend(handles, [h.get_label() for h in handles], loc="outside lower center", ncols=2,
+               fontsize="small")
+    ax.set_title(title or "Cost and time to train by cluster mix")
     path = Path(path)
     fig.savefig(path, dpi=100)
     return path
