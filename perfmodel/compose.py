@@ -29,13 +29,13 @@ import numpy as np
 from perfmodel.costs import memory as mem
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.costs.compute import kernel_time, phase_time
+from perfmodel.data_parallel import dp_collectives, dp_comm_time  # noqa: F401 (dp_collectives: re-exported)
 from perfmodel.placement import layout, pipeline_crossings
 from perfmodel.workload import step as steps
 from perfmodel.validation import check_choice
 from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
 
 PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
-DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
 FRAMEWORKS = ("pytorch", "megatron")
 ATTENTIONS = ("flash", "unfused")
 
@@ -316,164 +316,6 @@ def p2p_time(model, coll, lay, c, *, precision):
     return np.where(c["pp"] > 1, 2.0 * c["m"] * c["v"] * slowest + 2.0 * fill, 0.0)
 
 
-# --- data-parallel communication ---------------------------------------------------------------
-
-
-def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
-    """Data-parallel collectives of one step, as (collective, count), each over all Ψ elements.
-
-    The bookkeeping behind ``ddp_time``, ``zero12_time`` and ``zero3_time``
-    (Rajbhandari et al. 2020, §7): a ring all-reduce sends 2Ψ(n−1)/n per rank,
-    reduce-scatter and all-gather Ψ(n−1)/n each.
-    """
-    m = micro_batches
-    if zero >= 3:
-        return [("all_gather", 2 * m), ("reduce_scatter", m)]
-    if zero == 2:
-        return [("reduce_scatter", m), ("all_gather", 1)]
-    if zero == 1:
-        return [("reduce_scatter", 1), ("all_gather", 1)]
-    return [("all_reduce", 1)]
-
-
-def _bucketed(coll, collective, total, bucket, rpn, nodes):
-    """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets."""
-    total = np.asarray(total, float)
-    bucket = np.minimum(bucket, np.maximum(total, 1.0))
-    full = np.floor(total / bucket)
-    rem = total - full * bucket
-    t_bucket = hierarchical_time(coll, collective, bucket, rpn, nodes, algorithm="ring")
-    t_rem = hierarchical_time(coll, collective, np.maximum(rem, 1.0), rpn, nodes, algorithm="ring") * (rem > 0)
-    last = np.where(rem > 0, t_rem, t_bucket)
-    return full * t_bucket + t_rem, last, bucket / np.maximum(total, 1.0)
-
-
-def _overlapped(all_s, last_s, first_share, window_s):
-    """Exposed seconds of bucketed communication issued while ``window_s`` of compute runs.
-
-    PyTorch DDP (Li et al. 2020, VLDB, §3.2): a bucket leaves when its gradients are
-    ready, so communication starts after the first bucket's share of backward and the
-    last bucket always waits for the end of backward.
-    """
-    return np.maximum(last_s, all_s - window_s * (1.0 - first_share))
-
-
-def ddp_time(coll, lay, c, params, window_s, grad_bytes=4.0):
-    """PyTorch DDP: bucketed all-reduce of fp32 gradients, once per step (no_sync before).
-
-    Gradient accumulation communicates only in the last micro-batch's backward
-    (``DistributedDataParallel.no_sync``), so only that backward hides it.
-    Volume: 2Ψ elements per rank (ring all-reduce; Rajbhandari et al. 2020, §7.1).
-    """
-    rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(coll, "all_reduce", params * grad_bytes, c["bucket"], rpn, nodes)
-    return _overlapped(all_s, last_s, share, window_s)
-
-
-def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0):
-    """ZeRO-1/2: reduce-scatter gradients, update the shard, all-gather the parameters.
-
-    Rajbhandari et al. 2020, §7.2.1: Ψ (reduce-scatter) + Ψ (all-gather) = the DDP
-    volume. ZeRO-2 keeps only its gradient shard, so it must reduce-scatter in every
-    micro-batch's backward (DeepSpeed reduces per micro-step); ZeRO-1 accumulates
-    full gradients and reduce-scatters once. The all-gather follows the optimizer.
-    """
-    rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(coll, "reduce_scatter", params * grad_bytes, c["bucket"], rpn, nodes)
-    per_mb = _overlapped(all_s, last_s, share, window_s)
-    reduce = np.where(c["zero"] >= 2, c["m"] * per_mb, per_mb)
-    gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
-    return reduce + gather
-
-
-def _shard_group(lay, c):
-    """(ranks_per_node, nodes) of the ZeRO-3 sharding group: the node's dp ranks when hybrid."""
-    rpn, nodes = lay["dp"]
-    return rpn, np.where(c["hybrid"], 1.0, nodes)
-
-
-def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
-    """ZeRO-3 / FSDP: per-unit all-gathers (forward, backward) and reduce-scatters, per micro-batch.
-
-    Rajbhandari et al. 2020, §7.2.2: all-gather Ψ forward, Ψ again backward,
-    reduce-scatter Ψ: 3Ψ, 1.5x DDP. PyTorch FSDP (Zhao et al. 2023, §3.3) prefetches
-    the next unit's all-gather behind the current unit's compute; in backward the
-    gather and the previous unit's reduce-scatter share one stream. Only the first
-    unit's gather (forward) and the last reduce-scatter (backward) cannot hide.
-    HYBRID_SHARD shards inside the node and all-reduces each gradient shard across
-    nodes (S/r on each rail). Parameters and gradients move in the low precision
-    (FSDP MixedPrecision param_dtype = reduce_dtype). Without no_sync this repeats
-    for every micro-batch.
-
-    PyTorch FSDP (``c["fsdp"]``) gathers a unit's flat parameter in one collective;
-    DeepSpeed ZeRO-3 gathers in buckets of ``DS_PREFETCH_BUCKET`` elements, each
-    paying the collective's latency (which grows with the ring's n − 1 steps).
-
-    ``units``: dict name -> (count, params per unit, forward s, backward s) for
-    "layer", "embed", "head"; the embedding unit runs first when present.
-    """
-    rpn, nodes = _shard_group(lay, c)
-    dp_rpn, dp_nodes = lay["dp"]
-    hybrid = np.asarray(c["hybrid"], bool) & (dp_nodes > 1)
-    fwd = bwd = 0.0
-    ag, rs = {}, {}
-    fsdp = np.asarray(c.get("fsdp", False), bool)
-    for name, (count, params, f_s, b_s) in units.items():
-        pieces = np.where(fsdp, 1.0, np.maximum(np.ceil(params / DS_PREFETCH_BUCKET), 1.0))
-        size = params * lo / pieces
-        ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")
-        rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", size, rpn, nodes, algorithm="ring") + np.where(
-            hybrid, hierarchical_time(coll, "all_reduce", size / dp_rpn, 1.0, dp_nodes), 0.0))
-        fwd = fwd + count * np.maximum(ag[name] - f_s, 0.0)
-        bwd = bwd + count * np.maximum(ag[name] + rs[name] - b_s, 0.0)
-    first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
-    last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
-    return c["m"] * (first_gather + fwd + bwd + last_reduce)
-
-
-def ps_time(c, params, window_s, links, grad_bytes=4.0):
-    """Parameter server: workers push fp32 gradients, then pull fp32 weights.
-
-    Li et al. 2014 (OSDI), synchronous: each of S servers holds 1/S of the weights, so
-    it receives W·P/S bytes per step through its NICs; a worker sends its P bytes
-    through its share of its node's NICs. One direction takes
-    max(W·P/(S·B_server), P/B_worker) + latency. Pushes leave while backward runs (as
-    DDP buckets); the pull waits for the update and is exposed. NICs are full duplex,
-    so the push and pull directions do not share bandwidth.
-    """
-    workers, servers = c["dp"], np.maximum(c["ps"], 1.0)
-    size = params * grad_bytes
-    one_way = size * np.maximum(workers / (servers * links["server"]), 1.0 / links["worker"]) + links["latency"]
-    push = _overlapped(one_way, one_way * np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)),
-                       np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)), window_s)
-    return push + one_way
-
-
-def dp_comm_time(coll, lay, c, p, sts, t, nb, links):
-    """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server).
-
-    Each stage's data-parallel group communicates its own parameters; the step ends
-    when the slowest finishes. A stage other than the first finishes its last backward
-    earlier (by the drain of the stages before it), which hides part of its traffic.
-    """
-    worst = 0.0
-    for st in sts:
-        params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
-                  + np.where(st["head"], p["head"], 0.0)) / c["tp"]
-        backward = _stage_time(st, t, "b")
-        units = {"layer": (st["layers"], p["layer"] / c["tp"], t["layer_f"], t["layer_b"]),
-                 "embed": (np.where(st["embed"], 1.0, 0.0), p["embed"] / c["tp"], t["embed_f"], t["embed_b"]),
-                 "head": (np.where(st["head"], 1.0, 0.0), p["head"] / c["tp"], t["head_f"], t["head_b"])}
-        shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
-                         np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, backward, nb["grad"], nb["param"]),
-                                  ddp_time(coll, lay, c, params, backward, nb["grad"])))
-        out = np.where(c["ps"] > 0, ps_time(c, params, backward, links, nb["grad"]), shard)
-        slack = st["index"] * backward  # the stages before it still drain their last backward
-        out = np.where((c["dp"] > 1) | (c["ps"] > 0), out, 0.0)
-        worst = np.maximum(worst, np.where(st["valid"], np.maximum(out - np.where(c["zero"] >= 3, 0.0, slack), 0.0), 0.0))
-    return worst
-
-
 # --- optimizer -----------------------------------------------------------------------------------
 
 
@@ -595,7 +437,8 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     sts = stages(model, c)
     pipe, worst = pipeline_time(model, timed, sts, c)
     p = _params(model)
-    dp_exposed = dp_comm_time(coll, lay, c, p, sts, timed, nb, parameter_server_links(cluster))
+    dp_exposed = dp_comm_time(coll, lay, c, p, sts, timed, nb, parameter_server_links(cluster),
+                              [_stage_time(st, timed, "b") for st in sts])
     p2p = p2p_time(model, coll, lay, c, precision=precision)
     shard_ranks = np.where(c["hybrid"], lay["dp"][0], c["dp"])
     opt = 0.0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel import compose
+from perfmodel import compose, data_parallel
 from perfmodel.errors import PerfModelError
 from perfmodel.workload import step as steps
 from perfmodel.costs.comm import BUSBW_FACTOR, datasheet_entry
@@ -86,8 +86,8 @@ def test_dp_times_match_their_collectives_when_nothing_overlaps():
     params = 1e9
     c = cfg(dp=8, bucket=1e12)  # one bucket
     ar = 1.75 * params * 4 / B  # fp32 gradients
-    assert float(compose.ddp_time(flat_coll(), lay, c, params, 0.0)) == pytest.approx(ar)
-    z1 = compose.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, bucket=1e12), params, 0.0)
+    assert float(data_parallel.ddp_time(flat_coll(), lay, c, params, 0.0)) == pytest.approx(ar)
+    z1 = data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, bucket=1e12), params, 0.0)
     assert float(z1) == pytest.approx(2 * 0.875 * params * 4 / B)  # RS grads + AG fp32 weights
 
 
@@ -96,24 +96,24 @@ def test_ddp_communicates_once_per_step_and_hides_behind_the_last_backward():
     params = 1e9                       # 4 GB of gradients in 160 buckets of 25 MB
     total = 1.75 * 4e9 / B
     bucket = 1.75 * 25e6 / B
-    one = compose.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=10.0)
-    four = compose.ddp_time(flat_coll(), lay, cfg(dp=8, m=4), params, window_s=10.0)
+    one = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=10.0)
+    four = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8, m=4), params, window_s=10.0)
     assert float(one) == pytest.approx(bucket)          # only the last bucket is exposed
     assert float(four) == float(one)                     # no_sync: one all-reduce per step
-    short = compose.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=0.01)
+    short = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=0.01)
     assert float(short) == pytest.approx(total - 0.01 * (1 - 25e6 / 4e9))
 
 
 def test_zero2_and_zero3_communicate_every_micro_batch():
     lay = layout(8, 1, 1, 8)
     p = 1e9
-    z2 = [float(compose.zero12_time(flat_coll(), lay, cfg(dp=8, zero=2, m=m, bucket=1e12), p, 0.0)) for m in (1, 4)]
+    z2 = [float(data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, zero=2, m=m, bucket=1e12), p, 0.0)) for m in (1, 4)]
     rs, ag = 0.875 * 4 * p / B, 0.875 * 4 * p / B
     assert z2 == pytest.approx([rs + ag, 4 * rs + ag])
-    z1 = float(compose.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, m=4, bucket=1e12), p, 0.0))
+    z1 = float(data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, m=4, bucket=1e12), p, 0.0))
     assert z1 == pytest.approx(rs + ag)
     units = {"layer": (10.0, p / 10, 0.0, 0.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
-    z3 = [float(compose.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, m=m, fsdp=True), units, 2.0, False))
+    z3 = [float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, m=m, fsdp=True), units, 2.0, False))
           for m in (1, 4)]
     # no compute to hide behind: AG forward + AG backward + RS for each of 10 units, 16-bit
     per = 3 * 0.875 * 2 * p / B + 2 * 0.875 * 2 * (p / 10) / B  # + first gather and last reduce once more
@@ -125,10 +125,10 @@ def test_zero3_prefetch_hides_gathers_behind_compute():
     lay = layout(8, 1, 1, 8)
     p = 1e8                                   # per unit: AG 1.75 ms in 16-bit
     units = {"layer": (10.0, p, 1.0, 2.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
-    t = float(compose.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, fsdp=True), units, 2.0, False))
+    t = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, fsdp=True), units, 2.0, False))
     ag = rs = 0.875 * 2 * p / B
     assert t == pytest.approx(ag + rs)        # only the first gather and the last reduce-scatter
-    deepspeed = float(compose.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3), units, 2.0, False))
+    deepspeed = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3), units, 2.0, False))
     assert deepspeed == pytest.approx(t)      # bucketed, same bytes; latency-free here
 
 
@@ -137,9 +137,9 @@ def test_parameter_server_push_pull_through_server_nics():
     params = 1e8                               # 400 MB of fp32 gradients
     c = cfg(dp=8, ps=2, bucket=4e8)            # one bucket: nothing overlaps
     one_way = 4e8 * max(8 / (2 * 10e9), 1 / 2e9)  # servers' NICs carry 8 workers over 2 servers
-    assert float(compose.ps_time(c, params, 0.0, links)) == pytest.approx(2 * one_way)
+    assert float(data_parallel.ps_time(c, params, 0.0, links)) == pytest.approx(2 * one_way)
     few = cfg(dp=2, ps=2, bucket=4e8)          # the worker's own NIC share is the limit
-    assert float(compose.ps_time(few, params, 0.0, links)) == pytest.approx(2 * 4e8 / 2e9)
+    assert float(data_parallel.ps_time(few, params, 0.0, links)) == pytest.approx(2 * 4e8 / 2e9)
 
 
 def test_parameter_server_links_from_the_node():
