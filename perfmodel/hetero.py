@@ -11,6 +11,9 @@ parameter servers. Two ways to split the batch are priced:
 * ``proportional``: the global batch is split in proportion to each worker's
   predicted speed (integer shares, refined once at the chosen shares).
 
+Pipeline stages on different GPU types: :func:`balance_pipeline` gives each
+stage the layer count that minimises the slowest stage (:func:`balance_layers`).
+
 See docs/heterogeneous.md for the formulas and their limits.
 """
 
