@@ -20,7 +20,7 @@ from perfmodel.transient.checkpoint import (
 )
 from perfmodel.transient.montecarlo import Simulation, cluster_mtbf_s, simulate, simulate_time
 from perfmodel.transient.plan import cluster_workers, default_checkpoint_bytes, plan_training
-from perfmodel.transient.plot import plot_time_distribution
+from perfmodel.transient.plot import plot_cost_vs_mix, plot_time_distribution
 from perfmodel.transient.prices import cost_usd, load_prices
 from perfmodel.transient.revocation import (
     Exponential,
@@ -48,6 +48,7 @@ __all__ = [
     "load_revocation",
     "mtbf_from_monthly_interruption",
     "plan_training",
+    "plot_cost_vs_mix",
     "plot_time_distribution",
     "revocation_model",
     "simulate",
