@@ -20,8 +20,9 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from perfmodel.units import DTYPE_BYTES
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4, "fp8": 1}
 PARAM_CHUNK = 1 << 22  # optimizer parameters come as tensors of up to 4 Mi elements, like a model's
 
 
@@ -343,7 +344,7 @@ ROTATE = frozenset(BUILDERS) - {"h2d", "d2h", "adamw", "sgd", "launch_add", "lau
 
 def input_bytes(case: dict) -> int:
     """Bytes of the inputs one call reads (decides input rotation and what fits in memory)."""
-    op, e = case["op"], ELEM_BYTES.get(case.get("dtype"), 4)
+    op, e = case["op"], DTYPE_BYTES.get(case.get("dtype"), 4)
     g = case.get
     if op == "gemm":
         return (g("m") * g("k") + g("k") * g("n")) * e
@@ -378,7 +379,7 @@ def copies_for(case: dict, device: str, l2_bytes: int | None) -> int:
 
 def moved_bytes(case: dict) -> int | None:
     """The 'bytes' column: bytes a minimal kernel reads + writes (docs/calibration.md)."""
-    op, phase, e, g = case["op"], case["phase"], ELEM_BYTES.get(case.get("dtype"), 4), case.get
+    op, phase, e, g = case["op"], case["phase"], DTYPE_BYTES.get(case.get("dtype"), 4), case.get
     both = phase == "fwdbwd"
     if op in ("layernorm", "rmsnorm", "softmax", "gelu"):
         return (5 if both else 2) * g("tokens") * g("hidden") * e  # fwd: x, y; bwd: x, dy, dx

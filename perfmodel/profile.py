@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.errors import ProfileError, unknown_name
+from perfmodel.units import DTYPE_BYTES
 from perfmodel.validation import read_json_file
 
 SCHEMA_VERSION = 1
@@ -61,7 +62,7 @@ class Profile:
         for key, entry in self.compute.items():
             parts = key.split(":")
             if len(parts) == 3 and parts[0] == cls and parts[2] == variant:
-                return entry, _ELEM_BYTES.get(dtype, 4) / _ELEM_BYTES.get(parts[1], 4)
+                return entry, DTYPE_BYTES.get(dtype, 4) / DTYPE_BYTES.get(parts[1], 4)
         raise unknown_name(f"memory-bound class in profile {self.name!r}", exact, self.compute)
 
     def formula(self, cls: str, *, dtype: str | None = None, variant: str | None = None,
@@ -100,9 +101,6 @@ class Profile:
         _validate(data, origin)
         return cls(data["name"], data["gpu"], data.get("compute", {}), data.get("collectives", {}),
                    data.get("host", {}), data.get("meta", {}))
-
-
-_ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4, "tf32": 4}
 
 
 def _plain(obj):

@@ -68,10 +68,12 @@ def kernel_expr(profile, kern: Kernel) -> tuple[sp.Expr, float]:
 
 
 def phase_expr(profile, kernels) -> sp.Expr:
-    if profile.host.get("serial"):  # see costs.compute.phase_time
-        return sum((sp.Max(*kernel_expr(profile, k)) * _s(k.count) for k in kernels), sp.Integer(0))
-    gpu = sum((kernel_expr(profile, k)[0] * _s(k.count) for k in kernels), sp.Integer(0))
-    cpu = sum((kernel_expr(profile, k)[1] * _s(k.count) for k in kernels), sp.Integer(0))
+    """The twin of ``costs.compute.phase_time`` (wall time only)."""
+    priced = [(*kernel_expr(profile, k), _s(k.count)) for k in kernels]
+    if profile.host.get("serial"):
+        return sum((sp.Max(g, c) * n for g, c, n in priced), sp.Integer(0))
+    gpu = sum((g * n for g, _, n in priced), sp.Integer(0))
+    cpu = sum((c * n for _, c, n in priced), sp.Integer(0))
     return sp.Max(gpu, cpu)
 
 

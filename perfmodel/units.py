@@ -52,15 +52,11 @@ _PREFIXES = {
     "Ti": _D(2) ** 40,
     "Pi": _D(2) ** 50,
 }
-_FLOPS_PREFIXES = {
-    "": _D(1),
-    "k": _D(10) ** 3,
-    "m": _D(10) ** 6,
-    "g": _D(10) ** 9,
-    "t": _D(10) ** 12,
-    "p": _D(10) ** 15,
-    "e": _D(10) ** 18,
-}
+# FLOP/s strings are matched lower-case ("TFLOPS", "tflop/s"): the decimal prefixes, plus exa
+_FLOPS_PREFIXES = {k.lower(): v for k, v in _PREFIXES.items() if "i" not in k} | {"e": _D(10) ** 18}
+
+# bytes of one element of each precision the cost model knows
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 _DURATIONS = {
     "ns": _D("1e-9"),
     "us": _D("1e-6"),

@@ -54,9 +54,6 @@ def kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]
     if cls in ("adamw", "sgd"):
         entry, scale = _optimizer_entry(profile, cls)
         return _gpu(entry, params=np.asarray(kern.size["params"], float) * scale), _cpu(profile, entry)
-    if cls == "conv2d" and not any(k.startswith("conv2d:") for k in profile.compute):
-        # a profile calibrated without convolutions prices them by their implicit GEMMs alone
-        return np.zeros(np.shape(kern.size["x"])), profile.host.get("cpu_per_kernel_s", DEFAULT_CPU_PER_KERNEL_S)
     entry, factor = profile.mem_entry(cls, kern.dtype, kern.variant)
     needs = get_form(entry["form"]).variables
     missing = [v for v in needs if v not in kern.size]

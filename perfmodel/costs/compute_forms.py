@@ -185,15 +185,8 @@ def sdpa_flops(batch, heads, seq, head_dim, causal):
     return np.where(np.asarray(causal, dtype=bool), 0.5 * full, full)
 
 
-def _sdpa_waves(p, batch, heads, seq):
-    # one thread block per (batch, head, 128-query tile), sms blocks at a time (Dao 2023, §3.3)
-    tiles = batch * heads * np.ceil(seq / 128.0)
-    return tiles / (np.ceil(tiles / p["sms"]) * p["sms"])
-
-
 def _sdpa_time(p, batch, heads, seq, head_dim, causal):
     rate = p["R"] * _sdpa_eff(p, seq, head_dim) * np.where(np.asarray(causal) > 0, p["p_causal"], 1.0)
-    rate = rate * np.where(p["sms"] > 0, _sdpa_waves(p, batch, heads, seq), 1.0)
     # c_row: a cost per query row and head (loading Q, writing O and the log-sum-exp)
     return p["t0"] + p["c_row"] * batch * heads * seq + sdpa_flops(batch, heads, seq, head_dim, causal) / rate
 
@@ -204,15 +197,12 @@ def _sym_sdpa(p, batch, heads, seq, head_dim, causal):
     eff = eff * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)), (1, True))
     flops = 4 * batch * heads * seq ** 2 * head_dim * (1 - sp.Rational(1, 2) * causal)
     rate = p["R"] * eff * (1 + (p["p_causal"] - 1) * causal)
-    if p["sms"] > 0:
-        tiles = batch * heads * sp.ceiling(seq / 128)
-        rate = rate * tiles / (sp.ceiling(tiles / p["sms"]) * p["sms"])
     return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + flops / rate)
 
 
 register(Form(
     "sdpa_flash", ("batch", "heads", "seq", "head_dim", "causal"),
-    ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu", "sms"),
+    ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu"),
     lambda p, batch, heads, seq, head_dim, causal: np.maximum(p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal)),
     _sym_sdpa,
     "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; causal at its own rate",

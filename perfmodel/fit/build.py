@@ -23,6 +23,7 @@ from perfmodel.fit.reference import calibrate_gemm, stream_copy_bw
 from perfmodel.errors import InvalidInputError
 from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
 from perfmodel.profile import Profile
+from perfmodel.units import DTYPE_BYTES
 
 BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-11-29"
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
@@ -123,7 +124,7 @@ def _derive_missing_gemm(compute: dict, target, reference) -> None:
             continue
         entry = copy.deepcopy(base)
         entry["params"]["R"] = base["params"]["R"] * target.peak_flops[dtype] / reference.peak_flops["bf16"]
-        entry["params"]["elem_bytes"] = {"fp8": 1.0, "fp16": 2.0}.get(dtype, 4.0)
+        entry["params"]["elem_bytes"] = float(DTYPE_BYTES[dtype])
         entry.update(source=f"derived: bf16 fit x datasheet {dtype}/bf16 peak ratio", cv_mape=None, n_points=0)
         compute[key] = entry
 

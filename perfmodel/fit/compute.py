@@ -16,12 +16,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfmodel.costs.compute_forms import gemm_wave_gpu
 from perfmodel.fit.forms import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.fit.tables import clean_rows
+from perfmodel.units import DTYPE_BYTES
 
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
 # operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
 RAW_OPERANDS = {"copy": 2, "add": 3, "scale": 2, "sum": 1}
 MEM_OPS = ("layernorm", "rmsnorm", "softmax", "gelu", "swiglu", "residual_add", "rope",
@@ -161,7 +160,7 @@ class ComputeFitter:
         X = {k: sub[k].to_numpy(float) for k in ("m", "n", "k")}
         y = sub.time_s.to_numpy(float)
         big = 2 * X["m"] * X["n"] * X["k"] >= 1e9
-        fixed = {"sms": float(self.sms), "elem_bytes": float(ELEM_BYTES[dtype]),
+        fixed = {"sms": float(self.sms), "elem_bytes": float(DTYPE_BYTES[dtype]),
                  "bw": self.mem_bw_bytes_per_s}
         free = {"R": Free(5e14, 1e12, 5e15), "k_half": Free(64, 1, 1e5), "t0": Free(3e-6, 1e-8, 1e-3),
                 "t_cpu": Free(1e-5, 1e-7, 1e-3), "p16": Free(0.9, 0.05, 1.0), "p8": Free(0.5, 0.01, 1.0),
@@ -217,8 +216,8 @@ class ComputeFitter:
         y = y_series.to_numpy(float)
         free = {"R": Free(6e14, 1e12, 5e15), "s_half": Free(256, 1, 1e5), "d_half": Free(64, 1, 1e4),
                 "p_mis": Free(0.2, 0.01, 1.0), "p_causal": Free(0.8, 0.3, 1.2), "t0": Free(5e-6, 1e-8, 1e-3)}
-        candidates = {"sdpa_flash": ("sdpa_flash", {"t_cpu": 0.0, "sms": 0.0, "c_row": 0.0}, free),
-                      "sdpa_flash/rows": ("sdpa_flash", {"t_cpu": 0.0, "sms": 0.0},
+        candidates = {"sdpa_flash": ("sdpa_flash", {"t_cpu": 0.0, "c_row": 0.0}, free),
+                      "sdpa_flash/rows": ("sdpa_flash", {"t_cpu": 0.0},
                                           {**free, "c_row": Free(1e-10, 1e-14, 1e-6)})}
         # A head_dim off a multiple of 8 leaves FlashAttention; the tables hold one such
         # row, which no held-out fold can predict: it is fitted but not scored.
@@ -322,7 +321,3 @@ class ComputeFitter:
         if gemm:
             self.host_["gemm_cpu_floor_s"] = gemm["params"]["t_cpu"]
 
-
-def gemm_gpu_time(entry: dict, m, n, k):
-    """GPU-only time of a GEMM from a fitted ``gemm_wave`` entry (no CPU floor)."""
-    return gemm_wave_gpu(entry["params"], np.asarray(m, float), np.asarray(n, float), np.asarray(k, float))

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.errors import ProfileError, UnsupportedError
+from perfmodel.units import DTYPE_BYTES
 from perfmodel.validation import check_choice, read_json_file
 from perfmodel.workload.ops import Kernel
 
@@ -130,7 +131,6 @@ def _dtypes(precision: str) -> dict:
     return {"gemm": gemm_dtype(precision), "low": low, "f32": "fp32"}
 
 
-_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ class GraphModel:
         self._check_parallel(tp, sp)
         if recompute == "full":  # torch.utils.checkpoint around the model keeps only its input
             return float(self.input_bytes)
-        low = _BYTES[_dtypes(precision)["low"]]
+        low = DTYPE_BYTES[_dtypes(precision)["low"]]
         a = self.activation
         return float(a.get("low", 0.0) * low + a.get("f32", 0.0) * 4.0 + a.get("bytes", 0.0))
 
@@ -302,7 +302,7 @@ def _kernel(op: GraphOp, batch, dt: dict) -> Kernel:
         size = {k: op.at(k, batch) for k in ("batch", "heads", "kv_heads", "seq", "head_dim", "causal")}
         return Kernel(op.op, "sdpa", _phase(op), size, op.count, flops, op.variant, dtype)
     if op.cls == "bytes":  # generic memory-bound op: bytes moved at the 'copy' bandwidth (8 B per x)
-        moved = op.at("low", batch) * _BYTES[dt["low"]] + op.at("f32", batch) * 4.0
+        moved = op.at("low", batch) * DTYPE_BYTES[dt["low"]] + op.at("f32", batch) * 4.0
         return Kernel(op.op, "copy", _phase(op), {"x": moved / 8.0}, op.count, flops, "fwd", "fp32")
     size = {k: op.at(k, batch) for k in op.size}
     return Kernel(op.op, op.cls, _phase(op), size, op.count, flops, op.variant, dtype)

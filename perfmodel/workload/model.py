@@ -6,7 +6,7 @@ Which kernels one training step launches lives in :mod:`perfmodel.workload.step`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.validation import check_choice, check_divides, check_int
@@ -170,6 +170,3 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
                        str(name))
 
-
-def with_seq(model: Transformer, seq: int) -> Transformer:
-    return replace(model, seq=check_int("seq", seq))

@@ -74,18 +74,3 @@ def mem(name: str, cls: str, phase: str, elems, *, rows=None, count=1, variant=N
     size = {"x": elems} if rows is None else {"x": elems, "rows": rows}
     return Kernel(name, cls, phase, size, count, 0.0, variant or phase, dtype)
 
-
-def total_flops(kernels: list[Kernel]):
-    """Sum of FLOPs over kernels (broadcast over configurations)."""
-    total = 0.0
-    for kern in kernels:
-        total = total + np.multiply(kern.flops, kern.count)
-    return total
-
-
-def kernel_count(kernels: list[Kernel]):
-    """Number of kernel launches (broadcast over configurations)."""
-    total = 0.0
-    for kern in kernels:
-        total = total + np.asarray(kern.count, dtype=float)
-    return total

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.units import DTYPE_BYTES
 from perfmodel.validation import check_choice
 from perfmodel.workload.ops import Kernel, linear, mem
 from perfmodel.workload.model import Transformer
@@ -74,7 +75,7 @@ class _Builder:
                 fwd.append(mem(name + ".x_cast", "cast_fp32_to_bf16", "fwd", np.multiply(tokens, d_in), count=count, variant="fwd"))
                 bwd.append(mem(name + ".x_grad_cast", "cast_bf16_to_fp32", "bwd", np.multiply(tokens, d_in), count=count, variant="fwd"))
         if bias:  # bias gradient: a column sum of dy
-            bwd.append(mem(name + ".b_grad", "sum", "bwd", np.multiply(tokens, d_out) * _bytes(self.low) / 4,
+            bwd.append(mem(name + ".b_grad", "sum", "bwd", np.multiply(tokens, d_out) * DTYPE_BYTES[self.low] / 4,
                            count=count, variant="fwd"))
         return fwd + f, b[::-1] + bwd[::-1]
 
@@ -124,7 +125,7 @@ class _Builder:
         f_r, b_r = self.linear("moe.router", self.T, m.hidden, m.experts, bias=False, cast_input=self.mixed)
         per_expert = self.T * m.experts_per_token / m.experts
         f_e, b_e = self.mlp(per_expert, count=m.experts, prefix="moe.expert")
-        perm = self.T * m.experts_per_token * m.hidden * _bytes(self.low) / 4
+        perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4
         f_p = [mem("moe.permute", "copy", "fwd", perm, count=2, variant="fwd")]
         b_p = [mem("moe.permute.bwd", "copy", "bwd", perm, count=2, variant="fwd")]
         return f_r + f_p + f_e, b_e + b_p + b_r
@@ -139,10 +140,6 @@ class _Builder:
         fwd = n1f + af + r1f + n2f + mf + r2f
         bwd = mb + n2b + r2b + ab + n1b + r1b
         return fwd, bwd
-
-
-def _bytes(dtype: str) -> int:
-    return {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[dtype]
 
 
 def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
