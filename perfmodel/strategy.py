@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from perfmodel.compose import ATTENTIONS, FRAMEWORKS
+from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
 from perfmodel.errors import InvalidInputError
 from perfmodel.placement import ORDERS
 from perfmodel.validation import check_choice, check_divides, check_int, check_positive, divisors

@@ -12,6 +12,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel import compose, data_parallel
+from perfmodel.workload import stack
 from perfmodel.errors import PerfModelError
 from perfmodel.workload import step as steps
 from perfmodel.costs.comm import BUSBW_FACTOR, datasheet_entry
@@ -251,11 +252,11 @@ def test_narayanan_flop_convention_with_full_recompute():
 def test_megatron_stack_drops_autocast_casts_and_keeps_flops():
     m = pm.preset("gpt2-small")
     lf, lb = steps.layer_kernels(m, 4, precision="bf16-mixed")
-    mf = compose.adapt_kernels(lf, precision="bf16-mixed", framework="megatron")
+    mf = stack.adapt_kernels(lf, precision="bf16-mixed", framework="megatron")
     assert not [k for k in mf if "cast" in k.name]
     assert {k.dtype for k in mf if k.cls in ("layernorm", "residual_add")} == {"bf16"}
-    un = compose.adapt_kernels(lf + lb, precision="bf16-mixed", attention="unfused")
+    un = stack.adapt_kernels(lf + lb, precision="bf16-mixed", attention="unfused")
     flops = lambda ks, cls: sum(float(k.flops * np.asarray(k.count)) for k in ks if k.name.startswith(cls))  # noqa: E731
     assert flops(un, "attn.sdpa.") == pytest.approx(3 * flops(lf, "attn.sdpa"))  # 4bhs²d fwd, twice bwd
     with pytest.raises(PerfModelError, match="framework"):
-        compose.adapt_kernels(lf, precision="bf16-mixed", framework="jax")
+        stack.adapt_kernels(lf, precision="bf16-mixed", framework="jax")

@@ -17,7 +17,7 @@ Build one with :func:`perfmodel.from_torch`, load a shipped one with
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -208,7 +208,7 @@ class GraphModel:
         fwd = self._kernels("fwd", micro_batch, precision)
         bwd = self._kernels("bwd", micro_batch, precision)
         redo = {"none": [], "full": fwd, "selective": [k for k in fwd if k.cls in ("sdpa", "softmax")]}[recompute]
-        bwd = [Kernel(k.name + ".recompute", k.cls, "bwd", k.size, k.count, k.flops, k.variant, k.dtype)
+        bwd = [replace(k, name=k.name + ".recompute", phase="bwd")
                for k in redo] + bwd
         return fwd, bwd
 

@@ -9,7 +9,7 @@ configurations is priced in one pass: every field broadcasts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -34,11 +34,11 @@ class Kernel:
     flops: object = 0.0
     variant: str = "fwd"
     dtype: str = "bf16"
+    autocast: bool = False  # a cast autocast adds (weights, bias, inputs); a 16-bit-weight stack has none
 
     def scaled(self, factor) -> Kernel:
         """The same kernel launched ``factor`` times as often."""
-        return Kernel(self.name, self.cls, self.phase, self.size,
-                      np.multiply(self.count, factor), self.flops, self.variant, self.dtype)
+        return replace(self, count=np.multiply(self.count, factor))
 
 
 def gemm(name: str, phase: str, m, n, k, *, count=1, dtype="bf16") -> Kernel:
@@ -66,11 +66,12 @@ def linear(name: str, tokens, d_in, d_out, *, count=1, dtype="bf16", weight_grad
     return fwd, bwd
 
 
-def mem(name: str, cls: str, phase: str, elems, *, rows=None, count=1, variant=None, dtype="fp32") -> Kernel:
+def mem(name: str, cls: str, phase: str, elems, *, rows=None, count=1, variant=None, dtype="fp32",
+        autocast=False) -> Kernel:
     """A memory-bound kernel of class ``cls`` over ``elems`` elements (form variable ``x``).
 
     ``rows`` (tokens) lets row-wise kernels (norms, softmax, loss) pay a per-row cost.
     """
     size = {"x": elems} if rows is None else {"x": elems, "rows": rows}
-    return Kernel(name, cls, phase, size, count, 0.0, variant or phase, dtype)
+    return Kernel(name, cls, phase, size, count, 0.0, variant or phase, dtype, autocast)
 

@@ -14,6 +14,8 @@ across the tensor group too.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from perfmodel.units import DTYPE_BYTES
@@ -66,14 +68,14 @@ class _Builder:
         f, b = linear(name, tokens, d_in, d_out, count=count, dtype=dt)
         fwd, bwd = [], []
         if self.mixed:  # autocast casts the fp32 weight (and bias) once per forward
-            fwd.append(mem(name + ".w_cast", "cast_fp32_to_bf16", "fwd", np.multiply(d_in, d_out), count=count, variant="fwd"))
-            bwd.append(mem(name + ".w_grad_cast", "cast_bf16_to_fp32", "bwd", np.multiply(d_in, d_out), count=count, variant="fwd"))
+            fwd.append(mem(name + ".w_cast", "cast_fp32_to_bf16", "fwd", np.multiply(d_in, d_out), count=count, variant="fwd", autocast=True))
+            bwd.append(mem(name + ".w_grad_cast", "cast_bf16_to_fp32", "bwd", np.multiply(d_in, d_out), count=count, variant="fwd", autocast=True))
             if bias:
-                fwd.append(mem(name + ".b_cast", "cast_fp32_to_bf16", "fwd", d_out, count=count, variant="fwd"))
-                bwd.append(mem(name + ".b_grad_cast", "cast_bf16_to_fp32", "bwd", d_out, count=count, variant="fwd"))
+                fwd.append(mem(name + ".b_cast", "cast_fp32_to_bf16", "fwd", d_out, count=count, variant="fwd", autocast=True))
+                bwd.append(mem(name + ".b_grad_cast", "cast_bf16_to_fp32", "bwd", d_out, count=count, variant="fwd", autocast=True))
             if cast_input:
-                fwd.append(mem(name + ".x_cast", "cast_fp32_to_bf16", "fwd", np.multiply(tokens, d_in), count=count, variant="fwd"))
-                bwd.append(mem(name + ".x_grad_cast", "cast_bf16_to_fp32", "bwd", np.multiply(tokens, d_in), count=count, variant="fwd"))
+                fwd.append(mem(name + ".x_cast", "cast_fp32_to_bf16", "fwd", np.multiply(tokens, d_in), count=count, variant="fwd", autocast=True))
+                bwd.append(mem(name + ".x_grad_cast", "cast_bf16_to_fp32", "bwd", np.multiply(tokens, d_in), count=count, variant="fwd", autocast=True))
         if bias:  # bias gradient: a column sum of dy
             bwd.append(mem(name + ".b_grad", "sum", "bwd", np.multiply(tokens, d_out) * DTYPE_BYTES[self.low] / 4,
                            count=count, variant="fwd"))
@@ -86,7 +88,7 @@ class _Builder:
 
     def residual(self, name):
         k = mem(name, "residual_add", "fwd", self.Tn * self.m.hidden, rows=self.Tn)
-        return [k], [Kernel(name + ".grad_add", k.cls, "bwd", k.size, 1, 0.0, "fwd", k.dtype)]
+        return [k], [replace(k, name=name + ".grad_add", phase="bwd")]
 
     def attention(self):
         m, h = self.m, self.m.hidden
@@ -151,11 +153,9 @@ def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision=
         return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute)
     fwd, bwd = _Builder(model, micro_batch, tp, sp, precision).layer()
     if recompute == "full":  # torch.utils.checkpoint re-runs the whole block forward in backward
-        bwd = [Kernel(k.name + ".recompute", k.cls, "bwd", k.size, k.count, k.flops, k.variant, k.dtype)
-               for k in fwd] + bwd
+        bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd] + bwd
     elif recompute == "selective":  # Korthikanti et al. 2022: recompute the attention core only
-        bwd = [Kernel(k.name + ".recompute", k.cls, "bwd", k.size, k.count, k.flops, k.variant, k.dtype)
-               for k in fwd if k.cls in ("sdpa", "softmax")] + bwd
+        bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd if k.cls in ("sdpa", "softmax")] + bwd
     return fwd, bwd
 
 

@@ -1,0 +1,75 @@
+"""The kernel list of a step as other software stacks run it (Megatron-LM, unfused attention).
+
+``perfmodel.workload.step`` lists what eager PyTorch under autocast launches;
+``adapt_kernels`` rewrites that list for 16-bit-weight frameworks and for
+attention without FlashAttention. docs/distributed.md gives the sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from perfmodel.validation import check_choice
+from perfmodel.workload import step as steps
+from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
+
+FRAMEWORKS = ("pytorch", "megatron")
+ATTENTIONS = ("flash", "unfused")
+_RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
+
+
+def unfused_attention(k: Kernel) -> list[Kernel]:
+    """The attention core without FlashAttention, as Megatron-LM ran it before 2023.
+
+    Two batched GEMMs forward (scores Q·Kᵀ, context P·V; one launch each, priced as a
+    GEMM whose m stacks the b·heads matrices), the fused scale-mask-softmax
+    and dropout (p = 0.1, Megatron-LM default) over b·heads·s² 16-bit scores (2 B read +
+    2 B written + a 1 B mask: 1.25x a scale kernel), four GEMMs backward and the
+    softmax backward (reads y and dy, writes dx: 1.5x the forward's bytes). FLOPs:
+    4·b·heads·s²·d forward, twice that backward (Narayanan et al. 2021, eq. 2 terms).
+    """
+    s, d = k.size["seq"], k.size["head_dim"]
+    rows = np.multiply(np.multiply(k.size["batch"], k.size["heads"]), s)  # b·heads stacked s×· matrices
+    scores = rows * s
+    dt, ph, n, count = k.dtype, k.phase, k.name, k.count
+
+    def probs(tag, cls, factor):
+        return mem_kernel(f"{n}.{tag}", cls, ph, scores * factor, count=count, variant="fwd", dtype=dt)
+
+    def bmm(tag, n_, k_):
+        return gemm(f"{n}.{tag}", ph, rows, n_, k_, count=count, dtype=dt)
+
+    if k.variant == "fwd":
+        return [bmm("scores", s, d), probs("softmax", "softmax", 1.0), probs("dropout", "scale", 1.25),
+                bmm("context", d, s)]
+    return [bmm("dprobs", s, d), bmm("dv", d, s), probs("dropout_bwd", "scale", 1.25),
+            probs("softmax_bwd", "softmax", 1.5), bmm("dq", d, s), bmm("dk", d, s)]
+
+
+def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash"):
+    """The kernel list of a step as another software stack runs it.
+
+    ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
+    Micikevicius et al. 2018): the model's weights are 16-bit, so autocast's
+    per-micro-batch weight and input casts disappear, and layer norms and residual
+    adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
+    ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``.
+    """
+    check_choice("framework", framework, FRAMEWORKS)
+    check_choice("attention", attention, ATTENTIONS)
+    mixed = steps.is_mixed(precision)
+    low = steps.gemm_dtype(precision) if mixed else "fp32"
+    out = []
+    for k in kernels:
+        if framework == "megatron" and mixed:
+            if k.autocast:
+                continue
+            if k.cls in _RESIDUAL_STREAM and k.dtype == "fp32":
+                k = replace(k, dtype=low)
+        if attention == "unfused" and k.cls == "sdpa":
+            out.extend(unfused_attention(k))
+            continue
+        out.append(k)
+    return out
