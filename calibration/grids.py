@@ -22,7 +22,7 @@ GRAPH_OPS = frozenset({
     "launch_add", "launch_mm",
 })
 GRAPH_MAX_GEMM_MNK = 1 << 30  # graph-time GEMMs up to 1024^3 (where launch cost matters)
-GRAPH_MAX_BYTES = 1 << 33
+GRAPH_MAX_BYTES = 1 << 30  # a graph keeps every call's output alive: 20 calls of 1 GiB at most
 
 
 @dataclass(frozen=True)

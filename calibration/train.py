@@ -269,7 +269,8 @@ def run(model, strategy: Strategy, ctx: dict, *, steps: int, warmup: int, seed: 
         raise InvalidInputError(f"'steps' must be >= 1 and 'warmup' >= 0: got {steps}, {warmup}")
     torch.manual_seed(seed)
     rss0 = _rss_bytes()
-    net = build_module(model, strategy.recompute).to(ctx["device"])
+    with torch.device(ctx["device"]):  # initialise on the device: a CPU init of 1e9 params takes seconds
+        net = build_module(model, strategy.recompute)
     net = wrap(net, strategy, ctx)
     opt = make_optimizer(net, strategy, ctx)
     if strategy.precision == "tf32":
