@@ -194,28 +194,37 @@ def residual_add(case, device, copies) -> Bench:
 
 
 def swiglu(case, device, copies) -> Bench:
-    """silu(gate) * up with gate and up each (tokens, hidden)."""
+    """silu(gate) * up, gate and up the two halves of one (tokens, 2 hidden) fc1 output.
+
+    The halves are strided views (``chunk``), as in a Llama MLP; gradients flow to the fc1 output.
+    """
     t, h, dtype, grad = case["tokens"], case["hidden"], DTYPES[case["dtype"]], case["phase"] == "fwdbwd"
 
     def make():
-        gate, up = _randn((t, h), device, dtype, grad), _randn((t, h), device, dtype, grad)
-        return _phase(lambda: F.silu(gate) * up, (gate, up), case["phase"])
+        a = _randn((t, 2 * h), device, dtype, grad)
+
+        def fwd():
+            gate, up = a.chunk(2, dim=-1)
+            return F.silu(gate) * up
+        return _phase(fwd, (a,), case["phase"])
     return Bench(_rotate(make, copies))
 
 
 def rope(case, device, copies) -> Bench:
-    """Rotary embedding as plain PyTorch: q*cos + rotate_half(q)*sin (cat/mul)."""
+    """Rotary embedding as plain PyTorch, q*cos + rotate_half(q)*sin (cat/mul), on q as the model
+    has it: a (batch, heads, seq, head_dim) transposed view of the fused QKV output."""
     b, h, s, d = case["batch"], case["heads"], case["seq"], case["head_dim"]
     dtype, grad = DTYPES[case["dtype"]], case["phase"] == "fwdbwd"
 
     def make():
-        q = _randn((b, h, s, d), device, dtype, grad)
+        qkv = _randn((b, s, 3 * h * d), device, dtype, grad)
         cos, sin = _randn((s, d), device, dtype), _randn((s, d), device, dtype)
 
         def fwd():
+            q = qkv[..., : h * d].view(b, s, h, d).transpose(1, 2)
             x1, x2 = q[..., : d // 2], q[..., d // 2:]
             return q * cos + torch.cat((-x2, x1), dim=-1) * sin
-        return _phase(fwd, (q,), case["phase"])
+        return _phase(fwd, (qkv,), case["phase"])
     return Bench(_rotate(make, copies))
 
 
@@ -359,7 +368,7 @@ def input_bytes(case: dict) -> int:
     if op == "embedding":
         return g("vocab") * g("hidden") * 4
     if op == "rope":
-        return g("batch") * g("heads") * g("seq") * g("head_dim") * e
+        return 3 * g("batch") * g("heads") * g("seq") * g("head_dim") * e  # the fused QKV output
     if op in ("adamw", "sgd"):
         return g("params") * 16  # parameters, gradients and two states, fp32
     if g("tokens") and g("hidden"):
