@@ -47,6 +47,7 @@ class Summary:
     written: int = 0
     failed: list[str] = field(default_factory=list)
     stopped_by_budget: bool = False
+    stopped_by_capture: str = ""  # the graph case whose failed capture ended the run
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -171,7 +172,8 @@ def run(req: grids.Request, out_dir: str | Path, plan: Plan, *, budget_s: float 
     update_metadata(out, machine_metadata(req.device, flags=flags), force_mix=force_mix)
     writer = TableWriter(out / "compute.csv", COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS)
     planned = grids.cases(req)
-    todo = [c for c in planned if writer.key(c) not in writer.done]
+    skip = _capture_failures(out)
+    todo = [c for c in planned if writer.key(c) not in writer.done and _key_text(writer.key(c)) not in skip]
     summary = Summary(planned=len(planned), already_done=len(planned) - len(todo))
     name = device_name(req.device)
     l2 = getattr(torch.cuda.get_device_properties(req.device), "L2_cache_size", None) if req.gpu else None
@@ -188,6 +190,11 @@ def run(req: grids.Request, out_dir: str | Path, plan: Plan, *, budget_s: float 
         except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # OOM is a RuntimeError
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             summary.failed.append(f"{_label(case)}: {first[:160]}")
+            if case["timing"] == "graph":  # a failed capture can leave the CUDA context unusable
+                with open(out / CAPTURE_FAILURES, "a") as f:  # (its RNG refuses later calls):
+                    f.write(_key_text(writer.key(case)) + "\n")  # stop; a rerun skips this case
+                summary.stopped_by_capture = _label(case)
+                break
             _release(req.device)
             continue
         writer.append({**row, "device": name})
@@ -198,11 +205,28 @@ def run(req: grids.Request, out_dir: str | Path, plan: Plan, *, budget_s: float 
     return summary
 
 
+CAPTURE_FAILURES = "graph_capture_failures.txt"
+
+
+def _key_text(key: tuple) -> str:
+    return ",".join(map(str, key))
+
+
+def _capture_failures(out: Path) -> set[str]:
+    """Keys of graph cases whose capture failed in an earlier run (skipped from then on)."""
+    path = out / CAPTURE_FAILURES
+    return set(path.read_text().split()) if path.exists() else set()
+
+
 def _report(summary: Summary, out: Path, budget_s: float | None) -> None:
     print(f"compute.csv: {summary.written} rows written, {summary.already_done} already there, "
           f"{len(summary.failed)} failed, of {summary.planned} planned -> {out / 'compute.csv'}")
     for line in summary.failed[:20]:
         print(f"  failed: {line}", file=sys.stderr)
+    if summary.stopped_by_capture:
+        print(f"stopped: capturing '{summary.stopped_by_capture}' in a CUDA graph failed, which can leave "
+              f"this process unable to run more cases; rerun the same command to continue (that case is "
+              f"skipped from now on, listed in {out / CAPTURE_FAILURES})")
     if summary.stopped_by_budget:
         print(f"stopped after the {budget_s:g} s budget; rerun the same command to continue "
               "(finished rows are skipped)")

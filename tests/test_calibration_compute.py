@@ -42,7 +42,7 @@ def test_gpu_grid_times_small_forward_ops_in_graphs_too():
     graph = {(c["op"], c["phase"]) for c in cases if c["timing"] == "graph"}
     assert ("layernorm", "fwd") in graph and ("launch_add", "fwd") in graph
     # forward + backward of row-wise ops in graphs too (autograd's CPU cost hides their GPU time)
-    assert ("layernorm", "fwdbwd") in graph and ("rope", "fwdbwd") in graph
+    assert ("layernorm", "fwdbwd") in graph and ("swiglu", "fwdbwd") in graph
     assert ("sdpa", "fwdbwd") not in graph and ("embedding", "fwdbwd") not in graph
     assert ("sdpa", "fwd") not in graph
     norms = {c["dtype"] for c in cases if c["op"] in ("layernorm", "rmsnorm", "residual_add")}
@@ -218,3 +218,24 @@ def test_cuda_event_timing_divides_each_batch_by_its_calls(monkeypatch):
     assert t.reps == 5 and t.inner >= 2
     assert 5e-5 <= t.median_s < 1e-3
     assert set(rotated) == {0, 1, 2}  # inputs rotate among the copies
+
+
+def test_a_failed_graph_capture_stops_the_run_and_a_rerun_skips_that_case(tmp_path, monkeypatch, capsys):
+    cases = [{"op": "launch_add", "phase": "fwd", "dtype": "fp32", "timing": t, "bytes": 8}
+             for t in ("graph", "eager")]
+    monkeypatch.setattr(grids, "cases", lambda req: [dict(c) for c in cases])
+    calls = []
+
+    def fake_measure(case, device, plan, l2):
+        calls.append(case["timing"])
+        if case["timing"] == "graph":
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+        return {**case, "time_s": 1e-5, "time_min_s": 1e-5, "time_p90_s": 1e-5, "reps": 3, "inner": 1}
+    monkeypatch.setattr(compute, "measure_case", fake_measure)
+    req = grids.Request(device="cpu", dtypes=("fp32",), timings=("eager",), quick=True)
+    first = compute.run(req, tmp_path, compute.QUICK_PLAN, progress=False)
+    assert first.stopped_by_capture and first.written == 0 and calls == ["graph"]  # nothing after it
+    second = compute.run(req, tmp_path, compute.QUICK_PLAN, progress=False)
+    assert not second.stopped_by_capture and second.written == 1 and calls == ["graph", "eager"]
+    compute._report(first, tmp_path, None)
+    assert "rerun the same command" in capsys.readouterr().out

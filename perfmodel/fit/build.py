@@ -26,6 +26,9 @@ from perfmodel.profile import Profile
 from perfmodel.units import DTYPE_BYTES
 
 BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-11-29"
+# The same kind of GPU measured by this project's own calibration suite (calibration.compute)
+CALIBRATED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-calibration-2026-11-30"
+CALIBRATED_H200_PROFILE = "h200-sxm-141gb-calibrated"
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 REFERENCE_PROFILE = "h200-sxm-141gb"  # the measured profile datasheet profiles are scaled from
@@ -181,12 +184,15 @@ def _intra_collectives(gpu: str) -> dict:
 
 
 def bundled_profiles() -> dict[str, Profile]:
-    """Every bundled profile: the fitted H200 one and datasheet-scaled ones for the other GPUs."""
+    """Every bundled profile, by name: the fitted H200 ones and datasheet-scaled ones for the other GPUs."""
     from perfmodel.hardware import list_gpus
 
     h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb",
                             collectives=_intra_collectives("h200-sxm-141gb"))
     out = {h200.gpu: h200}
+    calibrated, _ = build_profile([CALIBRATED_H200_TABLES], gpu="h200-sxm-141gb", name=CALIBRATED_H200_PROFILE,
+                                  collectives=_intra_collectives("h200-sxm-141gb"))
+    out[CALIBRATED_H200_PROFILE] = calibrated
     for gpu in list_gpus():
         if gpu not in out:
             out[gpu] = datasheet_profile(gpu, h200, collectives=_intra_collectives(gpu))

@@ -88,7 +88,12 @@ class _Builder:
 
     def residual(self, name):
         k = mem(name, "residual_add", "fwd", self.Tn * self.m.hidden, rows=self.Tn)
-        return [k], [replace(k, name=name + ".grad_add", phase="bwd")]
+        bwd = [replace(k, name=name + ".grad_add", phase="bwd")]
+        if self.mixed:  # fp32 stream + 16-bit branch output: the stream's gradient is cast down for the
+            # branch (two fp32 -> bf16 copies per layer in a profile of the autocast step)
+            bwd.append(mem(name + ".grad_cast", "cast_fp32_to_bf16", "bwd", self.Tn * self.m.hidden,
+                           variant="fwd", autocast=True))
+        return [k], bwd
 
     def attention(self):
         m, h = self.m, self.m.hidden
