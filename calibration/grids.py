@@ -244,6 +244,13 @@ def launch_cases(req: Request) -> list[dict]:
             _case("launch_mm", "fwd", _act_dtype(req) if req.gpu else "fp32", m=16, n=16, k=16)]
 
 
+def step_cases(req: Request) -> list[dict]:
+    """Whole steps of tiny transformers (1..8 blocks): the per-kernel cost a step adds."""
+    layers = (1, 2, 4) if req.quick else (1, 2, 4, 8)
+    return [_case("train_step", "step", _act_dtype(req), layers=n, hidden=64, heads=2, seq=16, vocab=256, batch=1)
+            for n in layers]
+
+
 def _graph_ok(case: dict) -> bool:
     if case["phase"] == "fwdbwd":  # forward + backward GPU time, without autograd's CPU cost per call
         return case["op"] in GRAPH_FWDBWD_OPS and (case.get("bytes") or 0) <= GRAPH_MAX_BYTES
@@ -257,7 +264,7 @@ def _graph_ok(case: dict) -> bool:
 def cases(req: Request) -> list[dict]:
     """Every case to measure, with its timing and 'bytes', in the order they run."""
     planned = (launch_cases(req) + gemm_cases(req) + sdpa_cases(req) + layer_cases(req)
-               + memory_cases(req) + optimizer_cases(req) + conv_cases(req))
+               + memory_cases(req) + optimizer_cases(req) + conv_cases(req) + step_cases(req))
     out, seen = [], set()
     for case in planned:
         if tuple(sorted(case.items())) in seen:  # the same shape from two families (e.g. square and

@@ -336,6 +336,30 @@ def launch_mm(case, device, copies) -> Bench:
     return Bench([partial(torch.mm, a, a)])
 
 
+# --- what a training step adds around its kernels -------------------------------------------------
+
+
+def train_step(case, device, copies) -> Bench:
+    """One whole training step of a tiny transformer (``layers`` blocks, negligible arithmetic):
+    module calls, autograd and the optimizer's host work, which kernel microbenchmarks miss.
+
+    The same step as ``calibration.train`` (zero_grad, forward and backward under autocast on a
+    GPU, fused AdamW); the fitter compares it with the kernels it predicts for that model.
+    """
+    import perfmodel as pm
+    from calibration import train
+    from perfmodel.strategy import Strategy
+
+    model = pm.transformer(layers=case["layers"], hidden=case["hidden"], heads=case["heads"],
+                           seq=case["seq"], vocab=case["vocab"])
+    precision = "fp32" if case["dtype"] == "fp32" else f"{case['dtype']}-mixed"
+    strategy = Strategy(dp=1, micro_batch=case["batch"], precision=precision)
+    with torch.device(device):
+        net = train.build_module(model)
+    opt = train.make_optimizer(net, strategy, {"world": 1})
+    return Bench([train.make_step(net, opt, strategy, model, {"rank": 0, "device": device}, 0)])
+
+
 BUILDERS: dict[str, Callable[[dict, str, int], Bench]] = {
     "gemm": gemm, "bmm": bmm, "sdpa": sdpa, "conv2d": conv2d,
     "layernorm": layernorm, "rmsnorm": rmsnorm, "softmax": softmax, "gelu": gelu,
@@ -343,9 +367,9 @@ BUILDERS: dict[str, Callable[[dict, str, int], Bench]] = {
     "cast_bf16_to_fp32": cast_bf16_to_fp32, "cast_fp32_to_bf16": cast_fp32_to_bf16,
     "embedding": embedding, "copy": memory, "add": memory, "scale": memory, "sum": memory,
     "h2d": transfer, "d2h": transfer, "adamw": adamw, "sgd": sgd,
-    "launch_add": launch_add, "launch_mm": launch_mm,
+    "launch_add": launch_add, "launch_mm": launch_mm, "train_step": train_step,
 }
-ROTATE = frozenset(BUILDERS) - {"h2d", "d2h", "adamw", "sgd", "launch_add", "launch_mm"}
+ROTATE = frozenset(BUILDERS) - {"h2d", "d2h", "adamw", "sgd", "launch_add", "launch_mm", "train_step"}
 
 
 def input_bytes(case: dict) -> int:

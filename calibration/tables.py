@@ -81,6 +81,9 @@ class TableWriter:
             with open(self.path, newline="") as f:
                 reader = csv.reader(f)
                 header = next(reader, None)
+                if header is not None and tuple(header) != self.columns and set(header) < set(self.columns):
+                    self._add_columns(header)  # a table of an older schema: rewrite it with the new
+                    return self._open()        # (blank) columns, then resume as usual
                 if header is not None and tuple(header) != self.columns:
                     raise InvalidInputError(
                         f"{self.path} has columns {header}, not this table's "
@@ -91,6 +94,19 @@ class TableWriter:
                         self.done.add(row_key(dict(zip(self.columns, values)), self.key_columns))
         if not self.path.exists() or self.path.stat().st_size == 0:
             self._write_line(self.columns)
+
+    def _add_columns(self, header: list[str]) -> None:
+        """Rewrite the file (atomically) with this table's columns; columns it lacked stay blank."""
+        with open(self.path, newline="") as f:
+            rows = [dict(zip(header, values)) for values in list(csv.reader(f))[1:] if len(values) == len(header)]
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        with os.fdopen(fd, "w", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(self.columns)
+            writer.writerows([row.get(c, "") for c in self.columns] for row in rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
 
     def _drop_torn_tail(self) -> None:
         """Cut a last line that a kill left without its newline (its row was unfinished)."""

@@ -28,6 +28,7 @@ import numpy as np
 from perfmodel.costs import memory as mem
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.costs.compute import kernel_time, phase_time
+from perfmodel.errors import PerfModelError
 from perfmodel.data_parallel import dp_collectives, dp_comm_time  # noqa: F401 (dp_collectives: re-exported)
 from perfmodel.placement import layout, pipeline_crossings
 from perfmodel.workload import step as steps
@@ -360,6 +361,19 @@ def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
 # --- the step ----------------------------------------------------------------------------------------
 
 
+def _copy_pricer(profile):
+    """Seconds of one fp32 copy of ``elements`` elements (the profile's copy class), or None."""
+    try:
+        profile.mem_entry("copy", "fp32", "fwd")
+    except PerfModelError:
+        return None
+
+    def copy_s(elements):
+        g, c = kernel_time(profile, mem_kernel("ddp.bucket_copy", "copy", "fwd", elements, variant="fwd"))
+        return np.maximum(g, c) if profile.host.get("serial") else g
+    return copy_s
+
+
 def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimizer, placement="tp-pp-dp"):
     """All step quantities for configurations ``c`` (a dict of broadcastable arrays)."""
     from perfmodel.fabric import parameter_server_links
@@ -376,7 +390,7 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     pipe, worst = pipeline_time(model, timed, sts, c)
     p = _params(model)
     dp_exposed = dp_comm_time(coll, lay, c, p, sts, timed, nb, parameter_server_links(cluster),
-                              [_stage_time(st, timed, "b") for st in sts])
+                              [_stage_time(st, timed, "b") for st in sts], bucket_copy_s=_copy_pricer(profile))
     p2p = p2p_time(model, coll, lay, c, precision=precision)
     shard_ranks = np.where(c["hybrid"], lay["dp"][0], c["dp"])
     opt = 0.0
@@ -386,6 +400,8 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
         this = optimizer_time(profile, c, params, shard_ranks, optimizer=optimizer, precision=precision,
                               framework=framework)
         opt = np.maximum(opt, np.where(st["valid"], this, 0.0))
+    if profile.host.get("serial"):  # the step's own host work (zero_grad, optimizer bookkeeping) on a CPU
+        opt = opt + float(profile.host.get("step_extra_s", 0.0))
     step = pipe + p2p + dp_exposed + opt
     peak, terms = memory_terms(model, lay, c, sts, precision=precision, recompute=recompute, optimizer=optimizer)
     return _outputs(model, c, t, comm, sts, recompute, {

@@ -66,6 +66,17 @@ def ddp_time(coll, lay, c, params, window_s, grad_bytes=4.0):
     return _overlapped(all_s, last_s, share, window_s)
 
 
+DDP_BUCKET_PASSES = 3  # copy each gradient into its bucket, divide by the world size, copy it back
+
+
+def ddp_bucket_passes(copy_s, params):
+    """Seconds of DDP's memory passes over the gradients (PyTorch reducer, default
+    ``gradient_as_bucket_view=False``: gradients are copied into flat buckets, the bucket is
+    divided by the group size before its all-reduce, and the result is copied back into the
+    gradients when backward finishes). ``copy_s(elements)`` prices one fp32 copy."""
+    return DDP_BUCKET_PASSES * copy_s(params)
+
+
 def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0):
     """ZeRO-1/2: reduce-scatter gradients, update the shard, all-gather the parameters.
 
@@ -145,13 +156,14 @@ def ps_time(c, params, window_s, links, grad_bytes=4.0):
     return push + one_way
 
 
-def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s):
+def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=None):
     """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server).
 
     Each stage's data-parallel group communicates its own parameters; the step ends
     when the slowest finishes. A stage other than the first finishes its last backward
     earlier (by the drain of the stages before it), which hides part of its traffic.
-    ``backward_s[i]`` is stage i's backward seconds per micro-batch.
+    ``backward_s[i]`` is stage i's backward seconds per micro-batch. ``bucket_copy_s(elements)``
+    prices DDP's passes over its gradient buckets (see :func:`ddp_bucket_passes`).
     """
     worst = 0.0
     for st, backward in zip(sts, backward_s):
@@ -162,7 +174,8 @@ def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s):
                  "head": (np.where(st["head"], 1.0, 0.0), p["head"] / c["tp"], t["head_f"], t["head_b"])}
         shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
                          np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, backward, nb["grad"], nb["param"]),
-                                  ddp_time(coll, lay, c, params, backward, nb["grad"])))
+                                  ddp_time(coll, lay, c, params, backward, nb["grad"])
+                                  + (0.0 if bucket_copy_s is None else ddp_bucket_passes(bucket_copy_s, params))))
         out = np.where(c["ps"] > 0, ps_time(c, params, backward, links, nb["grad"]), shard)
         slack = st["index"] * backward  # the stages before it still drain their last backward
         out = np.where((c["dp"] > 1) | (c["ps"] > 0), out, 0.0)

@@ -260,3 +260,23 @@ def test_megatron_stack_drops_autocast_casts_and_keeps_flops():
     assert flops(un, "attn.sdpa.") == pytest.approx(3 * flops(lf, "attn.sdpa"))  # 4bhs²d fwd, twice bwd
     with pytest.raises(PerfModelError, match="framework"):
         stack.adapt_kernels(lf, precision="bf16-mixed", framework="jax")
+
+
+def test_ddp_adds_three_passes_over_its_gradient_buckets():
+    """Copy into the bucket, divide by the group size, copy back (PyTorch reducer defaults)."""
+    assert data_parallel.ddp_bucket_passes(lambda elems: elems * 1e-12, 1e9) == pytest.approx(3e-3)
+    model = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000)
+    cluster = pm.cluster("h200", 1, 8)
+    prof = default_profile(cluster)
+    ddp = pm.predict(model, cluster, pm.Strategy(dp=8, micro_batch=1), profile=prof)
+    from perfmodel.costs.compute import kernel_time
+    from perfmodel.workload.ops import mem
+
+    copy_s = float(kernel_time(prof, mem("x", "copy", "fwd", model.params, variant="fwd"))[0])
+    lay = layout(8, 1, 1, 8)
+    comm = cluster_collectives(cluster, prof)
+    c = config_arrays(pm.Strategy(dp=8, micro_batch=1))
+    t = compose.compute_times(model, prof, c, precision="bf16-mixed", recompute="none")
+    back = model.layers * t["layer_b"] + t["embed_b"] + t["head_b"]
+    expected = float(data_parallel.ddp_time(comm, lay, c, model.params, back, 4.0)) + 3 * copy_s
+    assert ddp.breakdown["dp_comm"] == pytest.approx(expected, rel=1e-6)

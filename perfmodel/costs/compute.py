@@ -79,9 +79,12 @@ def phase_time(profile: Profile, kernels: list[Kernel]):
     On a GPU the CPU enqueues ahead, so wall = max(Σ GPU, Σ CPU). On a device
     without a launch queue (``profile.host["serial"]``, a CPU), each op's
     dispatch and compute follow each other: wall = Σ max(GPU, CPU) per op, the
-    quantity its eager microbenchmark measured.
+    quantity its eager microbenchmark measured. A profile fitted to whole tiny
+    steps adds ``host["cpu_extra_per_kernel_s"]`` to each kernel's CPU time
+    (what module calls and autograd add around it; perfmodel/fit/overhead.py).
     """
     serial = bool(profile.host.get("serial"))
+    extra = float(profile.host.get("cpu_extra_per_kernel_s", 0.0))  # module/autograd cost (fit/overhead.py)
     gpu = 0.0
     cpu = 0.0
     wall = 0.0
@@ -89,9 +92,9 @@ def phase_time(profile: Profile, kernels: list[Kernel]):
         g, c = kernel_time(profile, kern)
         count = np.asarray(kern.count, float)
         gpu = gpu + g * count
-        cpu = cpu + c * count
+        cpu = cpu + (c + extra) * count
         if serial:
-            wall = wall + np.maximum(g, c) * count
+            wall = wall + (np.maximum(g, c) + extra) * count
     gpu, cpu = np.asarray(gpu, float), np.asarray(cpu, float)
     return (np.asarray(wall, float) if serial else np.maximum(gpu, cpu)), gpu, cpu
 

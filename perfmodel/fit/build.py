@@ -50,7 +50,9 @@ def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
     tables = [read_compute_table(f) for f in compute] or [pd.DataFrame(columns=list(COMPUTE_COLUMNS))]
     table = pd.concat(tables, ignore_index=True)
     source = ", ".join(str(Path(f).name) for f in compute) or "no compute tables"
-    return ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}").fit(table)
+    fitter = ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}").fit(table)
+    fitter.table_ = table
+    return fitter
 
 
 def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5, seed: int = 0,
@@ -79,6 +81,9 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
         # no launch queue on a CPU: dispatch and compute of each op run one after the other
         host["serial"] = True
     profile = Profile(name or spec.name, spec.name, compute, coll, host, meta)
+    from perfmodel.fit.overhead import fit_step_overhead
+
+    profile.host.update(fit_step_overhead(profile, fitter.table_, gpu))
     report = fitter.report_
     report.attrs["points"] = fitter.points_
     return profile, report

@@ -18,7 +18,7 @@ from perfmodel.errors import InvalidInputError
 COMPUTE_COLUMNS = (
     "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",
     "heads", "kv_heads", "seq", "head_dim", "causal", "params", "fused", "bytes", "cin",
-    "cout", "hw", "kernel", "stride", "time_s", "time_min_s", "time_p90_s", "reps", "inner",
+    "cout", "hw", "kernel", "stride", "layers", "time_s", "time_min_s", "time_p90_s", "reps", "inner",
     "device",
 )
 COLLECTIVE_COLUMNS = (

@@ -152,7 +152,7 @@ def _per_element(x: np.ndarray, t: np.ndarray, launch: float) -> dict:
                                      "(below the fitter's 4), launch cost as the CPU floor"}
 
 
-def complete_profile(profile, table: pd.DataFrame):
+def complete_profile(profile, table: pd.DataFrame, gpu=None):
     """``profile`` plus few-point entries for the classes its fit skipped (listed in meta).
 
     Also ``gemm:bf16`` as an alias of ``gemm:fp32`` when the host has no bf16
@@ -170,7 +170,12 @@ def complete_profile(profile, table: pd.DataFrame):
     compute = {**copy.deepcopy(profile.compute), **extra}
     meta = {**profile.meta, "few_point_classes": sorted(k for k in extra if not k.startswith("gemm:")),
             "aliased_classes": sorted(k for k in extra if k.startswith("gemm:"))}
-    return Profile(profile.name, profile.gpu, compute, profile.collectives, profile.host, meta)
+    done = Profile(profile.name, profile.gpu, compute, profile.collectives, dict(profile.host), meta)
+    if gpu is not None and "cpu_extra_per_kernel_s" not in done.host:  # needed the classes added here
+        from perfmodel.fit.overhead import fit_step_overhead
+
+        done.host.update(fit_step_overhead(done, table, gpu))
+    return done
 
 
 def _cpu_seconds() -> tuple[float, float] | None:

@@ -31,7 +31,7 @@ from perfmodel.validate.measured import BadRow, Case, read_measured
 
 # memory-bound ops of a training step (perfmodel.workload.step) that the quick grid measures at one shape
 STEP_OPS = ("layernorm", "rmsnorm", "gelu", "swiglu", "residual_add", "rope", "cross_entropy",
-            "embedding", "copy", "add", "scale", "sum", "adamw", "sgd", "sdpa")
+            "embedding", "copy", "add", "scale", "sum", "adamw", "sgd", "sdpa", "train_step")
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def _fit(tables: list[Path], gpu_toml: Path, out: Path):
 
     table = pd.concat([read_compute_table(t) for t in tables], ignore_index=True)
     fitted, _ = build_profile(tables, gpu=str(gpu_toml), name=gpu_toml.stem)
-    profile = host.complete_profile(fitted, table)
+    profile = host.complete_profile(fitted, table, gpu_toml)
     profile.save(out)
     return profile, table
 
