@@ -39,9 +39,11 @@ def test_cv_targets_met(h200_fit):
     report = h200_fit.report_.set_index("class")
     assert report.loc["gemm:bf16", "cv_mape"] <= 0.08      # GEMMs >= 1 GFLOP, misaligned included
     assert report.loc["gemm:fp32", "cv_mape"] <= 0.08
-    # attention: the 8% target is met backward (7.0%), not forward yet (10.1%): guard against regressions
-    assert report.loc["sdpa:fwd", "cv_mape"] <= 0.11
+    # attention: the 8% target is met backward (6.3%), not forward on these tables (9.0%): guard it
+    assert report.loc["sdpa:fwd", "cv_mape"] <= 0.095
     assert report.loc["sdpa:bwd", "cv_mape"] <= 0.08
+    assert report.loc["softmax:bf16:fwd", "cv_mape"] <= 0.08  # row-length form (22% with bytes alone)
+    assert report.loc["sum:fp32:fwd", "cv_mape"] <= 0.08
     mem = report[report.index.str.contains(":f") | report.index.str.contains(":b")]
     mem = mem[~mem.index.str.startswith(("gemm", "sdpa", "adamw"))]["cv_mape"].dropna()
     assert mem.median() <= 0.08
@@ -49,6 +51,21 @@ def test_cv_targets_met(h200_fit):
             "swiglu:bf16:fwd", "cross_entropy:fp32:fwd", "cross_entropy:fp32:bwd",
             "cast_bf16_to_fp32:fp32:fwd", "cast_fp32_to_bf16:fp32:fwd"]
     assert (report.loc[used, "cv_mape"] <= 0.10).all()
+
+
+def test_cv_targets_on_the_tables_this_project_measured():
+    """The H200 tables of calibration.compute (perfmodel/data/h200-calibration-2026-11-30)."""
+    from perfmodel.fit.build import CALIBRATED_H200_TABLES
+
+    report = fit_tables([CALIBRATED_H200_TABLES], gpu="h200").report_.set_index("class")
+    assert report.loc["sdpa:fwd", "cv_mape"] <= 0.08 and report.loc["sdpa:bwd", "cv_mape"] <= 0.08
+    assert report.loc["gemm:fp8", "cv_mape"] <= 0.08
+    assert report.loc["gemm:bf16", "cv_mape"] <= 0.12  # 11.2%: the 8% target is not met here
+    step_ops = ["layernorm:fp32:fwd", "layernorm:fp32:bwd", "rmsnorm:fp32:fwd", "rmsnorm:fp32:bwd",
+                "gelu:bf16:fwd", "gelu:bf16:bwd", "swiglu:bf16:fwd", "swiglu:bf16:bwd", "softmax:bf16:fwd",
+                "softmax:bf16:bwd", "softmax:fp32:fwd", "softmax:fp32:bwd", "residual_add:fp32:fwd",
+                "cross_entropy:fp32:bwd", "add:fp32:fwd", "scale:fp32:fwd", "sum:fp32:fwd"]
+    assert (report.loc[step_ops, "cv_mape"] <= 0.09).all(), report.loc[step_ops, "cv_mape"]
 
 
 def test_bad_rows_are_rejected_with_reasons():

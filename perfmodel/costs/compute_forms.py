@@ -162,6 +162,19 @@ register(Form(
     lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
     "row-wise kernel (norm, softmax, loss): bandwidth term plus a per-row reduction cost",
 ))
+def _rowlen_factor(p, x, rows, lib):
+    """1 + r·L^q/(L^q + L_half^q), L = x/rows: long rows cost more per element (a row that no
+    longer fits one block's registers is read in several passes, e.g. softmax's max, sum, write)."""
+    length = x / rows
+    return 1 + p["r"] * length ** p["q"] / (length ** p["q"] + p["L_half"] ** p["q"])
+
+
+register(Form(
+    "mem_rowlen", ("x", "rows"), ("t0", "beta", "r", "L_half", "q", "t_cpu"),
+    lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows, np)),
+    lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows, sp)),
+    "row-wise kernel whose cost per element grows with the row length (softmax over long rows)",
+))
 register(Form(
     "mem_affine2", ("x", "y"), ("t0", "beta", "beta_y", "t_cpu"),
     lambda p, x, y: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] + y * p["beta_y"]),
@@ -170,10 +183,11 @@ register(Form(
 ))
 
 
-def _sdpa_eff(p, seq, head_dim):
-    # FlashAttention-2 instantiates kernels for head_dim in steps of 32 (64, 96, 128, ...);
-    # a dim not a multiple of 8 cannot use it at all (falls back to a slower path).
-    d_pad = np.ceil(head_dim / 32.0) * 32.0
+def _sdpa_eff(p, seq, head_dim, step=32.0):
+    # FlashAttention-2 instantiates kernels for head_dim in steps of 32 (64, 96, 128, ...); the
+    # cuDNN attention PyTorch picks on Hopper behaves as if padded to steps of 64 (head_dim 80 and
+    # 96 cost about what 128 does on an H200); a dim not a multiple of 8 falls back to a slower path.
+    d_pad = np.ceil(head_dim / step) * step
     d_eff = head_dim / d_pad * d_pad / (d_pad + p["d_half"])
     mis = np.where(np.mod(head_dim, 8) != 0, p["p_mis"], 1.0)
     return seq / (seq + p["s_half"]) * d_eff * mis
@@ -185,14 +199,14 @@ def sdpa_flops(batch, heads, seq, head_dim, causal):
     return np.where(np.asarray(causal, dtype=bool), 0.5 * full, full)
 
 
-def _sdpa_time(p, batch, heads, seq, head_dim, causal):
-    rate = p["R"] * _sdpa_eff(p, seq, head_dim) * np.where(np.asarray(causal) > 0, p["p_causal"], 1.0)
+def _sdpa_time(p, batch, heads, seq, head_dim, causal, step=32.0):
+    rate = p["R"] * _sdpa_eff(p, seq, head_dim, step) * np.where(np.asarray(causal) > 0, p["p_causal"], 1.0)
     # c_row: a cost per query row and head (loading Q, writing O and the log-sum-exp)
     return p["t0"] + p["c_row"] * batch * heads * seq + sdpa_flops(batch, heads, seq, head_dim, causal) / rate
 
 
-def _sym_sdpa(p, batch, heads, seq, head_dim, causal):
-    d_pad = sp.ceiling(head_dim / 32) * 32
+def _sym_sdpa(p, batch, heads, seq, head_dim, causal, step=32):
+    d_pad = sp.ceiling(head_dim / step) * step
     eff = seq / (seq + p["s_half"]) * head_dim / (d_pad + p["d_half"])
     eff = eff * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)), (1, True))
     flops = 4 * batch * heads * seq ** 2 * head_dim * (1 - sp.Rational(1, 2) * causal)
@@ -206,6 +220,14 @@ register(Form(
     lambda p, batch, heads, seq, head_dim, causal: np.maximum(p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal)),
     _sym_sdpa,
     "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; causal at its own rate",
+))
+register(Form(
+    "sdpa_flash64", ("batch", "heads", "seq", "head_dim", "causal"),
+    ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu"),
+    lambda p, batch, heads, seq, head_dim, causal: np.maximum(
+        p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal, 64.0)),
+    lambda p, batch, heads, seq, head_dim, causal: _sym_sdpa(p, batch, heads, seq, head_dim, causal, 64),
+    "as sdpa_flash with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)",
 ))
 
 register(Form(

@@ -89,6 +89,15 @@ def mem_elements(df: pd.DataFrame) -> np.ndarray:
     return (df["tokens"] * df["hidden"]).to_numpy(float)
 
 
+ROWLEN_FREE = {"r": Free(0.5, 1e-3, 10.0), "L_half": Free(2048.0, 64.0, 1e6), "q": Free(2.0, 1.0, 8.0)}
+SMALL_WEIGHT = 0.3  # memory-bound points under 1 MiB: launch-floor territory, where a form that
+# serves the >= 1 MiB range (the one scored, and the one a step's time depends on) need not fit
+
+
+def _size_weights(x):
+    return np.where(np.asarray(x, float) * 4 >= 2**20, 1.0, SMALL_WEIGHT)
+
+
 class ComputeFitter:
     """Fit every compute class found in a table; keep the best of the candidate forms by CV."""
 
@@ -177,15 +186,15 @@ class ComputeFitter:
         }
         return self._best(candidates, X, y, score_mask=big)
 
-    def _best(self, candidates, X, y, *, score_mask=None, predict=None, extra=None):
+    def _best(self, candidates, X, y, *, score_mask=None, predict=None, extra=None, weights=None):
         scores, fits = {}, {}
         rate, tau = _data_scales(X, y)
         for label, (form_name, fixed, free) in candidates.items():
             free = _rescale(free, rate, tau)
             form = get_form(form_name)
             scores[label] = cross_validate(form, X, y, free, fixed, folds=self.folds, seed=self.seed,
-                                           score_mask=score_mask, predict=predict)
-            fits[label] = (form_name, fit_form(form, X, y, free, fixed, predict=predict))
+                                           score_mask=score_mask, predict=predict, weights=weights)
+            fits[label] = (form_name, fit_form(form, X, y, free, fixed, predict=predict, weights=weights))
         finite = {k: v for k, v in scores.items() if np.isfinite(v)}
         best = min(finite, key=finite.get) if finite else next(iter(candidates))
         form_name, params = fits[best]
@@ -216,9 +225,10 @@ class ComputeFitter:
         y = y_series.to_numpy(float)
         free = {"R": Free(6e14, 1e12, 5e15), "s_half": Free(256, 1, 1e5), "d_half": Free(64, 1, 1e4),
                 "p_mis": Free(0.2, 0.01, 1.0), "p_causal": Free(0.8, 0.3, 1.2), "t0": Free(5e-6, 1e-8, 1e-3)}
-        candidates = {"sdpa_flash": ("sdpa_flash", {"t_cpu": 0.0, "c_row": 0.0}, free),
-                      "sdpa_flash/rows": ("sdpa_flash", {"t_cpu": 0.0},
-                                          {**free, "c_row": Free(1e-10, 1e-14, 1e-6)})}
+        candidates = {}
+        for form in ("sdpa_flash", "sdpa_flash64"):  # head_dim padded to steps of 32 or of 64
+            candidates[form] = (form, {"t_cpu": 0.0, "c_row": 0.0}, free)
+            candidates[f"{form}/rows"] = (form, {"t_cpu": 0.0}, {**free, "c_row": Free(1e-10, 1e-14, 1e-6)})
         # A head_dim off a multiple of 8 leaves FlashAttention; the tables hold one such
         # row, which no held-out fold can predict: it is fitted but not scored.
         aligned = np.mod(X["head_dim"], 8) == 0
@@ -248,15 +258,15 @@ class ComputeFitter:
                           "mem_smoothmax": ("mem_smoothmax", fixed, {**free, "q": Free(2.0, 1.0, 8.0)})}
             rows_col = _row_counts(rows)
             if rows_col is not None:  # row-wise ops: a per-row cost besides the bytes
-                candidates["mem_rows"] = ("mem_rows", fixed, {**free, "beta_row": Free(1e-10, 1e-14, 1e-6)})
                 X_rows = {**X, "rows": rows_col}
-                entry_rows = self._best({"mem_rows": candidates.pop("mem_rows")}, X_rows, y,
-                                        score_mask=X["x"] * 4 >= 2**20,
+                entry_rows = self._best({"mem_rows": ("mem_rows", fixed, {**free, "beta_row": Free(1e-10, 1e-14, 1e-6)}),
+                                         "mem_rowlen": ("mem_rowlen", fixed, {**free, **ROWLEN_FREE})}, X_rows, y,
+                                        score_mask=X["x"] * 4 >= 2**20, weights=_size_weights(X["x"]),
                                         extra={"dtype": measured_dtype, "timing": rows.timing.iloc[0]})
-            entry = self._best(candidates, X, y, score_mask=X["x"] * 4 >= 2**20,
+            entry = self._best(candidates, X, y, score_mask=X["x"] * 4 >= 2**20, weights=_size_weights(X["x"]),
                                extra={"dtype": measured_dtype, "timing": rows.timing.iloc[0]})
             if rows_col is not None:
-                entry["candidates"]["mem_rows"] = entry_rows["cv_mape"]
+                entry["candidates"].update(entry_rows["candidates"])
                 entry_rows["candidates"] = entry["candidates"]
                 if entry_rows["cv_mape"] < entry["cv_mape"]:
                     return entry_rows
@@ -291,6 +301,7 @@ class ComputeFitter:
             options = {"mem_affine": base}
             if rows_col is not None:
                 options["mem_rows"] = {**base, "beta_row": Free(1e-10, 1e-14, 1e-6)}
+                options["mem_rowlen"] = {**base, **ROWLEN_FREE}
         best = None
         for name, free in options.items():
             form = get_form(name)
@@ -302,7 +313,7 @@ class ComputeFitter:
                 return np.maximum(p["floor"], body) if "floor" in p else body
 
             entry = self._best({name: (name, {"t_cpu": 0.0}, free)}, X, y, predict=predict,
-                               score_mask=X["x"] * 4 >= 2**20,
+                               score_mask=X["x"] * 4 >= 2**20, weights=_size_weights(X["x"]),
                                extra={"dtype": measured_dtype,
                                       "timing": "graph-fwdbwd-minus-fwd" if use_graph else "fwdbwd-minus-fwd"})
             if best is None or (np.isfinite(entry["cv_mape"]) and entry["cv_mape"] < best["cv_mape"]):

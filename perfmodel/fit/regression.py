@@ -27,11 +27,12 @@ class Free:
 
 
 def fit_form(form: Form, X: Mapping[str, np.ndarray], y: np.ndarray, free: Mapping[str, Free],
-             fixed: Mapping[str, float], *, predict=None) -> dict[str, float]:
+             fixed: Mapping[str, float], *, predict=None, weights=None) -> dict[str, float]:
     """Return all parameters (fixed + fitted) of ``form`` fitted to ``(X, y)``.
 
     ``predict(params, X)`` overrides the form's own evaluation (used when the
-    measurement is a sum of forms, e.g. forward + backward).
+    measurement is a sum of forms, e.g. forward + backward). ``weights`` scale
+    each point's log residual (default 1).
     """
     names = list(free)
     lo = np.log([free[n].lo for n in names])
@@ -39,11 +40,12 @@ def fit_form(form: Form, X: Mapping[str, np.ndarray], y: np.ndarray, free: Mappi
     x0 = np.clip(np.log([free[n].init for n in names]), lo + 1e-9, hi - 1e-9)
     evaluate = predict or (lambda p, X: form.evaluate(p, **X))
     logy = np.log(y)
+    w = np.ones(len(logy)) if weights is None else np.asarray(weights, float)
 
     def residual(theta):
         params = {**fixed, **dict(zip(names, np.exp(theta)))}
         pred = np.asarray(evaluate(params, X), dtype=float)
-        return np.log(np.maximum(pred, 1e-15)) - logy
+        return w * (np.log(np.maximum(pred, 1e-15)) - logy)
 
     sol = least_squares(residual, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, max_nfev=4000)
     return {**fixed, **dict(zip(names, map(float, np.exp(sol.x))))}
@@ -55,7 +57,8 @@ def mape(pred, meas) -> float:
     return float(np.mean(np.abs(pred - meas) / meas)) if len(meas) else float("nan")
 
 
-def cross_validate(form: Form, X, y, free, fixed, *, folds=5, seed=0, predict=None, score_mask=None):
+def cross_validate(form: Form, X, y, free, fixed, *, folds=5, seed=0, predict=None, score_mask=None,
+                   weights=None):
     """k-fold CV MAPE of the fitted form (on rows where ``score_mask`` holds)."""
     n = len(y)
     if n < max(folds, len(free) + 1):
@@ -64,7 +67,8 @@ def cross_validate(form: Form, X, y, free, fixed, *, folds=5, seed=0, predict=No
     preds = np.empty(n)
     for train, test in KFold(min(folds, n), shuffle=True, random_state=seed).split(np.arange(n)):
         sub = {k: np.asarray(v)[train] for k, v in X.items()}
-        params = fit_form(form, sub, y[train], free, fixed, predict=predict)
+        params = fit_form(form, sub, y[train], free, fixed, predict=predict,
+                          weights=None if weights is None else np.asarray(weights, float)[train])
         preds[test] = evaluate(params, {k: np.asarray(v)[test] for k, v in X.items()})
     mask = np.ones(n, bool) if score_mask is None else np.asarray(score_mask, bool)
     return mape(preds[mask], y[mask])
