@@ -99,6 +99,9 @@ def cmd_fit(args) -> int:
     print(fit_report_table(report))
     if profile.meta.get("rejected_rows"):
         print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
+    if "cpu_extra_per_kernel_s" in profile.host:
+        print(f"step overhead: {profile.host['cpu_extra_per_kernel_s'] * 1e6:.2f} us per kernel + "
+              f"{profile.host['step_extra_s'] * 1e3:.3f} ms per step ({profile.host['step_overhead_source']})")
     profile.save(args.output)
     print(f"wrote {args.output}")
     if args.plots:
