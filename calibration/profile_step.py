@@ -10,7 +10,9 @@ of ``perfmodel validate`` in one process::
     python -m calibration.profile_step --validation-runs --out kernels.csv
 
 The rows let a cost model be checked class by class against the step it
-predicts (GEMM, attention, norms, ...), not only in total.
+predicts (GEMM, attention, norms, ...), not only in total. On a CPU
+(``--device cpu``) the rows are aten ops and ``gpu_s_per_step`` their self
+time on the CPU.
 """
 
 from __future__ import annotations

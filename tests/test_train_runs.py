@@ -110,6 +110,28 @@ def test_single_process_run_appends_a_readable_row(tmp_path):
 
 
 @pytest.mark.slow
+def test_profile_step_writes_per_op_rows_that_add_up(tmp_path):
+    from calibration import profile_step
+
+    out = tmp_path / "kernels.csv"
+    assert profile_step.main([*TINY, "--steps", "2", "--warmup", "1", "--device", "cpu", "--profiled", "2",
+                              "--out", str(out)]) == 0
+    rows = pd.read_csv(out)
+    assert list(rows.columns) == list(profile_step.COLUMNS) and (rows.recompute == "none").all()
+    assert "aten::mm" in set(rows.kernel) or "aten::addmm" in set(rows.kernel)
+    assert rows.gpu_s_per_step.sum() == pytest.approx(rows.gpu_busy_s_per_step.iloc[0])
+    assert rows.gpu_busy_s_per_step.iloc[0] <= 1.5 * rows.step_s.iloc[0]  # ops' own time within the step
+
+
+def test_sustained_needs_a_gpu_and_says_so(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "calibration.sustained", "--out", str(tmp_path / "s.csv")],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode == 0:
+        pytest.skip("a GPU is visible: calibration.sustained ran")
+    assert "needs a CUDA GPU" in done.stderr
+
+
+@pytest.mark.slow
 def test_train_errors_name_the_problem(tmp_path):
     done = _train(["--model", "no-such-model", "--out", str(tmp_path / "x.csv")])
     assert done.returncode == 2 and "unknown model preset 'no-such-model'" in done.stderr
