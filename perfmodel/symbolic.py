@@ -26,7 +26,7 @@ from perfmodel.placement import layout
 from perfmodel.predict import check_strategy, default_profile
 from perfmodel.profile import load_profile
 from perfmodel.workload import step as steps
-from perfmodel.workload.ops import Kernel
+from perfmodel.workload.ops import Kernel, aligned_view
 
 FREE = ("micro_batch", "dp", "micro_batches")
 
@@ -48,7 +48,7 @@ def kernel_expr(profile, kern: Kernel) -> tuple[sp.Expr, float]:
     """(GPU seconds as an expression, CPU seconds) of one launch — the twin of costs.compute.kernel_time."""
     cls = kern.cls
     if cls == "gemm":
-        entry, size = profile.entry(gemm_key(profile, kern.dtype)), dict(kern.size)
+        entry, size = profile.entry(gemm_key(profile, kern.dtype)), aligned_view(kern)
     elif cls == "sdpa":
         entry = profile.entry(f"sdpa:{kern.variant}")
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}

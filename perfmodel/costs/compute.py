@@ -14,7 +14,7 @@ import numpy as np
 from perfmodel.errors import UnsupportedError
 from perfmodel.fit.forms import get_form
 from perfmodel.profile import Profile
-from perfmodel.workload.ops import Kernel
+from perfmodel.workload.ops import Kernel, aligned_view
 
 DEFAULT_CPU_PER_KERNEL_S = 1.5e-5  # eager PyTorch, H200 host: add_tiny eager_sec (micro2.jsonl)
 
@@ -42,7 +42,7 @@ def kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]
     cls = kern.cls
     if cls == "gemm":
         entry = profile.entry(gemm_key(profile, kern.dtype))
-        return _gpu(entry, **kern.size), _cpu(profile, entry)
+        return _gpu(entry, **aligned_view(kern)), _cpu(profile, entry)
     if cls == "sdpa":
         entry = profile.entry(f"sdpa:{kern.variant}")
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}

@@ -41,10 +41,25 @@ class Kernel:
         return replace(self, count=np.multiply(self.count, factor))
 
 
-def gemm(name: str, phase: str, m, n, k, *, count=1, dtype="bf16") -> Kernel:
-    """``C[m, n] = A[m, k] @ B[k, n]``: 2·m·n·k FLOPs."""
+GEMM_TN = "tn"  # variant of a GEMM whose A operand is a transposed view (a weight gradient dy.T @ x)
+
+
+def gemm(name: str, phase: str, m, n, k, *, count=1, dtype="bf16", variant="fwd") -> Kernel:
+    """``C[m, n] = A[m, k] @ B[k, n]``: 2·m·n·k FLOPs. ``variant`` "fwd": A and B row-major (their
+    leading dimensions are k and n); ``GEMM_TN``: A is the transpose of a row-major [k, m] tensor
+    (its leading dimension is m)."""
     flops = 2.0 * np.multiply(np.multiply(m, n), k)
-    return Kernel(name, "gemm", phase, {"m": m, "n": n, "k": k}, count, flops, "fwd", dtype)
+    return Kernel(name, "gemm", phase, {"m": m, "n": n, "k": k}, count, flops, variant, dtype)
+
+
+def aligned_view(kern: Kernel) -> dict:
+    """The (m, n, k) to price ``kern`` with: the GEMM microbenchmarks are row-major products, slow
+    when k or n (the operands' leading dimensions) is misaligned; a TN product's leading dimensions
+    are m and n, so it is priced as the row-major product with m and k exchanged (same FLOPs)."""
+    size = dict(kern.size)
+    if kern.variant == GEMM_TN:
+        size["m"], size["k"] = size["k"], size["m"]
+    return size
 
 
 def linear(name: str, tokens, d_in, d_out, *, count=1, dtype="bf16", weight_grad=True,
@@ -53,16 +68,18 @@ def linear(name: str, tokens, d_in, d_out, *, count=1, dtype="bf16", weight_grad
 
     forward  y[T, out]  = x[T, in] @ W.T      -> mm(M=T,   N=out, K=in)
     dgrad    dx[T, in]  = dy[T, out] @ W      -> mm(M=T,   N=in,  K=out)
-    wgrad    dW[out, in] = dy.T @ x           -> mm(M=out, N=in,  K=T)
+    wgrad    dW[out, in] = dy.T @ x           -> mm(M=out, N=in,  K=T), A = dy.T (TN)
     (torch/nn/modules/linear.py and aten's addmm backward; the layout matters
-    because cuBLAS is only slow when N or K is misaligned.)
+    because cuBLAS is slow when an operand's leading dimension is misaligned:
+    k and n for the first two, m and n for the weight gradient, whose A is the
+    transposed view of dy with leading dimension out.)
     """
     fwd = [gemm(name, "fwd", tokens, d_out, d_in, count=count, dtype=dtype)]
     bwd = []
     if input_grad:
         bwd.append(gemm(name + ".dgrad", "bwd", tokens, d_in, d_out, count=count, dtype=dtype))
     if weight_grad:
-        bwd.append(gemm(name + ".wgrad", "bwd", d_out, d_in, tokens, count=count, dtype=dtype))
+        bwd.append(gemm(name + ".wgrad", "bwd", d_out, d_in, tokens, count=count, dtype=dtype, variant=GEMM_TN))
     return fwd, bwd
 
 
