@@ -3,7 +3,7 @@
 ``train_dev.jsonl`` holds three steps of a GPT-style model measured on the same
 H200 as the microbenchmarks (median of 10 steps, CUDA events, autocast bf16,
 fused AdamW). The profile is fitted on microbenchmarks only, so these rows are
-a check, not a fit. The issue asks for 10%; today the errors are under 3%.
+a check, not a fit. The goal is 10%; today the errors are under 5%.
 """
 
 import json
