@@ -66,15 +66,17 @@ def ddp_time(coll, lay, c, params, window_s, grad_bytes=4.0):
     return _overlapped(all_s, last_s, share, window_s)
 
 
-DDP_BUCKET_PASSES = 3  # copy each gradient into its bucket, divide by the world size, copy it back
+# PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
+# Megatron-LM accumulates gradients in its contiguous buffer (main_grad) and only scales it.
+DDP_BUCKET_PASSES = {"pytorch": 3, "megatron": 1}
 
 
-def ddp_bucket_passes(copy_s, params):
+def ddp_bucket_passes(copy_s, params, framework="pytorch"):
     """Seconds of DDP's memory passes over the gradients (PyTorch reducer, default
     ``gradient_as_bucket_view=False``: gradients are copied into flat buckets, the bucket is
     divided by the group size before its all-reduce, and the result is copied back into the
     gradients when backward finishes). ``copy_s(elements)`` prices one fp32 copy."""
-    return DDP_BUCKET_PASSES * copy_s(params)
+    return DDP_BUCKET_PASSES.get(framework, 3) * copy_s(params)
 
 
 def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0):
@@ -175,7 +177,8 @@ def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=N
         shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
                          np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, backward, nb["grad"], nb["param"]),
                                   ddp_time(coll, lay, c, params, backward, nb["grad"])
-                                  + (0.0 if bucket_copy_s is None else ddp_bucket_passes(bucket_copy_s, params))))
+                                  + (0.0 if bucket_copy_s is None
+                                     else ddp_bucket_passes(bucket_copy_s, params, c.get("framework", "pytorch")))))
         out = np.where(c["ps"] > 0, ps_time(c, params, backward, links, nb["grad"]), shard)
         slack = st["index"] * backward  # the stages before it still drain their last backward
         out = np.where((c["dp"] > 1) | (c["ps"] > 0), out, 0.0)

@@ -265,6 +265,7 @@ def test_megatron_stack_drops_autocast_casts_and_keeps_flops():
 def test_ddp_adds_three_passes_over_its_gradient_buckets():
     """Copy into the bucket, divide by the group size, copy back (PyTorch reducer defaults)."""
     assert data_parallel.ddp_bucket_passes(lambda elems: elems * 1e-12, 1e9) == pytest.approx(3e-3)
+    assert data_parallel.ddp_bucket_passes(lambda elems: elems * 1e-12, 1e9, "megatron") == pytest.approx(1e-3)
     model = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000)
     cluster = pm.cluster("h200", 1, 8)
     prof = default_profile(cluster)
