@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import torch
 
 
-def _run(cmd: list[str], timeout_s: float = 10.0) -> str:
+def command_output(cmd: list[str], timeout_s: float = 10.0) -> str:
     """stdout of ``cmd``, or "" when it is missing or fails."""
     if shutil.which(cmd[0]) is None:
         return ""
@@ -73,7 +73,7 @@ def device_name(device: str) -> str:
 def _gpu_section(device: str) -> dict:
     props = torch.cuda.get_device_properties(torch.device(device))
     nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
-    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    driver = command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     return {
         "gpu_count": torch.cuda.device_count(),
         "gpu_memory_bytes": props.total_memory,
@@ -84,8 +84,8 @@ def _gpu_section(device: str) -> dict:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
         "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
-        "topology": _run(["nvidia-smi", "topo", "-m"]) or None,
-        "clocks": _run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.limit",
+        "topology": command_output(["nvidia-smi", "topo", "-m"]) or None,
+        "clocks": command_output(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.limit",
                         "--format=csv"]) or None,
     }
 
@@ -159,7 +159,7 @@ def _slurm_master(environ) -> str | None:
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     if not nodelist:
         return None
-    hosts = _run(["scontrol", "show", "hostnames", nodelist]).split()
+    hosts = command_output(["scontrol", "show", "hostnames", nodelist]).split()
     if hosts:
         return hosts[0]
     return nodelist if all(c not in nodelist for c in "[],") else None

@@ -348,12 +348,12 @@ def train_step(case, device, copies) -> Bench:
     """
     import perfmodel as pm
     from calibration import train
+    from perfmodel.fit.overhead import precision_of
     from perfmodel.strategy import Strategy
 
     model = pm.transformer(layers=case["layers"], hidden=case["hidden"], heads=case["heads"],
                            seq=case["seq"], vocab=case["vocab"])
-    precision = "fp32" if case["dtype"] == "fp32" else f"{case['dtype']}-mixed"
-    strategy = Strategy(dp=1, micro_batch=case["batch"], precision=precision)
+    strategy = Strategy(dp=1, micro_batch=case["batch"], precision=precision_of(case["dtype"]))
     with torch.device(device):
         net = train.build_module(model)
     opt = train.make_optimizer(net, strategy, {"world": 1})

@@ -51,7 +51,7 @@ def profile_one(args, profiled: int) -> list[dict]:
     ctx = train.setup(args.device)
     gpu = ctx["device"].startswith("cuda")
     strategy = Strategy(dp=1, micro_batch=args.micro_batch, global_batch=args.global_batch,
-                        recompute=args.recompute, precision=args.precision or ("bf16-mixed" if gpu else "fp32"))
+                        recompute=args.recompute, precision=train.default_precision(args.precision, ctx["device"]))
     torch.manual_seed(args.seed)
     with torch.device(ctx["device"]):
         net = train.build_module(model, strategy.recompute)

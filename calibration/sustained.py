@@ -23,14 +23,14 @@ from pathlib import Path
 
 import torch
 
-from calibration.env import _run
+from calibration.env import command_output
 from calibration.ops import DTYPES
 
 COLUMNS = ("t_s", "tflops", "batch_s", "sm_clock_mhz", "power_w", "dtype", "m", "n", "k", "device")
 
 
 def _smi() -> tuple[float | None, float | None]:
-    out = _run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits"], 5.0)
+    out = command_output(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits"], 5.0)
     try:
         clock, power = (float(v) for v in out.splitlines()[0].split(","))
         return clock, power

@@ -125,6 +125,11 @@ def setup(device_arg: str | None) -> dict:
             "per_node": env.local_world_size if env else 1}
 
 
+def default_precision(precision: str | None, device: str) -> str:
+    """The precision asked for, else bf16 autocast on a GPU and fp32 on the CPU."""
+    return precision or ("bf16-mixed" if device.startswith("cuda") else "fp32")
+
+
 def check_request(strategy: Strategy, device: str, world: int) -> None:
     if strategy.dp != world:
         raise InvalidInputError(f"dp={strategy.dp} must equal the number of processes {world}")
@@ -341,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model = model_from_args(args)
         ctx = setup(args.device)
-        precision = args.precision or ("bf16-mixed" if ctx["device"].startswith("cuda") else "fp32")
+        precision = default_precision(args.precision, ctx["device"])
         strategy = Strategy(dp=ctx["world"], micro_batch=args.micro_batch, global_batch=args.global_batch,
                             zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=precision,
                             optimizer=args.optimizer, bucket_mb=args.bucket_mb)

@@ -369,8 +369,7 @@ def _copy_pricer(profile):
         return None
 
     def copy_s(elements):
-        g, c = kernel_time(profile, mem_kernel("ddp.bucket_copy", "copy", "fwd", elements, variant="fwd"))
-        return np.maximum(g, c) if profile.host.get("serial") else g
+        return phase_time(profile, [mem_kernel("ddp.bucket_copy", "copy", "fwd", elements, variant="fwd")])[0]
     return copy_s
 
 

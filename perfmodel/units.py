@@ -111,68 +111,63 @@ def _float(number: Decimal, field: str, what: str, value) -> float:
     return result
 
 
-def parse_bytes(value, field: str = "size") -> float:
-    """Bytes from ``"80GiB"``, ``"141GB"``, ``"40 GB"``, ``"512MiB"`` or ``1024``."""
-    what = "a size like '80GiB' or '141GB'"
+def _parse(value, field: str, what: str, factor_of) -> float:
+    """A plain number, or a number times ``factor_of(unit)`` (which raises for a bad unit)."""
     split = _split(value, field, what)
     if isinstance(split, float):
         return split
     number, unit = split
-    if unit == "":
-        return _float(number, field, what, value)
-    match = _SIZE_UNIT.match(unit)
-    if not match:
-        raise _fail(field, what, value)
-    if match.group("unit") in _BITS:
-        raise _fail(field, what, value, " (b is a bit; write B for bytes)")
-    return _float(number * _PREFIXES[match.group("prefix")], field, what, value)
+    return _float(number * (factor_of(unit) if unit else 1), field, what, value)
+
+
+def parse_bytes(value, field: str = "size") -> float:
+    """Bytes from ``"80GiB"``, ``"141GB"``, ``"40 GB"``, ``"512MiB"`` or ``1024``."""
+    what = "a size like '80GiB' or '141GB'"
+
+    def factor(unit):
+        match = _SIZE_UNIT.match(unit)
+        if not match:
+            raise _fail(field, what, value)
+        if match.group("unit") in _BITS:
+            raise _fail(field, what, value, " (b is a bit; write B for bytes)")
+        return _PREFIXES[match.group("prefix")]
+    return _parse(value, field, what, factor)
 
 
 def parse_bandwidth(value, field: str = "bandwidth") -> float:
     """Bytes/s from ``"400Gb/s"`` (= 50e9), ``"900GB/s"``, ``"200Gbps"`` or a number."""
     what = "a bandwidth like '400Gb/s' or '900GB/s'"
-    split = _split(value, field, what)
-    if isinstance(split, float):
-        return split
-    number, unit = split
-    if unit == "":
-        return _float(number, field, what, value)
-    match = _RATE_UNIT.match(unit)
-    if not match:
-        raise _fail(field, what, value)
-    bytes_per_s = number * _PREFIXES[match.group("prefix")]
-    if match.group("unit") in _BITS:
-        bytes_per_s /= 8  # 8 bits per byte
-    return _float(bytes_per_s, field, what, value)
+
+    def factor(unit):
+        match = _RATE_UNIT.match(unit)
+        if not match:
+            raise _fail(field, what, value)
+        bits = match.group("unit") in _BITS
+        return _PREFIXES[match.group("prefix")] / (8 if bits else 1)  # 8 bits per byte
+    return _parse(value, field, what, factor)
 
 
 def parse_flops(value, field: str = "flops") -> float:
     """FLOP/s from ``"989TFLOPS"``, ``"989.4 TFLOP/s"``, ``"1.98PFLOPS"`` or ``19.5e12``."""
     what = "a rate like '989TFLOPS' or '19.5e12'"
-    split = _split(value, field, what)
-    if isinstance(split, float):
-        return split
-    number, unit = split
-    if unit == "":
-        return _float(number, field, what, value)
-    match = _FLOPS_UNIT.match(unit.lower())
-    if not match:
-        raise _fail(field, what, value)
-    return _float(number * _FLOPS_PREFIXES[match.group("prefix")], field, what, value)
+
+    def factor(unit):
+        match = _FLOPS_UNIT.match(unit.lower())
+        if not match:
+            raise _fail(field, what, value)
+        return _FLOPS_PREFIXES[match.group("prefix")]
+    return _parse(value, field, what, factor)
 
 
 def parse_duration(value, field: str = "time") -> float:
     """Seconds from ``"5us"``, ``"2.5 µs"``, ``"1ms"``, ``"3s"``, ``"30min"``, ``"1h"``."""
     what = "a duration like '5us' or '1.5ms'"
-    split = _split(value, field, what)
-    if isinstance(split, float):
-        return split
-    number, unit = split
-    if unit == "":
-        return _float(number, field, what, value)
-    if unit not in _DURATIONS:
-        raise _fail(field, what, value, f" (units: {', '.join(_DURATIONS)})")
-    return _float(number * _DURATIONS[unit], field, what, value)
+
+    def factor(unit):
+        if unit not in _DURATIONS:
+            raise _fail(field, what, value, f" (units: {', '.join(_DURATIONS)})")
+        return _DURATIONS[unit]
+    return _parse(value, field, what, factor)
 
 
 def _scaled(x: float, steps: list[tuple[float, str]]) -> tuple[float, str]:

@@ -437,22 +437,15 @@ source = "our procurement sheet"
     assert node.name == "my-node" and node.inter_bw_bytes_per_s == 8 * 50e9
 
 
-def test_missing_field_names_field_and_file(tmp_path):
-    path = write(tmp_path / "bad.toml", MY_GPU.replace('memory = "192GB"', ""))
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('memory = "192GB"', "", "missing field 'memory' (required: peak_flops, memory_bandwidth, memory, sm_count)"),
+    ('"192GB"', '"eighty"', "'memory' must be a size like '80GiB' or '141GB': got 'eighty'"),
+])
+def test_bad_gpu_file_names_field_and_file(tmp_path, old, new, message):
+    path = write(tmp_path / "bad.toml", MY_GPU.replace(old, new))
     with pytest.raises(InvalidInputError) as err:
         load_gpu(path)
-    assert str(err.value) == (
-        f"{path}: missing field 'memory' (required: peak_flops, memory_bandwidth, memory, sm_count)"
-    )
-
-
-def test_bad_unit_in_file_names_field_and_file(tmp_path):
-    path = write(tmp_path / "bad.toml", MY_GPU.replace('"192GB"', '"eighty"'))
-    with pytest.raises(InvalidInputError) as err:
-        load_gpu(path)
-    assert str(err.value) == (
-        f"{path}: 'memory' must be a size like '80GiB' or '141GB': got 'eighty'"
-    )
+    assert str(err.value) == f"{path}: {message}"
 
 
 def test_misspelt_field_suggests_the_right_one(tmp_path):

@@ -234,22 +234,19 @@ def test_user_prices_merge_over_bundled(tmp_path):
     assert len(table) == len(load_prices()) + 1
 
 
-def test_negative_price_is_rejected(tmp_path):
-    user = tmp_path / "prices.toml"
-    user.write_text('[[price]]\nprovider = "x"\nregion = "y"\ngpu = "V100"\n'
-                    "on_demand_usd_per_gpu_hour = 2.0\nspot_usd_per_gpu_hour = -1.0\n")
-    with pytest.raises(InvalidInputError, match=r"x/y/V100: 'spot_usd_per_gpu_hour' must be a "
-                                                r"finite number >= 0: got -1.0"):
-        load_prices(user)
-
-
-def test_negative_revocation_rate_is_rejected(tmp_path):
-    user = tmp_path / "rev.toml"
-    user.write_text('[[revocation]]\nprovider = "x"\nregion = "y"\ngpu = "V100"\n'
-                    'model = "piecewise"\nedges_s = [0.0, 10.0]\nrates_per_s = [1e-4, -1e-4]\n')
-    with pytest.raises(InvalidInputError, match=r"'rates_per_s' must be finite and >= 0 "
-                                                r"\(revocations per second\): got -0.0001 at index 1"):
-        load_revocation(user)
+@pytest.mark.parametrize(("load", "text", "match"), [
+    (load_prices, '[[price]]\nprovider = "x"\nregion = "y"\ngpu = "V100"\n'
+                  "on_demand_usd_per_gpu_hour = 2.0\nspot_usd_per_gpu_hour = -1.0\n",
+     r"x/y/V100: 'spot_usd_per_gpu_hour' must be a finite number >= 0: got -1.0"),
+    (load_revocation, '[[revocation]]\nprovider = "x"\nregion = "y"\ngpu = "V100"\n'
+                      'model = "piecewise"\nedges_s = [0.0, 10.0]\nrates_per_s = [1e-4, -1e-4]\n',
+     r"'rates_per_s' must be finite and >= 0 \(revocations per second\): got -0.0001 at index 1"),
+])
+def test_negative_price_or_revocation_rate_is_rejected(tmp_path, load, text, match):
+    user = tmp_path / "user.toml"
+    user.write_text(text)
+    with pytest.raises(InvalidInputError, match=match):
+        load(user)
 
 
 def test_gpu_names_match_whole_tokens():

@@ -50,55 +50,37 @@ def test_decimal_and_binary_prefixes_differ():
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("parse", "text", "expected"),
     [
-        ("400Gb/s", 50e9),  # bits: 400e9 / 8
-        ("900GB/s", 900e9),
-        ("4.8TB/s", 4.8e12),
-        ("25 GB/s", 25e9),
-        ("200Gbps", 25e9),
-        ("100 Gbit/s", 12.5e9),
-        ("1GiB/s", 2.0**30),
-        ("10GBps", 10e9),
-        ("1e9", 1e9),
+        (parse_bandwidth, "400Gb/s", 50e9),  # bits: 400e9 / 8
+        (parse_bandwidth, "900GB/s", 900e9),
+        (parse_bandwidth, "4.8TB/s", 4.8e12),
+        (parse_bandwidth, "25 GB/s", 25e9),
+        (parse_bandwidth, "200Gbps", 25e9),
+        (parse_bandwidth, "100 Gbit/s", 12.5e9),
+        (parse_bandwidth, "1GiB/s", 2.0**30),
+        (parse_bandwidth, "10GBps", 10e9),
+        (parse_bandwidth, "1e9", 1e9),
+        (parse_flops, "989TFLOPS", 989e12),
+        (parse_flops, "989.4 TFLOP/s", 989.4e12),
+        (parse_flops, "1.98PFLOPS", 1.98e15),
+        (parse_flops, "19.5e12", 19.5e12),
+        (parse_flops, "312 tflops", 312e12),
+        (parse_flops, "8.1 TFlops", 8.1e12),
+        (parse_flops, "500GFLOPS", 500e9),
+        (parse_duration, "5us", 5e-6),
+        (parse_duration, "2.5 \u00b5s", 2.5e-6),  # micro sign
+        (parse_duration, "2.5 \u03bcs", 2.5e-6),  # greek mu
+        (parse_duration, "250ns", 250e-9),
+        (parse_duration, "1ms", 1e-3),
+        (parse_duration, "3s", 3.0),
+        (parse_duration, "1h", 3600.0),
+        (parse_duration, "30min", 1800.0),
+        (parse_duration, "0.5", 0.5),
     ],
 )
-def test_parse_bandwidth(text, expected):
-    assert parse_bandwidth(text) == pytest.approx(expected, rel=1e-15)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("989TFLOPS", 989e12),
-        ("989.4 TFLOP/s", 989.4e12),
-        ("1.98PFLOPS", 1.98e15),
-        ("19.5e12", 19.5e12),
-        ("312 tflops", 312e12),
-        ("8.1 TFlops", 8.1e12),
-        ("500GFLOPS", 500e9),
-    ],
-)
-def test_parse_flops(text, expected):
-    assert parse_flops(text) == pytest.approx(expected, rel=1e-15)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("5us", 5e-6),
-        ("2.5 \u00b5s", 2.5e-6),  # micro sign
-        ("2.5 \u03bcs", 2.5e-6),  # greek mu
-        ("250ns", 250e-9),
-        ("1ms", 1e-3),
-        ("3s", 3.0),
-        ("1h", 3600.0),
-        ("30min", 1800.0),
-        ("0.5", 0.5),
-    ],
-)
-def test_parse_duration(text, expected):
-    assert parse_duration(text) == pytest.approx(expected, rel=1e-15)
+def test_parse_rates_and_durations(parse, text, expected):
+    assert parse(text) == pytest.approx(expected, rel=1e-15)
 
 
 def test_microseconds_are_exact():

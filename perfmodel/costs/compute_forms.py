@@ -162,7 +162,7 @@ register(Form(
     lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
     "row-wise kernel (norm, softmax, loss): bandwidth term plus a per-row reduction cost",
 ))
-def _rowlen_factor(p, x, rows, lib):
+def _rowlen_factor(p, x, rows):
     """1 + r·L^q/(L^q + L_half^q), L = x/rows: long rows cost more per element (a row that no
     longer fits one block's registers is read in several passes, e.g. softmax's max, sum, write)."""
     length = x / rows
@@ -171,8 +171,8 @@ def _rowlen_factor(p, x, rows, lib):
 
 register(Form(
     "mem_rowlen", ("x", "rows"), ("t0", "beta", "r", "L_half", "q", "t_cpu"),
-    lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows, np)),
-    lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows, sp)),
+    lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows)),
+    lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows)),
     "row-wise kernel whose cost per element grows with the row length (softmax over long rows)",
 ))
 register(Form(
@@ -214,21 +214,19 @@ def _sym_sdpa(p, batch, heads, seq, head_dim, causal, step=32):
     return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + flops / rate)
 
 
-register(Form(
-    "sdpa_flash", ("batch", "heads", "seq", "head_dim", "causal"),
-    ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu"),
-    lambda p, batch, heads, seq, head_dim, causal: np.maximum(p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal)),
-    _sym_sdpa,
-    "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; causal at its own rate",
-))
-register(Form(
-    "sdpa_flash64", ("batch", "heads", "seq", "head_dim", "causal"),
-    ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu"),
-    lambda p, batch, heads, seq, head_dim, causal: np.maximum(
-        p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal, 64.0)),
-    lambda p, batch, heads, seq, head_dim, causal: _sym_sdpa(p, batch, heads, seq, head_dim, causal, 64),
-    "as sdpa_flash with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)",
-))
+for _name, _step, _doc in (
+        ("sdpa_flash", 32, "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; "
+                           "causal at its own rate"),
+        ("sdpa_flash64", 64, "as sdpa_flash with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)")):
+    register(Form(
+        _name, ("batch", "heads", "seq", "head_dim", "causal"),
+        ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu"),
+        lambda p, batch, heads, seq, head_dim, causal, step=_step: np.maximum(
+            p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal, float(step))),
+        lambda p, batch, heads, seq, head_dim, causal, step=_step: _sym_sdpa(p, batch, heads, seq, head_dim, causal,
+                                                                            step),
+        _doc,
+    ))
 
 register(Form(
     "per_param", ("params",), ("t0", "beta"),

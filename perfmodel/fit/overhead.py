@@ -24,7 +24,8 @@ STEP_OP = "train_step"
 MIN_SIZES = 2  # distinct block counts needed for a slope
 
 
-def _precision(dtype: str) -> str:
+def precision_of(dtype: str) -> str:
+    """The training precision whose kernels run in ``dtype`` (a compute.csv dtype)."""
     return "fp32" if dtype in ("fp32", "tf32") else f"{dtype}-mixed"
 
 
@@ -58,7 +59,7 @@ def fit_step_overhead(profile, table: pd.DataFrame, gpu) -> dict:
     for _, row in rows.iterrows():
         model = pm.transformer(layers=int(row.layers), hidden=int(row.hidden), heads=int(row.heads),
                                seq=int(row.seq), vocab=int(row.vocab))
-        precision = _precision(str(row["dtype"]))
+        precision = precision_of(str(row["dtype"]))
         try:
             predicted = pm.predict(model, cluster, Strategy(dp=1, micro_batch=int(row.batch), precision=precision),
                                    profile=profile).step_time

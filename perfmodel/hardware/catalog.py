@@ -311,14 +311,20 @@ def _gpu_file(path: Path, shown: str, mtime_ns: int) -> GPU:
     return gpu_from_dict(read_toml_file(path, shown), shown, default_name=path.stem)
 
 
-def load_gpu(name_or_path) -> GPU:
-    """A bundled GPU by name or alias (``'h100'``), or a user's GPU TOML file."""
-    if isinstance(name_or_path, GPU):
+def _load(kind: str, cls, name_or_path, from_file, bundled):
+    """``name_or_path`` as is when already a ``cls``; a user's TOML file (cached until it
+    changes); else a bundled entry by name or alias."""
+    if isinstance(name_or_path, cls):
         return name_or_path
     if is_path(name_or_path):
-        path = existing_file(name_or_path, "GPU")
-        return _gpu_file(path, str(name_or_path), path.stat().st_mtime_ns)
-    return _lookup("GPU", name_or_path, _bundled_gpus())
+        path = existing_file(name_or_path, kind)
+        return from_file(path, str(name_or_path), path.stat().st_mtime_ns)
+    return _lookup(kind, name_or_path, bundled())
+
+
+def load_gpu(name_or_path) -> GPU:
+    """A bundled GPU by name or alias (``'h100'``), or a user's GPU TOML file."""
+    return _load("GPU", GPU, name_or_path, _gpu_file, _bundled_gpus)
 
 
 def load_link(name) -> Link:
@@ -335,12 +341,7 @@ def _node_file(path: Path, shown: str, mtime_ns: int) -> Node:
 
 def load_node(name_or_path) -> Node:
     """A bundled node preset by name or alias (``'dgx-h100'``), or a user's node TOML file."""
-    if isinstance(name_or_path, Node):
-        return name_or_path
-    if is_path(name_or_path):
-        path = existing_file(name_or_path, "node")
-        return _node_file(path, str(name_or_path), path.stat().st_mtime_ns)
-    return _lookup("node", name_or_path, _bundled_nodes())
+    return _load("node", Node, name_or_path, _node_file, _bundled_nodes)
 
 
 def _gpu_ref(value, where: str, base: Path | None) -> GPU:

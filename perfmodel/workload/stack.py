@@ -35,9 +35,9 @@ def unfused_attention(k: Kernel) -> list[Kernel]:
     scores = rows * s
     dt, ph, n, count = k.dtype, k.phase, k.name, k.count
 
-    def probs(tag, cls, factor):  # softmax rows are the b·heads·s score rows of length s
-        return mem_kernel(f"{n}.{tag}", cls, ph, scores * factor, rows=rows * factor if cls == "softmax" else None,
-                          count=count, variant="fwd", dtype=dt)
+    def probs(tag, cls, factor):  # the b·heads·s score rows of length s (row-wise forms use them)
+        return mem_kernel(f"{n}.{tag}", cls, ph, scores * factor, rows=rows * factor, count=count, variant="fwd",
+                          dtype=dt)
 
     def bmm(tag, n_, k_):
         return gemm(f"{n}.{tag}", ph, rows, n_, k_, count=count, dtype=dt)
