@@ -93,12 +93,17 @@ def cmd_predict(args) -> int:
 
 def cmd_fit(args) -> int:
     from perfmodel.fit.build import build_profile
+    from perfmodel.fit.compute import POWER_ONSET_S
     from perfmodel.report.tables import fit_report_table
 
     profile, report = build_profile(args.tables, gpu=args.gpu, name=args.name)
     print(fit_report_table(report))
     if profile.meta.get("rejected_rows"):
         print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
+    limited = {k: e["power_limited"]["rate_fraction"] for k, e in profile.compute.items() if "power_limited" in e}
+    if limited:
+        print(f"power limit: rows under > {POWER_ONSET_S * 1e3:.0f} ms of back-to-back load ran at "
+              + ", ".join(f"{v:.2f} ({k})" for k, v in limited.items()) + " of the burst rate the profile keeps")
     if "cpu_extra_per_kernel_s" in profile.host:
         print(f"step overhead: {profile.host['cpu_extra_per_kernel_s'] * 1e6:.2f} us per kernel + "
               f"{profile.host['step_extra_s'] * 1e3:.3f} ms per step ({profile.host['step_overhead_source']})")

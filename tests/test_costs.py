@@ -78,3 +78,18 @@ def test_forms_numpy_and_sympy_agree_on_a_hand_value():
     p = {"t0": 1e-6, "beta": 2e-12, "t_cpu": 0.0}
     assert float(form.evaluate(p, x=1e6)) == pytest.approx(3e-6)
     assert float(form.expression(p, x=1e6)) == pytest.approx(3e-6)
+
+
+def test_attention_by_blocks_by_hand():
+    """seq 256 in 128-row blocks: 4 tiles per head, 3 when causal (+ the two diagonal ones' masking)."""
+    form = get_form("sdpa_tiles")
+    p = {"R": 4 * 128**2 * 128 / 1e-6, "d_half": 0.0, "p_mis": 1.0, "p_diag": 0.25, "k_tail": 0.0,
+         "c_row": 0.0, "t0": 0.0, "t_cpu": 0.0, "T": 128.0, "sms": 132.0}  # one tile = 1 µs
+    args = {"batch": 2, "heads": 3, "seq": 256, "head_dim": 128}
+    assert form.evaluate(p, **args, causal=0) == pytest.approx(2 * 3 * 4 * 1e-6)
+    assert form.evaluate(p, **args, causal=1) == pytest.approx(2 * 3 * (3 + 2 * 0.25) * 1e-6)
+    # the tail: the longest program sweeps n = 2 blocks on one of 132 SMs
+    assert form.evaluate({**p, "k_tail": 1.0}, **args, causal=0) == pytest.approx((2 * 3 * 4 + 2 * 132) * 1e-6)
+    # head_dim 80 runs as 96 (steps of 32) or 128 (sdpa_tiles64)
+    assert form.evaluate(p, **{**args, "head_dim": 80}, causal=0) == pytest.approx(2 * 3 * 4 * 1e-6 * 96 / 128)
+    assert get_form("sdpa_tiles64").evaluate(p, **{**args, "head_dim": 80}, causal=0) == pytest.approx(24e-6)

@@ -39,8 +39,8 @@ def test_cv_targets_met(h200_fit):
     report = h200_fit.report_.set_index("class")
     assert report.loc["gemm:bf16", "cv_mape"] <= 0.08      # GEMMs >= 1 GFLOP, misaligned included
     assert report.loc["gemm:fp32", "cv_mape"] <= 0.08
-    # attention: the 8% target is met backward (6.3%), not forward on these tables (9.0%): guard it
-    assert report.loc["sdpa:fwd", "cv_mape"] <= 0.095
+    # attention by 128-row blocks with the longest program's tail: 4.3% forward (9.0% with FLOPs alone)
+    assert report.loc["sdpa:fwd", "cv_mape"] <= 0.08
     assert report.loc["sdpa:bwd", "cv_mape"] <= 0.08
     assert report.loc["softmax:bf16:fwd", "cv_mape"] <= 0.08  # row-length form (22% with bytes alone)
     assert report.loc["sum:fp32:fwd", "cv_mape"] <= 0.08
@@ -60,7 +60,7 @@ def test_cv_targets_on_the_tables_this_project_measured():
     report = fit_tables([CALIBRATED_H200_TABLES], gpu="h200").report_.set_index("class")
     assert report.loc["sdpa:fwd", "cv_mape"] <= 0.08 and report.loc["sdpa:bwd", "cv_mape"] <= 0.08
     assert report.loc["gemm:fp8", "cv_mape"] <= 0.08
-    assert report.loc["gemm:bf16", "cv_mape"] <= 0.12  # 11.2%: the 8% target is not met here
+    assert report.loc["gemm:bf16", "cv_mape"] <= 0.11  # 10.3%: the 8% target is not met here
     step_ops = ["layernorm:fp32:fwd", "layernorm:fp32:bwd", "rmsnorm:fp32:fwd", "rmsnorm:fp32:bwd",
                 "gelu:bf16:fwd", "gelu:bf16:bwd", "swiglu:bf16:fwd", "swiglu:bf16:bwd", "softmax:bf16:fwd",
                 "softmax:bf16:bwd", "softmax:fp32:fwd", "softmax:fp32:bwd", "residual_add:fp32:fwd",
@@ -153,3 +153,49 @@ def test_collectives_only_folder_fits_communication_and_falls_back_for_compute(t
     empty.mkdir()
     with pytest.raises(pm.InvalidInputError, match="holds neither compute.csv nor collectives.csv"):
         build_profile([empty], gpu="h100")
+
+
+SYNTHETIC_GEMM = {"R": 8e14, "k_half": 80.0, "m_half": 60.0, "n_half": 60.0, "t0": 4e-6, "t_cpu": 1.5e-5,
+                  "p16": 0.95, "p8": 0.4, "p4": 0.3, "p2": 0.2, "p_both": 0.9, "bw": 4e12, "elem_bytes": 2.0}
+
+
+def _synthetic_gemm_table(seed, points, log2_range, time_of):
+    """A compute table of bf16 products m, n, k (multiples of 16); ``time_of(t_gpu, t_eager)`` -> rows."""
+    from perfmodel.fit.forms import get_form
+    from perfmodel.fit.tables import COMPUTE_COLUMNS
+
+    rng = np.random.default_rng(seed)
+    form = get_form("gemm_smooth")
+    rows = []
+    for _ in range(points):
+        m, n, k = (int(2 ** rng.uniform(*log2_range)) // 16 * 16 for _ in range(3))
+        gpu = float(form.evaluate({**SYNTHETIC_GEMM, "t_cpu": 0.0}, m=m, n=n, k=k))
+        for extra in time_of(gpu, max(gpu, SYNTHETIC_GEMM["t_cpu"])):
+            rows.append({"op": "gemm", "phase": "fwd", "dtype": "bf16", "m": m, "n": n, "k": k,
+                         **extra, "time_s": extra["time_s"] * rng.normal(1, 0.01)})
+    return pd.DataFrame(rows).reindex(columns=list(COMPUTE_COLUMNS))
+
+
+def test_graph_timed_gemm_rows_are_fitted_without_the_eager_floor():
+    """A product replayed in a CUDA graph measures GPU time alone: the CPU floor must not apply."""
+    table = _synthetic_gemm_table(0, 60, (7, 14), lambda gpu, eager: [{"timing": "eager", "time_s": eager},
+                                                                      {"timing": "graph", "time_s": gpu}])
+    entry = ComputeFitter().fit(table).entries_["gemm:bf16"]
+    assert entry["fit_mape"] < 0.03, entry
+    assert entry["params"]["t_cpu"] == pytest.approx(SYNTHETIC_GEMM["t_cpu"], rel=0.15)
+
+
+def test_power_limited_rows_leave_the_burst_rate_in_the_profile():
+    """Products timed after long back-to-back load run at a fraction of the burst rate (the power
+    limit); the fit keeps the burst rate and reports the fraction."""
+    def throttled(gpu, eager):  # 13 calls of load: warm-up, probe and 10 reps of one call
+        return [{"timing": "eager", "reps": 10, "inner": 1, "time_s": eager / (0.85 if eager * 13 > 0.03 else 1)}]
+
+    table = _synthetic_gemm_table(1, 80, (9, 15), throttled)
+    assert (table.time_s * 13 > 0.03).sum() >= 8
+    entry = ComputeFitter().fit(table).entries_["gemm:bf16"]
+    assert entry["params"]["R"] == pytest.approx(SYNTHETIC_GEMM["R"], rel=0.05)
+    assert entry["power_limited"]["rate_fraction"] == pytest.approx(0.85, abs=0.03)
+    assert "p_power" not in entry["params"]
+    cpu = ComputeFitter(power_limited=False).fit(table).entries_["gemm:bf16"]
+    assert "power_limited" not in cpu

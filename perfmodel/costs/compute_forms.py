@@ -12,8 +12,10 @@ GEMM (``gemm_wave``, ``gemm_smooth``)
     max(GPU time, CPU issue time) (the launch queue drains otherwise).
 Memory-bound (``mem_affine``): t = max(t_cpu, t0 + x·beta), x = elements,
     beta = bytes per element / bandwidth (roofline, Williams et al. 2009).
-Attention (``sdpa``): FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/(s+s_half)
+Attention (``sdpa_flash``): FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/(s+s_half)
     · d_eff), F = 4·b·heads·s²·d, halved when causal (the masked half is skipped).
+    ``sdpa_tiles`` counts T×T blocks instead: n = ⌈s/T⌉, n² tiles (n(n+1)/2 + p_diag·n when
+    causal) per (batch, head), plus the tail of the longest program (n tiles on one SM).
 Per-parameter (``per_param``): t = t0 + params·beta (fused AdamW, SGD).
 """
 
@@ -108,12 +110,14 @@ register(Form(
 ))
 
 def gemm_two_gpu(p, m, n, k):
-    """Aligned and misaligned GEMMs as two kernel families, each with its own rate and saturation."""
+    """Aligned and misaligned GEMMs as two kernel families, each with its own rate and saturation;
+    with ``p4``/``p2`` (``gemm_two_levels``) 4- and 2-byte aligned rows run below 8-byte ones."""
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
-    aligned = np.minimum(an, ak) >= 16
+    a = np.minimum(an, ak)
     q = m / (m + p["m_half"]) * n / (n + p["n_half"]) * k / (k + p["k_half"])
     q_mis = m * n / (m * n + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
-    rate = np.where(aligned, p["R"] * q * np.where(np.minimum(an, ak) >= 32, 1.0, p["p16"]), p["R_mis"] * q_mis)
+    level = np.select([a >= 8, a >= 4], [1.0, p.get("p4", 1.0)], p.get("p2", 1.0))
+    rate = np.where(a >= 16, p["R"] * q * np.where(a >= 32, 1.0, p["p16"]), p["R_mis"] * q_mis * level)
     flops = 2.0 * m * n * k
     bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
     return np.maximum(p["t0"] + flops / rate, bytes_moved / p["bw"])
@@ -121,22 +125,30 @@ def gemm_two_gpu(p, m, n, k):
 
 def _sym_gemm_two(p, m, n, k):
     eb = p["elem_bytes"]
-    aligned16 = sp.And(sp.Eq(sp.Mod(n * eb, 16), 0), sp.Eq(sp.Mod(k * eb, 16), 0))
-    aligned32 = sp.And(sp.Eq(sp.Mod(n * eb, 32), 0), sp.Eq(sp.Mod(k * eb, 32), 0))
+
+    def aligned(b):
+        return sp.And(sp.Eq(sp.Mod(n * eb, b), 0), sp.Eq(sp.Mod(k * eb, b), 0))
+
     q = m / (m + p["m_half"]) * n / (n + p["n_half"]) * k / (k + p["k_half"])
     q_mis = m * n / (m * n + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
-    rate = sp.Piecewise((p["R"] * q, aligned32), (p["R"] * q * p["p16"], aligned16), (p["R_mis"] * q_mis, True))
+    r_mis = p["R_mis"] * q_mis
+    rate = sp.Piecewise((p["R"] * q, aligned(32)), (p["R"] * q * p["p16"], aligned(16)), (r_mis, aligned(8)),
+                        (r_mis * p.get("p4", 1), aligned(4)), (r_mis * p.get("p2", 1), True))
     bytes_moved = eb * (m * k + k * n + m * n)
     return sp.Max(p["t_cpu"], sp.Max(p["t0"] + 2 * m * n * k / rate, bytes_moved / p["bw"]))
 
 
-register(Form(
-    "gemm_two", ("m", "n", "k"),
-    ("R", "k_half", "m_half", "n_half", "p16", "R_mis", "k_half_mis", "mn_half_mis", "t0", "t_cpu", "bw", "elem_bytes"),
-    lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_two_gpu(p, m, n, k)),
-    lambda p, m, n, k: _sym_gemm_two(p, m, n, k),
-    "aligned and misaligned GEMM kernel families with separate rates and saturation",
-))
+GEMM_TWO = ("R", "k_half", "m_half", "n_half", "p16", "R_mis", "k_half_mis", "mn_half_mis", "t0", "t_cpu", "bw",
+            "elem_bytes")
+for _name, _params, _doc in (
+        ("gemm_two", GEMM_TWO, "aligned and misaligned GEMM kernel families with separate rates and saturation"),
+        ("gemm_two_levels", (*GEMM_TWO, "p4", "p2"),
+         "as gemm_two, misaligned rows 4- and 2-byte aligned at their own fraction of the 8-byte rate")):
+    register(Form(
+        _name, ("m", "n", "k"), _params,
+        lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_two_gpu(p, m, n, k)),
+        _sym_gemm_two, _doc,
+    ))
 
 register(Form(
     "mem_affine", ("x",), ("t0", "beta", "t_cpu"),
@@ -205,7 +217,7 @@ def _sdpa_time(p, batch, heads, seq, head_dim, causal, step=32.0):
     return p["t0"] + p["c_row"] * batch * heads * seq + sdpa_flops(batch, heads, seq, head_dim, causal) / rate
 
 
-def _sym_sdpa(p, batch, heads, seq, head_dim, causal, step=32):
+def _sym_sdpa(p, batch, heads, seq, head_dim, causal, step):
     d_pad = sp.ceiling(head_dim / step) * step
     eff = seq / (seq + p["s_half"]) * head_dim / (d_pad + p["d_half"])
     eff = eff * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)), (1, True))
@@ -214,17 +226,53 @@ def _sym_sdpa(p, batch, heads, seq, head_dim, causal, step=32):
     return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + flops / rate)
 
 
-for _name, _step, _doc in (
-        ("sdpa_flash", 32, "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; "
-                           "causal at its own rate"),
-        ("sdpa_flash64", 64, "as sdpa_flash with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)")):
+def _sdpa_tiles_time(p, batch, heads, seq, head_dim, causal, step):
+    # FlashAttention-2 (Dao 2023, Alg. 1): each program owns one T-row query block and sweeps
+    # the key blocks, skipping those above the diagonal when causal; diagonal blocks are
+    # computed and masked (p_diag: their extra cost). The kernel ends with its longest
+    # program, one full sweep of n blocks on one SM (the tail effect, k_tail).
+    n = np.ceil(seq / p["T"])
+    is_causal = np.asarray(causal) > 0
+    tiles = np.where(is_causal, n * (n + 1) / 2 + n * p["p_diag"], n * n)
+    d_pad = np.ceil(head_dim / step) * step
+    rate = p["R"] * d_pad / (d_pad + p["d_half"]) * np.where(np.mod(head_dim, 8) != 0, p["p_mis"], 1.0)
+    tile_flops = 4.0 * p["T"] ** 2 * d_pad
+    compute = (batch * heads * tiles + p["k_tail"] * n * p["sms"]) * tile_flops / rate
+    return np.maximum(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + compute)
+
+
+def _sym_sdpa_tiles(p, batch, heads, seq, head_dim, causal, step):
+    n = sp.ceiling(seq / p["T"])
+    tiles = n ** 2 * (1 - causal) + causal * (n * (n + 1) / 2 + n * p["p_diag"])
+    d_pad = sp.ceiling(head_dim / step) * step
+    rate = p["R"] * d_pad / (d_pad + p["d_half"]) * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)),
+                                                                 (1, True))
+    compute = (batch * heads * tiles + p["k_tail"] * n * p["sms"]) * 4 * p["T"] ** 2 * d_pad / rate
+    return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + compute)
+
+
+def _flash_time(p, batch, heads, seq, head_dim, causal, step):
+    return np.maximum(p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal, float(step)))
+
+
+SDPA_FLASH = ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu")
+SDPA_TILES = ("R", "d_half", "p_mis", "p_diag", "k_tail", "c_row", "t0", "t_cpu", "T", "sms")
+for _name, _step, _params, _fn, _sym, _doc in (
+        ("sdpa_flash", 32, SDPA_FLASH, _flash_time, _sym_sdpa,
+         "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; causal at its own rate"),
+        ("sdpa_flash64", 64, SDPA_FLASH, _flash_time, _sym_sdpa,
+         "as sdpa_flash with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)"),
+        ("sdpa_tiles", 32, SDPA_TILES, _sdpa_tiles_time, _sym_sdpa_tiles,
+         "FlashAttention-2 by blocks: query-block x key-block tiles (causal skips those above the diagonal) "
+         "plus the longest program's sweep"),
+        ("sdpa_tiles64", 64, SDPA_TILES, _sdpa_tiles_time, _sym_sdpa_tiles,
+         "as sdpa_tiles with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)")):
     register(Form(
-        _name, ("batch", "heads", "seq", "head_dim", "causal"),
-        ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu"),
-        lambda p, batch, heads, seq, head_dim, causal, step=_step: np.maximum(
-            p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal, float(step))),
-        lambda p, batch, heads, seq, head_dim, causal, step=_step: _sym_sdpa(p, batch, heads, seq, head_dim, causal,
-                                                                            step),
+        _name, ("batch", "heads", "seq", "head_dim", "causal"), _params,
+        lambda p, batch, heads, seq, head_dim, causal, step=_step, fn=_fn: fn(
+            p, batch, heads, seq, head_dim, causal, step),
+        lambda p, batch, heads, seq, head_dim, causal, step=_step, sym=_sym: sym(
+            p, batch, heads, seq, head_dim, causal, step),
         _doc,
     ))
 

@@ -50,7 +50,9 @@ def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
     tables = [read_compute_table(f) for f in compute] or [pd.DataFrame(columns=list(COMPUTE_COLUMNS))]
     table = pd.concat(tables, ignore_index=True)
     source = ", ".join(str(Path(f).name) for f in compute) or "no compute tables"
-    fitter = ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}").fit(table)
+    on_cpu = any(_metadata(f).get("device") == "cpu" for f in compute)
+    fitter = ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}",
+                           power_limited=not on_cpu).fit(table)
     fitter.table_ = table
     return fitter
 
@@ -159,6 +161,8 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
         elif cls == "sdpa":
             dtype = "bf16" if "bf16" in target.peak_flops else "fp16"
             params["R"] *= target.peak_flops.get(dtype, target.peak_flops["fp32"]) / ref.peak_flops["bf16"]
+            if "sms" in params:
+                params["sms"] = float(target.sm_count)
         else:  # memory-bound and optimizer classes: bytes over bandwidth
             for name in ("beta", "beta_y", "beta_row"):
                 if name in params:

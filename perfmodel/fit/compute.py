@@ -55,6 +55,29 @@ def _data_scales(X, y) -> tuple[float, float]:
     return clamp(rate), clamp(tau)
 
 
+# Back-to-back tensor-core load longer than this meets the power limit: on an H200 at 700 W
+# a 16384^3 bf16 GEMM runs its first 11 ms at 796 TFLOP/s and the rest at ~680, and 1 s of
+# load settles at 0.85 of the burst rate (calibration.sustained). A training step interleaves
+# memory-bound kernels and ran its GEMMs at the burst rate (per-kernel step profiles), so the
+# fit prices the kernel at burst and treats the throttled rows' rate fraction as a nuisance.
+POWER_ONSET_S = 0.03
+
+
+def _evaluator(form):
+    """Evaluate ``form`` on a table's points; rows flagged ``graph`` (replayed in a CUDA graph:
+    GPU time alone) are evaluated without the eager CPU floor ``t_cpu``, rows measured under
+    longer load than ``POWER_ONSET_S`` at the fitted power-limited fraction ``p_power``."""
+    def evaluate(p, X):
+        variables = {v: X[v] for v in form.variables}
+        t = form.evaluate(p, **variables)
+        if "graph" in X and "t_cpu" in p:
+            t = np.where(np.asarray(X["graph"]) > 0, form.evaluate({**p, "t_cpu": 0.0}, **variables), t)
+        if "load_s" in X and "p_power" in p:  # measured after the power limit engaged
+            t = np.where(np.asarray(X["load_s"]) > POWER_ONSET_S, t / p["p_power"], t)
+        return t
+    return evaluate
+
+
 def _rescale(free: dict, rate: float, tau: float) -> dict:
     out = {}
     for name, f in free.items():
@@ -102,8 +125,9 @@ class ComputeFitter:
     """Fit every compute class found in a table; keep the best of the candidate forms by CV."""
 
     def __init__(self, *, sms: int = 132, folds: int = 5, seed: int = 0, mem_bw_bytes_per_s: float = 4.0e12,
-                 source: str = ""):
+                 source: str = "", power_limited: bool = True):
         self.sms = sms
+        self.power_limited = power_limited  # a GPU: long back-to-back GEMM load meets its power limit
         self.folds = folds
         self.seed = seed
         self.mem_bw_bytes_per_s = mem_bw_bytes_per_s
@@ -169,6 +193,13 @@ class ComputeFitter:
         X = {k: sub[k].to_numpy(float) for k in ("m", "n", "k")}
         y = sub.time_s.to_numpy(float)
         big = 2 * X["m"] * X["n"] * X["k"] >= 1e9
+        if (sub.timing == "graph").any():
+            X["graph"] = (sub.timing == "graph").to_numpy(float)
+        # seconds of back-to-back load the benchmark put on the GPU (warm-up, probe, reps x inner)
+        load = (sub.time_s * (3 + sub.reps.fillna(0) * sub.inner.fillna(1))).to_numpy(float)
+        power_limited = self.power_limited and (load[big] > POWER_ONSET_S).sum() >= MIN_POINTS
+        if power_limited:
+            X["load_s"] = load
         fixed = {"sms": float(self.sms), "elem_bytes": float(DTYPE_BYTES[dtype]),
                  "bw": self.mem_bw_bytes_per_s}
         free = {"R": Free(5e14, 1e12, 5e15), "k_half": Free(64, 1, 1e5), "t0": Free(3e-6, 1e-8, 1e-3),
@@ -178,13 +209,21 @@ class ComputeFitter:
             "gemm_wave/128x128": ("gemm_wave", {**fixed, "TM": 128.0, "TN": 128.0}, free),
             "gemm_wave/128x256": ("gemm_wave", {**fixed, "TM": 128.0, "TN": 256.0}, free),
             "gemm_smooth": ("gemm_smooth", fixed, {**free, "m_half": Free(64, 1, 1e5), "n_half": Free(64, 1, 1e5)}),
-            "gemm_two": ("gemm_two", fixed, {
-                "R": Free(7e14, 1e12, 5e15), "k_half": Free(128, 1, 1e5), "m_half": Free(64, 1, 1e5),
-                "n_half": Free(64, 1, 1e5), "p16": Free(0.9, 0.05, 1.0), "R_mis": Free(1.5e14, 1e11, 5e15),
-                "k_half_mis": Free(256, 1, 1e5), "mn_half_mis": Free(1e5, 1, 1e9), "t0": Free(3e-6, 1e-8, 1e-3),
-                "t_cpu": Free(1e-5, 1e-7, 1e-3)}),
         }
-        return self._best(candidates, X, y, score_mask=big)
+        two = {"R": Free(7e14, 1e12, 5e15), "k_half": Free(128, 1, 1e5), "m_half": Free(64, 1, 1e5),
+               "n_half": Free(64, 1, 1e5), "p16": Free(0.9, 0.05, 1.0), "R_mis": Free(1.5e14, 1e11, 5e15),
+               "k_half_mis": Free(256, 1, 1e5), "mn_half_mis": Free(1e5, 1, 1e9), "t0": Free(3e-6, 1e-8, 1e-3),
+               "t_cpu": Free(1e-5, 1e-7, 1e-3)}
+        candidates["gemm_two"] = ("gemm_two", fixed, two)
+        candidates["gemm_two_levels"] = ("gemm_two_levels", fixed,
+                                         {**two, "p4": Free(0.7, 0.05, 1.0), "p2": Free(0.5, 0.05, 1.0)})
+        if not power_limited:
+            return self._best(candidates, X, y, score_mask=big)
+        power = {"p_power": Free(0.9, 0.5, 1.0)}  # a nuisance parameter of the benchmark, not of the kernel
+        candidates = {label: (form, fx, {**fr, **power}) for label, (form, fx, fr) in candidates.items()}
+        entry = self._best(candidates, X, y, score_mask=big)
+        entry["power_limited"] = {"onset_s": POWER_ONSET_S, "rate_fraction": entry["params"].pop("p_power")}
+        return entry
 
     def _best(self, candidates, X, y, *, score_mask=None, predict=None, extra=None, weights=None):
         scores, fits = {}, {}
@@ -192,13 +231,14 @@ class ComputeFitter:
         for label, (form_name, fixed, free) in candidates.items():
             free = _rescale(free, rate, tau)
             form = get_form(form_name)
+            evaluate = predict or _evaluator(form)
             scores[label] = cross_validate(form, X, y, free, fixed, folds=self.folds, seed=self.seed,
-                                           score_mask=score_mask, predict=predict, weights=weights)
-            fits[label] = (form_name, fit_form(form, X, y, free, fixed, predict=predict, weights=weights))
+                                           score_mask=score_mask, predict=evaluate, weights=weights)
+            fits[label] = (form_name, fit_form(form, X, y, free, fixed, predict=evaluate, weights=weights))
         finite = {k: v for k, v in scores.items() if np.isfinite(v)}
         best = min(finite, key=finite.get) if finite else next(iter(candidates))
         form_name, params = fits[best]
-        evaluate = predict or (lambda p, X: get_form(form_name).evaluate(p, **X))
+        evaluate = predict or _evaluator(get_form(form_name))
         mask = np.ones(len(y), bool) if score_mask is None else score_mask
         fitted = np.asarray(evaluate(params, X), float)
         fit_err = mape(fitted[mask], y[mask])
@@ -229,6 +269,12 @@ class ComputeFitter:
         for form in ("sdpa_flash", "sdpa_flash64"):  # head_dim padded to steps of 32 or of 64
             candidates[form] = (form, {"t_cpu": 0.0, "c_row": 0.0}, free)
             candidates[f"{form}/rows"] = (form, {"t_cpu": 0.0}, {**free, "c_row": Free(1e-10, 1e-14, 1e-6)})
+        tiles = {"R": free["R"], "d_half": free["d_half"], "p_mis": free["p_mis"], "t0": free["t0"],
+                 "c_row": Free(1e-10, 1e-14, 1e-6), "k_tail": Free(0.5, 1e-3, 5.0)}
+        for form in ("sdpa_tiles", "sdpa_tiles64"):
+            fixed = {"t_cpu": 0.0, "T": 128.0, "sms": float(self.sms)}  # 128-row blocks (FlashAttention-2 on A100/H100)
+            candidates[form] = (form, {**fixed, "p_diag": 0.0}, tiles)
+            candidates[f"{form}/diag"] = (form, fixed, {**tiles, "p_diag": Free(0.5, 1e-3, 5.0)})
         # A head_dim off a multiple of 8 leaves FlashAttention; the tables hold one such
         # row, which no held-out fold can predict: it is fitted but not scored.
         aligned = np.mod(X["head_dim"], 8) == 0
