@@ -245,10 +245,16 @@ def launch_cases(req: Request) -> list[dict]:
 
 
 def step_cases(req: Request) -> list[dict]:
-    """Whole steps of tiny transformers (1..8 blocks): the per-kernel cost a step adds."""
+    """Whole steps of tiny transformers (1..8 blocks of width 64): the per-kernel cost a step adds;
+    two wider ones whose arithmetic is not negligible: how much slower kernels run inside a step
+    than in a loop over one op (on a CPU, operands no longer in cache)."""
+    dtype = _act_dtype(req)
     layers = (1, 2, 4) if req.quick else (1, 2, 4, 8)
-    return [_case("train_step", "step", _act_dtype(req), layers=n, hidden=64, heads=2, seq=16, vocab=256, batch=1)
-            for n in layers]
+    narrow = [_case("train_step", "step", dtype, layers=n, hidden=64, heads=2, seq=16, vocab=256, batch=1)
+              for n in layers]
+    wide = [_case("train_step", "step", dtype, layers=2, hidden=h, heads=4, seq=s, vocab=512, batch=2)
+            for h, s in ((160, 48), (224, 96))]
+    return narrow + wide
 
 
 def _graph_ok(case: dict) -> bool:

@@ -1,5 +1,7 @@
 """The host cost a whole step adds around its kernels, fitted to tiny-model steps."""
 
+import copy
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -54,3 +56,37 @@ def test_per_kernel_cost_adds_to_the_host_side_and_to_serial_walls():
     serial_plus = Profile(prof.name, prof.gpu, prof.compute, prof.collectives,
                           {**prof.host, "serial": True, "cpu_extra_per_kernel_s": extra}, prof.meta)
     assert float(phase_time(serial_plus, fwd)[0] - phase_time(serial, fwd)[0]) == pytest.approx(n * extra)
+
+
+def test_serial_host_fits_how_much_slower_kernels_run_inside_a_step():
+    """On a CPU the wide rows separate a per-kernel cost from a slowdown of the kernels themselves."""
+    gpu_prof = pm.load_profile(GPU)
+    slow = copy.deepcopy(gpu_prof.compute)  # CPU-like arithmetic: the wide steps' kernels now take time
+    for key, entry in slow.items():
+        if key.startswith(("gemm:", "sdpa:")):
+            entry["params"]["R"] /= 3000
+    prof = Profile(gpu_prof.name, gpu_prof.gpu, slow, gpu_prof.collectives, {**gpu_prof.host, "serial": True},
+                   gpu_prof.meta)
+    shapes = [dict(layers=n, hidden=64, heads=2, seq=16, vocab=256, batch=1) for n in (1, 2, 4, 8)]
+    shapes += [dict(layers=2, hidden=h, heads=4, seq=s, vocab=512, batch=2) for h, s in ((160, 48), (224, 96))]
+    rows = []
+    for shape in shapes:
+        model = pm.transformer(**{k: v for k, v in shape.items() if k != "batch"})
+        base = pm.predict(model, pm.cluster(GPU), pm.Strategy(dp=1, micro_batch=shape["batch"]),
+                          profile=prof).step_time
+        fwd, bwd = step_kernels(model, shape["batch"], precision="bf16-mixed")
+        kernels_s = float(phase_time(prof, fwd)[1] + phase_time(prof, bwd)[1])
+        time_s = base + 3e-4 + 5e-6 * kernel_count(model, shape["batch"], "bf16-mixed") + 0.2 * kernels_s
+        rows.append({"op": "train_step", "phase": "step", "timing": "eager", "dtype": "bf16", **shape,
+                     "time_s": time_s})
+    found = fit_step_overhead(prof, pd.DataFrame(rows), GPU)
+    assert found["in_step_compute_factor"] == pytest.approx(1.2, rel=1e-3)
+    assert found["cpu_extra_per_kernel_s"] == pytest.approx(5e-6, rel=1e-3)
+    assert found["step_extra_s"] == pytest.approx(3e-4, rel=1e-2)
+    # the factor scales each kernel's compute on that host, and nowhere else
+    fwd, _ = step_kernels(pm.transformer(layers=2, hidden=224, heads=4, seq=96, vocab=512), 2)
+    slower = Profile(prof.name, prof.gpu, prof.compute, prof.collectives, {**prof.host, **found}, prof.meta)
+    assert float(phase_time(slower, fwd)[1]) == pytest.approx(1.2 * float(phase_time(prof, fwd)[1]))
+    # a GPU's rows are launch-bound: no factor there
+    launch_bound = Profile(prof.name, prof.gpu, slow, prof.collectives, dict(gpu_prof.host), prof.meta)
+    assert "in_step_compute_factor" not in fit_step_overhead(launch_bound, pd.DataFrame(rows), GPU)

@@ -81,15 +81,18 @@ def phase_time(profile: Profile, kernels: list[Kernel]):
     dispatch and compute follow each other: wall = Σ max(GPU, CPU) per op, the
     quantity its eager microbenchmark measured. A profile fitted to whole tiny
     steps adds ``host["cpu_extra_per_kernel_s"]`` to each kernel's CPU time
-    (what module calls and autograd add around it; perfmodel/fit/overhead.py).
+    (what module calls and autograd add around it) and, on a CPU, scales each
+    kernel's compute by ``host["in_step_compute_factor"]`` (perfmodel/fit/overhead.py).
     """
     serial = bool(profile.host.get("serial"))
     extra = float(profile.host.get("cpu_extra_per_kernel_s", 0.0))  # module/autograd cost (fit/overhead.py)
+    in_step = float(profile.host.get("in_step_compute_factor", 1.0)) if serial else 1.0  # cold operands
     gpu = 0.0
     cpu = 0.0
     wall = 0.0
     for kern in kernels:
         g, c = kernel_time(profile, kern)
+        g = g * in_step
         count = np.asarray(kern.count, float)
         gpu = gpu + g * count
         cpu = cpu + (c + extra) * count
