@@ -50,10 +50,11 @@ def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
     tables = [read_compute_table(f) for f in compute] or [pd.DataFrame(columns=list(COMPUTE_COLUMNS))]
     table = pd.concat(tables, ignore_index=True)
     source = ", ".join(str(Path(f).name) for f in compute) or "no compute tables"
-    on_cpu = any(_metadata(f).get("device") == "cpu" for f in compute)
+    on_cpu = any(_metadata(f).get("device") == "cpu" for f in folders)
     fitter = ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}",
                            power_limited=not on_cpu).fit(table)
     fitter.table_ = table
+    fitter.on_cpu_ = on_cpu
     return fitter
 
 
@@ -79,7 +80,7 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
             "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
     host = dict(fitter.host_)
-    if any(_metadata(f).get("device") == "cpu" for f in folders):
+    if fitter.on_cpu_:
         # no launch queue on a CPU: dispatch and compute of each op run one after the other
         host["serial"] = True
     profile = Profile(name or spec.name, spec.name, compute, coll, host, meta)

@@ -45,11 +45,12 @@ def step_rows(table: pd.DataFrame) -> pd.DataFrame:
     return rows.dropna(subset=["layers", "hidden", "heads", "seq", "vocab", "batch"])
 
 
-def kernel_count(model, micro_batch: int, precision: str) -> float:
-    """Kernels of one micro-batch's forward and backward as the step list holds them."""
+def kernel_count(model, micro_batch: int, precision: str, kernels=None) -> float:
+    """Kernels of one micro-batch's forward and backward as the step list holds them
+    (``kernels``: that list, when the caller has it already)."""
     from perfmodel.workload.step import step_kernels
 
-    fwd, bwd = step_kernels(model, micro_batch, precision=precision)
+    fwd, bwd = kernels or step_kernels(model, micro_batch, precision=precision)
     return float(sum(np.asarray(k.count, float).sum() for k in fwd + bwd))
 
 
@@ -81,7 +82,7 @@ def fit_step_overhead(profile, table: pd.DataFrame, gpu) -> dict:
             t.append(float(phase_time(profile, fwd)[1] + phase_time(profile, bwd)[1]))
         except PerfModelError:  # a class the profile cannot price: no overhead term rather than a wrong one
             return {}
-        n.append(kernel_count(model, int(row.batch), precision))
+        n.append(kernel_count(model, int(row.batch), precision, (fwd, bwd)))
         r.append(float(row.time_s) - predicted)
     n, t, r = np.asarray(n), np.asarray(t), np.asarray(r)
     columns = [np.ones_like(n), n]
