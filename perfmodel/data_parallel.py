@@ -12,6 +12,7 @@ import numpy as np
 from perfmodel.costs.comm import hierarchical_time
 
 DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
+DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is 1 MiB
 
 
 
@@ -32,16 +33,23 @@ def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
     return [("all_reduce", 1)]
 
 
-def _bucketed(coll, collective, total, bucket, rpn, nodes):
-    """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets."""
+def _bucketed(coll, collective, total, bucket, rpn, nodes, first=None):
+    """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets.
+
+    ``first`` caps the first bucket (PyTorch DDP: 1 MiB, so communication starts early in backward).
+    """
     total = np.asarray(total, float)
-    bucket = np.minimum(bucket, np.maximum(total, 1.0))
-    full = np.floor(total / bucket)
-    rem = total - full * bucket
-    t_bucket = hierarchical_time(coll, collective, bucket, rpn, nodes, algorithm="ring")
+    head = np.minimum(total, first) if first is not None else 0.0
+    t_head = hierarchical_time(coll, collective, np.maximum(head, 1.0), rpn, nodes, algorithm="ring") * (head > 0)
+    rest = total - head
+    bucket = np.minimum(bucket, np.maximum(rest, 1.0))
+    full = np.floor(rest / bucket)
+    rem = rest - full * bucket
+    t_bucket = hierarchical_time(coll, collective, bucket, rpn, nodes, algorithm="ring") * (full > 0)
     t_rem = hierarchical_time(coll, collective, np.maximum(rem, 1.0), rpn, nodes, algorithm="ring") * (rem > 0)
-    last = np.where(rem > 0, t_rem, t_bucket)
-    return full * t_bucket + t_rem, last, bucket / np.maximum(total, 1.0)
+    last = np.where(rem > 0, t_rem, np.where(full > 0, t_bucket, t_head))
+    share = np.where(head > 0, head, bucket) / np.maximum(total, 1.0)
+    return t_head + full * t_bucket + t_rem, last, share
 
 
 def _overlapped(all_s, last_s, first_share, window_s):
@@ -62,7 +70,8 @@ def ddp_time(coll, lay, c, params, window_s, grad_bytes=4.0):
     Volume: 2Ψ elements per rank (ring all-reduce; Rajbhandari et al. 2020, §7.1).
     """
     rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(coll, "all_reduce", params * grad_bytes, c["bucket"], rpn, nodes)
+    all_s, last_s, share = _bucketed(coll, "all_reduce", params * grad_bytes, c["bucket"], rpn, nodes,
+                                     first=DDP_FIRST_BUCKET_BYTES)
     return _overlapped(all_s, last_s, share, window_s)
 
 

@@ -94,15 +94,16 @@ def test_dp_times_match_their_collectives_when_nothing_overlaps():
 
 def test_ddp_communicates_once_per_step_and_hides_behind_the_last_backward():
     lay = layout(8, 1, 1, 8)
-    params = 1e9                       # 4 GB of gradients in 160 buckets of 25 MB
+    params = 1e9                       # 4 GB of gradients: a first bucket of 1 MiB, 159 of 25 MB, the rest
     total = 1.75 * 4e9 / B
-    bucket = 1.75 * 25e6 / B
+    last = 1.75 * (4e9 - 2**20 - 159 * 25e6) / B
     one = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=10.0)
     four = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8, m=4), params, window_s=10.0)
-    assert float(one) == pytest.approx(bucket)          # only the last bucket is exposed
+    assert float(one) == pytest.approx(last)            # only the last bucket is exposed
     assert float(four) == float(one)                     # no_sync: one all-reduce per step
+    # communication starts once the first bucket's (1 MiB) share of backward is done
     short = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=0.01)
-    assert float(short) == pytest.approx(total - 0.01 * (1 - 25e6 / 4e9))
+    assert float(short) == pytest.approx(total - 0.01 * (1 - 2**20 / 4e9))
 
 
 def test_zero2_and_zero3_communicate_every_micro_batch():
