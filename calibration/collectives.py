@@ -53,6 +53,7 @@ SCOPES = ("world", "intra", "inter", "subgroup")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TARGET_BATCH_S = 2e-3  # a timed batch of back-to-back collectives lasts at least 2 ms
 MAX_ITERS = 50
+COLD_REPS = 15  # single calls (--cold) are noisier than batches: more of them
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--collectives", default=None, help=f"comma-separated subset of {', '.join(COLLECTIVES)}")
     p.add_argument("--scopes", default=None, help=f"comma-separated subset of {', '.join(SCOPES)}")
     p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="element type (default fp32)")
+    p.add_argument("--cold", default=None, metavar="SIZE",
+                   help="time single calls, each after every rank writes SIZE bytes (e.g. 32MiB) as a training "
+                        "step's compute does before its gradient all-reduce: caches cold (default: "
+                        "back-to-back calls)")
     p.add_argument("--force-mix", action="store_true", help="write into a folder measured on other machines")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -277,12 +282,15 @@ def _time_batch(fn, iters: int, device: str) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def time_case(fn, group, device: str, *, warmup: int, reps: int) -> tuple[float, float, int]:
+def time_case(fn, group, device: str, *, warmup: int, reps: int, evict=None) -> tuple[float, float, int]:
     """(mean over ranks of the median, of the min) seconds per call, and the calls per batch.
 
     Every rank of the world calls this in step; ranks outside the measured
     groups pass ``fn=None`` and only join the agreement on batch size and the
-    averaging (nccl-tests reports the time averaged over ranks too).
+    averaging (nccl-tests reports the time averaged over ranks too). With
+    ``evict`` (a call that writes a buffer larger than the caches) every rep is
+    one call after ``evict()`` and a barrier: the collective as a training step
+    issues it, after compute, rather than back to back with itself.
     """
     one = 0.0
     if fn is not None:
@@ -292,11 +300,14 @@ def time_case(fn, group, device: str, *, warmup: int, reps: int) -> tuple[float,
         _barrier(group, device)
         one = _time_batch(fn, 1, device)
     one = _world_reduce([one], device, dist.ReduceOp.MAX)[0]
-    iters = max(1, min(MAX_ITERS, math.ceil(TARGET_BATCH_S / max(one, 1e-9))))
+    iters = 1 if evict else max(1, min(MAX_ITERS, math.ceil(TARGET_BATCH_S / max(one, 1e-9))))
     stats = [0.0, 0.0, 0.0]
     if fn is not None:
         per_call = []
         for _ in range(reps):
+            if evict:
+                evict()
+                _sync(device)
             _barrier(group, device)
             per_call.append(_time_batch(fn, iters, device))
         per_call.sort()
@@ -353,6 +364,11 @@ def _measure_all(cases, rows, done, handles, layout, args, device, apis, writer)
     bar = tqdm(total=len(cases) - sum(done), desc="collectives", unit="case",
                disable=layout.rank != 0 or args.no_progress, dynamic_ncols=True)
     written = 0
+    reps = COLD_REPS if args.cold else (3 if args.quick else 5)
+    evict = None
+    if args.cold:
+        scratch = torch.empty(int(parse_bytes(args.cold, "--cold")) // 4, dtype=torch.float32, device=device)
+        evict = partial(scratch.fill_, 1.0)
     for case, row, skip in zip(cases, rows, done):
         if skip or row["size_bytes"] == 0:
             continue
@@ -362,13 +378,13 @@ def _measure_all(cases, rows, done, handles, layout, args, device, apis, writer)
             fn = _run_collective(case.collective, mine, handles[mine], case.size_bytes, dtype, device,
                                  apis[case.collective])
         median_s, min_s, iters = time_case(fn, handles.get(mine), device, warmup=1 if args.quick else 3,
-                                           reps=3 if args.quick else 5)
+                                           reps=reps, evict=evict)
         del fn
         if layout.rank == 0:
             algbw = row["size_bytes"] / median_s / 1e9  # nccl-tests: algbw = S / t, GB = 1e9 bytes
             writer.append({**row, "time_s": median_s, "time_min_s": min_s, "algbw_GBps": algbw,
                            "busbw_GBps": algbw * float(busbw_factor(case.collective, row["group_size"])),
-                           "reps": (3 if args.quick else 5) * iters})
+                           "reps": reps * iters})
             written += 1
             bar.update(1)
     bar.close()
@@ -403,7 +419,8 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
         meta = machine_metadata(device, flags={
             "hosts": layout.nodes, "world_size": env.world_size, "nodes": len(layout.nodes),
             "ranks_per_node": layout.span(tuple(range(env.world_size)))[1], "backend": backend,
-            "collective_apis": apis, "quick": args.quick, "sizes": [sizes[0], sizes[-1]] if sizes else []})
+            "collective_apis": apis, "quick": args.quick, "sizes": [sizes[0], sizes[-1]] if sizes else [],
+            "cold_bytes": int(parse_bytes(args.cold, "--cold")) if args.cold else 0})
         try:
             writer, flags = _open_table(Path(args.out), meta, args.force_mix,
                                         [tuple(format_value(r.get(c)) for c in COLLECTIVE_KEY_COLUMNS) for r in rows])

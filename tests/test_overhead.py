@@ -58,6 +58,20 @@ def test_per_kernel_cost_adds_to_the_host_side_and_to_serial_walls():
     assert float(phase_time(serial_plus, fwd)[0] - phase_time(serial, fwd)[0]) == pytest.approx(n * extra)
 
 
+def test_side_by_side_factor_scales_every_op_on_a_serial_host_only():
+    prof = pm.load_profile(GPU)
+    fwd, _ = step_kernels(_tiny(2), 1)
+
+    def with_host(**host):
+        return Profile(prof.name, prof.gpu, prof.compute, prof.collectives, {**prof.host, **host}, prof.meta)
+
+    alone = phase_time(with_host(serial=True, cpu_extra_per_kernel_s=1e-5), fwd)
+    shared = phase_time(with_host(serial=True, cpu_extra_per_kernel_s=1e-5, side_by_side_factor=1.5), fwd)
+    assert [float(b) for b in shared] == pytest.approx([1.5 * float(a) for a in alone])
+    gpu = phase_time(with_host(side_by_side_factor=1.5), fwd)  # GPUs are not shared by processes
+    assert [float(b) for b in gpu] == pytest.approx([float(a) for a in phase_time(prof, fwd)])
+
+
 def test_serial_host_fits_how_much_slower_kernels_run_inside_a_step():
     """On a CPU the wide rows separate a per-kernel cost from a slowdown of the kernels themselves."""
     gpu_prof = pm.load_profile(GPU)

@@ -202,6 +202,24 @@ def test_loopback_link_recovers_alpha_beta_and_node_loads(tmp_path):
     assert cl.node.intra.nccl_busbw_bytes_per_s == pytest.approx(link["busbw_bytes_per_s"], rel=1e-5)
 
 
+def _steps(scale, layers=(1, 2, 4)):
+    return pd.DataFrame({"op": "train_step", "phase": "step", "timing": "eager", "dtype": "fp32",
+                         "layers": list(layers), "hidden": 64, "time_s": [scale * 1e-3 * n for n in layers],
+                         "reps": 3})
+
+
+def test_side_by_side_factor_is_the_median_step_ratio_and_refuses_unrelated_tables():
+    alone = pd.concat([_steps(1.0), _cpu_table()], ignore_index=True)
+    shared = [pd.concat([_steps(s), _cpu_table()], ignore_index=True) for s in (1.2, 1.3)]
+    found = host.side_by_side_factor(alone, shared)
+    assert found["side_by_side_factor"] == pytest.approx(1.25)  # median of 1.2 x3 and 1.3 x3
+    assert "6 train_step rows of 2 side-by-side table(s)" in found["side_by_side_source"]
+    slower = _cpu_table().assign(time_s=lambda t: 2 * t.time_s)  # no steps: every matched row counts
+    assert host.side_by_side_factor(_cpu_table(), [slower])["side_by_side_factor"] == pytest.approx(2.0)
+    with pytest.raises(InvalidInputError, match="share no measurement with the table measured alone"):
+        host.side_by_side_factor(_steps(1.0), [_steps(1.0, layers=(8,))])
+
+
 def test_few_point_entries_and_bf16_alias():
     table = _cpu_table()
     gemm = {"form": "mem_affine", "params": {"t0": 0.0, "beta": 1.0, "t_cpu": 0.0}}

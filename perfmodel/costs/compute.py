@@ -38,7 +38,22 @@ def gemm_key(profile: Profile, dtype: str) -> str:
 
 
 def kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]:
-    """(GPU seconds, CPU seconds) of one launch of ``kern``."""
+    """(GPU seconds, CPU seconds) of one launch of ``kern``.
+
+    On a CPU host whose profile was measured alone, ``host["side_by_side_factor"]``
+    scales both: a step's time with the host's other training processes computing
+    at once over its time alone (measured, perfmodel/validate/host.py).
+    """
+    gpu, cpu = _kernel_time(profile, kern)
+    shared = _side_by_side(profile)
+    return (gpu * shared, cpu * shared) if shared != 1.0 else (gpu, cpu)
+
+
+def _side_by_side(profile: Profile) -> float:
+    return float(profile.host.get("side_by_side_factor", 1.0)) if profile.host.get("serial") else 1.0
+
+
+def _kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]:
     cls = kern.cls
     if cls == "gemm":
         entry = profile.entry(gemm_key(profile, kern.dtype))
@@ -85,7 +100,7 @@ def phase_time(profile: Profile, kernels: list[Kernel]):
     kernel's compute by ``host["in_step_compute_factor"]`` (perfmodel/fit/overhead.py).
     """
     serial = bool(profile.host.get("serial"))
-    extra = float(profile.host.get("cpu_extra_per_kernel_s", 0.0))  # module/autograd cost (fit/overhead.py)
+    extra = float(profile.host.get("cpu_extra_per_kernel_s", 0.0)) * _side_by_side(profile)  # module/autograd
     in_step = float(profile.host.get("in_step_compute_factor", 1.0)) if serial else 1.0  # cold operands
     gpu = 0.0
     cpu = 0.0

@@ -178,6 +178,39 @@ def complete_profile(profile, table: pd.DataFrame, gpu=None):
     return done
 
 
+MEASURE_COLUMNS = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "device")
+
+
+def side_by_side_factor(alone: pd.DataFrame, shared: list[pd.DataFrame]) -> dict:
+    """How much slower a step runs while the host's other processes compute at once.
+
+    The median, over every side-by-side table, of (time side by side) / (time
+    alone) for the same measurement: the whole tiny training steps (``train_step``
+    rows) when both tables have them, else every matched row. Returned as host
+    fields (``side_by_side_factor`` and its source). One ratio of many rows is far
+    steadier than a second profile fitted to the side-by-side tables alone, whose
+    own fitting noise (its in-step factor moved 1.03-1.39 between calibrations of
+    this kind) would land in every multi-process prediction.
+    """
+    keys = [c for c in alone.columns if c not in MEASURE_COLUMNS]
+    ratios, what = [], "train_step"
+    for table in shared:
+        both = alone.merge(table, on=[k for k in keys if k in table.columns], suffixes=("", "_shared"))
+        both = both[(both.time_s > 0) & (both.time_s_shared > 0)]
+        steps = both[both.op == "train_step"]
+        if steps.empty:
+            steps, what = both, "all"
+        ratios.append((steps.time_s_shared / steps.time_s).to_numpy(float))
+    ratios = np.concatenate(ratios) if ratios else np.array([])
+    if ratios.size == 0:
+        raise InvalidInputError("the side-by-side tables share no measurement with the table measured alone: "
+                                "cannot tell how much the processes slow each other")
+    rows = "train_step rows" if what == "train_step" else "matched rows"
+    return {"side_by_side_factor": float(np.median(ratios)),
+            "side_by_side_source": f"median time ratio side by side / alone over {ratios.size} {rows} "
+                                   f"of {len(shared)} side-by-side table(s)"}
+
+
 def _cpu_seconds() -> tuple[float, float] | None:
     """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited-for children)."""
     import os

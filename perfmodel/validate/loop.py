@@ -30,6 +30,8 @@ from perfmodel.errors import InvalidInputError, PerfModelError
 from perfmodel.validate.measured import BadRow, Case, read_measured
 
 # memory-bound ops of a training step (perfmodel.workload.step) that the quick grid measures at one shape
+# gradient all-reduces follow compute that has swept the caches: time them so (8x a core's L2 here)
+COLD_BYTES = "32MiB"
 STEP_OPS = ("layernorm", "rmsnorm", "gelu", "swiglu", "residual_add", "rope", "cross_entropy",
             "embedding", "copy", "add", "scale", "sum", "adamw", "sgd", "sdpa", "train_step")
 
@@ -217,6 +219,21 @@ def _fit(tables: list[Path], gpu_toml: Path, out: Path):
     return profile, table
 
 
+def _shared_profile(profile, alone: pd.DataFrame, shared: list[Path], shared_gpu: Path):
+    """The host's profile for processes side by side: the forms fitted alone, every op scaled by the
+    measured side-by-side factor, and the gloo link fitted to the collectives measured together."""
+    from perfmodel.fit.comm import fit_collectives
+    from perfmodel.fit.tables import read_compute_table
+    from perfmodel.profile import Profile
+    from perfmodel.validate import host
+
+    factor = host.side_by_side_factor(alone, [read_compute_table(f) for f in shared])
+    coll = fit_collectives(pd.read_csv(shared[0] / "collectives.csv"), source=f"measured: {shared[0].name}")
+    meta = {**profile.meta, "fitted_from": [*profile.meta.get("fitted_from", []), shared[0].name]}
+    return Profile(shared_gpu.stem, shared_gpu.stem, json.loads(json.dumps(profile.compute)), coll,
+                   {**profile.host, **factor}, meta)
+
+
 def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, quick: bool = True,
                    budget_s: float | None = None, log=print) -> Host:
     """Measure this CPU host alone and with ``procs`` processes side by side; fit both profiles."""
@@ -230,7 +247,7 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
     _run_side_by_side(shared, quick, budget_s, threads, log)
     coll = _launcher(procs) + ["calibration.collectives", "--out", str(shared[0]), "--collectives", "all_reduce",
                                "--scopes", "world", "--sizes", "4KiB:16MiB" if quick else "1KiB:256MiB",
-                               "--no-progress"]
+                               "--cold", COLD_BYTES, "--no-progress"]
     log(_checked(coll, threads, "calibration.collectives").strip())
     files = {k: work / v for k, v in HOST_FILES.items()}
     meta = json.loads((solo / "metadata.json").read_text())
@@ -243,8 +260,8 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
                                      note=f"; measured with {procs} processes computing at once")
     link = host.loopback_link(pd.read_csv(shared[0] / "collectives.csv"))
     host.write_host_node(files["node"], shared_gpu, link, procs)
-    profile, _ = _fit([solo], files["gpu"], files["profile"])
-    _fit(shared[:1], shared_gpu, files["shared_profile"])
+    profile, solo_table = _fit([solo], files["gpu"], files["profile"])
+    _shared_profile(profile, solo_table, shared, shared_gpu).save(files["shared_profile"])
     notes = tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
     notes += tuple(f"alias: {k} = gemm:fp32 (no bf16 on this host)" for k in profile.meta["aliased_classes"])
     return Host(**files, notes=notes)
