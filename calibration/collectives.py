@@ -113,6 +113,13 @@ def parse_sizes(text: str) -> list[int]:
     return geometric(lo, hi)
 
 
+def _cold_bytes(text: str) -> int:
+    try:
+        return int(parse_bytes(text, "--cold"))
+    except PerfModelError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="torchrun ... -m calibration.collectives", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="output folder (collectives.csv, metadata.json)")
@@ -122,7 +129,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--collectives", default=None, help=f"comma-separated subset of {', '.join(COLLECTIVES)}")
     p.add_argument("--scopes", default=None, help=f"comma-separated subset of {', '.join(SCOPES)}")
     p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="element type (default fp32)")
-    p.add_argument("--cold", default=None, metavar="SIZE",
+    p.add_argument("--cold", default=None, metavar="SIZE", type=_cold_bytes,
                    help="time single calls, each after every rank writes SIZE bytes (e.g. 32MiB) as a training "
                         "step's compute does before its gradient all-reduce: caches cold (default: "
                         "back-to-back calls)")
@@ -367,7 +374,7 @@ def _measure_all(cases, rows, done, handles, layout, args, device, apis, writer)
     reps = COLD_REPS if args.cold else (3 if args.quick else 5)
     evict = None
     if args.cold:
-        scratch = torch.empty(int(parse_bytes(args.cold, "--cold")) // 4, dtype=torch.float32, device=device)
+        scratch = torch.empty(args.cold // 4, dtype=torch.float32, device=device)
         evict = partial(scratch.fill_, 1.0)
     for case, row, skip in zip(cases, rows, done):
         if skip or row["size_bytes"] == 0:
@@ -420,7 +427,7 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
             "hosts": layout.nodes, "world_size": env.world_size, "nodes": len(layout.nodes),
             "ranks_per_node": layout.span(tuple(range(env.world_size)))[1], "backend": backend,
             "collective_apis": apis, "quick": args.quick, "sizes": [sizes[0], sizes[-1]] if sizes else [],
-            "cold_bytes": int(parse_bytes(args.cold, "--cold")) if args.cold else 0})
+            "cold_bytes": args.cold or 0})
         try:
             writer, flags = _open_table(Path(args.out), meta, args.force_mix,
                                         [tuple(format_value(r.get(c)) for c in COLLECTIVE_KEY_COLUMNS) for r in rows])

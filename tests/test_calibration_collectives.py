@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -89,3 +90,21 @@ def test_two_gloo_processes_measure_every_collective_and_resume(tmp_path):
         assert float(r["busbw_GBps"]) == pytest.approx(algbw * factor)
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert again.returncode == 0 and "0 rows written, 24 already there" in again.stdout
+
+
+@pytest.mark.slow
+def test_cold_timing_measures_single_calls_after_a_cache_sweep(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "calibration.collectives", "--collectives", "all_reduce", "--sizes", "4KiB:64KiB", "--cold", "1MiB",
+           "--no-progress", "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with (tmp_path / "collectives.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["size_bytes"]) for r in rows] == [4096, 8192, 16384, 32768, 65536]
+    assert all(int(r["reps"]) == collectives.COLD_REPS for r in rows)  # one call per rep
+    assert json.loads((tmp_path / "metadata.json").read_text())["cold_bytes"] == 2**20
+    bad = subprocess.run(cmd[:-2] + ["--cold", "lots", "--out", str(tmp_path / "x")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert bad.returncode != 0 and "--cold" in bad.stderr

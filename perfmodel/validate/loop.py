@@ -29,9 +29,9 @@ import pandas as pd
 from perfmodel.errors import InvalidInputError, PerfModelError
 from perfmodel.validate.measured import BadRow, Case, read_measured
 
-# memory-bound ops of a training step (perfmodel.workload.step) that the quick grid measures at one shape
 # gradient all-reduces follow compute that has swept the caches: time them so (8x a core's L2 here)
 COLD_BYTES = "32MiB"
+# memory-bound ops of a training step (perfmodel.workload.step) that the quick grid measures at one shape
 STEP_OPS = ("layernorm", "rmsnorm", "gelu", "swiglu", "residual_add", "rope", "cross_entropy",
             "embedding", "copy", "add", "scale", "sum", "adamw", "sgd", "sdpa", "train_step")
 
