@@ -240,20 +240,20 @@ def optimizer_cases(req: Request) -> list[dict]:
 
 
 def launch_cases(req: Request) -> list[dict]:
-    return [_case("launch_add", "fwd", "fp32"),
+    return [_case("launch_add", "fwd", "fp32"), _case("launch_add", "fwdbwd", "fp32"),
             _case("launch_mm", "fwd", _act_dtype(req) if req.gpu else "fp32", m=16, n=16, k=16)]
 
 
 def step_cases(req: Request) -> list[dict]:
     """Whole steps of tiny transformers (1..8 blocks of width 64): the per-kernel cost a step adds;
-    two wider ones whose arithmetic is not negligible: how much slower kernels run inside a step
+    four wider ones whose arithmetic is not negligible: how much slower kernels run inside a step
     than in a loop over one op (on a CPU, operands no longer in cache)."""
     dtype = _act_dtype(req)
     layers = (1, 2, 4) if req.quick else (1, 2, 4, 8)
     narrow = [_case("train_step", "step", dtype, layers=n, hidden=64, heads=2, seq=16, vocab=256, batch=1)
               for n in layers]
     wide = [_case("train_step", "step", dtype, layers=2, hidden=h, heads=4, seq=s, vocab=512, batch=2)
-            for h, s in ((160, 48), (224, 96))]
+            for h, s in ((160, 48), (192, 64), (224, 96), (256, 32))]
     return narrow + wide
 
 

@@ -324,7 +324,12 @@ def sgd(case, device, copies) -> Bench:
 
 
 def launch_add(case, device, copies) -> Bench:
-    """A one-element add: the cost of launching one kernel from eager PyTorch."""
+    """A one-element add: the cost of launching one kernel from eager PyTorch. 'fwdbwd': the add
+    and ``torch.autograd.grad`` of it, whose excess over two launches is what one backward call
+    costs the autograd engine (paid once per ``backward()`` in a step, once per call in a benchmark)."""
+    if case["phase"] == "fwdbwd":
+        x = torch.ones(1, device=device, requires_grad=True)
+        return Bench([_phase(lambda: x + 1.0, (x,), "fwdbwd")])
     x = torch.ones(1, device=device)
     y = torch.empty_like(x)
     return Bench([partial(torch.add, x, 1.0, out=y)])

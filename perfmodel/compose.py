@@ -390,9 +390,11 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     p = _params(model)
     # On a CPU host gloo's transfers run on the cores the backward pass occupies: nothing hides them
     # (measured, docs/distributed.md: DDP with overlap took as long as backward then one all-reduce).
-    hides = 0.0 if profile.host.get("serial") else 1.0
+    serial = bool(profile.host.get("serial"))
     dp_exposed = dp_comm_time(coll, lay, c, p, sts, timed, nb, parameter_server_links(cluster),
-                              [hides * _stage_time(st, timed, "b") for st in sts], bucket_copy_s=_copy_pricer(profile))
+                              [(not serial) * _stage_time(st, timed, "b") for st in sts],
+                              bucket_copy_s=_copy_pricer(profile),
+                              bucket_extra_s=float(profile.host.get("ddp_bucket_extra_s", 0.0)) if serial else 0.0)
     p2p = p2p_time(model, coll, lay, c, precision=precision)
     shard_ranks = np.where(c["hybrid"], lay["dp"][0], c["dp"])
     opt = 0.0

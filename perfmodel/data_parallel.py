@@ -52,6 +52,13 @@ def _bucketed(coll, collective, total, bucket, rpn, nodes, first=None):
     return t_head + full * t_bucket + t_rem, last, share
 
 
+def ddp_buckets(total_bytes, bucket):
+    """How many buckets PyTorch DDP reduces: the first of 1 MiB, then ``bucket`` bytes each."""
+    total = np.asarray(total_bytes, float)
+    rest = np.maximum(total - DDP_FIRST_BUCKET_BYTES, 0.0)
+    return np.where(total > 0, 1.0 + np.ceil(rest / bucket), 0.0)
+
+
 def _overlapped(all_s, last_s, first_share, window_s):
     """Exposed seconds of bucketed communication issued while ``window_s`` of compute runs.
 
@@ -167,14 +174,16 @@ def ps_time(c, params, window_s, links, grad_bytes=4.0):
     return push + one_way
 
 
-def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=None):
+def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=None, bucket_extra_s=0.0):
     """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server).
 
     Each stage's data-parallel group communicates its own parameters; the step ends
     when the slowest finishes. A stage other than the first finishes its last backward
     earlier (by the drain of the stages before it), which hides part of its traffic.
     ``backward_s[i]`` is stage i's backward seconds per micro-batch. ``bucket_copy_s(elements)``
-    prices DDP's passes over its gradient buckets (see :func:`ddp_bucket_passes`).
+    prices DDP's passes over its gradient buckets (see :func:`ddp_bucket_passes`);
+    ``bucket_extra_s`` is a host's measured cost per DDP bucket beyond them (a CPU host:
+    ``host["ddp_bucket_extra_s"]``, perfmodel/fit/overhead.py).
     """
     worst = 0.0
     for st, backward in zip(sts, backward_s):
@@ -186,6 +195,7 @@ def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=N
         shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
                          np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, backward, nb["grad"], nb["param"]),
                                   ddp_time(coll, lay, c, params, backward, nb["grad"])
+                                  + bucket_extra_s * ddp_buckets(params * nb["grad"], c["bucket"])
                                   + (0.0 if bucket_copy_s is None
                                      else ddp_bucket_passes(bucket_copy_s, params, c.get("framework", "pytorch")))))
         out = np.where(c["ps"] > 0, ps_time(c, params, backward, links, nb["grad"]), shard)

@@ -105,7 +105,8 @@ def test_another_machines_folder_is_refused_unless_forced(tmp_path, capsys):
     assert compute.main([*argv, "--force-mix"]) == 0
     assert json.loads((tmp_path / "metadata.json").read_text())["mixed"] is True
     rows = list(csv.DictReader((tmp_path / "compute.csv").open()))
-    assert [r["op"] for r in rows] == ["launch_add"] and float(rows[0]["time_s"]) > 0
+    assert [(r["op"], r["phase"]) for r in rows] == [("launch_add", "fwd"), ("launch_add", "fwdbwd")]
+    assert float(rows[0]["time_s"]) > 0
 
 
 def _env() -> dict:

@@ -212,8 +212,11 @@ def test_side_by_side_factor_is_the_median_step_ratio_and_refuses_unrelated_tabl
     alone = pd.concat([_steps(1.0), _cpu_table()], ignore_index=True)
     shared = [pd.concat([_steps(s), _cpu_table()], ignore_index=True) for s in (1.2, 1.3)]
     found = host.side_by_side_factor(alone, shared)
-    assert found["side_by_side_factor"] == pytest.approx(1.25)  # median of 1.2 x3 and 1.3 x3
+    assert found["side_by_side_factor"] == pytest.approx(1.25)  # (1.2 + 1.3) x the same steps / 2x them
     assert "6 train_step rows of 2 side-by-side table(s)" in found["side_by_side_source"]
+    uneven = [pd.concat([_steps(1.0, layers=(1, 2)), _steps(2.0, layers=(8,))], ignore_index=True)]
+    # a ratio of sums: the 8-block step (time 8 -> 16) outweighs the two short ones (3 -> 3)
+    assert host.side_by_side_factor(_steps(1.0, layers=(1, 2, 8)), uneven)["side_by_side_factor"] == pytest.approx(19 / 11)
     slower = _cpu_table().assign(time_s=lambda t: 2 * t.time_s)  # no steps: every matched row counts
     assert host.side_by_side_factor(_cpu_table(), [slower])["side_by_side_factor"] == pytest.approx(2.0)
     with pytest.raises(InvalidInputError, match="share no measurement with the table measured alone"):

@@ -97,7 +97,7 @@ def phase_time(profile: Profile, kernels: list[Kernel]):
     quantity its eager microbenchmark measured. A profile fitted to whole tiny
     steps adds ``host["cpu_extra_per_kernel_s"]`` to each kernel's CPU time
     (what module calls and autograd add around it) and, on a CPU, scales each
-    kernel's compute by ``host["in_step_compute_factor"]`` (perfmodel/fit/overhead.py).
+    GEMM's compute by ``host["in_step_compute_factor"]`` (perfmodel/fit/overhead.py).
     """
     serial = bool(profile.host.get("serial"))
     extra = float(profile.host.get("cpu_extra_per_kernel_s", 0.0)) * _side_by_side(profile)  # module/autograd
@@ -107,7 +107,7 @@ def phase_time(profile: Profile, kernels: list[Kernel]):
     wall = 0.0
     for kern in kernels:
         g, c = kernel_time(profile, kern)
-        g = g * in_step
+        g = g * in_step if kern.cls == "gemm" else g
         count = np.asarray(kern.count, float)
         gpu = gpu + g * count
         cpu = cpu + (c + extra) * count

@@ -52,7 +52,7 @@ def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
     source = ", ".join(str(Path(f).name) for f in compute) or "no compute tables"
     on_cpu = any(_metadata(f).get("device") == "cpu" for f in folders)
     fitter = ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}",
-                           power_limited=not on_cpu).fit(table)
+                           power_limited=not on_cpu, serial=on_cpu).fit(table)
     fitter.table_ = table
     fitter.on_cpu_ = on_cpu
     return fitter

@@ -125,9 +125,10 @@ class ComputeFitter:
     """Fit every compute class found in a table; keep the best of the candidate forms by CV."""
 
     def __init__(self, *, sms: int = 132, folds: int = 5, seed: int = 0, mem_bw_bytes_per_s: float = 4.0e12,
-                 source: str = "", power_limited: bool = True):
+                 source: str = "", power_limited: bool = True, serial: bool = False):
         self.sms = sms
         self.power_limited = power_limited  # a GPU: long back-to-back GEMM load meets its power limit
+        self.serial = serial  # a CPU: a benchmark's per-call host costs add to its op's time
         self.folds = folds
         self.seed = seed
         self.mem_bw_bytes_per_s = mem_bw_bytes_per_s
@@ -142,6 +143,9 @@ class ComputeFitter:
         self.host_: dict[str, float] = {}
         rows = []
         self.points_: dict[str, tuple] = {}  # class -> (measured, fitted) for residual plots
+        self.autograd_call_s_ = self._autograd_call_s(table) if self.serial else 0.0
+        if self.autograd_call_s_ > 0:
+            self.host_["autograd_call_s"] = self.autograd_call_s_
         for key, fn in self._jobs(table):
             self._key = key
             entry = fn()
@@ -254,7 +258,7 @@ class ComputeFitter:
         if which == "fwd":
             y_series = fwd
         else:  # backward = forward+backward minus forward of the same configuration
-            y_series = (both - fwd).dropna()
+            y_series = (both - fwd).dropna() - self.autograd_call_s_
             y_series = y_series[y_series > 0]
         if len(y_series) < MIN_POINTS:
             return None
@@ -328,6 +332,9 @@ class ComputeFitter:
         graph = sub[(sub.phase == "fwdbwd") & (sub.timing == "graph")]
         use_graph = len(graph) >= MIN_POINTS
         both = graph if use_graph else sub[(sub.phase == "fwdbwd") & (sub.timing == "eager")]
+        if not use_graph and self.autograd_call_s_ > 0:  # serial host: the engine's per-call cost adds
+            both = both.assign(time_s=both.time_s - self.autograd_call_s_)
+            both = both[both.time_s > 0]
         fwd_entry = self.entries_.get(f"{sub.op.iloc[0]}:{measured_dtype}:fwd")
         if len(both) < MIN_POINTS or fwd_entry is None:
             return None
@@ -378,6 +385,17 @@ class ComputeFitter:
         X, y = {"params": sub.params.to_numpy(float)}, sub.time_s.to_numpy(float)
         free = {"t0": Free(1e-5, 1e-8, 1e-2), "beta": Free(1e-11, 1e-14, 1e-8)}
         return self._best({"per_param": ("per_param", {}, free)}, X, y)
+
+    @staticmethod
+    def _autograd_call_s(table) -> float:
+        """What one ``torch.autograd.grad`` call costs beyond its kernels: a one-element add's
+        forward+backward less two of its launches. An eager fwdbwd benchmark pays it on every call;
+        a step pays it once, so on a serial host it is taken out of each backward before fitting."""
+        add = table[(table.op == "launch_add") & (table.timing == "eager") & (table.time_s > 0)]
+        fwd, both = add[add.phase == "fwd"].time_s, add[add.phase == "fwdbwd"].time_s
+        if fwd.empty or both.empty:
+            return 0.0
+        return max(float(both.min()) - 2 * float(fwd.min()), 0.0)
 
     def _fit_host(self, table):
         """Eager CPU cost per kernel launch, from tiny kernels eager vs in a CUDA graph."""

@@ -12,18 +12,25 @@ models; the difference is regressed on the number of kernels in the step::
 kernel (on a GPU it only matters where the host is the bottleneck: small
 models, eager mode); ``a`` (``host["step_extra_s"]``) once per step on a
 device without a launch queue (a CPU), where it adds to the step. Both are
-clipped at zero: a profile never gets faster from this term.
+kept >= 0 (a profile never gets faster from this term); each step's equation
+is divided by its measured time and fitted with a soft-L1 loss, so one step
+timed while the machine was busy does not set the terms.
 
-On a CPU the rows also hold two wider models whose arithmetic is not
-negligible, and a third term prices how much slower the kernels run inside a
-step than in a loop over one op (their operands are no longer in cache)::
+On a CPU the rows also hold four wider models whose arithmetic is not
+negligible, and a third term prices how much slower the GEMMs run inside a
+step than in a loop over one op (their weights are no longer in cache)::
 
-    measured − predicted = a + e · N_kernels + f · T_kernels
+    measured − predicted = a + e · N_kernels + f · T_gemm
 
-with T_kernels the predicted compute seconds of the step's kernels; ``1 + f``
-(``host["in_step_compute_factor"]``) multiplies every kernel's compute time on
-that host. On a GPU the rows are launch-bound (their kernel time is hidden
+with T_gemm the predicted compute seconds of the step's GEMMs; ``1 + f``
+(``host["in_step_compute_factor"]``) multiplies every GEMM's compute time on
+that host (per-op profiles of CPU steps show the GEMMs 26–30% slower than
+their loop timing and the memory-bound ops at it). On a GPU the rows are launch-bound (their kernel time is hidden
 behind the host), so f is not fitted there.
+
+``fit_ddp_overhead`` does the same for data parallelism on a CPU host: tiny
+DDP steps measured under ``torch.distributed.run`` against their prediction
+give a cost per gradient bucket (``host["ddp_bucket_extra_s"]``).
 """
 
 from __future__ import annotations
@@ -79,7 +86,7 @@ def fit_step_overhead(profile, table: pd.DataFrame, gpu) -> dict:
             predicted = pm.predict(model, cluster, Strategy(dp=1, micro_batch=int(row.batch), precision=precision),
                                    profile=profile).step_time
             fwd, bwd = step_kernels(model, int(row.batch), precision=precision)
-            t.append(float(phase_time(profile, fwd)[1] + phase_time(profile, bwd)[1]))
+            t.append(sum(float(phase_time(profile, [k for k in ks if k.cls == "gemm"])[1]) for ks in (fwd, bwd)))
         except PerfModelError:  # a class the profile cannot price: no overhead term rather than a wrong one
             return {}
         n.append(kernel_count(model, int(row.batch), precision, (fwd, bwd)))
@@ -90,7 +97,8 @@ def fit_step_overhead(profile, table: pd.DataFrame, gpu) -> dict:
     with_f = bool(profile.host.get("serial")) and len(rows) >= 4 and _independent(n, t)
     if with_f:
         columns.append(t)
-    coef = _nonnegative_lstsq(np.column_stack(columns), r)
+    # relative residuals, robust loss: one step timed while the machine was busy must not set the factor
+    coef = _robust_nonnegative(np.column_stack(columns), r, rows.time_s.to_numpy(float))
     out = {"cpu_extra_per_kernel_s": float(coef[1]), "step_extra_s": float(coef[0]),
            "step_overhead_source": f"fitted to {len(rows)} train_step rows "
                                    f"({int(rows.layers.min())}-{int(rows.layers.max())} blocks): "
@@ -109,8 +117,49 @@ def _independent(n, t) -> bool:
     return float(np.max(np.abs(t - fitted))) > 0.1 * float(np.max(t))
 
 
-def _nonnegative_lstsq(A, b):
-    """Least squares with every coefficient >= 0 (a profile never gets faster from these terms)."""
-    from scipy.optimize import nnls
+ROBUST_SCALE = 0.02  # residuals beyond 2% of a step's time count linearly, not squared (soft L1)
 
-    return nnls(A, b)[0]
+
+def _robust_nonnegative(A, b, scale):
+    """Coefficients >= 0 (a profile never gets faster from these terms) fitting A·x = b with each
+    row divided by ``scale`` (its measured time) and a soft-L1 loss: least squares on the rows
+    that agree, outliers (a step slowed by other load) pulled in less."""
+    from scipy.optimize import least_squares, nnls
+
+    w = 1.0 / np.asarray(scale, float)
+    start = nnls(A * w[:, None], b * w)[0]
+    if not A.any():
+        return start
+    fit = least_squares(lambda x: (A @ x - b) * w, start, bounds=(0.0, np.inf), loss="soft_l1",
+                        f_scale=ROBUST_SCALE, x_scale="jac")
+    x = fit.x
+    x[np.max(np.abs(A), axis=0) * x < 1e-9] = 0.0  # a term adding under a nanosecond is the bound itself
+    return x
+
+
+def fit_ddp_overhead(profile, cases) -> dict:
+    """A serial host's cost per DDP bucket beyond the priced all-reduce and bucket copies.
+
+    On a CPU the all-reduce a DDP step issues takes longer than the same call
+    timed in a loop (it follows the rank's backward, waits for the slowest rank,
+    and wakes gloo's threads on busy cores; docs/distributed.md). ``cases``:
+    measured DDP steps of tiny models (``perfmodel.validate.read_measured``);
+    ``profile``: the host's data-parallel profile without this term. The fit is
+    the median over the steps of (measured − predicted) / N_buckets, clipped at
+    zero; ``host["ddp_bucket_extra_s"]`` then adds it per bucket on that host.
+    """
+    from perfmodel.data_parallel import ddp_buckets
+    from perfmodel.predict import predict
+
+    per_bucket = []
+    for case in cases:
+        s = case.strategy
+        if s.dp < 2 or s.shard or s.ps_servers:
+            continue
+        gap = case.measured - predict(case.model, case.cluster, s, profile=profile).step_time
+        per_bucket.append(gap / float(ddp_buckets(4.0 * case.model.params / s.tp / s.pp, s.bucket_mb * 1e6)))
+    if not per_bucket:
+        return {}
+    return {"ddp_bucket_extra_s": max(float(np.median(per_bucket)), 0.0),
+            "ddp_bucket_extra_source": f"median over {len(per_bucket)} measured DDP steps of tiny models: "
+                                       "(measured - predicted) / DDP buckets"}

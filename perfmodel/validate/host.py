@@ -124,7 +124,8 @@ SHAPE_COLUMNS = ("tokens", "hidden", "vocab", "batch", "heads", "seq", "head_dim
 def few_point_entries(profile, table: pd.DataFrame) -> dict:
     """Entries for memory-bound classes the fitter skipped (1-3 points), from their own points.
 
-    Backward = the forward+backward row minus the forward row of the same shape.
+    Backward = the forward+backward row minus the forward row of the same shape and minus the
+    autograd engine's per-call cost (``host["autograd_call_s"]``).
     """
     from perfmodel.fit.compute import MEM_OPS, mem_elements
 
@@ -137,7 +138,8 @@ def few_point_entries(profile, table: pd.DataFrame) -> dict:
             out[f"{key}:fwd"] = _per_element(mem_elements(fwd), fwd.time_s.to_numpy(float), launch)
         pairs = sub[sub.phase == "fwdbwd"].merge(fwd[[*SHAPE_COLUMNS, "time_s"]], on=list(SHAPE_COLUMNS),
                                                  suffixes=("", "_fwd"))
-        rest = (pairs.time_s - pairs.time_s_fwd).to_numpy(float)
+        # less what the autograd engine costs per backward call (fit/compute.py), paid once per step
+        rest = (pairs.time_s - pairs.time_s_fwd).to_numpy(float) - profile.host.get("autograd_call_s", 0.0)
         if f"{key}:bwd" not in profile.compute and (rest > 0).any():
             good = pairs[rest > 0]
             out[f"{key}:bwd"] = _per_element(mem_elements(good), rest[rest > 0], launch)
@@ -184,30 +186,30 @@ MEASURE_COLUMNS = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "devic
 def side_by_side_factor(alone: pd.DataFrame, shared: list[pd.DataFrame]) -> dict:
     """How much slower a step runs while the host's other processes compute at once.
 
-    The median, over every side-by-side table, of (time side by side) / (time
-    alone) for the same measurement: the whole tiny training steps (``train_step``
-    rows) when both tables have them, else every matched row. Returned as host
-    fields (``side_by_side_factor`` and its source). One ratio of many rows is far
-    steadier than a second profile fitted to the side-by-side tables alone, whose
-    own fitting noise (its in-step factor moved 1.03-1.39 between calibrations of
-    this kind) would land in every multi-process prediction.
+    Σ time side by side / Σ time alone over the same measurements of every
+    side-by-side table: the whole tiny training steps (``train_step`` rows) when
+    the tables have them, else every matched row. A ratio of sums weighs the
+    longer steps, whose timings are steadier (the 1-block step's ratio ranged
+    0.72-0.88 in one calibration where the whole ratio was 0.99-1.00). Returned
+    as host fields (``side_by_side_factor`` and its source). One ratio of many
+    rows is far steadier than a second profile fitted to the side-by-side tables
+    alone, whose own fitting noise (its in-step factor moved 1.03-1.39 between
+    calibrations of this kind) would land in every multi-process prediction.
     """
     keys = [c for c in alone.columns if c not in MEASURE_COLUMNS]
-    ratios, what = [], "train_step"
+    pairs = []
     for table in shared:
         both = alone.merge(table, on=[k for k in keys if k in table.columns], suffixes=("", "_shared"))
-        both = both[(both.time_s > 0) & (both.time_s_shared > 0)]
-        steps = both[both.op == "train_step"]
-        if steps.empty:
-            steps, what = both, "all"
-        ratios.append((steps.time_s_shared / steps.time_s).to_numpy(float))
-    ratios = np.concatenate(ratios) if ratios else np.array([])
-    if ratios.size == 0:
+        pairs.append(both[(both.time_s > 0) & (both.time_s_shared > 0)])
+    both = pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame()
+    if both.empty:
         raise InvalidInputError("the side-by-side tables share no measurement with the table measured alone: "
                                 "cannot tell how much the processes slow each other")
-    rows = "train_step rows" if what == "train_step" else "matched rows"
-    return {"side_by_side_factor": float(np.median(ratios)),
-            "side_by_side_source": f"median time ratio side by side / alone over {ratios.size} {rows} "
+    steps = both[both.op == "train_step"]
+    rows = f"{len(steps)} train_step rows" if len(steps) else f"{len(both)} matched rows"
+    used = steps if len(steps) else both
+    return {"side_by_side_factor": float(used.time_s_shared.sum() / used.time_s.sum()),
+            "side_by_side_source": f"sum of times side by side / alone over {rows} "
                                    f"of {len(shared)} side-by-side table(s)"}
 
 

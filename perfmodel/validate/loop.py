@@ -20,7 +20,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +71,13 @@ _LLAMA_1B = {"layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 4, "seq": 20
 # The first three are the configurations of the H200 development steps (train_dev.jsonl); the rest
 # were never looked at while the cost model was built: other sizes, an unpadded vocabulary
 # (misaligned lm-head GEMMs), recomputation, gradient accumulation, a Llama-style block.
+# Tiny DDP steps calibration times on a CPU host (not the validation models): one gradient bucket
+# (0.5 MB), two (1.5 MB), two (5.3 MB); fit/overhead.fit_ddp_overhead turns them into a per-bucket cost.
+DDP_CALIBRATION_RUNS = (
+    Run("ddp-calibration", {"layers": 2, "hidden": 64, "heads": 2, "seq": 32, "vocab": 512}, 2, procs=2),
+    Run("ddp-calibration", {"layers": 3, "hidden": 96, "heads": 4, "seq": 40, "vocab": 512}, 2, procs=2),
+    Run("ddp-calibration", {"layers": 4, "hidden": 160, "heads": 4, "seq": 48, "vocab": 512}, 2, procs=2),
+)
 GPU_RUNS = (
     Run("gpt2-small", _GPT2_SMALL, 8), Run("gpt2-small", _GPT2_SMALL, 32), Run("gpt-1.3b", _GPT_1B3, 4),
     Run("llama-like-1b", _LLAMA_1B, 4),
@@ -234,6 +241,20 @@ def _shared_profile(profile, alone: pd.DataFrame, shared: list[Path], shared_gpu
                    {**profile.host, **factor}, meta)
 
 
+def _ddp_overhead(profile, out_csv: Path, node: Path, procs: int, threads: int, log) -> dict:
+    """Time the tiny DDP calibration steps (once: a rerun reuses ``out_csv``) and fit the per-bucket cost."""
+    from perfmodel.fit.overhead import fit_ddp_overhead
+
+    if not out_csv.exists():
+        runs = [replace(r, procs=procs) for r in DDP_CALIBRATION_RUNS]
+        failures = measure_runs(runs, out_csv, target=lambda run: (str(node.resolve()), None), threads=threads,
+                                steps=20, warmup=3, log=log)
+        if failures:
+            raise PerfModelError("DDP calibration steps failed: " + "; ".join(failures))
+    cases, _ = read_measured(out_csv)
+    return fit_ddp_overhead(profile, cases)
+
+
 def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, quick: bool = True,
                    budget_s: float | None = None, log=print) -> Host:
     """Measure this CPU host alone and with ``procs`` processes side by side; fit both profiles."""
@@ -261,7 +282,9 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
     link = host.loopback_link(pd.read_csv(shared[0] / "collectives.csv"))
     host.write_host_node(files["node"], shared_gpu, link, procs)
     profile, solo_table = _fit([solo], files["gpu"], files["profile"])
-    _shared_profile(profile, solo_table, shared, shared_gpu).save(files["shared_profile"])
+    together = _shared_profile(profile, solo_table, shared, shared_gpu)
+    together.host.update(_ddp_overhead(together, shared[0] / "ddp_steps.csv", files["node"], procs, threads, log))
+    together.save(files["shared_profile"])
     notes = tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
     notes += tuple(f"alias: {k} = gemm:fp32 (no bf16 on this host)" for k in profile.meta["aliased_classes"])
     return Host(**files, notes=notes)
