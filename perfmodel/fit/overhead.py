@@ -25,8 +25,9 @@ step than in a loop over one op (their weights are no longer in cache)::
 with T_gemm the predicted compute seconds of the step's GEMMs; ``1 + f``
 (``host["in_step_compute_factor"]``) multiplies every GEMM's compute time on
 that host (per-op profiles of CPU steps show the GEMMs 26–30% slower than
-their loop timing and the memory-bound ops at it). On a GPU the rows are launch-bound (their kernel time is hidden
-behind the host), so f is not fitted there.
+their loop timing and the memory-bound ops at it). On a GPU the rows are
+launch-bound (their kernel time is hidden behind the host), so f is not
+fitted there.
 
 ``fit_ddp_overhead`` does the same for data parallelism on a CPU host: tiny
 DDP steps measured under ``torch.distributed.run`` against their prediction

@@ -64,13 +64,6 @@ CPU_RUNS = QUICK_RUNS + (
     Run("small-gpt", _SMALL_GPT, 4, recompute="full"), Run("small-gpt", _SMALL_GPT, 2, procs=2, fsdp="full"),
     Run("gpt-6l-384", {"layers": 6, "hidden": 384, "heads": 6, "seq": 256, "vocab": 4096}, 2),
 )
-_GPT2_SMALL = {"layers": 12, "hidden": 768, "heads": 12, "seq": 1024, "vocab": 50304}
-_GPT_1B3 = {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "vocab": 50304}
-_LLAMA_1B = {"layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 4, "seq": 2048, "vocab": 32000,
-             "activation": "swiglu", "norm": "rmsnorm", "bias": False, "position": "rotary"}
-# The first three are the configurations of the H200 development steps (train_dev.jsonl); the rest
-# were never looked at while the cost model was built: other sizes, an unpadded vocabulary
-# (misaligned lm-head GEMMs), recomputation, gradient accumulation, a Llama-style block.
 # Tiny DDP steps calibration times on a CPU host (not the validation models): one gradient bucket
 # (0.5 MB), two (1.5 MB), two (5.3 MB); fit/overhead.fit_ddp_overhead turns them into a per-bucket cost.
 DDP_CALIBRATION_RUNS = (
@@ -78,6 +71,13 @@ DDP_CALIBRATION_RUNS = (
     Run("ddp-calibration", {"layers": 3, "hidden": 96, "heads": 4, "seq": 40, "vocab": 512}, 2, procs=2),
     Run("ddp-calibration", {"layers": 4, "hidden": 160, "heads": 4, "seq": 48, "vocab": 512}, 2, procs=2),
 )
+_GPT2_SMALL = {"layers": 12, "hidden": 768, "heads": 12, "seq": 1024, "vocab": 50304}
+_GPT_1B3 = {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "vocab": 50304}
+_LLAMA_1B = {"layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 4, "seq": 2048, "vocab": 32000,
+             "activation": "swiglu", "norm": "rmsnorm", "bias": False, "position": "rotary"}
+# The first three are the configurations of the H200 development steps (train_dev.jsonl); the rest
+# were never looked at while the cost model was built: other sizes, an unpadded vocabulary
+# (misaligned lm-head GEMMs), recomputation, gradient accumulation, a Llama-style block.
 GPU_RUNS = (
     Run("gpt2-small", _GPT2_SMALL, 8), Run("gpt2-small", _GPT2_SMALL, 32), Run("gpt-1.3b", _GPT_1B3, 4),
     Run("llama-like-1b", _LLAMA_1B, 4),
@@ -95,9 +95,10 @@ class Host:
     """A calibrated CPU host: what one process alone runs on, and what processes side by side run on.
 
     ``gpu``/``profile``: the host as one device with the machine to itself.
-    ``node``/``shared_profile``: ``procs`` devices measured while all of them
-    compute at once (cores, caches and memory bandwidth are shared on a CPU,
-    unlike GPUs), joined by the measured gloo loopback link.
+    ``node``/``shared_profile``: ``procs`` devices joined by the measured gloo
+    loopback link; the profile is the lone one scaled by how much slower the
+    processes run side by side (cores, caches and memory bandwidth are shared
+    on a CPU, unlike GPUs), with the DDP per-bucket cost.
     """
 
     gpu: Path
@@ -257,7 +258,8 @@ def _ddp_overhead(profile, out_csv: Path, node: Path, procs: int, threads: int, 
 
 def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, quick: bool = True,
                    budget_s: float | None = None, log=print) -> Host:
-    """Measure this CPU host alone and with ``procs`` processes side by side; fit both profiles."""
+    """Measure this CPU host alone, with ``procs`` processes side by side, its gloo all-reduce and
+    tiny DDP steps; fit the lone profile and derive the side-by-side one from it."""
     from perfmodel.validate import host
 
     work = Path(work_dir)
