@@ -24,7 +24,7 @@ from pathlib import Path
 from calibration.env import identity
 from perfmodel.errors import InvalidInputError
 from perfmodel.fit.nccl_tests import COLLECTIVE_KEY_COLUMNS
-from perfmodel.fit.tables import COLLECTIVE_COLUMNS, COMPUTE_COLUMNS
+from perfmodel.fit.tables import COLLECTIVE_COLUMNS, COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS
 
 __all__ = [
     "COLLECTIVE_COLUMNS",
@@ -36,10 +36,6 @@ __all__ = [
     "format_value",
     "update_metadata",
 ]
-
-_MEASURED = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "device")
-#: What identifies a compute measurement: everything but the measured values.
-COMPUTE_KEY_COLUMNS = tuple(c for c in COMPUTE_COLUMNS if c not in _MEASURED)
 
 
 class MixedMachineError(InvalidInputError):

@@ -33,30 +33,37 @@ def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
     return [("all_reduce", 1)]
 
 
+def _split(total, bucket, first=None):
+    """(first bucket's bytes, full buckets, their bytes, remainder bytes) of ``total`` bytes in
+    buckets of ``bucket``, the first capped at ``first`` (PyTorch DDP: 1 MiB) when given."""
+    total = np.asarray(total, float)
+    head = np.minimum(total, first) if first is not None else np.zeros_like(total)
+    rest = total - head
+    size = np.minimum(bucket, np.maximum(rest, 1.0))
+    full = np.floor(rest / size)
+    return head, full, size, rest - full * size
+
+
 def _bucketed(coll, collective, total, bucket, rpn, nodes, first=None):
     """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets.
 
     ``first`` caps the first bucket (PyTorch DDP: 1 MiB, so communication starts early in backward).
     """
-    total = np.asarray(total, float)
-    head = np.minimum(total, first) if first is not None else 0.0
-    t_head = hierarchical_time(coll, collective, np.maximum(head, 1.0), rpn, nodes, algorithm="ring") * (head > 0)
-    rest = total - head
-    bucket = np.minimum(bucket, np.maximum(rest, 1.0))
-    full = np.floor(rest / bucket)
-    rem = rest - full * bucket
-    t_bucket = hierarchical_time(coll, collective, bucket, rpn, nodes, algorithm="ring") * (full > 0)
-    t_rem = hierarchical_time(coll, collective, np.maximum(rem, 1.0), rpn, nodes, algorithm="ring") * (rem > 0)
+    head, full, size, rem = _split(total, bucket, first)
+
+    def seconds(nbytes, present):
+        return hierarchical_time(coll, collective, np.maximum(nbytes, 1.0), rpn, nodes, algorithm="ring") * present
+
+    t_head, t_bucket, t_rem = seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0)
     last = np.where(rem > 0, t_rem, np.where(full > 0, t_bucket, t_head))
-    share = np.where(head > 0, head, bucket) / np.maximum(total, 1.0)
+    share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
     return t_head + full * t_bucket + t_rem, last, share
 
 
 def ddp_buckets(total_bytes, bucket):
     """How many buckets PyTorch DDP reduces: the first of 1 MiB, then ``bucket`` bytes each."""
-    total = np.asarray(total_bytes, float)
-    rest = np.maximum(total - DDP_FIRST_BUCKET_BYTES, 0.0)
-    return np.where(total > 0, 1.0 + np.ceil(rest / bucket), 0.0)
+    head, full, _, rem = _split(total_bytes, bucket, DDP_FIRST_BUCKET_BYTES)
+    return (head > 0) + full + (rem > 0)
 
 
 def _overlapped(all_s, last_s, first_share, window_s):

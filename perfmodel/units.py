@@ -120,14 +120,20 @@ def _parse(value, field: str, what: str, factor_of) -> float:
     return _float(number * (factor_of(unit) if unit else 1), field, what, value)
 
 
+def _match(pattern, unit: str, field: str, what: str, value):
+    """``pattern``'s match of ``unit``, or the error naming ``field`` and what is valid."""
+    match = pattern.match(unit)
+    if not match:
+        raise _fail(field, what, value)
+    return match
+
+
 def parse_bytes(value, field: str = "size") -> float:
     """Bytes from ``"80GiB"``, ``"141GB"``, ``"40 GB"``, ``"512MiB"`` or ``1024``."""
     what = "a size like '80GiB' or '141GB'"
 
     def factor(unit):
-        match = _SIZE_UNIT.match(unit)
-        if not match:
-            raise _fail(field, what, value)
+        match = _match(_SIZE_UNIT, unit, field, what, value)
         if match.group("unit") in _BITS:
             raise _fail(field, what, value, " (b is a bit; write B for bytes)")
         return _PREFIXES[match.group("prefix")]
@@ -139,9 +145,7 @@ def parse_bandwidth(value, field: str = "bandwidth") -> float:
     what = "a bandwidth like '400Gb/s' or '900GB/s'"
 
     def factor(unit):
-        match = _RATE_UNIT.match(unit)
-        if not match:
-            raise _fail(field, what, value)
+        match = _match(_RATE_UNIT, unit, field, what, value)
         bits = match.group("unit") in _BITS
         return _PREFIXES[match.group("prefix")] / (8 if bits else 1)  # 8 bits per byte
     return _parse(value, field, what, factor)
@@ -152,9 +156,7 @@ def parse_flops(value, field: str = "flops") -> float:
     what = "a rate like '989TFLOPS' or '19.5e12'"
 
     def factor(unit):
-        match = _FLOPS_UNIT.match(unit.lower())
-        if not match:
-            raise _fail(field, what, value)
+        match = _match(_FLOPS_UNIT, unit.lower(), field, what, value)
         return _FLOPS_PREFIXES[match.group("prefix")]
     return _parse(value, field, what, factor)
 

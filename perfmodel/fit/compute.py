@@ -121,6 +121,27 @@ def _size_weights(x):
     return np.where(np.asarray(x, float) * 4 >= 2**20, 1.0, SMALL_WEIGHT)
 
 
+def _autograd_call_s(table) -> float:
+    """What one ``torch.autograd.grad`` call costs beyond its kernels: a one-element add's
+    forward+backward less two of its launches."""
+    add = table[(table.op == "launch_add") & (table.timing == "eager") & (table.time_s > 0)]
+    fwd, both = add[add.phase == "fwd"].time_s, add[add.phase == "fwdbwd"].time_s
+    if fwd.empty or both.empty:
+        return 0.0
+    return max(float(both.min()) - 2 * float(fwd.min()), 0.0)
+
+
+def without_autograd_call(table: pd.DataFrame, seconds: float) -> pd.DataFrame:
+    """The table with ``seconds`` taken off every eager fwdbwd row: the autograd engine's per-call
+    cost, which a benchmark pays on every call and a step once (on a serial host it adds to the
+    op's time). Rows it leaves at or below zero are dropped."""
+    if seconds <= 0:
+        return table
+    hit = (table.phase == "fwdbwd") & (table.timing == "eager")
+    out = table.assign(time_s=np.where(hit, table.time_s - seconds, table.time_s))
+    return out[out.time_s > 0]
+
+
 class ComputeFitter:
     """Fit every compute class found in a table; keep the best of the candidate forms by CV."""
 
@@ -143,9 +164,11 @@ class ComputeFitter:
         self.host_: dict[str, float] = {}
         rows = []
         self.points_: dict[str, tuple] = {}  # class -> (measured, fitted) for residual plots
-        self.autograd_call_s_ = self._autograd_call_s(table) if self.serial else 0.0
-        if self.autograd_call_s_ > 0:
-            self.host_["autograd_call_s"] = self.autograd_call_s_
+        if self.serial:  # a benchmark pays the autograd engine per call, a step once: take it out
+            autograd = _autograd_call_s(table)
+            if autograd > 0:
+                self.host_["autograd_call_s"] = autograd
+                table = without_autograd_call(table, autograd)
         for key, fn in self._jobs(table):
             self._key = key
             entry = fn()
@@ -258,7 +281,7 @@ class ComputeFitter:
         if which == "fwd":
             y_series = fwd
         else:  # backward = forward+backward minus forward of the same configuration
-            y_series = (both - fwd).dropna() - self.autograd_call_s_
+            y_series = (both - fwd).dropna()
             y_series = y_series[y_series > 0]
         if len(y_series) < MIN_POINTS:
             return None
@@ -332,9 +355,6 @@ class ComputeFitter:
         graph = sub[(sub.phase == "fwdbwd") & (sub.timing == "graph")]
         use_graph = len(graph) >= MIN_POINTS
         both = graph if use_graph else sub[(sub.phase == "fwdbwd") & (sub.timing == "eager")]
-        if not use_graph and self.autograd_call_s_ > 0:  # serial host: the engine's per-call cost adds
-            both = both.assign(time_s=both.time_s - self.autograd_call_s_)
-            both = both[both.time_s > 0]
         fwd_entry = self.entries_.get(f"{sub.op.iloc[0]}:{measured_dtype}:fwd")
         if len(both) < MIN_POINTS or fwd_entry is None:
             return None
@@ -385,17 +405,6 @@ class ComputeFitter:
         X, y = {"params": sub.params.to_numpy(float)}, sub.time_s.to_numpy(float)
         free = {"t0": Free(1e-5, 1e-8, 1e-2), "beta": Free(1e-11, 1e-14, 1e-8)}
         return self._best({"per_param": ("per_param", {}, free)}, X, y)
-
-    @staticmethod
-    def _autograd_call_s(table) -> float:
-        """What one ``torch.autograd.grad`` call costs beyond its kernels: a one-element add's
-        forward+backward less two of its launches. An eager fwdbwd benchmark pays it on every call;
-        a step pays it once, so on a serial host it is taken out of each backward before fitting."""
-        add = table[(table.op == "launch_add") & (table.timing == "eager") & (table.time_s > 0)]
-        fwd, both = add[add.phase == "fwd"].time_s, add[add.phase == "fwdbwd"].time_s
-        if fwd.empty or both.empty:
-            return 0.0
-        return max(float(both.min()) - 2 * float(fwd.min()), 0.0)
 
     def _fit_host(self, table):
         """Eager CPU cost per kernel launch, from tiny kernels eager vs in a CUDA graph."""

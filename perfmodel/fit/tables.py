@@ -21,6 +21,9 @@ COMPUTE_COLUMNS = (
     "cout", "hw", "kernel", "stride", "layers", "time_s", "time_min_s", "time_p90_s", "reps", "inner",
     "device",
 )
+_MEASURED = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "device")
+#: What identifies a compute measurement: everything but the measured values.
+COMPUTE_KEY_COLUMNS = tuple(c for c in COMPUTE_COLUMNS if c not in _MEASURED)
 COLLECTIVE_COLUMNS = (
     "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node", "size_bytes",
     "dtype", "time_s", "time_min_s", "algbw_GBps", "busbw_GBps", "reps", "world_size",

@@ -127,8 +127,9 @@ def few_point_entries(profile, table: pd.DataFrame) -> dict:
     Backward = the forward+backward row minus the forward row of the same shape and minus the
     autograd engine's per-call cost (``host["autograd_call_s"]``).
     """
-    from perfmodel.fit.compute import MEM_OPS, mem_elements
+    from perfmodel.fit.compute import MEM_OPS, mem_elements, without_autograd_call
 
+    table = without_autograd_call(table, profile.host.get("autograd_call_s", 0.0))
     launch = _launch_s(table)
     out = {}
     for (op, dtype), sub in table[table.op.isin(MEM_OPS) & (table.time_s > 0)].groupby(["op", "dtype"]):
@@ -138,8 +139,7 @@ def few_point_entries(profile, table: pd.DataFrame) -> dict:
             out[f"{key}:fwd"] = _per_element(mem_elements(fwd), fwd.time_s.to_numpy(float), launch)
         pairs = sub[sub.phase == "fwdbwd"].merge(fwd[[*SHAPE_COLUMNS, "time_s"]], on=list(SHAPE_COLUMNS),
                                                  suffixes=("", "_fwd"))
-        # less what the autograd engine costs per backward call (fit/compute.py), paid once per step
-        rest = (pairs.time_s - pairs.time_s_fwd).to_numpy(float) - profile.host.get("autograd_call_s", 0.0)
+        rest = (pairs.time_s - pairs.time_s_fwd).to_numpy(float)
         if f"{key}:bwd" not in profile.compute and (rest > 0).any():
             good = pairs[rest > 0]
             out[f"{key}:bwd"] = _per_element(mem_elements(good), rest[rest > 0], launch)
@@ -180,9 +180,6 @@ def complete_profile(profile, table: pd.DataFrame, gpu=None):
     return done
 
 
-MEASURE_COLUMNS = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "device")
-
-
 def side_by_side_factor(alone: pd.DataFrame, shared: list[pd.DataFrame]) -> dict:
     """How much slower a step runs while the host's other processes compute at once.
 
@@ -196,10 +193,12 @@ def side_by_side_factor(alone: pd.DataFrame, shared: list[pd.DataFrame]) -> dict
     alone, whose own fitting noise (its in-step factor moved 1.03-1.39 between
     calibrations of this kind) would land in every multi-process prediction.
     """
-    keys = [c for c in alone.columns if c not in MEASURE_COLUMNS]
+    from perfmodel.fit.tables import COMPUTE_KEY_COLUMNS
+
     pairs = []
     for table in shared:
-        both = alone.merge(table, on=[k for k in keys if k in table.columns], suffixes=("", "_shared"))
+        keys = [k for k in COMPUTE_KEY_COLUMNS if k in alone.columns and k in table.columns]
+        both = alone.merge(table, on=keys, suffixes=("", "_shared"))
         pairs.append(both[(both.time_s > 0) & (both.time_s_shared > 0)])
     both = pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame()
     if both.empty:

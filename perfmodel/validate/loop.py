@@ -215,29 +215,28 @@ def _run_side_by_side(folders: list[Path], quick: bool, budget_s, threads: int, 
             log(out.strip())
 
 
-def _fit(tables: list[Path], gpu_toml: Path, out: Path):
+def _fit(folder: Path, table: pd.DataFrame, gpu_toml: Path, out: Path):
+    """The lone profile: fitted to ``folder`` (its compute table is ``table``), completed, saved."""
     from perfmodel.fit.build import build_profile
-    from perfmodel.fit.tables import read_compute_table
     from perfmodel.validate import host
 
-    table = pd.concat([read_compute_table(t) for t in tables], ignore_index=True)
-    fitted, _ = build_profile(tables, gpu=str(gpu_toml), name=gpu_toml.stem)
+    fitted, _ = build_profile([folder], gpu=str(gpu_toml), name=gpu_toml.stem)
     profile = host.complete_profile(fitted, table, gpu_toml)
     profile.save(out)
-    return profile, table
+    return profile
 
 
-def _shared_profile(profile, alone: pd.DataFrame, shared: list[Path], shared_gpu: Path):
+def _shared_profile(profile, alone: pd.DataFrame, shared: list[pd.DataFrame], collectives: pd.DataFrame,
+                    shared_gpu: Path, source: str):
     """The host's profile for processes side by side: the forms fitted alone, every op scaled by the
     measured side-by-side factor, and the gloo link fitted to the collectives measured together."""
     from perfmodel.fit.comm import fit_collectives
-    from perfmodel.fit.tables import read_compute_table
     from perfmodel.profile import Profile
     from perfmodel.validate import host
 
-    factor = host.side_by_side_factor(alone, [read_compute_table(f) for f in shared])
-    coll = fit_collectives(pd.read_csv(shared[0] / "collectives.csv"), source=f"measured: {shared[0].name}")
-    meta = {**profile.meta, "fitted_from": [*profile.meta.get("fitted_from", []), shared[0].name]}
+    factor = host.side_by_side_factor(alone, shared)
+    coll = fit_collectives(collectives, source=f"measured: {source}")
+    meta = {**profile.meta, "fitted_from": [*profile.meta.get("fitted_from", []), source]}
     return Profile(shared_gpu.stem, shared_gpu.stem, json.loads(json.dumps(profile.compute)), coll,
                    {**profile.host, **factor}, meta)
 
@@ -276,15 +275,14 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
     meta = json.loads((solo / "metadata.json").read_text())
     from perfmodel.fit.tables import read_compute_table
 
-    host.write_host_gpu(files["gpu"], read_compute_table(solo), meta, threads)
-    # the other processes' tables only kept the neighbours busy: fitting the same shapes twice
-    # would let cross-validation see each held-out point's twin
-    shared_gpu = host.write_host_gpu(work / "cpu-host-shared.toml", read_compute_table(shared[0]), meta, threads,
+    alone, side_by_side = read_compute_table(solo), [read_compute_table(f) for f in shared]
+    collectives = pd.read_csv(shared[0] / "collectives.csv")
+    host.write_host_gpu(files["gpu"], alone, meta, threads)
+    shared_gpu = host.write_host_gpu(work / "cpu-host-shared.toml", side_by_side[0], meta, threads,
                                      note=f"; measured with {procs} processes computing at once")
-    link = host.loopback_link(pd.read_csv(shared[0] / "collectives.csv"))
-    host.write_host_node(files["node"], shared_gpu, link, procs)
-    profile, solo_table = _fit([solo], files["gpu"], files["profile"])
-    together = _shared_profile(profile, solo_table, shared, shared_gpu)
+    host.write_host_node(files["node"], shared_gpu, host.loopback_link(collectives), procs)
+    profile = _fit(solo, alone, files["gpu"], files["profile"])
+    together = _shared_profile(profile, alone, side_by_side, collectives, shared_gpu, shared[0].name)
     together.host.update(_ddp_overhead(together, shared[0] / "ddp_steps.csv", files["node"], procs, threads, log))
     together.save(files["shared_profile"])
     notes = tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
