@@ -93,3 +93,17 @@ def test_attention_by_blocks_by_hand():
     # head_dim 80 runs as 96 (steps of 32) or 128 (sdpa_tiles64)
     assert form.evaluate(p, **{**args, "head_dim": 80}, causal=0) == pytest.approx(2 * 3 * 4 * 1e-6 * 96 / 128)
     assert get_form("sdpa_tiles64").evaluate(p, **{**args, "head_dim": 80}, causal=0) == pytest.approx(24e-6)
+
+
+def test_gemm_tiles_prices_partial_tiles_and_split_k():
+    """``gemm_tiles``: a misaligned n one past a 128 tile costs a tile row more than one short of it,
+    and a GEMM too small to fill the SMs along m and n takes split-K over k."""
+    from perfmodel.costs.compute_forms import gemm_tiles_gpu
+
+    p = {"R": 8e14, "k_half": 150.0, "e16": 0.9, "e8": 0.7, "e4": 0.5, "t_split": 2e-6, "p16": 0.95,
+         "R_mis": 3e14, "k_half_mis": 200.0, "mn_half_mis": 4e5, "p4": 0.6, "p2": 0.5, "t0": 3e-6,
+         "bw": 4e12, "elem_bytes": 2.0, "sms": 132.0}
+    short, past = (float(gemm_tiles_gpu(p, 8192.0, n, 3072.0)) for n in (767.0, 769.0))
+    assert past / short == pytest.approx(7 / 6, rel=0.02)  # 6 -> 7 tiles of 128 along n
+    no_split = {**p, "t_split": 1.0}  # a split that costs a second: never chosen
+    assert gemm_tiles_gpu(p, 128.0, 128.0, 65536.0) < 0.5 * gemm_tiles_gpu(no_split, 128.0, 128.0, 65536.0)

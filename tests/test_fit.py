@@ -60,7 +60,9 @@ def test_cv_targets_on_the_tables_this_project_measured():
     report = fit_tables([CALIBRATED_H200_TABLES], gpu="h200").report_.set_index("class")
     assert report.loc["sdpa:fwd", "cv_mape"] <= 0.08 and report.loc["sdpa:bwd", "cv_mape"] <= 0.08
     assert report.loc["gemm:fp8", "cv_mape"] <= 0.08
-    assert report.loc["gemm:bf16", "cv_mape"] <= 0.11  # 10.3%: the 8% target is not met here
+    assert report.loc["gemm:fp16", "cv_mape"] <= 0.08  # gemm_tiles (12.3% with the smooth form)
+    assert report.loc["gemm:fp32", "cv_mape"] <= 0.08
+    assert report.loc["gemm:bf16", "cv_mape"] <= 0.10  # 9.4%: the 8% target is not met here
     step_ops = ["layernorm:fp32:fwd", "layernorm:fp32:bwd", "rmsnorm:fp32:fwd", "rmsnorm:fp32:bwd",
                 "gelu:bf16:fwd", "gelu:bf16:bwd", "swiglu:bf16:fwd", "swiglu:bf16:bwd", "softmax:bf16:fwd",
                 "softmax:bf16:bwd", "softmax:fp32:fwd", "softmax:fp32:bwd", "residual_add:fp32:fwd",

@@ -150,6 +150,72 @@ for _name, _params, _doc in (
         _sym_gemm_two, _doc,
     ))
 
+# Output tiles a Hopper cuBLAS/CUTLASS kernel may use (rows x columns of C per thread block);
+# the 128x256 family is the fastest per FLOP, smaller tiles run at a fitted fraction (e16, e8, e4
+# by tile area) but waste less on partial tiles and fill more SMs.
+GEMM_TILE_SHAPES = ((128, 256), (256, 128), (128, 128), (64, 256), (256, 64), (64, 128), (128, 64), (64, 64))
+GEMM_SPLITS = (1, 2, 4)
+MIS_TILE = 128  # misaligned (non-TMA) kernels: C padded to 128x128 tiles
+
+
+def _tile_terms(p, m, n, k, sym=False):
+    """(tile shape, split) -> time of the aligned kernel: ⌈tiles·s/SMs⌉ waves of one tile's
+    2·TM·TN·(k/s) FLOPs at the per-SM rate; split-K adds a reduction of s fp32 partial C
+    (written and read: 8·m·n·s bytes) and its launch (CUTLASS split-K, "parallel reduction")."""
+    ceil = sp.ceiling if sym else np.ceil
+    out = []
+    for tm, tn in GEMM_TILE_SHAPES:
+        area = tm * tn
+        e = 1 if area == 32768 else p[{16384: "e16", 8192: "e8", 4096: "e4"}[area]]
+        for s in GEMM_SPLITS:
+            ks = k / s
+            waves = ceil(ceil(m / tm) * ceil(n / tn) * s / p["sms"])
+            t = waves * 2 * tm * tn * ks / (p["R"] / p["sms"] * e * ks / (ks + p["k_half"]))
+            if s > 1:
+                t = t + p["t_split"] + 8 * m * n * s / p["bw"]
+            out.append(t)
+    return out
+
+
+def gemm_tiles_gpu(p, m, n, k):
+    """Aligned GEMMs: the fastest of the tile shapes and split-K factors (cuBLAS's heuristic picks
+    per shape); misaligned ones: ``gemm_two``'s second family on C padded to 128x128 tiles."""
+    an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
+    a = np.minimum(an, ak)
+    t_al = np.minimum.reduce(_tile_terms(p, m, n, k)) / np.where(a >= 32, 1.0, p["p16"])
+    mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
+    q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    level = np.select([a >= 8, a >= 4], [1.0, p["p4"]], p["p2"])
+    t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * level)
+    bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
+    return np.maximum(p["t0"] + np.where(a >= 16, t_al, t_mis), bytes_moved / p["bw"])
+
+
+def _sym_gemm_tiles(p, m, n, k):
+    eb = p["elem_bytes"]
+
+    def aligned(b):
+        return sp.And(sp.Eq(sp.Mod(n * eb, b), 0), sp.Eq(sp.Mod(k * eb, b), 0))
+
+    t_al = sp.Min(*_tile_terms(p, m, n, k, sym=True))
+    mp, np_ = sp.ceiling(m / MIS_TILE) * MIS_TILE, sp.ceiling(n / MIS_TILE) * MIS_TILE
+    q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    t_mis = 2 * mp * np_ * k / (p["R_mis"] * q_mis)
+    t = sp.Piecewise((t_al, aligned(32)), (t_al / p["p16"], aligned(16)), (t_mis, aligned(8)),
+                     (t_mis / p["p4"], aligned(4)), (t_mis / p["p2"], True))
+    bytes_moved = eb * (m * k + k * n + m * n)
+    return sp.Max(p["t_cpu"], sp.Max(p["t0"] + t, bytes_moved / p["bw"]))
+
+
+register(Form(
+    "gemm_tiles", ("m", "n", "k"),
+    ("R", "k_half", "e16", "e8", "e4", "t_split", "p16", "R_mis", "k_half_mis", "mn_half_mis", "p4", "p2",
+     "t0", "t_cpu", "bw", "elem_bytes", "sms"),
+    lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_tiles_gpu(p, m, n, k)),
+    _sym_gemm_tiles,
+    "fastest of several output-tile shapes and split-K factors (waves on the SMs); misaligned rows padded",
+))
+
 register(Form(
     "mem_affine", ("x",), ("t0", "beta", "t_cpu"),
     lambda p, x: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"]),
