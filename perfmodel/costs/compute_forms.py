@@ -10,6 +10,9 @@ GEMM (``gemm_wave``, ``gemm_smooth``)
     multiple of 8 but not of 16; m does not matter (H200 data).
     t_cpu = the eager per-call floor: a back-to-back microbenchmark measures
     max(GPU time, CPU issue time) (the launch queue drains otherwise).
+    ``gemm_two`` fits aligned and misaligned rows as two kernel families;
+    ``gemm_tiles`` prices an aligned GEMM as the fastest of several tile shapes
+    and split-K factors, each quantised into waves on the SMs.
 Memory-bound (``mem_affine``): t = max(t_cpu, t0 + x·beta), x = elements,
     beta = bytes per element / bandwidth (roofline, Williams et al. 2009).
 Attention (``sdpa_flash``): FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/(s+s_half)
