@@ -201,3 +201,19 @@ def test_power_limited_rows_leave_the_burst_rate_in_the_profile():
     assert "p_power" not in entry["params"]
     cpu = ComputeFitter(power_limited=False).fit(table).entries_["gemm:bf16"]
     assert "power_limited" not in cpu
+
+
+def test_graph_rows_that_removed_no_floor_give_way_to_the_eager_rows():
+    """Cross-entropy forward on this project's tables: five graph rows (0.26-1 GB) within 2% of their
+    eager twins, twenty eager rows to 33 GB: the fit uses the eager rows. Copy's graph rows remove a
+    floor at small sizes and are kept."""
+    from perfmodel.fit.build import CALIBRATED_H200_TABLES
+    from perfmodel.fit.compute import _floor_never_showed
+
+    table = read_compute_table(CALIBRATED_H200_TABLES)
+    fwd = table[table.phase == "fwd"]
+    ce, copy = fwd[fwd.op == "cross_entropy"], fwd[fwd.op == "copy"]
+    assert _floor_never_showed(ce[ce.timing == "graph"], ce[ce.timing == "eager"])
+    assert not _floor_never_showed(copy[copy.timing == "graph"], copy[copy.timing == "eager"])
+    slow = ce.assign(time_s=np.where(ce.timing == "eager", ce.time_s * 1.2, ce.time_s))
+    assert not _floor_never_showed(slow[slow.timing == "graph"], slow[slow.timing == "eager"])

@@ -142,6 +142,22 @@ def without_autograd_call(table: pd.DataFrame, seconds: float) -> pd.DataFrame:
     return out[out.time_s > 0]
 
 
+FLOOR_SHOWS = 1.05  # an eager row this much slower than its graph twin measured the CPU floor
+
+
+def _floor_never_showed(graph: pd.DataFrame, eager: pd.DataFrame) -> bool:
+    """True when every graph-timed row has an eager twin within ``FLOOR_SHOWS`` of it: the graph rows
+    then removed no CPU floor, and the eager rows (usually more, over a wider range) say as much."""
+    from perfmodel.fit.tables import COMPUTE_KEY_COLUMNS
+
+    keys = [c for c in COMPUTE_KEY_COLUMNS if c != "timing"]
+    as_key = lambda df: list(df[keys].astype(str).itertuples(index=False, name=None))  # noqa: E731
+    eager_time = dict(zip(as_key(eager), eager.time_s))
+    twins = [eager_time.get(k) for k in as_key(graph)]
+    return len(eager) > len(graph) and all(
+        t is not None and t <= FLOOR_SHOWS * g for t, g in zip(twins, graph.time_s))
+
+
 class ComputeFitter:
     """Fit every compute class found in a table; keep the best of the candidate forms by CV."""
 
@@ -319,7 +335,8 @@ class ComputeFitter:
         graph = fwd_rows[fwd_rows.timing == "graph"]
         measured_dtype = sub["dtype"].iloc[0]
         if which == "fwd":
-            rows = graph if len(graph) >= MIN_POINTS else fwd_rows[fwd_rows.timing == "eager"]
+            eager = fwd_rows[fwd_rows.timing == "eager"]
+            rows = graph if len(graph) >= MIN_POINTS and not _floor_never_showed(graph, eager) else eager
             if len(rows) < MIN_POINTS and rows["op"].iloc[0:1].isin(["embedding"]).all() and len(rows) >= 3:
                 pass
             elif len(rows) < MIN_POINTS:
