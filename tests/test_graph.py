@@ -87,10 +87,12 @@ def test_predict_single_gpu_and_data_parallel():
 
 def test_tensor_and_pipeline_parallel_are_rejected():
     g = pm.preset("resnet50")
-    with pytest.raises(pm.UnsupportedError, match="tensor/sequence parallelism cannot split it"):
+    with pytest.raises(pm.UnsupportedError, match="only data parallelism is modelled for it"):
         pm.predict(g, pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=4, tp=2, micro_batch=32))
     with pytest.raises(pm.PerfModelError, match="pp"):
         pm.predict(g, pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=4, pp=2, micro_batch=32, global_batch=256))
+    with pytest.raises(pm.UnsupportedError, match="attention kernels it was traced with"):
+        pm.predict(pm.preset("vit-b-16"), pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=8, attention="unfused"))
 
 
 def test_every_preset_predicts_on_every_precision():

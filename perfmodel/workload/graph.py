@@ -183,6 +183,10 @@ class GraphModel:
             raise UnsupportedError(
                 f"{self.name!r} is a traced graph: only data parallelism is modelled for it "
                 f"(got tp={strategy.tp}, pp={strategy.pp}); use tp=1, pp=1 and scale with dp")
+        if strategy.attention != "flash":  # the builder's choice of attention kernels; a graph keeps its own
+            raise UnsupportedError(
+                f"{self.name!r} is a traced graph: it runs the attention kernels it was traced with, so "
+                f"'attention'={strategy.attention!r} does not apply; use attention='flash' (the default)")
 
     def _check_parallel(self, tp, sp) -> None:
         if np.any(np.asarray(tp) > 1) or np.any(np.asarray(sp, bool)):
