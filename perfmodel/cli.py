@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 
-from perfmodel.errors import PerfModelError
+from perfmodel.errors import InvalidInputError, PerfModelError
 
 # Modules that add their own sub-commands (compare/sweep/search, validate, plan).
 EXTENSIONS = ("perfmodel.explore.cli", "perfmodel.validate.cli", "perfmodel.transient.cli")
@@ -48,6 +48,13 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--virtual-stages", type=int, default=1)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--ps-servers", type=int, default=0)
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
+    p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
+    p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
+    p.add_argument("--framework", default="pytorch", choices=["pytorch", "megatron"],
+                   help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies")
+    p.add_argument("--attention", default="flash", choices=["flash", "unfused"])
+    p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
 
 
 def load_model(args):
@@ -78,7 +85,19 @@ def strategy_from_args(args, n_gpus: int):
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
                     zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
                     optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
-                    sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers)
+                    sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
+                    bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=_stage_layers(args.stage_layers),
+                    framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap)
+
+
+def _stage_layers(text: str | None):
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.replace(",", " ").split())
+    except ValueError:
+        raise InvalidInputError(f"'stage_layers' must be whole numbers of layers per stage, e.g. 7,8,8,7: "
+                                f"got {text!r}") from None
 
 
 def cmd_predict(args) -> int:

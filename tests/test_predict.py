@@ -71,6 +71,19 @@ def test_gpu_count_mismatch_names_fields():
         pm.predict(pm.preset("gpt2-small"), pm.cluster("dgx-a100-80gb"), pm.Strategy(tp=8))
 
 
+def test_cli_takes_every_strategy_field():
+    """Megatron-style options reach the Strategy: the CLI's JSON equals the library's prediction."""
+    args = ("--model", "llama-3-8b", "--gpu", "dgx-h100", "--tp", "4", "--pp", "2", "--micro-batch", "1",
+            "--global-batch", "16", "--stage-layers", "15,17", "--framework", "megatron", "--attention", "unfused",
+            "--tp-overlap", "--sequence-parallel", "--placement", "tp-pp-dp", "--bucket-mb", "50")
+    data = json.loads(run_cli("predict", *args, "--json").stdout)
+    s = pm.Strategy(dp=1, tp=4, pp=2, micro_batch=1, global_batch=16, stage_layers=(15, 17), framework="megatron",
+                    attention="unfused", tp_overlap=True, sequence_parallel=True, bucket_mb=50.0)
+    expected = pm.predict(pm.preset("llama-3-8b"), pm.cluster("dgx-h100"), s)
+    assert data["step_time"] == pytest.approx(float(expected.step_time), rel=1e-9)
+    assert data["strategy"]["stage_layers"] == [15, 17] and data["strategy"]["framework"] == "megatron"
+
+
 def test_cli_predict_table_and_json():
     proc = run_cli("predict", "--model", "gpt2-small", "--gpu", "h200", "--micro-batch", "8")
     assert proc.returncode == 0, proc.stderr
@@ -85,6 +98,8 @@ def test_cli_predict_table_and_json():
     (("predict", "--gpu", "h300"), "unknown"),
     (("predict", "--micro-batch", "0"), "'micro_batch' must be an integer >= 1: got 0"),
     (("predict", "--precision", "bf17"), "unknown precision 'bf17'"),
+    (("predict", "--pp", "2", "--stage-layers", "6,x"), "'stage_layers' must be whole numbers"),
+    (("predict", "--placement", "pp-tp"), "unknown placement 'pp-tp'"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(args, message):
     proc = run_cli(*args)

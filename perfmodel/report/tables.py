@@ -7,6 +7,20 @@ import pandas as pd
 from perfmodel.units import format_bytes, format_seconds
 
 
+def _non_default(s) -> str:
+    """The strategy fields not already on the line that differ from their defaults."""
+    import dataclasses
+
+    shown = {"dp", "tp", "pp", "micro_batch", "global_batch", "zero", "recompute", "precision", "optimizer"}
+    extra = [f"{f.name}={_short(getattr(s, f.name))}" for f in dataclasses.fields(s)
+             if f.name not in shown and getattr(s, f.name) != f.default]
+    return (" " + " ".join(extra)) if extra else ""
+
+
+def _short(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
 def prediction_table(p) -> str:
     """A readable multi-line summary of one Prediction."""
     s = p.strategy
@@ -14,7 +28,8 @@ def prediction_table(p) -> str:
         f"model      {p.model}",
         f"cluster    {p.cluster}",
         f"strategy   dp={s.dp} tp={s.tp} pp={s.pp} micro_batch={s.micro_batch} global_batch={s.batch} "
-        f"zero={s.shard} recompute={s.recompute} precision={s.precision} optimizer={s.optimizer}",
+        f"zero={s.shard} recompute={s.recompute} precision={s.precision} optimizer={s.optimizer}"
+        + _non_default(s),
         f"profile    {p.profile}",
         "",
         f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])})",
