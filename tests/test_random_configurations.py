@@ -1,0 +1,66 @@
+"""Random models, clusters and strategies: every prediction is finite or a clear PerfModelError.
+
+Found a crash before (a traced graph with attention='unfused' reached the memory terms of a
+transformer); a seeded sample of the space keeps such paths covered.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.errors import PerfModelError
+from perfmodel.workload.presets import list_presets
+
+NODES = ("dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-1-v100", "h200", "t4", "k80")
+
+
+def _strategy(rng: random.Random, n_gpus: int, heads: int | None) -> pm.Strategy:
+    tps = [d for d in (1, 2, 4, 8) if n_gpus % d == 0 and (heads is None or heads % d == 0)]
+    tp = rng.choice(tps)
+    pp = rng.choice([d for d in (1, 2, 4) if (n_gpus // tp) % d == 0])
+    dp = n_gpus // (tp * pp)
+    mb = rng.choice([1, 2, 8])
+    fsdp = rng.choice([None, None, "full", "hybrid"])
+    schedule = rng.choice(["1f1b", "gpipe", "interleaved"]) if pp > 1 else "1f1b"
+    return pm.Strategy(
+        dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=dp * mb * rng.choice([1, 4, 8]),
+        zero=0 if fsdp else rng.choice([0, 1, 2, 3]), fsdp=fsdp, recompute=rng.choice(["none", "selective", "full"]),
+        precision=rng.choice(["bf16-mixed", "fp16-mixed", "fp32", "fp8-mixed"]), schedule=schedule,
+        virtual_stages=rng.choice([1, 2]) if schedule == "interleaved" else 1,
+        sequence_parallel=tp > 1 and rng.random() < 0.5, framework=rng.choice(["pytorch", "megatron"]),
+        attention=rng.choice(["flash", "unfused"]), tp_overlap=rng.random() < 0.3, optimizer=rng.choice(["adamw", "sgd"]),
+        placement=rng.choice(["tp-pp-dp", "dp-tp-pp"]))
+
+
+def _model(rng: random.Random):
+    if rng.random() < 0.5:
+        return pm.preset(rng.choice(list_presets()))
+    heads = rng.choice([1, 4, 12, 25, 32])
+    return pm.transformer(layers=rng.choice([1, 3, 24]), hidden=heads * rng.choice([17, 64, 128]), heads=heads,
+                          seq=rng.choice([1, 128, 8192]), vocab=rng.choice([2, 50257, 128256]),
+                          activation=rng.choice(["gelu", "swiglu", "relu"]), norm=rng.choice(["layernorm", "rmsnorm"]),
+                          position=rng.choice(["learned", "rotary", "none"]), experts=rng.choice([1, 8]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_configurations_predict_or_refuse_clearly(seed):
+    rng = random.Random(seed)
+    predicted = 0
+    for _ in range(60):
+        model = _model(rng)
+        cluster = pm.cluster(rng.choice(NODES), nodes=rng.choice([1, 2, 16]))
+        try:
+            s = _strategy(rng, cluster.n_gpus, getattr(model, "heads", None))
+            p = pm.predict(model, cluster, s)
+        except PerfModelError as e:
+            assert str(e) and "\n" not in str(e).strip()
+            continue
+        values = [p.step_time, p.tokens_per_second, p.tflops_per_gpu, p.mfu, p.peak_memory, *p.interval]
+        assert all(np.isfinite(float(v)) and float(v) > 0 for v in values), (model.name, cluster, s, values)
+        assert p.interval[0] <= p.step_time <= p.interval[1]
+        predicted += 1
+    assert predicted >= 10  # the sample is not all refusals
