@@ -91,6 +91,8 @@ def test_tensor_and_pipeline_parallel_are_rejected():
         pm.predict(g, pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=4, tp=2, micro_batch=32))
     with pytest.raises(pm.PerfModelError, match="pp"):
         pm.predict(g, pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=4, pp=2, micro_batch=32, global_batch=256))
+    with pytest.raises(pm.UnsupportedError, match="traced graph and takes no overrides: got seq"):
+        pm.sweep(g, "seq", [512, 1024], cluster=pm.cluster("dgx-a100-80gb"), strategy=pm.Strategy(dp=8))
     with pytest.raises(pm.UnsupportedError, match="attention kernels it was traced with"):
         pm.predict(pm.preset("vit-b-16"), pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=8, attention="unfused"))
 

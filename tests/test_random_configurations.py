@@ -64,3 +64,23 @@ def test_random_configurations_predict_or_refuse_clearly(seed):
         assert p.interval[0] <= p.step_time <= p.interval[1]
         predicted += 1
     assert predicted >= 10  # the sample is not all refusals
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_sweeps_give_finite_tables_or_refuse_clearly(seed):
+    rng = random.Random(100 + seed)
+    axes = {"nodes": [1, 2, 4], "micro_batch": [1, 2, 4], "seq": [512, 2048], "global_batch": [64, 128],
+            "gpu": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}
+    for _ in range(15):
+        model = pm.preset(rng.choice(list_presets()))
+        cluster = pm.cluster(rng.choice(NODES[:3]), nodes=rng.choice([1, 2]))
+        over = rng.choice(sorted(axes))
+        s = pm.Strategy(dp=cluster.n_gpus, micro_batch=1, global_batch=cluster.n_gpus * 4)
+        try:
+            table = pm.sweep(model, over, axes[over], cluster=cluster, strategy=s,
+                             scaling=rng.choice(["weak", "strong"]))
+        except PerfModelError as e:
+            assert str(e) and "\n" not in str(e).strip()
+            continue
+        numbers = table.select_dtypes("number").to_numpy(float)
+        assert np.isfinite(numbers[~np.isnan(numbers)]).all(), (model.name, over)

@@ -284,9 +284,14 @@ class GraphModel:
         Path(path).write_text(f'{head},\n "ops": [\n{lines}\n ]\n}}\n')
 
     def with_name(self, name: str) -> GraphModel:
-        from dataclasses import replace
-
         return replace(self, name=str(name))
+
+    def with_(self, **overrides) -> GraphModel:
+        """A transformer's shape overrides (seq, hidden, ...) do not apply to a traced graph."""
+        if not overrides:
+            return self
+        raise UnsupportedError(f"{self.name!r} is a traced graph and takes no overrides: got "
+                               f"{', '.join(sorted(overrides))} (trace a modified model with perfmodel.from_torch)")
 
 
 def load_graph(path) -> GraphModel:
