@@ -157,6 +157,24 @@ def test_collectives_only_folder_fits_communication_and_falls_back_for_compute(t
         build_profile([empty], gpu="h100")
 
 
+def test_a_fit_with_no_usable_rows_is_refused(tmp_path):
+    (tmp_path / "compute.csv").write_text("op,time_s,m,n,k,dtype\ngemm,abc,64,64,64,bf16\ngemm,-1,64,64,64,bf16\n")
+    with pytest.raises(pm.InvalidInputError, match=r"no compute class could be fitted .*1 non-positive time_s"):
+        build_profile([tmp_path], gpu="h200")
+
+
+def test_a_partial_h200_table_keeps_the_bundled_classes_it_lacks(tmp_path):
+    from perfmodel.fit.build import CALIBRATED_H200_TABLES
+
+    table = read_compute_table(CALIBRATED_H200_TABLES)
+    table[(table.op == "gemm") & (table.dtype == "bf16")].to_csv(tmp_path / "compute.csv", index=False)
+    prof, report = build_profile([tmp_path], gpu="h200")
+    assert prof.compute["gemm:bf16"]["n_points"] > 100
+    assert prof.compute["layernorm:fp32:fwd"]["source"].startswith("bundled fallback")
+    assert "(bundled fallback)" in set(report["form"])
+    assert pm.predict(pm.preset("gpt2-small"), pm.cluster("h200"), pm.Strategy(), profile=prof).step_time > 0
+
+
 SYNTHETIC_GEMM = {"R": 8e14, "k_half": 80.0, "m_half": 60.0, "n_half": 60.0, "t0": 4e-6, "t_cpu": 1.5e-5,
                   "p16": 0.95, "p8": 0.4, "p4": 0.3, "p2": 0.2, "p_both": 0.9, "bw": 4e12, "elem_bytes": 2.0}
 

@@ -83,7 +83,7 @@ def test_missing_model_fields_and_impossible_gpu_counts(tmp_path):
 def test_graph_presets_are_read_but_not_overridden(tmp_path):
     cases, bad = read_measured(write(tmp_path, "model,layers,gpu,step_time_s\nresnet50,,h200,0.1\nresnet50,2,h200,0.1\n"))
     assert [c.label for c in cases] == ["resnet50"]
-    assert bad[0].line == 3 and "preset 'resnet50' is not a transformer: its fields cannot be overridden" in bad[0].reason
+    assert bad[0].line == 3 and "'resnet50' is a traced graph and takes no overrides: got layers" in bad[0].reason
 
 
 def test_unknown_columns_are_noted_not_skipped(tmp_path):
@@ -158,6 +158,14 @@ def test_cli_max_error_fails_and_bad_rows_are_listed(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "skipped line 3: unknown model preset 'no-such-model'" in text
     assert "exceeds --max-error 0.001%" in text
+
+
+def test_cli_with_nothing_comparable_fails_and_says_so(tmp_path, capsys):
+    (tmp_path / "none.csv").write_text("model,gpu\ngpt2-small,h200\n")
+    assert main(["validate", "--measured", str(tmp_path / "none.csv")]) == 1
+    text = capsys.readouterr().out
+    assert "skipped line 2: no measurement" in text and "0 rows: nothing to compare" in text
+    assert "nan" not in text
 
 
 # --- describing a CPU host ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.fit.compute import ComputeFitter
+from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
 from perfmodel.fit.reference import calibrate_gemm, stream_copy_bw
 from perfmodel.errors import InvalidInputError
 from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
@@ -59,13 +59,18 @@ def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
 
 
 def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5, seed: int = 0,
-                  collectives: dict | None = None) -> tuple[Profile, pd.DataFrame]:
-    """Profile fitted from calibration folders; classes they lack are derived from the datasheet."""
+                  collectives: dict | None = None, fill: bool = True) -> tuple[Profile, pd.DataFrame]:
+    """Profile fitted from calibration folders; classes they lack are derived from the datasheet
+    (``fill=False``: left out)."""
     spec = _gpu(gpu)
     fitter = fit_tables(folders, gpu=gpu, folds=folds, seed=seed)
     compute = dict(fitter.entries_)
+    if not compute and not any((Path(f) / "collectives.csv").exists() for f in folders):
+        rejected = ", ".join(f"{n} {why}" for why, n in fitter.rejected_.items()) or "none"
+        raise InvalidInputError(f"no compute class could be fitted from {', '.join(map(str, folders))} "
+                                f"(rows rejected: {rejected}; each class needs {MIN_POINTS} usable rows)")
     _derive_missing_gemm(compute, spec, spec)
-    fitter.report_ = _fill_from_datasheet(compute, gpu, fitter.report_)
+    fitter.report_ = _fill_from_datasheet(compute, gpu, fitter.report_, fill=fill)
     for dtype in GEMM_DTYPES:  # derived dtypes only: fitted ones already match this GPU's tables
         if compute.get(f"gemm:{dtype}", {}).get("n_points") == 0:
             calibrate_gemm({f"gemm:{dtype}": compute[f"gemm:{dtype}"]}, spec.name)
@@ -104,22 +109,27 @@ def _metadata(folder) -> dict:
         return {}
 
 
-def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame) -> pd.DataFrame:
-    """Classes the tables could not fit come from the datasheet-scaled bundled reference profile."""
+def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame, *, fill: bool = True) -> pd.DataFrame:
+    """Classes the tables could not fit come from the datasheet-scaled bundled reference profile
+    (on the reference GPU itself, from that bundled profile as it is)."""
     from perfmodel.profile import load_profile
 
-    if _gpu(gpu).name == REFERENCE_PROFILE:  # the reference is built from its own tables
+    if not fill:  # the bundled profiles are built from their own tables alone
         return report
-    fallback = datasheet_profile(gpu, load_profile(REFERENCE_PROFILE)).compute
+    reference = load_profile(REFERENCE_PROFILE)
+    if _gpu(gpu).name == REFERENCE_PROFILE:
+        fallback, label = reference.compute, "bundled fallback"
+    else:
+        fallback, label = datasheet_profile(gpu, reference).compute, "datasheet fallback"
     filled = [key for key in fallback if key not in compute]
     for key in filled:
-        compute[key] = {**fallback[key], "source": f"datasheet fallback: {fallback[key].get('source', '')}"}
+        compute[key] = {**fallback[key], "source": f"{label}: {fallback[key].get('source', '')}"}
     known = set(report["class"]) if len(report) else set()
-    extra = pd.DataFrame([{"class": k, "points": 0, "form": "(datasheet fallback)", "cv_mape": np.nan}
+    extra = pd.DataFrame([{"class": k, "points": 0, "form": f"({label})", "cv_mape": np.nan}
                           for k in filled if k not in known])
     report = pd.concat([report, extra], ignore_index=True) if len(extra) else report
     missing = report["form"].astype(str).str.startswith("(datasheet")
-    report.loc[missing, "form"] = ["(datasheet fallback)" if k in compute else "(missing: no datasheet class)"
+    report.loc[missing, "form"] = [f"({label})" if k in compute else "(missing: no datasheet class)"
                                    for k in report.loc[missing, "class"]]
     return report
 
@@ -197,11 +207,11 @@ def bundled_profiles() -> dict[str, Profile]:
     """Every bundled profile, by name: the fitted H200 ones and datasheet-scaled ones for the other GPUs."""
     from perfmodel.hardware import list_gpus
 
-    h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb",
+    h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb", fill=False,
                             collectives=_intra_collectives("h200-sxm-141gb"))
     out = {h200.gpu: h200}
     calibrated, _ = build_profile([CALIBRATED_H200_TABLES], gpu="h200-sxm-141gb", name=CALIBRATED_H200_PROFILE,
-                                  collectives=_intra_collectives("h200-sxm-141gb"))
+                                  fill=False, collectives=_intra_collectives("h200-sxm-141gb"))
     out[CALIBRATED_H200_PROFILE] = calibrated
     for gpu in list_gpus():
         if gpu not in out:

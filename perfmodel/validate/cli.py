@@ -51,6 +51,8 @@ def cmd_validate(args) -> int:
     if args.out and len(results):
         results.to_csv(args.out, index=False)
         print(f"wrote {args.out}")
+    if not len(results):
+        return 1  # nothing was compared: not a pass
     median = summarize(results)["median_abs_error_pct"]
     if args.max_error is not None and not median <= args.max_error:
         print(f"median |error| {median:.1f}% exceeds --max-error {args.max_error:g}%")

@@ -365,6 +365,9 @@ def results_table(results: pd.DataFrame) -> str:
                      f"{_fmt(r['metric'], r['predicted']):>14} {r['error_pct']:>+7.1f}%  "
                      f"{'yes' if r['inside'] else 'no':<11}  {mem:>12}")
     s = summarize(results)
+    if not s["rows"]:
+        lines.append("0 rows: nothing to compare (every row was skipped; see the reasons above)")
+        return "\n".join(lines)
     lines.append(f"{s['rows']} rows: median |error| {s['median_abs_error_pct']:.1f}%, max |error| "
                  f"{s['max_abs_error_pct']:.1f}%, interval coverage {s['coverage']:.0%}")
     return "\n".join(lines)

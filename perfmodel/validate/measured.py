@@ -125,10 +125,7 @@ def model_of(row: dict):
     name = (row.get("model") or "").strip()
     if name and name in list_presets():
         base = preset(name)
-        if fields and not hasattr(base, "with_"):
-            raise InvalidInputError(f"preset {name!r} is not a transformer: its fields cannot be overridden "
-                                    f"(got {', '.join(fields)})")
-        return base.with_(**fields) if fields else base
+        return base.with_(**fields) if fields else base  # a traced graph refuses overrides clearly
     missing = [f for f in REQUIRED_WITHOUT_PRESET if f not in fields]
     if missing:
         if name:
