@@ -55,6 +55,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies")
     p.add_argument("--attention", default="flash", choices=["flash", "unfused"])
     p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
+    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
+                   help="gradient reduction after the backward pass (Megatron-LM local DDP, DeepSpeed pipeline)")
 
 
 def load_model(args):
@@ -87,7 +89,8 @@ def strategy_from_args(args, n_gpus: int):
                     optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
                     bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=_stage_layers(args.stage_layers),
-                    framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap)
+                    framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
+                    dp_overlap=args.dp_overlap)
 
 
 def _stage_layers(text: str | None):

@@ -193,15 +193,17 @@ def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=N
     ``host["ddp_bucket_extra_s"]``, perfmodel/fit/overhead.py).
     """
     worst = 0.0
+    overlap = c.get("dp_overlap", True)
     for st, backward in zip(sts, backward_s):
+        window = np.where(overlap, backward, 0.0)  # compute the reduction can hide behind
         params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
                   + np.where(st["head"], p["head"], 0.0)) / c["tp"]
         units = {"layer": (st["layers"], p["layer"] / c["tp"], t["layer_f"], t["layer_b"]),
                  "embed": (np.where(st["embed"], 1.0, 0.0), p["embed"] / c["tp"], t["embed_f"], t["embed_b"]),
                  "head": (np.where(st["head"], 1.0, 0.0), p["head"] / c["tp"], t["head_f"], t["head_b"])}
         shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
-                         np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, backward, nb["grad"], nb["param"]),
-                                  ddp_time(coll, lay, c, params, backward, nb["grad"])
+                         np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, window, nb["grad"], nb["param"]),
+                                  ddp_time(coll, lay, c, params, window, nb["grad"])
                                   + bucket_extra_s * ddp_buckets(params * nb["grad"], c["bucket"])
                                   + (0.0 if bucket_copy_s is None
                                      else ddp_bucket_passes(bucket_copy_s, params, c.get("framework", "pytorch")))))

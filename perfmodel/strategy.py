@@ -51,6 +51,10 @@ class Strategy:
     framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
     attention: str = "flash"            # "flash": FlashAttention (SDPA); "unfused": softmax over s² scores
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
+    # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
+    # --overlap-grad-reduce); False: it starts after the backward pass (Megatron-LM's "local" DDP,
+    # DeepSpeed's pipeline engine)
+    dp_overlap: bool = True
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages"):
@@ -72,7 +76,7 @@ class Strategy:
         check_choice("attention", self.attention, ATTENTIONS)
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", self._checked_stage_layers())
-        for flag in ("sequence_parallel", "tp_overlap"):
+        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         self._check_combinations()

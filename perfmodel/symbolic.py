@@ -131,5 +131,5 @@ def _ddp_expr(cluster, prof, strategy, dp, params, backward):
     t_rem = ar(rem) if rem > 0 else sp.Integer(0)
     last = t_rem if rem > 0 else t_bucket
     everything = sp.Float(full) * t_bucket + t_rem
-    window = backward * (1 - bucket / grads)
+    window = backward * (1 - bucket / grads) if strategy.dp_overlap else sp.Integer(0)
     return sp.Max(last, everything - window)

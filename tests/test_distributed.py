@@ -106,6 +106,21 @@ def test_ddp_communicates_once_per_step_and_hides_behind_the_last_backward():
     assert float(short) == pytest.approx(total - 0.01 * (1 - 2**20 / 4e9))
 
 
+def test_gradient_reduction_after_backward_is_exposed_but_for_the_pipeline_drain():
+    """dp_overlap=False (Megatron-LM local DDP, DeepSpeed pipeline engine): the all-reduce starts when
+    the backward pass ends; only the first pipeline stage, the last to finish its backward, shows all of it."""
+    model = pm.transformer(layers=8, hidden=2048, heads=16, seq=1024, vocab=32000)
+    cl = pm.cluster("dgx-a100-80gb", nodes=4)
+    base = dict(dp=16, tp=1, pp=2, micro_batch=1, global_batch=64, framework="megatron", precision="fp16-mixed")
+    hidden, after = (pm.predict(model, cl, pm.Strategy(**base, dp_overlap=flag)) for flag in (True, False))
+    assert after.breakdown["dp_comm"] > 1.5 * hidden.breakdown["dp_comm"] > 0
+    assert float(after.step_time - hidden.step_time) == pytest.approx(
+        float(after.breakdown["dp_comm"] - hidden.breakdown["dp_comm"]), rel=1e-6)
+    single = dict(base, pp=1, dp=32, global_batch=64)
+    one_stage = [pm.predict(model, cl, pm.Strategy(**single, dp_overlap=f)).breakdown["dp_comm"] for f in (True, False)]
+    assert one_stage[1] > one_stage[0]
+
+
 def test_zero2_and_zero3_communicate_every_micro_batch():
     lay = layout(8, 1, 1, 8)
     p = 1e9
