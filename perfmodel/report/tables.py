@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from perfmodel.units import format_bytes, format_seconds
@@ -9,8 +11,6 @@ from perfmodel.units import format_bytes, format_seconds
 
 def _non_default(s) -> str:
     """The strategy fields not already on the line that differ from their defaults."""
-    import dataclasses
-
     shown = {"dp", "tp", "pp", "micro_batch", "global_batch", "zero", "recompute", "precision", "optimizer"}
     extra = [f"{f.name}={_short(getattr(s, f.name))}" for f in dataclasses.fields(s)
              if f.name not in shown and getattr(s, f.name) != f.default]
