@@ -140,6 +140,11 @@ def cmd_fit(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise InvalidInputError("calibrating needs torch, which is not installed: pip install 'perfmodel[torch]' "
+                                "(or a torch build for your accelerator)")
     cmd = [sys.executable, "-m", "calibration.compute", "--out", args.out]
     cmd += ["--quick"] if args.quick else []
     cmd += ["--budget", str(args.budget)] if args.budget else []

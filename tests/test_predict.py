@@ -109,6 +109,17 @@ def test_cli_errors_are_one_line_and_exit_2(args, message):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_cli_calibrate_without_torch_says_so(monkeypatch, capsys):
+    import importlib.util
+
+    from perfmodel.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main(["calibrate", "--out", "unused"]) == 2
+    assert "calibrating needs torch" in capsys.readouterr().err
+
+
 def test_cli_list():
     proc = run_cli("list", "models")
     assert "llama-3-70b" in proc.stdout.split()
