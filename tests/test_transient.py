@@ -382,6 +382,15 @@ def test_plan_with_bundled_tables_runs():
     assert plan.loc[0, "provider"] == "gcp"
 
 
+def test_plan_on_the_default_gpu_with_bundled_tables():
+    import perfmodel as pm
+
+    plan = plan_training(pm.preset("gpt2-small"), pm.cluster("hgx-h200"), pm.Strategy(dp=8), 1000, trials=200)
+    on_demand = plan.iloc[0]
+    assert on_demand["provider"] == "aws" and on_demand["region"] == "us-east-2"
+    assert on_demand["expected_cost_usd"] == pytest.approx(on_demand["expected_time_s"] * 8 / 3600 * 5.408)
+
+
 # --- plot -----------------------------------------------------------------------------------
 
 
