@@ -11,6 +11,7 @@ from perfmodel.errors import InvalidInputError, UnsupportedError
 from perfmodel.fabric import cluster_collectives
 from perfmodel.profile import Profile, load_profile
 from perfmodel.strategy import Strategy, check_against
+from perfmodel.workload.presets import as_model
 from perfmodel.workload.step import gemm_dtype
 
 SCHEDULE_CODE = {"1f1b": 0, "gpipe": 1, "interleaved": 2}
@@ -126,6 +127,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         cluster = make_cluster(cluster)
     if not isinstance(cluster, Cluster):
         raise InvalidInputError(f"'cluster' must be a Cluster or a name: got {type(cluster).__name__}")
+    model = as_model(model)
     s = strategy or Strategy(dp=cluster.n_gpus)
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")

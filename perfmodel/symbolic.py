@@ -27,6 +27,7 @@ from perfmodel.predict import check_strategy, default_profile
 from perfmodel.profile import load_profile
 from perfmodel.workload import step as steps
 from perfmodel.workload.ops import Kernel, aligned_view
+from perfmodel.workload.presets import as_model
 
 FREE = ("micro_batch", "dp", "micro_batches")
 
@@ -87,6 +88,7 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
                                f"(got pp={strategy.pp}, zero={strategy.shard}, ps_servers={strategy.ps_servers})")
     if strategy.tp > 1:
         raise UnsupportedError("symbolic step times do not cover tensor parallelism yet (use tp=1)")
+    model = as_model(model)
     check_strategy(model, cluster, strategy)
     prof = default_profile(cluster) if profile is None else load_profile(profile)
     b = symbol("micro_batch") if "micro_batch" in free else strategy.micro_batch

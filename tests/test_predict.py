@@ -71,6 +71,17 @@ def test_gpu_count_mismatch_names_fields():
         pm.predict(pm.preset("gpt2-small"), pm.cluster("dgx-a100-80gb"), pm.Strategy(tp=8))
 
 
+def test_models_are_taken_by_preset_name_like_clusters():
+    by_name = pm.predict("llama-3-8b", "dgx-h100", pm.Strategy(dp=8, micro_batch=1))
+    by_object = pm.predict(pm.preset("llama-3-8b"), pm.cluster("dgx-h100"), pm.Strategy(dp=8, micro_batch=1))
+    assert by_name.step_time == by_object.step_time
+    assert len(pm.compare("llama-3-8b", "dgx-h100", ["dp=8,micro_batch=1"])) == 1
+    with pytest.raises(pm.InvalidInputError, match="'model' must be a preset name or a model"):
+        pm.predict(42, "dgx-h100")
+    with pytest.raises(pm.UnknownNameError, match="unknown model preset 'gpt5'"):
+        pm.sweep("gpt5", "nodes", [1, 2])
+
+
 def test_cli_takes_every_strategy_field():
     """Megatron-style options reach the Strategy: the CLI's JSON equals the library's prediction."""
     args = ("--model", "llama-3-8b", "--gpu", "dgx-h100", "--tp", "4", "--pp", "2", "--micro-batch", "1",

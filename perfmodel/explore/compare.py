@@ -15,6 +15,7 @@ import pandas as pd
 from perfmodel.errors import InvalidInputError, PerfModelError, unknown_name
 from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
 from perfmodel.strategy import Strategy
+from perfmodel.workload.presets import as_model
 
 ALIASES = {"mb": "micro_batch", "gb": "global_batch", "sp": "sequence_parallel", "v": "virtual_stages",
            "vp": "virtual_stages", "ps": "ps_servers"}
@@ -139,6 +140,7 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
     from perfmodel.hardware import cluster as make_cluster
 
     cl = make_cluster(cluster) if isinstance(cluster, str) else cluster
+    model = as_model(model)
     items = list(strategies.items()) if isinstance(strategies, Mapping) else [(None, s) for s in strategies]
     if not items:
         raise InvalidInputError("'strategies' must list at least one strategy: got none")

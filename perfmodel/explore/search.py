@@ -24,6 +24,7 @@ from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, d
 from perfmodel.profile import load_profile
 from perfmodel.strategy import OPTIMIZERS, PLACEMENTS, Strategy
 from perfmodel.validation import check_choice, check_int
+from perfmodel.workload.presets import as_model
 from perfmodel.workload.step import PRECISIONS, RECOMPUTE, gemm_dtype
 
 # sortable columns: True where larger is better
@@ -170,6 +171,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     """
     t0 = time.perf_counter()
     top_k = check_int("top_k", top_k)
+    model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement)
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")

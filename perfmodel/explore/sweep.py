@@ -19,6 +19,7 @@ from perfmodel.explore.compare import label_of, prediction_row
 from perfmodel.predict import predict
 from perfmodel.strategy import Strategy
 from perfmodel.validation import check_choice
+from perfmodel.workload.presets import as_model
 
 SCALE_AXES = ("nodes", "gpus")
 OTHER_AXES = ("global_batch", "micro_batch", "seq", "gpu")
@@ -87,6 +88,7 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     if not values:
         raise InvalidInputError("'values' must list at least one value to sweep over: got none")
     cl = make_cluster("h200") if cluster is None else make_cluster(cluster) if isinstance(cluster, str) else cluster
+    model = as_model(model)
     s = strategy or Strategy(dp=cl.n_gpus)
     rows = []
     for value in values:

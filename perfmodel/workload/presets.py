@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-from perfmodel.errors import unknown_name
+from perfmodel.errors import InvalidInputError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
 
 try:
@@ -50,3 +50,13 @@ def preset(name: str, **overrides) -> Transformer:
     key = _key(name)
     fields = {k: v for k, v in _table()[key].items() if k not in META_KEYS}
     return transformer(**{"name": key, **fields, **overrides})
+
+
+def as_model(model):
+    """``model`` itself, or the bundled preset when given its name (as clusters are taken by name)."""
+    if isinstance(model, str):
+        return preset(model)
+    if not hasattr(model, "seq"):
+        raise InvalidInputError(f"'model' must be a preset name or a model (pm.transformer, pm.preset, "
+                                f"pm.from_hf_config, pm.from_torch): got {type(model).__name__}")
+    return model
