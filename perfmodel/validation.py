@@ -15,7 +15,7 @@ from perfmodel.errors import InvalidInputError, unknown_name
 def check_int(name: str, value, *, minimum: int = 1) -> int:
     """Return ``value`` as an int, requiring an integer >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer():
+        if not isinstance(value, bool) and isinstance(value, numbers.Real) and float(value).is_integer():
             value = int(value)
         else:
             raise InvalidInputError(f"{name!r} must be an integer >= {minimum}: got {value!r}")

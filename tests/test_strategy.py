@@ -83,3 +83,9 @@ def test_valid_strategies_pass():
     check_against(LLAMA, 64, Strategy(dp=2, tp=8, pp=4, micro_batch=1, global_batch=16, schedule="interleaved",
                                       virtual_stages=2, sequence_parallel=True, recompute="selective"))
     check_against(GPT2, 16, Strategy(dp=16, fsdp="hybrid"))
+
+
+def test_booleans_are_not_sizes():
+    with pytest.raises(pm.InvalidInputError, match="'dp' must be an integer >= 1: got True"):
+        pm.Strategy(dp=True)
+    assert pm.Strategy(dp=2.0).dp == 2  # a whole float is still a size
