@@ -81,26 +81,16 @@ def load_cluster(args):
 
 
 def strategy_from_args(args, n_gpus: int):
-    from perfmodel.strategy import Strategy
+    from perfmodel.strategy import Strategy, parse_stage_layers
 
     dp = args.dp or max(1, n_gpus // (args.tp * args.pp))
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
                     zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
                     optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
-                    bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=_stage_layers(args.stage_layers),
+                    bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap)
-
-
-def _stage_layers(text: str | None):
-    if not text:
-        return None
-    try:
-        return tuple(int(x) for x in text.replace(",", " ").split())
-    except ValueError:
-        raise InvalidInputError(f"'stage_layers' must be whole numbers of layers per stage, e.g. 7,8,8,7: "
-                                f"got {text!r}") from None
 
 
 def cmd_predict(args) -> int:

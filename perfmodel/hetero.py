@@ -26,7 +26,7 @@ import pandas as pd
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.validation import check_choice, check_int
-from perfmodel.workload.presets import preset
+from perfmodel.workload.presets import as_model
 
 GRAD_BYTES = 4.0  # fp32 gradients and weights on the wire (PyTorch DDP / PS keep fp32 master copies)
 MODES = ("both", "equal", "proportional")
@@ -185,8 +185,7 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     strategy = Strategy(micro_batch=8) if strategy is None else strategy
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(strategy).__name__}")
-    if isinstance(model, str):  # a preset by name; other models may be any object with params
-        model = preset(model)
+    model = as_model(model)
     groups = _workers(workers)
     profs = _profiles(profile, [g for g, _ in groups])
     types = [_Type(model, g, c, strategy, profs[g]) for g, c in groups]

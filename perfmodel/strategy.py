@@ -27,6 +27,18 @@ PLACEMENTS = ORDERS
 FSDP = (None, "full", "hybrid")
 
 
+def parse_stage_layers(text: str) -> tuple[int, ...] | None:
+    """Layers per pipeline stage written as text (``"7,8,8,7"`` or ``"7 8 8 7"``); blank: None."""
+    parts = str(text).replace(",", " ").split()
+    if not parts:
+        return None
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise InvalidInputError(f"'stage_layers' must be whole numbers of layers per stage, e.g. 7,8,8,7: "
+                                f"got {text!r}") from None
+
+
 @dataclass(frozen=True)
 class Strategy:
     """How one training step is parallelised; all sizes are per step unless named otherwise."""

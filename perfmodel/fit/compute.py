@@ -18,7 +18,7 @@ import pandas as pd
 
 from perfmodel.fit.forms import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
-from perfmodel.fit.tables import COMPUTE_KEY_COLUMNS, clean_rows
+from perfmodel.fit.tables import clean_rows, twin_rows
 from perfmodel.units import DTYPE_BYTES
 
 # operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
@@ -148,12 +148,9 @@ FLOOR_SHOWS = 1.05  # an eager row this much slower than its graph twin measured
 def _floor_never_showed(graph: pd.DataFrame, eager: pd.DataFrame) -> bool:
     """True when every graph-timed row has an eager twin within ``FLOOR_SHOWS`` of it: the graph rows
     then removed no CPU floor, and the eager rows (usually more, over a wider range) say as much."""
-    keys = [c for c in COMPUTE_KEY_COLUMNS if c != "timing"]
-    as_key = lambda df: list(df[keys].astype(str).itertuples(index=False, name=None))  # noqa: E731
-    eager_time = dict(zip(as_key(eager), eager.time_s))
-    twins = [eager_time.get(k) for k in as_key(graph)]
-    return len(eager) > len(graph) and all(
-        t is not None and t <= FLOOR_SHOWS * g for t, g in zip(twins, graph.time_s))
+    pairs = twin_rows(graph.reset_index(), eager, ignore=("timing",))
+    return (len(eager) > len(graph) and pairs["index"].nunique() == len(graph)
+            and bool((pairs.time_s_twin <= FLOOR_SHOWS * pairs.time_s).all()))
 
 
 class ComputeFitter:

@@ -24,6 +24,15 @@ COMPUTE_COLUMNS = (
 _MEASURED = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "device")
 #: What identifies a compute measurement: everything but the measured values.
 COMPUTE_KEY_COLUMNS = tuple(c for c in COMPUTE_COLUMNS if c not in _MEASURED)
+
+
+def twin_rows(left: pd.DataFrame, right: pd.DataFrame, *, ignore=(), suffix: str = "_twin") -> pd.DataFrame:
+    """Rows of ``left`` beside their measurements of the same case in ``right`` (every key column
+    but ``ignore``; blanks match blanks), ``right``'s measured columns suffixed."""
+    keys = [k for k in COMPUTE_KEY_COLUMNS if k not in ignore and k in left.columns and k in right.columns]
+    return left.merge(right, on=keys, suffixes=("", suffix))
+
+
 COLLECTIVE_COLUMNS = (
     "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node", "size_bytes",
     "dtype", "time_s", "time_min_s", "algbw_GBps", "busbw_GBps", "reps", "world_size",

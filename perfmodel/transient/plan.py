@@ -34,7 +34,7 @@ from perfmodel.transient.montecarlo import cluster_mtbf_s, simulate, worker_mode
 from perfmodel.transient.prices import SECONDS_PER_HOUR, load_prices, select_row
 from perfmodel.transient.revocation import load_revocation, revocation_model
 from perfmodel.validation import check_int, check_positive
-from perfmodel.workload.presets import preset
+from perfmodel.workload.presets import as_model
 
 BYTES_PER_PARAM = 12  # fp32 weights + two fp32 Adam moments (Kingma & Ba 2015)
 COLUMNS = ["scenario", "gpu", "workers", "interval_s", "expected_time_s", "p50_s", "p90_s",
@@ -159,8 +159,8 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
     ``provider``/``region`` select rows (default: GCP, first region listed).
     """
     steps = check_int("steps", steps)
-    if isinstance(model, str):  # a preset by name; other models may be any object with params
-        model = preset(model)
+    if isinstance(model, str):  # a preset by name; otherwise optional (step time and checkpoint bytes given)
+        model = as_model(model)
     gpus, gpw = cluster_workers(cluster)
     work = steps * _step_time(model, cluster, strategy, step_time_s)
     price_table = _table(prices, load_prices, "prices")

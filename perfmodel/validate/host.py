@@ -193,12 +193,11 @@ def side_by_side_factor(alone: pd.DataFrame, shared: list[pd.DataFrame]) -> dict
     alone, whose own fitting noise (its in-step factor moved 1.03-1.39 between
     calibrations of this kind) would land in every multi-process prediction.
     """
-    from perfmodel.fit.tables import COMPUTE_KEY_COLUMNS
+    from perfmodel.fit.tables import twin_rows
 
     pairs = []
     for table in shared:
-        keys = [k for k in COMPUTE_KEY_COLUMNS if k in alone.columns and k in table.columns]
-        both = alone.merge(table, on=keys, suffixes=("", "_shared"))
+        both = twin_rows(alone, table, suffix="_shared")
         pairs.append(both[(both.time_s > 0) & (both.time_s_shared > 0)])
     both = pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame()
     if both.empty:

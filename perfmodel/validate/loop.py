@@ -16,6 +16,7 @@ row measured; coverage is the fraction of measured steps inside
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -237,7 +238,7 @@ def _shared_profile(profile, alone: pd.DataFrame, shared: list[pd.DataFrame], co
     factor = host.side_by_side_factor(alone, shared)
     coll = fit_collectives(collectives, source=f"measured: {source}")
     meta = {**profile.meta, "fitted_from": [*profile.meta.get("fitted_from", []), source]}
-    return Profile(shared_gpu.stem, shared_gpu.stem, json.loads(json.dumps(profile.compute)), coll,
+    return Profile(shared_gpu.stem, shared_gpu.stem, copy.deepcopy(profile.compute), coll,
                    {**profile.host, **factor}, meta)
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfmodel.errors import InvalidInputError, PerfModelError
+from perfmodel.strategy import parse_stage_layers
 
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "activation",
                 "norm", "bias", "tied_embeddings", "position", "causal")
@@ -105,8 +106,8 @@ def _bool(name: str, text: str) -> bool:
 def _value(name: str, text: str):
     if name in INT_FIELDS:
         return _int(name, text)
-    if name == "stage_layers":  # layers per pipeline stage, first to last, space-separated
-        return tuple(_int(name, part) for part in text.split())
+    if name == "stage_layers":  # layers per pipeline stage, first to last
+        return parse_stage_layers(text)
     if name in BOOL_FIELDS:
         return _bool(name, text)
     return text.strip()
