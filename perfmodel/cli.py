@@ -56,7 +56,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", default="flash", choices=["flash", "unfused"])
     p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
-                   help="gradient reduction after the backward pass (Megatron-LM local DDP, DeepSpeed pipeline)")
+                   help="gradient reduction after the backward pass (Megatron-LM local DDP, DeepSpeed pipeline); with --zero 3, gathers and reduce-scatters serialized with compute (DeepSpeed ZeRO-3, early 2021)")
 
 
 def load_model(args):

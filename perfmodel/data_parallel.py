@@ -141,12 +141,18 @@ def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
     DeepSpeed ZeRO-3 gathers in buckets of ``DS_PREFETCH_BUCKET`` elements, each
     paying the collective's latency (which grows with the ring's n − 1 steps).
 
+    ``c["dp_overlap"]`` False: every gather and reduce-scatter waits for compute and compute
+    for it, as in DeepSpeed ZeRO-3 before mid-2021, whose gather launch called
+    ``torch.cuda.synchronize()`` (DeepSpeed issue #1069, PR #1188), so all of them are exposed.
+
     ``units``: dict name -> (count, params per unit, forward s, backward s) for
     "layer", "embed", "head"; the embedding unit runs first when present.
     """
     rpn, nodes = _shard_group(lay, c)
     dp_rpn, dp_nodes = lay["dp"]
     hybrid = np.asarray(c["hybrid"], bool) & (dp_nodes > 1)
+    overlap = np.asarray(c.get("dp_overlap", True), bool)
+    hide = np.where(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
     fwd = bwd = 0.0
     ag, rs = {}, {}
     fsdp = np.asarray(c.get("fsdp", False), bool)
@@ -156,11 +162,13 @@ def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
         ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")
         rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", size, rpn, nodes, algorithm="ring") + np.where(
             hybrid, hierarchical_time(coll, "all_reduce", size / dp_rpn, 1.0, dp_nodes), 0.0))
-        fwd = fwd + count * np.maximum(ag[name] - f_s, 0.0)
-        bwd = bwd + count * np.maximum(ag[name] + rs[name] - b_s, 0.0)
+        fwd = fwd + count * np.maximum(ag[name] - hide * f_s, 0.0)
+        bwd = bwd + count * np.maximum(ag[name] + rs[name] - hide * b_s, 0.0)
+    # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
+    # without overlap they are already counted in full above
     first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
     last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
-    return c["m"] * (first_gather + fwd + bwd + last_reduce)
+    return c["m"] * (hide * (first_gather + last_reduce) + fwd + bwd)
 
 
 def ps_time(c, params, window_s, links, grad_bytes=4.0):

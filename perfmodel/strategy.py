@@ -65,7 +65,8 @@ class Strategy:
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
     # --overlap-grad-reduce); False: it starts after the backward pass (Megatron-LM's "local" DDP,
-    # DeepSpeed's pipeline engine)
+    # DeepSpeed's pipeline engine), and under ZeRO-3 no gather or reduce-scatter overlaps compute
+    # (DeepSpeed ZeRO-3 of early 2021)
     dp_overlap: bool = True
 
     def __post_init__(self):

@@ -149,6 +149,26 @@ def test_zero3_prefetch_hides_gathers_behind_compute():
     assert deepspeed == pytest.approx(t)      # bucketed, same bytes; latency-free here
 
 
+def test_zero3_without_overlap_exposes_every_gather_and_reduce_scatter():
+    """dp_overlap=False (DeepSpeed ZeRO-3 of early 2021 synchronised the device at each gather launch):
+    the compute beside a collective hides none of it, and the first gather is not charged twice."""
+    lay = layout(8, 1, 1, 8)
+    p = 1e8
+    units = {"layer": (10.0, p, 1.0, 2.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
+    ag = rs = 0.875 * 2 * p / B
+    for m in (1, 3):
+        serial = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, m=m, dp_overlap=False),
+                                                units, 2.0, False))
+        assert serial == pytest.approx(m * 10 * (2 * ag + rs))
+    model = pm.transformer(layers=8, hidden=4096, heads=32, seq=2048, vocab=32000)
+    cl = pm.cluster("dgx-a100-80gb", nodes=8)
+    base = dict(dp=64, micro_batch=2, global_batch=128, zero=3, framework="megatron", precision="fp16-mixed")
+    hidden, serial = (pm.predict(model, cl, pm.Strategy(**base, dp_overlap=f)) for f in (True, False))
+    assert serial.breakdown["dp_comm"] > hidden.breakdown["dp_comm"]
+    assert float(serial.step_time - hidden.step_time) == pytest.approx(
+        float(serial.breakdown["dp_comm"] - hidden.breakdown["dp_comm"]), rel=1e-6)
+
+
 def test_parameter_server_push_pull_through_server_nics():
     links = {"server": 10e9, "worker": 2e9, "latency": 0.0}
     params = 1e8                               # 400 MB of fp32 gradients
