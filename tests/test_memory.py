@@ -44,6 +44,27 @@ def test_our_layer_accounting_maps_onto_korthikanti():
     assert float(mem.layer_activation_bytes(model, tp=T, sp=False, recompute="full")) == 4 * H
 
 
+
+
+def test_megatron_llama_layer_and_its_fp8_gemm_inputs():
+    """Llama-style layer on the megatron stack (fused SwiGLU and RoPE, SP + selective), bytes per token:
+    norm inputs 2·(2h + 4)/t, normed inputs 2·2h/t, q k v 2·(a + 2·kv)·d/t, output 2h/t + 4a/t,
+    SwiGLU fc1 output 2·2f/t and its product 2f/t; RoPE saves nothing. Under fp8, Transformer Engine keeps
+    the GEMM inputs (normed inputs, product, and a copy of the attention output) in one byte."""
+    h, a, kv, f, t = 8192, 64, 8, 28672, 8
+    model = pm.transformer(80, h, a, 4096, 32000, kv_heads=kv, ffn_hidden=f, activation="swiglu",
+                           norm="rmsnorm", bias=False, position="rotary")
+    d = h // a
+    bf16 = 2 * (2 * h + 4) / t + 2 * 2 * h / t + 2 * (a + 2 * kv) * d / t + 2 * h / t + 4 * a / t + (4 + 2) * f / t
+    fp8 = bf16 - 2 * h / t + h / t - f / t
+    for precision, expected in (("bf16-mixed", bf16), ("fp8-mixed", fp8)):
+        got = mem.layer_activation_bytes(model, tp=t, sp=True, precision=precision, recompute="selective",
+                                         framework="megatron")
+        assert float(got) == pytest.approx(expected)
+    # eager autocast keeps gate, up, silu and product, the rotated q and k, and 16-bit GEMM inputs under fp8
+    eager = [float(mem.layer_activation_bytes(model, tp=t, sp=True, precision=p, recompute="selective"))
+             for p in ("bf16-mixed", "fp8-mixed")]
+    assert eager[0] == eager[1] > float(bf16)
 @pytest.mark.parametrize("zero, per_psi", [
     (0, lambda n: 16.0),               # ZeRO paper baseline (2 + 2 + K)Ψ, K = 12
     (1, lambda n: 4 + 12 / n),         # P_os

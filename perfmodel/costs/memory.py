@@ -45,7 +45,14 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
     pytorch (autocast over fp32 parameters): the residual stream and the norm
     inputs are fp32, and the 16-bit copies of the normed inputs that feed QKV and
     the MLP are saved too; FlashAttention keeps q, k, v, its output and the fp32
-    log-sum-exp instead of the s² scores. megatron: the residual stream is 16-bit.
+    log-sum-exp instead of the s² scores. megatron: the residual stream is 16-bit;
+    RoPE multiplies by cos/sin tables that need no gradient, so it saves nothing
+    (Megatron-LM ``apply_rotary_pos_emb``, fused or not); the fused bias-SwiGLU saves
+    only its input (the fc1 output), so SwiGLU keeps three f-wide tensors; under
+    fp8-mixed, Transformer Engine saves the fp8 cast of each GEMM input for the
+    weight gradient (``_Linear.forward``: ``saved_inputmat = inputmat`` when fp8), so
+    the normed inputs and the fc2 input take one byte, and the projection's fp8
+    input is kept beside the attention output that FlashAttention keeps in 16 bits.
     docs/memory.md maps the terms onto Korthikanti et al. 2022, eq. 1.
     """
     if not isinstance(model, Transformer):  # other workloads count their own saved tensors
@@ -57,15 +64,20 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
     stream = lo if framework == "megatron" else 4.0          # bytes per element of the residual stream
     if recompute == "full":  # only the block input survives
         return stream * h / sp_div
+    megatron = framework == "megatron"
+    gemm_in = 1.0 if megatron and precision == "fp8-mixed" else 2.0  # saved GEMM inputs (TE fp8: 1 byte)
     stats = 8.0 if model.norm == "layernorm" else 4.0
     norm_inputs = 2 * (stream * h + stats) / sp_div            # two norm inputs (+ mean/rstd)
-    casts = 2 * 2.0 * h / sp_div if is_mixed(precision) else 0.0  # bf16 copies feeding QKV and MLP
+    casts = 2 * gemm_in * h / sp_div if is_mixed(precision) else 0.0  # normed inputs feeding QKV and MLP
     heads, kv = model.heads / tp, model.kv_heads / tp
     qkv = lo * (heads + 2 * kv) * model.head_dim               # QKV output, kept by attention
-    rope = lo * (heads + kv) * model.head_dim if model.position == "rotary" else 0.0
+    rope = lo * (heads + kv) * model.head_dim if model.position == "rotary" and not megatron else 0.0
     attn_out = lo * h / tp + 4.0 * heads                       # output + fp32 log-sum-exp
-    mlp_tensors = 4 if model.activation == "swiglu" else 2     # gate, up, silu, product | fc1 out, act out
-    mlp = lo * mlp_tensors * f / tp
+    if gemm_in < 2.0:
+        attn_out = attn_out + gemm_in * h / tp                 # the projection's own fp8 input
+    # fc1 output(s) + the fc2 input: eager SwiGLU keeps gate, up, silu and product; gelu fc1 out, act out
+    fc1_tensors = (2 if megatron else 3) if model.activation == "swiglu" else 1
+    mlp = (lo * fc1_tensors + (gemm_in if is_mixed(precision) else lo)) * f / tp
     if model.experts > 1:
         mlp = mlp * model.experts_per_token + lo * h * model.experts_per_token  # expert inputs (permuted)
     return norm_inputs + casts + qkv + rope + attn_out + mlp
