@@ -53,8 +53,12 @@ def dtype_bytes(precision: str, framework: str = "pytorch") -> dict[str, float]:
     return {"grad": 4.0, "param": 4.0, "lo": lo}
 
 
-def _params(model):
-    """Parameter counts by part: per layer, embedding, head, GEMM weights per layer and head."""
+def _params(model, c=None):
+    """Parameter counts by part: per layer, embedding, head, GEMM weights per layer and head.
+
+    With a configuration ``c`` the vocabulary rows are those the framework allocates
+    (Megatron-LM pads them, ``steps.vocab_shard``), per configuration.
+    """
     if hasattr(model, "param_parts"):  # workloads other than the transformer builder's
         return model.param_parts()
     lp = model.layer_params()
@@ -62,8 +66,13 @@ def _params(model):
     h = model.hidden
     gemm_layer = float(h * model.qkv_out + h * h + model.experts * (h * model.mlp_in_out + model.ffn_hidden * h)
                        + (h * model.experts if model.experts > 1 else 0))
-    head_gemm = float(model.vocab * h)  # a tied matrix is still cast for the LM head GEMM
-    return {"layer": layer, "embed": float(model.embedding_params), "head": float(model.head_params),
+    pad = 0.0
+    if c is not None and isinstance(model, steps.Transformer):
+        multiple = _vocab_multiple(c.get("framework", "pytorch"))
+        pad = (steps.vocab_shard(model.vocab, c["tp"], multiple) * np.asarray(c["tp"], float) - model.vocab) * h
+    head_gemm = float(model.vocab * h) + pad  # a tied matrix is still cast for the LM head GEMM
+    return {"layer": layer, "embed": float(model.embedding_params) + pad,
+            "head": float(model.head_params) + (0.0 if model.tied_embeddings else pad),
             "gemm_layer": gemm_layer, "gemm_head": head_gemm}
 
 
@@ -144,16 +153,21 @@ def _flops(kernels, cls=None):
     return sum(k.flops * np.asarray(k.count, float) for k in kernels if cls is None or k.cls == cls)
 
 
+def _vocab_multiple(framework):
+    return steps.MEGATRON_VOCAB_MULTIPLE if framework == "megatron" else 1
+
+
 def compute_times(model, profile, c, *, precision, recompute):
     """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd."""
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
              "attention": c.get("attention", "flash")}
+    vocab = {"vocab_multiple": _vocab_multiple(stack["framework"])} if isinstance(model, steps.Transformer) else {}
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute))
     ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
-        model, c["micro_batch"], tp=c["tp"], precision=precision))
+        model, c["micro_batch"], tp=c["tp"], precision=precision, **vocab))
     hf, hb = (adapt_kernels(ks, **stack) for ks in steps.head_kernels(
-        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision))
+        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, **vocab))
     out = {}
     for name, ks in (("layer_f", lf), ("layer_b", lb), ("embed_f", ef), ("embed_b", eb), ("head_f", hf), ("head_b", hb)):
         out[name], out[name + "_gpu"] = _times(profile, ks)
@@ -302,7 +316,7 @@ def in_flight(c, index):
 
 def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
     """Peak bytes over the pipeline stages; returns (peak, terms of the fullest stage)."""
-    p = _params(model)
+    p = _params(model, c)
     tp = c["tp"]
     tokens = c["micro_batch"] * model.seq
     framework = c.get("framework", "pytorch")
@@ -315,7 +329,7 @@ def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
         act_layer = act_layer + 5.0 * model.heads / tp * model.seq
     full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
-    logits = tokens * model.vocab / tp
+    logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
     loss = 12.0 * logits                        # log-softmax output, its gradient and the result, fp32
     loss_fwd = (10.0 if lo == 2.0 else 8.0) * logits  # (bf16 logits +) fp32 cast + log-softmax output
     # autocast caches each cast weight until its context exits (all layers during the forward);
@@ -387,7 +401,7 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     timed = {k: t[k] + comm.get(k, 0.0) for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b")}
     sts = stages(model, c)
     pipe, worst = pipeline_time(model, timed, sts, c)
-    p = _params(model)
+    p = _params(model, c)
     # On a CPU host gloo's transfers run on the cores the backward pass occupies: nothing hides them
     # (measured, docs/distributed.md: DDP with overlap took as long as backward then one all-reduce).
     serial = bool(profile.host.get("serial"))

@@ -54,6 +54,19 @@ def test_gradient_accumulation_scales_compute_not_optimizer():
     assert four.step_time == pytest.approx(4 * one.step_time - 3 * one.breakdown["optimizer"], rel=0.05)
 
 
+def test_megatron_pads_the_vocabulary_eager_pytorch_does_not():
+    """GPT-2's 50257 tokens: eager PyTorch runs a misaligned LM head; Megatron-LM pads the vocabulary
+    to a multiple of 128·tp (50304 at tp=1, 50432 at tp=2), so it runs as fast as the padded model."""
+    def step(vocab, framework, tp):
+        m = pm.transformer(layers=4, hidden=2048, heads=16, seq=2048, vocab=vocab)
+        s = pm.Strategy(dp=8 // tp, tp=tp, micro_batch=4, framework=framework)
+        return pm.predict(m, pm.cluster("dgx-h100", nodes=1), s).step_time
+    assert step(50257, "pytorch", 1) > 1.05 * step(50304, "pytorch", 1)
+    assert step(50257, "megatron", 1) == pytest.approx(step(50304, "megatron", 1), rel=1e-9)
+    assert step(50257, "megatron", 2) == pytest.approx(step(50432, "megatron", 2), rel=1e-9)
+    assert step(50304, "megatron", 2) == pytest.approx(step(50432, "megatron", 2), rel=1e-9)
+
+
 def test_memory_that_does_not_fit_says_by_how_much():
     p = pm.predict(pm.preset("llama-2-13b"), pm.cluster("l4"), pm.Strategy(micro_batch=1))
     assert not p.fits and p.over_capacity > 100e9

@@ -24,6 +24,9 @@ from perfmodel.workload.ops import Kernel, linear, mem
 from perfmodel.workload.model import Transformer
 
 PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp8-mixed", "fp32", "tf32")
+# Megatron-LM pads the vocabulary to a multiple of 128 x tp (``_vocab_size_with_padding``,
+# --make-vocab-size-divisible-by 128), so its LM head and embedding never run misaligned GEMMs
+MEGATRON_VOCAB_MULTIPLE = 128
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -164,13 +167,19 @@ def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision=
     return fwd, bwd
 
 
-def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-mixed"):
+def vocab_shard(vocab, tp, multiple=1):
+    """Vocabulary rows per tensor-parallel rank, the vocabulary padded to a multiple of ``multiple`` x tp."""
+    tp = np.asarray(tp, float)
+    return np.ceil(vocab / (multiple * tp)) * multiple if multiple > 1 else vocab / tp
+
+
+def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-mixed", vocab_multiple=1):
     """Token (+ learned position) embedding: gather forward, scatter-add backward."""
     if not isinstance(model, Transformer):
         return model.embedding_kernels(micro_batch, tp=tp, precision=precision)
     bld = _Builder(model, micro_batch, tp, False, precision)
     h, T = model.hidden, bld.T
-    vocab_rows = model.vocab / bld.tp
+    vocab_rows = vocab_shard(model.vocab, bld.tp, vocab_multiple)
     fwd = [Kernel("embed.tok", "embedding", "fwd", {"x": T * h, "rows": T}, 1, 0.0, "fwd", "fp32")]
     bwd = [Kernel("embed.tok.bwd", "embedding", "bwd", {"x": T * h, "y": vocab_rows * h}, 1, 0.0, "bwd", "fp32")]
     if model.position == "learned":
@@ -184,12 +193,12 @@ def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-
     return fwd, bwd[::-1]
 
 
-def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed"):
+def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", vocab_multiple=1):
     """Final norm, LM head and cross-entropy on fp32 logits (vocabulary split over tp)."""
     if not isinstance(model, Transformer):
         return model.head_kernels(micro_batch, tp=tp, sp=sp, precision=precision)
     bld = _Builder(model, micro_batch, tp, sp, precision)
-    T, V = bld.T, model.vocab / bld.tp
+    T, V = bld.T, vocab_shard(model.vocab, bld.tp, vocab_multiple)
     nf, nb = bld.norm("final_norm")
     lf, lb = bld.linear("lm_head", T, model.hidden, V, bias=False, cast_input=bld.mixed)
     fwd, bwd = nf + lf, []
