@@ -28,6 +28,7 @@ from perfmodel.profile import load_profile
 from perfmodel.workload import step as steps
 from perfmodel.workload.ops import Kernel, aligned_view
 from perfmodel.workload.presets import as_model
+from perfmodel.workload.stack import adapt_kernels
 
 FREE = ("micro_batch", "dp", "micro_batches")
 
@@ -88,6 +89,8 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
                                f"(got pp={strategy.pp}, zero={strategy.shard}, ps_servers={strategy.ps_servers})")
     if strategy.tp > 1:
         raise UnsupportedError("symbolic step times do not cover tensor parallelism yet (use tp=1)")
+    if strategy.framework != "pytorch":  # 16-bit weights change the optimizer and the gradient bytes too
+        raise UnsupportedError(f"symbolic step times cover framework='pytorch' (got framework={strategy.framework!r})")
     model = as_model(model)
     check_strategy(model, cluster, strategy)
     prof = default_profile(cluster) if profile is None else load_profile(profile)
@@ -95,7 +98,8 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     dp = symbol("dp") if "dp" in free else strategy.dp
     m = symbol("micro_batches") if "micro_batches" in free else strategy.micro_batches
     kw = {"tp": strategy.tp, "sp": strategy.sequence_parallel, "precision": strategy.precision}
-    lf, lb = steps.layer_kernels(model, b, recompute=strategy.recompute, **kw)
+    stack = {"precision": strategy.precision, "attention": strategy.attention}
+    lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(model, b, recompute=strategy.recompute, **kw))
     ef, eb = steps.embedding_kernels(model, b, tp=strategy.tp, precision=strategy.precision)
     hf, hb = steps.head_kernels(model, b, **kw)
     per_mb = model.layers * (phase_expr(prof, lf) + phase_expr(prof, lb))

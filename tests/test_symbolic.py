@@ -18,6 +18,16 @@ def test_micro_batch_symbol_matches_predict(batch):
     assert value == pytest.approx(pm.predict(MODEL, "h200", pm.Strategy(micro_batch=batch)).step_time, rel=1e-9)
 
 
+@pytest.mark.parametrize("batch", [2, 8])
+def test_unfused_attention_symbol_matches_predict(batch):
+    s = pm.Strategy(micro_batch=4, attention="unfused")
+    expr = symbolic_step_time(MODEL, pm.cluster("h200"), s, free=("micro_batch",))
+    value = float(expr.subs(symbol("micro_batch"), batch))
+    expected = pm.predict(MODEL, "h200", pm.Strategy(micro_batch=batch, attention="unfused")).step_time
+    assert value == pytest.approx(expected, rel=1e-9)
+    assert expected > pm.predict(MODEL, "h200", pm.Strategy(micro_batch=batch)).step_time
+
+
 def test_gradient_accumulation_symbol_and_derivative():
     s = pm.Strategy(micro_batch=4, global_batch=16)
     expr = symbolic_step_time(MODEL, pm.cluster("h200"), s, free=("micro_batches",))
@@ -34,6 +44,8 @@ def test_unsupported_scope_is_refused_clearly():
     c = pm.cluster("dgx-a100-80gb")
     with pytest.raises(pm.UnsupportedError, match="pp=1"):
         symbolic_step_time(MODEL, c, pm.Strategy(dp=4, pp=2, global_batch=64))
+    with pytest.raises(pm.UnsupportedError, match="framework='pytorch'"):
+        symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(framework="megatron"))
 
 
 def test_every_profile_class_exports_a_formula_that_matches_numpy():
