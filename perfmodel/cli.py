@@ -51,6 +51,11 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
+    add_stack_args(p)
+
+
+def add_stack_args(p: argparse.ArgumentParser) -> None:
+    """The software stack: Strategy fields that search holds fixed too."""
     p.add_argument("--framework", default="pytorch", choices=["pytorch", "megatron"],
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies")
     p.add_argument("--attention", default="flash", choices=["flash", "unfused"])

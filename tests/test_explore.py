@@ -132,6 +132,21 @@ def test_search_agrees_with_predict_exactly(found, l13b, a100x8):
         assert row["bottleneck"] == p.bottleneck
 
 
+def test_search_holds_the_software_stack_and_rows_carry_it(l13b, a100x8):
+    stack = {"framework": "megatron", "attention": "unfused", "tp_overlap": True, "dp_overlap": False}
+    top = search(l13b, a100x8, 512, top_k=5, **stack)
+    for k, v in stack.items():
+        assert (top[k] == v).all()
+    for _, row in top.iterrows():
+        s = strategy_of(row)
+        assert (s.framework, s.attention, s.tp_overlap, s.dp_overlap) == tuple(stack.values())
+        np.testing.assert_allclose(row["step_time"], pm.predict(l13b, a100x8, s).step_time, rtol=1e-12)
+    eager = search(l13b, a100x8, 512, top_k=1)
+    assert eager["step_time"].iloc[0] != top["step_time"].iloc[0]
+    with pytest.raises(pm.PerfModelError, match="framework 'deepspeed'"):
+        search(l13b, a100x8, 512, framework="deepspeed")
+
+
 def test_search_top_k_and_other_sort(l13b, a100x8):
     top = search(l13b, a100x8, 512, top_k=3, sort_by="peak_memory", recompute="full", zero=(3,))
     assert len(top) == 3
@@ -306,10 +321,11 @@ def test_cli_compare_search_sweep(tmp_path, capsys):
     assert "* = fastest that fits" in out and "\n*  dp=64,mb=1,zero=3" in out
     assert (tmp_path / "c.md").read_text().startswith("| label |")
     assert main(["search", *args, "--global-batch", "512", "--top-k", "3", "--recompute", "full",
-                 "--out", str(tmp_path / "s.csv")]) == 0
+                 "--framework", "megatron", "--tp-overlap", "--out", str(tmp_path / "s.csv")]) == 0
     out = capsys.readouterr().out
     assert "configurations evaluated" in out and "rejected: divisibility" in out
-    assert len(pd.read_csv(tmp_path / "s.csv")) == 3
+    written = pd.read_csv(tmp_path / "s.csv")
+    assert len(written) == 3 and (written["framework"] == "megatron").all() and written["tp_overlap"].all()
     assert main(["sweep", *args, "--over", "nodes", "--values", "1", "2", "--tp", "8", "--micro-batch", "1",
                  "--global-batch", "32", "--scaling", "strong", "--plot", str(tmp_path / "w.svg")]) == 0
     assert (tmp_path / "w.svg").read_text().lstrip().startswith("<?xml")

@@ -130,7 +130,9 @@ def cmd_search(args) -> int:
                 profile=args.profile, max_micro_batch=args.max_micro_batch,
                 max_virtual_stages=args.max_virtual_stages, recompute=_csv(args.recompute, str),
                 zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
-                precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes)
+                precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
+                framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
+                dp_overlap=args.dp_overlap)
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs), global batch {args.global_batch}: "
@@ -190,5 +192,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--sequence-parallel", default="false,true")
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--optimizer", default="adamw")
+    cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)

@@ -35,6 +35,7 @@ LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micr
         "global_batch", "zero", "recompute", "sequence_parallel", "precision")
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
+STACK_FIELDS = ("framework", "attention", "tp_overlap", "dp_overlap")  # Strategy fields search holds fixed
 
 
 def _clusters(cluster) -> list:
@@ -64,7 +65,7 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
     """Every configuration of ``space`` under each (precision, recompute): flat arrays."""
     coll = cluster_collectives(cl, prof)
     # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    base = config_arrays(Strategy(optimizer=opts["optimizer"], placement=opts["placement"]))
+    base = config_arrays(Strategy(optimizer=opts["optimizer"], placement=opts["placement"], **opts["stack"]))
     c = {**base, **space.compose_arrays()}
     n = len(space)
     parts = []
@@ -76,6 +77,8 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
         cols = {k: space.arrays[k] for k in NUMERIC}
         cols["precision"] = np.full(n, precision, dtype=object)
         cols["recompute"] = np.full(n, recompute, dtype=object)
+        for k, v in opts["stack"].items():  # the software stack, the same for every row
+            cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else bool)
         merged = {**out, **derived}
         for k in (*RESULTS, *BREAKDOWN_KEYS):
             cols[k] = np.broadcast_to(merged[k], (n,))
@@ -85,7 +88,7 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _options(precision, recompute, zero, optimizer, placement):
+def _options(precision, recompute, zero, optimizer, placement, stack):
     precision = (precision,) if isinstance(precision, str) else tuple(precision)
     recompute = (recompute,) if isinstance(recompute, str) else tuple(recompute)
     zero = (zero,) if isinstance(zero, int) else tuple(zero)
@@ -96,8 +99,9 @@ def _options(precision, recompute, zero, optimizer, placement):
             check_choice(name, v, valid)
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
+    Strategy(**stack)  # checks each field, naming it
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
-            "placement": placement}
+            "placement": placement, "stack": stack}
 
 
 def _check_precisions(cl, precisions) -> None:
@@ -135,11 +139,14 @@ def _plain(x):
 def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -> Strategy:
     """The ``Strategy`` of one search (or compare/sweep) row, for ``pm.predict``."""
     v = int(row["virtual_stages"])
+    defaults = Strategy()
+    stack = {k: (str if k in ("framework", "attention") else bool)(row.get(k, getattr(defaults, k)))
+             for k in STACK_FIELDS}
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,
                     schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v,
-                    sequence_parallel=bool(row["sequence_parallel"]))
+                    sequence_parallel=bool(row["sequence_parallel"]), **stack)
 
 
 def _table(cols: dict, idx: np.ndarray, global_batch: int) -> pd.DataFrame:
@@ -159,8 +166,12 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
            recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
-           max_tp_nodes: int = 1) -> pd.DataFrame:
+           max_tp_nodes: int = 1, framework: str = "pytorch", attention: str = "flash", tp_overlap: bool = False,
+           dp_overlap: bool = True) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
+
+    ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
+    software stack (``pm.Strategy`` fields) and hold for every configuration.
 
     ``cluster`` is a Cluster, a name, or a list of them (each searched whole).
     ``sort_by`` defaults to "tokens_per_second", or "usd_per_million_tokens" when
@@ -172,7 +183,8 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     t0 = time.perf_counter()
     top_k = check_int("top_k", top_k)
     model = as_model(model)
-    opts = _options(precision, recompute, zero, optimizer, placement)
+    opts = _options(precision, recompute, zero, optimizer, placement,
+                    {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap})
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:
