@@ -111,10 +111,11 @@ def cmd_predict(args) -> int:
 def cmd_fit(args) -> int:
     from perfmodel.fit.build import build_profile
     from perfmodel.fit.compute import POWER_ONSET_S
-    from perfmodel.report.tables import fit_report_table
+    from perfmodel.report.tables import fit_report_table, fit_target_summary
 
     profile, report = build_profile(args.tables, gpu=args.gpu, name=args.name)
     print(fit_report_table(report))
+    print(fit_target_summary(report))
     if profile.meta.get("rejected_rows"):
         print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
     limited = {k: e["power_limited"]["rate_fraction"] for k, e in profile.compute.items() if "power_limited" in e}

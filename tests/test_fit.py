@@ -1,6 +1,7 @@
 """Fitting tables into a profile: reproducibility, CV targets, bad rows, schema."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -95,6 +96,7 @@ def test_cli_fit_prints_report_and_writes_profile(tmp_path):
                            "--plots", str(plots)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "gemm:bf16" in proc.stdout and "cv_mape" in proc.stdout
+    assert re.search(r"CV MAPE <= 8%: \d+ of \d+ cross-validated classes; above it: ", proc.stdout)
     assert (plots / "gemm_bf16.png").stat().st_size > 1000
     prof = pm.load_profile(str(out))
     assert prof.has("gemm:bf16") and prof.has("layernorm:fp32:fwd")

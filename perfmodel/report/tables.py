@@ -54,6 +54,19 @@ def prediction_table(p) -> str:
     return "\n".join(lines)
 
 
+CV_TARGET = 0.08  # CV MAPE a class should reach: GEMMs >= 1 GFLOP, memory-bound ops >= 1 MiB, attention
+
+
+def fit_target_summary(report: pd.DataFrame, target: float = CV_TARGET) -> str:
+    """One line: how many cross-validated classes reach ``target`` and which do not."""
+    scored = report.dropna(subset=["cv_mape"])
+    over = scored[scored["cv_mape"] > target]
+    line = f"CV MAPE <= {target:.0%}: {len(scored) - len(over)} of {len(scored)} cross-validated classes"
+    if len(over):
+        line += "; above it: " + ", ".join(f"{c} {v:.1%}" for c, v in zip(over["class"], over["cv_mape"]))
+    return line
+
+
 def fit_report_table(report: pd.DataFrame) -> str:
     """class, points, chosen form, CV MAPE and the candidates' CV MAPE."""
     df = report.copy()
