@@ -37,6 +37,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dp", type=int, default=None, help="data-parallel size (default: GPUs / (tp × pp))")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--cp", type=int, default=1, help="context-parallel size: the sequence split over cp ranks")
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--global-batch", type=int, default=None)
     p.add_argument("--zero", type=int, default=0, choices=range(4))
@@ -88,14 +89,14 @@ def load_cluster(args):
 def strategy_from_args(args, n_gpus: int):
     from perfmodel.strategy import Strategy, parse_stage_layers
 
-    dp = args.dp or max(1, n_gpus // (args.tp * args.pp))
+    dp = args.dp or max(1, n_gpus // (args.tp * args.pp * args.cp))
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
                     zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
                     optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
                     bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap)
+                    dp_overlap=args.dp_overlap, cp=args.cp)
 
 
 def cmd_predict(args) -> int:

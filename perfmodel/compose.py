@@ -22,6 +22,7 @@ one pp), framework ("pytorch" | "megatron") and attention ("flash" |
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import numpy as np
 
@@ -157,20 +158,47 @@ def _vocab_multiple(framework):
     return steps.MEGATRON_VOCAB_MULTIPLE if framework == "megatron" else 1
 
 
-def compute_times(model, profile, c, *, precision, recompute):
-    """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd."""
+def ring_attention(kernels, cp: int, causal: bool) -> list[Kernel]:
+    """The attention blocks a context-parallel rank computes beyond its own (Liu et al. 2023, ring attention).
+
+    With the sequence in 2·cp chunks, rank i holding chunks i and 2·cp − 1 − i (Megatron-Core's
+    load balancing for causal masks), each rank's own q·kᵀ block is the local causal attention
+    over s/cp tokens; each of the cp − 1 blocks it receives is half a full s/cp × s/cp block when
+    causal, a whole one otherwise. FLOPs follow the full-s² convention, so a rank's attention
+    FLOPs are 1/cp of the whole sequence's.
+    """
+    out = []
+    for k in kernels:
+        if k.cls != "sdpa" or cp <= 1:
+            continue
+        share = 0.5 if causal else 1.0
+        out.append(Kernel(k.name + ".ring", k.cls, k.phase, {**k.size, "causal": 0.0},
+                          np.multiply(k.count, (cp - 1) * share), np.divide(k.flops, share), k.variant, k.dtype))
+    return out
+
+
+def compute_times(model, profile, c, *, precision, recompute, cp=1):
+    """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd.
+
+    ``model`` is what one rank computes: with context parallelism (``cp`` > 1) its sequence
+    is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
+    """
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
              "attention": c.get("attention", "flash")}
     vocab = {"vocab_multiple": _vocab_multiple(stack["framework"])} if isinstance(model, steps.Transformer) else {}
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute))
+    ring_f = ring_attention(lf, cp, bool(getattr(model, "causal", True)))
+    ring_b = ring_attention(lb, cp, bool(getattr(model, "causal", True)))
+    lf, lb = lf + ring_f, lb + ring_b
     ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
         model, c["micro_batch"], tp=c["tp"], precision=precision, **vocab))
     hf, hb = (adapt_kernels(ks, **stack) for ks in steps.head_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, **vocab))
     out = {}
-    for name, ks in (("layer_f", lf), ("layer_b", lb), ("embed_f", ef), ("embed_b", eb), ("head_f", hf), ("head_b", hb)):
-        out[name], out[name + "_gpu"] = _times(profile, ks)
+    for name, ks in (("layer_f", lf), ("layer_b", lb), ("embed_f", ef), ("embed_b", eb), ("head_f", hf), ("head_b", hb),
+                     ("ring_f", ring_f), ("ring_b", ring_b)):
+        out[name], out[name + "_gpu"] = _times(profile, ks) if ks else (0.0, 0.0)
     out["layer_flops_f"] = _flops(lf)
     out["layer_attn_flops_f"] = sum(k.flops * np.asarray(k.count, float) for k in lf
                                     if k.cls == "sdpa" or k.name.startswith("attn.sdpa."))
@@ -247,6 +275,30 @@ def _sendrecv(coll, level, size):
     return collective_time(lookup_entry(coll, level, "sendrecv"), "sendrecv", size, 2)
 
 
+def cp_comm_times(model, coll, lay, c, *, precision, recompute, t, cp):
+    """Context-parallel ring exchange per micro-batch and layer, the part no attention block hides.
+
+    Ring attention (Liu et al. 2023; Megatron-Core / Transformer Engine context parallelism):
+    in forward each of the cp − 1 steps passes the rank's K and V chunk (2·b·(s/cp)·kv_heads·d
+    elements) to the next rank while the current block computes; backward passes K, V and their
+    gradients (twice the bytes) beside each backward block, after the recomputed forward ring
+    when the attention core is recomputed. ``model`` holds the rank's s/cp tokens.
+    """
+    if cp <= 1:
+        return {"layer_f": 0.0, "layer_b": 0.0}
+    lo = 2.0 if steps.is_mixed(precision) else 4.0
+    kv = 2.0 * c["micro_batch"] * model.seq * model.kv_heads / c["tp"] * model.head_dim * lo
+    inter = np.asarray(lay["cp"][1]) > 1  # the ring leaves the node
+    send = np.where(inter, _sendrecv(coll, "inter", kv), _sendrecv(coll, "intra", kv))
+    both = np.where(inter, _sendrecv(coll, "inter", 2 * kv), _sendrecv(coll, "intra", 2 * kv))
+    n = cp - 1.0
+    again = recompute in ("selective", "full")  # the attention core runs forward again in backward
+    block_f = np.asarray(t["ring_f_gpu"], float) / n
+    block_b = (np.asarray(t["ring_b_gpu"], float) - (t["ring_f_gpu"] if again else 0.0)) / n
+    fwd = n * np.maximum(send - block_f, 0.0)
+    return {"layer_f": fwd, "layer_b": n * np.maximum(both - block_b, 0.0) + (fwd if again else 0.0)}
+
+
 def p2p_time(model, coll, lay, c, *, precision):
     """Activation and gradient sends between pipeline stages on the critical path, per step.
 
@@ -314,11 +366,15 @@ def in_flight(c, index):
     return np.where(c["schedule"] == 1, m, f1b * np.where(index == 0, interleave, 1.0))
 
 
-def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
-    """Peak bytes over the pipeline stages; returns (peak, terms of the fullest stage)."""
+def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer, seq=None):
+    """Peak bytes over the pipeline stages; returns (peak, terms of the fullest stage).
+
+    ``seq``: the tokens of a sequence one rank holds (s/cp under context parallelism).
+    """
     p = _params(model, c)
     tp = c["tp"]
-    tokens = c["micro_batch"] * model.seq
+    seq = model.seq if seq is None else seq
+    tokens = c["micro_batch"] * seq
     framework = c.get("framework", "pytorch")
     nb = dtype_bytes(precision, framework)
     lo = nb["lo"]
@@ -326,7 +382,7 @@ def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer):
     act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute=recompute, **kw)
     if c.get("attention", "flash") == "unfused" and recompute == "none":
         # softmax output, dropout mask and output over b·heads·s² (Korthikanti et al. 2022, eq. 1: 5as²b)
-        act_layer = act_layer + 5.0 * model.heads / tp * model.seq
+        act_layer = act_layer + 5.0 * model.heads / tp * seq
     full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
@@ -394,23 +450,34 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     c = dict(c)
     c.setdefault("stage_layers", None)
     framework = c.setdefault("framework", "pytorch")
+    cps = np.unique(np.asarray(c.get("cp", 1)))  # one value for every configuration, like the framework
+    if cps.size != 1:
+        raise PerfModelError(f"configurations priced together must share 'cp': got {sorted(cps.tolist())}")
+    cp = int(cps[0])
     nb = dtype_bytes(precision, framework)
-    lay = layout(c["dp"], c["tp"], c["pp"], cluster.gpus_per_node, placement)
-    t = compute_times(model, profile, c, precision=precision, recompute=recompute)
-    comm = tp_comm_times(model, coll, lay, c, precision=precision, recompute=recompute, t=t)
+    lay = layout(c["dp"], c["tp"], c["pp"], cluster.gpus_per_node, placement, cp=cp)
+    # what one rank computes: with context parallelism its s/cp tokens of each sequence
+    local = replace(model, seq=model.seq // cp) if cp > 1 else model
+    t = compute_times(local, profile, c, precision=precision, recompute=recompute, cp=cp)
+    comm = tp_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, t=t)
+    ring = cp_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, t=t, cp=cp)
+    comm["layer_f"], comm["layer_b"] = comm["layer_f"] + ring["layer_f"], comm["layer_b"] + ring["layer_b"]
     timed = {k: t[k] + comm.get(k, 0.0) for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b")}
     sts = stages(model, c)
     pipe, worst = pipeline_time(model, timed, sts, c)
     p = _params(model, c)
+    # gradients are reduced (and ZeRO shards) over the data- and context-parallel ranks together
+    dpc = {**c, "dp": c["dp"] * cp}
+    lay_dp = {**lay, "dp": lay["dp_cp"]}
     # On a CPU host gloo's transfers run on the cores the backward pass occupies: nothing hides them
     # (measured, docs/distributed.md: DDP with overlap took as long as backward then one all-reduce).
     serial = bool(profile.host.get("serial"))
-    dp_exposed = dp_comm_time(coll, lay, c, p, sts, timed, nb, parameter_server_links(cluster),
+    dp_exposed = dp_comm_time(coll, lay_dp, dpc, p, sts, timed, nb, parameter_server_links(cluster),
                               [(not serial) * _stage_time(st, timed, "b") for st in sts],
                               bucket_copy_s=_copy_pricer(profile),
                               bucket_extra_s=float(profile.host.get("ddp_bucket_extra_s", 0.0)) if serial else 0.0)
-    p2p = p2p_time(model, coll, lay, c, precision=precision)
-    shard_ranks = np.where(c["hybrid"], lay["dp"][0], c["dp"])
+    p2p = p2p_time(local, coll, lay, c, precision=precision)
+    shard_ranks = np.where(c["hybrid"], lay_dp["dp"][0], dpc["dp"])
     opt = 0.0
     for st in sts:  # every stage updates its own parameters; the slowest sets the step
         params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
@@ -421,7 +488,8 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     if profile.host.get("serial"):  # the step's own host work (zero_grad, optimizer bookkeeping) on a CPU
         opt = opt + float(profile.host.get("step_extra_s", 0.0))
     step = pipe + p2p + dp_exposed + opt
-    peak, terms = memory_terms(model, lay, c, sts, precision=precision, recompute=recompute, optimizer=optimizer)
+    peak, terms = memory_terms(model, lay_dp, dpc, sts, precision=precision, recompute=recompute,
+                               optimizer=optimizer, seq=local.seq)
     return _outputs(model, c, t, comm, sts, recompute, {
         "step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
         "optimizer": opt, "pipeline_bubble": pipe - c["m"] * worst, "peak_memory": peak, "memory": terms})
@@ -454,6 +522,6 @@ def _outputs(model, c, t, comm, sts, recompute, out):
         "head_share": np.where(c["pp"] == 1, t["head_f"] + t["head_b"], 0.0),
         "layer_flops_f": t["layer_flops_f"], "layer_flops_b": t["layer_flops_b"], "head_flops": t["head_flops"],
         "layer_attn_flops_f": t["layer_attn_flops_f"], "model_flops_mb": model_flops, "hw_flops_mb": hw_flops,
-        "tp": c["tp"],
+        "tp": c["tp"], "cp": float(np.asarray(c.get("cp", 1)).flat[0]),
     })
     return out

@@ -13,6 +13,10 @@ uses the intra-node fabric when ``nodes == 1``, the network when
 Sizes and strides are assumed to divide ``gpus_per_node`` or be multiples of
 it (powers of two on 8-GPU nodes always are); a group that does not tile the
 nodes evenly is treated as if it did.
+
+Context-parallel ranks sit right after the tensor group (Megatron-Core's
+order "tp-cp-ep-dp-pp"), whatever the order of the others; gradients are
+reduced over the data- and context-parallel ranks together ("dp_cp").
 """
 
 from __future__ import annotations
@@ -36,15 +40,20 @@ def group_layout(size, stride, gpus_per_node):
     return per_node, np.ceil(size / per_node)
 
 
-def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp") -> dict[str, tuple]:
-    """For each of "tp", "pp", "dp": (ranks_per_node, nodes) under the given order."""
+def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1) -> dict[str, tuple]:
+    """For each of "tp", "cp", "pp", "dp" and "dp_cp": (ranks_per_node, nodes) under the given order."""
     check_choice("placement", order, ORDERS)
-    sizes = {"tp": np.asarray(tp, float), "pp": np.asarray(pp, float), "dp": np.asarray(dp, float)}
-    stride = np.ones_like(sizes["tp"] * sizes["pp"] * sizes["dp"])
+    sizes = {"tp": np.asarray(tp, float), "cp": np.asarray(cp, float), "pp": np.asarray(pp, float),
+             "dp": np.asarray(dp, float)}
+    stride = np.ones_like(sizes["tp"] * sizes["pp"] * sizes["dp"] * sizes["cp"])
+    names = order.split("-")
+    names.insert(names.index("tp") + 1, "cp")
     out = {}
-    for name in order.split("-"):
+    for name in names:
         out[name] = group_layout(sizes[name], stride, gpus_per_node)
         stride = stride * sizes[name]
+    # the two groups' strides never overlap: members per node and nodes multiply
+    out["dp_cp"] = (out["dp"][0] * out["cp"][0], out["dp"][1] * out["cp"][1])
     return out
 
 

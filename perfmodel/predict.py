@@ -93,15 +93,16 @@ def config_arrays(s: Strategy) -> dict:
             "schedule": np.float64(SCHEDULE_CODE[s.schedule]),
             "tp_overlap": np.bool_(s.tp_overlap), "dp_overlap": np.bool_(s.dp_overlap),
             "stage_layers": s.stage_layers, "framework": s.framework,
-            "attention": s.attention}
+            "attention": s.attention, "cp": s.cp}
 
 
 def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus):
     """Throughput, FLOP rates, MFU and capacity from ``compose.evaluate``'s arrays."""
     step = out["step_time"]
     tokens = s_batch * model.seq
-    # kernel FLOPs are per GPU of a tensor group: × tp for the whole model, × micro-batches per step
-    scale = out["tp"] * s_batch / out["micro_batch"]
+    # kernel FLOPs are per GPU of a tensor (and context) group: × tp × cp for the whole model,
+    # × micro-batches per step
+    scale = out["tp"] * out.get("cp", 1.0) * s_batch / out["micro_batch"]
     # Narayanan et al. 2021 eq. 3 convention (compose.step_flops): model FLOPs for MFU (PaLM,
     # Chowdhery et al. 2022), executed FLOPs (recomputation included) for TFLOP/s per GPU
     model_flops = out["model_flops_mb"] * scale

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
-from perfmodel.errors import InvalidInputError
+from perfmodel.errors import InvalidInputError, UnsupportedError
 from perfmodel.placement import ORDERS
 from perfmodel.validation import check_choice, check_divides, check_int, check_positive, divisors
 from perfmodel.workload.step import PRECISIONS, RECOMPUTE
@@ -68,9 +68,12 @@ class Strategy:
     # DeepSpeed's pipeline engine), and under ZeRO-3 no gather or reduce-scatter overlaps compute
     # (DeepSpeed ZeRO-3 of early 2021)
     dp_overlap: bool = True
+    # context parallelism (Megatron-Core --context-parallel-size): the sequence split over cp ranks,
+    # attention as a ring over them (Liu et al. 2023); gradients reduced over dp × cp
+    cp: int = 1
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages"):
+        for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp"):
             object.__setattr__(self, name, check_int(name, getattr(self, name)))
         if self.global_batch is not None:
             object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
@@ -110,6 +113,12 @@ class Strategy:
         if self.schedule == "interleaved" and self.pp == 1:
             raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
                                     "use schedule='1f1b' or pp >= 2")
+        if self.cp > 1 and self.attention != "flash":
+            raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
+                                    f"blocks: use attention='flash' (got {self.attention!r})")
+        if self.cp > 1 and self.ps_servers:
+            raise InvalidInputError(f"parameter-server training here is data parallel only: use cp=1 with "
+                                    f"'ps_servers' (got cp={self.cp})")
         if self.global_batch is not None and self.global_batch % (self.dp * self.micro_batch):
             g = self.dp * self.micro_batch
             lo = max(g, self.global_batch // g * g)
@@ -132,7 +141,7 @@ class Strategy:
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def shard(self) -> int:
@@ -171,14 +180,27 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
     Each message names the fields, the values and a valid nearby choice.
     """
     if s.gpus != n_gpus:
-        rest = s.tp * s.pp
+        rest = s.tp * s.pp * s.cp
         heads = getattr(model, "heads", n_gpus)
         tps = [d for d in divisors(n_gpus) if heads % d == 0] or [1]
         tp = _nearest(s.tp, tps)
-        hint = (f"dp={n_gpus // rest} with tp={s.tp}, pp={s.pp}" if n_gpus % rest == 0 else
+        with_cp = f", cp={s.cp}" if s.cp > 1 else ""
+        hint = (f"dp={n_gpus // rest} with tp={s.tp}, pp={s.pp}{with_cp}" if n_gpus % rest == 0 else
                 f"tp={tp}, pp=1, dp={n_gpus // tp}: tp × pp must divide {n_gpus}")
-        raise InvalidInputError(f"dp × tp × pp = {s.dp} × {s.tp} × {s.pp} = {s.gpus} must equal the cluster's "
+        shape = f"dp × tp × pp{' × cp' if s.cp > 1 else ''}"
+        sizes = " × ".join(str(x) for x in (s.dp, s.tp, s.pp) + ((s.cp,) if s.cp > 1 else ()))
+        raise InvalidInputError(f"{shape} = {sizes} = {s.gpus} must equal the cluster's "
                                 f"GPU count {n_gpus} (e.g. {hint})")
+    if s.cp > 1:
+        seq = getattr(model, "seq", None)
+        if seq is None or not hasattr(model, "heads"):
+            raise UnsupportedError(f"context parallelism ('cp'={s.cp}) needs a transformer with a sequence "
+                                   f"(got {type(model).__name__})")
+        if seq % (2 * s.cp):
+            ok = [c for c in divisors(seq // 2) if c <= 2 * s.cp and (seq // 2) % c == 0]
+            raise InvalidInputError(f"context parallelism splits the sequence into 2 × cp chunks (load-balanced "
+                                    f"causal attention): seq={seq} must be divisible by 2 × cp = {2 * s.cp} "
+                                    f"(e.g. cp={_nearest(s.cp, ok or [1])})")
     heads = getattr(model, "heads", None)
     if heads is not None:
         check_divides("tp", s.tp, "heads", heads)

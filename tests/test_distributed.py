@@ -5,13 +5,14 @@ latency unless a test says otherwise, so every number below can be checked
 with a pencil: t = S · factor(n) / B (nccl-tests doc/PERFORMANCE.md).
 """
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel import compose, data_parallel
+from perfmodel import compose, data_parallel, placement
 from perfmodel.workload import stack
 from perfmodel.errors import PerfModelError
 from perfmodel.workload import step as steps
@@ -317,3 +318,75 @@ def test_ddp_adds_three_passes_over_its_gradient_buckets():
     back = model.layers * t["layer_b"] + t["embed_b"] + t["head_b"]
     expected = float(data_parallel.ddp_time(comm, lay, c, model.params, back, 4.0)) + 3 * copy_s
     assert ddp.breakdown["dp_comm"] == pytest.approx(expected, rel=1e-6)
+
+
+# --- context parallelism ----------------------------------------------------------------------------
+
+
+def _llama(seq=8192):
+    return pm.transformer(8, 4096, 32, seq, 128256, kv_heads=8, ffn_hidden=14336, activation="swiglu",
+                          norm="rmsnorm", bias=False, position="rotary")
+
+
+def test_context_parallel_splits_tokens_not_model_flops():
+    """cp ranks share each sequence: model FLOPs per step are those of the whole batch, each rank's
+    activations are those of s/cp tokens, and ZeRO shards over dp × cp (Megatron-Core)."""
+    model, cl = _llama(), pm.cluster("dgx-h100", nodes=1)
+    base = dict(micro_batch=1, global_batch=8, framework="megatron", zero=1)
+    one = pm.predict(model, cl, pm.Strategy(dp=8, **base))
+    four = pm.predict(model, cl, pm.Strategy(dp=2, cp=4, **base))
+    assert four.model_flops == pytest.approx(one.model_flops, rel=1e-12)
+    assert four.tokens_per_second == pytest.approx(8 * 8192 / four.step_time)
+    assert four.memory["optimizer"] == pytest.approx(one.memory["optimizer"], rel=1e-12)
+    # activations: the rank's 2048 tokens hold a quarter of the 8192-token ones (the embedding output aside)
+    assert four.memory["activations"] == pytest.approx(one.memory["activations"] / 4, rel=0.02)
+    # smaller attention blocks and four times as many micro-batches per rank: slower per token, not faster
+    assert four.step_time > one.step_time
+
+
+def test_ring_attention_prices_one_cp_th_of_the_attention_per_rank():
+    from perfmodel.compose import ring_attention
+    from perfmodel.workload import step as steps
+
+    model = _llama(8192)
+    for cp in (2, 4, 8):
+        local = dataclasses.replace(model, seq=8192 // cp)
+        fwd, _ = steps.layer_kernels(local, 1, precision="bf16-mixed")
+        sdpa = [k for k in fwd if k.cls == "sdpa"]
+        ring = ring_attention(fwd, cp, causal=True)
+        own = sum(k.flops * k.count for k in sdpa)
+        whole = 4.0 * model.heads * 8192 ** 2 * model.head_dim  # full-s² convention, whole sequence
+        assert own + sum(k.flops * k.count for k in ring) == pytest.approx(whole / cp)
+        assert [k.size["causal"] for k in ring] == [0.0] and ring[0].count == pytest.approx((cp - 1) / 2)
+
+
+def test_ring_exchange_is_exposed_only_where_the_blocks_cannot_hide_it():
+    """Each of the cp − 1 ring steps passes K and V (backward: and their gradients) beside one attention
+    block: a block shorter than the transfer exposes the difference, a longer one hides it."""
+    cl = pm.cluster("dgx-h100", nodes=2)
+    coll = cluster_collectives(cl, default_profile(cl))
+    local = dataclasses.replace(_llama(), seq=2048)                 # cp = 4: 2048 of 8192 tokens per rank
+    c = {"micro_batch": 1.0, "tp": 4.0}
+    kv = 2 * 2048 * (8 / 4) * 128 * 2                               # K and V of the chunk, bf16
+    lay = placement.layout(1, 4, 1, 8, cp=4)                        # tp·cp = 16: the ring spans both nodes
+    assert lay["cp"] == (2.0, 2.0)
+    send = compose._sendrecv(coll, "inter", kv)
+    both = compose._sendrecv(coll, "inter", 2 * kv)
+    quick = {"ring_f_gpu": 3 * 0.1 * send, "ring_b_gpu": 3 * 0.1 * both}
+    got = compose.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", t=quick, cp=4)
+    assert got["layer_f"] == pytest.approx(3 * 0.9 * send) and got["layer_b"] == pytest.approx(3 * 0.9 * both)
+    slow = {"ring_f_gpu": 3 * 2 * send, "ring_b_gpu": 3 * 2 * both}
+    hidden = compose.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", t=slow, cp=4)
+    assert hidden == {"layer_f": 0.0, "layer_b": 0.0}
+    inside = placement.layout(2, 2, 1, 8, cp=4)                     # tp·cp = 8: one node, NVLink
+    assert inside["cp"] == (4.0, 1.0) and inside["dp_cp"] == (4.0, 2.0)   # dp replicas on two nodes
+
+
+def test_context_parallel_errors_name_the_fields():
+    model, cl = _llama(8190), pm.cluster("dgx-h100", nodes=1)
+    with pytest.raises(pm.InvalidInputError, match="seq=8190 must be divisible by 2 × cp = 4"):
+        pm.predict(model, cl, pm.Strategy(dp=4, cp=2, micro_batch=1))
+    with pytest.raises(pm.InvalidInputError, match="attention='flash'"):
+        pm.Strategy(cp=2, attention="unfused")
+    with pytest.raises(pm.InvalidInputError, match=r"dp × tp × pp × cp = 8 × 1 × 1 × 2 = 16"):
+        pm.predict(_llama(), cl, pm.Strategy(dp=8, cp=2, micro_batch=1))

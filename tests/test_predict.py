@@ -106,6 +106,11 @@ def test_cli_takes_every_strategy_field():
     expected = pm.predict(pm.preset("llama-3-8b"), pm.cluster("dgx-h100"), s)
     assert data["step_time"] == pytest.approx(float(expected.step_time), rel=1e-9)
     assert data["strategy"]["stage_layers"] == [15, 17] and data["strategy"]["framework"] == "megatron"
+    cp = json.loads(run_cli("predict", "--model", "llama-3-8b", "--gpu", "dgx-h100", "--cp", "4", "--micro-batch", "1",
+                            "--json").stdout)
+    assert cp["strategy"]["cp"] == 4 and cp["strategy"]["dp"] == 2
+    expected = pm.predict(pm.preset("llama-3-8b"), pm.cluster("dgx-h100"), pm.Strategy(dp=2, cp=4, micro_batch=1))
+    assert cp["step_time"] == pytest.approx(float(expected.step_time), rel=1e-9)
 
 
 def test_cli_predict_table_and_json():

@@ -51,7 +51,8 @@ def strategy_of(r):
                        recompute=r["recompute"], precision=r["precision"], schedule=r["schedule"],
                        virtual_stages=int(r["virtual_stages"]), sequence_parallel=r["sequence_parallel"] == "true",
                        stage_layers=stages, framework=r["framework"], attention=r["attention"],
-                       tp_overlap=r["tp_overlap"] == "true", dp_overlap=r["dp_overlap"] == "true")
+                       tp_overlap=r["tp_overlap"] == "true", dp_overlap=r["dp_overlap"] == "true",
+                       cp=int(r["cp"] or 1))
 
 
 def formula_flops(r, m) -> float:
@@ -88,7 +89,7 @@ def table(results) -> str:
     for x in results:
         r, p = x["row"], x["prediction"]
         mark = "" if r["certainty"] == "published" else " *"
-        lines.append(f"{r['name'] + mark:26s} {int(r['dp']) * int(r['tp']) * int(r['pp']):6d} {r['tp']:>3s} "
+        lines.append(f"{r['name'] + mark:26s} {p.strategy.gpus:6d} {r['tp']:>3s} "
                      f"{r['pp']:>3s} {r['dp']:>4s} {x['published']:9.1f} {x['predicted']:9.1f} {x['error']:+7.1%}  "
                      f"{'yes' if p.fits else 'NO ':4s}  {p.bottleneck}")
     pub = [abs(x["error"]) for x in results if x["row"]["certainty"] == "published"]

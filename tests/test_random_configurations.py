@@ -22,7 +22,8 @@ def _strategy(rng: random.Random, n_gpus: int, heads: int | None) -> pm.Strategy
     tps = [d for d in (1, 2, 4, 8) if n_gpus % d == 0 and (heads is None or heads % d == 0)]
     tp = rng.choice(tps)
     pp = rng.choice([d for d in (1, 2, 4) if (n_gpus // tp) % d == 0])
-    dp = n_gpus // (tp * pp)
+    cp = rng.choice([d for d in (1, 1, 2, 4) if (n_gpus // (tp * pp)) % d == 0])
+    dp = n_gpus // (tp * pp * cp)
     mb = rng.choice([1, 2, 8])
     fsdp = rng.choice([None, None, "full", "hybrid"])
     schedule = rng.choice(["1f1b", "gpipe", "interleaved"]) if pp > 1 else "1f1b"
@@ -32,8 +33,8 @@ def _strategy(rng: random.Random, n_gpus: int, heads: int | None) -> pm.Strategy
         precision=rng.choice(["bf16-mixed", "fp16-mixed", "fp32", "fp8-mixed"]), schedule=schedule,
         virtual_stages=rng.choice([1, 2]) if schedule == "interleaved" else 1,
         sequence_parallel=tp > 1 and rng.random() < 0.5, framework=rng.choice(["pytorch", "megatron"]),
-        attention=rng.choice(["flash", "unfused"]), tp_overlap=rng.random() < 0.3, optimizer=rng.choice(["adamw", "sgd"]),
-        placement=rng.choice(["tp-pp-dp", "dp-tp-pp"]))
+        attention="flash" if cp > 1 else rng.choice(["flash", "unfused"]), tp_overlap=rng.random() < 0.3,
+        optimizer=rng.choice(["adamw", "sgd"]), placement=rng.choice(["tp-pp-dp", "dp-tp-pp"]), cp=cp)
 
 
 def _model(rng: random.Random):
@@ -49,7 +50,7 @@ def _model(rng: random.Random):
 @pytest.mark.parametrize("seed", range(4))
 def test_random_configurations_predict_or_refuse_clearly(seed):
     rng = random.Random(seed)
-    predicted = 0
+    predicted = with_cp = 0
     for _ in range(60):
         model = _model(rng)
         cluster = pm.cluster(rng.choice(NODES), nodes=rng.choice([1, 2, 16]))
@@ -63,7 +64,8 @@ def test_random_configurations_predict_or_refuse_clearly(seed):
         assert all(np.isfinite(float(v)) and float(v) > 0 for v in values), (model.name, cluster, s, values)
         assert p.interval[0] <= p.step_time <= p.interval[1]
         predicted += 1
-    assert predicted >= 10  # the sample is not all refusals
+        with_cp += s.cp > 1
+    assert predicted >= 10 and with_cp >= 3  # the sample is not all refusals, and reaches context parallelism
 
 
 @pytest.mark.parametrize("seed", range(2))
