@@ -147,6 +147,17 @@ def test_search_holds_the_software_stack_and_rows_carry_it(l13b, a100x8):
         search(l13b, a100x8, 512, framework="deepspeed")
 
 
+def test_search_with_context_parallelism_fills_the_rest_of_the_gpus(l13b, a100x8):
+    top = search(l13b, a100x8, 256, top_k=4, cp=2, framework="megatron")
+    assert (top["cp"] == 2).all() and (top["dp"] * top["tp"] * top["pp"] * 2 == 64).all()
+    for _, row in top.iterrows():
+        s = strategy_of(row)
+        assert s.cp == 2
+        np.testing.assert_allclose(row["step_time"], pm.predict(l13b, a100x8, s).step_time, rtol=1e-12)
+    with pytest.raises(pm.InvalidInputError, match="'cp'=3 must divide the GPU count 64"):
+        search(l13b, a100x8, 256, cp=3)
+
+
 def test_search_top_k_and_other_sort(l13b, a100x8):
     top = search(l13b, a100x8, 512, top_k=3, sort_by="peak_memory", recompute="full", zero=(3,))
     assert len(top) == 3

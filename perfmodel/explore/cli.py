@@ -132,10 +132,11 @@ def cmd_search(args) -> int:
                 zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
                 precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
                 framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                dp_overlap=args.dp_overlap)
+                dp_overlap=args.dp_overlap, cp=args.cp)
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
-    print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs), global batch {args.global_batch}: "
+    with_cp = f", context parallel {args.cp}" if args.cp > 1 else ""
+    print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs{with_cp}), global batch {args.global_batch}: "
           f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms, {a['feasible']:,} fit; "
           f"rejected: {rejected}; sorted by {a['sort_by']}\n")
     df.insert(0, "rank", range(1, len(df) + 1))
@@ -192,6 +193,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--sequence-parallel", default="false,true")
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--optimizer", default="adamw")
+    p.add_argument("--cp", type=int, default=1, help="context-parallel size, the same for every configuration")
     cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)

@@ -22,7 +22,7 @@ from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
 from perfmodel.fabric import cluster_collectives
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish
 from perfmodel.profile import load_profile
-from perfmodel.strategy import OPTIMIZERS, PLACEMENTS, Strategy
+from perfmodel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.validation import check_choice, check_int
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.step import PRECISIONS, RECOMPUTE, gemm_dtype
@@ -35,7 +35,8 @@ LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micr
         "global_batch", "zero", "recompute", "sequence_parallel", "precision")
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
-STACK_FIELDS = ("framework", "attention", "tp_overlap", "dp_overlap")  # Strategy fields search holds fixed
+# Strategy fields search holds fixed: the software stack and the context-parallel size
+STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int}
 
 
 def _clusters(cluster) -> list:
@@ -77,8 +78,8 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
         cols = {k: space.arrays[k] for k in NUMERIC}
         cols["precision"] = np.full(n, precision, dtype=object)
         cols["recompute"] = np.full(n, recompute, dtype=object)
-        for k, v in opts["stack"].items():  # the software stack, the same for every row
-            cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else bool)
+        for k, v in opts["stack"].items():  # the software stack and cp, the same for every row
+            cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else type(v))
         merged = {**out, **derived}
         for k in (*RESULTS, *BREAKDOWN_KEYS):
             cols[k] = np.broadcast_to(merged[k], (n,))
@@ -140,8 +141,7 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     """The ``Strategy`` of one search (or compare/sweep) row, for ``pm.predict``."""
     v = int(row["virtual_stages"])
     defaults = Strategy()
-    stack = {k: (str if k in ("framework", "attention") else bool)(row.get(k, getattr(defaults, k)))
-             for k in STACK_FIELDS}
+    stack = {k: cast(row.get(k, getattr(defaults, k))) for k, cast in STACK_FIELDS.items()}
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,
@@ -167,11 +167,12 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework: str = "pytorch", attention: str = "flash", tp_overlap: bool = False,
-           dp_overlap: bool = True) -> pd.DataFrame:
+           dp_overlap: bool = True, cp: int = 1) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
-    software stack (``pm.Strategy`` fields) and hold for every configuration.
+    software stack (``pm.Strategy`` fields) and hold for every configuration, as
+    does the context-parallel size ``cp`` (dp × tp × pp then fill GPUs / cp).
 
     ``cluster`` is a Cluster, a name, or a list of them (each searched whole).
     ``sort_by`` defaults to "tokens_per_second", or "usd_per_million_tokens" when
@@ -184,7 +185,8 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     top_k = check_int("top_k", top_k)
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
-                    {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap})
+                    {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
+                     "cp": cp})
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:
@@ -193,7 +195,11 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     rejected, detail, chunks, capacity = dict.fromkeys(REASONS, 0), {}, [], []
     for cl in _clusters(cluster):
         _check_precisions(cl, opts["precision"])
-        space = enumerate_space(model, cl.n_gpus, cl.gpus_per_node, global_batch, max_micro_batch=max_micro_batch,
+        if cl.n_gpus % cp:
+            raise InvalidInputError(f"'cp'={cp} must divide the GPU count {cl.n_gpus} of {cl.name}")
+        if cp > 1:  # the sequence rules (2·cp chunks) checked once, on the simplest layout
+            check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, micro_batch=1))
+        space = enumerate_space(model, cl.n_gpus // cp, cl.gpus_per_node, global_batch, max_micro_batch=max_micro_batch,
                                 max_virtual_stages=max_virtual_stages, zero=opts["zero"],
                                 sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes)
         for k in ("divisibility", "batch"):
