@@ -16,8 +16,9 @@ servers), bucket (DDP bucket bytes), hybrid (FSDP hybrid sharding), schedule
 (0 1f1b, 1 gpipe, 2 interleaved), tp_overlap (Megatron-LM asynchronous
 tensor-parallel communication in backward). Optional keys that hold one value
 for every configuration: stage_layers (a tuple, layers per pipeline stage, for
-one pp), framework ("pytorch" | "megatron") and attention ("flash" |
-"unfused"); see ``perfmodel.workload.stack.adapt_kernels``.
+one pp), framework ("pytorch" | "megatron"), attention ("flash" |
+"unfused"; see ``perfmodel.workload.stack.adapt_kernels``) and cp (the
+context-parallel size).
 """
 
 from __future__ import annotations

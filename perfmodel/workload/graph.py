@@ -179,10 +179,11 @@ class GraphModel:
 
     def check_strategy(self, strategy) -> None:
         """Only data parallelism (DDP, ZeRO, FSDP, parameter servers) splits a traced graph."""
-        if strategy.tp > 1 or strategy.pp > 1 or strategy.sequence_parallel:
+        cp = getattr(strategy, "cp", 1)
+        if strategy.tp > 1 or strategy.pp > 1 or cp > 1 or strategy.sequence_parallel:
             raise UnsupportedError(
                 f"{self.name!r} is a traced graph: only data parallelism is modelled for it "
-                f"(got tp={strategy.tp}, pp={strategy.pp}); use tp=1, pp=1 and scale with dp")
+                f"(got tp={strategy.tp}, pp={strategy.pp}, cp={cp}); use tp=1, pp=1, cp=1 and scale with dp")
         if strategy.attention != "flash":  # the builder's choice of attention kernels; a graph keeps its own
             raise UnsupportedError(
                 f"{self.name!r} is a traced graph: it runs the attention kernels it was traced with, so "
