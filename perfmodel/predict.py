@@ -20,7 +20,7 @@ BREAKDOWN_KEYS = ("forward", "backward", "optimizer", "host_overhead", "tp_comm"
 BOTTLENECK_WORDS = {
     "forward": "compute (forward kernels)", "backward": "compute (backward kernels)",
     "optimizer": "optimizer step (memory bandwidth)", "host_overhead": "host: eager kernel-launch overhead",
-    "tp_comm": "tensor-parallel communication", "dp_comm": "data-parallel gradient communication",
+    "tp_comm": "tensor- and context-parallel communication", "dp_comm": "data-parallel communication",
     "pipeline_bubble": "pipeline bubble", "p2p": "pipeline point-to-point sends",
 }
 
