@@ -299,6 +299,25 @@ def test_megatron_stack_drops_autocast_casts_and_keeps_flops():
         stack.adapt_kernels(lf, precision="bf16-mixed", framework="jax")
 
 
+def test_transformer_engine_fp8_casts_each_gemm_input_and_keeps_the_lm_head_bf16():
+    """Megatron-Core + Transformer Engine under fp8: one cast + transpose of the input per forward GEMM and
+    of dy per input-gradient GEMM (4 bytes per element: a copy of half as many fp32 elements); the
+    weight-gradient GEMM reuses them; Megatron's output layer is not a TE module, so it runs bf16."""
+    m = pm.transformer(layers=2, hidden=1024, heads=8, seq=512, vocab=32000)
+    lf, lb = steps.layer_kernels(m, 2, precision="fp8-mixed")
+    hf, hb = steps.head_kernels(m, 2, precision="fp8-mixed")
+    f = stack.adapt_kernels(lf + hf, precision="fp8-mixed", framework="megatron")
+    b = stack.adapt_kernels(lb + hb, precision="fp8-mixed", framework="megatron")
+    casts = {k.name: float(k.size["x"]) for k in f + b if "fp8" in k.name}
+    T = 2 * 512
+    assert casts["attn.qkv.fp8_cast"] == T * 1024 / 2 and casts["mlp.fc2.dgrad.fp8_grad_cast"] == T * 1024 / 2
+    assert casts["mlp.fc2.fp8_cast"] == T * 4096 / 2 and not [n for n in casts if "wgrad" in n or "lm_head" in n]
+    assert {k.dtype for k in f + b if k.name.startswith("lm_head") and k.cls == "gemm"} == {"bf16"}
+    assert {k.dtype for k in f + b if k.cls == "gemm" and not k.name.startswith("lm_head")} == {"fp8"}
+    eager = stack.adapt_kernels(lf, precision="fp8-mixed")  # eager PyTorch: no Transformer Engine casts
+    assert not [k for k in eager if "fp8" in k.name]
+
+
 def test_ddp_adds_three_passes_over_its_gradient_buckets():
     """Copy into the bucket, divide by the group size, copy back (PyTorch reducer defaults)."""
     assert data_parallel.ddp_bucket_passes(lambda elems: elems * 1e-12, 1e9) == pytest.approx(3e-3)

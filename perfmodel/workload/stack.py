@@ -49,6 +49,27 @@ def unfused_attention(k: Kernel) -> list[Kernel]:
             probs("softmax_bwd", "softmax", 1.5), bmm("dq", d, s), bmm("dk", d, s)]
 
 
+def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
+    """A GEMM as Megatron-Core runs it under fp8 with Transformer Engine.
+
+    Each linear layer quantizes the input it multiplies (forward, and the recomputed
+    forward) and the output gradient (input-gradient GEMM) with a fused cast +
+    transpose: it reads 2 bytes and writes the fp8 tensor and its transpose, 4 bytes
+    per element in all, priced as a copy of half as many fp32 elements
+    (``transformer_engine/pytorch/module/linear.py``: ``fp8_cast_transpose_fused``).
+    The weight-gradient GEMM reuses those transposes. The output layer is Megatron's
+    own ``ColumnParallelLinear``, outside Transformer Engine, so the LM head stays bf16.
+    """
+    if k.name.startswith("lm_head"):
+        return [replace(k, dtype="bf16")]
+    if k.name.endswith(".wgrad"):
+        return [k]
+    operand = np.multiply(k.size["m"], k.size["k"])  # the activation (forward) or dy (dgrad): tokens × K
+    tag = ".fp8_grad_cast" if ".dgrad" in k.name else ".fp8_cast"
+    cast = mem_kernel(k.name + tag, "copy", k.phase, np.multiply(operand, 0.5), count=k.count, variant="fwd")
+    return [cast, k]
+
+
 def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash"):
     """The kernel list of a step as another software stack runs it.
 
@@ -57,6 +78,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash")
     per-micro-batch weight and input casts disappear, and layer norms and residual
     adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``.
+    ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``.
     """
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
@@ -71,6 +93,9 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash")
                 k = replace(k, dtype=low)
         if attention == "unfused" and k.cls == "sdpa":
             out.extend(unfused_attention(k))
+            continue
+        if framework == "megatron" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
+            out.extend(transformer_engine_fp8(k))
             continue
         out.append(k)
     return out
