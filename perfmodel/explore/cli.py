@@ -193,7 +193,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--sequence-parallel", default="false,true")
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--optimizer", default="adamw")
-    p.add_argument("--cp", type=int, default=1, help="context-parallel size, the same for every configuration")
     cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)
