@@ -37,6 +37,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dp", type=int, default=None, help="data-parallel size (default: GPUs / (tp × pp))")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--global-batch", type=int, default=None)
     p.add_argument("--zero", type=int, default=0, choices=range(4))
@@ -96,7 +97,7 @@ def strategy_from_args(args, n_gpus: int):
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
                     bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap, cp=args.cp)
+                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep)
 
 
 def cmd_predict(args) -> int:

@@ -61,21 +61,35 @@ def _params(model, c=None):
     With a configuration ``c`` the vocabulary rows are those the framework allocates
     (Megatron-LM pads them, ``steps.vocab_shard``), per configuration.
     """
-    if hasattr(model, "param_parts"):  # workloads other than the transformer builder's
-        return model.param_parts()
+    if hasattr(model, "param_parts"):  # workloads other than the transformer builder's (no experts)
+        return {"expert_layer": 0.0, **model.param_parts()}
     lp = model.layer_params()
     layer = float(sum(lp.values()))
     h = model.hidden
     gemm_layer = float(h * model.qkv_out + h * h + model.experts * (h * model.mlp_in_out + model.ffn_hidden * h)
                        + (h * model.experts if model.experts > 1 else 0))
-    pad = 0.0
+    pad, ep = 0.0, 1
     if c is not None and isinstance(model, steps.Transformer):
         multiple = _vocab_multiple(c.get("framework", "pytorch"))
         pad = (steps.vocab_shard(model.vocab, c["tp"], multiple) * np.asarray(c["tp"], float) - model.vocab) * h
+        ep = _one_value(c, "ep")
+    # expert parallelism: a rank holds experts/ep of each MoE layer's experts (the router stays whole)
+    experts = float(lp["mlp"] - h * model.experts) if model.experts > 1 else 0.0
+    expert_layer = experts / ep
+    layer = layer - experts + expert_layer
+    gemm_layer = gemm_layer - (model.experts - model.experts / ep) * (h * model.mlp_in_out + model.ffn_hidden * h)
     head_gemm = float(model.vocab * h) + pad  # a tied matrix is still cast for the LM head GEMM
     return {"layer": layer, "embed": float(model.embedding_params) + pad,
             "head": float(model.head_params) + (0.0 if model.tied_embeddings else pad),
-            "gemm_layer": gemm_layer, "gemm_head": head_gemm}
+            "gemm_layer": gemm_layer, "gemm_head": head_gemm, "expert_layer": expert_layer}
+
+
+def _one_value(c, key) -> int:
+    """A strategy field that holds one value for every configuration priced together (cp, ep)."""
+    values = np.unique(np.asarray(c.get(key, 1)))
+    if values.size != 1:
+        raise PerfModelError(f"configurations priced together must share {key!r}: got {sorted(values.tolist())}")
+    return int(values[0])
 
 
 # --- pipeline stages ------------------------------------------------------------------------
@@ -178,7 +192,7 @@ def ring_attention(kernels, cp: int, causal: bool) -> list[Kernel]:
     return out
 
 
-def compute_times(model, profile, c, *, precision, recompute, cp=1):
+def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd.
 
     ``model`` is what one rank computes: with context parallelism (``cp`` > 1) its sequence
@@ -187,8 +201,9 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1):
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
              "attention": c.get("attention", "flash")}
     vocab = {"vocab_multiple": _vocab_multiple(stack["framework"])} if isinstance(model, steps.Transformer) else {}
+    layer = {"ep": ep} if ep > 1 else {}
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
-        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute))
+        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, **layer))
     ring_f = ring_attention(lf, cp, bool(getattr(model, "causal", True)))
     ring_b = ring_attention(lb, cp, bool(getattr(model, "causal", True)))
     lf, lb = lf + ring_f, lb + ring_b
@@ -300,6 +315,24 @@ def cp_comm_times(model, coll, lay, c, *, precision, recompute, t, cp):
     return {"layer_f": fwd, "layer_b": n * np.maximum(both - block_b, 0.0) + (fwd if again else 0.0)}
 
 
+def ep_comm_times(model, coll, lay, c, *, precision, recompute, ep):
+    """Expert-parallel token exchange per micro-batch and MoE layer, on the critical path.
+
+    Megatron-Core's all-to-all token dispatcher: forward dispatches each rank's routed
+    tokens (tokens·top_k hidden vectors; its 1/tp sequence shard under the sequence
+    parallelism MoE requires with tp > 1) to the ranks holding their experts and
+    combines the results back, two all-to-alls; backward does the same with the
+    gradients. Full recomputation repeats the forward pair. Not overlapped with compute.
+    """
+    if ep <= 1 or getattr(model, "experts", 1) <= 1:
+        return {"layer_f": 0.0, "layer_b": 0.0}
+    lo = 2.0 if steps.is_mixed(precision) else 4.0
+    tokens = c["micro_batch"] * model.seq / np.where(np.asarray(c["sp"], bool), c["tp"], 1.0)
+    size = tokens * model.experts_per_token * model.hidden * lo
+    fwd = 2.0 * hierarchical_time(coll, "all_to_all", size, *lay["ep"])
+    return {"layer_f": fwd, "layer_b": fwd + (fwd if recompute == "full" else 0.0)}
+
+
 def p2p_time(model, coll, lay, c, *, precision):
     """Activation and gradient sends between pipeline stages on the critical path, per step.
 
@@ -325,16 +358,26 @@ def p2p_time(model, coll, lay, c, *, precision):
 # --- optimizer -----------------------------------------------------------------------------------
 
 
-def optimizer_time(profile, c, stage_params, shard_ranks, *, optimizer, precision, framework="pytorch"):
+def _sharded(params, expert, shard_ranks, ep, on):
+    """Parameters a rank keeps where sharding is ``on``: the dense ones over ``shard_ranks``, the
+    rank's experts over the shard_ranks / ep replicas that hold the same experts."""
+    dense = params - expert
+    return (dense / np.where(on, shard_ranks, 1.0)
+            + expert / np.where(on, np.maximum(np.asarray(shard_ranks, float) / ep, 1.0), 1.0))
+
+
+def optimizer_time(profile, c, stage_params, shard_ranks, *, optimizer, precision, framework="pytorch",
+                   expert_params=0.0, ep=1):
     """Optimizer step + gradient-accumulation adds (+ fp16 loss-scale unscale) per step.
 
     pytorch: autograd adds each micro-batch's .grad into the last (m − 1 adds).
     megatron: the weight-gradient GEMM accumulates into fp32 main_grad itself
     (gradient_accumulation_fusion), and after the update the optimizer writes the
-    16-bit copy of its (shard of the) master weights once.
+    16-bit copy of its (shard of the) master weights once. ``expert_params`` of the
+    stage shard over shard_ranks / ep (expert parallelism).
     """
-    local = stage_params / np.where(c["zero"] >= 1, shard_ranks, 1.0)
-    accumulated = stage_params / np.where(c["zero"] >= 2, shard_ranks, 1.0)
+    local = _sharded(stage_params, expert_params, shard_ranks, ep, c["zero"] >= 1)
+    accumulated = _sharded(stage_params, expert_params, shard_ranks, ep, c["zero"] >= 2)
     kernels = [Kernel("optimizer", optimizer, "opt", {"params": local}, 1, 0.0, "fwd", "fp32")]
     if framework == "megatron" and steps.is_mixed(precision):
         kernels.append(mem_kernel("master_to_model", "cast_fp32_to_bf16", "opt", local, variant="fwd"))
@@ -373,6 +416,7 @@ def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer, seq=Non
     ``seq``: the tokens of a sequence one rank holds (s/cp under context parallelism).
     """
     p = _params(model, c)
+    ep = _one_value(c, "ep")
     tp = c["tp"]
     seq = model.seq if seq is None else seq
     tokens = c["micro_batch"] * seq
@@ -401,8 +445,12 @@ def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer, seq=Non
         head_params = np.where(st["head"], p["head"] + np.where(c["pp"] > 1, tied_copy, 0.0), 0.0)
         params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0) + head_params) / tp
         gemm = (st["layers"] * p["gemm_layer"] + np.where(st["head"], p["gemm_head"], 0.0)) / tp
-        terms = mem.static_bytes(params, gemm, precision=precision, optimizer=optimizer, zero=c["zero"],
-                                 dp=shard_ranks, framework=framework)
+        expert = st["layers"] * p["expert_layer"] / tp  # sharded over the replicas holding the same experts
+        dense = mem.static_bytes(params - expert, gemm - expert, precision=precision, optimizer=optimizer,
+                                 zero=c["zero"], dp=shard_ranks, framework=framework)
+        experts = mem.static_bytes(expert, expert, precision=precision, optimizer=optimizer, zero=c["zero"],
+                                   dp=np.maximum(np.asarray(shard_ranks, float) / ep, 1.0), framework=framework)
+        terms = {k: dense[k] + experts[k] for k in dense}
         unit = np.maximum(p["layer"], np.where(st["embed"], p["embed"], 0.0)) / tp
         terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c["zero"], dp=c["dp"], ps=c["ps"],
                                                       bucket=c["bucket"], lo=lo, prefetch=PREFETCH_UNITS,
@@ -451,18 +499,16 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     c = dict(c)
     c.setdefault("stage_layers", None)
     framework = c.setdefault("framework", "pytorch")
-    cps = np.unique(np.asarray(c.get("cp", 1)))  # one value for every configuration, like the framework
-    if cps.size != 1:
-        raise PerfModelError(f"configurations priced together must share 'cp': got {sorted(cps.tolist())}")
-    cp = int(cps[0])
+    cp, ep = _one_value(c, "cp"), _one_value(c, "ep")  # one value for every configuration, like the framework
     nb = dtype_bytes(precision, framework)
-    lay = layout(c["dp"], c["tp"], c["pp"], cluster.gpus_per_node, placement, cp=cp)
+    lay = layout(c["dp"], c["tp"], c["pp"], cluster.gpus_per_node, placement, cp=cp, ep=ep)
     # what one rank computes: with context parallelism its s/cp tokens of each sequence
     local = replace(model, seq=model.seq // cp) if cp > 1 else model
-    t = compute_times(local, profile, c, precision=precision, recompute=recompute, cp=cp)
+    t = compute_times(local, profile, c, precision=precision, recompute=recompute, cp=cp, ep=ep)
     comm = tp_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, t=t)
-    ring = cp_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, t=t, cp=cp)
-    comm["layer_f"], comm["layer_b"] = comm["layer_f"] + ring["layer_f"], comm["layer_b"] + ring["layer_b"]
+    for extra in (cp_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, t=t, cp=cp),
+                  ep_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, ep=ep)):
+        comm["layer_f"], comm["layer_b"] = comm["layer_f"] + extra["layer_f"], comm["layer_b"] + extra["layer_b"]
     timed = {k: t[k] + comm.get(k, 0.0) for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b")}
     sts = stages(model, c)
     pipe, worst = pipeline_time(model, timed, sts, c)
@@ -484,7 +530,7 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
         params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
                   + np.where(st["head"], p["head"], 0.0)) / c["tp"]
         this = optimizer_time(profile, c, params, shard_ranks, optimizer=optimizer, precision=precision,
-                              framework=framework)
+                              framework=framework, expert_params=st["layers"] * p["expert_layer"] / c["tp"], ep=ep)
         opt = np.maximum(opt, np.where(st["valid"], this, 0.0))
     if profile.host.get("serial"):  # the step's own host work (zero_grad, optimizer bookkeeping) on a CPU
         opt = opt + float(profile.host.get("step_extra_s", 0.0))

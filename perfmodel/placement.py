@@ -14,9 +14,12 @@ Sizes and strides are assumed to divide ``gpus_per_node`` or be multiples of
 it (powers of two on 8-GPU nodes always are); a group that does not tile the
 nodes evenly is treated as if it did.
 
-Context-parallel ranks sit right after the tensor group (Megatron-Core's
-order "tp-cp-ep-dp-pp"), whatever the order of the others; gradients are
-reduced over the data- and context-parallel ranks together ("dp_cp").
+Context-parallel ranks sit right after the tensor group, then the
+expert-parallel ranks (Megatron-Core's order "tp-cp-ep-dp-pp"), whatever the
+order of the others. Expert-parallel ranks are data-parallel ranks: the
+data-parallel group ("dp") is the ep group times the rest of the replicas at
+the data-parallel place in the order; gradients are reduced over the data-
+and context-parallel ranks together ("dp_cp").
 """
 
 from __future__ import annotations
@@ -40,20 +43,25 @@ def group_layout(size, stride, gpus_per_node):
     return per_node, np.ceil(size / per_node)
 
 
-def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1) -> dict[str, tuple]:
-    """For each of "tp", "cp", "pp", "dp" and "dp_cp": (ranks_per_node, nodes) under the given order."""
+def _product(a, b):
+    """Layout of the union of two groups whose strides never overlap: members per node and nodes multiply."""
+    return a[0] * b[0], a[1] * b[1]
+
+
+def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1, ep=1) -> dict[str, tuple]:
+    """For each of "tp", "cp", "ep", "pp", "dp" and "dp_cp": (ranks_per_node, nodes) under the given order."""
     check_choice("placement", order, ORDERS)
-    sizes = {"tp": np.asarray(tp, float), "cp": np.asarray(cp, float), "pp": np.asarray(pp, float),
-             "dp": np.asarray(dp, float)}
+    sizes = {"tp": np.asarray(tp, float), "cp": np.asarray(cp, float), "ep": np.asarray(ep, float),
+             "pp": np.asarray(pp, float), "dp": np.asarray(dp, float) / np.asarray(ep, float)}
     stride = np.ones_like(sizes["tp"] * sizes["pp"] * sizes["dp"] * sizes["cp"])
     names = order.split("-")
-    names.insert(names.index("tp") + 1, "cp")
+    names[names.index("tp") + 1:names.index("tp") + 1] = ["cp", "ep"]
     out = {}
     for name in names:
         out[name] = group_layout(sizes[name], stride, gpus_per_node)
         stride = stride * sizes[name]
-    # the two groups' strides never overlap: members per node and nodes multiply
-    out["dp_cp"] = (out["dp"][0] * out["cp"][0], out["dp"][1] * out["cp"][1])
+    out["dp"] = _product(out["ep"], out["dp"])  # the whole data-parallel group: ep × the other replicas
+    out["dp_cp"] = _product(out["dp"], out["cp"])
     return out
 
 

@@ -71,9 +71,12 @@ class Strategy:
     # context parallelism (Megatron-Core --context-parallel-size): the sequence split over cp ranks,
     # attention as a ring over them (Liu et al. 2023); gradients reduced over dp × cp
     cp: int = 1
+    # expert parallelism (Megatron-Core --expert-model-parallel-size): a MoE layer's experts split
+    # over ep of the data-parallel ranks, tokens exchanged by all-to-all
+    ep: int = 1
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp"):
+        for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
             object.__setattr__(self, name, check_int(name, getattr(self, name)))
         if self.global_batch is not None:
             object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
@@ -116,9 +119,15 @@ class Strategy:
         if self.cp > 1 and self.attention != "flash":
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
                                     f"blocks: use attention='flash' (got {self.attention!r})")
-        if self.cp > 1 and self.ps_servers:
-            raise InvalidInputError(f"parameter-server training here is data parallel only: use cp=1 with "
-                                    f"'ps_servers' (got cp={self.cp})")
+        if self.ep > 1 and (self.dp * self.cp) % self.ep:
+            raise InvalidInputError(f"expert-parallel ranks are data-parallel ranks: 'ep'={self.ep} must divide "
+                                    f"dp × cp = {self.dp * self.cp}")
+        if self.ep > 1 and self.tp > 1 and not self.sequence_parallel:
+            raise InvalidInputError(f"expert parallelism with tensor parallelism needs sequence_parallel=True "
+                                    f"(Megatron-Core requires it for MoE; got tp={self.tp})")
+        if (self.cp > 1 or self.ep > 1) and self.ps_servers:
+            raise InvalidInputError(f"parameter-server training here is data parallel only: use cp=1 and ep=1 "
+                                    f"with 'ps_servers' (got cp={self.cp}, ep={self.ep})")
         if self.global_batch is not None and self.global_batch % (self.dp * self.micro_batch):
             g = self.dp * self.micro_batch
             lo = max(g, self.global_batch // g * g)
@@ -191,6 +200,12 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
         sizes = " × ".join(str(x) for x in (s.dp, s.tp, s.pp) + ((s.cp,) if s.cp > 1 else ()))
         raise InvalidInputError(f"{shape} = {sizes} = {s.gpus} must equal the cluster's "
                                 f"GPU count {n_gpus} (e.g. {hint})")
+    if s.ep > 1:
+        experts = getattr(model, "experts", 1)
+        if experts <= 1:
+            raise InvalidInputError(f"expert parallelism ('ep'={s.ep}) needs a mixture-of-experts model "
+                                    f"(got experts={experts})")
+        check_divides("ep", s.ep, "experts", experts)
     if s.cp > 1:
         seq = getattr(model, "seq", None)
         if seq is None or not hasattr(model, "heads"):

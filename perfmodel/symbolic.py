@@ -87,8 +87,9 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     if strategy.pp > 1 or strategy.shard or strategy.ps_servers:
         raise UnsupportedError("symbolic step times cover pp=1 without ZeRO/FSDP or parameter servers "
                                f"(got pp={strategy.pp}, zero={strategy.shard}, ps_servers={strategy.ps_servers})")
-    if strategy.tp > 1:
-        raise UnsupportedError("symbolic step times do not cover tensor parallelism yet (use tp=1)")
+    if strategy.tp > 1 or strategy.cp > 1 or strategy.ep > 1:
+        raise UnsupportedError("symbolic step times do not cover tensor, context or expert parallelism yet "
+                               f"(use tp=1, cp=1, ep=1; got tp={strategy.tp}, cp={strategy.cp}, ep={strategy.ep})")
     if strategy.framework != "pytorch":  # 16-bit weights change the optimizer and the gradient bytes too
         raise UnsupportedError(f"symbolic step times cover framework='pytorch' (got framework={strategy.framework!r})")
     model = as_model(model)

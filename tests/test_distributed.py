@@ -409,3 +409,60 @@ def test_context_parallel_errors_name_the_fields():
         pm.Strategy(cp=2, attention="unfused")
     with pytest.raises(pm.InvalidInputError, match=r"dp × tp × pp × cp = 8 × 1 × 1 × 2 = 16"):
         pm.predict(_llama(), cl, pm.Strategy(dp=8, cp=2, micro_batch=1))
+
+
+# --- expert parallelism -------------------------------------------------------------------------------
+
+
+def _moe():
+    return pm.transformer(4, 2048, 16, 2048, 32000, kv_heads=4, ffn_hidden=7168, activation="swiglu",
+                          norm="rmsnorm", bias=False, position="rotary", experts=8, experts_per_token=2)
+
+
+def test_expert_parallel_ranks_hold_fewer_experts_with_bigger_gemms():
+    """ep = 4: a rank holds 2 of the 8 experts, each multiplying the routed tokens of 4 ranks."""
+    m = _moe()
+    T = 2 * 2048
+    for ep in (1, 4):
+        fwd, _ = steps.layer_kernels(m, 2, precision="bf16-mixed", ep=ep)
+        fc1 = [k for k in fwd if k.name == "moe.expert.fc1"][0]
+        assert fc1.size["m"] == pytest.approx(T * 2 * ep / 8) and fc1.count == 8 // ep
+
+
+def test_expert_parallel_splits_expert_weights_not_model_flops():
+    m, cl = _moe(), pm.cluster("dgx-h100", nodes=1)
+    base = dict(dp=8, micro_batch=2, global_batch=32, framework="megatron", zero=1)
+    one, four = (pm.predict(m, cl, pm.Strategy(ep=ep, **base)) for ep in (1, 4))
+    assert four.model_flops == pytest.approx(one.model_flops, rel=1e-12)
+    expert = 8 * (2048 * 2 * 7168 + 7168 * 2048)                # one layer's experts (SwiGLU, no bias)
+    assert one.memory["weights"] - four.memory["weights"] == pytest.approx(2 * 4 * expert * (1 - 1 / 4))
+    # ZeRO-1: the dense states over 8 ranks, the rank's 2 experts over the 2 replicas holding them
+    assert four.memory["optimizer"] == pytest.approx(one.memory["optimizer"], rel=1e-9)
+    assert four.breakdown["tp_comm"] > 0.0 == one.breakdown["tp_comm"]   # the all-to-alls
+
+
+def test_expert_all_to_all_by_hand():
+    """Dispatch + combine forward, the same backward: 2 all-to-alls of tokens·top_k·h each way."""
+    from perfmodel.costs.comm import hierarchical_time
+
+    m, cl = _moe(), pm.cluster("dgx-h100", nodes=2)
+    coll = cluster_collectives(cl, default_profile(cl))
+    lay = placement.layout(8, 2, 1, 8, ep=8)                        # ep 8 at stride 2: 4 per node, 2 nodes
+    assert lay["ep"] == (4.0, 2.0) and lay["dp"] == (4.0, 2.0)
+    c = {"micro_batch": 1.0, "tp": 2.0, "sp": True}
+    size = 1 * 2048 / 2 * 2 * 2048 * 2                              # sequence shard · top-2 · h · bf16
+    a2a = hierarchical_time(coll, "all_to_all", size, 4.0, 2.0)
+    got = compose.ep_comm_times(m, coll, lay, c, precision="bf16-mixed", recompute="full", ep=8)
+    assert float(got["layer_f"]) == pytest.approx(2 * a2a) and float(got["layer_b"]) == pytest.approx(4 * a2a)
+
+
+def test_expert_parallel_errors_name_the_fields():
+    m, cl = _moe(), pm.cluster("dgx-h100", nodes=1)
+    with pytest.raises(pm.InvalidInputError, match="mixture-of-experts"):
+        pm.predict(_llama(), cl, pm.Strategy(dp=8, ep=2, micro_batch=1))
+    with pytest.raises(pm.InvalidInputError, match="'ep'=3 must divide dp × cp = 8"):
+        pm.Strategy(dp=8, ep=3)
+    with pytest.raises(pm.InvalidInputError, match="sequence_parallel=True"):
+        pm.Strategy(dp=4, tp=2, ep=2)
+    with pytest.raises(pm.InvalidInputError, match="'ep'"):
+        pm.predict(m, pm.cluster("dgx-h100", nodes=2), pm.Strategy(dp=16, ep=16, micro_batch=1))

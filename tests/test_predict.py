@@ -111,6 +111,9 @@ def test_cli_takes_every_strategy_field():
     assert cp["strategy"]["cp"] == 4 and cp["strategy"]["dp"] == 2
     expected = pm.predict(pm.preset("llama-3-8b"), pm.cluster("dgx-h100"), pm.Strategy(dp=2, cp=4, micro_batch=1))
     assert cp["step_time"] == pytest.approx(float(expected.step_time), rel=1e-9)
+    ep = json.loads(run_cli("predict", "--model", "mixtral-8x7b", "--gpu", "dgx-h100", "--ep", "4", "--micro-batch", "1",
+                            "--framework", "megatron", "--json").stdout)
+    assert ep["strategy"]["ep"] == 4 and ep["strategy"]["dp"] == 8
 
 
 def test_cli_predict_table_and_json():

@@ -18,12 +18,14 @@ from perfmodel.workload.presets import list_presets
 NODES = ("dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-1-v100", "h200", "t4", "k80")
 
 
-def _strategy(rng: random.Random, n_gpus: int, heads: int | None) -> pm.Strategy:
+def _strategy(rng: random.Random, n_gpus: int, heads: int | None, experts: int = 1) -> pm.Strategy:
     tps = [d for d in (1, 2, 4, 8) if n_gpus % d == 0 and (heads is None or heads % d == 0)]
     tp = rng.choice(tps)
     pp = rng.choice([d for d in (1, 2, 4) if (n_gpus // tp) % d == 0])
     cp = rng.choice([d for d in (1, 1, 2, 4) if (n_gpus // (tp * pp)) % d == 0])
     dp = n_gpus // (tp * pp * cp)
+    ep = rng.choice([d for d in (1, 2, 8) if experts % d == 0 and (dp * cp) % d == 0]) if experts > 1 else 1
+    sp = tp > 1 and (ep > 1 or rng.random() < 0.5)
     mb = rng.choice([1, 2, 8])
     fsdp = rng.choice([None, None, "full", "hybrid"])
     schedule = rng.choice(["1f1b", "gpipe", "interleaved"]) if pp > 1 else "1f1b"
@@ -32,9 +34,9 @@ def _strategy(rng: random.Random, n_gpus: int, heads: int | None) -> pm.Strategy
         zero=0 if fsdp else rng.choice([0, 1, 2, 3]), fsdp=fsdp, recompute=rng.choice(["none", "selective", "full"]),
         precision=rng.choice(["bf16-mixed", "fp16-mixed", "fp32", "fp8-mixed"]), schedule=schedule,
         virtual_stages=rng.choice([1, 2]) if schedule == "interleaved" else 1,
-        sequence_parallel=tp > 1 and rng.random() < 0.5, framework=rng.choice(["pytorch", "megatron"]),
+        sequence_parallel=sp, framework=rng.choice(["pytorch", "megatron"]),
         attention="flash" if cp > 1 else rng.choice(["flash", "unfused"]), tp_overlap=rng.random() < 0.3,
-        optimizer=rng.choice(["adamw", "sgd"]), placement=rng.choice(["tp-pp-dp", "dp-tp-pp"]), cp=cp)
+        optimizer=rng.choice(["adamw", "sgd"]), placement=rng.choice(["tp-pp-dp", "dp-tp-pp"]), cp=cp, ep=ep)
 
 
 def _model(rng: random.Random):
@@ -50,12 +52,12 @@ def _model(rng: random.Random):
 @pytest.mark.parametrize("seed", range(4))
 def test_random_configurations_predict_or_refuse_clearly(seed):
     rng = random.Random(seed)
-    predicted = with_cp = 0
+    predicted = with_cp = with_ep = 0
     for _ in range(60):
         model = _model(rng)
         cluster = pm.cluster(rng.choice(NODES), nodes=rng.choice([1, 2, 16]))
         try:
-            s = _strategy(rng, cluster.n_gpus, getattr(model, "heads", None))
+            s = _strategy(rng, cluster.n_gpus, getattr(model, "heads", None), getattr(model, "experts", 1))
             p = pm.predict(model, cluster, s)
         except PerfModelError as e:
             assert str(e) and "\n" not in str(e).strip()
@@ -65,7 +67,9 @@ def test_random_configurations_predict_or_refuse_clearly(seed):
         assert p.interval[0] <= p.step_time <= p.interval[1]
         predicted += 1
         with_cp += s.cp > 1
-    assert predicted >= 10 and with_cp >= 3  # the sample is not all refusals, and reaches context parallelism
+        with_ep += s.ep > 1
+    # the sample is not all refusals, and reaches context and expert parallelism
+    assert predicted >= 10 and with_cp >= 3 and with_ep >= 1
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -44,6 +44,8 @@ def test_unsupported_scope_is_refused_clearly():
     c = pm.cluster("dgx-a100-80gb")
     with pytest.raises(pm.UnsupportedError, match="pp=1"):
         symbolic_step_time(MODEL, c, pm.Strategy(dp=4, pp=2, global_batch=64))
+    with pytest.raises(pm.UnsupportedError, match="context or expert parallelism"):
+        symbolic_step_time(MODEL, pm.cluster("dgx-h100"), pm.Strategy(dp=4, cp=2, micro_batch=1))
     with pytest.raises(pm.UnsupportedError, match="framework='pytorch'"):
         symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(framework="megatron"))
 

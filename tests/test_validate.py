@@ -264,8 +264,10 @@ def test_schema_names_every_strategy_field_the_predictor_takes():
     assert pm.Strategy(micro_batch=2).micro_batch == 2
 
 
-def test_context_parallel_rows_read_their_cp(tmp_path):
-    text = ("model,gpu,nodes,dp,cp,micro_batch,global_batch,framework,step_time_s\n"
-            "llama-3-8b,dgx-h100,1,2,4,1,8,megatron,5.0\n")
+def test_context_and_expert_parallel_rows_read_their_sizes(tmp_path):
+    text = ("model,gpu,nodes,dp,cp,ep,micro_batch,global_batch,framework,step_time_s\n"
+            "llama-3-8b,dgx-h100,1,2,4,,1,8,megatron,5.0\n"
+            "mixtral-8x7b,dgx-h100,1,8,,8,1,8,megatron,5.0\n")
     cases, bad = read_measured(write(tmp_path, text))
     assert bad == [] and cases[0].strategy.cp == 4 and cases[0].cluster.n_gpus == 8
+    assert cases[1].strategy.ep == 8 and cases[1].cluster.n_gpus == 8

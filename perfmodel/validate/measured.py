@@ -11,8 +11,8 @@ One row per measured configuration. Columns (blank where unknown):
   gpus_per_node (default: 1 node; GPUs per node = dp × tp × pp × cp / nodes).
 * strategy: dp, tp, pp, micro_batch, global_batch, zero, fsdp, recompute,
   precision, optimizer, schedule, virtual_stages, sequence_parallel,
-  stage_layers (space-separated), framework, attention, tp_overlap, dp_overlap, cp
-  (defaults as ``pm.Strategy``).
+  stage_layers (space-separated), framework, attention, tp_overlap, dp_overlap, cp,
+  ep (defaults as ``pm.Strategy``).
 * measured: at least one of step_time_s, tokens_per_second, tflops_per_gpu
   (the first present is compared); peak_memory_bytes optionally.
 * profile: a profile name or JSON file for this row (default: the command's
@@ -37,7 +37,7 @@ MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hi
                 "norm", "bias", "tied_embeddings", "position", "causal")
 STRATEGY_FIELDS = ("dp", "tp", "pp", "micro_batch", "global_batch", "zero", "fsdp", "recompute",
                    "precision", "optimizer", "schedule", "virtual_stages", "sequence_parallel", "stage_layers",
-                   "framework", "attention", "tp_overlap", "dp_overlap", "cp")
+                   "framework", "attention", "tp_overlap", "dp_overlap", "cp", "ep")
 METRICS = ("step_time_s", "tokens_per_second", "tflops_per_gpu")
 COLUMNS = ("model", *MODEL_FIELDS, "gpu", "nodes", "gpus_per_node", *STRATEGY_FIELDS, *METRICS,
            "peak_memory_bytes", "profile", "source")
@@ -45,7 +45,8 @@ COLUMNS = ("model", *MODEL_FIELDS, "gpu", "nodes", "gpus_per_node", *STRATEGY_FI
 RUN_COLUMNS = ("step_time_min_s", "step_time_p10_s", "step_time_p90_s", "step_time_max_s", "steps",
                "warmup", "memory_kind", "device", "backend", "threads", "torch", "date")
 INT_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "nodes",
-              "gpus_per_node", "dp", "tp", "pp", "micro_batch", "global_batch", "zero", "virtual_stages", "cp")
+              "gpus_per_node", "dp", "tp", "pp", "micro_batch", "global_batch", "zero", "virtual_stages", "cp",
+              "ep")
 BOOL_FIELDS = ("bias", "tied_embeddings", "causal", "sequence_parallel", "tp_overlap", "dp_overlap")
 REQUIRED_WITHOUT_PRESET = ("layers", "hidden", "heads", "seq", "vocab")
 

@@ -50,8 +50,8 @@ def _numeric(x):
 class _Builder:
     """Collects forward and backward kernels of one layer stack for one precision."""
 
-    def __init__(self, model: Transformer, micro_batch, tp, sp, precision):
-        self.m, self.precision = model, precision
+    def __init__(self, model: Transformer, micro_batch, tp, sp, precision, ep=1):
+        self.m, self.precision, self.ep = model, precision, ep
         self.mixed = is_mixed(precision)
         self.low = "fp32" if not self.mixed else ("fp16" if precision == "fp16-mixed" else "bf16")
         self.b = _numeric(micro_batch)
@@ -130,11 +130,15 @@ class _Builder:
         return f_in + [a_f] + f_out, b_out + [a_b] + b_in
 
     def moe(self):
-        """Router + ``experts`` MLPs each seeing tokens·top_k/experts tokens (balanced routing)."""
+        """Router + ``experts`` MLPs each seeing tokens·top_k/experts tokens (balanced routing).
+
+        With expert parallelism over ``ep`` ranks a rank holds experts/ep of them, each
+        receiving the routed tokens of all ep ranks: tokens·top_k·ep/experts.
+        """
         m = self.m
         f_r, b_r = self.linear("moe.router", self.T, m.hidden, m.experts, bias=False, cast_input=self.mixed)
-        per_expert = self.T * m.experts_per_token / m.experts
-        f_e, b_e = self.mlp(per_expert, count=m.experts, prefix="moe.expert")
+        per_expert = self.T * m.experts_per_token * self.ep / m.experts
+        f_e, b_e = self.mlp(per_expert, count=m.experts // self.ep, prefix="moe.expert")
         perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4
         f_p = [mem("moe.permute", "copy", "fwd", perm, count=2, variant="fwd")]
         b_p = [mem("moe.permute.bwd", "copy", "bwd", perm, count=2, variant="fwd")]
@@ -153,13 +157,13 @@ class _Builder:
 
 
 def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
-                  recompute="none") -> tuple[list[Kernel], list[Kernel]]:
+                  recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
     """Kernels of one transformer block: (forward, backward incl. recomputation)."""
     check_choice("precision", precision, PRECISIONS)
     check_choice("recompute", recompute, RECOMPUTE)
     if not isinstance(model, Transformer):  # any other workload describes its own kernels
         return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute)
-    fwd, bwd = _Builder(model, micro_batch, tp, sp, precision).layer()
+    fwd, bwd = _Builder(model, micro_batch, tp, sp, precision, ep).layer()
     if recompute == "full":  # torch.utils.checkpoint re-runs the whole block forward in backward
         bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd] + bwd
     elif recompute == "selective":  # Korthikanti et al. 2022: recompute the attention core only
