@@ -37,7 +37,6 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dp", type=int, default=None, help="data-parallel size (default: GPUs / (tp × pp))")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--global-batch", type=int, default=None)
     p.add_argument("--zero", type=int, default=0, choices=range(4))
@@ -56,8 +55,9 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_stack_args(p: argparse.ArgumentParser) -> None:
-    """The software stack and the context-parallel size: Strategy fields that search holds fixed too."""
+    """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too."""
     p.add_argument("--cp", type=int, default=1, help="context-parallel size: the sequence split over cp ranks")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
     p.add_argument("--framework", default="pytorch", choices=["pytorch", "megatron"],
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies")
     p.add_argument("--attention", default="flash", choices=["flash", "unfused"])

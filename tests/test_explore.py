@@ -158,6 +158,19 @@ def test_search_with_context_parallelism_fills_the_rest_of_the_gpus(l13b, a100x8
         search(l13b, a100x8, 256, cp=3)
 
 
+def test_search_with_expert_parallelism_keeps_the_rows_ep_divides(a100x8):
+    moe = pm.transformer(4, 2048, 16, 1024, 32000, ffn_hidden=5632, activation="swiglu", norm="rmsnorm",
+                         bias=False, position="rotary", experts=8, experts_per_token=2)
+    top = search(moe, a100x8, 256, top_k=5, ep=8, framework="megatron")
+    assert (top["ep"] == 8).all() and (top["dp"] % 8 == 0).all()
+    assert (~((top["tp"] > 1) & ~top["sequence_parallel"])).all()
+    assert top.attrs["rejected_detail"]["ep=8 must divide dp × cp"] > 0
+    for _, row in top.iterrows():
+        np.testing.assert_allclose(row["step_time"], pm.predict(moe, a100x8, strategy_of(row)).step_time, rtol=1e-12)
+    with pytest.raises(pm.InvalidInputError, match="mixture-of-experts"):
+        search(pm.preset("llama-2-7b"), a100x8, 256, ep=2)
+
+
 def test_search_top_k_and_other_sort(l13b, a100x8):
     top = search(l13b, a100x8, 512, top_k=3, sort_by="peak_memory", recompute="full", zero=(3,))
     assert len(top) == 3

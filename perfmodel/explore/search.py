@@ -36,7 +36,7 @@ LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micr
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
 # Strategy fields search holds fixed: the software stack and the context-parallel size
-STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int}
+STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int}
 
 
 def _clusters(cluster) -> list:
@@ -66,7 +66,9 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
     """Every configuration of ``space`` under each (precision, recompute): flat arrays."""
     coll = cluster_collectives(cl, prof)
     # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    base = config_arrays(Strategy(optimizer=opts["optimizer"], placement=opts["placement"], **opts["stack"]))
+    # (dp is replaced by the space's; ep divides the one given here)
+    base = config_arrays(Strategy(optimizer=opts["optimizer"], placement=opts["placement"], dp=opts["stack"]["ep"],
+                                  **opts["stack"]))
     c = {**base, **space.compose_arrays()}
     n = len(space)
     parts = []
@@ -100,7 +102,7 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
             check_choice(name, v, valid)
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
-    Strategy(**stack)  # checks each field, naming it
+    Strategy(dp=stack["ep"], **stack)  # checks each field, naming it (dp: any the ep divides)
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
             "placement": placement, "stack": stack}
 
@@ -167,12 +169,13 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework: str = "pytorch", attention: str = "flash", tp_overlap: bool = False,
-           dp_overlap: bool = True, cp: int = 1) -> pd.DataFrame:
+           dp_overlap: bool = True, cp: int = 1, ep: int = 1) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
     software stack (``pm.Strategy`` fields) and hold for every configuration, as
-    does the context-parallel size ``cp`` (dp × tp × pp then fill GPUs / cp).
+    do the context-parallel size ``cp`` (dp × tp × pp then fill GPUs / cp) and the
+    expert-parallel size ``ep`` (configurations whose dp × cp it does not divide are rejected).
 
     ``cluster`` is a Cluster, a name, or a list of them (each searched whole).
     ``sort_by`` defaults to "tokens_per_second", or "usd_per_million_tokens" when
@@ -186,7 +189,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp})
+                     "cp": cp, "ep": ep})
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:
@@ -197,11 +200,11 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
         _check_precisions(cl, opts["precision"])
         if cl.n_gpus % cp:
             raise InvalidInputError(f"'cp'={cp} must divide the GPU count {cl.n_gpus} of {cl.name}")
-        if cp > 1:  # the sequence rules (2·cp chunks) checked once, on the simplest layout
-            check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, micro_batch=1))
+        if cp > 1 or ep > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
+            check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=ep, micro_batch=1))
         space = enumerate_space(model, cl.n_gpus // cp, cl.gpus_per_node, global_batch, max_micro_batch=max_micro_batch,
                                 max_virtual_stages=max_virtual_stages, zero=opts["zero"],
-                                sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes)
+                                sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes, cp=cp, ep=ep)
         for k in ("divisibility", "batch"):
             rejected[k] += space.rejected[k] * combos
         for k, v in space.detail.items():

@@ -10,6 +10,8 @@ counted under the first rule it breaks):
 * divisibility — tp divides heads and kv_heads (Megatron-LM splits whole
   heads, Shoeybi et al. 2019); pp <= layers; an interleaved schedule needs
   layers divisible by pp × virtual stages (Narayanan et al. 2021, §2.2);
+  with expert parallelism, ep divides dp × cp and tp > 1 has sequence
+  parallelism (Megatron-Core);
 * batch — the global batch is a multiple of dp × micro-batch, and an
   interleaved schedule needs the micro-batches divisible by pp (Megatron-LM
   ``schedules.py`` asserts it);
@@ -82,7 +84,7 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp):
     return g
 
 
-def _rules(model, global_batch, g):
+def _rules(model, global_batch, g, cp=1, ep=1):
     """(reason, rule text, mask of configurations breaking it), in order of application."""
     heads, kv = getattr(model, "heads", None), getattr(model, "kv_heads", None)
     layers = model.layers
@@ -94,6 +96,10 @@ def _rules(model, global_batch, g):
     rules.append(("divisibility", f"pp must be <= layers={layers}", pp > layers))
     rules.append(("divisibility", f"interleaving needs layers={layers} divisible by pp × virtual_stages",
                   (v > 1) & (layers % (pp * v) != 0)))
+    if ep > 1:  # expert-parallel ranks are data-parallel ranks; MoE with tp > 1 needs sequence parallelism
+        rules.append(("divisibility", f"ep={ep} must divide dp × cp", (dp * cp) % ep != 0))
+        rules.append(("divisibility", "expert parallelism with tp > 1 needs sequence parallelism",
+                      (tp > 1) & (g["sequence_parallel"] == 0)))
     rules.append(("batch", f"global_batch={global_batch} must be a multiple of dp × micro_batch",
                   global_batch % (dp * mb) != 0))
     m = global_batch // (dp * mb)
@@ -114,12 +120,13 @@ def _check_options(name, values, valid=None) -> tuple:
 
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
-                    max_tp_nodes: int = 1) -> Space:
+                    max_tp_nodes: int = 1, cp: int = 1, ep: int = 1) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
     (more than one means the interleaved schedule); tensor groups span at most
-    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes). Raises
+    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes). ``cp`` and ``ep`` are the
+    context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration.
     """
     n_gpus, global_batch = check_int("n_gpus", n_gpus), check_int("global_batch", global_batch)
@@ -134,7 +141,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     alive = np.ones(g["dp"].size, bool)
     rejected = dict.fromkeys(REASONS, 0)
     detail = {}
-    for reason, text, bad in _rules(model, global_batch, g):
+    for reason, text, bad in _rules(model, global_batch, g, cp, ep):
         hit = alive & bad
         n = int(hit.sum())
         rejected[reason] += n
