@@ -285,6 +285,14 @@ def test_sweep_other_axes(l13b):
     assert rec.loc[1, "step_time"] > rec.loc[0, "step_time"] and rec.loc[1, "peak_memory"] < rec.loc[0, "peak_memory"]
 
 
+def test_sweep_context_parallel_size_keeps_the_gpus_and_the_batch(l13b, a100x8):
+    cps = sweep(l13b, "cp", [1, 2, 4], cluster=a100x8, strategy=pm.Strategy(dp=64, micro_batch=1, global_batch=64))
+    assert list(cps["dp"]) == [64, 32, 16] and (cps["gpus"] == 64).all() and (cps["global_batch"] == 64).all()
+    assert cps["mem_activations"].is_monotonic_decreasing  # s/cp tokens per rank
+    nodes = sweep(l13b, "nodes", [4, 8], cluster=a100x8, strategy=pm.Strategy(dp=32, cp=2, micro_batch=1))
+    assert list(nodes["dp"]) == [16, 32] and (nodes["cp"] == 2).all()
+
+
 def test_sweep_errors(l13b, a100x8):
     with pytest.raises(InvalidInputError, match=r"sweep over nodes=1: tp × pp = 32 must divide the GPU count 8"):
         sweep(l13b, "nodes", [1, 4], cluster=a100x8, strategy=pm.Strategy(dp=2, tp=8, pp=4))

@@ -47,9 +47,11 @@ def _resize(cl, over: str, value):
 
 def _rescaled(s: Strategy, n_gpus: int, scaling: str, base_batch: int) -> Strategy:
     """The strategy on ``n_gpus`` GPUs: dp follows; weak keeps per-rank work, strong the global batch."""
-    if n_gpus % (s.tp * s.pp):
-        raise InvalidInputError(f"tp × pp = {s.tp * s.pp} must divide the GPU count {n_gpus}")
-    dp = n_gpus // (s.tp * s.pp)
+    model_parallel = s.tp * s.pp * s.cp
+    if n_gpus % model_parallel:
+        names = "tp × pp × cp" if s.cp > 1 else "tp × pp"
+        raise InvalidInputError(f"{names} = {model_parallel} must divide the GPU count {n_gpus}")
+    dp = n_gpus // model_parallel
     batch = dp * s.micro_batch * s.micro_batches if scaling == "weak" else base_batch
     return replace(s, dp=dp, global_batch=batch)
 
@@ -68,7 +70,7 @@ def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: i
     if over in ("global_batch", "micro_batch"):
         return model, cl, replace(s, **{over: int(value)})
     s = replace(s, **{over: value})
-    return model, cl, _rescaled(s, cl.n_gpus, "strong", s.batch) if over in ("tp", "pp") else s
+    return model, cl, _rescaled(s, cl.n_gpus, "strong", s.batch) if over in ("tp", "pp", "cp") else s
 
 
 def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None = None, profile=None,
