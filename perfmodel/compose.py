@@ -17,8 +17,8 @@ servers), bucket (DDP bucket bytes), hybrid (FSDP hybrid sharding), schedule
 tensor-parallel communication in backward). Optional keys that hold one value
 for every configuration: stage_layers (a tuple, layers per pipeline stage, for
 one pp), framework ("pytorch" | "megatron"), attention ("flash" |
-"unfused"; see ``perfmodel.workload.stack.adapt_kernels``) and cp (the
-context-parallel size).
+"unfused"; see ``perfmodel.workload.stack.adapt_kernels``), cp and ep (the
+context- and expert-parallel sizes).
 """
 
 from __future__ import annotations
@@ -55,11 +55,12 @@ def dtype_bytes(precision: str, framework: str = "pytorch") -> dict[str, float]:
     return {"grad": 4.0, "param": 4.0, "lo": lo}
 
 
-def _params(model, c=None):
+def _params(model, c=None, ep=1):
     """Parameter counts by part: per layer, embedding, head, GEMM weights per layer and head.
 
     With a configuration ``c`` the vocabulary rows are those the framework allocates
-    (Megatron-LM pads them, ``steps.vocab_shard``), per configuration.
+    (Megatron-LM pads them, ``steps.vocab_shard``), per configuration; with expert
+    parallelism (``ep``) a layer holds experts/ep of its experts.
     """
     if hasattr(model, "param_parts"):  # workloads other than the transformer builder's (no experts)
         return {"expert_layer": 0.0, **model.param_parts()}
@@ -68,11 +69,10 @@ def _params(model, c=None):
     h = model.hidden
     gemm_layer = float(h * model.qkv_out + h * h + model.experts * (h * model.mlp_in_out + model.ffn_hidden * h)
                        + (h * model.experts if model.experts > 1 else 0))
-    pad, ep = 0.0, 1
-    if c is not None and isinstance(model, steps.Transformer):
+    pad = 0.0
+    if c is not None:
         multiple = _vocab_multiple(c.get("framework", "pytorch"))
         pad = (steps.vocab_shard(model.vocab, c["tp"], multiple) * np.asarray(c["tp"], float) - model.vocab) * h
-        ep = _one_value(c, "ep")
     # expert parallelism: a rank holds experts/ep of each MoE layer's experts (the router stays whole)
     experts = float(lp["mlp"] - h * model.experts) if model.experts > 1 else 0.0
     expert_layer = experts / ep
@@ -200,17 +200,16 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     """
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
              "attention": c.get("attention", "flash")}
-    vocab = {"vocab_multiple": _vocab_multiple(stack["framework"])} if isinstance(model, steps.Transformer) else {}
-    layer = {"ep": ep} if ep > 1 else {}
+    multiple = _vocab_multiple(stack["framework"])
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
-        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, **layer))
+        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, ep=ep))
     ring_f = ring_attention(lf, cp, bool(getattr(model, "causal", True)))
     ring_b = ring_attention(lb, cp, bool(getattr(model, "causal", True)))
     lf, lb = lf + ring_f, lb + ring_b
     ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
-        model, c["micro_batch"], tp=c["tp"], precision=precision, **vocab))
+        model, c["micro_batch"], tp=c["tp"], precision=precision, vocab_multiple=multiple))
     hf, hb = (adapt_kernels(ks, **stack) for ks in steps.head_kernels(
-        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, **vocab))
+        model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, vocab_multiple=multiple))
     out = {}
     for name, ks in (("layer_f", lf), ("layer_b", lb), ("embed_f", ef), ("embed_b", eb), ("head_f", hf), ("head_b", hb),
                      ("ring_f", ring_f), ("ring_b", ring_b)):
@@ -243,8 +242,7 @@ def step_flops(model, out, recompute):
 
 def _act_bytes(model, c, precision):
     """Bytes of one micro-batch's hidden states (b·s·h) in the activation dtype."""
-    lo = 2.0 if steps.is_mixed(precision) else 4.0
-    return c["micro_batch"] * model.seq * model.hidden * lo
+    return c["micro_batch"] * model.seq * model.hidden * dtype_bytes(precision)["lo"]
 
 
 def tp_comm_times(model, coll, lay, c, *, precision, recompute, t=None):
@@ -302,7 +300,7 @@ def cp_comm_times(model, coll, lay, c, *, precision, recompute, t, cp):
     """
     if cp <= 1:
         return {"layer_f": 0.0, "layer_b": 0.0}
-    lo = 2.0 if steps.is_mixed(precision) else 4.0
+    lo = dtype_bytes(precision)["lo"]
     kv = 2.0 * c["micro_batch"] * model.seq * model.kv_heads / c["tp"] * model.head_dim * lo
     inter = np.asarray(lay["cp"][1]) > 1  # the ring leaves the node
     send = np.where(inter, _sendrecv(coll, "inter", kv), _sendrecv(coll, "intra", kv))
@@ -326,7 +324,7 @@ def ep_comm_times(model, coll, lay, c, *, precision, recompute, ep):
     """
     if ep <= 1 or getattr(model, "experts", 1) <= 1:
         return {"layer_f": 0.0, "layer_b": 0.0}
-    lo = 2.0 if steps.is_mixed(precision) else 4.0
+    lo = dtype_bytes(precision)["lo"]
     tokens = c["micro_batch"] * model.seq / np.where(np.asarray(c["sp"], bool), c["tp"], 1.0)
     size = tokens * model.experts_per_token * model.hidden * lo
     fwd = 2.0 * hierarchical_time(coll, "all_to_all", size, *lay["ep"])
@@ -410,13 +408,12 @@ def in_flight(c, index):
     return np.where(c["schedule"] == 1, m, f1b * np.where(index == 0, interleave, 1.0))
 
 
-def memory_terms(model, lay, c, sts, *, precision, recompute, optimizer, seq=None):
+def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=None, ep=1):
     """Peak bytes over the pipeline stages; returns (peak, terms of the fullest stage).
 
-    ``seq``: the tokens of a sequence one rank holds (s/cp under context parallelism).
+    ``p``: the parameter counts of ``_params``; ``seq``: the tokens of a sequence one rank
+    holds (s/cp under context parallelism); ``ep``: the expert-parallel size.
     """
-    p = _params(model, c)
-    ep = _one_value(c, "ep")
     tp = c["tp"]
     seq = model.seq if seq is None else seq
     tokens = c["micro_batch"] * seq
@@ -512,7 +509,7 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     timed = {k: t[k] + comm.get(k, 0.0) for k in ("layer_f", "layer_b", "embed_f", "embed_b", "head_f", "head_b")}
     sts = stages(model, c)
     pipe, worst = pipeline_time(model, timed, sts, c)
-    p = _params(model, c)
+    p = _params(model, c, ep)
     # gradients are reduced (and ZeRO shards) over the data- and context-parallel ranks together
     dpc = {**c, "dp": c["dp"] * cp}
     lay_dp = {**lay, "dp": lay["dp_cp"]}
@@ -535,11 +532,12 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
     if profile.host.get("serial"):  # the step's own host work (zero_grad, optimizer bookkeeping) on a CPU
         opt = opt + float(profile.host.get("step_extra_s", 0.0))
     step = pipe + p2p + dp_exposed + opt
-    peak, terms = memory_terms(model, lay_dp, dpc, sts, precision=precision, recompute=recompute,
-                               optimizer=optimizer, seq=local.seq)
+    peak, terms = memory_terms(model, lay_dp, dpc, sts, p, precision=precision, recompute=recompute,
+                               optimizer=optimizer, seq=local.seq, ep=ep)
     return _outputs(model, c, t, comm, sts, recompute, {
         "step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
-        "optimizer": opt, "pipeline_bubble": pipe - c["m"] * worst, "peak_memory": peak, "memory": terms})
+        "optimizer": opt, "pipeline_bubble": pipe - c["m"] * worst, "peak_memory": peak, "memory": terms,
+        "cp": float(cp)})
 
 
 def _outputs(model, c, t, comm, sts, recompute, out):
@@ -569,6 +567,6 @@ def _outputs(model, c, t, comm, sts, recompute, out):
         "head_share": np.where(c["pp"] == 1, t["head_f"] + t["head_b"], 0.0),
         "layer_flops_f": t["layer_flops_f"], "layer_flops_b": t["layer_flops_b"], "head_flops": t["head_flops"],
         "layer_attn_flops_f": t["layer_attn_flops_f"], "model_flops_mb": model_flops, "hw_flops_mb": hw_flops,
-        "tp": c["tp"], "cp": float(np.asarray(c.get("cp", 1)).flat[0]),
+        "tp": c["tp"],
     })
     return out

@@ -35,7 +35,7 @@ LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micr
         "global_batch", "zero", "recompute", "sequence_parallel", "precision")
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
-# Strategy fields search holds fixed: the software stack and the context-parallel size
+# Strategy fields search holds fixed: the software stack, the context- and expert-parallel sizes
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int}
 
 
@@ -66,10 +66,7 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
     """Every configuration of ``space`` under each (precision, recompute): flat arrays."""
     coll = cluster_collectives(cl, prof)
     # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    # (dp is replaced by the space's; ep divides the one given here)
-    base = config_arrays(Strategy(optimizer=opts["optimizer"], placement=opts["placement"], dp=opts["stack"]["ep"],
-                                  **opts["stack"]))
-    c = {**base, **space.compose_arrays()}
+    c = {**config_arrays(opts["base"]), **space.compose_arrays()}
     n = len(space)
     parts = []
     for precision, recompute in product(opts["precision"], opts["recompute"]):
@@ -80,7 +77,7 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
         cols = {k: space.arrays[k] for k in NUMERIC}
         cols["precision"] = np.full(n, precision, dtype=object)
         cols["recompute"] = np.full(n, recompute, dtype=object)
-        for k, v in opts["stack"].items():  # the software stack and cp, the same for every row
+        for k, v in opts["stack"].items():  # the software stack, cp and ep, the same for every row
             cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else type(v))
         merged = {**out, **derived}
         for k in (*RESULTS, *BREAKDOWN_KEYS):
@@ -102,9 +99,10 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
             check_choice(name, v, valid)
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
-    Strategy(dp=stack["ep"], **stack)  # checks each field, naming it (dp: any the ep divides)
+    # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
+    base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **stack)
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
-            "placement": placement, "stack": stack}
+            "placement": placement, "stack": stack, "base": base}
 
 
 def _check_precisions(cl, precisions) -> None:
