@@ -32,7 +32,7 @@ from perfmodel.errors import PerfModelError, unknown_name
 
 KNOWN_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 KNOWN_TIMINGS = ("eager", "graph")
-FULL_PLAN = Plan(max_reps=10, min_reps=3, case_budget_s=0.15)
+FULL_PLAN = Plan(max_reps=10, min_reps=3, case_budget_s=0.15, cooldown=1.0)
 QUICK_PLAN = Plan(max_reps=3, min_reps=3, case_budget_s=0.02, warmup=1)
 
 
@@ -149,14 +149,16 @@ def _label(case: dict) -> str:
     return f"{case['op']} {case['phase']} {case['timing']} {case['dtype']} {shape}"
 
 
-def measure_case(case: dict, device: str, plan: Plan, l2_bytes: int | None) -> dict:
-    """Build, time and release one case; the row to write."""
+def measure_case(case: dict, device: str, plan: Plan, l2_bytes: int | None, clock=None) -> dict:
+    """Build, time and release one case; the row to write (``start_s`` = ``clock()`` at its first call)."""
     bench = BUILDERS[case["op"]](case, device, copies_for(case, device, l2_bytes))
+    start_s = clock() if clock else None
     with bench.context():
         t = measure(bench.calls, device, case["timing"], plan)
     del bench
     return {**case, "time_s": t.median_s, "time_min_s": t.min_s, "time_p90_s": t.p90_s,
-            "reps": t.reps, "inner": t.inner}
+            "reps": t.reps, "inner": t.inner, "start_s": None if start_s is None else round(start_s, 4),
+            "busy_s": t.busy_s(plan.warmup)}
 
 
 def _release(device: str) -> None:
@@ -179,14 +181,18 @@ def run(req: grids.Request, out_dir: str | Path, plan: Plan, *, budget_s: float 
     l2 = getattr(torch.cuda.get_device_properties(req.device), "L2_cache_size", None) if req.gpu else None
     torch.manual_seed(0)
     start = time.monotonic()
+    busy = 0.0  # seconds the previous case kept the GPU busy: the next one idles in proportion first
     bar = tqdm(todo, desc="compute", unit="case", disable=not progress, dynamic_ncols=True)
     for case in bar:
         if budget_s is not None and time.monotonic() - start > budget_s:
             summary.stopped_by_budget = True
             break
         bar.set_postfix_str(_label(case)[:60], refresh=False)
+        if req.gpu and busy > 0:
+            time.sleep(plan.idle_before(busy))
         try:
-            row = measure_case(case, req.device, plan, l2)
+            row = measure_case(case, req.device, plan, l2, clock=lambda: time.monotonic() - start)
+            busy = row.pop("busy_s", 0.0)
         except (RuntimeError, NotImplementedError, ValueError, TypeError) as exc:  # OOM is a RuntimeError
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             summary.failed.append(f"{_label(case)}: {first[:160]}")

@@ -43,6 +43,10 @@ class Timing:
     reps: int
     inner: int
 
+    def busy_s(self, warmup: int) -> float:
+        """Seconds the measurement kept the device busy (warm-up, probe and timed calls)."""
+        return self.median_s * (warmup + 1 + self.reps * self.inner)
+
     @classmethod
     def from_batches(cls, per_call_s: Sequence[float], inner: int) -> Timing:
         t = np.asarray(per_call_s, dtype=float)
@@ -58,6 +62,15 @@ class Plan:
     case_budget_s: float = 0.15  # reps are cut so a case's batches take about this long
     target_batch_s: float = TARGET_BATCH_S
     warmup: int = 2
+    # GPU: idle ``cooldown`` times the previous case's busy seconds (at most ``cooldown_max_s``) before
+    # a case, so each row starts from a comparable power state: back-to-back tensor-core load meets
+    # the board's power limit, and rows measured after heavy ones ran up to ~20% slower (H200 tables)
+    cooldown: float = 0.0
+    cooldown_max_s: float = 2.0
+
+    def idle_before(self, previous_busy_s: float) -> float:
+        """Seconds to idle before the next case after one that kept the device busy this long."""
+        return min(self.cooldown_max_s, self.cooldown * max(previous_busy_s, 0.0))
 
 
 def _reps(plan: Plan, batch_s: float) -> int:

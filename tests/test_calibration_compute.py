@@ -134,6 +134,8 @@ def test_quick_run_writes_the_schema_and_a_rerun_skips_everything(tmp_path):
     assert tuple(reader.fieldnames) == COMPUTE_COLUMNS
     assert len(rows) >= 40
     assert all(float(r["time_s"]) > 0 and float(r["time_min_s"]) <= float(r["time_s"]) for r in rows)
+    starts = [float(r["start_s"]) for r in rows]  # when each case began: rows in the order measured
+    assert starts[0] >= 0 and all(b > a for a, b in zip(starts, starts[1:]))
     assert {r["op"] for r in rows} >= {"gemm", "sdpa", "layernorm", "cross_entropy", "adamw", "conv2d", "copy"}
     meta = json.loads((tmp_path / "metadata.json").read_text())
     assert meta["device"] == "cpu" and meta["quick"] is True
@@ -184,6 +186,25 @@ def test_interrupted_runs_lose_no_row_and_resume_skips_done_rows(tmp_path):
     assert f"{planned - len(complete)} rows written, {len(complete)} already there" in out
 
 
+def test_gpu_runs_idle_after_each_case_in_proportion_to_its_load(tmp_path, monkeypatch):
+    """On a GPU every case waits ``cooldown`` x the previous case's busy seconds (capped), so a row does
+    not inherit the power-limited state of a heavy one; the CPU path never waits."""
+    from calibration.timing import Plan, Timing
+
+    plan = Plan(cooldown=1.0, cooldown_max_s=0.05, warmup=1)
+    assert plan.idle_before(0.01) == 0.01 and plan.idle_before(3.0) == 0.05 and Plan().idle_before(1.0) == 0.0
+    assert Timing(0.001, 0.001, 0.001, reps=4, inner=5).busy_s(warmup=1) == pytest.approx(0.022)
+    slept = []
+    monkeypatch.setattr(compute.time, "sleep", slept.append)
+    monkeypatch.setattr(grids.Request, "gpu", property(lambda self: True))  # the CPU plays a GPU
+    monkeypatch.setattr(compute.torch.cuda, "get_device_properties", lambda device: object())
+    req = grids.Request(device="cpu", dtypes=("fp32",), timings=("eager",), quick=True, ops=frozenset({"copy"}))
+    summary = compute.run(req, tmp_path, plan, progress=False)
+    rows = _rows(tmp_path / "compute.csv")
+    assert summary.written == len(rows) >= 3
+    assert len(slept) == summary.written - 1 and all(0 < s <= 0.05 for s in slept)
+
+
 def test_cpu_timing_batches_calls_and_reports_per_call_seconds():
     from calibration.timing import Plan, time_cpu
 
@@ -227,7 +248,7 @@ def test_a_failed_graph_capture_stops_the_run_and_a_rerun_skips_that_case(tmp_pa
     monkeypatch.setattr(grids, "cases", lambda req: [dict(c) for c in cases])
     calls = []
 
-    def fake_measure(case, device, plan, l2):
+    def fake_measure(case, device, plan, l2, clock=None):
         calls.append(case["timing"])
         if case["timing"] == "graph":
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")

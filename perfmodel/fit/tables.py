@@ -19,9 +19,11 @@ COMPUTE_COLUMNS = (
     "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",
     "heads", "kv_heads", "seq", "head_dim", "causal", "params", "fused", "bytes", "cin",
     "cout", "hw", "kernel", "stride", "layers", "time_s", "time_min_s", "time_p90_s", "reps", "inner",
-    "device",
+    "start_s", "device",
 )
-_MEASURED = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "device")
+# start_s: seconds from the start of the run to this case's first call (after its cool-down), so the
+# load each row followed can be read from the table (the power state carries over between rows)
+_MEASURED = ("time_s", "time_min_s", "time_p90_s", "reps", "inner", "start_s", "device")
 #: What identifies a compute measurement: everything but the measured values.
 COMPUTE_KEY_COLUMNS = tuple(c for c in COMPUTE_COLUMNS if c not in _MEASURED)
 
