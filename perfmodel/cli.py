@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from perfmodel.errors import InvalidInputError, PerfModelError
 
@@ -23,32 +26,61 @@ from perfmodel.errors import InvalidInputError, PerfModelError
 EXTENSIONS = ("perfmodel.explore.cli", "perfmodel.validate.cli", "perfmodel.transient.cli")
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage mistakes, like every other error, are one line on stderr and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _bounded(kind, low: float, *, strict: bool = False):
+    """An argparse ``type``: a finite ``kind`` (int or float) >= ``low`` (> ``low`` when ``strict``)."""
+    what = "an integer" if kind is int else "a number"
+    bound = f"{'>' if strict else '>='} {low:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}") from None
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}")
+        return value
+    parse.__name__ = f"{kind.__name__} {bound}"
+    return parse
+
+
+POSITIVE_INT = _bounded(int, 1)
+NONNEGATIVE_INT = _bounded(int, 0)
+POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Model, cluster and profile options shared by predict and the explore commands."""
     p.add_argument("--model", default="gpt2-small", help="preset name, HF config.json path, or a model TOML")
     p.add_argument("--gpu", default=None, help="GPU or node preset (or cluster TOML); default h200")
-    p.add_argument("--nodes", type=int, default=1, help="number of nodes (default 1)")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node for a bare GPU name")
+    p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="number of nodes (default 1)")
+    p.add_argument("--gpus-per-node", type=POSITIVE_INT, default=None, help="GPUs per node for a bare GPU name")
     p.add_argument("--profile", default=None, help="profile JSON (default: the GPU's bundled profile)")
-    p.add_argument("--seq", type=int, default=None, help="override the model's sequence length")
+    p.add_argument("--seq", type=POSITIVE_INT, default=None, help="override the model's sequence length")
 
 
 def add_strategy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dp", type=int, default=None, help="data-parallel size (default: GPUs / (tp × pp))")
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--global-batch", type=int, default=None)
+    p.add_argument("--dp", type=POSITIVE_INT, default=None, help="data-parallel size (default: GPUs / (tp × pp))")
+    p.add_argument("--tp", type=POSITIVE_INT, default=1)
+    p.add_argument("--pp", type=POSITIVE_INT, default=1)
+    p.add_argument("--micro-batch", type=POSITIVE_INT, default=8)
+    p.add_argument("--global-batch", type=POSITIVE_INT, default=None)
     p.add_argument("--zero", type=int, default=0, choices=range(4))
     p.add_argument("--fsdp", default=None, choices=["full", "hybrid"])
     p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--optimizer", default="adamw")
     p.add_argument("--schedule", default="1f1b")
-    p.add_argument("--virtual-stages", type=int, default=1)
+    p.add_argument("--virtual-stages", type=POSITIVE_INT, default=1)
     p.add_argument("--sequence-parallel", action="store_true")
-    p.add_argument("--ps-servers", type=int, default=0)
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
+    p.add_argument("--ps-servers", type=NONNEGATIVE_INT, default=0)
+    p.add_argument("--bucket-mb", type=POSITIVE_FLOAT, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
     add_stack_args(p)
@@ -56,8 +88,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
 
 def add_stack_args(p: argparse.ArgumentParser) -> None:
     """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too."""
-    p.add_argument("--cp", type=int, default=1, help="context-parallel size: the sequence split over cp ranks")
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
+    p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
+    p.add_argument("--ep", type=POSITIVE_INT, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
     p.add_argument("--framework", default="pytorch", choices=["pytorch", "megatron"],
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies")
     p.add_argument("--attention", default="flash", choices=["flash", "unfused"])
@@ -151,7 +183,18 @@ def cmd_calibrate(args) -> int:
     cmd += ["--ops", args.ops] if args.ops else []
     cmd += ["--timing", args.timing] if args.timing else []
     cmd += ["--force-mix"] if args.force_mix else []
-    return subprocess.call(cmd)
+    child = subprocess.Popen(cmd)
+    # Ctrl-C reaches the child too, which keeps its finished rows and exits 130: wait for it. A SIGTERM
+    # sent to this process is passed on, so the child does not go on measuring on its own.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_import_nccl(args) -> int:
@@ -175,7 +218,7 @@ def cmd_list(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perfmodel", description="Predict distributed training speed and memory.")
+    parser = Parser(prog="perfmodel", description="Predict distributed training speed and memory.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict one configuration")
     add_model_args(p)
@@ -192,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="measure this machine's kernels (runs python -m calibration.compute)")
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--budget", type=float, default=None)
+    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None)
     p.add_argument("--dtypes", default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--ops", default=None, help="comma-separated op families to measure")
@@ -217,11 +260,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Output options that name a folder (the others name a file), by command
+FOLDER_OUTPUTS = {"calibrate": ("out",), "import-nccl-tests": ("out",), "fit": ("plots",), "validate": ("work_dir",)}
+# File formats by command and option, checked before any work is done
+OUTPUT_SUFFIXES = {("compare", "out"): (".csv", ".json", ".md"), ("sweep", "out"): (".csv", ".json", ".md"),
+                   ("search", "out"): (".csv", ".json", ".md"), ("plan", "out"): (".csv",),
+                   ("validate", "out"): (".csv",), ("fit", "output"): (".json",)}
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_outputs(args) -> None:
+    """Refuse an output path that cannot be written before any work is done: a file where a folder
+    is meant (or the reverse), a folder that does not exist, a format the command cannot write."""
+    for attr in ("out", "output", "plot", "plots", "work_dir"):
+        value = getattr(args, attr, None)
+        if not isinstance(value, str) or not value:
+            continue
+        flag, path = "--" + attr.replace("_", "-"), Path(value)
+        if attr in FOLDER_OUTPUTS.get(args.command, ()):
+            if path.exists() and not path.is_dir():
+                raise InvalidInputError(f"{flag} {value!r} is a file; give a folder")
+            continue
+        if path.is_dir():
+            raise InvalidInputError(f"{flag} {value!r} is a folder; give a file name")
+        if not path.parent.is_dir():
+            raise InvalidInputError(f"{flag} {value!r}: folder {str(path.parent)!r} does not exist")
+        valid = PLOT_SUFFIXES if attr == "plot" else OUTPUT_SUFFIXES.get((args.command, attr))
+        if valid and path.suffix.lower() not in valid:
+            raise InvalidInputError(f"{flag} {value!r}: unknown format {path.suffix or '(none)'!r} "
+                                    f"(valid: {', '.join(valid)})")
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_outputs(args)
         return args.func(args)
     except PerfModelError as exc:
+        print(f"perfmodel: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file that cannot be read or written (permissions, a full disk, ...)
         print(f"perfmodel: error: {exc}", file=sys.stderr)
         return 2
 

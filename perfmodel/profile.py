@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -115,20 +116,42 @@ def _plain(obj):
     return obj
 
 
+# Parameters that divide (rates, bandwidths, sizes, efficiency fractions): zero would price a kernel
+# at infinite time. Every other parameter may be zero (a latency, a floor, a saturation constant).
+POSITIVE_PARAMS = frozenset({"R", "R_mis", "bw", "busbw_bytes_per_s", "sms", "T", "elem_bytes", "e16", "e8", "e4",
+                             "p16", "p8", "p4", "p2", "p_both", "p_mis", "q"})
+
+
+HOST_FLAGS = ("serial",)  # host entries that are switches (a CPU runs its host work and kernels serially)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _validate(data, origin: str) -> None:
     from perfmodel.fit.forms import get_form
 
     if not isinstance(data, dict):
         raise ProfileError(f"{origin}: a profile must be a JSON object")
     version = data.get("schema_version")
-    if not isinstance(version, int):
-        raise ProfileError(f"{origin}: 'schema_version' missing or not an integer")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ProfileError(f"{origin}: 'schema_version' missing or not an integer >= 1: got {version!r}")
     if version > SCHEMA_VERSION:
         raise ProfileError(f"{origin}: schema_version {version} is newer than this perfmodel understands "
                            f"({SCHEMA_VERSION}); upgrade perfmodel (pip install -U perfmodel)")
     for key in ("name", "gpu"):
         if not isinstance(data.get(key), str):
             raise ProfileError(f"{origin}: field {key!r} missing or not a string")
+    for key in ("compute", "collectives", "host", "meta"):
+        if not isinstance(data.get(key, {}), dict):
+            raise ProfileError(f"{origin}: {key!r} must be an object (name -> value), got {type(data[key]).__name__}")
+    for key, value in data.get("host", {}).items():
+        if key in HOST_FLAGS:
+            if not isinstance(value, bool):
+                raise ProfileError(f"{origin}: host.{key} must be true or false: got {value!r}")
+        elif not (isinstance(value, str) and key.endswith("_source")) and not (_number(value) and value >= 0):
+            raise ProfileError(f"{origin}: host.{key} must be a finite number >= 0 (seconds): got {value!r}")
     sections = [("compute", data.get("compute", {}))]
     sections += [(f"collectives.{lvl}", v) for lvl, v in data.get("collectives", {}).items()]
     for section, entries in sections:
@@ -138,19 +161,31 @@ def _validate(data, origin: str) -> None:
             where = f"{origin}: {section}.{key}"
             if not isinstance(entry, dict) or any(f not in entry for f in ENTRY_FIELDS):
                 raise ProfileError(f"{where} needs fields {list(ENTRY_FIELDS)}")
+            if not isinstance(entry["form"], str):
+                raise ProfileError(f"{where}: 'form' must be a form name: got {entry['form']!r}")
             form = get_form(entry["form"])
             params = entry["params"]
-            bad = [p for p in form.params if not isinstance(params.get(p), (int, float))]
+            if not isinstance(params, dict):
+                raise ProfileError(f"{where}: 'params' must be an object (name -> number): got {params!r}")
+            bad = [p for p in form.params if not _number(params.get(p))]
             if bad:
-                raise ProfileError(f"{where}: parameters {bad} missing or not numbers (form {form.name!r} needs {list(form.params)})")
+                raise ProfileError(f"{where}: parameters {bad} missing or not finite numbers "
+                                   f"(form {form.name!r} needs {list(form.params)})")
+            for name in form.params:
+                low = params[name] <= 0 if name in POSITIVE_PARAMS else params[name] < 0
+                if low:
+                    raise ProfileError(f"{where}: parameter {name!r} must be {'> 0' if name in POSITIVE_PARAMS else '>= 0'}: "
+                                       f"got {params[name]!r}")
 
 
 def load_profile(name_or_path: str | Path | Profile) -> Profile:
     """A bundled profile by name (see :func:`list_profiles`) or a profile JSON file."""
     if isinstance(name_or_path, Profile):
         return name_or_path
+    if not isinstance(name_or_path, (str, Path)):
+        raise ProfileError(f"'profile' must be a bundled profile name, a JSON file or a Profile: got {name_or_path!r}")
     path = Path(str(name_or_path))
-    if path.suffix == ".json" and path.exists():
+    if path.suffix == ".json" or path.exists() or "/" in str(name_or_path):  # a file, not a bundled name
         data = read_json_file(path, field="profile", error=ProfileError)
         return Profile.from_dict(data, origin=str(path))
     return _bundled(str(name_or_path))

@@ -233,8 +233,13 @@ def test_parse_strategy_forms():
     assert parse_strategy({"dp": 64, "zero": 3}, 64).zero == 3
     with pytest.raises(UnknownNameError, match="unknown strategy field 'tensor'"):
         parse_strategy("tensor=2", 8)
-    with pytest.raises(InvalidInputError, match=r"tp × pp = 3 × 1 must divide the cluster's 8 GPUs"):
+    with pytest.raises(InvalidInputError, match=r"tp × pp × cp = 3 × 1 × 1 must divide the cluster's 8 GPUs"):
         parse_strategy("tp=3", 8)
+    assert parse_strategy("cp=2", 8).dp == 4  # dp fills in the GPUs tp × pp × cp leave
+    with pytest.raises(InvalidInputError, match="'tp' must be an integer >= 1: got 0"):
+        parse_strategy("tp=0", 8)
+    with pytest.raises(InvalidInputError, match="'virtual_stages' must be an integer >= 1: got None"):
+        parse_strategy({"virtual_stages": None}, 8)
     with pytest.raises(InvalidInputError, match="must read key=value"):
         parse_strategy("tp4", 8)
 

@@ -128,7 +128,11 @@ def test_cli_predict_table_and_json():
 @pytest.mark.parametrize("args, message", [
     (("predict", "--model", "gpt5"), "unknown model preset 'gpt5'"),
     (("predict", "--gpu", "h300"), "unknown"),
-    (("predict", "--micro-batch", "0"), "'micro_batch' must be an integer >= 1: got 0"),
+    (("predict", "--micro-batch", "0"), "argument --micro-batch: must be an integer >= 1: got '0'"),
+    (("predict", "--pp", "0"), "argument --pp: must be an integer >= 1: got '0'"),
+    (("predict", "--seq", "0"), "argument --seq: must be an integer >= 1: got '0'"),
+    (("compare", "--strategies", "dp=1", "--out", "/nonexistent/x.csv"), "folder '/nonexistent' does not exist"),
+    (("compare", "--strategies", "dp=1", "--plot", "x.gif"), "unknown format '.gif' (valid: .png, .svg, .pdf)"),
     (("predict", "--precision", "bf17"), "unknown precision 'bf17'"),
     (("predict", "--pp", "2", "--stage-layers", "6,x"), "'stage_layers' must be whole numbers"),
     (("predict", "--placement", "pp-tp"), "unknown placement 'pp-tp'"),

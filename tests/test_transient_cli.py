@@ -54,8 +54,10 @@ def test_plan_errors_are_one_line_exit_2(capsys):
     assert cli.main(["plan", "--steps", "10", "--workers", "k80"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("perfmodel: error: '--workers' must be GPU:COUNT pairs") and "\n" not in err
-    assert cli.main(["plan", "--steps", "0", "--gpu", "h100"]) == 2
-    assert "steps" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse refuses it before anything runs
+        cli.main(["plan", "--steps", "0", "--gpu", "h100"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "argument --steps: must be an integer >= 1: got '0'" in err and "\n" not in err
 
 
 def test_plot_cost_vs_mix(tmp_path):

@@ -93,8 +93,13 @@ def test_unknown_columns_are_noted_not_skipped(tmp_path):
 
 
 def test_missing_file_and_empty_file(tmp_path):
-    with pytest.raises(InvalidInputError, match="measured file .* does not exist"):
+    with pytest.raises(InvalidInputError, match="'measured' .* does not exist"):
         read_measured(tmp_path / "none.csv")
+    (tmp_path / "latin1.csv").write_bytes("model,gpu,step_time_s\ngpt2-small,h200,0.05 \xb5s\n".encode("latin-1"))
+    with pytest.raises(InvalidInputError, match="'measured' .*latin1.csv' is not UTF-8 text"):
+        read_measured(tmp_path / "latin1.csv")
+    (tmp_path / "bom.csv").write_text("\ufeffmodel,gpu,step_time_s\ngpt2-small,h200,0.05\n", encoding="utf-8")
+    assert len(read_measured(tmp_path / "bom.csv")[0]) == 1  # a spreadsheet's byte-order mark is dropped
     with pytest.raises(InvalidInputError, match="no header line"):
         read_measured(write(tmp_path, "# only a comment\n"))
 

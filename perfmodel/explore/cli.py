@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from perfmodel import cli
 from perfmodel.errors import InvalidInputError
+from perfmodel.cli import POSITIVE_FLOAT, POSITIVE_INT
 
 
 def _strategies(items: list[str]):
@@ -30,17 +30,20 @@ def load_strategies(path):
     TOML: ``[[strategy]]`` tables, or one table per label (``[fsdp] zero = 3``).
     JSON: a list of objects, or an object label -> object.
     """
+    from perfmodel.validation import read_json_file, read_text_file
+
     path = Path(path)
-    if not path.is_file():
-        raise InvalidInputError(f"strategies file {str(path)!r} does not exist")
     if path.suffix.lower() == ".json":
-        data = json.loads(path.read_text())
+        data = read_json_file(path, field="strategies", expect="a JSON list of strategies")
     else:
         try:
             import tomllib
         except ModuleNotFoundError:  # Python 3.10
             import tomli as tomllib
-        data = tomllib.loads(path.read_text())
+        try:
+            data = tomllib.loads(read_text_file(path, field="strategies", expect="a TOML file of strategies"))
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidInputError(f"{path}: not valid TOML ({exc})") from None
         data = data.get("strategy", data)
     if not isinstance(data, (list, dict)) or not data:
         raise InvalidInputError(f"{str(path)!r} must hold a list of strategies or a table of them by label")
@@ -158,8 +161,8 @@ def add_parsers(sub) -> None:
     cli.add_model_args(p)
     p.add_argument("--strategies", nargs="+", required=True,
                    help='strategies such as "dp=8" "tp=4,pp=2,micro_batch=1", or one TOML/JSON file of them')
-    p.add_argument("--global-batch", type=int, default=None, help="global batch for strategies that do not set one")
-    p.add_argument("--micro-batch", type=int, default=None, help="micro-batch for strategies that do not set one")
+    p.add_argument("--global-batch", type=POSITIVE_INT, default=None, help="global batch for strategies that do not set one")
+    p.add_argument("--micro-batch", type=POSITIVE_INT, default=None, help="micro-batch for strategies that do not set one")
     p.add_argument("--precision", default=None)
     p.add_argument("--recompute", default=None, choices=["none", "selective", "full"])
     _common(p)
@@ -182,13 +185,13 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("search", help="rank every valid parallel configuration")
     cli.add_model_args(p)
-    p.add_argument("--global-batch", type=int, required=True)
-    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--global-batch", type=POSITIVE_INT, required=True)
+    p.add_argument("--top-k", type=POSITIVE_INT, default=10)
     p.add_argument("--sort-by", default=None, help="tokens_per_second (default), mfu, step_time, peak_memory, ...")
-    p.add_argument("--price", type=float, default=None, help="$ per GPU-hour: adds cost columns, ranks by $/M tokens")
-    p.add_argument("--max-micro-batch", type=int, default=8)
-    p.add_argument("--max-virtual-stages", type=int, default=8)
-    p.add_argument("--max-tp-nodes", type=int, default=1, help="nodes a tensor group may span")
+    p.add_argument("--price", type=POSITIVE_FLOAT, default=None, help="$ per GPU-hour: adds cost columns, ranks by $/M tokens")
+    p.add_argument("--max-micro-batch", type=POSITIVE_INT, default=8)
+    p.add_argument("--max-virtual-stages", type=POSITIVE_INT, default=8)
+    p.add_argument("--max-tp-nodes", type=POSITIVE_INT, default=1, help="nodes a tensor group may span")
     p.add_argument("--recompute", default="none,selective,full")
     p.add_argument("--zero", default="0,1,2,3")
     p.add_argument("--sequence-parallel", default="false,true")

@@ -15,6 +15,7 @@ import pandas as pd
 from perfmodel.errors import InvalidInputError, PerfModelError, unknown_name
 from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
 from perfmodel.strategy import Strategy
+from perfmodel.validation import check_int
 from perfmodel.workload.presets import as_model
 
 ALIASES = {"mb": "micro_batch", "gb": "global_batch", "sp": "sequence_parallel", "v": "virtual_stages",
@@ -39,7 +40,10 @@ def _value(name: str, text: str):
     if low in ("none", "null", ""):
         return None
     if name == "bucket_mb":
-        return float(text)
+        try:
+            return float(text)
+        except ValueError:
+            raise InvalidInputError(f"'bucket_mb' must be a number: got {text!r}") from None
     if isinstance(default, int) or name == "global_batch":
         try:
             return int(text)
@@ -79,14 +83,18 @@ def parse_strategy(spec, n_gpus: int, **defaults) -> Strategy:
         if name not in _FIELDS:
             raise unknown_name("strategy field", key, [*_FIELDS, *ALIASES])
         values[name] = _value(name, value) if isinstance(value, str) else value
-    if values.get("virtual_stages", 1) > 1:
+    stages = values.get("virtual_stages")
+    if isinstance(stages, int) and not isinstance(stages, bool) and stages > 1:
         values.setdefault("schedule", "interleaved")
-    tp, pp = values.get("tp", 1), values.get("pp", 1)
     if "dp" not in values:
-        if not isinstance(tp, int) or not isinstance(pp, int) or tp < 1 or pp < 1 or n_gpus % (tp * pp):
-            raise InvalidInputError(f"tp × pp = {tp} × {pp} must divide the cluster's {n_gpus} GPUs "
-                                    f"(or give dp explicitly) in strategy {spec!r}")
-        values["dp"] = n_gpus // (tp * pp)
+        sizes = {k: values.get(k, 1) for k in ("tp", "pp", "cp")}
+        for key, size in sizes.items():  # dp is filled in from these: check them first
+            check_int(key, size)
+        group = sizes["tp"] * sizes["pp"] * sizes["cp"]
+        if n_gpus % group:
+            raise InvalidInputError(f"tp × pp × cp = {sizes['tp']} × {sizes['pp']} × {sizes['cp']} must divide the "
+                                    f"cluster's {n_gpus} GPUs (or give dp explicitly) in strategy {spec!r}")
+        values["dp"] = n_gpus // group
     return Strategy(**values)
 
 
@@ -139,8 +147,17 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
     """
     from perfmodel.hardware import cluster as make_cluster
 
+    from perfmodel.hardware import Cluster
+
     cl = make_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(cl, Cluster):
+        raise InvalidInputError(f"'cluster' must be a cluster (pm.cluster) or its name: got {cluster!r}")
     model = as_model(model)
+    if isinstance(strategies, (str, Strategy)):
+        strategies = [strategies]
+    if not isinstance(strategies, (Mapping, list, tuple)):
+        raise InvalidInputError("'strategies' must be a list of strategies (Strategy objects, mappings or strings "
+                                f"like 'tp=4,pp=2') or a mapping label -> strategy: got {strategies!r}")
     items = list(strategies.items()) if isinstance(strategies, Mapping) else [(None, s) for s in strategies]
     if not items:
         raise InvalidInputError("'strategies' must list at least one strategy: got none")

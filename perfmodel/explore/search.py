@@ -10,6 +10,8 @@ are given.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import time
 from itertools import product
 
@@ -23,7 +25,7 @@ from perfmodel.fabric import cluster_collectives
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish
 from perfmodel.profile import load_profile
 from perfmodel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
-from perfmodel.validation import check_choice, check_int
+from perfmodel.validation import check_choice, check_int, check_positive
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.step import PRECISIONS, RECOMPUTE, gemm_dtype
 
@@ -55,10 +57,13 @@ def _clusters(cluster) -> list:
 def price_per_gpu_hour(prices, cluster) -> float:
     """$/GPU-hour of ``cluster`` from a number or a mapping keyed by cluster, node or GPU name."""
     if isinstance(prices, (int, float)) and not isinstance(prices, bool):
-        return float(prices)
+        return check_positive("prices", prices)
+    if not isinstance(prices, Mapping):
+        raise InvalidInputError(f"'prices' must be $ per GPU-hour, or a mapping of them by cluster, node or GPU "
+                                f"name: got {prices!r}")
     for key in (cluster.name, cluster.node.name, cluster.gpu.name):
         if key in prices:
-            return float(prices[key])
+            return check_positive(f"prices[{key!r}]", prices[key])
     raise unknown_name(f"price for cluster {cluster.name!r}; price key", cluster.gpu.name, prices)
 
 

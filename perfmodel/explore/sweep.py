@@ -10,6 +10,7 @@ tokens/s per GPU); every sweep carries the speed-up in tokens/s over that row.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import fields, replace
 
 import pandas as pd
@@ -18,7 +19,7 @@ from perfmodel.errors import InvalidInputError, PerfModelError
 from perfmodel.explore.compare import label_of, prediction_row
 from perfmodel.predict import predict
 from perfmodel.strategy import Strategy
-from perfmodel.validation import check_choice
+from perfmodel.validation import check_choice, check_int
 from perfmodel.workload.presets import as_model
 
 SCALE_AXES = ("nodes", "gpus")
@@ -33,7 +34,7 @@ def _resize(cl, over: str, value):
     from perfmodel.hardware import Cluster
     from perfmodel.hardware.build import part_of_node
 
-    value = int(value)
+    value = check_int(over, value)
     if over == "nodes":
         return Cluster(node=cl.node, nodes=value)
     gpn = cl.gpus_per_node
@@ -64,11 +65,11 @@ def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: i
         cl = _resize(cl, over, value)
         return model, cl, _rescaled(s, cl.n_gpus, scaling, base_batch)
     if over == "seq":
-        return model.with_(seq=int(value)), cl, s
+        return model.with_(seq=check_int("seq", value)), cl, s
     if over == "gpu":
         return model, make_cluster(str(value), nodes=cl.nodes), s
     if over in ("global_batch", "micro_batch"):
-        return model, cl, replace(s, **{over: int(value)})
+        return model, cl, replace(s, **{over: check_int(over, value)})
     s = replace(s, **{over: value})
     return model, cl, _rescaled(s, cl.n_gpus, "strong", s.batch) if over in ("tp", "pp", "cp") else s
 
@@ -86,10 +87,18 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
 
     check_choice("over", over, AXES)
     check_choice("scaling", scaling, SCALINGS)
+    from perfmodel.hardware import Cluster
+
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidInputError(f"'values' must be a list of values to sweep over: got {values!r}")
     values = list(values)
     if not values:
         raise InvalidInputError("'values' must list at least one value to sweep over: got none")
     cl = make_cluster("h200") if cluster is None else make_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(cl, Cluster):
+        raise InvalidInputError(f"'cluster' must be a cluster (pm.cluster) or its name: got {cluster!r}")
+    if strategy is not None and not isinstance(strategy, Strategy):
+        raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     model = as_model(model)
     s = strategy or Strategy(dp=cl.n_gpus)
     rows = []

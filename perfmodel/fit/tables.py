@@ -7,6 +7,7 @@ JSON-lines tables of the bundled H200 measurements into this schema.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.errors import InvalidInputError
+from perfmodel.validation import read_text_file
 
 COMPUTE_COLUMNS = (
     "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",
@@ -41,12 +43,28 @@ COLLECTIVE_COLUMNS = (
 )
 
 
+# compute.csv columns that hold words; every other column holds numbers (or is blank)
+TEXT_COLUMNS = ("op", "phase", "timing", "dtype", "causal", "fused", "device")
+
+
 def clean_rows(df: pd.DataFrame, table: str = "compute") -> tuple[pd.DataFrame, dict[str, int]]:
-    """Drop rows a fit must not see; return the kept rows and a count per reason."""
+    """Drop rows a fit must not see; return the kept rows (numeric columns as numbers) and a count
+    per reason."""
     reasons: dict[str, int] = {}
     time = pd.to_numeric(df.get("time_s"), errors="coerce")
     bad = {"missing or non-numeric time_s": time.isna(),
-           "non-positive time_s": time <= 0}
+           "non-positive time_s": time <= 0,
+           "infinite time_s": np.isinf(time)}
+    if table == "compute":
+        df = df.copy()
+        for col in (c for c in COMPUTE_COLUMNS if c not in TEXT_COLUMNS and c in df.columns):
+            raw = df[col]
+            numbers = pd.to_numeric(raw, errors="coerce")
+            given = raw.notna() & (raw.astype(str).str.strip() != "")
+            if col != "time_s":
+                bad[f"non-numeric {col}"] = given & numbers.isna()
+                bad[f"infinite {col}"] = np.isinf(numbers)
+            df[col] = numbers
     if table == "collectives":
         size = pd.to_numeric(df.get("size_bytes"), errors="coerce")
         bad["missing or non-positive size_bytes"] = size.isna() | (size <= 0)
@@ -66,7 +84,13 @@ def read_compute_table(path: str | Path) -> pd.DataFrame:
         path = path / "compute.csv"
     if not path.exists():
         raise InvalidInputError(f"'table' {str(path)!r} does not exist (expected a compute.csv or a folder with one)")
-    df = pd.read_csv(path)
+    text = read_text_file(path, field="table", expect="a compute.csv")
+    try:
+        df = pd.read_csv(io.StringIO(text))
+    except pd.errors.EmptyDataError:
+        raise InvalidInputError(f"'table' {str(path)!r} is empty (expected a header: {', '.join(COMPUTE_COLUMNS)})") from None
+    except pd.errors.ParserError as exc:
+        raise InvalidInputError(f"'table' {str(path)!r} is not a readable CSV: {str(exc).strip()}") from None
     missing = [c for c in ("op", "time_s") if c not in df.columns]
     if missing:
         raise InvalidInputError(f"{path.name} lacks columns {missing} (schema: {', '.join(COMPUTE_COLUMNS)})")

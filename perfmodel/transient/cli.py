@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from perfmodel.errors import InvalidInputError
+from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
 
 TABLE_COLUMNS = ["scenario", "interval_s", "expected_time_s", "p50_s", "p90_s", "p99_s",
                  "expected_cost_usd", "on_demand_cost_usd", "savings_pct", "revocations_expected"]
@@ -31,15 +32,15 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser("plan", help="time and cost of a run on spot vs on-demand servers")
     add_model_args(p)
     add_strategy_args(p)
-    p.add_argument("--steps", type=int, required=True, help="training steps")
+    p.add_argument("--steps", type=POSITIVE_INT, required=True, help="training steps")
     p.add_argument("--provider", default=None, help="price / revocation table provider (default gcp)")
     p.add_argument("--region", default=None, help="region (default: the provider's first listed)")
-    p.add_argument("--interval-s", type=float, default=None, help="also simulate this checkpoint interval (s)")
-    p.add_argument("--trials", type=int, default=10000, help="Monte Carlo trials per scenario")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--interval-s", type=POSITIVE_FLOAT, default=None, help="also simulate this checkpoint interval (s)")
+    p.add_argument("--trials", type=POSITIVE_INT, default=10000, help="Monte Carlo trials per scenario")
+    p.add_argument("--seed", type=NONNEGATIVE_INT, default=0)
     p.add_argument("--workers", default=None, metavar="GPU:N,...",
                    help="mixed single-GPU workers, e.g. k80:4,p100:2,v100:2 (step time from predict_mixed)")
-    p.add_argument("--servers", type=int, default=0, help="parameter servers for --workers (0: ring all-reduce)")
+    p.add_argument("--servers", type=NONNEGATIVE_INT, default=0, help="parameter servers for --workers (0: ring all-reduce)")
     p.add_argument("--out", default=None, metavar="FILE.csv", help="write the whole table as CSV")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="chart of cost and time per scenario")
     p.set_defaults(func=cmd_plan)

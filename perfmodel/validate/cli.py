@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import tempfile
+from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
 
 
 def add_parsers(subparsers) -> None:
@@ -22,11 +23,11 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="tiny models, quick calibration (about 2 min on 2 cores)")
     p.add_argument("--work-dir", default=None, help="where calibration tables, profile and runs go (default: temp)")
     p.add_argument("--out", default=None, help="write the results as CSV")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per training process on the CPU")
-    p.add_argument("--procs", type=int, default=2, help="processes of the data-parallel runs")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
-    p.add_argument("--max-error", type=float, default=None, metavar="PCT",
+    p.add_argument("--threads", type=POSITIVE_INT, default=1, help="torch threads per training process on the CPU")
+    p.add_argument("--procs", type=POSITIVE_INT, default=2, help="processes of the data-parallel runs")
+    p.add_argument("--steps", type=POSITIVE_INT, default=10, help="timed steps per run")
+    p.add_argument("--warmup", type=NONNEGATIVE_INT, default=3, help="untimed steps per run")
+    p.add_argument("--max-error", type=POSITIVE_FLOAT, default=None, metavar="PCT",
                    help="exit with status 1 when the median |error| exceeds PCT percent")
     p.set_defaults(func=cmd_validate)
 

@@ -26,12 +26,14 @@ One row per measured configuration. Columns (blank where unknown):
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfmodel.errors import InvalidInputError, PerfModelError
 from perfmodel.strategy import parse_stage_layers
+from perfmodel.validation import read_text_file
 
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "activation",
                 "norm", "bias", "tied_embeddings", "position", "causal")
@@ -157,16 +159,20 @@ def cluster_and_strategy(row: dict):
     return cluster(gpu, nodes=nodes, gpus_per_node=per_node), strategy
 
 
+def _measured_number(row: dict, name: str) -> float:
+    try:
+        value = float(row[name])
+    except ValueError:
+        raise InvalidInputError(f"{name!r} must be a number: got {row[name]!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise InvalidInputError(f"{name!r} must be a finite number > 0: got {row[name]!r}")
+    return value
+
+
 def metric_of(row: dict) -> tuple[str, float]:
     for name in METRICS:
         if name in row and not _blank(row[name]):
-            try:
-                value = float(row[name])
-            except ValueError:
-                raise InvalidInputError(f"{name!r} must be a number: got {row[name]!r}") from None
-            if not value > 0:
-                raise InvalidInputError(f"{name!r} must be > 0: got {row[name]!r}")
-            return name, value
+            return name, _measured_number(row, name)
     raise InvalidInputError(f"no measurement: give one of {', '.join(METRICS)}")
 
 
@@ -178,10 +184,10 @@ def case_of(row: dict, line: int) -> Case:
     cl, strategy = cluster_and_strategy(row)
     check_strategy(model, cl, strategy)
     metric, value = metric_of(row)
-    mem = row.get("peak_memory_bytes")
+    mem = None if _blank(row.get("peak_memory_bytes")) else _measured_number(row, "peak_memory_bytes")
     label = (row.get("model") or "").strip() or getattr(model, "name", "model")
     return Case(line=line, label=label, model=model, cluster=cl, strategy=strategy, metric=metric,
-                measured=value, peak_memory_bytes=None if _blank(mem) else float(mem),
+                measured=value, peak_memory_bytes=mem,
                 profile=(row.get("profile") or "").strip() or None, source=(row.get("source") or "").strip(),
                 extra={k: row[k] for k in RUN_COLUMNS if k in row and not _blank(row[k])})
 
@@ -193,10 +199,9 @@ def read_measured(path: str | Path) -> tuple[list[Case], list[BadRow]]:
     (``skipped=False``) and ignored.
     """
     path = Path(path)
-    if not path.is_file():
-        raise InvalidInputError(f"measured file {str(path)!r} does not exist")
+    text = read_text_file(path, field="measured", expect="a CSV of measured steps")
     cases, bad, columns = [], [], None
-    with open(path, newline="", encoding="utf-8") as f:
+    with io.StringIO(text, newline="") as f:
         reader = csv.reader(f)
         for values in reader:
             line = reader.line_num

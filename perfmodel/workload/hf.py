@@ -129,6 +129,8 @@ def from_hf_config(path_or_dict, *, seq: int | None = None, name: str | None = N
     family = cfg.get("model_type")
     if family is None:
         raise InvalidInputError(f"config has no 'model_type' (supported: {', '.join(sorted(FAMILIES))})")
+    if not isinstance(family, str):
+        raise InvalidInputError(f"'model_type' must be a name (supported: {', '.join(sorted(FAMILIES))}): got {family!r}")
     if family not in FAMILIES:
         raise unknown_name("model_type", family, FAMILIES)
     fields = FAMILIES[family](cfg, family)

@@ -15,6 +15,9 @@ ACTIVATIONS = ("gelu", "swiglu", "relu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
 ARCHS = ("decoder", "encoder")
+# Bounds far above any model trained so far; they keep every count exact in 64-bit arithmetic
+SIZE_LIMITS = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "seq": 2**30, "vocab": 2**30, "kv_heads": 2**16,
+               "ffn_hidden": 2**23, "experts": 2**16, "experts_per_token": 2**16}
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,26 @@ class Transformer:
     experts: int = 1
     experts_per_token: int = 1
     name: str = "transformer"
+
+    def __post_init__(self):
+        """Every field checked with a message naming it, however the model was made."""
+        for field, bound in SIZE_LIMITS.items():
+            object.__setattr__(self, field, check_int(field, getattr(self, field), maximum=bound))
+        check_divides("heads", self.heads, "hidden", self.hidden)
+        if self.heads % self.kv_heads:
+            valid = ", ".join(str(d) for d in range(1, self.heads + 1) if self.heads % d == 0)
+            raise InvalidInputError(f"'kv_heads' must divide heads={self.heads}: got {self.kv_heads} (valid: {valid})")
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("norm", self.norm, NORMS)
+        check_choice("position", self.position, POSITIONS)
+        check_choice("arch", self.arch, ARCHS)
+        if self.experts_per_token > self.experts:
+            raise InvalidInputError(
+                f"'experts_per_token' must be <= experts={self.experts}: got {self.experts_per_token}")
+        for flag in ("bias", "tied_embeddings", "causal"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
+        object.__setattr__(self, "name", str(self.name))
 
     # -- derived sizes ---------------------------------------------------
     @property
@@ -143,29 +166,10 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
                 name: str = "transformer") -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it."""
-    layers = check_int("layers", layers)
-    hidden = check_int("hidden", hidden)
-    heads = check_int("heads", heads)
-    seq = check_int("seq", seq)
-    vocab = check_int("vocab", vocab)
-    check_divides("heads", heads, "hidden", hidden)
-    kv_heads = heads if kv_heads is None else check_int("kv_heads", kv_heads)
-    if heads % kv_heads:
-        valid = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise InvalidInputError(f"'kv_heads' must divide heads={heads}: got {kv_heads} (valid: {valid})")
-    check_choice("activation", activation, ACTIVATIONS)
-    check_choice("norm", norm, NORMS)
-    check_choice("position", position, POSITIONS)
-    check_choice("arch", arch, ARCHS)
-    ffn_hidden = _default_ffn(hidden, activation) if ffn_hidden is None else check_int("ffn_hidden", ffn_hidden)
-    experts = check_int("experts", experts)
-    experts_per_token = check_int("experts_per_token", experts_per_token)
-    if experts_per_token > experts:
-        raise InvalidInputError(
-            f"'experts_per_token' must be <= experts={experts}: got {experts_per_token}")
-    for flag, value in (("bias", bias), ("tied_embeddings", tied_embeddings), ("causal", causal)):
-        if not isinstance(value, bool):
-            raise InvalidInputError(f"{flag!r} must be True or False: got {value!r}")
+    kv_heads = heads if kv_heads is None else kv_heads
+    if ffn_hidden is None:
+        check_choice("activation", activation, ACTIVATIONS)
+        ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
                        str(name))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from functools import lru_cache
 from importlib import resources
 
@@ -49,6 +51,10 @@ def preset(name: str, **overrides) -> Transformer:
         return graph_preset(name, **overrides)
     key = _key(name)
     fields = {k: v for k, v in _table()[key].items() if k not in META_KEYS}
+    known = [f.name for f in dataclasses.fields(Transformer)]
+    for field in overrides:
+        if field not in known:
+            raise unknown_name("model field", field, known)
     return transformer(**{"name": key, **fields, **overrides})
 
 
