@@ -28,6 +28,7 @@ from calibration.env import available_memory_bytes, device_name, machine_metadat
 from calibration.ops import BUILDERS, copies_for
 from calibration.tables import COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS, TableWriter, update_metadata
 from calibration.timing import Plan, measure
+from perfmodel.cli import POSITIVE_FLOAT
 from perfmodel.errors import PerfModelError, unknown_name
 
 KNOWN_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
@@ -54,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m calibration.compute", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="output folder (compute.csv, metadata.json)")
     p.add_argument("--quick", action="store_true", help="small grid for tests (< 1 min on 2 CPU cores)")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None, metavar="SECONDS",
                    help="stop cleanly once this many seconds have passed (rows so far are kept)")
     p.add_argument("--dtypes", default=None,
                    help="GEMM precisions, comma-separated from bf16,fp16,fp32,tf32,fp8 "
@@ -130,6 +131,8 @@ def resolve_ops(arg: str | None) -> frozenset[str] | None:
     if arg is None:
         return None
     ops = _split(arg)
+    if not ops:
+        raise UsageError(f"'--ops' names no op: got {arg!r} (valid: {', '.join(BUILDERS)})")
     for op in ops:
         if op not in BUILDERS:
             raise unknown_name("op", op, BUILDERS)

@@ -106,6 +106,10 @@ def load_model(args):
         from perfmodel.workload.hf import from_hf_config
 
         model = from_hf_config(spec)
+    elif spec.endswith(".toml"):
+        from perfmodel.workload.presets import model_from_toml
+
+        model = model_from_toml(spec)
     else:
         model = preset(spec)
     if getattr(args, "seq", None):

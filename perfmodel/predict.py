@@ -69,8 +69,16 @@ class Prediction:
 
 
 def default_profile(cluster) -> Profile:
-    """The bundled profile of the cluster's GPU (fitted where measured, datasheet-scaled otherwise)."""
-    return load_profile(cluster.gpu.name)
+    """The bundled profile of the cluster's GPU (fitted where measured, datasheet-scaled otherwise); a GPU
+    described in a TOML of one's own gets the measured reference profile scaled by its datasheet figures,
+    named '<gpu> (datasheet)' so the prediction says so."""
+    from perfmodel.profile import list_profiles
+
+    if cluster.gpu.name in list_profiles():
+        return load_profile(cluster.gpu.name)
+    from perfmodel.fit.build import REFERENCE_PROFILE, datasheet_profile
+
+    return datasheet_profile(cluster.gpu, load_profile(REFERENCE_PROFILE))
 
 
 def check_strategy(model, cluster, s: Strategy) -> None:

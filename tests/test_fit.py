@@ -76,9 +76,22 @@ def test_bad_rows_are_rejected_with_reasons():
     gemm = table[(table.op == "gemm") & (table.dtype == "fp32")].copy()
     gemm.iloc[0, gemm.columns.get_loc("time_s")] = np.nan
     gemm.iloc[1, gemm.columns.get_loc("time_s")] = -1.0
+    gemm = gemm.astype({"m": object})
+    gemm.iloc[2, gemm.columns.get_loc("m")] = "big"
+    gemm.iloc[3, gemm.columns.get_loc("time_s")] = np.inf
     fitter = ComputeFitter(sms=132).fit(gemm)
-    assert fitter.rejected_ == {"missing or non-numeric time_s": 1, "non-positive time_s": 1}
+    assert fitter.rejected_ == {"missing or non-numeric time_s": 1, "non-positive time_s": 1, "infinite time_s": 1,
+                                "non-numeric m": 1}
     assert "gemm:fp32" in fitter.entries_
+
+
+def test_an_empty_or_unreadable_table_is_named(tmp_path):
+    (tmp_path / "compute.csv").write_text("")
+    with pytest.raises(pm.PerfModelError, match="'table' .*compute.csv' is empty"):
+        read_compute_table(tmp_path)
+    (tmp_path / "compute.csv").write_bytes(b"op,time_s\n\xff\xfe,1\n")
+    with pytest.raises(pm.PerfModelError, match="is not UTF-8 text"):
+        read_compute_table(tmp_path)
 
 
 def test_too_few_points_fall_back_and_say_so():
@@ -112,6 +125,17 @@ def _profile_dict():
     (lambda d: d["compute"]["gemm:bf16"].update(form="gemm_magic"), "unknown closed form 'gemm_magic'"),
     (lambda d: d["compute"]["gemm:bf16"]["params"].pop("R"), "parameters ['R'] missing"),
     (lambda d: d["compute"].update(bad={"params": {}}), "needs fields ['form', 'params']"),
+    (lambda d: d.update(schema_version=0), "'schema_version' missing or not an integer >= 1: got 0"),
+    (lambda d: d.update(schema_version=True), "'schema_version' missing or not an integer >= 1: got True"),
+    (lambda d: d["compute"]["gemm:bf16"]["params"].update(R=float("nan")), "parameters ['R'] missing or not finite"),
+    (lambda d: d["compute"]["gemm:bf16"]["params"].update(R=True), "parameters ['R'] missing or not finite"),
+    (lambda d: d["compute"]["gemm:bf16"]["params"].update(R=0.0), "parameter 'R' must be > 0: got 0.0"),
+    (lambda d: d["compute"]["gemm:bf16"]["params"].update(t0=-1e-6), "parameter 't0' must be >= 0"),
+    (lambda d: d["compute"]["gemm:bf16"].update(params=[1, 2]), "'params' must be an object"),
+    (lambda d: d["compute"]["gemm:bf16"].update(form=["a"]), "'form' must be a form name"),
+    (lambda d: d.update(collectives=[1]), "'collectives' must be an object"),
+    (lambda d: d.update(host={"cpu_per_kernel_s": float("inf")}), "host.cpu_per_kernel_s must be a finite number"),
+    (lambda d: d.update(host={"cpu_per_kernel_s": "abc"}), "host.cpu_per_kernel_s must be a finite number"),
 ])
 def test_profile_schema_errors_name_the_field(tmp_path, mutate, message):
     data = _profile_dict()

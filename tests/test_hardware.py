@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import perfmodel as pm
 from perfmodel.errors import InvalidInputError, UnknownNameError, UnsupportedError
 from perfmodel.hardware import (
     DTYPES,
@@ -362,6 +363,21 @@ def test_user_gpu_file(tmp_path):
     assert gpu.name == "mi300x" and gpu.peak("bf16") == 1307.4e12
     assert gpu.mem_bytes == 192e9 and gpu.mem_bw_bytes_per_s == 5.3e12
     assert load_gpu(str(tmp_path / "my_gpu.toml")) == gpu
+
+
+def test_a_peak_or_bandwidth_off_by_a_unit_prefix_is_refused(tmp_path):
+    with pytest.raises(pm.InvalidInputError, match="'peak_flops.bf16' must be between 1e[+]09 and 1e[+]18 FLOP/s"):
+        load_gpu(write(tmp_path / "g.toml", MY_GPU.replace('"1307.4TFLOPS"', '"1307.4FLOPS"')))
+    with pytest.raises(pm.InvalidInputError, match="'memory_bandwidth' must be between"):
+        load_gpu(write(tmp_path / "g.toml", MY_GPU.replace('"5.3TB/s"', '"5.3B/s"')))
+
+
+def test_a_users_gpu_is_priced_by_its_datasheet(tmp_path):
+    """No bundled profile: the reference profile scaled by the GPU's datasheet, and the prediction says so."""
+    cl = pm.cluster(str(write(tmp_path / "my_gpu.toml", MY_GPU)))
+    p = pm.predict("gpt2-small", cl, pm.Strategy())
+    h200 = pm.predict("gpt2-small", "h200", pm.Strategy())
+    assert p.profile == "mi300x (datasheet)" and 0 < p.step_time < h200.step_time  # 1.32x its FLOP/s
 
 
 def test_user_gpu_name_defaults_to_file_name(tmp_path):

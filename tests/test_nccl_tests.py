@@ -153,3 +153,10 @@ def test_import_logs_rejects_missing_paths(tmp_path):
         import_logs([str(tmp_path / "nope")], str(tmp_path / "out"))
     with pytest.raises(InvalidInputError, match="at least one nccl-tests log"):
         import_logs([str(tmp_path)], str(tmp_path / "out"))
+
+
+def test_a_log_without_results_is_an_error_and_writes_nothing(tmp_path):
+    (tmp_path / "notes.log").write_text("hello\nthis is not nccl-tests output\n")
+    with pytest.raises(InvalidInputError, match="no nccl-tests result rows in"):
+        import_logs([str(tmp_path / "notes.log")], str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()

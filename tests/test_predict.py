@@ -159,3 +159,13 @@ def test_cli_calibrate_without_torch_says_so(monkeypatch, capsys):
 def test_cli_list():
     proc = run_cli("list", "models")
     assert "llama-3-70b" in proc.stdout.split()
+
+
+def test_cli_model_toml_from_fields_or_from_a_preset(tmp_path):
+    (tmp_path / "mine.toml").write_text('preset = "llama-3-8b"\nseq = 4096\n')
+    data = json.loads(run_cli("predict", "--model", str(tmp_path / "mine.toml"), "--json").stdout)
+    llama = json.loads(run_cli("predict", "--model", "llama-3-8b", "--seq", "4096", "--json").stdout)
+    assert data["model"] == "mine" and data["step_time"] == llama["step_time"]
+    (tmp_path / "bad.toml").write_text("layers = 2\nhidden = 256\nheads = 4\ncolour = 1\n")
+    proc = run_cli("predict", "--model", str(tmp_path / "bad.toml"))
+    assert proc.returncode == 2 and "unknown model field 'colour'" in proc.stderr

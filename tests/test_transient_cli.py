@@ -70,3 +70,12 @@ def test_plot_cost_vs_mix(tmp_path):
         plot_cost_vs_mix(df.drop(columns="expected_time_s"), tmp_path / "bad.png")
     with pytest.raises(InvalidInputError, match="non-empty DataFrame"):
         plot_cost_vs_mix(df.iloc[:0], tmp_path / "empty.png")
+
+
+def test_plan_prices_the_step_with_the_profile_given(capsys):
+    from perfmodel import Strategy, cluster, predict
+
+    assert cli.main(["plan", "--steps", "1000", "--gpu", "a100", "--profile", "h100-sxm5-80gb", "--trials", "10"]) == 0
+    text = capsys.readouterr().out
+    step = predict("gpt2-small", cluster("a100"), Strategy(), profile="h100-sxm5-80gb").step_time
+    assert f"{1000 * step:,.4g}" in text  # on-demand time = steps x the step under that profile

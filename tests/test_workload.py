@@ -130,10 +130,22 @@ def test_gpt_flops_closed_form():
     (dict(experts=2, experts_per_token=3), "'experts_per_token' must be <= experts=2: got 3"),
 ])
 def test_bad_input_names_the_field(kwargs, message):
-    with pytest.raises(pm.InvalidInputError if "unknown" not in message and "known" not in message
-                       else pm.UnknownNameError) as err:
+    kind = pm.InvalidInputError if "unknown" not in message and "known" not in message else pm.UnknownNameError
+    with pytest.raises(kind) as err:
         pm.transformer(**kwargs)
     assert message in str(err.value)
+    with pytest.raises(kind) as err:  # the dataclass checks itself too: pm.Transformer(...) is no way around
+        pm.Transformer(**{**dict(kv_heads=kwargs.get("heads", 12)), **kwargs})
+    assert message in str(err.value)
+
+
+def test_sizes_beyond_any_model_and_unknown_fields_are_refused():
+    with pytest.raises(pm.InvalidInputError, match="'hidden' must be an integer between 1 and 1,048,576"):
+        pm.transformer(hidden=10**20, heads=1)
+    with pytest.raises(pm.InvalidInputError, match=r"'layers' must be an integer between 1 and 100,000: got 1000"):
+        pm.transformer(layers=10**400)
+    with pytest.raises(pm.UnknownNameError, match="unknown model field 'colour'"):
+        pm.preset("gpt2-small", colour=1)
 
 
 def test_unknown_preset_lists_known_and_closest():

@@ -339,7 +339,6 @@ def import_logs(paths: list[str], out_dir: str) -> pd.DataFrame:
     if not files:
         raise InvalidInputError(f"'paths' must name at least one nccl-tests log: got {list(paths)!r}")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     frames, reports = [], []
     for f in files:
         df = parse_nccl_tests(f.read_text(errors="replace"), source=str(f))
@@ -347,6 +346,13 @@ def import_logs(paths: list[str], out_dir: str) -> pd.DataFrame:
         reports.append({"path": str(f), "rows": len(df), "bad_lines": df.attrs["bad_lines"],
                         "bad_examples": df.attrs["bad_examples"], "runs": df.attrs["runs"]})
     new = pd.concat(frames, ignore_index=True)
+    if new.empty:  # nothing to add: say so rather than write an empty import
+        examples = [e for r in reports for e in r["bad_examples"]][:2]
+        raise InvalidInputError(
+            f"no nccl-tests result rows in {', '.join(r['path'] for r in reports)} (expected the output of "
+            f"all_reduce_perf and its siblings: '#  size  count  type ...' and one line per size)"
+            + (f"; unreadable lines, e.g. {examples}" if examples else ""))
+    out.mkdir(parents=True, exist_ok=True)
     csv = out / "collectives.csv"
     old = pd.read_csv(csv) if csv.exists() and csv.stat().st_size else pd.DataFrame(columns=new.columns)
     _atomic_write(csv, _merge_rows(old, new).to_csv(index=False))

@@ -29,6 +29,17 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 GPU_REQUIRED = ("peak_flops", "memory_bandwidth", "memory", "sm_count")
+# Far outside what any accelerator (or a CPU modelled as one) reaches: a value here is a unit typo
+PEAK_FLOPS_RANGE = (1e9, 1e18)
+MEMORY_BANDWIDTH_RANGE = (1e8, 1e15)
+
+
+def _plausible(value: float, field: str, bounds: tuple[float, float], unit: str) -> float:
+    low, high = bounds
+    if not low <= value <= high:
+        raise InvalidInputError(f"{field!r} must be between {low:.0e} and {high:.0e} {unit}: got {value:.3g} "
+                                "(a unit prefix off?)")
+    return value
 GPU_OPTIONAL = (
     "name",
     "aliases",
@@ -177,8 +188,10 @@ def gpu_from_dict(data: Mapping, where: str, default_name: str = "") -> GPU:
         year = data.get("year")
         return GPU(
             name=catalog_key(data.get("name", default_name)),
-            peak_flops={d: parse_flops(v, f"peak_flops.{d}") for d, v in peaks.items()},
-            mem_bw_bytes_per_s=parse_bandwidth(data["memory_bandwidth"], "memory_bandwidth"),
+            peak_flops={d: _plausible(parse_flops(v, f"peak_flops.{d}"), f"peak_flops.{d}", PEAK_FLOPS_RANGE, "FLOP/s")
+                        for d, v in peaks.items()},
+            mem_bw_bytes_per_s=_plausible(parse_bandwidth(data["memory_bandwidth"], "memory_bandwidth"),
+                                          "memory_bandwidth", MEMORY_BANDWIDTH_RANGE, "B/s"),
             mem_bytes=memory,
             sm_count=data["sm_count"],
             l2_bytes=optional_bytes["l2"],

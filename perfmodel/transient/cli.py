@@ -51,7 +51,7 @@ def _mixed(model, args, strategy):
     from perfmodel.hetero import predict_mixed
 
     workers = parse_workers(args.workers)
-    out = predict_mixed(model, workers, strategy, servers=args.servers, profile=None)
+    out = predict_mixed(model, workers, strategy, servers=args.servers, profile=args.profile)
     best = out.sort_values("step_time_s").iloc[0]
     gpus = [g for g, n in workers for _ in range(n)]
     note = (f"mixed workers {args.workers}: {best.policy} batch split, step {best.step_time_s * 1e3:.1f} ms "
@@ -73,7 +73,8 @@ def cmd_plan(args) -> int:
         strategy, step_s = strategy_from_args(args, cluster.n_gpus), None
         note = f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}"
     plan = plan_training(model, cluster, strategy, args.steps, provider=args.provider, region=args.region,
-                         step_time_s=step_s, interval_s=args.interval_s, trials=args.trials, seed=args.seed)
+                         step_time_s=step_s, interval_s=args.interval_s, trials=args.trials, seed=args.seed,
+                         profile=args.profile)
     first = plan.iloc[0]
     print(f"{model.name}, {args.steps:,} steps on {note}; {first.provider} {first.region}, "
           f"{args.trials:,} trials")

@@ -132,17 +132,17 @@ def _spot_row(name, sim, *, mode, work, prices_per_worker, gpw, wait_s, on_deman
             "closed_form_time_s": closed}
 
 
-def _step_time(model, cluster, strategy, step_time_s):
+def _step_time(model, cluster, strategy, step_time_s, profile=None):
     if step_time_s is not None:
         return check_positive("step_time_s", step_time_s)
     from perfmodel.predict import predict  # the step-time predictor; optional here
 
-    return check_positive("predicted step_time", float(predict(model, cluster, strategy).step_time))
+    return check_positive("predicted step_time", float(predict(model, cluster, strategy, profile=profile).step_time))
 
 
 def plan_training(model, cluster, strategy, steps: int, *, revocation=None, prices=None,
                   provider=None, region=None, step_time_s=None, checkpoint_bytes=None,
-                  interval_s=None, trials=10000, seed=0) -> pd.DataFrame:
+                  interval_s=None, trials=10000, seed=0, profile=None) -> pd.DataFrame:
     """Time and cost to train ``steps`` steps on-demand vs on transient servers.
 
     One row per scenario: ``on-demand``; ``spot sync, Daly interval`` (the
@@ -156,13 +156,15 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
     ``revocation``: None (bundled table), a table from :func:`load_revocation`
     or a TOML path, a lifetime model, an MTBF in seconds, or one model per
     worker. ``prices``: None, a table from :func:`load_prices` or a TOML path.
-    ``provider``/``region`` select rows (default: GCP, first region listed).
+    ``provider``/``region`` select rows (default: GCP, first region listed). ``profile``: the
+    profile the step time is predicted with (default: the GPU's bundled one; unused with
+    ``step_time_s``).
     """
     steps = check_int("steps", steps)
     if isinstance(model, str):  # a preset by name; otherwise optional (step time and checkpoint bytes given)
         model = as_model(model)
     gpus, gpw = cluster_workers(cluster)
-    work = steps * _step_time(model, cluster, strategy, step_time_s)
+    work = steps * _step_time(model, cluster, strategy, step_time_s, profile)
     price_table = _table(prices, load_prices, "prices")
     rows = {g: select_row(price_table, g, provider, region, what="prices") for g in set(gpus)}
     first = rows[gpus[0]]

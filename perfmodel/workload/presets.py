@@ -58,6 +58,29 @@ def preset(name: str, **overrides) -> Transformer:
     return transformer(**{"name": key, **fields, **overrides})
 
 
+def model_from_toml(path) -> Transformer:
+    """A transformer from a TOML file of its fields (``layers = 24``, ``hidden = 2048``, ...), optionally
+    starting from a bundled one (``preset = "llama-3-8b"``) whose fields the others change."""
+    from pathlib import Path
+
+    from perfmodel.validation import read_text_file
+
+    try:
+        data = tomllib.loads(read_text_file(path, field="model", expect="a TOML file of model fields"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInputError(f"{path}: not valid TOML ({exc})") from None
+    data = data.get("model", data)  # the fields, at the top level or under [model]
+    base = data.pop("preset", None)
+    data.setdefault("name", Path(path).stem)
+    if base is not None:
+        return preset(str(base), **{k: v for k, v in data.items() if k != "name"}).with_(name=data["name"])
+    known = [f.name for f in dataclasses.fields(Transformer)]
+    for field in data:
+        if field not in known:
+            raise unknown_name("model field", field, known)
+    return transformer(**data)
+
+
 def as_model(model):
     """``model`` itself, or the bundled preset when given its name (as clusters are taken by name)."""
     if isinstance(model, str):
