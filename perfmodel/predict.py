@@ -83,9 +83,9 @@ def default_profile(cluster) -> Profile:
 
 def check_strategy(model, cluster, s: Strategy) -> None:
     """Raise a clear error when the strategy cannot run this model on this cluster."""
-    check_against(model, cluster.n_gpus, s)
     if hasattr(model, "check_strategy"):  # workloads with their own limits (a traced graph: data parallel only)
         model.check_strategy(s)
+    check_against(model, cluster.n_gpus, s)
     if gemm_dtype(s.precision) not in cluster.gpu.peak_flops:
         raise UnsupportedError(f"{cluster.gpu.name} has no {gemm_dtype(s.precision)} support "
                                f"(supported: {', '.join(sorted(cluster.gpu.peak_flops))}); choose another precision")

@@ -28,8 +28,9 @@ FSDP = (None, "full", "hybrid")
 
 
 def parse_stage_layers(text: str) -> tuple[int, ...] | None:
-    """Layers per pipeline stage written as text (``"7,8,8,7"`` or ``"7 8 8 7"``); blank: None."""
-    parts = str(text).replace(",", " ").split()
+    """Layers per pipeline stage written as text (``"7,8,8,7"``, ``"7 8 8 7"`` or, inside a strategy
+    string whose items commas already separate, ``"7/8/8/7"``); blank: None."""
+    parts = str(text).replace(",", " ").replace("/", " ").split()
     if not parts:
         return None
     try:
@@ -93,6 +94,8 @@ class Strategy:
         check_choice("fsdp", self.fsdp, FSDP)
         check_choice("framework", self.framework, FRAMEWORKS)
         check_choice("attention", self.attention, ATTENTIONS)
+        if isinstance(self.stage_layers, str):  # "7,8,8,7" as typed
+            object.__setattr__(self, "stage_layers", parse_stage_layers(self.stage_layers))
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", self._checked_stage_layers())
         for flag in ("sequence_parallel", "tp_overlap", "dp_overlap"):

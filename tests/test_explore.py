@@ -236,6 +236,8 @@ def test_parse_strategy_forms():
     with pytest.raises(InvalidInputError, match=r"tp × pp × cp = 3 × 1 × 1 must divide the cluster's 8 GPUs"):
         parse_strategy("tp=3", 8)
     assert parse_strategy("cp=2", 8).dp == 4  # dp fills in the GPUs tp × pp × cp leave
+    assert parse_strategy("pp=2,stage_layers=5/7", 2).stage_layers == (5, 7)  # commas separate the items
+    assert pm.Strategy(pp=2, stage_layers="5,7").stage_layers == (5, 7)
     with pytest.raises(InvalidInputError, match="'tp' must be an integer >= 1: got 0"):
         parse_strategy("tp=0", 8)
     with pytest.raises(InvalidInputError, match="'virtual_stages' must be an integer >= 1: got None"):
@@ -398,3 +400,15 @@ def test_explore_arguments_are_checked(call, message):
     with pytest.raises(pm.PerfModelError) as err:
         call()
     assert message in str(err.value)
+
+
+def test_search_keeps_a_traced_graph_data_parallel():
+    top = pm.search("resnet50", pm.cluster("h200", gpus_per_node=4), 128, top_k=50)
+    assert len(top) and (top.tp == 1).all() and (top.pp == 1).all() and not top.sequence_parallel.any()
+    assert (top.dp == 4).all()
+
+
+def test_sweeping_virtual_stages_interleaves_the_schedule():
+    df = pm.sweep("gpt2-small", "virtual_stages", [1, 2], cluster=pm.cluster("h200", gpus_per_node=2),
+                  strategy=pm.Strategy(pp=2, micro_batch=1, global_batch=8))
+    assert list(df.schedule) == ["1f1b", "interleaved"] and df.step_time.iloc[1] < df.step_time.iloc[0]

@@ -401,3 +401,10 @@ def test_plot_time_distribution_writes_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(InvalidInputError, match=r"'trials' must be a non-empty array"):
         plot_time_distribution([], tmp_path / "empty.png")
+
+
+def test_a_run_meeting_too_many_revocations_is_refused_not_simulated_for_ever():
+    from perfmodel.transient.montecarlo import simulate
+
+    with pytest.raises(InvalidInputError, match=r"would meet about 1.01e\+06 revocations"):
+        simulate(1e9, revocation=1e3, workers=1, checkpoint_s=1.0, restart_s=10.0, interval_s=100.0, trials=10)

@@ -100,6 +100,10 @@ def test_missing_file_and_empty_file(tmp_path):
         read_measured(tmp_path / "latin1.csv")
     (tmp_path / "bom.csv").write_text("\ufeffmodel,gpu,step_time_s\ngpt2-small,h200,0.05\n", encoding="utf-8")
     assert len(read_measured(tmp_path / "bom.csv")[0]) == 1  # a spreadsheet's byte-order mark is dropped
+    with pytest.raises(InvalidInputError, match="separated by ';'"):
+        read_measured(write(tmp_path, "model;gpu;step_time_s\ngpt2-small;h200;0.05\n"))
+    with pytest.raises(InvalidInputError, match="no rows after the header"):
+        read_measured(write(tmp_path, "model,gpu,step_time_s\n"))
     with pytest.raises(InvalidInputError, match="no header line"):
         read_measured(write(tmp_path, "# only a comment\n"))
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from perfmodel.errors import InvalidInputError, PerfModelError, unknown_name
 from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
-from perfmodel.strategy import Strategy
+from perfmodel.strategy import Strategy, parse_stage_layers
 from perfmodel.validation import check_int
 from perfmodel.workload.presets import as_model
 
@@ -39,6 +39,8 @@ def _value(name: str, text: str):
         raise InvalidInputError(f"'sequence_parallel' must be true or false: got {text!r}")
     if low in ("none", "null", ""):
         return None
+    if name == "stage_layers":
+        return parse_stage_layers(text)
     if name == "bucket_mb":
         try:
             return float(text)

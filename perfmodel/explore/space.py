@@ -90,6 +90,11 @@ def _rules(model, global_batch, g, cp=1, ep=1):
     layers = model.layers
     tp, pp, v, dp, mb = g["tp"], g["pp"], g["virtual_stages"], g["dp"], g["micro_batch"]
     rules = []
+    from perfmodel.workload.graph import GraphModel
+
+    if isinstance(model, GraphModel):  # a traced graph is modelled data-parallel only
+        rules.append(("divisibility", f"{model.name!r} is a traced graph: data parallelism only (tp = pp = 1, "
+                      "no sequence parallelism)", (tp > 1) | (pp > 1) | (g["sequence_parallel"] != 0)))
     if heads is not None:
         rules.append(("divisibility", f"tp must divide heads={heads}", heads % tp != 0))
         rules.append(("divisibility", f"tp must divide kv_heads={kv}", kv % tp != 0))

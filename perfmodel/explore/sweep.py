@@ -70,7 +70,10 @@ def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: i
         return model, make_cluster(str(value), nodes=cl.nodes), s
     if over in ("global_batch", "micro_batch"):
         return model, cl, replace(s, **{over: check_int(over, value)})
-    s = replace(s, **{over: value})
+    changes = {over: value}
+    if over == "virtual_stages" and isinstance(value, int) and value > 1 and s.schedule == "1f1b":
+        changes["schedule"] = "interleaved"  # as compare does: more than one virtual stage means interleaving
+    s = replace(s, **changes)
     return model, cl, _rescaled(s, cl.n_gpus, "strong", s.batch) if over in ("tp", "pp", "cp") else s
 
 

@@ -258,9 +258,9 @@ def parse_nccl_tests(text: str, *, source: str = "", collective: str | None = No
     if missing:
         raise InvalidInputError(
             f"cannot tell which collective {source or 'the text'!r} measured: no "
-            "'# Collective test starting' line and no collective in its name; pass "
-            f"collective= (one of {', '.join(COLLECTIVES)}) or name the file after the binary, "
-            "e.g. all_reduce_perf.log"
+            "'# Collective test starting' line and no collective in its name; name the file after the "
+            "binary, e.g. all_reduce_perf.log (or, from Python, pass "
+            f"collective= one of {', '.join(COLLECTIVES)})"
         )
     frames = [_run_frame(r) for r in runs]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLLECTIVE_COLUMNS))

@@ -42,6 +42,8 @@ def rows_of(doc: dict, table: str, origin: str) -> list[dict]:
     rows = doc.get(table, [])
     if not isinstance(rows, list):
         raise InvalidInputError(f"{origin}: '{table}' must be an array of tables ([[{table}]])")
+    if not rows:  # a file that adds nothing is a mistake, not a request for the bundled table
+        raise InvalidInputError(f"{origin}: no [[{table}]] rows (each names a provider, region and gpu)")
     defaults = doc.get("defaults", {})
     out = []
     for i, row in enumerate(rows):

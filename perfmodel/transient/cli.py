@@ -64,6 +64,8 @@ def cmd_plan(args) -> int:
     from perfmodel.transient.plan import plan_training
 
     model = load_model(args)
+    if args.workers is not None and not args.workers.strip():
+        raise InvalidInputError("'--workers' must be GPU:COUNT pairs separated by commas (e.g. k80:4,v100:2): got ''")
     if args.workers:
         n = sum(c for _, c in parse_workers(args.workers))
         strategy = strategy_from_args(args, n).replace(dp=1, ps_servers=0)
@@ -78,7 +80,7 @@ def cmd_plan(args) -> int:
     first = plan.iloc[0]
     print(f"{model.name}, {args.steps:,} steps on {note}; {first.provider} {first.region}, "
           f"{args.trials:,} trials")
-    print(plan[TABLE_COLUMNS].to_string(index=False, float_format=lambda x: f"{x:,.4g}"))
+    print(plan[TABLE_COLUMNS].to_string(index=False, na_rep="-", float_format=lambda x: f"{x:,.4g}"))
     if args.out:
         plan.to_csv(args.out, index=False)
         print(f"wrote {args.out}")

@@ -156,6 +156,9 @@ def _simulate_async(work, models, delta, restart, tau, trials, rng):
     return times, counts
 
 
+MAX_REVOCATIONS = 1e5  # per simulated run: beyond it a spot plan is meaningless and the loop too long
+
+
 def simulate(work_s, *, revocation, workers, checkpoint_s, restart_s, interval_s=None,
              trials=10000, seed=0, mode="sync") -> Simulation:
     """Run the Monte Carlo; see :func:`simulate_time` for the arguments."""
@@ -169,6 +172,12 @@ def simulate(work_s, *, revocation, workers, checkpoint_s, restart_s, interval_s
     mtbf = cluster_mtbf_s(models)
     check_checkpoint_vs_mtbf(delta, mtbf, f"the cluster of {workers} worker(s)")
     tau = float(_resolve_interval(interval_s, np.asarray(delta), np.asarray(mtbf)))
+    busy = work + math.ceil(work / tau) * delta  # the run's length without revocations, checkpoints included
+    if busy / mtbf > MAX_REVOCATIONS:  # each revocation is one step of the simulation
+        raise InvalidInputError(
+            f"the run would meet about {busy / mtbf:.3g} revocations ({busy:.3g} s of work and checkpoints, "
+            f"{mtbf:.3g} s between revocations); the simulation stops at {MAX_REVOCATIONS:.0e}: "
+            f"fewer steps, or a checkpoint interval longer than {tau:.3g} s")
     rng = np.random.default_rng(seed)
     run = _simulate_sync if mode == "sync" else _simulate_async
     times, counts = run(work, models, delta, restart, tau, trials, rng)

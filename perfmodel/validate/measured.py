@@ -209,6 +209,9 @@ def read_measured(path: str | Path) -> tuple[list[Case], list[BadRow]]:
                 continue
             if columns is None:
                 columns = [c.strip() for c in values]
+                if len(columns) == 1 and ";" in columns[0]:
+                    raise InvalidInputError(f"{path}: the header is separated by ';' (a spreadsheet's export in "
+                                            "some locales); save it with ',' between the columns")
                 unknown = [c for c in columns if c not in COLUMNS and c not in RUN_COLUMNS]
                 if unknown:
                     bad.append(BadRow(line, f"unknown columns ignored: {', '.join(unknown)} "
@@ -223,4 +226,6 @@ def read_measured(path: str | Path) -> tuple[list[Case], list[BadRow]]:
                 bad.append(BadRow(line, str(exc)))
     if columns is None:
         raise InvalidInputError(f"{path}: no header line (columns: {', '.join(COLUMNS)})")
+    if not cases and not any(b.skipped for b in bad):
+        raise InvalidInputError(f"{path}: no rows after the header (one measured configuration per line)")
     return cases, bad

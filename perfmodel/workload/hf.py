@@ -46,7 +46,7 @@ def _llama(cfg: dict, family: str) -> dict:
     act = str(cfg.get("hidden_act", "silu"))
     if act not in GATED:
         raise UnsupportedError(f"hidden_act={act!r} in a gated MLP is not modelled (known: {', '.join(sorted(GATED))})")
-    out = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
+    out = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=heads if cfg.get("num_key_value_heads") is None else cfg["num_key_value_heads"],
                ffn_hidden=ffn, vocab=vocab, seq=cfg.get("max_position_embeddings", 4096), activation="swiglu",
                norm="rmsnorm", bias=bool(cfg.get("attention_bias", False) and cfg.get("mlp_bias", False)),
                tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), position="rotary")
@@ -79,7 +79,7 @@ def _falcon(cfg: dict, family: str) -> dict:
     layers, hidden, heads, vocab = _need(cfg, family, ("num_hidden_layers", "n_layer"), "hidden_size",
                                          ("num_attention_heads", "n_head"), "vocab_size")
     if cfg.get("new_decoder_architecture"):
-        kv = cfg.get("num_kv_heads") or heads
+        kv = heads if cfg.get("num_kv_heads") is None else cfg["num_kv_heads"]
     else:
         kv = 1 if cfg.get("multi_query", True) else heads
     return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv, vocab=vocab,
