@@ -2,8 +2,9 @@
 
     t = symbolic_step_time(pm.preset("gpt2-medium"), pm.cluster("dgx-a100-80gb"),
                            pm.Strategy(dp=8, micro_batch=8), free=("micro_batch", "dp"))
-    t.subs({"micro_batch": 16, "dp": 8})      # equals pm.predict(...) for that configuration
-    sympy.diff(t, sympy.Symbol("micro_batch", positive=True, integer=True))
+    b, dp = symbol("micro_batch"), symbol("dp")
+    float(t.subs({b: 16, dp: 8}))            # equals pm.predict(...) for that configuration
+    sympy.diff(t, b)
 
 Each kernel contributes its fitted closed form (the Profile's sympy twin);
 phases take Max(Σ GPU, Σ CPU); data parallelism adds DDP's exposed bucketed
@@ -19,14 +20,16 @@ import sympy as sp
 
 from perfmodel.costs.comm import formula as comm_formula, lookup_entry
 from perfmodel.costs.compute import _optimizer_entry, gemm_key
-from perfmodel.errors import UnsupportedError
+from perfmodel.data_parallel import DDP_BUCKET_PASSES, DDP_FIRST_BUCKET_BYTES
+from perfmodel.errors import PerfModelError, UnsupportedError
 from perfmodel.fabric import cluster_collectives
 from perfmodel.fit.forms import get_form
 from perfmodel.placement import layout
 from perfmodel.predict import check_strategy, default_profile
 from perfmodel.profile import load_profile
 from perfmodel.workload import step as steps
-from perfmodel.workload.ops import Kernel, aligned_view
+from perfmodel.workload.ops import Kernel, aligned_view, mem as mem_kernel
+from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.stack import adapt_kernels
 
@@ -79,8 +82,23 @@ def phase_expr(profile, kernels) -> sp.Expr:
     return sp.Max(gpu, cpu)
 
 
+SYMBOLIC_PRECISIONS = ("bf16-mixed", "fp8-mixed")  # where it agrees with pm.predict (tests/test_symbolic.py)
+
+
 def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profile=None) -> sp.Expr:
     """Step time of ``strategy`` with the fields named in ``free`` left as symbols."""
+    from perfmodel.hardware import Cluster, cluster as make_cluster
+    from perfmodel.strategy import Strategy
+
+    if isinstance(free, str):
+        free = (free,)
+    if not isinstance(free, (tuple, list, set, frozenset)):
+        raise UnsupportedError(f"'free' must be a tuple of field names among {', '.join(FREE)}: got {free!r}")
+    cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(cluster, Cluster):
+        raise UnsupportedError(f"'cluster' must be a cluster (pm.cluster) or its name: got {cluster!r}")
+    if not isinstance(strategy, Strategy):
+        raise UnsupportedError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     unknown = [f for f in free if f not in FREE]
     if unknown:
         raise UnsupportedError(f"cannot leave {unknown} free (free symbols supported: {', '.join(FREE)})")
@@ -92,7 +110,13 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
                                f"(use tp=1, cp=1, ep=1; got tp={strategy.tp}, cp={strategy.cp}, ep={strategy.ep})")
     if strategy.framework != "pytorch":  # 16-bit weights change the optimizer and the gradient bytes too
         raise UnsupportedError(f"symbolic step times cover framework='pytorch' (got framework={strategy.framework!r})")
+    if strategy.precision not in SYMBOLIC_PRECISIONS:  # fp16's loss scaling, fp32/tf32 attention paths: not yet
+        raise UnsupportedError(f"symbolic step times cover precision {' or '.join(map(repr, SYMBOLIC_PRECISIONS))} "
+                               f"(got {strategy.precision!r}); use pm.predict for it")
     model = as_model(model)
+    if not isinstance(model, Transformer):
+        raise UnsupportedError(f"symbolic step times cover transformers (pm.transformer, pm.preset of one); "
+                               f"{getattr(model, 'name', model)!r} is a traced graph: use pm.predict")
     check_strategy(model, cluster, strategy)
     prof = default_profile(cluster) if profile is None else load_profile(profile)
     b = symbol("micro_batch") if "micro_batch" in free else strategy.micro_batch
@@ -115,28 +139,42 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
 
 
 def _ddp_expr(cluster, prof, strategy, dp, params, backward):
-    """DDP: bucketed all-reduce of fp32 gradients; all but the last bucket hide behind backward."""
+    """DDP as ``data_parallel.ddp_time`` prices it: bucketed all-reduce of fp32 gradients (the first
+    bucket 1 MiB), all but the last bucket hidden behind backward once the first bucket's share of it
+    has run, plus the reducer's passes over the buckets (``ddp_bucket_passes``)."""
     if dp == 1:
         return sp.Integer(0)
     coll = cluster_collectives(cluster, prof)
     rpn, nodes = layout(strategy.dp, 1, 1, cluster.gpus_per_node)["dp"]
+    rpn, nodes = float(rpn), float(nodes)
     grads = params * 4.0
-    bucket = min(strategy.bucket_mb * 1e6, grads)
-    full = np.floor(grads / bucket)
-    rem = grads - full * bucket
+    head = min(float(DDP_FIRST_BUCKET_BYTES), grads)
+    rest = grads - head
+    size = min(strategy.bucket_mb * 1e6, max(rest, 1.0))
+    full = float(np.floor(rest / size))
+    rem = rest - full * size
 
-    def ar(size):
-        if float(nodes) == 1:
-            e = lookup_entry(coll, "intra", "all_reduce")
-            return comm_formula(e, "all_reduce", size=sp.Float(size), n=dp)
-        rails = float(rpn)  # flat ring over nodes × rpn ranks: NVLink and NIC rails bound it
-        intra = comm_formula(lookup_entry(coll, "intra", "all_reduce"), "all_reduce", size=sp.Float(size), n=dp)
-        inter = comm_formula(lookup_entry(coll, "inter", "all_reduce"), "all_reduce", size=sp.Float(size / rails), n=dp)
+    def ar(nbytes):  # hierarchical_time(..., algorithm="ring")
+        nbytes = sp.Float(max(nbytes, 1.0))
+        if nodes == 1:
+            return comm_formula(lookup_entry(coll, "intra", "all_reduce"), "all_reduce", size=nbytes, n=dp)
+        if rpn == 1:
+            return comm_formula(lookup_entry(coll, "inter", "all_reduce"), "all_reduce", size=nbytes, n=dp)
+        intra = comm_formula(lookup_entry(coll, "intra", "all_reduce"), "all_reduce", size=nbytes, n=dp)
+        inter = comm_formula(lookup_entry(coll, "inter", "all_reduce"), "all_reduce", size=nbytes / rpn, n=dp)
         return sp.Max(intra, inter)
 
-    t_bucket = ar(bucket)
+    t_head = ar(head) if head > 0 else sp.Integer(0)
+    t_bucket = ar(size) if full > 0 else sp.Integer(0)
     t_rem = ar(rem) if rem > 0 else sp.Integer(0)
-    last = t_rem if rem > 0 else t_bucket
-    everything = sp.Float(full) * t_bucket + t_rem
-    window = backward * (1 - bucket / grads) if strategy.dp_overlap else sp.Integer(0)
-    return sp.Max(last, everything - window)
+    last = t_rem if rem > 0 else t_bucket if full > 0 else t_head
+    everything = t_head + sp.Float(full) * t_bucket + t_rem
+    share = (head if head > 0 else size) / max(grads, 1.0)
+    window = backward * (1 - share) if strategy.dp_overlap else sp.Integer(0)
+    exposed = sp.Max(last, everything - window)
+    try:
+        prof.mem_entry("copy", "fp32", "fwd")
+    except PerfModelError:  # a profile without the copy class prices no passes (as predict does)
+        return exposed
+    copy = mem_kernel("ddp.bucket_copy", "copy", "fwd", params, variant="fwd")
+    return exposed + DDP_BUCKET_PASSES.get(strategy.framework, 3) * kernel_expr(prof, copy)[0]

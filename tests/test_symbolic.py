@@ -38,7 +38,24 @@ def test_gradient_accumulation_symbol_and_derivative():
     assert slope == pytest.approx(one.step_time - one.breakdown["optimizer"], rel=0.05)
 
 
+@pytest.mark.parametrize("node, nodes, dp, overlap", [("dgx-h100", 1, 8, True), ("dgx-h100", 1, 8, False),
+                                                      ("dgx-h100", 2, 16, True), ("dgx-a100-80gb", 4, 32, True)])
+def test_data_parallel_symbol_matches_predict(node, nodes, dp, overlap):
+    """DDP in the expression is the predictor's: a 1 MiB first bucket, the reducer's copies, the ring."""
+    c = pm.cluster(node, nodes=nodes)
+    s = pm.Strategy(dp=dp, micro_batch=4, dp_overlap=overlap)
+    expr = symbolic_step_time(pm.preset("gpt2-small"), c, s, free=("dp", "micro_batch"))
+    value = float(expr.subs({symbol("dp"): dp, symbol("micro_batch"): 4}))
+    assert value == pytest.approx(pm.predict("gpt2-small", c, s).step_time, rel=1e-9)
+
+
 def test_unsupported_scope_is_refused_clearly():
+    with pytest.raises(pm.UnsupportedError, match="precision 'bf16-mixed' or 'fp8-mixed'"):
+        symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(precision="tf32"))
+    with pytest.raises(pm.UnsupportedError, match="traced graph"):
+        symbolic_step_time("resnet50", "h200", pm.Strategy())
+    with pytest.raises(pm.UnsupportedError, match="'free' must be a tuple"):
+        symbolic_step_time(MODEL, "h200", pm.Strategy(), free=None)
     with pytest.raises(pm.UnsupportedError, match="free symbols supported"):
         symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(), free=("tp",))
     c = pm.cluster("dgx-a100-80gb")
