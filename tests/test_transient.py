@@ -408,3 +408,26 @@ def test_a_run_meeting_too_many_revocations_is_refused_not_simulated_for_ever():
 
     with pytest.raises(InvalidInputError, match=r"would meet about 1.01e\+06 revocations"):
         simulate(1e9, revocation=1e3, workers=1, checkpoint_s=1.0, restart_s=10.0, interval_s=100.0, trials=10)
+
+
+def test_segments_no_server_outlives_are_refused_not_simulated_for_ever():
+    from perfmodel.transient import Exponential, simulate_time
+
+    with pytest.raises(InvalidInputError, match="outlasts the servers' max_lifetime_s = 100 s"):
+        simulate_time(3600, revocation=Exponential(7200, max_lifetime_s=100), workers=1, checkpoint_s=10,
+                      restart_s=60, interval_s=500, trials=10)
+    with pytest.raises(InvalidInputError, match="'seed' must be an integer >= 0"):
+        simulate_time(3600, revocation=7200, workers=1, checkpoint_s=10, restart_s=60, trials=10, seed=-1)
+
+
+def test_closed_forms_never_return_nan_or_inf():
+    from perfmodel.transient import expected_time, young_daly_interval
+
+    assert expected_time(100, mtbf_s=1e4, checkpoint_s=1, restart_s=1, interval_s=1e9) == pytest.approx(
+        expected_time(100, mtbf_s=1e4, checkpoint_s=1, restart_s=1, interval_s=100))  # one short segment
+    with pytest.raises(InvalidInputError, match="practically never finishes"):
+        expected_time(1e9, mtbf_s=100, checkpoint_s=60, restart_s=120, interval_s=1e6)
+    tiny = young_daly_interval(1e-14, 3600, method="exact")
+    assert tiny == pytest.approx(math.sqrt(2 * 1e-14 * 3600), rel=1e-6)
+    with pytest.raises(InvalidInputError, match="'checkpoint_s' must be a number of seconds"):
+        young_daly_interval("abc", 3600)

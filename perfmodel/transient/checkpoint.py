@@ -41,7 +41,10 @@ METHODS = ("young", "daly", "exact")
 
 def _array(name: str, value, *, allow_zero: bool = False) -> np.ndarray:
     """``value`` as a float array of finite numbers > 0 (or >= 0)."""
-    arr = np.asarray(value, dtype=float)
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name!r} must be a number of seconds or an array of them: got {value!r}") from None
     bad = ~np.isfinite(arr) | (arr < 0) | ((arr == 0) & (not allow_zero))
     if bad.any():
         bound = ">= 0" if allow_zero else "> 0"
@@ -73,9 +76,14 @@ def young_daly_interval(checkpoint_s: float, mtbf_s: float, *, method: str = "da
     if method == "young":
         return _out(np.sqrt(2.0 * delta * m))
     if method == "exact":
+        if np.any(delta == 0):
+            raise InvalidInputError("'checkpoint_s' must be > 0 for the exact interval (a free checkpoint is "
+                                    "best taken continuously: the minimiser is 0)")
         # d/dτ of (e^{(τ+δ)/M} − 1)/τ = 0  <=>  (τ/M − 1) e^{τ/M − 1} = −e^{−1−δ/M}
         w0 = special.lambertw(-np.exp(-1.0 - delta / m), 0).real
-        return _out(m * (1.0 + w0))
+        exact = m * (1.0 + w0)
+        # near the branch point (δ/M below ~1e-8) W₀ loses its digits; Young's √(2δM) is exact to O(δ/M) there
+        return _out(np.where(delta / m < 1e-8, np.sqrt(2.0 * delta * m), exact))
     ratio = delta / (2.0 * m)
     daly = np.sqrt(2.0 * delta * m) * (1.0 + np.sqrt(ratio) / 3.0 + ratio / 9.0) - delta
     return _out(np.where(delta < 2.0 * m, daly, m))
@@ -109,6 +117,18 @@ def _segments(work, interval):
     return full, np.where(tiny, 0.0, rest)
 
 
+def _finite_expectation(value, segment_s, mtbf_s):
+    """``value``, unless a segment so much longer than the mean time between revocations made it
+    overflow: e^{(τ+δ)/M} past 1e308 means the segment practically never finishes."""
+    if np.all(np.isfinite(value)):
+        return value
+    seg, m = np.broadcast_arrays(np.asarray(segment_s, float), np.asarray(mtbf_s, float))
+    worst = int(np.argmax(seg / m))
+    raise InvalidInputError(f"a checkpoint segment of {seg.flat[worst]:.3g} s (interval + checkpoint) against "
+                            f"{m.flat[worst]:.3g} s between revocations practically never finishes (expected "
+                            "time overflows); use a shorter 'interval_s'")
+
+
 def _resolve_interval(interval_s, checkpoint, mtbf):
     if interval_s is None:
         if np.any(checkpoint == 0):
@@ -133,9 +153,11 @@ def expected_time(work_s, *, mtbf_s, checkpoint_s, restart_s, interval_s=None):
     check_checkpoint_vs_mtbf(delta, m)
     tau = _resolve_interval(interval_s, delta, m)
     full, rest = _segments(work, tau)
-    per_full = np.expm1((tau + delta) / m)  # e^{a/M} − 1: expected tries beyond the first
-    per_last = np.where(rest > 0, np.expm1((rest + delta) / m), 0.0)
-    return _out((m + restart) * (full * per_full + per_last))
+    with np.errstate(over="ignore", invalid="ignore"):
+        per_full = np.expm1((tau + delta) / m)  # e^{a/M} − 1: expected tries beyond the first
+        per_last = np.where(rest > 0, np.expm1((rest + delta) / m), 0.0)
+        total = (m + restart) * (np.where(full > 0, full * per_full, 0.0) + per_last)
+    return _out(_finite_expectation(total, tau + delta, m))
 
 
 def expected_revocations(work_s, *, mtbf_s, checkpoint_s, interval_s=None):
@@ -146,8 +168,10 @@ def expected_revocations(work_s, *, mtbf_s, checkpoint_s, interval_s=None):
     check_checkpoint_vs_mtbf(delta, m)
     tau = _resolve_interval(interval_s, delta, m)
     full, rest = _segments(work, tau)
-    last = np.where(rest > 0, np.expm1((rest + delta) / m), 0.0)
-    return _out(full * np.expm1((tau + delta) / m) + last)
+    with np.errstate(over="ignore", invalid="ignore"):
+        last = np.where(rest > 0, np.expm1((rest + delta) / m), 0.0)
+        total = np.where(full > 0, full * np.expm1((tau + delta) / m), 0.0) + last
+    return _out(_finite_expectation(total, tau + delta, m))
 
 
 def expected_time_async(work_s, *, mtbf_s, checkpoint_s, restart_s, interval_s=None):

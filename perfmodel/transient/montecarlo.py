@@ -165,6 +165,7 @@ def simulate(work_s, *, revocation, workers, checkpoint_s, restart_s, interval_s
     work = float(_array("work_s", work_s))
     workers = check_int("workers", workers)
     trials = check_int("trials", trials)
+    seed = check_int("seed", seed, minimum=0)
     check_choice("mode", mode, MODES)
     delta = float(_array("checkpoint_s", checkpoint_s, allow_zero=True))
     restart = float(_array("restart_s", restart_s, allow_zero=True))
@@ -172,6 +173,12 @@ def simulate(work_s, *, revocation, workers, checkpoint_s, restart_s, interval_s
     mtbf = cluster_mtbf_s(models)
     check_checkpoint_vs_mtbf(delta, mtbf, f"the cluster of {workers} worker(s)")
     tau = float(_resolve_interval(interval_s, np.asarray(delta), np.asarray(mtbf)))
+    longest = min(m.max_lifetime_s for m in models)
+    if mode == "sync" and min(tau, work) + delta >= longest:  # no server lives through one segment
+        raise InvalidInputError(
+            f"a checkpoint segment (interval {min(tau, work):.3g} s + checkpoint {delta:.3g} s) outlasts the "
+            f"servers' max_lifetime_s = {longest:.3g} s, so none can finish: use an interval below "
+            f"{max(longest - delta, 0.0):.3g} s or a faster checkpoint")
     busy = work + math.ceil(work / tau) * delta  # the run's length without revocations, checkpoints included
     if busy / mtbf > MAX_REVOCATIONS:  # each revocation is one step of the simulation
         raise InvalidInputError(

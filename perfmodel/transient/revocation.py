@@ -111,7 +111,11 @@ class Weibull(_Lifetime):
     def mean_lifetime_s(self) -> float:
         # ∫₀ᴸ e^{-(t/η)^k} dt = η Γ(1 + 1/k) P(1/k, (L/η)^k), P the regularised lower gamma
         k, eta = self.shape, self.scale_s
-        full = eta * math.gamma(1.0 + 1.0 / k)
+        try:
+            full = eta * math.gamma(1.0 + 1.0 / k)
+        except OverflowError:
+            raise InvalidInputError(f"Weibull.shape={k:g} is too small: the mean lifetime Γ(1 + 1/k)·scale overflows "
+                                    "(shapes of real servers lie around 0.5-5)") from None
         if math.isinf(self.max_lifetime_s):
             return full
         return full * float(special.gammainc(1.0 / k, (self.max_lifetime_s / eta) ** k))
