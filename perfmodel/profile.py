@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import sympy as sp
 
 from perfmodel.errors import ProfileError, unknown_name
 from perfmodel.units import DTYPE_BYTES
@@ -74,18 +75,28 @@ class Profile:
         """
         from perfmodel.fit.forms import get_form
 
+        for name, value in (("cls", cls), ("dtype", dtype), ("variant", variant), ("level", level)):
+            if value is not None and not isinstance(value, str):
+                raise ProfileError(f"{name!r} must be a name: got {value!r}")
         if level is not None:
             from perfmodel.costs import comm
 
-            entry = self.collectives.get(level, {}).get(cls)
+            if level not in self.collectives:
+                raise unknown_name(f"collective level of profile {self.name!r}; level", level, self.collectives)
+            entry = self.collectives[level].get(cls)
             if entry is None:
-                raise unknown_name(f"collective at level {level!r}", cls, self.collectives.get(level, {}))
+                raise unknown_name(f"collective at level {level!r}", cls, self.collectives[level])
+            _check_symbols(symbols, ("size", "n"), f"{cls} at level {level!r}")
+            if _is_number(symbols.get("n")) and symbols["n"] < 2:
+                raise ProfileError(f"'n' must be >= 2 ranks (a group of one communicates nothing): got {symbols['n']!r}")
             return comm.formula(entry, cls, **symbols)
         key = ":".join(p for p in (cls, dtype, variant) if p)
         if key not in self.compute and dtype and variant is None:
             key = f"{cls}:{dtype}:fwd"
         entry = self.entry(key)
-        return get_form(entry["form"]).expression(entry["params"], **symbols)
+        form = get_form(entry["form"])
+        _check_symbols(symbols, form.variables, key)
+        return form.expression(entry["params"], **symbols)
 
     # -- (de)serialisation -----------------------------------------------------
     def to_dict(self) -> dict:
@@ -95,13 +106,36 @@ class Profile:
                               "collectives": self.collectives})
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(_plain(self.to_dict()), indent=1, sort_keys=True))
+        if not isinstance(path, (str, Path)) or not str(path):
+            raise ProfileError(f"'path' must be a file name: got {path!r}")
+        path = Path(path)
+        if path.is_dir():
+            raise ProfileError(f"'path' {str(path)!r} is a folder; give a file name such as profile.json")
+        if not path.parent.is_dir():
+            raise ProfileError(f"'path' {str(path)!r}: folder {str(path.parent)!r} does not exist")
+        path.write_text(json.dumps(_plain(self.to_dict()), indent=1, sort_keys=True))
 
     @classmethod
     def from_dict(cls, data: dict, *, origin: str = "profile") -> Profile:
         _validate(data, origin)
         return cls(data["name"], data["gpu"], data.get("compute", {}), data.get("collectives", {}),
                    data.get("host", {}), data.get("meta", {}))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _check_symbols(symbols: dict, variables, what: str) -> None:
+    """Keyword values of ``formula``: known variables only; numbers finite and > 0 (sizes, counts)."""
+    unknown = [k for k in symbols if k not in variables]
+    if unknown:
+        raise ProfileError(f"{what} takes variables {list(variables)}: got {unknown}")
+    for name, value in symbols.items():
+        if isinstance(value, sp.Basic):
+            continue
+        if not _is_number(value) or not math.isfinite(value) or value <= 0:
+            raise ProfileError(f"{name!r} must be a finite number > 0 or a sympy expression: got {value!r}")
 
 
 def _plain(obj):
@@ -150,20 +184,32 @@ def _validate(data, origin: str) -> None:
         if key in HOST_FLAGS:
             if not isinstance(value, bool):
                 raise ProfileError(f"{origin}: host.{key} must be true or false: got {value!r}")
-        elif not (isinstance(value, str) and key.endswith("_source")) and not (_number(value) and value >= 0):
-            raise ProfileError(f"{origin}: host.{key} must be a finite number >= 0 (seconds): got {value!r}")
+        elif not (isinstance(value, str) and key.endswith("_source")) and not (_number(value) and 0 <= value <= 10):
+            raise ProfileError(f"{origin}: host.{key} must be a number of seconds between 0 and 10 (a host cost "
+                               f"per kernel, bucket or step): got {value!r}")
+    from perfmodel.costs.comm import COLLECTIVES, LEVELS
+
+    for level in data.get("collectives", {}):
+        if level not in LEVELS:
+            raise ProfileError(f"{origin}: unknown collectives level {level!r} (valid: {', '.join(LEVELS)})")
     sections = [("compute", data.get("compute", {}))]
     sections += [(f"collectives.{lvl}", v) for lvl, v in data.get("collectives", {}).items()]
     for section, entries in sections:
         if not isinstance(entries, dict):
             raise ProfileError(f"{origin}: {section!r} must be an object")
+        communication = section.startswith("collectives.")
         for key, entry in entries.items():
             where = f"{origin}: {section}.{key}"
+            if communication and key not in COLLECTIVES:
+                raise ProfileError(f"{where}: unknown collective {key!r} (valid: {', '.join(COLLECTIVES)})")
             if not isinstance(entry, dict) or any(f not in entry for f in ENTRY_FIELDS):
                 raise ProfileError(f"{where} needs fields {list(ENTRY_FIELDS)}")
             if not isinstance(entry["form"], str):
                 raise ProfileError(f"{where}: 'form' must be a form name: got {entry['form']!r}")
             form = get_form(entry["form"])
+            if communication != ("size" in form.variables):  # a kernel's form under collectives, or the reverse
+                kind = "communication" if communication else "compute"
+                raise ProfileError(f"{where}: form {form.name!r} is not a {kind} form")
             params = entry["params"]
             if not isinstance(params, dict):
                 raise ProfileError(f"{where}: 'params' must be an object (name -> number): got {params!r}")

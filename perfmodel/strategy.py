@@ -40,6 +40,9 @@ def parse_stage_layers(text: str) -> tuple[int, ...] | None:
                                 f"got {text!r}") from None
 
 
+MIN_BUCKET_MB = 0.001
+
+
 @dataclass(frozen=True)
 class Strategy:
     """How one training step is parallelised; all sizes are per step unless named otherwise."""
@@ -85,7 +88,9 @@ class Strategy:
         if self.zero > 3:
             raise InvalidInputError(f"'zero' must be 0, 1, 2 or 3: got {self.zero}")
         object.__setattr__(self, "ps_servers", check_int("ps_servers", self.ps_servers, minimum=0))
-        check_positive("bucket_mb", self.bucket_mb)
+        if check_positive("bucket_mb", self.bucket_mb) < MIN_BUCKET_MB:
+            raise InvalidInputError(f"'bucket_mb' must be >= {MIN_BUCKET_MB} (1 KB; each bucket is one collective "
+                                    f"call, so smaller ones only add launches): got {self.bucket_mb!r}")
         check_choice("recompute", self.recompute, RECOMPUTE)
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)

@@ -134,8 +134,14 @@ def _profile_dict():
     (lambda d: d["compute"]["gemm:bf16"].update(params=[1, 2]), "'params' must be an object"),
     (lambda d: d["compute"]["gemm:bf16"].update(form=["a"]), "'form' must be a form name"),
     (lambda d: d.update(collectives=[1]), "'collectives' must be an object"),
-    (lambda d: d.update(host={"cpu_per_kernel_s": float("inf")}), "host.cpu_per_kernel_s must be a finite number"),
-    (lambda d: d.update(host={"cpu_per_kernel_s": "abc"}), "host.cpu_per_kernel_s must be a finite number"),
+    (lambda d: d.update(host={"cpu_per_kernel_s": float("inf")}), "host.cpu_per_kernel_s must be a number of seconds"),
+    (lambda d: d.update(host={"cpu_per_kernel_s": "abc"}), "host.cpu_per_kernel_s must be a number of seconds"),
+    (lambda d: d.update(host={"cpu_per_kernel_s": 1e300}), "host.cpu_per_kernel_s must be a number of seconds"),
+    (lambda d: d["collectives"].update(moon={}), "unknown collectives level 'moon' (valid: intra, inter)"),
+    (lambda d: d["collectives"]["intra"].update(all_reduce2=d["collectives"]["intra"]["all_reduce"]),
+     "unknown collective 'all_reduce2'"),
+    (lambda d: d["collectives"]["intra"].update(all_gather=d["compute"]["gemm:bf16"]),
+     "form 'gemm_two' is not a communication form"),
 ])
 def test_profile_schema_errors_name_the_field(tmp_path, mutate, message):
     data = _profile_dict()
