@@ -295,7 +295,14 @@ def check_outputs(args) -> None:
                                     f"(valid: {', '.join(valid)})")
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"perfmodel: warning: {message}\n"
+
+
 def main(argv=None) -> int:
+    import warnings
+
+    warnings.formatwarning = _one_line_warning  # a what-if the user should see, not a source location
     args = build_parser().parse_args(argv)
     try:
         check_outputs(args)

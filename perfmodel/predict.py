@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,6 +83,16 @@ def default_profile(cluster) -> Profile:
     return datasheet_profile(cluster.gpu, load_profile(REFERENCE_PROFILE))
 
 
+def profile_for(cluster, profile) -> Profile:
+    """``profile`` loaded; a warning when it was measured on another GPU than the cluster's (its kernel
+    times are that GPU's: a deliberate what-if, or a mistake)."""
+    prof = load_profile(profile)
+    if prof.gpu != cluster.gpu.name:
+        warnings.warn(f"profile {prof.name!r} describes {prof.gpu}, not this cluster's {cluster.gpu.name}: "
+                      "kernel times are that GPU's", UserWarning, stacklevel=3)
+    return prof
+
+
 def check_strategy(model, cluster, s: Strategy) -> None:
     """Raise a clear error when the strategy cannot run this model on this cluster."""
     if hasattr(model, "check_strategy"):  # workloads with their own limits (a traced graph: data parallel only)
@@ -141,7 +153,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
     check_strategy(model, cluster, s)
-    prof = default_profile(cluster) if profile is None else load_profile(profile)
+    prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     coll = cluster_collectives(cluster, prof)
     c = config_arrays(s)
     out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,

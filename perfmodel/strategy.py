@@ -202,8 +202,12 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
         tps = [d for d in divisors(n_gpus) if heads % d == 0] or [1]
         tp = _nearest(s.tp, tps)
         with_cp = f", cp={s.cp}" if s.cp > 1 else ""
-        hint = (f"dp={n_gpus // rest} with tp={s.tp}, pp={s.pp}{with_cp}" if n_gpus % rest == 0 else
-                f"tp={tp}, pp=1, dp={n_gpus // tp}: tp × pp must divide {n_gpus}")
+        if n_gpus % rest == 0:
+            hint = f"dp={n_gpus // rest} with tp={s.tp}, pp={s.pp}{with_cp}"
+        elif s.cp > 1:
+            hint = f"tp={tp}, pp=1, cp=1, dp={n_gpus // tp}: tp × pp × cp must divide {n_gpus}"
+        else:
+            hint = f"tp={tp}, pp=1, dp={n_gpus // tp}: tp × pp must divide {n_gpus}"
         shape = f"dp × tp × pp{' × cp' if s.cp > 1 else ''}"
         sizes = " × ".join(str(x) for x in (s.dp, s.tp, s.pp) + ((s.cp,) if s.cp > 1 else ()))
         raise InvalidInputError(f"{shape} = {sizes} = {s.gpus} must equal the cluster's "

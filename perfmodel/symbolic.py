@@ -25,8 +25,7 @@ from perfmodel.errors import PerfModelError, UnsupportedError
 from perfmodel.fabric import cluster_collectives
 from perfmodel.fit.forms import get_form
 from perfmodel.placement import layout
-from perfmodel.predict import check_strategy, default_profile
-from perfmodel.profile import load_profile
+from perfmodel.predict import check_strategy, default_profile, profile_for
 from perfmodel.workload import step as steps
 from perfmodel.workload.ops import Kernel, aligned_view, mem as mem_kernel
 from perfmodel.workload.model import Transformer
@@ -118,7 +117,7 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
         raise UnsupportedError(f"symbolic step times cover transformers (pm.transformer, pm.preset of one); "
                                f"{getattr(model, 'name', model)!r} is a traced graph: use pm.predict")
     check_strategy(model, cluster, strategy)
-    prof = default_profile(cluster) if profile is None else load_profile(profile)
+    prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     b = symbol("micro_batch") if "micro_batch" in free else strategy.micro_batch
     dp = symbol("dp") if "dp" in free else strategy.dp
     m = symbol("micro_batches") if "micro_batches" in free else strategy.micro_batches

@@ -216,15 +216,17 @@ def test_cpu_timing_batches_calls_and_reports_per_call_seconds():
 
 
 def test_cuda_event_timing_divides_each_batch_by_its_calls(monkeypatch):
-    """The GPU path's arithmetic, with CUDA events replaced by a host clock."""
+    """The GPU path's arithmetic, with CUDA events replaced by a virtual clock each call advances 50 µs."""
     from calibration import timing
+
+    clock = [0.0]
 
     class Event:
         def __init__(self, enable_timing=False):
             self.t = None
 
         def record(self):
-            self.t = time.perf_counter()
+            self.t = clock[0]
 
         def synchronize(self):
             pass
@@ -235,10 +237,14 @@ def test_cuda_event_timing_divides_each_batch_by_its_calls(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     rotated = []
-    calls = [lambda i=i: rotated.append(i) or time.sleep(5e-5) for i in range(3)]
+
+    def call(i):
+        rotated.append(i)
+        clock[0] += 5e-5
+    calls = [lambda i=i: call(i) for i in range(3)]
     t = timing.time_cuda(calls, timing.Plan(max_reps=5, min_reps=5))
-    assert t.reps == 5 and t.inner >= 2
-    assert 5e-5 <= t.median_s < 1e-3
+    assert t.reps == 5 and t.inner == 4  # 4 calls of 50 µs fill the 0.2 ms batch
+    assert t.median_s == pytest.approx(5e-5)
     assert set(rotated) == {0, 1, 2}  # inputs rotate among the copies
 
 

@@ -22,8 +22,7 @@ from perfmodel import compose
 from perfmodel.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
 from perfmodel.fabric import cluster_collectives
-from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish
-from perfmodel.profile import load_profile
+from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish, profile_for
 from perfmodel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.validation import check_choice, check_int, check_positive
 from perfmodel.workload.presets import as_model
@@ -212,7 +211,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
             rejected[k] += space.rejected[k] * combos
         for k, v in space.detail.items():
             detail[k] = detail.get(k, 0) + v * combos
-        prof = default_profile(cl) if profile is None else load_profile(profile)
+        prof = default_profile(cl) if profile is None else profile_for(cl, profile)
         cols = _evaluate(model, cl, space, prof, opts)
         n = cols["dp"].size
         cols["cluster_name"] = np.full(n, cl.name, dtype=object)

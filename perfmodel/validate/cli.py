@@ -8,8 +8,12 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
+from pathlib import Path
+
 from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
+from perfmodel.errors import InvalidInputError
 
 
 def add_parsers(subparsers) -> None:
@@ -36,6 +40,16 @@ def cmd_validate(args) -> int:
     from perfmodel.validate.loop import results_table, summarize, validate_measured, validate_runs
 
     notes: tuple = ()
+    if args.profile and not Path(args.profile).exists():  # a name: check it now, not once per row or after calibrating
+        from perfmodel.profile import load_profile
+
+        load_profile(args.profile)
+    if args.measured and args.quick:
+        raise InvalidInputError("--measured compares rows measured elsewhere; --quick runs and measures its own: "
+                                "give one of them")
+    if not args.measured and args.procs > (os.cpu_count() or 1):
+        raise InvalidInputError(f"--procs {args.procs} exceeds this host's {os.cpu_count()} CPUs "
+                                f"(valid: 1-{os.cpu_count()}): the data-parallel runs would only time oversubscription")
     if args.measured:
         results, bad = validate_measured(args.measured, args.profile)
     else:
