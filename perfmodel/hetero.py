@@ -114,9 +114,36 @@ def ps_exchange_s(params, workers, servers, server_bw_bytes_per_s, worker_bw_byt
     return 2.0 * one_way
 
 
+def _transformer(model):
+    """A transformer, or the bundled one by name: stages split layers, which a traced graph does not have."""
+    from perfmodel.workload.model import Transformer
+
+    model = as_model(model)
+    if not isinstance(model, Transformer):
+        raise InvalidInputError(f"a pipeline splits a transformer's layers; {getattr(model, 'name', model)!r} is not "
+                                "one (pm.transformer, pm.preset of a transformer, pm.from_hf_config)")
+    return model
+
+
+def _seconds_array(name: str, values, *, positive: bool) -> np.ndarray:
+    """A flat, non-empty array of finite numbers > 0 (or >= 0), one per stage or worker type."""
+    try:
+        arr = np.asarray(values, float)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{name!r} must be a list of numbers, one per stage or worker: got {values!r}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise InvalidInputError(f"{name!r} must be a non-empty flat list of numbers: got {values!r}")
+    bad = ~np.isfinite(arr) | (arr < 0) | ((arr == 0) & positive)
+    if bad.any():
+        raise InvalidInputError(f"{name!r} must hold finite numbers {'> 0' if positive else '>= 0'}: "
+                                f"got {float(arr[bad][0])!r}")
+    return arr
+
+
 def split_batch(total: int, speeds) -> np.ndarray:
     """Integer shares of ``total`` proportional to ``speeds`` (largest remainder), summing to ``total``."""
-    speeds = np.asarray(speeds, float)
+    total = check_int("total", total, minimum=0)
+    speeds = _seconds_array("speeds", speeds, positive=True)
     exact = total * speeds / speeds.sum()
     shares = np.floor(exact).astype(int)
     order = np.argsort(-(exact - shares), kind="stable")
@@ -227,13 +254,19 @@ def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, 
     from perfmodel.profile import load_profile
     from perfmodel.workload.step import gemm_dtype
 
+    from perfmodel.strategy import Strategy
+
+    model = _transformer(model)
+    if not isinstance(strategy, Strategy):
+        raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
+    if not isinstance(gpu, str):
+        raise InvalidInputError(f"'gpu' must be a GPU name: got {gpu!r}")
     one = cluster(gpu)  # raises UnknownNameError listing the known GPUs
     spec = one.gpu
     if gemm_dtype(strategy.precision) not in spec.peak_flops:
         raise UnsupportedError(f"{gpu} has no {gemm_dtype(strategy.precision)} support (supported: "
                                f"{', '.join(sorted(spec.peak_flops))}); choose another precision")
-    prof = default_profile(one) if profile is None else (
-        load_profile(profile) if isinstance(profile, str) else profile)
+    prof = default_profile(one) if profile is None else load_profile(profile)
     c = {"micro_batch": np.float64(strategy.micro_batch), "tp": np.float64(1), "sp": np.bool_(False),
          "framework": strategy.framework, "attention": strategy.attention}
     t = compute_times(model, prof, c, precision=strategy.precision, recompute=strategy.recompute)
@@ -248,9 +281,11 @@ def balance_layers(layer_s, layers: int, fixed_s=None) -> np.ndarray:
     programme over (stage, layers placed), O(S·L²); ties go to the split that
     puts more layers on earlier stages.
     """
-    layer_s = np.asarray(layer_s, float)
+    layer_s = _seconds_array("layer_s", layer_s, positive=True)
     n_st = layer_s.size
-    fixed = np.zeros(n_st) if fixed_s is None else np.asarray(fixed_s, float)
+    fixed = np.zeros(n_st) if fixed_s is None else _seconds_array("fixed_s", fixed_s, positive=False)
+    if fixed.size != n_st:
+        raise InvalidInputError(f"'fixed_s' must give one time per stage ({n_st}): got {fixed.size}")
     layers = check_int("layers", layers)
     if layers < n_st:
         raise InvalidInputError(f"'layers' ({layers}) must be at least the number of stages ({n_st})")
@@ -298,10 +333,10 @@ def balance_pipeline(model, stages, strategy=None, *, profile=None, micro_batche
     strategy = Strategy(micro_batch=8) if strategy is None else strategy
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(strategy).__name__}")
-    if isinstance(stages, str) or not stages or not all(isinstance(g, str) for g in stages):
+    if isinstance(stages, str) or not isinstance(stages, (list, tuple)) or not stages or not all(
+            isinstance(g, str) for g in stages):
         raise InvalidInputError(f"'stages' must be a non-empty list of GPU names, one per stage: got {stages!r}")
-    if not isinstance(getattr(model, "layers", None), int):
-        raise InvalidInputError(f"'model' must be a Transformer with an integer 'layers': got {model!r}")
+    model = _transformer(model)
     m = check_int("micro_batches", strategy.micro_batches if micro_batches is None else micro_batches)
     types = list(dict.fromkeys(stages))
     profs = _profiles(profile, types)

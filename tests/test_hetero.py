@@ -10,7 +10,8 @@ import pytest
 import perfmodel as pm
 from perfmodel import hetero
 from perfmodel.errors import InvalidInputError, UnknownNameError, UnsupportedError
-from perfmodel.hetero import predict_mixed, ps_exchange_s, ring_allreduce_s, split_batch
+from perfmodel.hetero import (balance_layers, balance_pipeline, predict_mixed, ps_exchange_s, ring_allreduce_s,
+                             split_batch, stage_costs)
 
 PER_SAMPLE_S = {"k80": 0.010, "v100": 0.004}  # made-up linear compute times for hand-worked cases
 FAKE_MODEL = SimpleNamespace(params=1e6, name="fake")
@@ -182,5 +183,19 @@ def test_balance_pipeline_bad_input():
         hetero.balance_pipeline(model, ["h100", "nosuchgpu"])
     with pytest.raises(UnsupportedError, match="t4 has no bf16 support"):
         hetero.balance_pipeline(model, ["t4", "h100"], pm.Strategy(micro_batch=4))
-    with pytest.raises(InvalidInputError, match="'model' must be a Transformer"):
+    with pytest.raises(InvalidInputError, match="'fake' is not one"):
         hetero.balance_pipeline(FAKE_MODEL, ["h100"])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: balance_layers([float("nan"), 2.0], 12), "'layer_s' must hold finite numbers > 0: got nan"),
+    (lambda: balance_layers([1.0, 2.0], 12, fixed_s=[1.0, 2.0, 3.0]), "'fixed_s' must give one time per stage (2)"),
+    (lambda: balance_layers([[1, 2], [3, 4]], 12), "'layer_s' must be a non-empty flat list"),
+    (lambda: split_batch(10, [0, 0]), "'speeds' must hold finite numbers > 0: got 0.0"),
+    (lambda: balance_pipeline("resnet50", ["a100", "h100"]), "'resnet50' is not one"),
+    (lambda: stage_costs("gpt2-small", "h100", None), "'strategy' must be a pm.Strategy"),
+])
+def test_hetero_helpers_name_bad_input(call, message):
+    with pytest.raises(pm.PerfModelError) as err:
+        call()
+    assert message in str(err.value)
