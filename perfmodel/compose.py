@@ -203,8 +203,8 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     multiple = _vocab_multiple(stack["framework"])
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, ep=ep))
-    ring_f = ring_attention(lf, cp, bool(getattr(model, "causal", True)))
-    ring_b = ring_attention(lb, cp, bool(getattr(model, "causal", True)))
+    causal = bool(getattr(model, "causal", True))
+    ring_f, ring_b = ring_attention(lf, cp, causal), ring_attention(lb, cp, causal)
     lf, lb = lf + ring_f, lb + ring_b
     ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
         model, c["micro_batch"], tp=c["tp"], precision=precision, vocab_multiple=multiple))
@@ -356,12 +356,17 @@ def p2p_time(model, coll, lay, c, *, precision):
 # --- optimizer -----------------------------------------------------------------------------------
 
 
+def _expert_shard_ranks(shard_ranks, ep):
+    """Ranks a rank's experts shard over: the shard_ranks / ep replicas that hold the same experts."""
+    return np.maximum(np.asarray(shard_ranks, float) / ep, 1.0)
+
+
 def _sharded(params, expert, shard_ranks, ep, on):
-    """Parameters a rank keeps where sharding is ``on``: the dense ones over ``shard_ranks``, the
-    rank's experts over the shard_ranks / ep replicas that hold the same experts."""
+    """Parameters a rank keeps where sharding is ``on``: the dense ones over ``shard_ranks``, its
+    experts over ``_expert_shard_ranks``."""
     dense = params - expert
     return (dense / np.where(on, shard_ranks, 1.0)
-            + expert / np.where(on, np.maximum(np.asarray(shard_ranks, float) / ep, 1.0), 1.0))
+            + expert / np.where(on, _expert_shard_ranks(shard_ranks, ep), 1.0))
 
 
 def optimizer_time(profile, c, stage_params, shard_ranks, *, optimizer, precision, framework="pytorch",
@@ -446,7 +451,7 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
         dense = mem.static_bytes(params - expert, gemm - expert, precision=precision, optimizer=optimizer,
                                  zero=c["zero"], dp=shard_ranks, framework=framework)
         experts = mem.static_bytes(expert, expert, precision=precision, optimizer=optimizer, zero=c["zero"],
-                                   dp=np.maximum(np.asarray(shard_ranks, float) / ep, 1.0), framework=framework)
+                                   dp=_expert_shard_ranks(shard_ranks, ep), framework=framework)
         terms = {k: dense[k] + experts[k] for k in dense}
         unit = np.maximum(p["layer"], np.where(st["embed"], p["embed"], 0.0)) / tp
         terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c["zero"], dp=c["dp"], ps=c["ps"],

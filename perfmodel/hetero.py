@@ -125,8 +125,8 @@ def _transformer(model):
     return model
 
 
-def _seconds_array(name: str, values, *, positive: bool) -> np.ndarray:
-    """A flat, non-empty array of finite numbers > 0 (or >= 0), one per stage or worker type."""
+def _flat_numbers(name: str, values, *, positive: bool) -> np.ndarray:
+    """A flat, non-empty array of finite numbers > 0 (or >= 0): seconds or speeds, one per stage or worker."""
     try:
         arr = np.asarray(values, float)
     except (TypeError, ValueError):
@@ -143,7 +143,7 @@ def _seconds_array(name: str, values, *, positive: bool) -> np.ndarray:
 def split_batch(total: int, speeds) -> np.ndarray:
     """Integer shares of ``total`` proportional to ``speeds`` (largest remainder), summing to ``total``."""
     total = check_int("total", total, minimum=0)
-    speeds = _seconds_array("speeds", speeds, positive=True)
+    speeds = _flat_numbers("speeds", speeds, positive=True)
     exact = total * speeds / speeds.sum()
     shares = np.floor(exact).astype(int)
     order = np.argsort(-(exact - shares), kind="stable")
@@ -252,9 +252,8 @@ def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, 
     from perfmodel.hardware import cluster
     from perfmodel.predict import default_profile
     from perfmodel.profile import load_profile
-    from perfmodel.workload.step import gemm_dtype
-
     from perfmodel.strategy import Strategy
+    from perfmodel.workload.step import gemm_dtype
 
     model = _transformer(model)
     if not isinstance(strategy, Strategy):
@@ -281,9 +280,9 @@ def balance_layers(layer_s, layers: int, fixed_s=None) -> np.ndarray:
     programme over (stage, layers placed), O(S·L²); ties go to the split that
     puts more layers on earlier stages.
     """
-    layer_s = _seconds_array("layer_s", layer_s, positive=True)
+    layer_s = _flat_numbers("layer_s", layer_s, positive=True)
     n_st = layer_s.size
-    fixed = np.zeros(n_st) if fixed_s is None else _seconds_array("fixed_s", fixed_s, positive=False)
+    fixed = np.zeros(n_st) if fixed_s is None else _flat_numbers("fixed_s", fixed_s, positive=False)
     if fixed.size != n_st:
         raise InvalidInputError(f"'fixed_s' must give one time per stage ({n_st}): got {fixed.size}")
     layers = check_int("layers", layers)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import warnings
-
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -78,9 +78,15 @@ def default_profile(cluster) -> Profile:
 
     if cluster.gpu.name in list_profiles():
         return load_profile(cluster.gpu.name)
+    return _datasheet_profile(cluster.gpu)
+
+
+@cache
+def _datasheet_profile(gpu) -> Profile:
+    """The reference profile scaled to ``gpu``'s datasheet, once per GPU (sweeps price it many times)."""
     from perfmodel.fit.build import REFERENCE_PROFILE, datasheet_profile
 
-    return datasheet_profile(cluster.gpu, load_profile(REFERENCE_PROFILE))
+    return datasheet_profile(gpu, load_profile(REFERENCE_PROFILE))
 
 
 def profile_for(cluster, profile) -> Profile:
@@ -140,14 +146,9 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
 
 def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=None) -> Prediction:
     """Predict one training step of ``model`` on ``cluster`` under ``strategy``."""
-    from perfmodel.hardware import Cluster, cluster as make_cluster
+    from perfmodel.hardware import as_cluster
 
-    if cluster is None:
-        cluster = make_cluster("h200")
-    elif isinstance(cluster, str):
-        cluster = make_cluster(cluster)
-    if not isinstance(cluster, Cluster):
-        raise InvalidInputError(f"'cluster' must be a Cluster or a name: got {type(cluster).__name__}")
+    cluster = as_cluster(cluster)
     model = as_model(model)
     s = strategy or Strategy(dp=cluster.n_gpus)
     if not isinstance(s, Strategy):

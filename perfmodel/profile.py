@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -87,7 +88,7 @@ class Profile:
             if entry is None:
                 raise unknown_name(f"collective at level {level!r}", cls, self.collectives[level])
             _check_symbols(symbols, ("size", "n"), f"{cls} at level {level!r}")
-            if _is_number(symbols.get("n")) and symbols["n"] < 2:
+            if _number(symbols.get("n")) and symbols["n"] < 2:
                 raise ProfileError(f"'n' must be >= 2 ranks (a group of one communicates nothing): got {symbols['n']!r}")
             return comm.formula(entry, cls, **symbols)
         key = ":".join(p for p in (cls, dtype, variant) if p)
@@ -122,10 +123,6 @@ class Profile:
                    data.get("host", {}), data.get("meta", {}))
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
 def _check_symbols(symbols: dict, variables, what: str) -> None:
     """Keyword values of ``formula``: known variables only; numbers finite and > 0 (sizes, counts)."""
     unknown = [k for k in symbols if k not in variables]
@@ -134,7 +131,7 @@ def _check_symbols(symbols: dict, variables, what: str) -> None:
     for name, value in symbols.items():
         if isinstance(value, sp.Basic):
             continue
-        if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        if not _number(value) or value <= 0:
             raise ProfileError(f"{name!r} must be a finite number > 0 or a sympy expression: got {value!r}")
 
 
@@ -160,7 +157,8 @@ HOST_FLAGS = ("serial",)  # host entries that are switches (a CPU runs its host 
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number (numpy scalars included), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _validate(data, origin: str) -> None:
@@ -238,8 +236,13 @@ def load_profile(name_or_path: str | Path | Profile) -> Profile:
 
 
 def list_profiles() -> list[str]:
+    return list(_bundled_names())
+
+
+@cache
+def _bundled_names() -> tuple[str, ...]:  # the package's files do not change while it runs
     folder = resources.files("perfmodel") / "profiles"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+    return tuple(sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json")))
 
 
 @cache

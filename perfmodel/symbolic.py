@@ -21,7 +21,7 @@ import sympy as sp
 from perfmodel.costs.comm import formula as comm_formula, lookup_entry
 from perfmodel.costs.compute import _optimizer_entry, gemm_key
 from perfmodel.data_parallel import DDP_BUCKET_PASSES, DDP_FIRST_BUCKET_BYTES
-from perfmodel.errors import PerfModelError, UnsupportedError
+from perfmodel.errors import InvalidInputError, PerfModelError, UnsupportedError
 from perfmodel.fabric import cluster_collectives
 from perfmodel.fit.forms import get_form
 from perfmodel.placement import layout
@@ -86,18 +86,16 @@ SYMBOLIC_PRECISIONS = ("bf16-mixed", "fp8-mixed")  # where it agrees with pm.pre
 
 def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profile=None) -> sp.Expr:
     """Step time of ``strategy`` with the fields named in ``free`` left as symbols."""
-    from perfmodel.hardware import Cluster, cluster as make_cluster
+    from perfmodel.hardware import as_cluster
     from perfmodel.strategy import Strategy
 
     if isinstance(free, str):
         free = (free,)
     if not isinstance(free, (tuple, list, set, frozenset)):
-        raise UnsupportedError(f"'free' must be a tuple of field names among {', '.join(FREE)}: got {free!r}")
-    cluster = make_cluster(cluster) if isinstance(cluster, str) else cluster
-    if not isinstance(cluster, Cluster):
-        raise UnsupportedError(f"'cluster' must be a cluster (pm.cluster) or its name: got {cluster!r}")
+        raise InvalidInputError(f"'free' must be a tuple of field names among {', '.join(FREE)}: got {free!r}")
+    cluster = as_cluster(cluster)
     if not isinstance(strategy, Strategy):
-        raise UnsupportedError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
+        raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     unknown = [f for f in free if f not in FREE]
     if unknown:
         raise UnsupportedError(f"cannot leave {unknown} free (free symbols supported: {', '.join(FREE)})")

@@ -389,7 +389,7 @@ def test_strategies_file(tmp_path, capsys):
     (lambda: pm.sweep("gpt2-small", "seq", [1.5]), "sweep over seq=1.5: 'seq' must be an integer >= 1: got 1.5"),
     (lambda: pm.sweep("gpt2-small", "nodes", ["abc"]), "'nodes' must be an integer >= 1: got 'abc'"),
     (lambda: pm.sweep("gpt2-small", "nodes", "12"), "'values' must be a list of values to sweep over: got '12'"),
-    (lambda: pm.sweep("gpt2-small", "nodes", [1], cluster=5), "'cluster' must be a cluster (pm.cluster) or its name"),
+    (lambda: pm.sweep("gpt2-small", "nodes", [1], cluster=5), "'cluster' must be a Cluster (pm.cluster) or its name"),
     (lambda: pm.sweep("gpt2-small", "nodes", [1], strategy={"dp": 1}), "'strategy' must be a pm.Strategy"),
     (lambda: pm.compare("gpt2-small", "h200", None), "'strategies' must be a list of strategies"),
     (lambda: pm.search("gpt2-small", "h200", 8, prices=float("nan")), "'prices' must be a finite number: got nan"),

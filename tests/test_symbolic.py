@@ -54,7 +54,7 @@ def test_unsupported_scope_is_refused_clearly():
         symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(precision="tf32"))
     with pytest.raises(pm.UnsupportedError, match="traced graph"):
         symbolic_step_time("resnet50", "h200", pm.Strategy())
-    with pytest.raises(pm.UnsupportedError, match="'free' must be a tuple"):
+    with pytest.raises(pm.InvalidInputError, match="'free' must be a tuple"):
         symbolic_step_time(MODEL, "h200", pm.Strategy(), free=None)
     with pytest.raises(pm.UnsupportedError, match="free symbols supported"):
         symbolic_step_time(MODEL, pm.cluster("h200"), pm.Strategy(), free=("tp",))

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfmodel import cli
-from perfmodel.errors import InvalidInputError
 from perfmodel.cli import POSITIVE_FLOAT, POSITIVE_INT
+from perfmodel.errors import InvalidInputError
 
 
 def _strategies(items: list[str]):

@@ -147,13 +147,9 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
     label -> strategy. ``defaults`` (e.g. ``{"global_batch": 512}``) fill fields a
     string or mapping leaves unset.
     """
-    from perfmodel.hardware import cluster as make_cluster
+    from perfmodel.hardware import as_cluster
 
-    from perfmodel.hardware import Cluster
-
-    cl = make_cluster(cluster) if isinstance(cluster, str) else cluster
-    if not isinstance(cl, Cluster):
-        raise InvalidInputError(f"'cluster' must be a cluster (pm.cluster) or its name: got {cluster!r}")
+    cl = as_cluster(cluster)
     model = as_model(model)
     if isinstance(strategies, (str, Strategy)):
         strategies = [strategies]

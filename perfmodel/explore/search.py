@@ -10,9 +10,8 @@ are given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import time
+from collections.abc import Mapping
 from itertools import product
 
 import numpy as np
@@ -41,16 +40,12 @@ STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_over
 
 
 def _clusters(cluster) -> list:
-    from perfmodel.hardware import Cluster, cluster as make_cluster
+    from perfmodel.hardware import as_cluster
 
     items = cluster if isinstance(cluster, (list, tuple)) else [cluster]
     if not items:
         raise InvalidInputError("'cluster' must name at least one cluster: got an empty list")
-    out = [make_cluster(c) if isinstance(c, str) else c for c in items]
-    for c in out:
-        if not isinstance(c, Cluster):
-            raise InvalidInputError(f"'cluster' must be a Cluster or a name: got {type(c).__name__}")
-    return out
+    return [as_cluster(c) for c in items]
 
 
 def price_per_gpu_hour(prices, cluster) -> float:

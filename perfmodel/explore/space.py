@@ -31,6 +31,7 @@ import numpy as np
 from perfmodel.errors import InfeasibleError, InvalidInputError
 from perfmodel.predict import SCHEDULE_CODE
 from perfmodel.validation import check_int, divisors
+from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")
 NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "sequence_parallel")
@@ -90,8 +91,6 @@ def _rules(model, global_batch, g, cp=1, ep=1):
     layers = model.layers
     tp, pp, v, dp, mb = g["tp"], g["pp"], g["virtual_stages"], g["dp"], g["micro_batch"]
     rules = []
-    from perfmodel.workload.graph import GraphModel
-
     if isinstance(model, GraphModel):  # a traced graph is modelled data-parallel only
         rules.append(("divisibility", f"{model.name!r} is a traced graph: data parallelism only (tp = pp = 1, "
                       "no sequence parallelism)", (tp > 1) | (pp > 1) | (g["sequence_parallel"] != 0)))

@@ -86,20 +86,16 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     "recompute"...). Points that do not fit in memory stay in the table with
     ``fits`` False; a point the strategy cannot run raises, naming the value.
     """
-    from perfmodel.hardware import cluster as make_cluster
+    from perfmodel.hardware import as_cluster
 
     check_choice("over", over, AXES)
     check_choice("scaling", scaling, SCALINGS)
-    from perfmodel.hardware import Cluster
-
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise InvalidInputError(f"'values' must be a list of values to sweep over: got {values!r}")
     values = list(values)
     if not values:
         raise InvalidInputError("'values' must list at least one value to sweep over: got none")
-    cl = make_cluster("h200") if cluster is None else make_cluster(cluster) if isinstance(cluster, str) else cluster
-    if not isinstance(cl, Cluster):
-        raise InvalidInputError(f"'cluster' must be a cluster (pm.cluster) or its name: got {cluster!r}")
+    cl = as_cluster(cluster)
     if strategy is not None and not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     model = as_model(model)

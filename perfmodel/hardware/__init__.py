@@ -8,7 +8,7 @@ Hardware is data: one TOML file per GPU and node preset, one for the links
 (see docs/hardware.md). Nothing is read until a function asks for it.
 """
 
-from perfmodel.hardware.build import cluster, gpu_node, part_of_node
+from perfmodel.hardware.build import as_cluster, cluster, gpu_node, part_of_node
 from perfmodel.hardware.catalog import (
     list_gpus,
     list_links,
@@ -22,6 +22,7 @@ from perfmodel.hardware.link import LINK_KINDS, Link
 from perfmodel.hardware.node import Cluster, Node
 
 __all__ = [
+    "as_cluster",
     "DTYPES",
     "GPU",
     "LINK_KINDS",

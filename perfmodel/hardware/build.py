@@ -138,3 +138,14 @@ def cluster(
     else:
         node = found
     return Cluster(node=node, nodes=nodes, name=name)
+
+
+def as_cluster(value=None) -> Cluster:
+    """``value`` itself when a Cluster, the named one when a name, the default H200 when None."""
+    if value is None:
+        return cluster()
+    if isinstance(value, str):
+        return cluster(value)
+    if not isinstance(value, Cluster):
+        raise InvalidInputError(f"'cluster' must be a Cluster (pm.cluster) or its name: got {value!r}")
+    return value

@@ -29,17 +29,6 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 GPU_REQUIRED = ("peak_flops", "memory_bandwidth", "memory", "sm_count")
-# Far outside what any accelerator (or a CPU modelled as one) reaches: a value here is a unit typo
-PEAK_FLOPS_RANGE = (1e9, 1e18)
-MEMORY_BANDWIDTH_RANGE = (1e8, 1e15)
-
-
-def _plausible(value: float, field: str, bounds: tuple[float, float], unit: str) -> float:
-    low, high = bounds
-    if not low <= value <= high:
-        raise InvalidInputError(f"{field!r} must be between {low:.0e} and {high:.0e} {unit}: got {value:.3g} "
-                                "(a unit prefix off?)")
-    return value
 GPU_OPTIONAL = (
     "name",
     "aliases",
@@ -165,6 +154,19 @@ def _link_name(data: Mapping, key: str, kinds: tuple[str, ...]) -> str | None:
     if found not in names:
         raise unknown_name(f"{key!r} link", data[key], names)
     return found
+
+
+# Far outside what any accelerator (or a CPU modelled as one) reaches: a value here is a unit typo
+PEAK_FLOPS_RANGE = (1e9, 1e18)
+MEMORY_BANDWIDTH_RANGE = (1e8, 1e15)
+
+
+def _plausible(value: float, field: str, bounds: tuple[float, float], unit: str) -> float:
+    low, high = bounds
+    if not low <= value <= high:
+        raise InvalidInputError(f"{field!r} must be between {low:.0e} and {high:.0e} {unit}: got {value:.3g} "
+                                "(a unit prefix off?)")
+    return value
 
 
 def gpu_from_dict(data: Mapping, where: str, default_name: str = "") -> GPU:

@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
-from perfmodel.errors import InvalidInputError
 from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
+from perfmodel.errors import InvalidInputError
 
 TABLE_COLUMNS = ["scenario", "interval_s", "expected_time_s", "p50_s", "p90_s", "p99_s",
                  "expected_cost_usd", "on_demand_cost_usd", "savings_pct", "revocations_expected"]
@@ -64,9 +64,7 @@ def cmd_plan(args) -> int:
     from perfmodel.transient.plan import plan_training
 
     model = load_model(args)
-    if args.workers is not None and not args.workers.strip():
-        raise InvalidInputError("'--workers' must be GPU:COUNT pairs separated by commas (e.g. k80:4,v100:2): got ''")
-    if args.workers:
+    if args.workers is not None:  # parse_workers refuses an empty list too
         n = sum(c for _, c in parse_workers(args.workers))
         strategy = strategy_from_args(args, n).replace(dp=1, ps_servers=0)
         cluster, step_s, note = _mixed(model, args, strategy)

@@ -179,7 +179,7 @@ class GraphModel:
 
     def check_strategy(self, strategy) -> None:
         """Only data parallelism (DDP, ZeRO, FSDP, parameter servers) splits a traced graph."""
-        cp = getattr(strategy, "cp", 1)
+        cp = strategy.cp
         if strategy.tp > 1 or strategy.pp > 1 or cp > 1 or strategy.sequence_parallel:
             raise UnsupportedError(
                 f"{self.name!r} is a traced graph: only data parallelism is modelled for it "

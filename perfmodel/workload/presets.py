@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 from functools import lru_cache
 from importlib import resources
 
@@ -43,6 +42,14 @@ def _key(name: str) -> str:
     return key
 
 
+def _check_fields(fields) -> None:
+    """Every key a field of Transformer (transformer() would raise a bare TypeError otherwise)."""
+    known = [f.name for f in dataclasses.fields(Transformer)]
+    for field in fields:
+        if field not in known:
+            raise unknown_name("model field", field, known)
+
+
 def preset(name: str, **overrides) -> Transformer:
     """A bundled model by name; keyword overrides change fields (e.g. ``seq=4096``)."""
     from perfmodel.workload.cnn_presets import graph_preset, is_graph_preset
@@ -51,10 +58,7 @@ def preset(name: str, **overrides) -> Transformer:
         return graph_preset(name, **overrides)
     key = _key(name)
     fields = {k: v for k, v in _table()[key].items() if k not in META_KEYS}
-    known = [f.name for f in dataclasses.fields(Transformer)]
-    for field in overrides:
-        if field not in known:
-            raise unknown_name("model field", field, known)
+    _check_fields(overrides)
     return transformer(**{"name": key, **fields, **overrides})
 
 
@@ -74,10 +78,7 @@ def model_from_toml(path) -> Transformer:
     data.setdefault("name", Path(path).stem)
     if base is not None:
         return preset(str(base), **{k: v for k, v in data.items() if k != "name"}).with_(name=data["name"])
-    known = [f.name for f in dataclasses.fields(Transformer)]
-    for field in data:
-        if field not in known:
-            raise unknown_name("model field", field, known)
+    _check_fields(data)
     return transformer(**data)
 
 
