@@ -45,9 +45,9 @@ from calibration.tables import (
     format_value,
     update_metadata,
 )
-from perfmodel.errors import PerfModelError, unknown_name
+from perfmodel.core.errors import PerfModelError, unknown_name
 from perfmodel.costs.comm import COLLECTIVES, busbw_factor
-from perfmodel.units import parse_bytes
+from perfmodel.core.units import parse_bytes
 
 SCOPES = ("world", "intra", "inter", "subgroup")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -29,7 +29,7 @@ from calibration.ops import BUILDERS, copies_for
 from calibration.tables import COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS, TableWriter, update_metadata
 from calibration.timing import Plan, measure
 from perfmodel.cli import POSITIVE_FLOAT
-from perfmodel.errors import PerfModelError, unknown_name
+from perfmodel.core.errors import PerfModelError, unknown_name
 
 KNOWN_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 KNOWN_TIMINGS = ("eager", "graph")

@@ -20,7 +20,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from perfmodel.units import DTYPE_BYTES
+from perfmodel.core.units import DTYPE_BYTES
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
 PARAM_CHUNK = 1 << 22  # optimizer parameters come as tensors of up to 4 Mi elements, like a model's
@@ -354,7 +354,7 @@ def train_step(case, device, copies) -> Bench:
     import perfmodel as pm
     from calibration import train
     from perfmodel.fit.overhead import precision_of
-    from perfmodel.strategy import Strategy
+    from perfmodel.parallel.strategy import Strategy
 
     model = pm.transformer(layers=case["layers"], hidden=case["hidden"], heads=case["heads"],
                            seq=case["seq"], vocab=case["vocab"])

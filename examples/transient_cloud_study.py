@@ -6,7 +6,7 @@ trained synchronously with parameter servers on Google Cloud workers of one
 GPU each (K80, P100, V100), the workers preemptible. This script predicts the
 step time of homogeneous and mixed clusters with ``perfmodel.predict_mixed``,
 then the time and cost of a whole run under revocations with
-``perfmodel.transient.plan_training`` (bundled GCP prices; revocation rates
+``perfmodel.analysis.transient.plan_training`` (bundled GCP prices; revocation rates
 are illustrative, see docs/transient.md).
 
 Run it with::
@@ -27,7 +27,7 @@ import argparse
 import pandas as pd
 
 import perfmodel as pm
-from perfmodel.transient import (
+from perfmodel.analysis.transient import (
     checkpoint_time_s,
     default_checkpoint_bytes,
     load_revocation,
@@ -36,8 +36,8 @@ from perfmodel.transient import (
     revocation_model,
     simulate_time,
 )
-from perfmodel.transient.plot import plot_cost_vs_mix
-from perfmodel.transient.prices import select_row
+from perfmodel.report.transient_plots import plot_cost_vs_mix
+from perfmodel.analysis.transient.prices import select_row
 
 # ResNet-50 (25.6 M parameters) at 32 images per worker, fp32: the K80 has no bf16 support.
 MODEL = "resnet50"

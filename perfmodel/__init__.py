@@ -4,7 +4,8 @@
     p = pm.predict(pm.preset("gpt2-small"), pm.cluster("h200"), pm.Strategy(micro_batch=8))
 """
 
-from perfmodel.errors import (
+from perfmodel import errors  # noqa: F401 (pm.errors: the public exception module)
+from perfmodel.core.errors import (
     InfeasibleError,
     InvalidInputError,
     PerfModelError,
@@ -14,8 +15,8 @@ from perfmodel.errors import (
 )
 from perfmodel.hardware import cluster, load_gpu, load_node
 from perfmodel.predict import Prediction, predict
-from perfmodel.profile import Profile, load_profile
-from perfmodel.strategy import Strategy
+from perfmodel.profiles.profile import Profile, load_profile
+from perfmodel.parallel.strategy import Strategy
 from perfmodel.workload.model import Transformer, transformer
 from perfmodel.workload.presets import list_presets, preset
 
@@ -32,8 +33,8 @@ def __getattr__(name):  # heavier entry points load on first use
     lazy = {
         "compare": "perfmodel.explore", "sweep": "perfmodel.explore", "search": "perfmodel.explore",
         "from_torch": "perfmodel.workload.torch_import", "from_hf_config": "perfmodel.workload.hf",
-        "plan_training": "perfmodel.transient", "symbolic_step_time": "perfmodel.symbolic",
-        "predict_mixed": "perfmodel.hetero",
+        "plan_training": "perfmodel.analysis.transient", "symbolic_step_time": "perfmodel.analysis.symbolic",
+        "predict_mixed": "perfmodel.analysis.hetero",
     }
     if name in lazy:
         import importlib

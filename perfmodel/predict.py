@@ -8,13 +8,13 @@ from functools import cache
 
 import numpy as np
 
-from perfmodel import compose
-from perfmodel.errors import InvalidInputError, UnsupportedError
-from perfmodel.fabric import cluster_collectives
-from perfmodel.profile import Profile, load_profile
-from perfmodel.strategy import Strategy, check_against
+from perfmodel import step as compose
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.profiles.profile import Profile, load_profile
+from perfmodel.parallel.strategy import Strategy, check_against
 from perfmodel.workload.presets import as_model
-from perfmodel.workload.step import gemm_dtype
+from perfmodel.workload.kernels import gemm_dtype
 
 SCHEDULE_CODE = {"1f1b": 0, "gpipe": 1, "interleaved": 2}
 BREAKDOWN_KEYS = ("forward", "backward", "optimizer", "host_overhead", "tp_comm", "dp_comm",
@@ -74,7 +74,7 @@ def default_profile(cluster) -> Profile:
     """The bundled profile of the cluster's GPU (fitted where measured, datasheet-scaled otherwise); a GPU
     described in a TOML of one's own gets the measured reference profile scaled by its datasheet figures,
     named '<gpu> (datasheet)' so the prediction says so."""
-    from perfmodel.profile import list_profiles
+    from perfmodel.profiles.profile import list_profiles
 
     if cluster.gpu.name in list_profiles():
         return load_profile(cluster.gpu.name)

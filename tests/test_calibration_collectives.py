@@ -15,7 +15,7 @@ from calibration import collectives
 from calibration.collectives import Layout, exact_size, parse_sizes
 from calibration.env import dist_env
 from calibration.tables import COLLECTIVE_COLUMNS
-from perfmodel.errors import PerfModelError
+from perfmodel.core.errors import PerfModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 

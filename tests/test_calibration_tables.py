@@ -14,7 +14,7 @@ from calibration.tables import (
     format_value,
     update_metadata,
 )
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 
 COLS = ("op", "m", "time_s")
 KEYS = ("op", "m")

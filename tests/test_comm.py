@@ -17,9 +17,9 @@ from perfmodel.costs.comm import (
     lookup_entry,
     rail_busbw,
 )
-from perfmodel.errors import InvalidInputError, ProfileError, UnknownNameError
+from perfmodel.core.errors import InvalidInputError, ProfileError, UnknownNameError
 from perfmodel.fit.comm import bundled_allreduce_entry
-from perfmodel.fit.forms import FORMS
+from perfmodel.forms.registry import FORMS
 
 GiB = 2**30
 MiB = 2**20
@@ -219,9 +219,9 @@ def test_lookup_falls_back_to_all_reduce_and_names_what_is_missing():
 def _reference(name):
     from pathlib import Path
 
-    import perfmodel.fit.comm as fit_comm
+    import perfmodel.profiles as profiles
 
-    return pd.read_csv(Path(fit_comm.__file__).with_name("data") / "reference" / name)
+    return pd.read_csv(Path(profiles.__file__).with_name("data") / "reference" / name)
 
 
 def test_multi_node_dgx_a100_against_nvidia_figure():

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from perfmodel.costs.comm import BUSBW_FACTOR, ENTRY_KEYS, busbw_from_time, collective_time
-from perfmodel.errors import InvalidInputError, ProfileError, UnknownNameError
+from perfmodel.core.errors import InvalidInputError, ProfileError, UnknownNameError
 from perfmodel.fit.comm import (
     BUNDLED_SYSTEMS,
     TABLE_COLUMNS,

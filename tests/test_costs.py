@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from perfmodel.costs.compute import kernel_time, phase_time
-from perfmodel.fit.forms import get_form
-from perfmodel.profile import Profile
+from perfmodel.forms.registry import get_form
+from perfmodel.profiles.profile import Profile
 from perfmodel.workload.ops import Kernel, gemm, linear, mem
 
 HAND = Profile("hand", "h200-sxm-141gb", compute={
@@ -98,7 +98,7 @@ def test_attention_by_blocks_by_hand():
 def test_gemm_tiles_prices_partial_tiles_and_split_k():
     """``gemm_tiles``: a misaligned n one past a 128 tile costs a tile row more than one short of it,
     and a GEMM too small to fill the SMs along m and n takes split-K over k."""
-    from perfmodel.costs.compute_forms import gemm_tiles_gpu
+    from perfmodel.forms.compute import gemm_tiles_gpu
 
     p = {"R": 8e14, "k_half": 150.0, "e16": 0.9, "e8": 0.7, "e4": 0.5, "t_split": 2e-6, "p16": 0.95,
          "R_mis": 3e14, "k_half_mis": 200.0, "mn_half_mis": 4e5, "p4": 0.6, "p2": 0.5, "t0": 3e-6,

@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel import compose, data_parallel, placement
+from perfmodel import step as compose
+from perfmodel.parallel import data as data_parallel
+from perfmodel.parallel import placement
 from perfmodel.workload import stack
-from perfmodel.errors import PerfModelError
-from perfmodel.workload import step as steps
+from perfmodel.core.errors import PerfModelError
+from perfmodel.workload import kernels as steps
 from perfmodel.costs.comm import BUSBW_FACTOR, datasheet_entry
-from perfmodel.fabric import cluster_collectives, parameter_server_links
-from perfmodel.placement import group_layout, layout, pipeline_crossings
+from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.placement import group_layout, layout, pipeline_crossings
 from perfmodel.predict import config_arrays, default_profile
 
 B = 100e9  # bytes/s, bus bandwidth of every level in the hand-worked cases
@@ -364,8 +366,8 @@ def test_context_parallel_splits_tokens_not_model_flops():
 
 
 def test_ring_attention_prices_one_cp_th_of_the_attention_per_rank():
-    from perfmodel.compose import ring_attention
-    from perfmodel.workload import step as steps
+    from perfmodel.step import ring_attention
+    from perfmodel.workload import kernels as steps
 
     model = _llama(8192)
     for cp in (2, 4, 8):

@@ -11,7 +11,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.cli import main
-from perfmodel.errors import InfeasibleError, InvalidInputError, UnknownNameError
+from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnknownNameError
 from perfmodel.explore import compare, parse_strategy, search, strategy_of, sweep
 from perfmodel.explore.output import format_table, markdown, write_table
 from perfmodel.explore.space import enumerate_space

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import perfmodel as pm
-from perfmodel.errors import InvalidInputError, UnknownNameError, UnsupportedError
+from perfmodel.core.errors import InvalidInputError, UnknownNameError, UnsupportedError
 from perfmodel.hardware import (
     DTYPES,
     GPU,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel import hetero
-from perfmodel.errors import InvalidInputError, UnknownNameError, UnsupportedError
-from perfmodel.hetero import (balance_layers, balance_pipeline, predict_mixed, ps_exchange_s, ring_allreduce_s,
+from perfmodel.analysis import hetero
+from perfmodel.core.errors import InvalidInputError, UnknownNameError, UnsupportedError
+from perfmodel.analysis.hetero import (balance_layers, balance_pipeline, predict_mixed, ps_exchange_s, ring_allreduce_s,
                              split_batch, stage_costs)
 
 PER_SAMPLE_S = {"k80": 0.010, "v100": 0.004}  # made-up linear compute times for hand-worked cases
@@ -137,7 +137,7 @@ def fake_stage_costs(monkeypatch):
 
 
 def test_balance_layers_by_hand():
-    from perfmodel.hetero import balance_layers
+    from perfmodel.analysis.hetero import balance_layers
 
     assert balance_layers([1.0, 2.0], 12).tolist() == [8, 4]  # 8 x 1 = 4 x 2 = 8 s
     assert balance_layers([1.0, 1.0, 1.0], 10).tolist() == [4, 3, 3]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel import compose
+from perfmodel import step as compose
 from perfmodel.costs import memory as mem
 
 S, B_, H, A, T = 2048, 1, 12288, 96, 8   # GPT-3 175B layer, one sequence, 8-way tensor parallel

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfmodel.errors import InvalidInputError, UnknownNameError
+from perfmodel.core.errors import InvalidInputError, UnknownNameError
 from perfmodel.fit.nccl_tests import collective_from_name, import_logs, parse_nccl_tests
 from perfmodel.fit.tables import COLLECTIVE_COLUMNS
 

@@ -9,8 +9,8 @@ import pytest
 import perfmodel as pm
 from perfmodel.costs.compute import phase_time
 from perfmodel.fit.overhead import fit_step_overhead, kernel_count
-from perfmodel.profile import Profile
-from perfmodel.workload.step import step_kernels
+from perfmodel.profiles.profile import Profile
+from perfmodel.workload.kernels import step_kernels
 
 GPU = "h200-sxm-141gb"
 
@@ -115,13 +115,13 @@ def test_serial_host_fits_how_much_slower_kernels_run_inside_a_step():
 
 
 def test_ddp_buckets_follow_pytorch_first_bucket_then_cap():
-    from perfmodel.data_parallel import ddp_buckets
+    from perfmodel.parallel.data import ddp_buckets
 
     assert [float(ddp_buckets(b, 25e6)) for b in (0, 2**19, 2**20, 2**20 + 1, 2**20 + 50e6)] == [0, 1, 1, 2, 3]
 
 
 def test_ddp_overhead_is_the_per_bucket_gap_of_measured_steps_and_reaches_the_prediction():
-    from perfmodel.data_parallel import ddp_buckets
+    from perfmodel.parallel.data import ddp_buckets
     from perfmodel.fit.overhead import fit_ddp_overhead
     from perfmodel.validate.measured import Case
 

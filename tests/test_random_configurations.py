@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel.errors import PerfModelError
+from perfmodel.core.errors import PerfModelError
 from perfmodel.workload.presets import list_presets
 
 NODES = ("dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-1-v100", "h200", "t4", "k80")

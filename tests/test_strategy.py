@@ -5,8 +5,8 @@ import re
 import pytest
 
 import perfmodel as pm
-from perfmodel.errors import InvalidInputError
-from perfmodel.strategy import PLACEMENTS, Strategy, check_against
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.parallel.strategy import PLACEMENTS, Strategy, check_against
 
 GPT2 = pm.preset("gpt2-small")          # 12 layers, 12 heads
 LLAMA = pm.preset("llama-3-8b")         # 32 heads, 8 kv heads

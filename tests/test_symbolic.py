@@ -5,8 +5,8 @@ import pytest
 import sympy as sp
 
 import perfmodel as pm
-from perfmodel.fit.forms import FORMS, get_form
-from perfmodel.symbolic import symbol, symbolic_step_time
+from perfmodel.forms.registry import FORMS, get_form
+from perfmodel.analysis.symbolic import symbol, symbolic_step_time
 
 MODEL = pm.transformer(layers=4, hidden=512, heads=8, seq=512, vocab=32000)
 

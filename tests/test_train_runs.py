@@ -55,7 +55,7 @@ def _train(args, procs=1, timeout=180):
 def test_module_has_the_description_parameters_and_gemm_flops(fields):
     from torch.utils.flop_counter import FlopCounterMode
 
-    from perfmodel.workload.step import step_kernels
+    from perfmodel.workload.kernels import step_kernels
 
     model = pm.transformer(**fields)
     net = build_module(model)

@@ -8,8 +8,8 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-from perfmodel.errors import InvalidInputError, UnknownNameError
-from perfmodel.transient import (
+from perfmodel.core.errors import InvalidInputError, UnknownNameError
+from perfmodel.analysis.transient import (
     Exponential,
     PiecewiseHazard,
     Weibull,
@@ -25,7 +25,7 @@ from perfmodel.transient import (
     simulate_time,
     young_daly_interval,
 )
-from perfmodel.transient.prices import gpu_key
+from perfmodel.analysis.transient.prices import gpu_key
 
 # --- checkpoint interval: golden values by hand -------------------------------------------
 
@@ -404,14 +404,14 @@ def test_plot_time_distribution_writes_png(tmp_path):
 
 
 def test_a_run_meeting_too_many_revocations_is_refused_not_simulated_for_ever():
-    from perfmodel.transient.montecarlo import simulate
+    from perfmodel.analysis.transient.montecarlo import simulate
 
     with pytest.raises(InvalidInputError, match=r"would meet about 1.01e\+06 revocations"):
         simulate(1e9, revocation=1e3, workers=1, checkpoint_s=1.0, restart_s=10.0, interval_s=100.0, trials=10)
 
 
 def test_segments_no_server_outlives_are_refused_not_simulated_for_ever():
-    from perfmodel.transient import Exponential, simulate_time
+    from perfmodel.analysis.transient import Exponential, simulate_time
 
     with pytest.raises(InvalidInputError, match="outlasts the servers' max_lifetime_s = 100 s"):
         simulate_time(3600, revocation=Exponential(7200, max_lifetime_s=100), workers=1, checkpoint_s=10,
@@ -421,7 +421,7 @@ def test_segments_no_server_outlives_are_refused_not_simulated_for_ever():
 
 
 def test_closed_forms_never_return_nan_or_inf():
-    from perfmodel.transient import expected_time, young_daly_interval
+    from perfmodel.analysis.transient import expected_time, young_daly_interval
 
     assert expected_time(100, mtbf_s=1e4, checkpoint_s=1, restart_s=1, interval_s=1e9) == pytest.approx(
         expected_time(100, mtbf_s=1e4, checkpoint_s=1, restart_s=1, interval_s=100))  # one short segment

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from perfmodel import cli
-from perfmodel.errors import InvalidInputError
-from perfmodel.transient.cli import parse_workers
-from perfmodel.transient.plot import plot_cost_vs_mix
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.cli.transient import parse_workers
+from perfmodel.report.transient_plots import plot_cost_vs_mix
 
 
 def test_parse_workers():
@@ -37,7 +37,7 @@ def test_plan_homogeneous_table_csv_and_plot(tmp_path, capsys):
 
 def test_plan_mixed_workers_uses_predict_mixed(capsys):
     from perfmodel import Strategy
-    from perfmodel.hetero import predict_mixed
+    from perfmodel.analysis.hetero import predict_mixed
     from perfmodel.workload.presets import preset
 
     args = ["plan", "--model", "gpt2-small", "--precision", "fp16-mixed", "--micro-batch", "4", "--steps", "100",

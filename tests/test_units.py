@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from perfmodel.errors import InvalidInputError
-from perfmodel.units import (
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.units import (
     format_bytes,
     format_rate,
     format_seconds,

@@ -8,9 +8,9 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.cli import main
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 from perfmodel.hardware import cluster, load_gpu
-from perfmodel.profile import Profile
+from perfmodel.profiles.profile import Profile
 from perfmodel.validate import host, loop
 from perfmodel.validate.measured import COLUMNS, read_measured
 

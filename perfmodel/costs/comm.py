@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import sympy as sp
 
-from perfmodel.errors import InvalidInputError, ProfileError, unknown_name
-from perfmodel.fit.forms import FORMS, Form, register
-from perfmodel.validation import check_choice, check_int, check_positive
+from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
+from perfmodel.forms.registry import FORMS, Form, register
+from perfmodel.core.checks import check_choice, check_int, check_positive
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
 LEVELS = ("intra", "inter")

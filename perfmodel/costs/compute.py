@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.errors import UnsupportedError
-from perfmodel.fit.forms import get_form
-from perfmodel.profile import Profile
+from perfmodel.core.errors import UnsupportedError
+from perfmodel.forms.registry import get_form
+from perfmodel.profiles.profile import Profile
 from perfmodel.workload.ops import Kernel, aligned_view
 
 DEFAULT_CPU_PER_KERNEL_S = 1.5e-5  # eager PyTorch, H200 host: add_tiny eager_sec (micro2.jsonl)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfmodel.costs.compute import kernel_time
-from perfmodel.fit.forms import get_form
+from perfmodel.forms.registry import get_form
 from perfmodel.workload.graph import conv_elements, conv_gemm_shapes
 from perfmodel.workload.ops import Kernel
 

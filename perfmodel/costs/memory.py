@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.workload.step import is_mixed
+from perfmodel.workload.kernels import is_mixed
 from perfmodel.workload.model import Transformer
 
 DS_MAX_LIVE_PARAMETERS = 1e9  # DeepSpeed ZeRO-3 stage3_max_live_parameters default (elements)

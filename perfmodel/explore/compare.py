@@ -12,10 +12,10 @@ from dataclasses import fields
 
 import pandas as pd
 
-from perfmodel.errors import InvalidInputError, PerfModelError, unknown_name
+from perfmodel.core.errors import InvalidInputError, PerfModelError, unknown_name
 from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
-from perfmodel.strategy import Strategy, parse_stage_layers
-from perfmodel.validation import check_int
+from perfmodel.parallel.strategy import Strategy, parse_stage_layers
+from perfmodel.core.checks import check_int
 from perfmodel.workload.presets import as_model
 
 ALIASES = {"mb": "micro_batch", "gb": "global_batch", "sp": "sequence_parallel", "v": "virtual_stages",

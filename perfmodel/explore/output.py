@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfmodel.errors import InvalidInputError
-from perfmodel.units import format_seconds
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.units import format_seconds
 
 FORMATS = (".csv", ".json", ".md")
 

@@ -17,15 +17,15 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from perfmodel import compose
-from perfmodel.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
+from perfmodel import step as compose
+from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
-from perfmodel.fabric import cluster_collectives
+from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish, profile_for
-from perfmodel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
-from perfmodel.validation import check_choice, check_int, check_positive
+from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
+from perfmodel.core.checks import check_choice, check_int, check_positive
 from perfmodel.workload.presets import as_model
-from perfmodel.workload.step import PRECISIONS, RECOMPUTE, gemm_dtype
+from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype
 
 # sortable columns: True where larger is better
 SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_per_gpu": True, "mfu": True,

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.errors import InfeasibleError, InvalidInputError
+from perfmodel.core.errors import InfeasibleError, InvalidInputError
 from perfmodel.predict import SCHEDULE_CODE
-from perfmodel.validation import check_int, divisors
+from perfmodel.core.checks import check_int, divisors
 from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")

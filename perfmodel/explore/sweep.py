@@ -15,11 +15,11 @@ from dataclasses import fields, replace
 
 import pandas as pd
 
-from perfmodel.errors import InvalidInputError, PerfModelError
+from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.explore.compare import label_of, prediction_row
 from perfmodel.predict import predict
-from perfmodel.strategy import Strategy
-from perfmodel.validation import check_choice, check_int
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.core.checks import check_choice, check_int
 from perfmodel.workload.presets import as_model
 
 SCALE_AXES = ("nodes", "gpus")

@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
-from perfmodel.fit.reference import calibrate_gemm, stream_copy_bw
-from perfmodel.errors import InvalidInputError
+from perfmodel.profiles.reference import calibrate_gemm, stream_copy_bw
+from perfmodel.core.errors import InvalidInputError
 from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
-from perfmodel.profile import Profile
-from perfmodel.units import DTYPE_BYTES
+from perfmodel.profiles.profile import Profile
+from perfmodel.core.units import DTYPE_BYTES
 
 BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-11-29"
 # The same kind of GPU measured by this project's own calibration suite (calibration.compute)
@@ -112,7 +112,7 @@ def _metadata(folder) -> dict:
 def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame, *, fill: bool = True) -> pd.DataFrame:
     """Classes the tables could not fit come from the datasheet-scaled bundled reference profile
     (on the reference GPU itself, from that bundled profile as it is)."""
-    from perfmodel.profile import load_profile
+    from perfmodel.profiles.profile import load_profile
 
     if not fill:  # the bundled profiles are built from their own tables alone
         return report

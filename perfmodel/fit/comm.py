@@ -2,7 +2,7 @@
 
 Run ``python -m perfmodel.fit.comm`` to refit the packaged nccl-tests
 all_reduce curves and print their cross-validated errors; add ``--write`` to
-rewrite the bundled entries ``perfmodel/fit/data/nvlink_allreduce_*.json``.
+rewrite the bundled entries ``perfmodel/profiles/data/nvlink_allreduce_*.json``.
 
 Each (fabric level, collective) is fitted in bus-bandwidth terms
 (nccl-tests doc/PERFORMANCE.md), ``t = alpha(n) + S factor(n) / busbw(S)``,
@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.costs.comm import BUSBW_FACTOR, COLLECTIVES, COMM_FORMS, ENTRY_KEYS
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 from perfmodel.fit import regression
-from perfmodel.fit.forms import FORMS
+from perfmodel.forms.registry import FORMS
 from perfmodel.fit.regression import Free
-from perfmodel.validation import check_choice, check_int
+from perfmodel.core.checks import check_choice, check_int
 
 TABLE_COLUMNS = (
     "collective", "backend", "scope", "group_size", "nodes", "ranks_per_node", "size_bytes",
@@ -218,7 +218,7 @@ def profile_entry(entry: dict) -> dict:
 
 
 def _data_file(*parts: str):
-    return Path(__file__).with_name("data").joinpath(*parts)
+    return Path(__file__).parent.parent / "profiles" / "data" / Path(*parts)
 
 
 def load_reference_allreduce() -> pd.DataFrame:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfmodel.fit.forms import get_form
+from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.fit.tables import clean_rows, twin_rows
-from perfmodel.units import DTYPE_BYTES
+from perfmodel.core.units import DTYPE_BYTES
 
 # operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
 RAW_OPERANDS = {"copy": 2, "add": 3, "scale": 2, "sum": 1}

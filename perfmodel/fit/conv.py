@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.costs.conv import conv_output_size, gemm_part_seconds
-from perfmodel.fit.forms import get_form
+from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.workload.graph import conv_elements
 

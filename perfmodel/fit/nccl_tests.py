@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfmodel.costs.comm import COLLECTIVES, busbw_factor
-from perfmodel.errors import InvalidInputError, unknown_name
+from perfmodel.core.errors import InvalidInputError, unknown_name
 from perfmodel.fit.tables import COLLECTIVE_COLUMNS
 
 __all__ = ["COLLECTIVE_KEY_COLUMNS", "collective_from_name", "import_logs", "parse_nccl_tests"]

@@ -56,7 +56,7 @@ def step_rows(table: pd.DataFrame) -> pd.DataFrame:
 def kernel_count(model, micro_batch: int, precision: str, kernels=None) -> float:
     """Kernels of one micro-batch's forward and backward as the step list holds them
     (``kernels``: that list, when the caller has it already)."""
-    from perfmodel.workload.step import step_kernels
+    from perfmodel.workload.kernels import step_kernels
 
     fwd, bwd = kernels or step_kernels(model, micro_batch, precision=precision)
     return float(sum(np.asarray(k.count, float).sum() for k in fwd + bwd))
@@ -70,9 +70,9 @@ def fit_step_overhead(profile, table: pd.DataFrame, gpu) -> dict:
     """
     import perfmodel as pm
     from perfmodel.costs.compute import phase_time
-    from perfmodel.errors import PerfModelError
-    from perfmodel.strategy import Strategy
-    from perfmodel.workload.step import step_kernels
+    from perfmodel.core.errors import PerfModelError
+    from perfmodel.parallel.strategy import Strategy
+    from perfmodel.workload.kernels import step_kernels
 
     rows = step_rows(table)
     if rows["layers"].nunique() < MIN_SIZES:
@@ -149,8 +149,8 @@ def fit_ddp_overhead(profile, cases) -> dict:
     the median over the steps of (measured − predicted) / N_buckets, clipped at
     zero; ``host["ddp_bucket_extra_s"]`` then adds it per bucket on that host.
     """
-    from perfmodel.compose import dtype_bytes
-    from perfmodel.data_parallel import ddp_buckets
+    from perfmodel.step import dtype_bytes
+    from perfmodel.parallel.data import ddp_buckets
     from perfmodel.predict import predict
 
     per_bucket = []

@@ -14,7 +14,7 @@ import numpy as np
 from scipy.optimize import least_squares
 from sklearn.model_selection import KFold
 
-from perfmodel.fit.forms import Form
+from perfmodel.forms.registry import Form
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.errors import InvalidInputError
-from perfmodel.validation import read_text_file
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.checks import read_text_file
 
 COMPUTE_COLUMNS = (
     "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",

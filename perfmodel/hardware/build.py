@@ -14,11 +14,11 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from perfmodel.errors import InvalidInputError, unknown_name
+from perfmodel.core.errors import InvalidInputError, unknown_name
 from perfmodel.hardware import catalog
 from perfmodel.hardware.gpu import GPU
 from perfmodel.hardware.node import Cluster, Node
-from perfmodel.validation import check_int
+from perfmodel.core.checks import check_int
 
 CLUSTER_FIELDS = ("name", "nodes", "node", "description")
 

@@ -3,7 +3,7 @@
 Bundled data lives next to this module (``data/gpus/*.toml``, ``data/links.toml``,
 ``data/nodes/*.toml``) and is read on first use, never at import. Unit strings
 (``"80GiB"``, ``"400Gb/s"``, ``"989.4TFLOPS"``, ``"2.7us"``) are parsed here with
-:mod:`perfmodel.units`; the objects returned hold SI numbers and are frozen.
+:mod:`perfmodel.core.units`; the objects returned hold SI numbers and are frozen.
 The file format is described in ``docs/hardware.md``.
 """
 
@@ -16,12 +16,12 @@ from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 
-from perfmodel.errors import InvalidInputError, PerfModelError, unknown_name
+from perfmodel.core.errors import InvalidInputError, PerfModelError, unknown_name
 from perfmodel.hardware.gpu import GPU
 from perfmodel.hardware.link import Link
 from perfmodel.hardware.node import Node
-from perfmodel.units import parse_bandwidth, parse_bytes, parse_duration, parse_flops
-from perfmodel.validation import check_int
+from perfmodel.core.units import parse_bandwidth, parse_bytes, parse_duration, parse_flops
+from perfmodel.core.checks import check_int
 
 try:
     import tomllib

@@ -6,7 +6,7 @@ import math
 import numbers
 from collections.abc import Iterator, Mapping
 
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 
 
 class FrozenMap(Mapping):

@@ -10,9 +10,9 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from perfmodel.errors import InvalidInputError, UnsupportedError, unknown_name
+from perfmodel.core.errors import InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.hardware.common import FrozenMap, check_name, check_number
-from perfmodel.units import format_bytes, format_rate
+from perfmodel.core.units import format_bytes, format_rate
 
 # the data types a GPU may list, in the order messages print them
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")

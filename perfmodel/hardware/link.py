@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 from perfmodel.hardware.common import FrozenMap, check_name, check_number
-from perfmodel.units import format_rate, format_seconds
+from perfmodel.core.units import format_rate, format_seconds
 
 LINK_KINDS = ("nvlink", "nvswitch", "pcie", "infiniband", "ethernet")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 from perfmodel.hardware.common import FrozenMap, check_name
 from perfmodel.hardware.gpu import GPU
 from perfmodel.hardware.link import Link
-from perfmodel.units import format_rate
-from perfmodel.validation import check_int
+from perfmodel.core.units import format_rate
+from perfmodel.core.checks import check_int
 
 
 @dataclass(frozen=True, repr=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.costs.memory import ALLOCATOR_RESERVE, CUDA_CONTEXT_BYTES
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 
 BREAKDOWN = (("forward", "forward"), ("backward", "backward"), ("host_overhead", "host (launch)"),
              ("tp_comm", "tensor-parallel comm."), ("pipeline_bubble", "pipeline bubble"),

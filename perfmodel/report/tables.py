@@ -6,7 +6,7 @@ import dataclasses
 
 import pandas as pd
 
-from perfmodel.units import format_bytes, format_seconds
+from perfmodel.core.units import format_bytes, format_seconds
 
 
 def _non_default(s) -> str:

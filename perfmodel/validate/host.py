@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError
 
 LARGE_MOVE_BYTES = 32 * 2**20  # beyond the last-level cache of a typical server core
 LAUNCH_FALLBACK_S = 5e-6
@@ -162,7 +162,7 @@ def complete_profile(profile, table: pd.DataFrame, gpu=None):
     model rescales fp32 attention by the bf16/fp32 GEMM rate ratio, which is
     1 here). The host description lists no bf16 peak, so no bf16 step is priced.
     """
-    from perfmodel.profile import Profile
+    from perfmodel.profiles.profile import Profile
 
     extra = few_point_entries(profile, table)
     if "gemm:bf16" not in profile.compute and "gemm:fp32" in profile.compute:

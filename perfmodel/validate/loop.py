@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.errors import InvalidInputError, PerfModelError
+from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.validate.measured import BadRow, Case, read_measured
 
 # gradient all-reduces follow compute that has swept the caches: time them so (8x a core's L2 here)
 COLD_BYTES = "32MiB"
-# memory-bound ops of a training step (perfmodel.workload.step) that the quick grid measures at one shape
+# memory-bound ops of a training step (perfmodel.workload.kernels) that the quick grid measures at one shape
 STEP_OPS = ("layernorm", "rmsnorm", "gelu", "swiglu", "residual_add", "rope", "cross_entropy",
             "embedding", "copy", "add", "scale", "sum", "adamw", "sgd", "sdpa", "train_step")
 
@@ -232,7 +232,7 @@ def _shared_profile(profile, alone: pd.DataFrame, shared: list[pd.DataFrame], co
     """The host's profile for processes side by side: the forms fitted alone, every op scaled by the
     measured side-by-side factor, and the gloo link fitted to the collectives measured together."""
     from perfmodel.fit.comm import fit_collectives
-    from perfmodel.profile import Profile
+    from perfmodel.profiles.profile import Profile
     from perfmodel.validate import host
 
     factor = host.side_by_side_factor(alone, shared)

@@ -31,9 +31,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.errors import InvalidInputError, PerfModelError
-from perfmodel.strategy import parse_stage_layers
-from perfmodel.validation import read_text_file
+from perfmodel.core.errors import InvalidInputError, PerfModelError
+from perfmodel.parallel.strategy import parse_stage_layers
+from perfmodel.core.checks import read_text_file
 
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "activation",
                 "norm", "bias", "tied_embeddings", "position", "causal")
@@ -133,7 +133,7 @@ def model_of(row: dict):
     missing = [f for f in REQUIRED_WITHOUT_PRESET if f not in fields]
     if missing:
         if name:
-            from perfmodel.errors import unknown_name
+            from perfmodel.core.errors import unknown_name
 
             raise InvalidInputError(f"{unknown_name('model preset', name, list_presets())} "
                                     f"(or give the model fields {', '.join(missing)})")
@@ -144,7 +144,7 @@ def model_of(row: dict):
 def cluster_and_strategy(row: dict):
     """The cluster and the strategy of a row (GPU count from dp × tp × pp)."""
     from perfmodel.hardware import cluster
-    from perfmodel.strategy import Strategy
+    from perfmodel.parallel.strategy import Strategy
 
     gpu = (row.get("gpu") or "").strip()
     if not gpu:

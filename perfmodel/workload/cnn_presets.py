@@ -14,7 +14,7 @@ from functools import lru_cache, cache
 from importlib import resources
 from pathlib import Path
 
-from perfmodel.errors import InvalidInputError, unknown_name
+from perfmodel.core.errors import InvalidInputError, unknown_name
 
 GRAPHS_DIR = Path(__file__).resolve().parent / "data" / "graphs"
 TV = "torchvision.models"
@@ -70,7 +70,7 @@ def write_presets(folder=None, names=None) -> list:
     """Trace the plain-torch models below and write their graphs as JSON (needs torch)."""
     import torch
 
-    from perfmodel.errors import UnsupportedError
+    from perfmodel.core.errors import UnsupportedError
     from perfmodel.workload.graph import GraphModel
     from perfmodel.workload.torch_import import from_torch
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfmodel.validation import read_json_file
-from perfmodel.errors import InvalidInputError, UnsupportedError, unknown_name
+from perfmodel.core.checks import read_json_file
+from perfmodel.core.errors import InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
 
 GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models

@@ -1,15 +1,15 @@
 """Transformer workloads: description, parameter and FLOP counts.
 
 ``transformer(...)`` validates and returns a frozen :class:`Transformer`.
-Which kernels one training step launches lives in :mod:`perfmodel.workload.step`.
+Which kernels one training step launches lives in :mod:`perfmodel.workload.kernels`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfmodel.errors import InvalidInputError
-from perfmodel.validation import check_choice, check_divides, check_int
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.checks import check_choice, check_divides, check_int
 
 ACTIVATIONS = ("gelu", "swiglu", "relu")
 NORMS = ("layernorm", "rmsnorm")
@@ -137,7 +137,7 @@ class Transformer:
         backward recomputes the scores: 5 GEMMs against 2), 2.0 for the math
         path (plain bmm, e.g. on the meta device or CPU).
         """
-        from perfmodel.workload.step import step_kernels  # the kernels are the single source
+        from perfmodel.workload.kernels import step_kernels  # the kernels are the single source
 
         fwd, bwd = step_kernels(self, batch, precision="bf16-mixed")
         total = sum(k.flops * k.count for k in fwd + bwd if k.cls == "gemm")

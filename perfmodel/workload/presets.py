@@ -6,7 +6,7 @@ import dataclasses
 from functools import lru_cache
 from importlib import resources
 
-from perfmodel.errors import InvalidInputError, unknown_name
+from perfmodel.core.errors import InvalidInputError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
 
 try:
@@ -67,7 +67,7 @@ def model_from_toml(path) -> Transformer:
     starting from a bundled one (``preset = "llama-3-8b"``) whose fields the others change."""
     from pathlib import Path
 
-    from perfmodel.validation import read_text_file
+    from perfmodel.core.checks import read_text_file
 
     try:
         data = tomllib.loads(read_text_file(path, field="model", expect="a TOML file of model fields"))

@@ -1,6 +1,6 @@
 """The kernel list of a step as other software stacks run it (Megatron-LM, unfused attention).
 
-``perfmodel.workload.step`` lists what eager PyTorch under autocast launches;
+``perfmodel.workload.kernels`` lists what eager PyTorch under autocast launches;
 ``adapt_kernels`` rewrites that list for 16-bit-weight frameworks and for
 attention without FlashAttention. docs/distributed.md gives the sources.
 """
@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from perfmodel.validation import check_choice
-from perfmodel.workload import step as steps
+from perfmodel.core.checks import check_choice
+from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
 
 FRAMEWORKS = ("pytorch", "megatron")

@@ -25,7 +25,7 @@ from collections import Counter
 
 from math import prod
 
-from perfmodel.errors import InvalidInputError, UnsupportedError
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.workload.graph import GraphModel, GraphOp, conv_elements, conv_gemm_shapes
 
 FORWARD_HINT = ("perfmodel.from_torch: the module's forward failed on the example inputs while tracing "

@@ -1,0 +1,319 @@
+"""perfmodel command line.
+
+    perfmodel predict --model gpt2-small --gpu h200 --micro-batch 8 [--json]
+    perfmodel fit TABLES_DIR... -o profile.json
+    perfmodel calibrate --out DIR [--quick]
+    perfmodel import-nccl-tests LOG... --out DIR
+    perfmodel list models|gpus|nodes|profiles
+
+Errors from perfmodel become one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from perfmodel.core.errors import InvalidInputError, PerfModelError
+
+# Modules that add their own sub-commands (compare/sweep/search, validate, plan).
+EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient")
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage mistakes, like every other error, are one line on stderr and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _bounded(kind, low: float, *, strict: bool = False):
+    """An argparse ``type``: a finite ``kind`` (int or float) >= ``low`` (> ``low`` when ``strict``)."""
+    what = "an integer" if kind is int else "a number"
+    bound = f"{'>' if strict else '>='} {low:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}") from None
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}")
+        return value
+    parse.__name__ = f"{kind.__name__} {bound}"
+    return parse
+
+
+POSITIVE_INT = _bounded(int, 1)
+NONNEGATIVE_INT = _bounded(int, 0)
+POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Model, cluster and profile options shared by predict and the explore commands."""
+    p.add_argument("--model", default="gpt2-small", help="preset name, HF config.json path, or a model TOML")
+    p.add_argument("--gpu", default=None, help="GPU or node preset (or cluster TOML); default h200")
+    p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="number of nodes (default 1)")
+    p.add_argument("--gpus-per-node", type=POSITIVE_INT, default=None, help="GPUs per node for a bare GPU name")
+    p.add_argument("--profile", default=None, help="profile JSON (default: the GPU's bundled profile)")
+    p.add_argument("--seq", type=POSITIVE_INT, default=None, help="override the model's sequence length")
+
+
+def add_strategy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dp", type=POSITIVE_INT, default=None, help="data-parallel size (default: GPUs / (tp × pp))")
+    p.add_argument("--tp", type=POSITIVE_INT, default=1)
+    p.add_argument("--pp", type=POSITIVE_INT, default=1)
+    p.add_argument("--micro-batch", type=POSITIVE_INT, default=8)
+    p.add_argument("--global-batch", type=POSITIVE_INT, default=None)
+    p.add_argument("--zero", type=int, default=0, choices=range(4))
+    p.add_argument("--fsdp", default=None, choices=["full", "hybrid"])
+    p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    p.add_argument("--precision", default="bf16-mixed")
+    p.add_argument("--optimizer", default="adamw")
+    p.add_argument("--schedule", default="1f1b")
+    p.add_argument("--virtual-stages", type=POSITIVE_INT, default=1)
+    p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--ps-servers", type=NONNEGATIVE_INT, default=0)
+    p.add_argument("--bucket-mb", type=POSITIVE_FLOAT, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
+    p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
+    p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
+    add_stack_args(p)
+
+
+def add_stack_args(p: argparse.ArgumentParser) -> None:
+    """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too."""
+    p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
+    p.add_argument("--ep", type=POSITIVE_INT, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
+    p.add_argument("--framework", default="pytorch", choices=["pytorch", "megatron"],
+                   help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies")
+    p.add_argument("--attention", default="flash", choices=["flash", "unfused"])
+    p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
+    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
+                   help="gradient reduction after the backward pass (Megatron-LM local DDP, DeepSpeed pipeline); with --zero 3, gathers and reduce-scatters serialized with compute (DeepSpeed ZeRO-3, early 2021)")
+
+
+def load_model(args):
+    from perfmodel.workload.presets import preset
+
+    spec = args.model
+    if spec.endswith(".json"):
+        from perfmodel.workload.hf import from_hf_config
+
+        model = from_hf_config(spec)
+    elif spec.endswith(".toml"):
+        from perfmodel.workload.presets import model_from_toml
+
+        model = model_from_toml(spec)
+    else:
+        model = preset(spec)
+    if getattr(args, "seq", None):
+        model = model.with_(seq=args.seq)
+    return model
+
+
+def load_cluster(args):
+    from perfmodel.hardware import cluster
+
+    return cluster(args.gpu or "h200", nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+
+
+def strategy_from_args(args, n_gpus: int):
+    from perfmodel.parallel.strategy import Strategy, parse_stage_layers
+
+    dp = args.dp or max(1, n_gpus // (args.tp * args.pp * args.cp))
+    return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
+                    zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
+                    optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
+                    sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
+                    bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
+                    framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
+                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep)
+
+
+def cmd_predict(args) -> int:
+    from perfmodel.predict import predict
+    from perfmodel.report.tables import prediction_table
+
+    model, cl = load_model(args), load_cluster(args)
+    p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile)
+    print(json.dumps(p.to_dict(), indent=1, default=str) if args.json else prediction_table(p))
+    return 0
+
+
+def cmd_fit(args) -> int:
+    from perfmodel.fit.build import build_profile
+    from perfmodel.fit.compute import POWER_ONSET_S
+    from perfmodel.report.tables import fit_report_table, fit_target_summary
+
+    profile, report = build_profile(args.tables, gpu=args.gpu, name=args.name)
+    print(fit_report_table(report))
+    print(fit_target_summary(report))
+    if profile.meta.get("rejected_rows"):
+        print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
+    limited = {k: e["power_limited"]["rate_fraction"] for k, e in profile.compute.items() if "power_limited" in e}
+    if limited:
+        print(f"power limit: rows under > {POWER_ONSET_S * 1e3:.0f} ms of back-to-back load ran at "
+              + ", ".join(f"{v:.2f} ({k})" for k, v in limited.items()) + " of the burst rate the profile keeps")
+    if "cpu_extra_per_kernel_s" in profile.host:
+        print(f"step overhead: {profile.host['cpu_extra_per_kernel_s'] * 1e6:.2f} us per kernel + "
+              f"{profile.host['step_extra_s'] * 1e3:.3f} ms per step ({profile.host['step_overhead_source']})")
+    profile.save(args.output)
+    print(f"wrote {args.output}")
+    if args.plots:
+        from perfmodel.report.fit_plots import write_residual_plots
+
+        paths = write_residual_plots(report.attrs["points"], args.plots)
+        print(f"wrote {len(paths)} residual plots to {args.plots}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise InvalidInputError("calibrating needs torch, which is not installed: pip install 'perfmodel[torch]' "
+                                "(or a torch build for your accelerator)")
+    cmd = [sys.executable, "-m", "calibration.compute", "--out", args.out]
+    cmd += ["--quick"] if args.quick else []
+    cmd += ["--budget", str(args.budget)] if args.budget else []
+    cmd += ["--dtypes", args.dtypes] if args.dtypes else []
+    cmd += ["--device", args.device] if args.device else []
+    cmd += ["--ops", args.ops] if args.ops else []
+    cmd += ["--timing", args.timing] if args.timing else []
+    cmd += ["--force-mix"] if args.force_mix else []
+    child = subprocess.Popen(cmd)
+    # Ctrl-C reaches the child too, which keeps its finished rows and exits 130: wait for it. A SIGTERM
+    # sent to this process is passed on, so the child does not go on measuring on its own.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def cmd_import_nccl(args) -> int:
+    from perfmodel.fit.nccl_tests import import_logs
+
+    table = import_logs(args.logs, args.out)
+    print(f"imported {len(table)} rows into {args.out}/collectives.csv")
+    if table.attrs.get("bad_lines"):
+        print(f"skipped {table.attrs['bad_lines']} unreadable lines, e.g.: {table.attrs.get('bad_examples', [])[:3]}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from perfmodel.hardware import list_gpus, list_nodes
+    from perfmodel.profiles.profile import list_profiles
+    from perfmodel.workload.presets import list_presets
+
+    names = {"models": list_presets, "gpus": list_gpus, "nodes": list_nodes, "profiles": list_profiles}[args.what]()
+    print("\n".join(names))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="perfmodel", description="Predict distributed training speed and memory.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("predict", help="predict one configuration")
+    add_model_args(p)
+    add_strategy_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("fit", help="fit calibration tables into a profile")
+    p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv")
+    p.add_argument("-o", "--output", default="profile.json")
+    p.add_argument("--gpu", default="h200", help="catalog GPU the tables were measured on")
+    p.add_argument("--name", default=None)
+    p.add_argument("--plots", default=None, metavar="DIR", help="write one residual plot per class here")
+    p.set_defaults(func=cmd_fit)
+    p = sub.add_parser("calibrate", help="measure this machine's kernels (runs python -m calibration.compute)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None)
+    p.add_argument("--dtypes", default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("--ops", default=None, help="comma-separated op families to measure")
+    p.add_argument("--timing", default=None, help="eager,graph")
+    p.add_argument("--force-mix", action="store_true", help="allow adding to a folder from another machine")
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("import-nccl-tests", help="parse nccl-tests logs into collectives.csv")
+    p.add_argument("logs", nargs="+")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_import_nccl)
+    p = sub.add_parser("list", help="list bundled models, GPUs, nodes or profiles")
+    p.add_argument("what", choices=["models", "gpus", "nodes", "profiles"])
+    p.set_defaults(func=cmd_list)
+    for name in EXTENSIONS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                continue
+            raise
+        module.add_parsers(sub)
+    return parser
+
+
+# Output options that name a folder (the others name a file), by command
+FOLDER_OUTPUTS = {"calibrate": ("out",), "import-nccl-tests": ("out",), "fit": ("plots",), "validate": ("work_dir",)}
+# File formats by command and option, checked before any work is done
+OUTPUT_SUFFIXES = {("compare", "out"): (".csv", ".json", ".md"), ("sweep", "out"): (".csv", ".json", ".md"),
+                   ("search", "out"): (".csv", ".json", ".md"), ("plan", "out"): (".csv",),
+                   ("validate", "out"): (".csv",), ("fit", "output"): (".json",)}
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_outputs(args) -> None:
+    """Refuse an output path that cannot be written before any work is done: a file where a folder
+    is meant (or the reverse), a folder that does not exist, a format the command cannot write."""
+    for attr in ("out", "output", "plot", "plots", "work_dir"):
+        value = getattr(args, attr, None)
+        if not isinstance(value, str) or not value:
+            continue
+        flag, path = "--" + attr.replace("_", "-"), Path(value)
+        if attr in FOLDER_OUTPUTS.get(args.command, ()):
+            if path.exists() and not path.is_dir():
+                raise InvalidInputError(f"{flag} {value!r} is a file; give a folder")
+            continue
+        if path.is_dir():
+            raise InvalidInputError(f"{flag} {value!r} is a folder; give a file name")
+        if not path.parent.is_dir():
+            raise InvalidInputError(f"{flag} {value!r}: folder {str(path.parent)!r} does not exist")
+        valid = PLOT_SUFFIXES if attr == "plot" else OUTPUT_SUFFIXES.get((args.command, attr))
+        if valid and path.suffix.lower() not in valid:
+            raise InvalidInputError(f"{flag} {value!r}: unknown format {path.suffix or '(none)'!r} "
+                                    f"(valid: {', '.join(valid)})")
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"perfmodel: warning: {message}\n"
+
+
+def main(argv=None) -> int:
+    import warnings
+
+    warnings.formatwarning = _one_line_warning  # a what-if the user should see, not a source location
+    args = build_parser().parse_args(argv)
+    try:
+        check_outputs(args)
+        return args.func(args)
+    except PerfModelError as exc:
+        print(f"perfmodel: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file that cannot be read or written (permissions, a full disk, ...)
+        print(f"perfmodel: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from perfmodel.cli import main
+
+raise SystemExit(main())

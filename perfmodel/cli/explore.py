@@ -1,0 +1,202 @@
+"""Command line of compare, sweep and search.
+
+    perfmodel compare --model llama-2-13b --gpu dgx-a100-80gb --nodes 8 --global-batch 512 \\
+        --strategies "dp=64,mb=1,zero=3" "tp=8,mb=1" "tp=4,pp=2,mb=1" [--out cmp.md] [--plot cmp.png]
+    perfmodel sweep --model llama-3-70b --gpu dgx-h100 --over nodes --values 4 8 16 \\
+        --tp 8 --pp 4 --micro-batch 1 --global-batch 256 [--scaling strong] [--plot scaling.png]
+    perfmodel search --model llama-2-13b --gpu dgx-a100-80gb --nodes 8 --global-batch 512 \\
+        [--top-k 10] [--sort-by mfu] [--price 2.0] [--out top.csv]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfmodel import cli
+from perfmodel.cli import POSITIVE_FLOAT, POSITIVE_INT
+from perfmodel.core.errors import InvalidInputError
+
+
+def _strategies(items: list[str]):
+    """Strategy specs from the command line, or from one TOML/JSON file of them."""
+    if len(items) == 1 and Path(items[0]).suffix.lower() in (".toml", ".json"):
+        return load_strategies(items[0])
+    return items
+
+
+def load_strategies(path):
+    """A list (or label -> spec mapping) of strategies from TOML or JSON.
+
+    TOML: ``[[strategy]]`` tables, or one table per label (``[fsdp] zero = 3``).
+    JSON: a list of objects, or an object label -> object.
+    """
+    from perfmodel.core.checks import read_json_file, read_text_file
+
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        data = read_json_file(path, field="strategies", expect="a JSON list of strategies")
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            data = tomllib.loads(read_text_file(path, field="strategies", expect="a TOML file of strategies"))
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidInputError(f"{path}: not valid TOML ({exc})") from None
+        data = data.get("strategy", data)
+    if not isinstance(data, (list, dict)) or not data:
+        raise InvalidInputError(f"{str(path)!r} must hold a list of strategies or a table of them by label")
+    return data
+
+
+def _out(df, args, figure=None) -> None:
+    from perfmodel.explore.output import write_table
+
+    if args.out:
+        print(f"wrote {write_table(df, args.out)}")
+    if args.plot and figure is not None:
+        from perfmodel.report.plots import save_figure
+
+        print(f"wrote {save_figure(figure(df), args.plot)}")
+
+
+def cmd_compare(args) -> int:
+    from perfmodel.explore.compare import compare
+    from perfmodel.explore.output import format_table
+
+    defaults = {k: getattr(args, k) for k in ("global_batch", "micro_batch", "precision", "recompute")
+                if getattr(args, k) is not None}
+    model, cl = cli.load_model(args), cli.load_cluster(args)
+    df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults)
+    print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs); * = fastest that fits\n")
+    print(format_table(df, ("label", "global_batch", "step_time", "tokens_per_second", "tflops_per_gpu", "mfu",
+                            "peak_memory", "fits", "bottleneck")))
+    from perfmodel.report.plots import compare_figure
+
+    _out(df, args, lambda d: compare_figure(d, title=f"{getattr(model, 'name', '')} on {cl.name}"))
+    return 0
+
+
+def _sweep_values(over: str, values: list[str]):
+    from perfmodel.explore.compare import _value
+    from perfmodel.explore.sweep import SCALE_AXES
+
+    if over in (*SCALE_AXES, "global_batch", "micro_batch", "seq"):
+        try:
+            return [int(v) for v in values]
+        except ValueError:
+            raise InvalidInputError(f"'--values' of {over} must be integers: got {values}") from None
+    if over == "gpu":
+        return values
+    return [_value(over, v) for v in values]
+
+
+def cmd_sweep(args) -> int:
+    from perfmodel.explore.output import format_table
+    from perfmodel.explore.sweep import sweep
+    from perfmodel.report.plots import sweep_figure
+
+    model, cl = cli.load_model(args), cli.load_cluster(args)
+    s = cli.strategy_from_args(args, cl.n_gpus)
+    df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
+               profile=args.profile, scaling=args.scaling)
+    how = f" ({args.scaling} scaling)" if args.over in ("nodes", "gpus") else ""
+    print(f"{getattr(model, 'name', '')}: sweep over {args.over}{how}\n")
+    print(format_table(df, (args.over, "gpus", "label", "global_batch", "step_time", "tokens_per_second",
+                            "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits", "bottleneck"),
+                       best_column=None))
+    _out(df, args, sweep_figure)
+    return 0
+
+
+def _csv(text: str, cast):
+    try:
+        return tuple(cast(v.strip()) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InvalidInputError(f"expected a comma-separated list: got {text!r}") from None
+
+
+def _bool(text: str) -> bool:
+    low = text.lower()
+    if low not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(text)
+    return low in ("true", "1", "yes")
+
+
+def cmd_search(args) -> int:
+    from perfmodel.explore.output import format_table
+    from perfmodel.explore.search import search
+
+    model, cl = cli.load_model(args), cli.load_cluster(args)
+    df = search(model, cl, args.global_batch, top_k=args.top_k, sort_by=args.sort_by, prices=args.price,
+                profile=args.profile, max_micro_batch=args.max_micro_batch,
+                max_virtual_stages=args.max_virtual_stages, recompute=_csv(args.recompute, str),
+                zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
+                precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
+                framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
+                dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep)
+    a = df.attrs
+    rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
+    with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
+                                                                          if args.ep > 1 else "")
+    print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs{with_cp}), global batch {args.global_batch}: "
+          f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms, {a['feasible']:,} fit; "
+          f"rejected: {rejected}; sorted by {a['sort_by']}\n")
+    df.insert(0, "rank", range(1, len(df) + 1))
+    print(format_table(df, ("rank", "dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero",
+                            "recompute", "sequence_parallel", "step_time", "tokens_per_second", "tflops_per_gpu",
+                            "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck"), best_column=None))
+    _out(df, args)
+    return 0
+
+
+def _common(p) -> None:
+    p.add_argument("--out", default=None, help="also write the table: FILE.csv, FILE.json or FILE.md")
+
+
+def add_parsers(sub) -> None:
+    """Add the compare, sweep and search sub-commands to the perfmodel command line."""
+    p = sub.add_parser("compare", help="compare parallel strategies side by side")
+    cli.add_model_args(p)
+    p.add_argument("--strategies", nargs="+", required=True,
+                   help='strategies such as "dp=8" "tp=4,pp=2,micro_batch=1", or one TOML/JSON file of them')
+    p.add_argument("--global-batch", type=POSITIVE_INT, default=None, help="global batch for strategies that do not set one")
+    p.add_argument("--micro-batch", type=POSITIVE_INT, default=None, help="micro-batch for strategies that do not set one")
+    p.add_argument("--precision", default=None)
+    p.add_argument("--recompute", default=None, choices=["none", "selective", "full"])
+    _common(p)
+    p.add_argument("--plot", default=None, help="draw throughput, time and memory: FILE.png, .svg or .pdf")
+    p.set_defaults(func=cmd_compare)
+
+    from perfmodel.explore.sweep import AXES
+
+    p = sub.add_parser("sweep", help="one strategy across node counts, batch sizes, sequence lengths or GPUs")
+    cli.add_model_args(p)
+    cli.add_strategy_args(p)
+    p.add_argument("--over", required=True, choices=AXES, metavar="AXIS",
+                   help="nodes, gpus, global_batch, micro_batch, seq, gpu, or a strategy field (tp, zero, ...)")
+    p.add_argument("--values", nargs="+", required=True, help="values of the axis")
+    p.add_argument("--scaling", default="weak", choices=["weak", "strong"],
+                   help="over nodes/gpus: weak keeps the per-GPU batch, strong the global batch")
+    _common(p)
+    p.add_argument("--plot", default=None, help="draw the sweep: FILE.png, .svg or .pdf")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("search", help="rank every valid parallel configuration")
+    cli.add_model_args(p)
+    p.add_argument("--global-batch", type=POSITIVE_INT, required=True)
+    p.add_argument("--top-k", type=POSITIVE_INT, default=10)
+    p.add_argument("--sort-by", default=None, help="tokens_per_second (default), mfu, step_time, peak_memory, ...")
+    p.add_argument("--price", type=POSITIVE_FLOAT, default=None, help="$ per GPU-hour: adds cost columns, ranks by $/M tokens")
+    p.add_argument("--max-micro-batch", type=POSITIVE_INT, default=8)
+    p.add_argument("--max-virtual-stages", type=POSITIVE_INT, default=8)
+    p.add_argument("--max-tp-nodes", type=POSITIVE_INT, default=1, help="nodes a tensor group may span")
+    p.add_argument("--recompute", default="none,selective,full")
+    p.add_argument("--zero", default="0,1,2,3")
+    p.add_argument("--sequence-parallel", default="false,true")
+    p.add_argument("--precision", default="bf16-mixed")
+    p.add_argument("--optimizer", default="adamw")
+    cli.add_stack_args(p)
+    _common(p)
+    p.set_defaults(func=cmd_search, plot=None)

@@ -1,0 +1,1 @@
+"""Core: errors, unit parsing, input checks, the vocabularies of choices."""

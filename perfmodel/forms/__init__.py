@@ -1,0 +1,1 @@
+"""Closed forms (numpy body + sympy twin) as an explicit registry."""

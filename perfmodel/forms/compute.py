@@ -1,0 +1,353 @@
+"""Closed forms for compute kernels (numpy body + sympy twin, see fit/forms.py).
+
+GEMM (``gemm_wave``, ``gemm_smooth``)
+    t = max(t_cpu, t0 + 2mnk / (R · q(m, n) · k/(k + k_half)) / a(n, k), bytes / bw)
+    q = tile-wave efficiency: tiles = ⌈m/TM⌉⌈n/TN⌉ on ``sms`` SMs run in
+    ⌈tiles/sms⌉ waves (NVIDIA, "Matrix Multiplication Background User's Guide",
+    wave quantization); ``gemm_smooth`` uses m/(m+m_half)·n/(n+n_half) instead.
+    a = alignment: ``p8`` when n or k is not a multiple of 8 (tensor cores need
+    16-byte aligned rows; cuBLAS falls back to slower kernels), ``p16`` when a
+    multiple of 8 but not of 16; m does not matter (H200 data).
+    t_cpu = the eager per-call floor: a back-to-back microbenchmark measures
+    max(GPU time, CPU issue time) (the launch queue drains otherwise).
+    ``gemm_two`` fits aligned and misaligned rows as two kernel families;
+    ``gemm_tiles`` prices an aligned GEMM as the fastest of several tile shapes
+    and split-K factors, each quantised into waves on the SMs.
+Memory-bound (``mem_affine``): t = max(t_cpu, t0 + x·beta), x = elements,
+    beta = bytes per element / bandwidth (roofline, Williams et al. 2009).
+Attention (``sdpa_flash``): FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/(s+s_half)
+    · d_eff), F = 4·b·heads·s²·d, halved when causal (the masked half is skipped).
+    ``sdpa_tiles`` counts T×T blocks instead: n = ⌈s/T⌉, n² tiles (n(n+1)/2 + p_diag·n when
+    causal) per (batch, head), plus the tail of the longest program (n tiles on one SM).
+Per-parameter (``per_param``): t = t0 + params·beta (fused AdamW, SGD).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from perfmodel.forms.registry import Form, register
+
+
+def _align_bytes(x, elem_bytes):
+    """Largest power of two (bytes, capped at 32) dividing a row of ``x`` elements."""
+    b = np.asarray(x * elem_bytes, dtype=np.int64)
+    low = b & -b  # lowest set bit
+    return np.minimum(np.where(b > 0, low, 32), 32)
+
+
+def _align_factor(p, n, k):
+    # cuBLAS picks kernels by operand alignment: 16-byte aligned rows (8 bf16 elements,
+    # 4 tf32) reach the tensor-core peak; 8-, 4- and 2-byte alignment fall to slower kernels.
+    an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
+    a = np.minimum(an, ak)
+    factor = np.select([a >= 32, a >= 16, a >= 8, a >= 4], [1.0, p["p16"], p["p8"], p["p4"]], p["p2"])
+    return factor * np.where((an < 16) & (ak < 16), p["p_both"], 1.0)
+
+
+def _sym_align(p, n, k):
+    """Sympy twin of ``_align_factor``: a Piecewise on the byte alignment of n and k rows."""
+    eb = p["elem_bytes"]
+
+    def at_least(x, b):
+        return sp.Eq(sp.Mod(x * eb, b), 0)
+
+    both_mis = sp.And(sp.Not(at_least(n, 16)), sp.Not(at_least(k, 16)))
+    level = sp.Piecewise(
+        (1, sp.And(at_least(n, 32), at_least(k, 32))),
+        (p["p16"], sp.And(at_least(n, 16), at_least(k, 16))),
+        (p["p8"], sp.And(at_least(n, 8), at_least(k, 8))),
+        (p["p4"], sp.And(at_least(n, 4), at_least(k, 4))),
+        (p["p2"], True),
+    )
+    return level * sp.Piecewise((p["p_both"], both_mis), (1, True))
+
+
+def _gemm_parts(p, m, n, k, q):
+    flops = 2.0 * m * n * k
+    rate = p["R"] * q * k / (k + p["k_half"]) * _align_factor(p, n, k)
+    bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
+    return np.maximum(p["t0"] + flops / rate, bytes_moved / p["bw"])
+
+
+def _wave_q(p, m, n):
+    tiles = np.ceil(m / p["TM"]) * np.ceil(n / p["TN"])
+    waves = np.ceil(tiles / p["sms"])
+    return tiles / (waves * p["sms"])
+
+
+def gemm_wave_gpu(p, m, n, k):
+    """GPU time of one GEMM without the CPU floor (used by the step model)."""
+    return _gemm_parts(p, m, n, k, _wave_q(p, m, n))
+
+
+def gemm_smooth_gpu(p, m, n, k):
+    q = m / (m + p["m_half"]) * n / (n + p["n_half"])
+    return _gemm_parts(p, m, n, k, q)
+
+
+def _sym_gemm(p, m, n, k, q):
+    flops = 2 * m * n * k
+    rate = p["R"] * q * k / (k + p["k_half"]) * _sym_align(p, n, k)
+    bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
+    return sp.Max(p["t_cpu"], sp.Max(p["t0"] + flops / rate, bytes_moved / p["bw"]))
+
+
+GEMM_COMMON = ("R", "k_half", "t0", "t_cpu", "p16", "p8", "p4", "p2", "p_both", "bw", "elem_bytes")
+
+register(Form(
+    "gemm_wave", ("m", "n", "k"), (*GEMM_COMMON, "TM", "TN", "sms"),
+    lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_wave_gpu(p, m, n, k)),
+    lambda p, m, n, k: _sym_gemm(
+        p, m, n, k,
+        sp.ceiling(m / p["TM"]) * sp.ceiling(n / p["TN"])
+        / (sp.ceiling(sp.ceiling(m / p["TM"]) * sp.ceiling(n / p["TN"]) / p["sms"]) * p["sms"])),
+    "tile-wave quantised GEMM with K saturation and an alignment penalty",
+))
+register(Form(
+    "gemm_smooth", ("m", "n", "k"), (*GEMM_COMMON, "m_half", "n_half"),
+    lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_smooth_gpu(p, m, n, k)),
+    lambda p, m, n, k: _sym_gemm(p, m, n, k, m / (m + p["m_half"]) * n / (n + p["n_half"])),
+    "GEMM with smooth size saturation in m, n, k and an alignment penalty",
+))
+
+def gemm_two_gpu(p, m, n, k):
+    """Aligned and misaligned GEMMs as two kernel families, each with its own rate and saturation;
+    with ``p4``/``p2`` (``gemm_two_levels``) 4- and 2-byte aligned rows run below 8-byte ones."""
+    an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
+    a = np.minimum(an, ak)
+    q = m / (m + p["m_half"]) * n / (n + p["n_half"]) * k / (k + p["k_half"])
+    q_mis = m * n / (m * n + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    level = np.select([a >= 8, a >= 4], [1.0, p.get("p4", 1.0)], p.get("p2", 1.0))
+    rate = np.where(a >= 16, p["R"] * q * np.where(a >= 32, 1.0, p["p16"]), p["R_mis"] * q_mis * level)
+    flops = 2.0 * m * n * k
+    bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
+    return np.maximum(p["t0"] + flops / rate, bytes_moved / p["bw"])
+
+
+def _sym_gemm_two(p, m, n, k):
+    eb = p["elem_bytes"]
+
+    def aligned(b):
+        return sp.And(sp.Eq(sp.Mod(n * eb, b), 0), sp.Eq(sp.Mod(k * eb, b), 0))
+
+    q = m / (m + p["m_half"]) * n / (n + p["n_half"]) * k / (k + p["k_half"])
+    q_mis = m * n / (m * n + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    r_mis = p["R_mis"] * q_mis
+    rate = sp.Piecewise((p["R"] * q, aligned(32)), (p["R"] * q * p["p16"], aligned(16)), (r_mis, aligned(8)),
+                        (r_mis * p.get("p4", 1), aligned(4)), (r_mis * p.get("p2", 1), True))
+    bytes_moved = eb * (m * k + k * n + m * n)
+    return sp.Max(p["t_cpu"], sp.Max(p["t0"] + 2 * m * n * k / rate, bytes_moved / p["bw"]))
+
+
+GEMM_TWO = ("R", "k_half", "m_half", "n_half", "p16", "R_mis", "k_half_mis", "mn_half_mis", "t0", "t_cpu", "bw",
+            "elem_bytes")
+for _name, _params, _doc in (
+        ("gemm_two", GEMM_TWO, "aligned and misaligned GEMM kernel families with separate rates and saturation"),
+        ("gemm_two_levels", (*GEMM_TWO, "p4", "p2"),
+         "as gemm_two, misaligned rows 4- and 2-byte aligned at their own fraction of the 8-byte rate")):
+    register(Form(
+        _name, ("m", "n", "k"), _params,
+        lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_two_gpu(p, m, n, k)),
+        _sym_gemm_two, _doc,
+    ))
+
+# Output tiles a Hopper cuBLAS/CUTLASS kernel may use (rows x columns of C per thread block);
+# the 128x256 family is the fastest per FLOP, smaller tiles run at a fitted fraction (e16, e8, e4
+# by tile area) but waste less on partial tiles and fill more SMs.
+GEMM_TILE_SHAPES = ((128, 256), (256, 128), (128, 128), (64, 256), (256, 64), (64, 128), (128, 64), (64, 64))
+GEMM_SPLITS = (1, 2, 4)
+MIS_TILE = 128  # misaligned (non-TMA) kernels: C padded to 128x128 tiles
+
+
+def _tile_terms(p, m, n, k, sym=False):
+    """(tile shape, split) -> time of the aligned kernel: ⌈tiles·s/SMs⌉ waves of one tile's
+    2·TM·TN·(k/s) FLOPs at the per-SM rate; split-K adds a reduction of s fp32 partial C
+    (written and read: 8·m·n·s bytes) and its launch (CUTLASS split-K, "parallel reduction")."""
+    ceil = sp.ceiling if sym else np.ceil
+    out = []
+    for tm, tn in GEMM_TILE_SHAPES:
+        area = tm * tn
+        e = 1 if area == 32768 else p[{16384: "e16", 8192: "e8", 4096: "e4"}[area]]
+        for s in GEMM_SPLITS:
+            ks = k / s
+            waves = ceil(ceil(m / tm) * ceil(n / tn) * s / p["sms"])
+            t = waves * 2 * tm * tn * ks / (p["R"] / p["sms"] * e * ks / (ks + p["k_half"]))
+            if s > 1:
+                t = t + p["t_split"] + 8 * m * n * s / p["bw"]
+            out.append(t)
+    return out
+
+
+def gemm_tiles_gpu(p, m, n, k):
+    """Aligned GEMMs: the fastest of the tile shapes and split-K factors (cuBLAS's heuristic picks
+    per shape); misaligned ones: ``gemm_two``'s second family on C padded to 128x128 tiles."""
+    an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
+    a = np.minimum(an, ak)
+    t_al = np.minimum.reduce(_tile_terms(p, m, n, k)) / np.where(a >= 32, 1.0, p["p16"])
+    mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
+    q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    level = np.select([a >= 8, a >= 4], [1.0, p["p4"]], p["p2"])
+    t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * level)
+    bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
+    return np.maximum(p["t0"] + np.where(a >= 16, t_al, t_mis), bytes_moved / p["bw"])
+
+
+def _sym_gemm_tiles(p, m, n, k):
+    eb = p["elem_bytes"]
+
+    def aligned(b):
+        return sp.And(sp.Eq(sp.Mod(n * eb, b), 0), sp.Eq(sp.Mod(k * eb, b), 0))
+
+    t_al = sp.Min(*_tile_terms(p, m, n, k, sym=True))
+    mp, np_ = sp.ceiling(m / MIS_TILE) * MIS_TILE, sp.ceiling(n / MIS_TILE) * MIS_TILE
+    q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    t_mis = 2 * mp * np_ * k / (p["R_mis"] * q_mis)
+    t = sp.Piecewise((t_al, aligned(32)), (t_al / p["p16"], aligned(16)), (t_mis, aligned(8)),
+                     (t_mis / p["p4"], aligned(4)), (t_mis / p["p2"], True))
+    bytes_moved = eb * (m * k + k * n + m * n)
+    return sp.Max(p["t_cpu"], sp.Max(p["t0"] + t, bytes_moved / p["bw"]))
+
+
+register(Form(
+    "gemm_tiles", ("m", "n", "k"),
+    ("R", "k_half", "e16", "e8", "e4", "t_split", "p16", "R_mis", "k_half_mis", "mn_half_mis", "p4", "p2",
+     "t0", "t_cpu", "bw", "elem_bytes", "sms"),
+    lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_tiles_gpu(p, m, n, k)),
+    _sym_gemm_tiles,
+    "fastest of several output-tile shapes and split-K factors (waves on the SMs); misaligned rows padded",
+))
+
+register(Form(
+    "mem_affine", ("x",), ("t0", "beta", "t_cpu"),
+    lambda p, x: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"]),
+    lambda p, x: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"]),
+    "latency + elements × bytes-per-element / bandwidth",
+))
+register(Form(
+    "mem_power", ("x",), ("t0", "beta", "gamma", "t_cpu"),
+    lambda p, x: np.maximum(p["t_cpu"], p["t0"] + p["beta"] * x ** p["gamma"]),
+    lambda p, x: sp.Max(p["t_cpu"], p["t0"] + p["beta"] * x ** p["gamma"]),
+    "latency + a power law in size (bandwidth that still grows with size)",
+))
+register(Form(
+    "mem_smoothmax", ("x",), ("t0", "beta", "q", "t_cpu"),
+    lambda p, x: np.maximum(p["t_cpu"], (p["t0"] ** p["q"] + (x * p["beta"]) ** p["q"]) ** (1.0 / p["q"])),
+    lambda p, x: sp.Max(p["t_cpu"], (p["t0"] ** p["q"] + (x * p["beta"]) ** p["q"]) ** (1 / p["q"])),
+    "latency or bandwidth bound, whichever dominates, joined smoothly (q-norm of the two)",
+))
+register(Form(
+    "mem_rows", ("x", "rows"), ("t0", "beta", "beta_row", "t_cpu"),
+    lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
+    lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
+    "row-wise kernel (norm, softmax, loss): bandwidth term plus a per-row reduction cost",
+))
+def _rowlen_factor(p, x, rows):
+    """1 + r·L^q/(L^q + L_half^q), L = x/rows: long rows cost more per element (a row that no
+    longer fits one block's registers is read in several passes, e.g. softmax's max, sum, write)."""
+    length = x / rows
+    return 1 + p["r"] * length ** p["q"] / (length ** p["q"] + p["L_half"] ** p["q"])
+
+
+register(Form(
+    "mem_rowlen", ("x", "rows"), ("t0", "beta", "r", "L_half", "q", "t_cpu"),
+    lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows)),
+    lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows)),
+    "row-wise kernel whose cost per element grows with the row length (softmax over long rows)",
+))
+register(Form(
+    "mem_affine2", ("x", "y"), ("t0", "beta", "beta_y", "t_cpu"),
+    lambda p, x, y: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] + y * p["beta_y"]),
+    lambda p, x, y: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + y * p["beta_y"]),
+    "two-operand memory-bound kernel (embedding backward: tokens·h gathered, vocab·h zeroed)",
+))
+
+
+def _sdpa_eff(p, seq, head_dim, step=32.0):
+    # FlashAttention-2 instantiates kernels for head_dim in steps of 32 (64, 96, 128, ...); the
+    # cuDNN attention PyTorch picks on Hopper behaves as if padded to steps of 64 (head_dim 80 and
+    # 96 cost about what 128 does on an H200); a dim not a multiple of 8 falls back to a slower path.
+    d_pad = np.ceil(head_dim / step) * step
+    d_eff = head_dim / d_pad * d_pad / (d_pad + p["d_half"])
+    mis = np.where(np.mod(head_dim, 8) != 0, p["p_mis"], 1.0)
+    return seq / (seq + p["s_half"]) * d_eff * mis
+
+
+def sdpa_flops(batch, heads, seq, head_dim, causal):
+    """FLOPs the kernel actually executes: 4·b·heads·s²·d, about half when causal."""
+    full = 4.0 * batch * heads * seq * seq * head_dim
+    return np.where(np.asarray(causal, dtype=bool), 0.5 * full, full)
+
+
+def _sdpa_time(p, batch, heads, seq, head_dim, causal, step=32.0):
+    rate = p["R"] * _sdpa_eff(p, seq, head_dim, step) * np.where(np.asarray(causal) > 0, p["p_causal"], 1.0)
+    # c_row: a cost per query row and head (loading Q, writing O and the log-sum-exp)
+    return p["t0"] + p["c_row"] * batch * heads * seq + sdpa_flops(batch, heads, seq, head_dim, causal) / rate
+
+
+def _sym_sdpa(p, batch, heads, seq, head_dim, causal, step):
+    d_pad = sp.ceiling(head_dim / step) * step
+    eff = seq / (seq + p["s_half"]) * head_dim / (d_pad + p["d_half"])
+    eff = eff * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)), (1, True))
+    flops = 4 * batch * heads * seq ** 2 * head_dim * (1 - sp.Rational(1, 2) * causal)
+    rate = p["R"] * eff * (1 + (p["p_causal"] - 1) * causal)
+    return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + flops / rate)
+
+
+def _sdpa_tiles_time(p, batch, heads, seq, head_dim, causal, step):
+    # FlashAttention-2 (Dao 2023, Alg. 1): each program owns one T-row query block and sweeps
+    # the key blocks, skipping those above the diagonal when causal; diagonal blocks are
+    # computed and masked (p_diag: their extra cost). The kernel ends with its longest
+    # program, one full sweep of n blocks on one SM (the tail effect, k_tail).
+    n = np.ceil(seq / p["T"])
+    is_causal = np.asarray(causal) > 0
+    tiles = np.where(is_causal, n * (n + 1) / 2 + n * p["p_diag"], n * n)
+    d_pad = np.ceil(head_dim / step) * step
+    rate = p["R"] * d_pad / (d_pad + p["d_half"]) * np.where(np.mod(head_dim, 8) != 0, p["p_mis"], 1.0)
+    tile_flops = 4.0 * p["T"] ** 2 * d_pad
+    compute = (batch * heads * tiles + p["k_tail"] * n * p["sms"]) * tile_flops / rate
+    return np.maximum(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + compute)
+
+
+def _sym_sdpa_tiles(p, batch, heads, seq, head_dim, causal, step):
+    n = sp.ceiling(seq / p["T"])
+    tiles = n ** 2 * (1 - causal) + causal * (n * (n + 1) / 2 + n * p["p_diag"])
+    d_pad = sp.ceiling(head_dim / step) * step
+    rate = p["R"] * d_pad / (d_pad + p["d_half"]) * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)),
+                                                                 (1, True))
+    compute = (batch * heads * tiles + p["k_tail"] * n * p["sms"]) * 4 * p["T"] ** 2 * d_pad / rate
+    return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + compute)
+
+
+def _flash_time(p, batch, heads, seq, head_dim, causal, step):
+    return np.maximum(p["t_cpu"], _sdpa_time(p, batch, heads, seq, head_dim, causal, float(step)))
+
+
+SDPA_FLASH = ("R", "s_half", "d_half", "p_mis", "p_causal", "c_row", "t0", "t_cpu")
+SDPA_TILES = ("R", "d_half", "p_mis", "p_diag", "k_tail", "c_row", "t0", "t_cpu", "T", "sms")
+for _name, _step, _params, _fn, _sym, _doc in (
+        ("sdpa_flash", 32, SDPA_FLASH, _flash_time, _sym_sdpa,
+         "FlashAttention-2: FLOPs over a rate saturating in sequence length and head dim; causal at its own rate"),
+        ("sdpa_flash64", 64, SDPA_FLASH, _flash_time, _sym_sdpa,
+         "as sdpa_flash with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)"),
+        ("sdpa_tiles", 32, SDPA_TILES, _sdpa_tiles_time, _sym_sdpa_tiles,
+         "FlashAttention-2 by blocks: query-block x key-block tiles (causal skips those above the diagonal) "
+         "plus the longest program's sweep"),
+        ("sdpa_tiles64", 64, SDPA_TILES, _sdpa_tiles_time, _sym_sdpa_tiles,
+         "as sdpa_tiles with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)")):
+    register(Form(
+        _name, ("batch", "heads", "seq", "head_dim", "causal"), _params,
+        lambda p, batch, heads, seq, head_dim, causal, step=_step, fn=_fn: fn(
+            p, batch, heads, seq, head_dim, causal, step),
+        lambda p, batch, heads, seq, head_dim, causal, step=_step, sym=_sym: sym(
+            p, batch, heads, seq, head_dim, causal, step),
+        _doc,
+    ))
+
+register(Form(
+    "per_param", ("params",), ("t0", "beta"),
+    lambda p, /, params: p["t0"] + params * p["beta"],
+    lambda p, /, params: p["t0"] + params * p["beta"],
+    "optimizer step: latency + parameters × bytes-per-parameter / bandwidth",
+))

@@ -1,0 +1,1 @@
+"""Parallel strategies: the Strategy, placement, fabric, and one module per kind of parallelism."""

@@ -1,0 +1,222 @@
+"""Data-parallel communication: DDP buckets, ZeRO-1/2/3, FSDP (full, hybrid), parameter servers.
+
+Each function returns the exposed seconds per step for arrays of
+configurations (see ``perfmodel.step`` for the keys of ``c``);
+docs/distributed.md derives every formula.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.costs.comm import hierarchical_time
+
+DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
+DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is 1 MiB
+
+
+
+def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
+    """Data-parallel collectives of one step, as (collective, count), each over all Ψ elements.
+
+    The bookkeeping behind ``ddp_time``, ``zero12_time`` and ``zero3_time``
+    (Rajbhandari et al. 2020, §7): a ring all-reduce sends 2Ψ(n−1)/n per rank,
+    reduce-scatter and all-gather Ψ(n−1)/n each.
+    """
+    m = micro_batches
+    if zero >= 3:
+        return [("all_gather", 2 * m), ("reduce_scatter", m)]
+    if zero == 2:
+        return [("reduce_scatter", m), ("all_gather", 1)]
+    if zero == 1:
+        return [("reduce_scatter", 1), ("all_gather", 1)]
+    return [("all_reduce", 1)]
+
+
+def _split(total, bucket, first=None):
+    """(first bucket's bytes, full buckets, their bytes, remainder bytes) of ``total`` bytes in
+    buckets of ``bucket``, the first capped at ``first`` (PyTorch DDP: 1 MiB) when given."""
+    total = np.asarray(total, float)
+    head = np.minimum(total, first) if first is not None else np.zeros_like(total)
+    rest = total - head
+    size = np.minimum(bucket, np.maximum(rest, 1.0))
+    full = np.floor(rest / size)
+    return head, full, size, rest - full * size
+
+
+def _bucketed(coll, collective, total, bucket, rpn, nodes, first=None):
+    """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets.
+
+    ``first`` caps the first bucket (PyTorch DDP: 1 MiB, so communication starts early in backward).
+    """
+    head, full, size, rem = _split(total, bucket, first)
+
+    def seconds(nbytes, present):
+        return hierarchical_time(coll, collective, np.maximum(nbytes, 1.0), rpn, nodes, algorithm="ring") * present
+
+    t_head, t_bucket, t_rem = seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0)
+    last = np.where(rem > 0, t_rem, np.where(full > 0, t_bucket, t_head))
+    share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
+    return t_head + full * t_bucket + t_rem, last, share
+
+
+def ddp_buckets(total_bytes, bucket):
+    """How many buckets PyTorch DDP reduces: the first of 1 MiB, then ``bucket`` bytes each."""
+    head, full, _, rem = _split(total_bytes, bucket, DDP_FIRST_BUCKET_BYTES)
+    return (head > 0) + full + (rem > 0)
+
+
+def _overlapped(all_s, last_s, first_share, window_s):
+    """Exposed seconds of bucketed communication issued while ``window_s`` of compute runs.
+
+    PyTorch DDP (Li et al. 2020, VLDB, §3.2): a bucket leaves when its gradients are
+    ready, so communication starts after the first bucket's share of backward and the
+    last bucket always waits for the end of backward.
+    """
+    return np.maximum(last_s, all_s - window_s * (1.0 - first_share))
+
+
+def ddp_time(coll, lay, c, params, window_s, grad_bytes=4.0):
+    """PyTorch DDP: bucketed all-reduce of fp32 gradients, once per step (no_sync before).
+
+    Gradient accumulation communicates only in the last micro-batch's backward
+    (``DistributedDataParallel.no_sync``), so only that backward hides it.
+    Volume: 2Ψ elements per rank (ring all-reduce; Rajbhandari et al. 2020, §7.1).
+    """
+    rpn, nodes = lay["dp"]
+    all_s, last_s, share = _bucketed(coll, "all_reduce", params * grad_bytes, c["bucket"], rpn, nodes,
+                                     first=DDP_FIRST_BUCKET_BYTES)
+    return _overlapped(all_s, last_s, share, window_s)
+
+
+# PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
+# Megatron-LM accumulates gradients in its contiguous buffer (main_grad) and only scales it.
+DDP_BUCKET_PASSES = {"pytorch": 3, "megatron": 1}
+
+
+def ddp_bucket_passes(copy_s, params, framework="pytorch"):
+    """Seconds of DDP's memory passes over the gradients (PyTorch reducer, default
+    ``gradient_as_bucket_view=False``: gradients are copied into flat buckets, the bucket is
+    divided by the group size before its all-reduce, and the result is copied back into the
+    gradients when backward finishes). ``copy_s(elements)`` prices one fp32 copy."""
+    return DDP_BUCKET_PASSES.get(framework, 3) * copy_s(params)
+
+
+def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0):
+    """ZeRO-1/2: reduce-scatter gradients, update the shard, all-gather the parameters.
+
+    Rajbhandari et al. 2020, §7.2.1: Ψ (reduce-scatter) + Ψ (all-gather) = the DDP
+    volume. ZeRO-2 keeps only its gradient shard, so it must reduce-scatter in every
+    micro-batch's backward (DeepSpeed reduces per micro-step); ZeRO-1 accumulates
+    full gradients and reduce-scatters once. The all-gather follows the optimizer.
+    """
+    rpn, nodes = lay["dp"]
+    all_s, last_s, share = _bucketed(coll, "reduce_scatter", params * grad_bytes, c["bucket"], rpn, nodes)
+    per_mb = _overlapped(all_s, last_s, share, window_s)
+    reduce = np.where(c["zero"] >= 2, c["m"] * per_mb, per_mb)
+    gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
+    return reduce + gather
+
+
+def _shard_group(lay, c):
+    """(ranks_per_node, nodes) of the ZeRO-3 sharding group: the node's dp ranks when hybrid."""
+    rpn, nodes = lay["dp"]
+    return rpn, np.where(c["hybrid"], 1.0, nodes)
+
+
+def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
+    """ZeRO-3 / FSDP: per-unit all-gathers (forward, backward) and reduce-scatters, per micro-batch.
+
+    Rajbhandari et al. 2020, §7.2.2: all-gather Ψ forward, Ψ again backward,
+    reduce-scatter Ψ: 3Ψ, 1.5x DDP. PyTorch FSDP (Zhao et al. 2023, §3.3) prefetches
+    the next unit's all-gather behind the current unit's compute; in backward the
+    gather and the previous unit's reduce-scatter share one stream. Only the first
+    unit's gather (forward) and the last reduce-scatter (backward) cannot hide.
+    HYBRID_SHARD shards inside the node and all-reduces each gradient shard across
+    nodes (S/r on each rail). Parameters and gradients move in the low precision
+    (FSDP MixedPrecision param_dtype = reduce_dtype). Without no_sync this repeats
+    for every micro-batch.
+
+    PyTorch FSDP (``c["fsdp"]``) gathers a unit's flat parameter in one collective;
+    DeepSpeed ZeRO-3 gathers in buckets of ``DS_PREFETCH_BUCKET`` elements, each
+    paying the collective's latency (which grows with the ring's n − 1 steps).
+
+    ``c["dp_overlap"]`` False: every gather and reduce-scatter waits for compute and compute
+    for it, as in DeepSpeed ZeRO-3 before mid-2021, whose gather launch called
+    ``torch.cuda.synchronize()`` (DeepSpeed issue #1069, PR #1188), so all of them are exposed.
+
+    ``units``: dict name -> (count, params per unit, forward s, backward s) for
+    "layer", "embed", "head"; the embedding unit runs first when present.
+    """
+    rpn, nodes = _shard_group(lay, c)
+    dp_rpn, dp_nodes = lay["dp"]
+    hybrid = np.asarray(c["hybrid"], bool) & (dp_nodes > 1)
+    overlap = np.asarray(c.get("dp_overlap", True), bool)
+    hide = np.where(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
+    fwd = bwd = 0.0
+    ag, rs = {}, {}
+    fsdp = np.asarray(c.get("fsdp", False), bool)
+    for name, (count, params, f_s, b_s) in units.items():
+        pieces = np.where(fsdp, 1.0, np.maximum(np.ceil(params / DS_PREFETCH_BUCKET), 1.0))
+        size = params * lo / pieces
+        ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")
+        rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", size, rpn, nodes, algorithm="ring") + np.where(
+            hybrid, hierarchical_time(coll, "all_reduce", size / dp_rpn, 1.0, dp_nodes), 0.0))
+        fwd = fwd + count * np.maximum(ag[name] - hide * f_s, 0.0)
+        bwd = bwd + count * np.maximum(ag[name] + rs[name] - hide * b_s, 0.0)
+    # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
+    # without overlap they are already counted in full above
+    first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
+    last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
+    return c["m"] * (hide * (first_gather + last_reduce) + fwd + bwd)
+
+
+def ps_time(c, params, window_s, links, grad_bytes=4.0):
+    """Parameter server: workers push fp32 gradients, then pull fp32 weights.
+
+    Li et al. 2014 (OSDI), synchronous: each of S servers holds 1/S of the weights, so
+    it receives W·P/S bytes per step through its NICs; a worker sends its P bytes
+    through its share of its node's NICs. One direction takes
+    max(W·P/(S·B_server), P/B_worker) + latency. Pushes leave while backward runs (as
+    DDP buckets); the pull waits for the update and is exposed. NICs are full duplex,
+    so the push and pull directions do not share bandwidth.
+    """
+    workers, servers = c["dp"], np.maximum(c["ps"], 1.0)
+    size = params * grad_bytes
+    one_way = size * np.maximum(workers / (servers * links["server"]), 1.0 / links["worker"]) + links["latency"]
+    push = _overlapped(one_way, one_way * np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)),
+                       np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)), window_s)
+    return push + one_way
+
+
+def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=None, bucket_extra_s=0.0):
+    """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server).
+
+    Each stage's data-parallel group communicates its own parameters; the step ends
+    when the slowest finishes. A stage other than the first finishes its last backward
+    earlier (by the drain of the stages before it), which hides part of its traffic.
+    ``backward_s[i]`` is stage i's backward seconds per micro-batch. ``bucket_copy_s(elements)``
+    prices DDP's passes over its gradient buckets (see :func:`ddp_bucket_passes`);
+    ``bucket_extra_s`` is a host's measured cost per DDP bucket beyond them (a CPU host:
+    ``host["ddp_bucket_extra_s"]``, perfmodel/fit/overhead.py).
+    """
+    worst = 0.0
+    overlap = c.get("dp_overlap", True)
+    for st, backward in zip(sts, backward_s):
+        window = np.where(overlap, backward, 0.0)  # compute the reduction can hide behind
+        params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
+                  + np.where(st["head"], p["head"], 0.0)) / c["tp"]
+        units = {"layer": (st["layers"], p["layer"] / c["tp"], t["layer_f"], t["layer_b"]),
+                 "embed": (np.where(st["embed"], 1.0, 0.0), p["embed"] / c["tp"], t["embed_f"], t["embed_b"]),
+                 "head": (np.where(st["head"], 1.0, 0.0), p["head"] / c["tp"], t["head_f"], t["head_b"])}
+        shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
+                         np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, window, nb["grad"], nb["param"]),
+                                  ddp_time(coll, lay, c, params, window, nb["grad"])
+                                  + bucket_extra_s * ddp_buckets(params * nb["grad"], c["bucket"])
+                                  + (0.0 if bucket_copy_s is None
+                                     else ddp_bucket_passes(bucket_copy_s, params, c.get("framework", "pytorch")))))
+        out = np.where(c["ps"] > 0, ps_time(c, params, backward, links, nb["grad"]), shard)
+        slack = st["index"] * backward  # the stages before it still drain their last backward
+        out = np.where((c["dp"] > 1) | (c["ps"] > 0), out, 0.0)
+        worst = np.maximum(worst, np.where(st["valid"], np.maximum(out - np.where(c["zero"] >= 3, 0.0, slack), 0.0), 0.0))
+    return worst

@@ -1,0 +1,97 @@
+"""Collective models for a cluster's two fabric levels: inside a node and across nodes.
+
+A profile's fitted entries are used when it has them for a level (the bundled
+A100/H100/H200 profiles carry the NVSwitch all-reduce fitted to published
+8-GPU curves). Inside a node, the other collectives (reduce-scatter,
+all-gather, ...) take the fitted all-reduce curve's shape at the link's
+ring bus bandwidth: the same NCCL ring carries them at the same busbw
+(nccl-tests doc/PERFORMANCE.md), except that NVLink SHARP speeds up only the
+all-reduce (~480 vs ~370 GB/s on NVLink4, NVIDIA/nccl-tests#212). Without a
+fitted entry a level falls back to its link's datasheet figure: the bus
+bandwidth NCCL is reported to reach on it, else the line rate times 0.8
+(nccl-tests issue #212: ~20% protocol overhead on NVLink). Across nodes,
+every GPU of a node talks at once, so ranks share the node's NICs.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from perfmodel.costs.comm import datasheet_entry as _datasheet_entry
+from perfmodel.costs.comm import rail_busbw
+from perfmodel.profiles.profile import Profile
+
+PROTOCOL_EFFICIENCY = 0.8
+OTHER_COLLECTIVES = ("all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
+
+
+def _link_busbw(link, *, allreduce: bool) -> tuple[float, str]:
+    if allreduce and link.nccl_allreduce_busbw_bytes_per_s:
+        return link.nccl_allreduce_busbw_bytes_per_s, link.source_of("nccl_allreduce_busbw")
+    if link.nccl_busbw_bytes_per_s:
+        return link.nccl_busbw_bytes_per_s, link.source_of("nccl_busbw")
+    return link.bw_bytes_per_s * PROTOCOL_EFFICIENCY, f"{link.name} line rate x {PROTOCOL_EFFICIENCY} (nccl-tests #212)"
+
+
+def datasheet_entry(bw_bytes_per_s: float, latency_s: float, *, source: str) -> dict:
+    """A datasheet entry whose latency grows with the ring: one hop latency per step.
+
+    NCCL's own cost model charges a ring ``nsteps × hwLat`` (NVIDIA/nccl
+    src/graph/tuning.cc); with alpha(n) = alpha_s + alpha_rank_s·(n − 1) that is
+    alpha_rank_s = the link's latency. A ring all-reduce takes 2(n − 1) steps; the
+    form charges n − 1 of them, so large all-reduces stay bandwidth-bound as NCCL's
+    tree algorithm makes them.
+    """
+    entry = _datasheet_entry(bw_bytes_per_s, latency_s, source=source)
+    entry["params"]["alpha_rank_s"] = float(latency_s)
+    return entry
+
+
+def _ring_shaped(entry: dict, link) -> dict:
+    """The fitted all-reduce curve rescaled to the link's ring busbw (for RS, AG, ...)."""
+    ring, _ = _link_busbw(link, allreduce=False)
+    best, _ = _link_busbw(link, allreduce=True)
+    out = copy.deepcopy(entry)
+    out["params"]["busbw_bytes_per_s"] *= min(1.0, ring / best)
+    out["source"] = (f"{entry.get('source', '')}; all_reduce curve x {min(1.0, ring / best):.3f} "
+                     f"(ring/all-reduce busbw of {link.name}, nccl-tests #212)")
+    return out
+
+
+def cluster_collectives(cluster, profile: Profile) -> dict[str, dict[str, dict]]:
+    """``{"intra": {...}, "inter": {...}}`` collective entries for ``cluster``."""
+    node = cluster.node
+    fitted = profile.collectives or {}
+    out: dict[str, dict[str, dict]] = {"intra": {}, "inter": {}}
+    if node.intra.kind == "nvswitch" and fitted.get("intra"):
+        out["intra"].update(fitted["intra"])
+        allreduce = out["intra"].get("all_reduce")
+        if allreduce is not None:
+            for key in ("all_gather", "reduce_scatter", "sendrecv"):
+                out["intra"].setdefault(key, _ring_shaped(allreduce, node.intra))
+    for key in ("all_reduce", *OTHER_COLLECTIVES):
+        bw, src = _link_busbw(node.intra, allreduce=key == "all_reduce")
+        out["intra"].setdefault(key, datasheet_entry(bw, node.intra.latency_s, source=f"datasheet: {src}"))
+    if fitted.get("inter"):
+        out["inter"].update(fitted["inter"])
+    nic_bw, src = _link_busbw(node.nic, allreduce=False)
+    per_rank = rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node)
+    out["inter"].setdefault("all_reduce", datasheet_entry(
+        per_rank, node.nic.latency_s,
+        source=f"datasheet: {src}; {node.nics_per_node} NICs shared by {node.gpus_per_node} GPUs"))
+    return out
+
+
+def parameter_server_links(cluster) -> dict[str, float]:
+    """Bandwidths of parameter-server traffic (bytes/s, one direction) and its latency.
+
+    A server is a machine of the cluster's node type serving through all its
+    NICs; a worker is one GPU, sharing its node's NICs with the node's other
+    workers (every worker pushes at the same moment). Rates are what the link
+    reaches in practice (``nccl_busbw``, else line rate x 0.8), not line rate.
+    """
+    node = cluster.node
+    nic_bw, _ = _link_busbw(node.nic, allreduce=False)
+    return {"server": nic_bw * node.nics_per_node,
+            "worker": rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node),
+            "latency": node.nic.latency_s}

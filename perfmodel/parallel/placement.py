@@ -1,0 +1,71 @@
+"""Map the dp × tp × pp grid of ranks onto nodes and say which fabric each group uses.
+
+Ranks are numbered with the first-named dimension varying fastest. The
+default order "tp-pp-dp" is Megatron-LM's (Narayanan et al. 2021, §3.3 and
+``mpu.initialize_model_parallel``): tensor groups are consecutive ranks, so
+they sit inside a node; pipeline stages come next and data-parallel replicas
+last. A group of ``size`` ranks spaced ``stride`` apart has
+``ranks_per_node`` members on each of ``nodes`` nodes; a collective over it
+uses the intra-node fabric when ``nodes == 1``, the network when
+``ranks_per_node == 1`` and the two-level ring model otherwise
+(``perfmodel.costs.comm.hierarchical_time``).
+
+Sizes and strides are assumed to divide ``gpus_per_node`` or be multiples of
+it (powers of two on 8-GPU nodes always are); a group that does not tile the
+nodes evenly is treated as if it did.
+
+Context-parallel ranks sit right after the tensor group, then the
+expert-parallel ranks (Megatron-Core's order "tp-cp-ep-dp-pp"), whatever the
+order of the others. Expert-parallel ranks are data-parallel ranks: the
+data-parallel group ("dp") is the ep group times the rest of the replicas at
+the data-parallel place in the order; gradients are reduced over the data-
+and context-parallel ranks together ("dp_cp").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.core.checks import check_choice
+
+DIMENSIONS = ("tp", "pp", "dp")
+ORDERS = ("tp-pp-dp", "tp-dp-pp", "pp-tp-dp", "dp-tp-pp", "pp-dp-tp", "dp-pp-tp")
+
+
+def group_layout(size, stride, gpus_per_node):
+    """(ranks_per_node, nodes) of a group of ``size`` ranks spaced ``stride`` apart (arrays)."""
+    size = np.asarray(size, float)
+    stride = np.asarray(stride, float)
+    gpn = float(gpus_per_node)
+    fits = stride * size <= gpn                      # the whole group inside one node
+    per_node = np.where(fits, size, np.where(stride >= gpn, 1.0, np.maximum(1.0, gpn // np.maximum(stride, 1.0))))
+    per_node = np.minimum(per_node, size)
+    return per_node, np.ceil(size / per_node)
+
+
+def _product(a, b):
+    """Layout of the union of two groups whose strides never overlap: members per node and nodes multiply."""
+    return a[0] * b[0], a[1] * b[1]
+
+
+def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1, ep=1) -> dict[str, tuple]:
+    """For each of "tp", "cp", "ep", "pp", "dp" and "dp_cp": (ranks_per_node, nodes) under the given order."""
+    check_choice("placement", order, ORDERS)
+    sizes = {"tp": np.asarray(tp, float), "cp": np.asarray(cp, float), "ep": np.asarray(ep, float),
+             "pp": np.asarray(pp, float), "dp": np.asarray(dp, float) / np.asarray(ep, float)}
+    stride = np.ones_like(sizes["tp"] * sizes["pp"] * sizes["dp"] * sizes["cp"])
+    names = order.split("-")
+    names[names.index("tp") + 1:names.index("tp") + 1] = ["cp", "ep"]
+    out = {}
+    for name in names:
+        out[name] = group_layout(sizes[name], stride, gpus_per_node)
+        stride = stride * sizes[name]
+    out["dp"] = _product(out["ep"], out["dp"])  # the whole data-parallel group: ep × the other replicas
+    out["dp_cp"] = _product(out["dp"], out["cp"])
+    return out
+
+
+def pipeline_crossings(pp_layout) -> np.ndarray:
+    """Stage boundaries that cross a node: consecutive stages fill a node, then move on."""
+    _, nodes = pp_layout
+    return np.asarray(nodes, float) - 1.0

@@ -1,0 +1,251 @@
+"""Parallel strategy: how a step is split over GPUs, as validated data.
+
+Fields follow the contract in the design notes. ``zero`` is the ZeRO stage
+(Rajbhandari et al. 2020; 3 is what PyTorch FSDP's FULL_SHARD does);
+``fsdp="hybrid"`` shards within a node and replicates across nodes (FSDP
+HYBRID_SHARD). ``ps_servers`` > 0 trains with parameter servers instead of
+all-reduce. ``placement`` orders the groups from fastest-varying rank up:
+the default puts tensor groups inside a node first, then pipeline, then data.
+``framework``, ``attention`` and ``tp_overlap`` describe the software stack
+(docs/distributed.md); ``check_against`` checks a strategy against a model and
+a GPU count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.parallel.placement import ORDERS
+from perfmodel.core.checks import check_choice, check_divides, check_int, check_positive, divisors
+from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE
+
+OPTIMIZERS = ("adamw", "sgd")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+PLACEMENTS = ORDERS
+FSDP = (None, "full", "hybrid")
+
+
+def parse_stage_layers(text: str) -> tuple[int, ...] | None:
+    """Layers per pipeline stage written as text (``"7,8,8,7"``, ``"7 8 8 7"`` or, inside a strategy
+    string whose items commas already separate, ``"7/8/8/7"``); blank: None."""
+    parts = str(text).replace(",", " ").replace("/", " ").split()
+    if not parts:
+        return None
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise InvalidInputError(f"'stage_layers' must be whole numbers of layers per stage, e.g. 7,8,8,7: "
+                                f"got {text!r}") from None
+
+
+MIN_BUCKET_MB = 0.001
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How one training step is parallelised; all sizes are per step unless named otherwise."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    micro_batch: int = 8
+    global_batch: int | None = None     # None: dp × micro_batch (no gradient accumulation)
+    zero: int = 0
+    recompute: str = "none"
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    sequence_parallel: bool = False
+    fsdp: str | None = None
+    bucket_mb: float = 25.0             # torch DDP bucket_cap_mb default
+    ps_servers: int = 0
+    placement: str = "tp-pp-dp"
+    stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
+    framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
+    attention: str = "flash"            # "flash": FlashAttention (SDPA); "unfused": softmax over s² scores
+    tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
+    # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
+    # --overlap-grad-reduce); False: it starts after the backward pass (Megatron-LM's "local" DDP,
+    # DeepSpeed's pipeline engine), and under ZeRO-3 no gather or reduce-scatter overlaps compute
+    # (DeepSpeed ZeRO-3 of early 2021)
+    dp_overlap: bool = True
+    # context parallelism (Megatron-Core --context-parallel-size): the sequence split over cp ranks,
+    # attention as a ring over them (Liu et al. 2023); gradients reduced over dp × cp
+    cp: int = 1
+    # expert parallelism (Megatron-Core --expert-model-parallel-size): a MoE layer's experts split
+    # over ep of the data-parallel ranks, tokens exchanged by all-to-all
+    ep: int = 1
+
+    def __post_init__(self):
+        for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
+            object.__setattr__(self, name, check_int(name, getattr(self, name)))
+        if self.global_batch is not None:
+            object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
+        object.__setattr__(self, "zero", check_int("zero", self.zero, minimum=0))
+        if self.zero > 3:
+            raise InvalidInputError(f"'zero' must be 0, 1, 2 or 3: got {self.zero}")
+        object.__setattr__(self, "ps_servers", check_int("ps_servers", self.ps_servers, minimum=0))
+        if check_positive("bucket_mb", self.bucket_mb) < MIN_BUCKET_MB:
+            raise InvalidInputError(f"'bucket_mb' must be >= {MIN_BUCKET_MB} (1 KB; each bucket is one collective "
+                                    f"call, so smaller ones only add launches): got {self.bucket_mb!r}")
+        check_choice("recompute", self.recompute, RECOMPUTE)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_choice("placement", self.placement, PLACEMENTS)
+        check_choice("fsdp", self.fsdp, FSDP)
+        check_choice("framework", self.framework, FRAMEWORKS)
+        check_choice("attention", self.attention, ATTENTIONS)
+        if isinstance(self.stage_layers, str):  # "7,8,8,7" as typed
+            object.__setattr__(self, "stage_layers", parse_stage_layers(self.stage_layers))
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", self._checked_stage_layers())
+        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
+        self._check_combinations()
+
+    def _check_combinations(self):
+        if self.ps_servers and (self.zero or self.fsdp):
+            raise InvalidInputError("a parameter server ('ps_servers' > 0) cannot be combined with 'zero' "
+                                    f"or 'fsdp' sharding: got zero={self.zero}, fsdp={self.fsdp!r} (use zero=0, fsdp=None)")
+        if self.ps_servers and (self.tp > 1 or self.pp > 1):
+            raise InvalidInputError("parameter-server training here is data parallel only: use tp=1, pp=1 "
+                                    f"with 'ps_servers' (got tp={self.tp}, pp={self.pp})")
+        if self.fsdp and self.zero not in (0, 3):
+            raise InvalidInputError(f"'fsdp' already implies full sharding; 'zero' must be 0 or 3 with it: got {self.zero}")
+        if self.virtual_stages > 1 and self.schedule != "interleaved":
+            raise InvalidInputError(f"'virtual_stages'={self.virtual_stages} needs schedule='interleaved' (got {self.schedule!r})")
+        if self.sequence_parallel and self.tp == 1:
+            raise InvalidInputError("'sequence_parallel' needs tp > 1 (it splits norms across the tensor group)")
+        if self.schedule == "interleaved" and self.pp == 1:
+            raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
+                                    "use schedule='1f1b' or pp >= 2")
+        if self.cp > 1 and self.attention != "flash":
+            raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
+                                    f"blocks: use attention='flash' (got {self.attention!r})")
+        if self.ep > 1 and (self.dp * self.cp) % self.ep:
+            raise InvalidInputError(f"expert-parallel ranks are data-parallel ranks: 'ep'={self.ep} must divide "
+                                    f"dp × cp = {self.dp * self.cp}")
+        if self.ep > 1 and self.tp > 1 and not self.sequence_parallel:
+            raise InvalidInputError(f"expert parallelism with tensor parallelism needs sequence_parallel=True "
+                                    f"(Megatron-Core requires it for MoE; got tp={self.tp})")
+        if (self.cp > 1 or self.ep > 1) and self.ps_servers:
+            raise InvalidInputError(f"parameter-server training here is data parallel only: use cp=1 and ep=1 "
+                                    f"with 'ps_servers' (got cp={self.cp}, ep={self.ep})")
+        if self.global_batch is not None and self.global_batch % (self.dp * self.micro_batch):
+            g = self.dp * self.micro_batch
+            lo = max(g, self.global_batch // g * g)
+            raise InvalidInputError(f"'global_batch'={self.global_batch} must be a multiple of dp × micro_batch = {g} "
+                                    f"(nearby: {lo} or {lo + g})")
+
+    def _checked_stage_layers(self) -> tuple:
+        try:
+            layers = tuple(check_int(f"stage_layers[{i}]", n) for i, n in enumerate(self.stage_layers))
+        except TypeError:
+            raise InvalidInputError(f"'stage_layers' must be a sequence of layer counts, one per pipeline "
+                                    f"stage: got {self.stage_layers!r}") from None
+        if len(layers) != self.pp:
+            raise InvalidInputError(f"'stage_layers' must list one layer count per pipeline stage (pp={self.pp}): "
+                                    f"got {len(layers)} counts {layers}")
+        if self.virtual_stages > 1 and any(n % self.virtual_stages for n in layers):
+            raise InvalidInputError(f"'stage_layers'={layers} must be multiples of virtual_stages="
+                                    f"{self.virtual_stages} (each stage is cut into that many chunks)")
+        return layers
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def shard(self) -> int:
+        """ZeRO stage in force (fsdp counts as stage 3)."""
+        return 3 if self.fsdp else self.zero
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per step per data-parallel rank (gradient accumulation × pipeline)."""
+        gb = self.global_batch or self.dp * self.micro_batch
+        return gb // (self.dp * self.micro_batch)
+
+    @property
+    def batch(self) -> int:
+        return self.global_batch or self.dp * self.micro_batch
+
+    def replace(self, **changes) -> Strategy:
+        return replace(self, **changes)
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value != f.default or f.name in ("dp", "tp", "pp", "micro_batch"):
+                parts.append(f"{f.name}={value!r}")
+        return "Strategy(" + ", ".join(parts) + ")"
+
+
+def _nearest(value: int, valid: list[int]) -> int:
+    return min(valid, key=lambda d: (abs(d - value), d))
+
+
+def check_against(model, n_gpus: int, s: Strategy) -> None:
+    """Raise a clear error when ``s`` cannot run ``model`` on ``n_gpus`` GPUs.
+
+    Each message names the fields, the values and a valid nearby choice.
+    """
+    if s.gpus != n_gpus:
+        rest = s.tp * s.pp * s.cp
+        heads = getattr(model, "heads", n_gpus)
+        tps = [d for d in divisors(n_gpus) if heads % d == 0] or [1]
+        tp = _nearest(s.tp, tps)
+        with_cp = f", cp={s.cp}" if s.cp > 1 else ""
+        if n_gpus % rest == 0:
+            hint = f"dp={n_gpus // rest} with tp={s.tp}, pp={s.pp}{with_cp}"
+        elif s.cp > 1:
+            hint = f"tp={tp}, pp=1, cp=1, dp={n_gpus // tp}: tp × pp × cp must divide {n_gpus}"
+        else:
+            hint = f"tp={tp}, pp=1, dp={n_gpus // tp}: tp × pp must divide {n_gpus}"
+        shape = f"dp × tp × pp{' × cp' if s.cp > 1 else ''}"
+        sizes = " × ".join(str(x) for x in (s.dp, s.tp, s.pp) + ((s.cp,) if s.cp > 1 else ()))
+        raise InvalidInputError(f"{shape} = {sizes} = {s.gpus} must equal the cluster's "
+                                f"GPU count {n_gpus} (e.g. {hint})")
+    if s.ep > 1:
+        experts = getattr(model, "experts", 1)
+        if experts <= 1:
+            raise InvalidInputError(f"expert parallelism ('ep'={s.ep}) needs a mixture-of-experts model "
+                                    f"(got experts={experts})")
+        check_divides("ep", s.ep, "experts", experts)
+    if s.cp > 1:
+        seq = getattr(model, "seq", None)
+        if seq is None or not hasattr(model, "heads"):
+            raise UnsupportedError(f"context parallelism ('cp'={s.cp}) needs a transformer with a sequence "
+                                   f"(got {type(model).__name__})")
+        if seq % (2 * s.cp):
+            ok = [c for c in divisors(seq // 2) if c <= 2 * s.cp and (seq // 2) % c == 0]
+            raise InvalidInputError(f"context parallelism splits the sequence into 2 × cp chunks (load-balanced "
+                                    f"causal attention): seq={seq} must be divisible by 2 × cp = {2 * s.cp} "
+                                    f"(e.g. cp={_nearest(s.cp, ok or [1])})")
+    heads = getattr(model, "heads", None)
+    if heads is not None:
+        check_divides("tp", s.tp, "heads", heads)
+        check_divides("tp", s.tp, "kv_heads", model.kv_heads)
+    layers = model.layers
+    if s.pp > layers:
+        raise InvalidInputError(f"'pp'={s.pp} must be <= layers={layers} (each stage needs a layer; "
+                                f"e.g. pp={_nearest(s.pp, [d for d in divisors(layers) if d <= s.pp] or [1])})")
+    if s.stage_layers is not None and sum(s.stage_layers) != layers:
+        raise InvalidInputError(f"'stage_layers'={s.stage_layers} must add up to layers={layers}: "
+                                f"got {sum(s.stage_layers)}")
+    if s.schedule == "interleaved":
+        if s.stage_layers is None and layers % (s.pp * s.virtual_stages):
+            valid = [v for v in divisors(layers // s.pp) if layers % (s.pp * v) == 0] if layers % s.pp == 0 else []
+            hint = f"virtual_stages in {valid}" if valid else f"pp dividing {layers}"
+            raise InvalidInputError(f"interleaved schedule needs layers={layers} divisible by pp × virtual_stages"
+                                    f" = {s.pp} × {s.virtual_stages} (try {hint})")
+        if s.micro_batches % s.pp:
+            raise InvalidInputError(f"interleaved schedule needs the micro-batches per step ({s.micro_batches}) "
+                                    f"to be a multiple of pp={s.pp} (Megatron-LM schedules.py); "
+                                    f"e.g. global_batch={s.pp * s.dp * s.micro_batch * max(1, -(-s.micro_batches // s.pp))}")

@@ -1,0 +1,99 @@
+"""Published microbenchmarks of other GPUs, used to calibrate datasheet-scaled profiles.
+
+A datasheet-scaled profile assumes the target GPU reaches the same fraction of
+its datasheet peak as the measured reference GPU. Where public measurements
+of the target exist (``data/reference/gpu_microbench_measured.csv``: cuBLASLt
+GEMM and HBM STREAM on Azure ND A100 v4 / H100 v5 / H200 v5, from
+Azure/AI-benchmarking-guide), they replace that assumption:
+
+* GEMM: the rate parameters are scaled by the median ratio of predicted to
+  measured time over the published square-ish shapes of at least 4096³ (small
+  shapes measure launch overhead of a different harness);
+* memory bandwidth: classes are scaled by the ratio of STREAM Copy bandwidths
+  (reference GPU / target GPU) instead of the ratio of datasheet figures.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.forms.registry import get_form
+
+REFERENCE_CSV = Path(__file__).with_name("data") / "reference" / "gpu_microbench_measured.csv"
+GPU_NAMES = {"A100-SXM4-80GB": ("a100-sxm4-80gb", "a100-sxm4-40gb"), "H100 80GB HBM3": ("h100-sxm5-80gb",),
+             "H200 141GB": ("h200-sxm-141gb",)}
+SAME_HBM = {"a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb"}  # the 40 GB A100 has other memory
+MIN_DIM = 4096
+
+
+@lru_cache(maxsize=1)
+def _table() -> pd.DataFrame:
+    df = pd.read_csv(REFERENCE_CSV)
+    rows = []
+    for gpu_label, catalog in GPU_NAMES.items():
+        for _, r in df[df.gpu == gpu_label].iterrows():
+            for name in catalog:
+                rows.append({**r.to_dict(), "catalog": name})
+    return pd.DataFrame(rows)
+
+
+def _shape(param: str):
+    m = re.fullmatch(r"(\d+)\^3", param)
+    if m:
+        d = int(m.group(1))
+        return d, d, d
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", param)
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
+def measured_gemms(gpu: str) -> pd.DataFrame:
+    """Published GEMM rows of ``gpu``: dtype, m, n, k, time_s."""
+    t = _table()
+    t = t[(t.catalog == gpu) & t.benchmark.str.startswith("cuBLASLt GEMM")]
+    out = []
+    for _, r in t.iterrows():
+        shape = _shape(r.param)
+        if shape is None:
+            continue
+        m, n, k = shape
+        dtype = r.benchmark.split()[-1].lower()
+        out.append({"dtype": dtype, "m": m, "n": n, "k": k, "time_s": 2.0 * m * n * k / (r.value * 1e12),
+                    "source": r.source})
+    return pd.DataFrame(out)
+
+
+def stream_copy_bw(gpu: str) -> float | None:
+    """Published STREAM Copy bandwidth (bytes/s) of ``gpu``'s HBM, if any."""
+    if gpu not in SAME_HBM:
+        return None
+    t = _table()
+    t = t[(t.catalog == gpu) & (t.benchmark == "HBM stream") & (t.param == "Copy")]
+    return float(t.value.iloc[0]) * 1e12 if len(t) else None
+
+
+def calibrate_gemm(compute: dict, gpu: str) -> None:
+    """Scale GEMM rates of ``compute`` (in place) to match ``gpu``'s published GEMMs."""
+    rows = measured_gemms(gpu)
+    if rows.empty:
+        return
+    for dtype, sub in rows.groupby("dtype"):
+        sub = sub[(sub[["m", "n", "k"]] >= MIN_DIM).all(axis=1)]
+        # fp16 and bf16 share the tensor-core rate on A100/H100/H200 (NVIDIA datasheets)
+        keys = [f"gemm:{d}" for d in ((dtype, "bf16") if dtype == "fp16" else (dtype,))]
+        for key in keys:
+            entry = compute.get(key)
+            if entry is None or sub.empty:
+                continue
+            form = get_form(entry["form"])
+            pred = form.evaluate({**entry["params"], "t_cpu": 0.0}, m=sub.m.values, n=sub.n.values, k=sub.k.values)
+            ratio = float(np.median(pred / sub.time_s.values))
+            for name in ("R", "R_mis"):
+                if name in entry["params"]:
+                    entry["params"][name] *= ratio
+            entry["source"] = (f"{entry.get('source', '')}; rate x{ratio:.3f} to match {len(sub)} published "
+                               f"{dtype} GEMMs >= {MIN_DIM}^3 ({sub.source.iloc[0].split()[0]})")

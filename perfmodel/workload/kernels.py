@@ -1,0 +1,232 @@
+"""The kernels one training micro-batch launches on one GPU, forward and backward.
+
+Mirrors eager PyTorch under ``torch.autocast`` with fp32 master weights (the
+``bf16-mixed`` / ``fp16-mixed`` precisions): norms, residual adds and the loss
+run in fp32; every linear casts its fp32 weight (and bias) to bf16 once per
+forward and its input when that input is fp32; backward casts weight
+gradients back to fp32. Sizes are arrays: ``micro_batch``, ``tp`` and ``sp``
+broadcast, so a sweep is priced in one pass. Tensor parallelism splits as in
+Megatron-LM (Shoeybi et al. 2019): QKV and the MLP's first projection by
+columns, the output projections by rows, the vocabulary across ranks;
+sequence parallelism (Korthikanti et al. 2022) splits norms and residual adds
+across the tensor group too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from perfmodel.core.units import DTYPE_BYTES
+from perfmodel.core.checks import check_choice
+from perfmodel.workload.ops import Kernel, linear, mem
+from perfmodel.workload.model import Transformer
+
+PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp8-mixed", "fp32", "tf32")
+# Megatron-LM pads the vocabulary to a multiple of 128 x tp (``_vocab_size_with_padding``,
+# --make-vocab-size-divisible-by 128), so its LM head and embedding never run misaligned GEMMs
+MEGATRON_VOCAB_MULTIPLE = 128
+RECOMPUTE = ("none", "selective", "full")
+
+
+def gemm_dtype(precision: str) -> str:
+    return {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp8-mixed": "fp8", "fp32": "fp32", "tf32": "tf32"}[precision]
+
+
+def is_mixed(precision: str) -> bool:
+    return precision.endswith("-mixed")
+
+
+def _is_symbolic(x) -> bool:
+    return hasattr(x, "free_symbols")
+
+
+def _numeric(x):
+    """Arrays of floats, except sympy expressions (symbolic step times) pass through."""
+    return x if _is_symbolic(x) else np.asarray(x, dtype=float)
+
+
+class _Builder:
+    """Collects forward and backward kernels of one layer stack for one precision."""
+
+    def __init__(self, model: Transformer, micro_batch, tp, sp, precision, ep=1):
+        self.m, self.precision, self.ep = model, precision, ep
+        self.mixed = is_mixed(precision)
+        self.low = "fp32" if not self.mixed else ("fp16" if precision == "fp16-mixed" else "bf16")
+        self.b = _numeric(micro_batch)
+        self.tp = _numeric(tp)
+        self.T = self.b * model.seq                              # tokens per micro-batch
+        if np.ndim(sp) == 0 and not _is_symbolic(self.T):      # tokens seen by norms
+            self.Tn = self.T / self.tp if bool(sp) else self.T
+        else:
+            self.Tn = np.where(np.asarray(sp, bool), self.T / self.tp, self.T)
+        self.fwd: list[Kernel] = []
+        self.bwd: list[Kernel] = []
+
+    # -- pieces ------------------------------------------------------------
+    def linear(self, name, tokens, d_in, d_out, *, count=1, cast_input=False, bias=None):
+        bias = self.m.bias if bias is None else bias
+        dt = gemm_dtype(self.precision)
+        f, b = linear(name, tokens, d_in, d_out, count=count, dtype=dt)
+        fwd, bwd = [], []
+        if self.mixed:  # autocast casts the fp32 weight (and bias) once per forward
+            fwd.append(mem(name + ".w_cast", "cast_fp32_to_bf16", "fwd", np.multiply(d_in, d_out), count=count, variant="fwd", autocast=True))
+            bwd.append(mem(name + ".w_grad_cast", "cast_bf16_to_fp32", "bwd", np.multiply(d_in, d_out), count=count, variant="fwd", autocast=True))
+            if bias:
+                fwd.append(mem(name + ".b_cast", "cast_fp32_to_bf16", "fwd", d_out, count=count, variant="fwd", autocast=True))
+                bwd.append(mem(name + ".b_grad_cast", "cast_bf16_to_fp32", "bwd", d_out, count=count, variant="fwd", autocast=True))
+            if cast_input:
+                fwd.append(mem(name + ".x_cast", "cast_fp32_to_bf16", "fwd", np.multiply(tokens, d_in), count=count, variant="fwd", autocast=True))
+                bwd.append(mem(name + ".x_grad_cast", "cast_bf16_to_fp32", "bwd", np.multiply(tokens, d_in), count=count, variant="fwd", autocast=True))
+        if bias:  # bias gradient: a column sum of dy
+            bwd.append(mem(name + ".b_grad", "sum", "bwd", np.multiply(tokens, d_out) * DTYPE_BYTES[self.low] / 4,
+                           count=count, variant="fwd"))
+        return fwd + f, b[::-1] + bwd[::-1]
+
+    def norm(self, name):
+        cls = self.m.norm
+        return ([mem(name, cls, "fwd", self.Tn * self.m.hidden, rows=self.Tn)],
+                [mem(name + ".bwd", cls, "bwd", self.Tn * self.m.hidden, rows=self.Tn)])
+
+    def residual(self, name):
+        k = mem(name, "residual_add", "fwd", self.Tn * self.m.hidden, rows=self.Tn)
+        bwd = [replace(k, name=name + ".grad_add", phase="bwd")]
+        if self.mixed:  # fp32 stream + 16-bit branch output: the stream's gradient is cast down for the
+            # branch (two fp32 -> bf16 copies per layer in a profile of the autocast step)
+            bwd.append(mem(name + ".grad_cast", "cast_fp32_to_bf16", "bwd", self.Tn * self.m.hidden,
+                           variant="fwd", autocast=True))
+        return [k], bwd
+
+    def attention(self):
+        m, h = self.m, self.m.hidden
+        heads, kv, d = m.heads / self.tp, m.kv_heads / self.tp, m.head_dim
+        f_qkv, b_qkv = self.linear("attn.qkv", self.T, h, m.qkv_out / self.tp, cast_input=self.mixed)
+        fwd, bwd = list(f_qkv), []
+        if m.position == "rotary":  # plain-PyTorch rotary on q and k (cat/mul), bf16
+            for part, nh in (("q", heads), ("k", kv)):
+                fwd.append(mem(f"attn.rope_{part}", "rope", "fwd", self.T * nh * d, dtype=self.low))
+                bwd.append(mem(f"attn.rope_{part}.bwd", "rope", "bwd", self.T * nh * d, dtype=self.low))
+        # q, k, v are views of the fused QKV output: backward of the split concatenates
+        # their gradients into one (tokens × qkv_out) tensor, a copy kernel
+        bwd.append(mem("attn.split.bwd", "copy", "bwd", self.T * m.qkv_out / self.tp, variant="fwd", dtype=self.low))
+        size = {"batch": self.b, "heads": heads, "kv_heads": kv, "seq": float(m.seq), "head_dim": float(d),
+                "causal": float(m.causal)}
+        flops = 4.0 * self.b * heads * m.seq ** 2 * d     # FlopCounterMode convention: full s²
+        fwd.append(Kernel("attn.sdpa", "sdpa", "fwd", size, 1, flops, "fwd", self.low))
+        bwd.append(Kernel("attn.sdpa.bwd", "sdpa", "bwd", size, 1, 2.5 * flops, "bwd", self.low))
+        f_o, b_o = self.linear("attn.proj", self.T, h / self.tp, h)
+        return fwd + f_o, b_o + bwd[::-1] + b_qkv
+
+    def mlp(self, tokens, count=1, prefix="mlp"):
+        m, h = self.m, self.m.hidden
+        f = m.ffn_hidden / self.tp
+        act = "swiglu" if m.activation == "swiglu" else "gelu"
+        f_in, b_in = self.linear(f"{prefix}.fc1", tokens, h, (2 if act == "swiglu" else 1) * f,
+                                 count=count, cast_input=self.mixed and prefix == "mlp")
+        a_f = mem(f"{prefix}.{act}", act, "fwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
+        a_b = mem(f"{prefix}.{act}.bwd", act, "bwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
+        f_out, b_out = self.linear(f"{prefix}.fc2", tokens, f, h, count=count)
+        return f_in + [a_f] + f_out, b_out + [a_b] + b_in
+
+    def moe(self):
+        """Router + ``experts`` MLPs each seeing tokens·top_k/experts tokens (balanced routing).
+
+        With expert parallelism over ``ep`` ranks a rank holds experts/ep of them, each
+        receiving the routed tokens of all ep ranks: tokens·top_k·ep/experts.
+        """
+        m = self.m
+        f_r, b_r = self.linear("moe.router", self.T, m.hidden, m.experts, bias=False, cast_input=self.mixed)
+        per_expert = self.T * m.experts_per_token * self.ep / m.experts
+        f_e, b_e = self.mlp(per_expert, count=m.experts // self.ep, prefix="moe.expert")
+        perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4
+        f_p = [mem("moe.permute", "copy", "fwd", perm, count=2, variant="fwd")]
+        b_p = [mem("moe.permute.bwd", "copy", "bwd", perm, count=2, variant="fwd")]
+        return f_r + f_p + f_e, b_e + b_p + b_r
+
+    def layer(self):
+        n1f, n1b = self.norm("ln1")
+        af, ab = self.attention()
+        r1f, r1b = self.residual("res1")
+        n2f, n2b = self.norm("ln2")
+        mf, mb = self.moe() if self.m.experts > 1 else self.mlp(self.T)
+        r2f, r2b = self.residual("res2")
+        fwd = n1f + af + r1f + n2f + mf + r2f
+        bwd = mb + n2b + r2b + ab + n1b + r1b
+        return fwd, bwd
+
+
+def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
+                  recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
+    """Kernels of one transformer block: (forward, backward incl. recomputation)."""
+    check_choice("precision", precision, PRECISIONS)
+    check_choice("recompute", recompute, RECOMPUTE)
+    if not isinstance(model, Transformer):  # any other workload describes its own kernels
+        return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute)
+    fwd, bwd = _Builder(model, micro_batch, tp, sp, precision, ep).layer()
+    if recompute == "full":  # torch.utils.checkpoint re-runs the whole block forward in backward
+        bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd] + bwd
+    elif recompute == "selective":  # Korthikanti et al. 2022: recompute the attention core only
+        bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd if k.cls in ("sdpa", "softmax")] + bwd
+    return fwd, bwd
+
+
+def vocab_shard(vocab, tp, multiple=1):
+    """Vocabulary rows per tensor-parallel rank, the vocabulary padded to a multiple of ``multiple`` x tp."""
+    tp = np.asarray(tp, float)
+    return np.ceil(vocab / (multiple * tp)) * multiple if multiple > 1 else vocab / tp
+
+
+def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-mixed", vocab_multiple=1):
+    """Token (+ learned position) embedding: gather forward, scatter-add backward."""
+    if not isinstance(model, Transformer):
+        return model.embedding_kernels(micro_batch, tp=tp, precision=precision)
+    bld = _Builder(model, micro_batch, tp, False, precision)
+    h, T = model.hidden, bld.T
+    vocab_rows = vocab_shard(model.vocab, bld.tp, vocab_multiple)
+    fwd = [Kernel("embed.tok", "embedding", "fwd", {"x": T * h, "rows": T}, 1, 0.0, "fwd", "fp32")]
+    bwd = [Kernel("embed.tok.bwd", "embedding", "bwd", {"x": T * h, "y": vocab_rows * h}, 1, 0.0, "bwd", "fp32")]
+    if model.position == "learned":
+        fwd += [mem("embed.pos", "embedding", "fwd", model.seq * h, rows=model.seq),
+                mem("embed.add", "residual_add", "fwd", T * h, rows=T)]
+        bwd += [mem("embed.pos.grad", "sum", "bwd", T * h, variant="fwd")]
+    if model.arch == "encoder":
+        nf, nb = bld.norm("embed.ln")
+        fwd += nf
+        bwd += nb
+    return fwd, bwd[::-1]
+
+
+def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", vocab_multiple=1):
+    """Final norm, LM head and cross-entropy on fp32 logits (vocabulary split over tp)."""
+    if not isinstance(model, Transformer):
+        return model.head_kernels(micro_batch, tp=tp, sp=sp, precision=precision)
+    bld = _Builder(model, micro_batch, tp, sp, precision)
+    T, V = bld.T, vocab_shard(model.vocab, bld.tp, vocab_multiple)
+    nf, nb = bld.norm("final_norm")
+    lf, lb = bld.linear("lm_head", T, model.hidden, V, bias=False, cast_input=bld.mixed)
+    fwd, bwd = nf + lf, []
+    if bld.mixed:  # logits.float(): the loss runs on fp32 logits
+        fwd.append(mem("logits.float", "cast_bf16_to_fp32", "fwd", T * V, variant="fwd"))
+        bwd.append(mem("logits.grad_cast", "cast_fp32_to_bf16", "bwd", T * V, variant="fwd"))
+    fwd.append(mem("loss", "cross_entropy", "fwd", T * V, rows=T))
+    bwd.append(mem("loss.bwd", "cross_entropy", "bwd", T * V, rows=T))  # listed last, runs first
+    if model.tied_embeddings:  # the head's weight gradient is added into the embedding's
+        bwd.append(mem("tied.grad_add", "add", "bwd", V * model.hidden, variant="fwd"))
+    return fwd, bwd[::-1] + lb + nb
+
+
+def step_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
+                 recompute="none", layers=None, first_stage=True, last_stage=True):
+    """Forward and backward kernels of one micro-batch on one GPU (a pipeline stage)."""
+    layers = model.layers if layers is None else layers
+    lf, lb = layer_kernels(model, micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute)
+    fwd = [k.scaled(layers) for k in lf]
+    bwd = [k.scaled(layers) for k in lb]
+    if first_stage:
+        ef, eb = embedding_kernels(model, micro_batch, tp=tp, precision=precision)
+        fwd, bwd = ef + fwd, bwd + eb
+    if last_stage:
+        hf, hb = head_kernels(model, micro_batch, tp=tp, sp=sp, precision=precision)
+        fwd, bwd = fwd + hf, hb + bwd
+    return fwd, bwd
