@@ -212,7 +212,8 @@ def _check_fields(data, allowed, where: str, required=()) -> None:
 
 
 def _curve_from(value, where: str, base: Path | None):
-    """A curve given inline as pairs or as a CSV file with columns size_bytes and time_s."""
+    """A curve given inline as pairs or as a CSV file with columns size_bytes and time_s (a
+    calibration.collectives table: its cross-site all_reduce rows)."""
     if value is None or not isinstance(value, str):
         return value
     import pandas as pd
@@ -222,6 +223,8 @@ def _curve_from(value, where: str, base: Path | None):
     if not path.is_file():
         raise InvalidInputError(f"{where}: 'curve' file {value!r} does not exist")
     table = pd.read_csv(path)
+    if "scope" in table.columns:  # a calibration.collectives table: its cross-site all-reduce rows
+        table = table[(table["scope"] == "cross-site") & (table["collective"] == "all_reduce")]
     if not {"size_bytes", "time_s"} <= set(table.columns):
         raise InvalidInputError(f"{where}: 'curve' file {value!r} needs columns size_bytes and time_s "
                                 f"(has: {', '.join(table.columns)})")
