@@ -129,7 +129,7 @@ def three_level_time(multi, site_collectives, collective: str, size_bytes, layou
     size = np.asarray(size_bytes, float)
 
     def inside(c):
-        return np.max([hierarchical_time(site_collectives[n], c, size, *layouts[n], algorithm="ring")
+        return np.max([hierarchical_time(site_collectives[n], c, size, *layouts[n])
                        for n in multi.names], axis=0)
 
     wan = wan_time(multi, collective, size * concurrent_groups, algorithm=algorithm)
