@@ -67,6 +67,10 @@ class MultiSiteStrategy:
     overlap_steps: int = 0          # τ: inner steps a fragment's sync may overlap
     across: str = "dp"              # "dp": replicas span sites; "pp": pipeline stages do
     algorithm: str = "ring"         # over the sites: "ring" or "tree"
+    # a sync also overlaps the backward pass of the step that produced it, layer by layer (the
+    # assumption of Streaming DiLoCo's simulator, §3.1); False: it starts after the inner step
+    # ends, as an outer step computed after the inner optimizer's step does
+    overlap_backward: bool = False
 
     def __post_init__(self):
         check_choice("sync", self.sync, SYNCS)
@@ -76,6 +80,8 @@ class MultiSiteStrategy:
         object.__setattr__(self, "inner_steps", check_int("inner_steps", self.inner_steps))
         object.__setattr__(self, "streaming_fragments", check_int("streaming_fragments", self.streaming_fragments))
         object.__setattr__(self, "overlap_steps", check_int("overlap_steps", self.overlap_steps, minimum=0))
+        if not isinstance(self.overlap_backward, bool):
+            raise InvalidInputError(f"'overlap_backward' must be True or False: got {self.overlap_backward!r}")
         if isinstance(self.site, Mapping):
             object.__setattr__(self, "site", FrozenMap(self.site))
         sites = self.site.values() if isinstance(self.site, Mapping) else [self.site]
@@ -323,10 +329,16 @@ def outer_sync_s(model, multi, strategy: MultiSiteStrategy, steps) -> tuple[floa
     return t + gather, wan_bytes
 
 
-def diloco_period(inner_s: float, sync_s: float, strategy: MultiSiteStrategy) -> tuple[float, float]:
-    """(wall seconds of H inner steps with their syncs, the part of it no computation hides)."""
+def diloco_period(inner_s: float, sync_s: float, strategy: MultiSiteStrategy,
+                  backward_s: float = 0.0) -> tuple[float, float]:
+    """(wall seconds of H inner steps with their syncs, the part of it no computation hides).
+
+    A sync hides behind ``overlap_steps`` inner steps and, with ``overlap_backward``, behind
+    the ``backward_s`` of the step whose gradients it sends (layer by layer, as DDP buckets do).
+    """
     h, f, tau = strategy.inner_steps, strategy.streaming_fragments, strategy.overlap_steps
-    exposed = f * max(0.0, sync_s - tau * inner_s)
+    hidden = tau * inner_s + (backward_s if strategy.overlap_backward else 0.0)
+    exposed = f * max(0.0, sync_s - hidden)
     period = max(h * inner_s + exposed, f * sync_s)
     return period, period - h * inner_s
 
@@ -334,7 +346,9 @@ def diloco_period(inner_s: float, sync_s: float, strategy: MultiSiteStrategy) ->
 def _diloco(model, multi, strategy, steps) -> dict:
     own = np.array([st.prediction.step_time for st in steps])
     sync_s, wan_bytes = outer_sync_s(model, multi, strategy, steps)
-    period, exposed = diloco_period(float(own.max()), sync_s, strategy)
+    slowest = steps[int(own.argmax())]
+    backward = slowest.prediction.breakdown["backward"] / slowest.strategy.micro_batches  # the last micro-batch's
+    period, exposed = diloco_period(float(own.max()), sync_s, strategy, backward)
     return {"period": period, "steps": strategy.inner_steps, "outer": sync_s, "exposed": exposed,
             "busy": strategy.inner_steps * own, "wan_bytes": wan_bytes}
 
