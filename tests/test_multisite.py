@@ -252,8 +252,10 @@ def test_iperf_reports():
 def test_plan_over_sites_adds_per_site_costs(node):
     model = pm.preset("gpt2-small")
     us = pm.cluster("dgx-h100")
-    sites = pm.multi_cluster([pm.hardware.sites.Site("us", us, price_usd_per_gpu_hour=2.0),
-                              pm.hardware.sites.Site("eu", us)], wan=pm.wan_link("10Gb/s", "40ms"))
+    from perfmodel.hardware.sites import Site
+
+    sites = pm.multi_cluster([Site("us", us, price_usd_per_gpu_hour=2.0), Site("eu", us)],
+                             wan=pm.wan_link("10Gb/s", "40ms"))
     s = pm.MultiSiteStrategy(pm.Strategy(dp=8, micro_batch=8), sync="diloco", inner_steps=50)
     plan = pm.plan_multisite(model, sites, s, steps=1000, trials=200)
     step = pm.predict_multisite(model, sites, s).step_time

@@ -147,6 +147,7 @@ class SiteStep:
     collectives: Mapping
     dp_layout: tuple
     gpus: int
+    profile: object = None
 
 
 def _site_strategy(strategy: MultiSiteStrategy, site) -> Strategy:
@@ -180,7 +181,7 @@ def site_steps(model, multi: MultiCluster, strategy: MultiSiteStrategy, profile=
         prof = default_profile(site.cluster) if given is None else load_profile(given)
         lay = layout(s.dp, s.tp, s.pp, site.cluster.gpus_per_node, s.placement, cp=s.cp, ep=s.ep)
         out.append(SiteStep(site.name, s, p, cluster_collectives(site.cluster, prof),
-                            tuple(float(v) for v in lay["dp_cp"]), site.cluster.n_gpus))
+                            tuple(float(v) for v in lay["dp_cp"]), site.cluster.n_gpus, prof))
     return tuple(out)
 
 
@@ -254,9 +255,22 @@ def _sync_reduce_s(model, multi, steps, algorithm) -> tuple[float, float, float]
     return exposed, all_s, total * s.tp * s.pp
 
 
+def _bucket_passes_s(model, st: SiteStep) -> float:
+    """DDP's memory passes over its buckets (``perfmodel.data_parallel.ddp_bucket_passes``): the
+    site's ``dp_comm`` held them with its in-site reduction, which the three-level one replaces."""
+    from perfmodel.compose import _copy_pricer
+    from perfmodel.data_parallel import ddp_bucket_passes
+
+    copy_s = None if st.profile is None else _copy_pricer(st.profile)
+    if copy_s is None:  # a profile without a copy class: the passes are not priced, as in predict
+        return 0.0
+    return float(ddp_bucket_passes(copy_s, _params_per_rank(model, st.strategy), st.strategy.framework))
+
+
 def _sync_dp(model, multi, strategy, steps) -> dict:
     exposed, all_s, wan_bytes = _sync_reduce_s(model, multi, steps, strategy.algorithm)
-    own = np.array([st.prediction.step_time - st.prediction.breakdown["dp_comm"] for st in steps])
+    own = np.array([st.prediction.step_time - st.prediction.breakdown["dp_comm"] + _bucket_passes_s(model, st)
+                    for st in steps])
     step = float(own.max() + exposed)
     return {"period": step, "steps": 1, "outer": all_s, "exposed": step - float(own.max()),
             "busy": own, "wan_bytes": wan_bytes}
