@@ -23,7 +23,7 @@ from pathlib import Path
 from perfmodel.errors import InvalidInputError, PerfModelError
 
 # Modules that add their own sub-commands (compare/sweep/search, validate, plan).
-EXTENSIONS = ("perfmodel.explore.cli", "perfmodel.validate.cli", "perfmodel.transient.cli")
+EXTENSIONS = ("perfmodel.explore.cli", "perfmodel.validate.cli", "perfmodel.transient.cli", "perfmodel.analysis.cli")
 
 
 class Parser(argparse.ArgumentParser):

@@ -335,3 +335,20 @@ def test_streaming_diloco_simulated_bandwidth_table():
     assert abs(np.log(diloco["ratio"]).median()) < 0.1
     points = (diloco["ours_cu_at_paper_gbps"] - diloco["target_cu"]) * 100
     assert abs(points.median()) <= 3.0 and (points.abs() <= 3.0).mean() >= 0.75
+
+
+def test_sites_command(tmp_path, capsys):
+    from perfmodel.cli import main
+
+    path = tmp_path / "sites.toml"
+    path.write_text('[[sites]]\nname = "us"\ncluster = "dgx-h100"\n[[sites]]\nname = "eu"\ncluster = "dgx-h100"\n'
+                    '[wan]\nbandwidth = "10Gb/s"\nlatency = "40ms"\n')
+    assert main(["sites", "--sites", str(path), "--model", "gpt2-small", "--sync", "diloco", "--inner-steps", "50",
+                 "--outer-precision", "int8", "--target", "0.9", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    s = pm.MultiSiteStrategy(pm.Strategy(dp=8), sync="diloco", inner_steps=50, outer_precision="int8")
+    assert out["compute_utilization"] == pytest.approx(
+        pm.predict_multisite("gpt2-small", str(path), s).compute_utilization)
+    assert out["inner_steps_for_target"] == pm.inner_steps_for("gpt2-small", str(path), s, target=0.9)
+    assert main(["sites", "--sites", str(path), "--sync", "diloco", "--overlap-steps", "3"]) == 2
+    assert "'overlap_steps'=3 must be < inner_steps=1" in capsys.readouterr().err
