@@ -119,6 +119,18 @@ def test_diloco_step_utilisation(node):
     assert fp32.wan_bytes_per_sync == pytest.approx(4 * p.wan_bytes_per_sync)
 
 
+def test_diloco_over_sites_of_different_gpus_waits_for_the_slowest():
+    model = pm.preset("gpt2-small")
+    h100, a100 = pm.cluster("dgx-h100"), pm.cluster("dgx-a100-80gb")
+    sites = pm.multi_cluster([h100, a100], wan=pm.wan_link("10Gb/s", "40ms"), names=["h", "a"])
+    p = pm.predict_multisite(model, sites, pm.Strategy(dp=8, micro_batch=8), sync="diloco", inner_steps=50)
+    fast, slow = p.inner_step_s["h"], p.inner_step_s["a"]
+    assert fast < slow
+    assert p.period_s == pytest.approx(50 * slow + p.outer_sync_s)
+    # the faster site idles while the slower computes: GPU-weighted share of the period in own steps
+    assert p.compute_utilization == pytest.approx(50 * (fast + slow) / 2 / p.period_s)
+
+
 def test_synchronous_dp_across_sites_is_bound_by_the_wan(node):
     model = pm.preset("gpt2-small")
     s = pm.Strategy(dp=8, micro_batch=8)
