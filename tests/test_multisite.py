@@ -257,7 +257,9 @@ def test_iperf_reports():
     assert pm.wan_from_iperf(text, latency="10ms").latency_s == pytest.approx(0.01)
     with pytest.raises(InvalidInputError, match="'latency' is needed"):
         pm.wan_from_iperf(text)
-    with pytest.raises(InvalidInputError, match="receiver line"):
+    iperf2 = "[  3]  0.0- 5.0 sec   560 MBytes   940 Mbits/sec\n[SUM]  0.0-10.0 sec  2.2 GBytes  1.88 Gbits/sec\n"
+    assert pm.wan_from_iperf(iperf2, latency="5ms").bw_bytes_per_s == pytest.approx(1.88e9 / 8)
+    with pytest.raises(InvalidInputError, match="no iperf rate line"):
         pm.wan_from_iperf("nothing here")
 
 

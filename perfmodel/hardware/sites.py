@@ -280,7 +280,8 @@ def load_multi_cluster(path) -> MultiCluster:
 
 # --- an iperf-style measurement --------------------------------------------------------------------
 
-_IPERF_RATE = re.compile(r"([\d.]+)\s*([KMGT]?)bits/sec(?=.*receiver)")
+_IPERF_RECEIVER = re.compile(r"([\d.]+)\s*([KMGT]?)bits/sec(?=.*receiver)")
+_IPERF_RATE = re.compile(r"([\d.]+)\s*([KMGT]?)bits/sec")
 _PING_RTT = re.compile(r"(?:rtt|round-trip)[^=]*=\s*[\d.]+/([\d.]+)/")
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
@@ -289,7 +290,7 @@ def wan_from_iperf(report: str, *, latency=None, ping: str | None = None) -> Wan
     """A WAN link from an iperf3 report (text, or ``iperf3 --json``) and a latency.
 
     Bandwidth: the receiver's rate (the ``[SUM]`` line when several streams ran, i.e. the last
-    receiver line; JSON ``end.sum_received.bits_per_second``). Latency, one way: ``latency`` if
+    receiver line; JSON ``end.sum_received.bits_per_second``; iperf2: the last rate printed). Latency, one way: ``latency`` if
     given, else half the average round trip of a ``ping`` summary line, else half of iperf3
     JSON's ``mean_rtt`` (microseconds, TCP info of the sender).
     """
@@ -305,9 +306,10 @@ def wan_from_iperf(report: str, *, latency=None, ping: str | None = None) -> Wan
             raise InvalidInputError("'report' is iperf3 JSON without end.sum_received.bits_per_second") from None
         rtt_s = sum(rtts) / len(rtts) * 1e-6 if rtts else None
     else:
-        found = _IPERF_RATE.findall(report)
+        # iperf3 marks the receiver's summary; iperf2 prints only rates, its summary last
+        found = _IPERF_RECEIVER.findall(report) or _IPERF_RATE.findall(report)
         if not found:
-            raise InvalidInputError("'report' has no iperf3 receiver line ('... Gbits/sec ... receiver')")
+            raise InvalidInputError("'report' has no iperf rate line ('... 9.41 Gbits/sec ... receiver')")
         value, prefix = found[-1]
         bits = float(value) * _PREFIX[prefix]
     if latency is not None:
