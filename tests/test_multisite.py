@@ -65,6 +65,13 @@ def test_three_level_all_reduce_by_hand(node):
         three_level_time(sites, coll, "all_to_all", 1e9, lay)
 
 
+def test_wan_ring_latency_follows_the_site_levels_rule():
+    from perfmodel.costs.wan import ring_entry
+    from perfmodel.fabric import datasheet_entry as site_entry
+
+    assert ring_entry(1e9, 0.03, source="x")["params"] == site_entry(1e9, 0.03, source="x")["params"]
+
+
 def test_per_pair_links_ring_takes_the_slowest_edge_and_tree_its_paths(node):
     link = pm.wan_link
     sites = pm.multi_cluster([node] * 3, names=["a", "b", "c"], links={

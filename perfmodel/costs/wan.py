@@ -17,7 +17,7 @@ groups crossing at once (the tensor x pipeline shards of a model) multiply the W
 
 Over the sites, ``algorithm="ring"`` is a ring in the order the sites are listed, paced by its
 slowest link (the smallest bandwidth, the largest latency of the ring's edges), latency per
-step as NCCL's tuning model charges it (:func:`perfmodel.fabric.datasheet_entry`);
+step as NCCL's tuning model charges it (the rule of ``perfmodel.fabric.datasheet_entry``);
 ``algorithm="tree"`` is a binary tree over the sites in that order (site i's parent is
 (i - 1) // 2), latency twice the slowest root-to-leaf path (reduce up, broadcast down), bus
 bandwidth as the ring's (NCCL's double binary tree reaches full bandwidth, Jeaugey 2019,
@@ -31,16 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.costs.comm import (
-    BUSBW_FACTOR,
-    collective_time,
-    hierarchical_time,
-)
-from perfmodel.costs.comm import (
-    datasheet_entry as constant_latency_entry,
-)
+from perfmodel.costs.comm import BUSBW_FACTOR, collective_time, datasheet_entry, hierarchical_time
 from perfmodel.errors import UnsupportedError
-from perfmodel.fabric import datasheet_entry as ring_entry
 from perfmodel.validation import check_choice
 
 SITE_ALGORITHMS = ("ring", "tree")
@@ -69,6 +61,14 @@ def tree_paths(names) -> list[list[tuple[str, str]]]:
     return paths
 
 
+def ring_entry(bw_bytes_per_s: float, latency_s: float, *, source: str) -> dict:
+    """A datasheet entry whose latency grows by one link latency per ring step, the rule the
+    site levels follow (perfmodel.fabric.datasheet_entry; NVIDIA/nccl src/graph/tuning.cc)."""
+    entry = datasheet_entry(bw_bytes_per_s, latency_s, source=source)
+    entry["params"]["alpha_rank_s"] = float(latency_s)
+    return entry
+
+
 def wan_entry(multi, algorithm: str = "ring") -> dict:
     """The collective entry (perfmodel.costs.comm form) of the WAN level over all the sites."""
     check_choice("algorithm", algorithm, SITE_ALGORITHMS)
@@ -82,7 +82,7 @@ def wan_entry(multi, algorithm: str = "ring") -> dict:
     edges = {edge for path in paths for edge in path}
     bw = min(multi.link(a, b).bw_bytes_per_s for a, b in edges)
     depth_s = max(sum(multi.link(a, b).latency_s for a, b in path) for path in paths)
-    return constant_latency_entry(bw, 2.0 * depth_s, source=f"WAN binary tree over {', '.join(names)}")
+    return datasheet_entry(bw, 2.0 * depth_s, source=f"WAN binary tree over {', '.join(names)}")
 
 
 def _measured_curve(multi):
