@@ -311,6 +311,8 @@ def test_bad_input_names_the_field(node, tmp_path):
         pm.required_wan_bandwidth("gpt2-small", _sites(node), pm.Strategy(dp=8), target=1.5)
     with pytest.raises(InvalidInputError, match="'site' strategies must name every site: 's1'"):
         pm.predict_multisite("gpt2-small", _sites(node), {"s0": pm.Strategy(dp=8)})
+    with pytest.raises(InvalidInputError, match=r"'profile' names sites that are not in .*\['mars'\]"):
+        pm.predict_multisite("gpt2-small", _sites(node), pm.Strategy(dp=8), profile={"mars": "h100-sxm5-80gb"})
     bad = tmp_path / "bad.toml"
     bad.write_text('[[sites]]\nname = "a"\ncluster = "h200"\nprice = 2\n')
     with pytest.raises(InvalidInputError, match=r"\[\[sites\]\] #1: unknown field 'price'"):

@@ -173,6 +173,11 @@ def site_steps(model, multi: MultiCluster, strategy: MultiSiteStrategy, profile=
     from perfmodel.predict import default_profile, predict
     from perfmodel.profile import load_profile
 
+    for given, what in ((profile, "profile"), (strategy.site, "site")):
+        unknown = sorted(set(given) - set(multi.names)) if isinstance(given, Mapping) else []
+        if unknown:
+            raise InvalidInputError(f"{what!r} names sites that are not in {multi.name!r}: {unknown} "
+                                    f"(sites: {', '.join(multi.names)})")
     out = []
     for site in multi.sites:
         s = _site_strategy(strategy, site)
