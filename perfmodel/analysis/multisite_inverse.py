@@ -26,12 +26,14 @@ from perfmodel.analysis.multisite import (
     price,
     site_steps,
 )
-from perfmodel.errors import InfeasibleError, InvalidInputError, UnsupportedError
+from perfmodel.errors import InfeasibleError, InvalidInputError
 from perfmodel.hardware.sites import MultiCluster, WanLink, multi_cluster
 from perfmodel.validation import check_int, check_positive
 from perfmodel.workload.presets import as_model
 
 BANDWIDTH_BOUNDS = (1e3, 1e15)  # bytes/s searched: 8 kb/s to 8 Pb/s
+HINTS = {"diloco": "more inner_steps or overlap_steps would help",
+         "sync": "fewer, larger messages (bucket_mb, micro_batch) or sync='diloco' would help"}
 
 
 def _target(target) -> float:
@@ -42,12 +44,19 @@ def _target(target) -> float:
 
 
 def _setup(model, sites, strategy, profile, changes):
+    """(model, sites, strategy, the sites' own steps or None for pipelines across sites)."""
     multi = sites if isinstance(sites, MultiCluster) else multi_cluster(sites)
     model = as_model(model)
     s = as_multisite_strategy(strategy, changes)
-    if s.across != "dp":
-        raise UnsupportedError("the inverse questions are priced for across='dp' (replicas across sites)")
-    return model, multi, s, site_steps(model, multi, s, profile)
+    return model, multi, s, (site_steps(model, multi, s, profile) if s.across == "dp" else None)
+
+
+def _utilisation(model, multi, s, steps, profile) -> float:
+    """Compute utilisation from the sites' own steps (priced once), or, for pipelines across sites,
+    from the whole pipeline priced again (its WAN sends sit inside the step)."""
+    if steps is None:
+        return predict_multisite(model, multi, s, profile=profile).compute_utilization
+    return price(model, multi, s, steps).compute_utilization
 
 
 def _slowest_latency(multi: MultiCluster) -> float:
@@ -68,14 +77,14 @@ def required_wan_bandwidth(model, sites, strategy=None, target: float = 0.9, *, 
 
     def gap(log_bw):
         wan = WanLink(math.exp(log_bw), latency, None, "bandwidth searched")
-        return price(model, multi.with_wan(wan), s, steps).compute_utilization - target
+        return _utilisation(model, multi.with_wan(wan), s, steps, profile) - target
 
     lo, hi = (math.log(b) for b in BANDWIDTH_BOUNDS)
     if gap(hi) < 0:
         reached = gap(hi) + target
         raise InfeasibleError(f"compute utilisation {target:.0%} is out of reach at any bandwidth: with "
                               f"latency {latency * 1e3:.3g} ms it reaches {reached:.1%} at most "
-                              f"(more inner_steps, overlap_steps or fragments would help)")
+                              f"({HINTS[s.sync]})")
     if gap(lo) >= 0:
         return BANDWIDTH_BOUNDS[0]
     return float(math.exp(brentq(gap, lo, hi, xtol=1e-9, rtol=1e-10)))
@@ -108,7 +117,7 @@ def inner_steps_for(model, sites, strategy=None, target: float = 0.9, *, profile
         raise InvalidInputError(f"'inner_steps' is DiLoCo's: use sync='diloco' (got sync={s.sync!r})")
 
     def reached(h: int) -> bool:
-        return price(model, multi, s.replace(inner_steps=h), steps).compute_utilization >= target
+        return _utilisation(model, multi, s.replace(inner_steps=h), steps, profile) >= target
 
     lo = max(s.streaming_fragments, s.overlap_steps + 1)
     if reached(lo):
