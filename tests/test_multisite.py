@@ -380,3 +380,14 @@ def test_sites_command(tmp_path, capsys):
     assert out["inner_steps_for_target"] == pm.inner_steps_for("gpt2-small", str(path), s, target=0.9)
     assert main(["sites", "--sites", str(path), "--sync", "diloco", "--overlap-steps", "3"]) == 2
     assert "'overlap_steps'=3 must be < inner_steps=1" in capsys.readouterr().err
+
+
+def test_cross_site_rows_are_no_level_of_a_site_profile():
+    import pandas as pd
+
+    from perfmodel.fit.comm import clean_table
+
+    table = pd.DataFrame({"collective": ["all_reduce"] * 2, "scope": ["cross-site", "inter"],
+                          "group_size": [2, 2], "nodes": [2, 2], "size_bytes": [1e6, 1e6], "time_s": [0.1, 1e-3]})
+    rows, rejected = clean_table(table)
+    assert list(rows["scope"]) == ["inter"] and sum(rejected.values()) == 1
