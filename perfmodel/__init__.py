@@ -36,6 +36,7 @@ def __getattr__(name):  # heavier entry points load on first use
         "predict_mixed": "perfmodel.hetero",
         "multi_cluster": "perfmodel.hardware.sites", "wan_link": "perfmodel.hardware.sites",
         "wan_from_iperf": "perfmodel.hardware.sites", "MultiCluster": "perfmodel.hardware.sites",
+        "Site": "perfmodel.hardware.sites", "WanLink": "perfmodel.hardware.sites",
         "MultiSiteStrategy": "perfmodel.analysis.multisite", "predict_multisite": "perfmodel.analysis.multisite",
         "required_wan_bandwidth": "perfmodel.analysis.multisite_inverse",
         "inner_steps_for": "perfmodel.analysis.multisite_inverse",
