@@ -10,6 +10,12 @@ Run one process per GPU under a launcher::
     srun --nodes 4 --ntasks-per-node 8 python -m calibration.collectives --out calib/cluster
     # two CPU processes over gloo, as the tests do:
     torchrun --nproc-per-node 2 -m calibration.collectives --quick --out /tmp/coll
+    # across datacenters: one launch per site, all joined to one rendezvous, each naming its site;
+    # the cross-site scope times one rank per site (its all_reduce rows are a WAN curve):
+    torchrun --nnodes 2 --nproc-per-node 1 --rdzv-endpoint HOST:29500 \\
+        -m calibration.collectives --site us-east --scopes cross-site --out calib/wan
+    # or turn an iperf3 report (and a ping summary) into a [wan] table, no launcher needed:
+    python -m calibration.collectives --iperf iperf.txt --ping ping.txt --out calib/wan
 
 Measured: all_reduce, all_gather (all_gather_into_tensor), reduce_scatter
 (reduce_scatter_tensor), broadcast, all_to_all (all_to_all_single) and a ring
@@ -49,7 +55,7 @@ from perfmodel.core.errors import PerfModelError, unknown_name
 from perfmodel.costs.comm import COLLECTIVES, busbw_factor
 from perfmodel.core.units import parse_bytes
 
-SCOPES = ("world", "intra", "inter", "subgroup")
+SCOPES = ("world", "intra", "inter", "subgroup", "cross-site")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TARGET_BATCH_S = 2e-3  # a timed batch of back-to-back collectives lasts at least 2 ms
 MAX_ITERS = 50
@@ -73,6 +79,7 @@ class Layout:
     rank: int
     world_size: int
     hosts: tuple[str, ...]  # host of each rank
+    sites: tuple = ()  # site of each rank (--site), empty when not given
 
     @property
     def nodes(self) -> list[str]:
@@ -86,6 +93,12 @@ class Layout:
         per_node = self.node_ranks()
         if scope == "world":
             return [(tuple(range(self.world_size)),)]
+        if scope == "cross-site":  # the first rank of each named site
+            firsts: dict = {}
+            for r, site in enumerate(self.sites):
+                if site:
+                    firsts.setdefault(site, r)
+            return [(tuple(firsts.values()),)] if len(firsts) > 1 else []
         if scope == "intra":
             return [tuple(per_node)] if len(per_node) > 1 and min(map(len, per_node)) > 1 else []
         if scope == "inter":
@@ -135,6 +148,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "back-to-back calls)")
     p.add_argument("--force-mix", action="store_true", help="write into a folder measured on other machines")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--site", default=os.environ.get("PERFMODEL_SITE"),
+                   help="name of this process's datacenter, for the cross-site scope (default $PERFMODEL_SITE)")
+    p.add_argument("--iperf", default=None, metavar="FILE",
+                   help="write wan.toml from an iperf3 report (text or --json) instead of measuring")
+    p.add_argument("--ping", default=None, metavar="FILE", help="with --iperf: a ping summary for the latency")
+    p.add_argument("--latency", default=None, help="with --iperf: the one-way latency, e.g. 35ms")
     return p.parse_args(argv)
 
 
@@ -401,8 +420,9 @@ def _measure_all(cases, rows, done, handles, layout, args, device, apis, writer)
 def run(args: argparse.Namespace, env: DistEnv) -> int:
     backend, device = _init(env)
     hosts = [None] * env.world_size
-    dist.all_gather_object(hosts, socket.gethostname())
-    layout = Layout(env.rank, env.world_size, tuple(hosts))
+    dist.all_gather_object(hosts, (socket.gethostname(), args.site))
+    layout = Layout(env.rank, env.world_size, tuple(h for h, _ in hosts),
+                    tuple(site for _, site in hosts) if any(site for _, site in hosts) else ())
     handles = {}
     scopes = _subset(args.scopes, SCOPES, "scope")
     for scope in scopes:  # every rank creates every group, in the same order
@@ -448,9 +468,30 @@ def run(args: argparse.Namespace, env: DistEnv) -> int:
     return 0
 
 
+def write_wan(args: argparse.Namespace) -> int:
+    """``--iperf``: the [wan] table of a measured link, printed and written to OUT/wan.toml."""
+    from perfmodel.hardware.sites import wan_from_iperf
+    from perfmodel.core.checks import read_text_file
+
+    ping = read_text_file(args.ping, field="--ping") if args.ping else None
+    link = wan_from_iperf(read_text_file(args.iperf, field="--iperf"), latency=args.latency, ping=ping)
+    text = (f"[wan]  # {link.source}: {Path(args.iperf).name}\n"
+            f"bandwidth = \"{link.bw_bytes_per_s * 8 / 1e9:.6g}Gb/s\"\nlatency = \"{link.latency_s * 1e3:.6g}ms\"\n")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "wan.toml").write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.iperf:
+        try:
+            return write_wan(args)
+        except PerfModelError as exc:
+            print(f"calibration.collectives: error: {exc}", file=sys.stderr)
+            return 2
     env = dist_env()
     if env is None:
         print(launch_hint(argv), file=sys.stderr)

@@ -35,6 +35,13 @@ def __getattr__(name):  # heavier entry points load on first use
         "from_torch": "perfmodel.workload.torch_import", "from_hf_config": "perfmodel.workload.hf",
         "plan_training": "perfmodel.analysis.transient", "symbolic_step_time": "perfmodel.analysis.symbolic",
         "predict_mixed": "perfmodel.analysis.hetero",
+        "multi_cluster": "perfmodel.hardware.sites", "wan_link": "perfmodel.hardware.sites",
+        "wan_from_iperf": "perfmodel.hardware.sites", "MultiCluster": "perfmodel.hardware.sites",
+        "Site": "perfmodel.hardware.sites", "WanLink": "perfmodel.hardware.sites",
+        "MultiSiteStrategy": "perfmodel.analysis.multisite", "predict_multisite": "perfmodel.analysis.multisite",
+        "required_wan_bandwidth": "perfmodel.analysis.multisite_inverse",
+        "inner_steps_for": "perfmodel.analysis.multisite_inverse",
+        "plan_multisite": "perfmodel.analysis.multisite_inverse",
     }
     if name in lazy:
         import importlib

@@ -23,7 +23,7 @@ from pathlib import Path
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 
 # Modules that add their own sub-commands (compare/sweep/search, validate, plan).
-EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient")
+EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient", "perfmodel.cli.sites")
 
 
 class Parser(argparse.ArgumentParser):

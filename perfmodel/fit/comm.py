@@ -92,6 +92,8 @@ def _level(row) -> str | None:
     """Fabric level of a measurement: scope if it says intra/inter, else from where ranks sit."""
     if row.get("scope") in ("intra", "inter"):
         return row["scope"]
+    if row.get("scope") == "cross-site":  # a WAN curve (perfmodel.hardware.sites), no level of a site
+        return None
     nodes, group = row.get("nodes"), row.get("group_size")
     if nodes is None or pd.isna(nodes):
         return None

@@ -72,6 +72,8 @@ def _from_file(path_arg) -> tuple[Node | GPU, int, str]:
     path = catalog.existing_file(path_arg, "cluster")
     shown = str(path_arg)
     data = catalog.read_toml_file(path, shown)
+    if "sites" in data:  # several datacenters: perfmodel.hardware.sites
+        raise InvalidInputError(f"{shown}: describes [[sites]] joined by a WAN: load it with pm.multi_cluster({shown!r})")
     if "peak_flops" in data:  # a GPU file
         return catalog.load_gpu(path), 1, ""
     if "node" not in data:  # a node file, perhaps with a node count
