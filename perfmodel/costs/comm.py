@@ -27,7 +27,8 @@ import numpy as np
 import sympy as sp
 
 from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
-from perfmodel.forms.registry import FORMS, Form, register
+from perfmodel.forms.base import Form
+from perfmodel.forms.registry import COMM_FORMS, FORMS
 from perfmodel.core.checks import check_choice, check_int, check_positive
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
@@ -45,48 +46,6 @@ BUSBW_FACTOR: dict[str, Callable] = {
     "all_to_all": lambda n: (n - 1) / n,  # S = bytes each rank sends in all
     "sendrecv": lambda n: 1 + 0 * n,  # S = bytes each rank sends
 }
-
-
-# --- closed forms ---------------------------------------------------------------------------
-
-
-def _alpha(p, n):
-    # latency grows with the ring's step count (Thakur, Rabenseifner & Gropp 2005): alpha + a_r (n-1)
-    return p["alpha_s"] + p["alpha_rank_s"] * (n - 1)
-
-
-def _alpha_beta_np(p, *, size, n, factor):
-    return _alpha(p, n) + size * factor / p["busbw_bytes_per_s"]  # Hockney alpha-beta
-
-
-def _logistic_np(p, *, size, n, factor):
-    # busbw(S) = B / (1 + (S_half / S)^k): a logistic in log S, so S / busbw = (S + S_half^k S^(1-k)) / B
-    shape = p["half_size_bytes"] ** p["exponent"] * size ** (1 - p["exponent"])
-    return _alpha(p, n) + factor * (size + shape) / p["busbw_bytes_per_s"]
-
-
-def _alpha_beta_sp(p, *, size, n, factor):
-    return _alpha(p, n) + size * factor / p["busbw_bytes_per_s"]
-
-
-def _logistic_sp(p, *, size, n, factor):
-    busbw = p["busbw_bytes_per_s"] / (1 + (p["half_size_bytes"] / size) ** p["exponent"])
-    return _alpha(p, n) + size * factor / busbw
-
-
-_VARIABLES = ("size", "n", "factor")
-_AB_PARAMS = ("alpha_s", "alpha_rank_s", "busbw_bytes_per_s")
-
-register(Form(
-    "comm_alpha_beta", _VARIABLES, _AB_PARAMS, _alpha_beta_np, _alpha_beta_sp,
-    doc="t = alpha(n) + S factor(n) / B (constant bus bandwidth; Hockney 1994)",
-))
-register(Form(
-    "comm_logistic", _VARIABLES, (*_AB_PARAMS, "half_size_bytes", "exponent"),
-    _logistic_np, _logistic_sp,
-    doc="t = alpha(n) + S factor(n) / busbw(S), busbw(S) = B / (1 + (S_half/S)^k)",
-))
-COMM_FORMS = ("comm_alpha_beta", "comm_logistic")
 
 
 # --- input checks ---------------------------------------------------------------------------

@@ -27,7 +27,14 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from perfmodel.forms.registry import Form, register
+from perfmodel.forms.base import Form
+
+_DEFINED: list[Form] = []
+
+
+def _define(form: Form) -> Form:
+    _DEFINED.append(form)
+    return form
 
 
 def _align_bytes(x, elem_bytes):
@@ -96,7 +103,7 @@ def _sym_gemm(p, m, n, k, q):
 
 GEMM_COMMON = ("R", "k_half", "t0", "t_cpu", "p16", "p8", "p4", "p2", "p_both", "bw", "elem_bytes")
 
-register(Form(
+_define(Form(
     "gemm_wave", ("m", "n", "k"), (*GEMM_COMMON, "TM", "TN", "sms"),
     lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_wave_gpu(p, m, n, k)),
     lambda p, m, n, k: _sym_gemm(
@@ -105,7 +112,7 @@ register(Form(
         / (sp.ceiling(sp.ceiling(m / p["TM"]) * sp.ceiling(n / p["TN"]) / p["sms"]) * p["sms"])),
     "tile-wave quantised GEMM with K saturation and an alignment penalty",
 ))
-register(Form(
+_define(Form(
     "gemm_smooth", ("m", "n", "k"), (*GEMM_COMMON, "m_half", "n_half"),
     lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_smooth_gpu(p, m, n, k)),
     lambda p, m, n, k: _sym_gemm(p, m, n, k, m / (m + p["m_half"]) * n / (n + p["n_half"])),
@@ -147,7 +154,7 @@ for _name, _params, _doc in (
         ("gemm_two", GEMM_TWO, "aligned and misaligned GEMM kernel families with separate rates and saturation"),
         ("gemm_two_levels", (*GEMM_TWO, "p4", "p2"),
          "as gemm_two, misaligned rows 4- and 2-byte aligned at their own fraction of the 8-byte rate")):
-    register(Form(
+    _define(Form(
         _name, ("m", "n", "k"), _params,
         lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_two_gpu(p, m, n, k)),
         _sym_gemm_two, _doc,
@@ -210,7 +217,7 @@ def _sym_gemm_tiles(p, m, n, k):
     return sp.Max(p["t_cpu"], sp.Max(p["t0"] + t, bytes_moved / p["bw"]))
 
 
-register(Form(
+_define(Form(
     "gemm_tiles", ("m", "n", "k"),
     ("R", "k_half", "e16", "e8", "e4", "t_split", "p16", "R_mis", "k_half_mis", "mn_half_mis", "p4", "p2",
      "t0", "t_cpu", "bw", "elem_bytes", "sms"),
@@ -219,25 +226,25 @@ register(Form(
     "fastest of several output-tile shapes and split-K factors (waves on the SMs); misaligned rows padded",
 ))
 
-register(Form(
+_define(Form(
     "mem_affine", ("x",), ("t0", "beta", "t_cpu"),
     lambda p, x: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"]),
     lambda p, x: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"]),
     "latency + elements × bytes-per-element / bandwidth",
 ))
-register(Form(
+_define(Form(
     "mem_power", ("x",), ("t0", "beta", "gamma", "t_cpu"),
     lambda p, x: np.maximum(p["t_cpu"], p["t0"] + p["beta"] * x ** p["gamma"]),
     lambda p, x: sp.Max(p["t_cpu"], p["t0"] + p["beta"] * x ** p["gamma"]),
     "latency + a power law in size (bandwidth that still grows with size)",
 ))
-register(Form(
+_define(Form(
     "mem_smoothmax", ("x",), ("t0", "beta", "q", "t_cpu"),
     lambda p, x: np.maximum(p["t_cpu"], (p["t0"] ** p["q"] + (x * p["beta"]) ** p["q"]) ** (1.0 / p["q"])),
     lambda p, x: sp.Max(p["t_cpu"], (p["t0"] ** p["q"] + (x * p["beta"]) ** p["q"]) ** (1 / p["q"])),
     "latency or bandwidth bound, whichever dominates, joined smoothly (q-norm of the two)",
 ))
-register(Form(
+_define(Form(
     "mem_rows", ("x", "rows"), ("t0", "beta", "beta_row", "t_cpu"),
     lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
     lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + rows * p["beta_row"]),
@@ -250,13 +257,13 @@ def _rowlen_factor(p, x, rows):
     return 1 + p["r"] * length ** p["q"] / (length ** p["q"] + p["L_half"] ** p["q"])
 
 
-register(Form(
+_define(Form(
     "mem_rowlen", ("x", "rows"), ("t0", "beta", "r", "L_half", "q", "t_cpu"),
     lambda p, x, rows: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows)),
     lambda p, x, rows: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] * _rowlen_factor(p, x, rows)),
     "row-wise kernel whose cost per element grows with the row length (softmax over long rows)",
 ))
-register(Form(
+_define(Form(
     "mem_affine2", ("x", "y"), ("t0", "beta", "beta_y", "t_cpu"),
     lambda p, x, y: np.maximum(p["t_cpu"], p["t0"] + x * p["beta"] + y * p["beta_y"]),
     lambda p, x, y: sp.Max(p["t_cpu"], p["t0"] + x * p["beta"] + y * p["beta_y"]),
@@ -336,7 +343,7 @@ for _name, _step, _params, _fn, _sym, _doc in (
          "plus the longest program's sweep"),
         ("sdpa_tiles64", 64, SDPA_TILES, _sdpa_tiles_time, _sym_sdpa_tiles,
          "as sdpa_tiles with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)")):
-    register(Form(
+    _define(Form(
         _name, ("batch", "heads", "seq", "head_dim", "causal"), _params,
         lambda p, batch, heads, seq, head_dim, causal, step=_step, fn=_fn: fn(
             p, batch, heads, seq, head_dim, causal, step),
@@ -345,9 +352,11 @@ for _name, _step, _params, _fn, _sym, _doc in (
         _doc,
     ))
 
-register(Form(
+_define(Form(
     "per_param", ("params",), ("t0", "beta"),
     lambda p, /, params: p["t0"] + params * p["beta"],
     lambda p, /, params: p["t0"] + params * p["beta"],
     "optimizer step: latency + parameters × bytes-per-parameter / bandwidth",
 ))
+
+FORMS: tuple[Form, ...] = tuple(_DEFINED)  # every compute form, in definition order

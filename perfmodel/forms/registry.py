@@ -1,79 +1,37 @@
-"""Named closed forms: one numpy function and its sympy twin per form.
+"""The registry of named closed forms, built explicitly from the modules that define them.
 
 A Profile stores, for each op class or collective, the *name* of a closed form
 and its fitted parameters. Loading a profile looks the name up here: nothing
-from a file is ever executed. Each form evaluates on numpy arrays (so sweeps
-broadcast) and exports the same formula as a sympy expression, so a user can
-read, differentiate or solve it; tests check both agree.
+from a file is ever executed. The registry is the union of the ``FORMS`` tuples
+of :mod:`perfmodel.forms.compute` and :mod:`perfmodel.forms.comm`; importing a
+module never adds to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
-import numpy as np
-import sympy as sp
-
-from perfmodel.core.errors import ProfileError, unknown_name
-
-
-@dataclass(frozen=True)
-class Form:
-    """A closed form ``f(variables; params)`` with a numpy and a sympy body.
-
-    ``numpy_fn(params, **variables)`` and ``sympy_fn(params, **symbols)``
-    receive ``params`` as a mapping name -> value (floats or sympy symbols).
-    """
-
-    name: str
-    variables: tuple[str, ...]
-    params: tuple[str, ...]
-    numpy_fn: Callable
-    sympy_fn: Callable
-    doc: str = ""
-
-    def evaluate(self, params: Mapping[str, float], /, **variables):
-        self._check(params, variables)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return self.numpy_fn(params, **{k: np.asarray(v, dtype=float) for k, v in variables.items()})
-
-    def expression(self, params: Mapping[str, float] | None = None, /, **symbols) -> sp.Expr:
-        """Sympy expression; free variables default to symbols named like them."""
-        syms = {v: symbols.get(v, sp.Symbol(v, positive=True)) for v in self.variables}
-        if params is None:
-            params = {p: sp.Symbol(p, positive=True) for p in self.params}
-        else:
-            params = {p: sp.Float(params[p]) if isinstance(params[p], float) else params[p] for p in self.params}
-        return self.sympy_fn(params, **syms)
-
-    def _check(self, params, variables) -> None:
-        missing = [p for p in self.params if p not in params]
-        if missing:
-            raise ProfileError(f"form {self.name!r} lacks parameters {missing} (needs {list(self.params)})")
-        extra = set(variables) - set(self.variables)
-        if extra:
-            raise ProfileError(f"form {self.name!r} takes variables {list(self.variables)}, got {sorted(extra)}")
+from perfmodel.core.errors import unknown_name
+from perfmodel.forms import comm, compute
+from perfmodel.forms.base import Form
 
 
-FORMS: dict[str, Form] = {}
+def _registry(*groups: Iterable[Form]) -> Mapping[str, Form]:
+    forms: dict[str, Form] = {}
+    for group in groups:
+        for form in group:
+            if form.name in forms:
+                raise ValueError(f"form {form.name!r} defined twice")
+            forms[form.name] = form
+    return MappingProxyType(forms)
 
 
-def register(form: Form) -> Form:
-    if form.name in FORMS:
-        raise ValueError(f"form {form.name!r} registered twice")
-    FORMS[form.name] = form
-    return form
+FORMS: Mapping[str, Form] = _registry(compute.FORMS, comm.FORMS)
+COMM_FORMS: tuple[str, ...] = tuple(f.name for f in comm.FORMS)
 
 
 def get_form(name: str) -> Form:
-    # Importing the modules that define forms fills the registry on first use.
-    from perfmodel.forms import compute  # noqa: F401
-
-    try:
-        from perfmodel.costs import comm  # noqa: F401
-    except ImportError:  # communication forms are optional until that module exists
-        pass
     if name not in FORMS:
         raise unknown_name("closed form", name, FORMS)
     return FORMS[name]

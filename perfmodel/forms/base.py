@@ -1,0 +1,56 @@
+"""A closed form: one numpy function and its sympy twin.
+
+A Profile stores, for each op class or collective, the *name* of a closed form
+and its fitted parameters. Loading a profile looks the name up here: nothing
+from a file is ever executed. Each form evaluates on numpy arrays (so sweeps
+broadcast) and exports the same formula as a sympy expression, so a user can
+read, differentiate or solve it; tests check both agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from perfmodel.core.errors import ProfileError
+
+
+@dataclass(frozen=True)
+class Form:
+    """A closed form ``f(variables; params)`` with a numpy and a sympy body.
+
+    ``numpy_fn(params, **variables)`` and ``sympy_fn(params, **symbols)``
+    receive ``params`` as a mapping name -> value (floats or sympy symbols).
+    """
+
+    name: str
+    variables: tuple[str, ...]
+    params: tuple[str, ...]
+    numpy_fn: Callable
+    sympy_fn: Callable
+    doc: str = ""
+
+    def evaluate(self, params: Mapping[str, float], /, **variables):
+        self._check(params, variables)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self.numpy_fn(params, **{k: np.asarray(v, dtype=float) for k, v in variables.items()})
+
+    def expression(self, params: Mapping[str, float] | None = None, /, **symbols) -> sp.Expr:
+        """Sympy expression; free variables default to symbols named like them."""
+        syms = {v: symbols.get(v, sp.Symbol(v, positive=True)) for v in self.variables}
+        if params is None:
+            params = {p: sp.Symbol(p, positive=True) for p in self.params}
+        else:
+            params = {p: sp.Float(params[p]) if isinstance(params[p], float) else params[p] for p in self.params}
+        return self.sympy_fn(params, **syms)
+
+    def _check(self, params, variables) -> None:
+        missing = [p for p in self.params if p not in params]
+        if missing:
+            raise ProfileError(f"form {self.name!r} lacks parameters {missing} (needs {list(self.params)})")
+        extra = set(variables) - set(self.variables)
+        if extra:
+            raise ProfileError(f"form {self.name!r} takes variables {list(self.variables)}, got {sorted(extra)}")
