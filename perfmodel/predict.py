@@ -84,7 +84,7 @@ def default_profile(cluster) -> Profile:
 @cache
 def _datasheet_profile(gpu) -> Profile:
     """The reference profile scaled to ``gpu``'s datasheet, once per GPU (sweeps price it many times)."""
-    from perfmodel.fit.build import REFERENCE_PROFILE, datasheet_profile
+    from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
 
     return datasheet_profile(gpu, load_profile(REFERENCE_PROFILE))
 

@@ -21,31 +21,19 @@ A group of one rank, or a message of zero bytes, costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import sympy as sp
 
 from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
+from perfmodel.core.choices import ALGORITHMS, COLLECTIVES, ENTRY_KEYS, LEVELS  # noqa: F401 (re-exported)
 from perfmodel.forms.base import Form
+from perfmodel.forms.comm import BUSBW_FACTOR, collective_expression
 from perfmodel.forms.registry import COMM_FORMS, FORMS
 from perfmodel.core.checks import check_choice, check_int, check_positive
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
-LEVELS = ("intra", "inter")
-ALGORITHMS = ("hierarchical", "ring")
-ENTRY_KEYS = ("form", "params", "cv_mape", "n_points", "range_bytes", "source")
 
-# busbw = algbw * factor(n); works on numpy arrays and sympy symbols alike.
-# Source: NVIDIA/nccl-tests doc/PERFORMANCE.md (sendrecv: point to point, factor 1).
-BUSBW_FACTOR: dict[str, Callable] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,  # ring: 2(n-1) steps of S/n each
-    "all_gather": lambda n: (n - 1) / n,  # S = sendcount * sizeof(dtype) * n
-    "reduce_scatter": lambda n: (n - 1) / n,  # S = recvcount * sizeof(dtype) * n
-    "broadcast": lambda n: 1 + 0 * n,  # every rank receives S once
-    "all_to_all": lambda n: (n - 1) / n,  # S = bytes each rank sends in all
-    "sendrecv": lambda n: 1 + 0 * n,  # S = bytes each rank sends
-}
 
 
 # --- input checks ---------------------------------------------------------------------------
@@ -155,7 +143,7 @@ def formula(entry: Mapping, collective: str, *, size=SIZE_SYMBOL, n=RANKS_SYMBOL
     _check_collective(collective)
     form = comm_form(entry)
     params = {k: float(v) for k, v in entry["params"].items()}
-    return form.expression(params, size=size, n=n, factor=BUSBW_FACTOR[collective](n))
+    return collective_expression(form, params, collective, size=size, n=n)
 
 
 # --- across nodes ---------------------------------------------------------------------------

@@ -21,10 +21,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.costs.comm import BUSBW_FACTOR, COLLECTIVES, COMM_FORMS, ENTRY_KEYS
+from perfmodel.costs.comm import BUSBW_FACTOR, COLLECTIVES, COMM_FORMS
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.fit import regression
 from perfmodel.forms.registry import FORMS
+from perfmodel.profiles import datasheet
+from perfmodel.profiles.datasheet import profile_entry
 from perfmodel.fit.regression import Free
 from perfmodel.core.checks import check_choice, check_int
 
@@ -211,9 +213,6 @@ def fit_collectives(table: pd.DataFrame, *, source: str = "") -> dict[str, dict[
     return out
 
 
-def profile_entry(entry: dict) -> dict:
-    """The six keys a profile stores, without the fit report."""
-    return {k: entry.get(k) for k in ENTRY_KEYS}
 
 
 # --- packaged reference data ----------------------------------------------------------------
@@ -261,9 +260,7 @@ def fit_reference_allreduce(system: str) -> dict:
 
 def bundled_allreduce_entry(system: str) -> dict:
     """Fitted 8-GPU NVLink all_reduce entry bundled for ``system`` (a100, h100, h200)."""
-    key = _system_key(system)
-    with _data_file(f"nvlink_allreduce_{key}.json").open() as fh:
-        return json.load(fh)
+    return datasheet.bundled_allreduce_entry(_system_key(system))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -6,7 +6,21 @@ size (NVIDIA/nccl-tests doc/PERFORMANCE.md), so one entry serves every collectiv
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from perfmodel.forms.base import Form
+
+# busbw = algbw * factor(n); works on numpy arrays and sympy symbols alike.
+# Source: NVIDIA/nccl-tests doc/PERFORMANCE.md (sendrecv: point to point, factor 1).
+BUSBW_FACTOR: dict[str, Callable] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,  # ring: 2(n-1) steps of S/n each
+    "all_gather": lambda n: (n - 1) / n,  # S = sendcount * sizeof(dtype) * n
+    "reduce_scatter": lambda n: (n - 1) / n,  # S = recvcount * sizeof(dtype) * n
+    "broadcast": lambda n: 1 + 0 * n,  # every rank receives S once
+    "all_to_all": lambda n: (n - 1) / n,  # S = bytes each rank sends in all
+    "sendrecv": lambda n: 1 + 0 * n,  # S = bytes each rank sends
+}
+
 
 
 def _alpha(p, n):
@@ -46,3 +60,8 @@ LOGISTIC = Form(
     doc="t = alpha(n) + S factor(n) / busbw(S), busbw(S) = B / (1 + (S_half/S)^k)",
 )
 FORMS: tuple[Form, ...] = (ALPHA_BETA, LOGISTIC)
+
+
+def collective_expression(form: Form, params, collective: str, *, size, n):
+    """Sympy expression of one collective's time under ``form`` (valid for n >= 2 and S > 0)."""
+    return form.expression(params, size=size, n=n, factor=BUSBW_FACTOR[collective](n))

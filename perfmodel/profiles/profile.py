@@ -20,7 +20,10 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
+from perfmodel.core.choices import COLLECTIVES, LEVELS
 from perfmodel.core.errors import ProfileError, unknown_name
+from perfmodel.forms.comm import collective_expression
+from perfmodel.forms.registry import get_form
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.core.checks import read_json_file
 
@@ -74,14 +77,10 @@ class Profile:
 
         ``profile.formula("gemm", dtype="bf16")``; ``profile.formula("all_reduce", level="intra")``.
         """
-        from perfmodel.forms.registry import get_form
-
         for name, value in (("cls", cls), ("dtype", dtype), ("variant", variant), ("level", level)):
             if value is not None and not isinstance(value, str):
                 raise ProfileError(f"{name!r} must be a name: got {value!r}")
         if level is not None:
-            from perfmodel.costs import comm
-
             if level not in self.collectives:
                 raise unknown_name(f"collective level of profile {self.name!r}; level", level, self.collectives)
             entry = self.collectives[level].get(cls)
@@ -90,7 +89,11 @@ class Profile:
             _check_symbols(symbols, ("size", "n"), f"{cls} at level {level!r}")
             if _number(symbols.get("n")) and symbols["n"] < 2:
                 raise ProfileError(f"'n' must be >= 2 ranks (a group of one communicates nothing): got {symbols['n']!r}")
-            return comm.formula(entry, cls, **symbols)
+            if cls not in COLLECTIVES:
+                raise unknown_name("collective", cls, COLLECTIVES)
+            params = {k: float(v) for k, v in entry["params"].items()}
+            return collective_expression(get_form(entry["form"]), params, cls,
+                                         size=symbols.get("size", sp.Symbol("S")), n=symbols.get("n", sp.Symbol("n")))
         key = ":".join(p for p in (cls, dtype, variant) if p)
         if key not in self.compute and dtype and variant is None:
             key = f"{cls}:{dtype}:fwd"
@@ -162,7 +165,6 @@ def _number(value) -> bool:
 
 
 def _validate(data, origin: str) -> None:
-    from perfmodel.forms.registry import get_form
 
     if not isinstance(data, dict):
         raise ProfileError(f"{origin}: a profile must be a JSON object")
@@ -185,7 +187,6 @@ def _validate(data, origin: str) -> None:
         elif not (isinstance(value, str) and key.endswith("_source")) and not (_number(value) and 0 <= value <= 10):
             raise ProfileError(f"{origin}: host.{key} must be a number of seconds between 0 and 10 (a host cost "
                                f"per kernel, bucket or step): got {value!r}")
-    from perfmodel.costs.comm import COLLECTIVES, LEVELS
 
     for level in data.get("collectives", {}):
         if level not in LEVELS:

@@ -1,0 +1,111 @@
+"""Datasheet-derived profiles: a measured reference profile scaled to another GPU.
+
+``datasheet_profile`` derives a profile for any catalog GPU from a measured
+reference profile by scaling each class with the ratio of datasheet figures
+(peak FLOP/s for GEMM and attention, memory bandwidth for memory-bound
+classes): the shape of each curve (saturation, alignment, latencies) is the
+reference GPU's, its height is the target GPU's datasheet. Published
+microbenchmarks of the target (:mod:`perfmodel.profiles.reference`) replace the
+datasheet ratio where they exist; the 8-GPU NVSwitch all-reduce is the curve
+fitted to the GPU's published nccl-tests figures (``data/nvlink_allreduce_*.json``,
+refitted by ``python -m perfmodel.fit.comm --write``).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+from pathlib import Path
+
+from perfmodel.core.choices import ENTRY_KEYS
+from perfmodel.core.units import DTYPE_BYTES
+from perfmodel.hardware import load_gpu
+from perfmodel.profiles.profile import Profile
+from perfmodel.profiles.reference import calibrate_gemm, stream_copy_bw
+
+GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
+REFERENCE_PROFILE = "h200-sxm-141gb"  # the measured profile datasheet profiles are scaled from
+DATA = Path(__file__).with_name("data")
+
+
+def _gpu(name):
+    return load_gpu(name)
+
+
+def bundled_allreduce_entry(system: str) -> dict:
+    """Fitted 8-GPU NVLink all_reduce entry bundled for ``system`` (a100, h100, h200)."""
+    with (DATA / f"nvlink_allreduce_{system}.json").open() as fh:
+        return json.load(fh)
+
+
+def profile_entry(entry: dict) -> dict:
+    """The six keys a profile stores, without the fit report."""
+    return {k: entry.get(k) for k in ENTRY_KEYS}
+
+
+def derive_missing_gemm(compute: dict, target, reference) -> None:
+    """Add GEMM dtypes the GPU supports but the tables lack (e.g. fp8): bf16's curve at that peak."""
+    base = compute.get("gemm:bf16")
+    if base is None:
+        return
+    for dtype in GEMM_DTYPES:
+        key = f"gemm:{dtype}"
+        if key in compute or dtype not in target.peak_flops or "bf16" not in reference.peak_flops:
+            continue
+        entry = copy.deepcopy(base)
+        entry["params"]["R"] = base["params"]["R"] * target.peak_flops[dtype] / reference.peak_flops["bf16"]
+        entry["params"]["elem_bytes"] = float(DTYPE_BYTES[dtype])
+        entry.update(source=f"derived: bf16 fit x datasheet {dtype}/bf16 peak ratio", cv_mape=None, n_points=0)
+        compute[key] = entry
+
+
+def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None) -> Profile:
+    """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth."""
+    target, ref = _gpu(gpu), _gpu(reference.gpu)
+    bw_ratio = ref.mem_bw_bytes_per_s / target.mem_bw_bytes_per_s
+    measured_ref, measured_target = stream_copy_bw(ref.name), stream_copy_bw(target.name)
+    if measured_ref and measured_target:  # published STREAM figures beat the datasheet ratio
+        bw_ratio = measured_ref / measured_target
+    compute: dict = {}
+    for key, entry in reference.compute.items():
+        entry = copy.deepcopy(entry)
+        params = entry["params"]
+        cls = key.split(":")[0]
+        if cls == "gemm":
+            dtype = key.split(":")[1]
+            if dtype not in target.peak_flops or dtype not in ref.peak_flops:
+                continue
+            params["R"] *= target.peak_flops[dtype] / ref.peak_flops[dtype]
+            params["sms"] = float(target.sm_count)
+            params["bw"] /= bw_ratio
+        elif cls == "sdpa":
+            dtype = "bf16" if "bf16" in target.peak_flops else "fp16"
+            params["R"] *= target.peak_flops.get(dtype, target.peak_flops["fp32"]) / ref.peak_flops["bf16"]
+            if "sms" in params:
+                params["sms"] = float(target.sm_count)
+        else:  # memory-bound and optimizer classes: bytes over bandwidth
+            for name in ("beta", "beta_y", "beta_row"):
+                if name in params:
+                    params[name] *= bw_ratio
+        entry.update(source=f"datasheet-scaled from {reference.name} ({entry.get('source', '')})",
+                     cv_mape=None, n_points=0)
+        compute[key] = entry
+    derive_missing_gemm(compute, target, target)
+    calibrate_gemm(compute, target.name)
+    meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
+            "method": "reference fits scaled by datasheet peak FLOP/s and memory bandwidth"}
+    return Profile(f"{target.name} (datasheet)", target.name, compute, dict(collectives or {}),
+                   dict(reference.host), meta)
+
+
+# GPU -> the 8-GPU NVSwitch all-reduce curve fitted to its published nccl-tests numbers
+NVLINK_ALLREDUCE = {"a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100", "h100-sxm5-80gb": "h100",
+                    "h200-sxm-141gb": "h200"}
+
+
+def intra_collectives(gpu: str) -> dict:
+    system = NVLINK_ALLREDUCE.get(gpu)
+    if system is None:
+        return {}
+    return {"intra": {"all_reduce": profile_entry(bundled_allreduce_entry(system))}}
