@@ -28,7 +28,7 @@ def test_preset_parameter_counts_are_torchvisions(name):
 
 def test_plain_torch_models_match_torchvision_counts():
     torch = pytest.importorskip("torch")  # noqa: F841
-    from perfmodel.workload.cnn_presets import build
+    from tools.cnn_models import build
 
     for name, count in TORCHVISION_PARAMS.items():
         assert sum(p.numel() for p in build(name).parameters()) == count
@@ -152,7 +152,8 @@ def test_conv_fit_on_the_bundled_rows():
 
 def test_shipped_graphs_are_what_the_generator_writes(tmp_path):
     pytest.importorskip("torch")
-    from perfmodel.workload.cnn_presets import GRAPHS_DIR, write_presets
+    from perfmodel.workload.cnn_presets import GRAPHS_DIR
+    from tools.cnn_models import write_presets
 
     (path,) = write_presets(tmp_path, names=["vit-b-16"])
     assert path.read_text() == (GRAPHS_DIR / "vit-b-16.json").read_text()

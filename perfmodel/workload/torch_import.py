@@ -4,7 +4,7 @@
     g = pm.from_torch(model, torch.randn(8, 3, 224, 224))   # any nn.Module, any device
     pm.predict(g, pm.cluster("h200"), pm.Strategy(micro_batch=64))
 
-    python -m perfmodel.workload.torch_import --write-presets   # regenerate the shipped graphs
+    python -m tools.cnn_models --write-presets   # regenerate the shipped graphs (from a checkout)
 
 How: the module runs forward, loss and backward on the **meta device** (shapes
 and dtypes only: no memory, no arithmetic, any model size) under a
@@ -19,7 +19,6 @@ Op classes and autocast dtype rules: see ``Classifier`` and docs/workloads.md.
 
 from __future__ import annotations
 
-import argparse
 import warnings
 from collections import Counter
 
@@ -569,20 +568,3 @@ def _affine(v1: float, v2: float, b1: int, b2: int) -> tuple:
 
 
 # -- shipped presets --------------------------------------------------------------------------------
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write-presets", action="store_true", help="regenerate data/graphs/*.json")
-    parser.add_argument("--out", default=None, help="folder to write to (default: the package's data/graphs)")
-    args = parser.parse_args(argv)
-    if not args.write_presets:
-        parser.print_help()
-        return 0
-    from perfmodel.workload.cnn_presets import write_presets
-
-    for path in write_presets(args.out):
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Build-time tools of this repository (not installed with the package)."""

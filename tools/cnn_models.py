@@ -1,0 +1,278 @@
+"""Build-time tool: the plain-torch CNN/ViT models behind the shipped graph presets.
+
+    python -m tools.cnn_models --write-presets      # regenerate perfmodel/workload/data/graphs/*.json (needs torch)
+
+The layer structure follows torchvision.models exactly, so the parameter counts
+equal torchvision's (checked on writing); written here so that neither the
+generator nor the tests need torchvision. Not part of the installed package:
+predictions read the JSON graphs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import lru_cache
+from pathlib import Path
+
+from perfmodel.core.errors import unknown_name
+from perfmodel.workload.cnn_presets import GRAPH_PRESETS, GRAPHS_DIR, _key
+
+
+def write_presets(folder=None, names=None) -> list:
+    """Trace the plain-torch models below and write their graphs as JSON (needs torch)."""
+    import torch
+
+    from perfmodel.core.errors import UnsupportedError
+    from perfmodel.workload.graph import GraphModel
+    from perfmodel.workload.torch_import import from_torch
+
+    folder = Path(folder) if folder else GRAPHS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key in names or GRAPH_PRESETS:
+        spec = GRAPH_PRESETS[key]
+        module = build(key, device="meta")
+        count = sum(p.numel() for p in module.parameters())
+        if count != spec["published_params"]:
+            raise UnsupportedError(f"{key}: {count:,} parameters, torchvision has {spec['published_params']:,}")
+        x = torch.empty(2, 3, spec["image"], spec["image"], device="meta")
+        graph = from_torch(module, x, loss=loss_for(key), name=key)
+        note = (f"input 3x{spec['image']}x{spec['image']}; architecture written in plain torch after "
+                "torchvision.models (parameter count checked equal)")
+        graph = GraphModel(**{**graph.__dict__, "source": spec["source"], "notes": graph.notes + (note,)})
+        graph.save(folder / f"{key}.json")
+        written.append(folder / f"{key}.json")
+    return written
+
+
+# -- the models, in plain torch (torch imported only when building) ---------------------------------
+def build(name: str, *, num_classes: int = 1000, device="meta"):
+    """A freshly built model by preset name (parameters on ``device``; meta by default)."""
+    import torch
+
+    key = _key(name)
+    if key not in GRAPH_PRESETS:
+        raise unknown_name("graph preset", name, GRAPH_PRESETS)
+    nets = _nets()
+    with torch.device(device):
+        if key.startswith("resnet"):
+            return nets.resnet({"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3)}[key], num_classes)
+        if key == "vgg16":
+            return nets.vgg16(num_classes)
+        if key == "inception-v3":
+            return nets.Inception3(num_classes)
+        return nets.vit_b_16(num_classes)
+
+
+def loss_for(name: str):
+    """Training loss of a preset: cross-entropy, plus 0.4 × the auxiliary head's for Inception-v3."""
+    if _key(name) != "inception-v3":
+        return None
+
+    def inception_loss(out):
+        import torch
+        import torch.nn.functional as F
+
+        logits, aux = out
+        target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+        return F.cross_entropy(logits, target) + 0.4 * F.cross_entropy(aux, target)
+    return inception_loss
+
+
+@lru_cache(maxsize=1)
+def _nets():
+    """Module classes, defined on first use so that importing this file does not import torch."""
+    import types
+
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+    def bn_conv(cin, cout, kernel, stride=1, padding=0, eps=1e-5):
+        return [nn.Conv2d(cin, cout, kernel, stride, padding, bias=False), nn.BatchNorm2d(cout, eps=eps)]
+
+    class Bottleneck(nn.Module):  # torchvision.models.resnet.Bottleneck (expansion 4, stride on conv2)
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            out = width * 4
+            self.body = nn.Sequential(*bn_conv(cin, width, 1), nn.ReLU(inplace=True),
+                                      *bn_conv(width, width, 3, stride, 1), nn.ReLU(inplace=True),
+                                      *bn_conv(width, out, 1))
+            self.down = nn.Sequential(*bn_conv(cin, out, 1, stride)) if stride != 1 or cin != out else None
+
+        def forward(self, x):
+            identity = x if self.down is None else self.down(x)
+            return F.relu(self.body(x) + identity)
+
+    def resnet(blocks, num_classes):
+        layers, cin = [*bn_conv(3, 64, 7, 2, 3), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)], 64
+        for stage, count in enumerate(blocks):
+            width = 64 * 2 ** stage
+            for i in range(count):
+                layers.append(Bottleneck(cin, width, 2 if stage > 0 and i == 0 else 1))
+                cin = width * 4
+        return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, num_classes))
+
+    def vgg16(num_classes):
+        layers, cin = [], 3
+        for v in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"):
+            if v == "M":
+                layers.append(nn.MaxPool2d(2, 2))
+            else:
+                layers += [nn.Conv2d(cin, v, 3, padding=1), nn.ReLU(inplace=True)]
+                cin = v
+        head = [nn.Linear(512 * 7 * 7, 4096), nn.ReLU(True), nn.Dropout(), nn.Linear(4096, 4096), nn.ReLU(True),
+                nn.Dropout(), nn.Linear(4096, num_classes)]
+        return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(7), nn.Flatten(), *head)
+
+    ns = types.SimpleNamespace(resnet=resnet, vgg16=vgg16, torch=torch, nn=nn, F=F)
+    _inception_classes(ns)
+    _vit_classes(ns)
+    return ns
+
+
+def _inception_classes(ns) -> None:
+    """torchvision.models.inception: BasicConv2d (conv + BN eps 1e-3 + ReLU) and blocks A-E, Aux."""
+    nn, F, torch = ns.nn, ns.F, ns.torch
+
+    class BC(nn.Module):
+        def __init__(self, cin, cout, kernel, stride=1, padding=0):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, kernel, stride, padding, bias=False)
+            self.bn = nn.BatchNorm2d(cout, eps=0.001)
+
+        def forward(self, x):
+            return F.relu(self.bn(self.conv(x)), inplace=True)
+
+    def seq(*specs):
+        return nn.Sequential(*(BC(*s[:3], **(s[3] if len(s) > 3 else {})) for s in specs))
+
+    p1, p2 = {"padding": 1}, {"padding": 2}
+    row, col = {"padding": (0, 3)}, {"padding": (3, 0)}
+
+    class Mixed(nn.Module):
+        """Parallel branches concatenated on channels; a branch is a Sequential or (pool, Sequential)."""
+
+        def __init__(self, branches, pools, splits=None):
+            super().__init__()
+            self.branches = nn.ModuleList(branches)
+            self.pools, self.splits = pools, nn.ModuleList(splits or [])
+
+        def forward(self, x):
+            outs = []
+            for i, branch in enumerate(self.branches):
+                pool = self.pools[i]
+                h = x if pool is None else pool(x)
+                outs.append(branch(h) if branch is not None else h)
+            for j, (a, b) in enumerate(zip(self.splits[::2], self.splits[1::2])):  # Inception-E split heads
+                h = outs[1 + j]
+                outs[1 + j] = torch.cat([a(h), b(h)], 1)
+            return torch.cat(outs, 1)
+
+    avg = lambda x: F.avg_pool2d(x, 3, 1, 1)  # noqa: E731
+    mx = lambda x: F.max_pool2d(x, 3, 2)  # noqa: E731
+
+    def block_a(c, pool):
+        return Mixed([seq((c, 64, 1)), seq((c, 48, 1), (48, 64, 5, p2)),
+                      seq((c, 64, 1), (64, 96, 3, p1), (96, 96, 3, p1)), seq((c, pool, 1))], [None, None, None, avg])
+
+    def block_b(c):
+        return Mixed([seq((c, 384, 3, {"stride": 2})), seq((c, 64, 1), (64, 96, 3, p1), (96, 96, 3, {"stride": 2})),
+                      None], [None, None, mx])
+
+    def block_c(c, c7):
+        return Mixed([seq((c, 192, 1)), seq((c, c7, 1), (c7, c7, (1, 7), row), (c7, 192, (7, 1), col)),
+                      seq((c, c7, 1), (c7, c7, (7, 1), col), (c7, c7, (1, 7), row), (c7, c7, (7, 1), col),
+                          (c7, 192, (1, 7), row)), seq((c, 192, 1))], [None, None, None, avg])
+
+    def block_d(c):
+        return Mixed([seq((c, 192, 1), (192, 320, 3, {"stride": 2})),
+                      seq((c, 192, 1), (192, 192, (1, 7), row), (192, 192, (7, 1), col), (192, 192, 3, {"stride": 2})),
+                      None], [None, None, mx])
+
+    def block_e(c):
+        a, b = {"padding": (0, 1)}, {"padding": (1, 0)}
+        splits = [seq((384, 384, (1, 3), a)), seq((384, 384, (3, 1), b)),
+                  seq((384, 384, (1, 3), a)), seq((384, 384, (3, 1), b))]
+        return Mixed([seq((c, 320, 1)), seq((c, 384, 1)), seq((c, 448, 1), (448, 384, 3, p1)), seq((c, 192, 1))],
+                     [None, None, None, avg], splits)
+
+    class Aux(nn.Module):
+        def __init__(self, c, num_classes):
+            super().__init__()
+            self.convs = seq((c, 128, 1), (128, 768, 5))
+            self.fc = nn.Linear(768, num_classes)
+
+        def forward(self, x):
+            x = self.convs(F.avg_pool2d(x, 5, 3))
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    class Inception3(nn.Module):
+        def __init__(self, num_classes):
+            super().__init__()
+            self.stem = nn.Sequential(seq((3, 32, 3, {"stride": 2}), (32, 32, 3), (32, 64, 3, p1)), nn.MaxPool2d(3, 2),
+                                      seq((64, 80, 1), (80, 192, 3)), nn.MaxPool2d(3, 2),
+                                      block_a(192, 32), block_a(256, 64), block_a(288, 64), block_b(288),
+                                      block_c(768, 128), block_c(768, 160), block_c(768, 160), block_c(768, 192))
+            self.aux = Aux(768, num_classes)
+            self.tail = nn.Sequential(block_d(768), block_e(1280), block_e(2048))
+            self.fc = nn.Linear(2048, num_classes)
+
+        def forward(self, x):
+            x = self.stem(x)
+            aux = self.aux(x) if self.training else None
+            x = F.dropout(torch.flatten(F.adaptive_avg_pool2d(self.tail(x), 1), 1), 0.5, self.training)
+            return self.fc(x), aux
+
+    ns.Inception3 = Inception3
+
+
+def _vit_classes(ns) -> None:
+    """torchvision.models.vision_transformer.vit_b_16: patch conv, class token, 12 pre-LN blocks."""
+    nn, torch = ns.nn, ns.torch
+
+    class Block(nn.Module):
+        def __init__(self, h=768, heads=12, mlp=3072):
+            super().__init__()
+            self.ln_1, self.ln_2 = nn.LayerNorm(h, eps=1e-6), nn.LayerNorm(h, eps=1e-6)
+            self.self_attention = nn.MultiheadAttention(h, heads, batch_first=True)
+            self.mlp = nn.Sequential(nn.Linear(h, mlp), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp, h), nn.Dropout(0.0))
+
+        def forward(self, x):
+            y = self.ln_1(x)
+            x = x + self.self_attention(y, y, y, need_weights=False)[0]
+            return x + self.mlp(self.ln_2(x))
+
+    class ViT(nn.Module):
+        def __init__(self, num_classes, h=768, patch=16, image=224, layers=12):
+            super().__init__()
+            self.conv_proj = nn.Conv2d(3, h, patch, patch)
+            self.class_token = nn.Parameter(torch.zeros(1, 1, h))
+            self.pos_embedding = nn.Parameter(torch.zeros(1, (image // patch) ** 2 + 1, h))
+            self.layers = nn.Sequential(*(Block(h) for _ in range(layers)))
+            self.ln = nn.LayerNorm(h, eps=1e-6)
+            self.head = nn.Linear(h, num_classes)
+
+        def forward(self, x):
+            x = self.conv_proj(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embedding
+            return self.head(self.ln(self.layers(x))[:, 0])
+
+    ns.vit_b_16 = ViT
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write-presets", action="store_true", help="regenerate data/graphs/*.json")
+    parser.add_argument("--out", default=None, help="folder to write to (default: the package's data/graphs)")
+    args = parser.parse_args(argv)
+    if not args.write_presets:
+        parser.print_help()
+        return 0
+    for path in write_presets(args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
