@@ -206,7 +206,7 @@ class GraphModel:
                 out.append(_kernel(op, batch, dt))
         return out
 
-    def layer_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", recompute="none"):
+    def layer_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", recompute="none", ep=1):
         """(forward, backward) kernels of the whole model for one micro-batch (loss excluded)."""
         self._check_parallel(tp, sp)
         check_choice("recompute", recompute, RECOMPUTE)
@@ -217,12 +217,12 @@ class GraphModel:
                for k in redo] + bwd
         return fwd, bwd
 
-    def embedding_kernels(self, micro_batch, *, tp=1, precision="bf16-mixed"):
+    def embedding_kernels(self, micro_batch, *, tp=1, precision="bf16-mixed", vocab_multiple=1):
         """Traced graphs have no separate embedding stage (an embedding op is part of the graph)."""
         self._check_parallel(tp, False)
         return [], []
 
-    def head_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed"):
+    def head_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", vocab_multiple=1):
         """The loss: its forward ops and the backward ops that run before the model's own."""
         self._check_parallel(tp, sp)
         return (self._kernels("loss_fwd", micro_batch, precision),

@@ -21,7 +21,6 @@ import numpy as np
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.core.checks import check_choice
 from perfmodel.workload.ops import Kernel, linear, mem
-from perfmodel.workload.model import Transformer
 
 PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp8-mixed", "fp32", "tf32")
 # Megatron-LM pads the vocabulary to a multiple of 128 x tp (``_vocab_size_with_padding``,
@@ -50,7 +49,7 @@ def _numeric(x):
 class _Builder:
     """Collects forward and backward kernels of one layer stack for one precision."""
 
-    def __init__(self, model: Transformer, micro_batch, tp, sp, precision, ep=1):
+    def __init__(self, model, micro_batch, tp, sp, precision, ep=1):
         self.m, self.precision, self.ep = model, precision, ep
         self.mixed = is_mixed(precision)
         self.low = "fp32" if not self.mixed else ("fp16" if precision == "fp16-mixed" else "bf16")
@@ -156,13 +155,17 @@ class _Builder:
         return fwd, bwd
 
 
-def layer_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
+def layer_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
                   recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
-    """Kernels of one transformer block: (forward, backward incl. recomputation)."""
+    """Kernels of one layer of any workload (a traced graph: the whole model): (forward, backward)."""
     check_choice("precision", precision, PRECISIONS)
     check_choice("recompute", recompute, RECOMPUTE)
-    if not isinstance(model, Transformer):  # any other workload describes its own kernels
-        return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute)
+    return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute, ep=ep)
+
+
+def transformer_layer_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
+                              recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
+    """Kernels of one transformer block: (forward, backward incl. recomputation)."""
     fwd, bwd = _Builder(model, micro_batch, tp, sp, precision, ep).layer()
     if recompute == "full":  # torch.utils.checkpoint re-runs the whole block forward in backward
         bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd] + bwd
@@ -177,10 +180,14 @@ def vocab_shard(vocab, tp, multiple=1):
     return np.ceil(vocab / (multiple * tp)) * multiple if multiple > 1 else vocab / tp
 
 
-def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-mixed", vocab_multiple=1):
+def embedding_kernels(model, micro_batch, *, tp=1, precision="bf16-mixed", vocab_multiple=1):
+    """Kernels of the workload's embedding stage (none for a traced graph)."""
+    return model.embedding_kernels(micro_batch, tp=tp, precision=precision, vocab_multiple=vocab_multiple)
+
+
+def transformer_embedding_kernels(model, micro_batch, *, tp=1, precision="bf16-mixed",
+                                  vocab_multiple=1):
     """Token (+ learned position) embedding: gather forward, scatter-add backward."""
-    if not isinstance(model, Transformer):
-        return model.embedding_kernels(micro_batch, tp=tp, precision=precision)
     bld = _Builder(model, micro_batch, tp, False, precision)
     h, T = model.hidden, bld.T
     vocab_rows = vocab_shard(model.vocab, bld.tp, vocab_multiple)
@@ -197,10 +204,14 @@ def embedding_kernels(model: Transformer, micro_batch, *, tp=1, precision="bf16-
     return fwd, bwd[::-1]
 
 
-def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", vocab_multiple=1):
+def head_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", vocab_multiple=1):
+    """Kernels of the workload's head and loss."""
+    return model.head_kernels(micro_batch, tp=tp, sp=sp, precision=precision, vocab_multiple=vocab_multiple)
+
+
+def transformer_head_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
+                             vocab_multiple=1):
     """Final norm, LM head and cross-entropy on fp32 logits (vocabulary split over tp)."""
-    if not isinstance(model, Transformer):
-        return model.head_kernels(micro_batch, tp=tp, sp=sp, precision=precision)
     bld = _Builder(model, micro_batch, tp, sp, precision)
     T, V = bld.T, vocab_shard(model.vocab, bld.tp, vocab_multiple)
     nf, nb = bld.norm("final_norm")
@@ -216,7 +227,7 @@ def head_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="
     return fwd, bwd[::-1] + lb + nb
 
 
-def step_kernels(model: Transformer, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
+def step_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
                  recompute="none", layers=None, first_stage=True, last_stage=True):
     """Forward and backward kernels of one micro-batch on one GPU (a pipeline stage)."""
     layers = model.layers if layers is None else layers

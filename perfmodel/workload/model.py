@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.checks import check_choice, check_divides, check_int
+from perfmodel.workload import kernels
 
 ACTIVATIONS = ("gelu", "swiglu", "relu")
 NORMS = ("layernorm", "rmsnorm")
@@ -137,12 +138,23 @@ class Transformer:
         backward recomputes the scores: 5 GEMMs against 2), 2.0 for the math
         path (plain bmm, e.g. on the meta device or CPU).
         """
-        from perfmodel.workload.kernels import step_kernels  # the kernels are the single source
-
-        fwd, bwd = step_kernels(self, batch, precision="bf16-mixed")
+        fwd, bwd = kernels.step_kernels(self, batch, precision="bf16-mixed")
         total = sum(k.flops * k.count for k in fwd + bwd if k.cls == "gemm")
         attn = sum(k.flops * k.count for k in fwd if k.cls == "sdpa")
         return float(total + attn * (1 + attention_backward))
+
+    # -- the kernels one step launches (perfmodel.workload.kernels builds them) ------------------
+    def layer_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", recompute="none", ep=1):
+        return kernels.transformer_layer_kernels(self, micro_batch, tp=tp, sp=sp, precision=precision,
+                                                 recompute=recompute, ep=ep)
+
+    def embedding_kernels(self, micro_batch, *, tp=1, precision="bf16-mixed", vocab_multiple=1):
+        return kernels.transformer_embedding_kernels(self, micro_batch, tp=tp, precision=precision,
+                                                     vocab_multiple=vocab_multiple)
+
+    def head_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", vocab_multiple=1):
+        return kernels.transformer_head_kernels(self, micro_batch, tp=tp, sp=sp, precision=precision,
+                                                vocab_multiple=vocab_multiple)
 
     def with_(self, **changes) -> Transformer:
         return transformer(**{**self.__dict__, **changes})
