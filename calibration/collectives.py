@@ -52,7 +52,8 @@ from calibration.tables import (
     update_metadata,
 )
 from perfmodel.core.errors import PerfModelError, unknown_name
-from perfmodel.costs.comm import COLLECTIVES, busbw_factor
+from perfmodel.core.choices import COLLECTIVES
+from perfmodel.fit.nccl_tests import busbw_factor
 from perfmodel.core.units import parse_bytes
 
 SCOPES = ("world", "intra", "inter", "subgroup", "cross-site")

@@ -28,8 +28,17 @@ from calibration.env import available_memory_bytes, device_name, machine_metadat
 from calibration.ops import BUILDERS, copies_for
 from calibration.tables import COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS, TableWriter, update_metadata
 from calibration.timing import Plan, measure
-from perfmodel.cli import POSITIVE_FLOAT
 from perfmodel.core.errors import PerfModelError, unknown_name
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0: got {text!r}")
+    return value
 
 KNOWN_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 KNOWN_TIMINGS = ("eager", "graph")
@@ -55,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m calibration.compute", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="output folder (compute.csv, metadata.json)")
     p.add_argument("--quick", action="store_true", help="small grid for tests (< 1 min on 2 CPU cores)")
-    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None, metavar="SECONDS",
+    p.add_argument("--budget", type=_positive_seconds, default=None, metavar="SECONDS",
                    help="stop cleanly once this many seconds have passed (rows so far are kept)")
     p.add_argument("--dtypes", default=None,
                    help="GEMM precisions, comma-separated from bf16,fp16,fp32,tf32,fp8 "

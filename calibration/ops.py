@@ -354,7 +354,7 @@ def train_step(case, device, copies) -> Bench:
     import perfmodel as pm
     from calibration import train
     from perfmodel.fit.overhead import precision_of
-    from perfmodel.parallel.strategy import Strategy
+    from perfmodel import Strategy
 
     model = pm.transformer(layers=case["layers"], hidden=case["hidden"], heads=case["heads"],
                            seq=case["seq"], vocab=case["vocab"])

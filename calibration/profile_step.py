@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from calibration import train
-from perfmodel.parallel.strategy import Strategy
+from perfmodel import Strategy
 
 COLUMNS = ("label", "micro_batch", "global_batch", "recompute", "kernel", "calls_per_step",
            "gpu_s_per_step", "step_s", "gpu_busy_s_per_step", "device", "torch")

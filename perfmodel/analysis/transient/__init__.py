@@ -20,7 +20,6 @@ from perfmodel.analysis.transient.checkpoint import (
 )
 from perfmodel.analysis.transient.montecarlo import Simulation, cluster_mtbf_s, simulate, simulate_time
 from perfmodel.analysis.transient.plan import cluster_workers, default_checkpoint_bytes, plan_training
-from perfmodel.report.transient_plots import plot_cost_vs_mix, plot_time_distribution
 from perfmodel.analysis.transient.prices import cost_usd, load_prices
 from perfmodel.analysis.transient.revocation import (
     Exponential,
@@ -48,8 +47,6 @@ __all__ = [
     "load_revocation",
     "mtbf_from_monthly_interruption",
     "plan_training",
-    "plot_cost_vs_mix",
-    "plot_time_distribution",
     "revocation_model",
     "simulate",
     "simulate_time",
