@@ -7,6 +7,8 @@ fit come from :func:`perfmodel.profiles.datasheet.datasheet_profile`. Regenerate
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import datetime as _dt
 from pathlib import Path
 
@@ -90,7 +92,7 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     profile = Profile(name or spec.name, spec.name, compute, coll, host, meta)
     from perfmodel.fit.overhead import fit_step_overhead
 
-    profile.host.update(fit_step_overhead(profile, fitter.table_, gpu))
+    profile = replace(profile, host={**profile.host, **fit_step_overhead(profile, fitter.table_, gpu)})
     report = fitter.report_
     report.attrs["points"] = fitter.points_
     return profile, report

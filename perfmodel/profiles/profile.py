@@ -22,6 +22,7 @@ import sympy as sp
 
 from perfmodel.core.choices import COLLECTIVES, LEVELS
 from perfmodel.core.errors import ProfileError, unknown_name
+from perfmodel.core.frozen import freeze
 from perfmodel.forms.comm import collective_expression
 from perfmodel.forms.registry import get_form
 from perfmodel.core.units import DTYPE_BYTES
@@ -33,7 +34,11 @@ ENTRY_FIELDS = ("form", "params")
 
 @dataclass(frozen=True)
 class Profile:
-    """Fitted cost model of one GPU type; ``collectives[level][collective]`` for its fabrics."""
+    """Fitted cost model of one GPU type; ``collectives[level][collective]`` for its fabrics.
+
+    Read-only: its sections are frozen mappings; a changed profile is a new one,
+    ``dataclasses.replace(profile, host={**profile.host, "cpu_per_kernel_s": 1e-5})``.
+    """
 
     name: str
     gpu: str
@@ -41,6 +46,10 @@ class Profile:
     collectives: dict = field(default_factory=dict)
     host: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):  # read-only all the way down: a bundled profile is shared by every caller
+        for name in ("compute", "collectives", "host", "meta"):
+            object.__setattr__(self, name, freeze(getattr(self, name)))
 
     def __repr__(self) -> str:
         return (f"Profile(name={self.name!r}, gpu={self.gpu!r}, compute={len(self.compute)} classes, "

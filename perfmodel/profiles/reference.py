@@ -92,8 +92,7 @@ def calibrate_gemm(compute: dict, gpu: str) -> None:
             form = get_form(entry["form"])
             pred = form.evaluate({**entry["params"], "t_cpu": 0.0}, m=sub.m.values, n=sub.n.values, k=sub.k.values)
             ratio = float(np.median(pred / sub.time_s.values))
-            for name in ("R", "R_mis"):
-                if name in entry["params"]:
-                    entry["params"][name] *= ratio
-            entry["source"] = (f"{entry.get('source', '')}; rate x{ratio:.3f} to match {len(sub)} published "
-                               f"{dtype} GEMMs >= {MIN_DIM}^3 ({sub.source.iloc[0].split()[0]})")
+            params = {name: value * ratio if name in ("R", "R_mis") else value
+                      for name, value in entry["params"].items()}
+            compute[key] = {**entry, "params": params, "source": (f"{entry.get('source', '')}; rate x{ratio:.3f} to match {len(sub)} published "
+                               f"{dtype} GEMMs >= {MIN_DIM}^3 ({sub.source.iloc[0].split()[0]})")}

@@ -17,6 +17,8 @@ t_launch) / x_i), marked as such in each entry's ``source``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import copy
 from pathlib import Path
 
@@ -176,7 +178,7 @@ def complete_profile(profile, table: pd.DataFrame, gpu=None):
     if gpu is not None and "cpu_extra_per_kernel_s" not in done.host:  # needed the classes added here
         from perfmodel.fit.overhead import fit_step_overhead
 
-        done.host.update(fit_step_overhead(done, table, gpu))
+        done = replace(done, host={**done.host, **fit_step_overhead(done, table, gpu)})
     return done
 
 

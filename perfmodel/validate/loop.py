@@ -284,7 +284,8 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
     host.write_host_node(files["node"], shared_gpu, host.loopback_link(collectives), procs)
     profile = _fit(solo, alone, files["gpu"], files["profile"])
     together = _shared_profile(profile, alone, side_by_side, collectives, shared_gpu, shared[0].name)
-    together.host.update(_ddp_overhead(together, shared[0] / "ddp_steps.csv", files["node"], procs, threads, log))
+    together = replace(together, host={**together.host, **_ddp_overhead(together, shared[0] / "ddp_steps.csv",
+                                                                          files["node"], procs, threads, log)})
     together.save(files["shared_profile"])
     notes = tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
     notes += tuple(f"alias: {k} = gemm:fp32 (no bf16 on this host)" for k in profile.meta["aliased_classes"])
