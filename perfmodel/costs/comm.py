@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
-import sympy as sp
+from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
 from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
 from perfmodel.forms.registry import FORMS, Form, register
@@ -187,12 +187,11 @@ def rail_busbw(nic_busbw_bytes_per_s: float, nics_per_node: int, ranks_per_node:
     return bw * min(nics, ranks) / ranks
 
 
-SIZE_SYMBOL = sp.Symbol("S")
-RANKS_SYMBOL = sp.Symbol("n")
-
-
-def formula(entry: Mapping, collective: str, *, size=SIZE_SYMBOL, n=RANKS_SYMBOL) -> sp.Expr:
-    """Sympy expression of ``collective_time`` (valid for n >= 2 and S > 0)."""
+def formula(entry: Mapping, collective: str, *, size=None, n=None) -> sp.Expr:
+    """Sympy expression of ``collective_time`` (valid for n >= 2 and S > 0); ``size`` and ``n``
+    default to the symbols S and n."""
+    size = sp.Symbol("S") if size is None else size
+    n = sp.Symbol("n") if n is None else n
     _check_collective(collective)
     form = comm_form(entry)
     params = {k: float(v) for k, v in entry["params"].items()}
