@@ -27,6 +27,7 @@ import numpy as np
 from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
 from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
+from perfmodel.core.memo import IdentityMemo, scalar
 from perfmodel.forms.registry import FORMS, Form, register
 from perfmodel.core.checks import check_choice, check_int, check_positive
 
@@ -146,7 +147,29 @@ def collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> 
     """Seconds for one collective of ``size_bytes`` (nccl-tests S) over ``group_size`` ranks.
 
     ``entry`` is a fitted or datasheet entry of one fabric level; arrays broadcast.
+    One-number calls are remembered by (entry identity, collective, size, n): see perfmodel/core/memo.py.
     """
+    key = _scalar_key(collective, size_bytes, group_size)
+    if key is not None:
+        hit = _COLLECTIVE_MEMO.get((entry,), key)
+        if hit is None:
+            hit = _collective_time(entry, collective, size_bytes, group_size)
+            _COLLECTIVE_MEMO.put((entry,), key, hit)
+        return hit.copy()
+    return _collective_time(entry, collective, size_bytes, group_size)
+
+
+_COLLECTIVE_MEMO = IdentityMemo()
+_HIERARCHICAL_MEMO = IdentityMemo()
+
+
+def _scalar_key(*values):
+    """A memo key of one-number arguments, or None when any of them is an array."""
+    key = tuple(scalar(v) for v in values)
+    return None if None in key else key
+
+
+def _collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> np.ndarray:
     form = comm_form(entry)
     factor = busbw_factor(collective, group_size)
     size = _array("size_bytes", size_bytes)
@@ -264,7 +287,19 @@ def hierarchical_time(
     ``nodes == 1`` uses the intra entry only, ``ranks_per_node == 1`` the inter
     entry only; otherwise the hierarchical composition (or a flat NCCL ring with
     ``algorithm="ring"``). ``size_bytes`` is the nccl-tests S of the whole group.
+    One-number calls are remembered per collectives mapping (by identity), as ``collective_time``'s.
     """
+    key = _scalar_key(collective, size_bytes, ranks_per_node, nodes, algorithm)
+    if key is None:
+        return _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
+    hit = _HIERARCHICAL_MEMO.get((collectives,), key)
+    if hit is None:
+        hit = _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
+        _HIERARCHICAL_MEMO.put((collectives,), key, hit)
+    return hit.copy()
+
+
+def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm) -> np.ndarray:
     _check_collective(collective)
     check_choice("algorithm", algorithm, ALGORITHMS)
     size = _array("size_bytes", size_bytes)

@@ -1,0 +1,101 @@
+"""Bounded caches for the pieces of one prediction that repeat across calls.
+
+``pm.predict`` prices one configuration with the same vectorised code ``search``
+runs over a million, so each call pays numpy's per-call overhead on arrays of
+one element. Many of those pieces depend on a few fields only (a layer's kernel
+times on the micro-batch, tp, sp, precision and stack; a collective on its size
+and group), so consecutive predictions that share them price them once.
+
+Keys hold plain values (floats, strings, frozen dataclasses) plus objects compared
+by identity (a Profile, a collectives mapping: read-only by contract, and holding
+dicts, so not hashable by value); an entry keeps those objects alive, so an
+identity is never reused while its entry stands. Only scalar configurations are
+cached: arrays (a search) always run through. Oldest entries go first once a
+cache holds ``maxsize``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+SCALAR_TYPES = (float, int, bool, np.floating, np.integer, np.bool_)
+
+
+def scalar(x):
+    """``x`` as a hashable Python value when it is one number (or a 0-d array) or a string, else None."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, SCALAR_TYPES):
+        return x.item() if isinstance(x, np.generic) else x
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.item()
+    return None
+
+
+_MEMOS: list[IdentityMemo] = []
+
+
+def clear_memos() -> None:
+    """Empty every cache of this module's kind (tests compare cached and uncached predictions)."""
+    for memo in _MEMOS:
+        memo.clear()
+
+
+class IdentityMemo:
+    """A bounded mapping (objects by identity, hashable key) -> value."""
+
+    def __init__(self, maxsize: int = 4096):
+        self.maxsize = maxsize
+        self._entries: dict = {}
+        _MEMOS.append(self)
+
+    def get(self, owners: tuple, key):
+        hit = self._entries.get((tuple(map(id, owners)), key))
+        if hit is not None and all(a is b for a, b in zip(hit[0], owners)):
+            return hit[1]
+        return None
+
+    def put(self, owners: tuple, key, value) -> None:
+        if len(self._entries) >= self.maxsize:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[(tuple(map(id, owners)), key)] = (owners, value)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def memo_by_fields(fields: tuple[str, ...], maxsize: int = 1024):
+    """Cache ``fn(model, profile, c, **options)`` for scalar configurations ``c``.
+
+    The key is the model (by value), the profile (by identity), ``c[f]`` for each of
+    ``fields`` (the only entries of ``c`` that ``fn`` reads) and the keyword options.
+    A configuration whose fields are arrays, or a model that cannot be hashed, runs
+    through uncached. The cached value is a dict; each call gets its own copy of it.
+    """
+    def wrap(fn):
+        memo = IdentityMemo(maxsize)
+
+        @functools.wraps(fn)
+        def cached(model, profile, c, **options):
+            values = tuple(scalar(c[f]) if f in c else "-" for f in fields)
+            try:
+                key = (model, values, tuple(sorted(options.items())))
+                hash(key)
+            except TypeError:
+                return fn(model, profile, c, **options)
+            if None in values:
+                return fn(model, profile, c, **options)
+            hit = memo.get((profile,), key)
+            if hit is None:
+                hit = fn(model, profile, c, **options)
+                memo.put((profile,), key, hit)
+            return dict(hit)
+
+        cached.memo = memo
+        return cached
+    return wrap
