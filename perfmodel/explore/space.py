@@ -18,8 +18,8 @@ counted under the first rule it breaks):
 * memory — checked after evaluation (``search``).
 
 Configurations equal to another one are not enumerated at all: a ZeRO stage
-with dp = 1 (nothing to shard), sequence parallelism with tp = 1, virtual
-stages with pp = 1.
+with dp = 1 (nothing to shard), sequence parallelism or overlapped tensor-parallel
+communication with tp = 1, virtual stages with pp = 1.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from perfmodel.core.checks import check_int, divisors
 from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")
-NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "sequence_parallel")
+NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "sequence_parallel",
+           "tp_overlap")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Space:
         return {"dp": a["dp"].astype(float), "tp": a["tp"].astype(float), "pp": a["pp"].astype(float),
                 "micro_batch": a["micro_batch"].astype(float), "m": a["micro_batches"].astype(float),
                 "v": v, "zero": a["zero"].astype(float), "sp": a["sequence_parallel"].astype(bool),
+                "tp_overlap": a["tp_overlap"].astype(bool),
                 "schedule": np.where(v > 1, float(SCHEDULE_CODE["interleaved"]), float(SCHEDULE_CODE["1f1b"]))}
 
 
@@ -71,15 +73,15 @@ def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp):
+def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,)):
     """Cartesian product of the candidate values, as flat int arrays (no equivalent duplicates)."""
-    idx = np.meshgrid(np.arange(len(pairs)), micro_batches, virtual, zero, sp, indexing="ij")
-    p, mb, v, z, s = (x.ravel() for x in idx)
+    idx = np.meshgrid(np.arange(len(pairs)), micro_batches, virtual, zero, sp, np.asarray(overlap, int), indexing="ij")
+    p, mb, v, z, s, o = (x.ravel() for x in idx)
     tp, pp = pairs[p, 0], pairs[p, 1]
     dp = n_gpus // (tp * pp)
-    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | ((s > 0) & (tp == 1)))
+    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1)))
     g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z,
-         "sequence_parallel": s.astype(bool)}
+         "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool)}
     g = {k: x[keep] for k, x in g.items()}
     g["micro_batches"] = global_batch // (g["dp"] * g["micro_batch"])
     return g
@@ -124,24 +126,29 @@ def _check_options(name, values, valid=None) -> tuple:
 
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
-                    max_tp_nodes: int = 1, cp: int = 1, ep: int = 1) -> Space:
+                    max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
+                    empty_ok: bool = False) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
     (more than one means the interleaved schedule); tensor groups span at most
-    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes). ``cp`` and ``ep`` are the
+    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes); ``tp_overlap`` lists the
+    choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1). ``cp`` and ``ep`` are the
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
-    InfeasibleError naming the rule that removed the last configuration.
+    InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
+    then the empty space comes back with its counts, for a search over several such spaces).
     """
     n_gpus, global_batch = check_int("n_gpus", n_gpus), check_int("global_batch", global_batch)
     max_micro_batch = check_int("max_micro_batch", max_micro_batch)
     max_virtual_stages = check_int("max_virtual_stages", max_virtual_stages)
     zero = _check_options("zero", zero, (0, 1, 2, 3))
     sequence_parallel = _check_options("sequence_parallel", sequence_parallel, (False, True))
+    tp_overlap = _check_options("tp_overlap", tp_overlap, (False, True))
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
     pairs = tp_pp_pairs(n_gpus, max_tp)
     g = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
-              np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int))
+              np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
+              np.array(tp_overlap, int))
     alive = np.ones(g["dp"].size, bool)
     rejected = dict.fromkeys(REASONS, 0)
     detail = {}
@@ -151,7 +158,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         rejected[reason] += n
         if n:
             detail[text] = n
-        if n and n == alive.sum():
+        if n and n == alive.sum() and not empty_ok:
             dps = sorted(set(g["dp"][alive].tolist()))
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad
