@@ -92,8 +92,8 @@ def test_tensor_groups_stay_in_a_node_unless_allowed():
 
 def test_rejections_add_up(found, l13b, a100x8):
     # the default space: cp 1..16 (each divides 64 and seq 4096 / 2), PyTorch without and Megatron-LM with
-    # and without overlapped tensor-parallel communication
-    spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap)
+    # and without overlapped tensor-parallel communication, ZeRO 0-3 and FSDP full and hybrid
+    spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap, fsdp=(None, "full", "hybrid"))
               for cp in (1, 2, 4, 8, 16) for overlap in ((False,), (False, True))]
     combos = 3  # recompute none / selective / full x one precision
     r = found.attrs["rejected"]
@@ -101,6 +101,7 @@ def test_rejections_add_up(found, l13b, a100x8):
     assert set(found["cp"]) == {1, 2, 4, 8, 16} and set(found["framework"]) == {"pytorch", "megatron"}
     assert not (found["tp_overlap"] & (found["framework"] == "pytorch")).any()
     assert (found["tp_overlap"] & (found["framework"] == "megatron")).any()
+    assert set(found["fsdp"].dropna()) == {"full", "hybrid"} and (found.loc[found["fsdp"].notna(), "zero"] == 3).all()
     assert r["divisibility"] + r["batch"] == sum(sp.rejected["divisibility"] + sp.rejected["batch"]
                                                  for sp in spaces) * combos
     assert r["memory"] == found.attrs["evaluated"] - found.attrs["feasible"] > 0
@@ -125,6 +126,8 @@ def test_search_agrees_with_predict_exactly(found, l13b, a100x8):
     picked = list(found.groupby(["recompute", "zero"]).head(1).index)
     picked.append(found.index[found["virtual_stages"] > 1][0])
     picked.append(found.index[found["sequence_parallel"] & (found["pp"] > 1)][0])
+    picked += [found.index[found["fsdp"] == mode][0] for mode in ("full", "hybrid")]
+    picked.append(found.index[found["tp_overlap"] & (found["cp"] > 1)][0])
     picked += [i for i in np.linspace(0, len(found) - 1, 20).astype(int) if i not in picked][: 20 - len(picked)]
     rows = found.loc[picked]
     assert len(rows) == 20 and rows["recompute"].nunique() == 3 and rows["zero"].nunique() == 4

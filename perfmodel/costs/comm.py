@@ -99,6 +99,9 @@ def _array(name: str, value, *, integer: bool = False, minimum: float = 0.0) -> 
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise InvalidInputError(f"{name!r} must be numbers: got {value!r}") from None
+    if not arr.size or (arr.min() >= minimum and np.isfinite(arr.max())  # the usual case: two reductions
+                        and not (integer and np.any(arr != np.round(arr)))):
+        return arr
     bad = ~np.isfinite(arr) | (arr < minimum)
     if integer:
         bad |= arr != np.round(arr)

@@ -1,9 +1,10 @@
 """``search``: rank every valid parallel configuration of a model on a cluster.
 
-The space (``space.enumerate_space``) is priced in one vectorised call of
-``compose.evaluate`` per categorical combination (precision × recompute), never
-configuration by configuration, so a search and ``predict`` run the same
-arithmetic and agree exactly. Configurations that do not fit in GPU memory are
+The space (``space.enumerate_space``, one per software stack and context-parallel
+size) is priced in vectorised calls of ``compose.evaluate`` per categorical
+combination (precision × recompute), a chunk of configurations at a time and never
+configuration by configuration (``chunks.py``), so a search and ``predict`` run the
+same arithmetic and agree exactly. Configurations that do not fit in GPU memory are
 dropped and counted; the rest are ranked by throughput, or by cost when prices
 are given.
 """
@@ -18,11 +19,10 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from perfmodel import step as compose
 from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelError, UnsupportedError, unknown_name
-from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
-from perfmodel.parallel.fabric import cluster_collectives
-from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish, profile_for
+from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking, price_jobs
+from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
+from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.core.checks import check_choice, check_int, check_positive
 from perfmodel.workload.presets import as_model
@@ -34,8 +34,6 @@ SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_p
 COST_COLUMNS = {"usd_per_million_tokens": False, "usd_per_hour": False}
 LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micro_batch", "micro_batches",
         "global_batch", "zero", "recompute", "sequence_parallel", "precision")
-RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
-           "memory_capacity", "fits", "over_capacity")
 # Strategy fields search holds fixed: the software stack, the context- and expert-parallel sizes
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int}
 
@@ -64,40 +62,6 @@ def price_per_gpu_hour(prices, cluster) -> float:
 
 FRAMEWORK_CHOICES = ("pytorch", "megatron")
 CP_CHOICES = (1, 2, 4, 8, 16)  # context-parallel sizes the default space tries (those the GPUs and sequence allow)
-CHUNK = 32_768  # configurations priced per call: enough to amortise numpy's per-call cost, few MB of columns
-
-
-def _chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
-    """Column dicts of ``chunk`` configurations of ``space`` at a time, under each (precision, recompute)."""
-    coll = cluster_collectives(cl, prof)
-    base = config_arrays(opts["base"])
-    full = space.compose_arrays()
-    n = len(space)
-    for precision, recompute in product(opts["precision"], opts["recompute"]):
-        for lo in range(0, n, chunk):
-            hi = min(lo + chunk, n)
-            c = {**base, **{k: v[lo:hi] for k, v in full.items()}, "framework": stack["framework"],
-                 "attention": stack["attention"], "dp_overlap": np.bool_(stack["dp_overlap"]),
-                 "cp": stack["cp"], "ep": stack["ep"]}
-            out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
-                                   optimizer=opts["optimizer"], placement=opts["placement"])
-            out["micro_batch"] = c["micro_batch"]
-            derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
-            m = hi - lo
-            cols = {k: space.arrays[k][lo:hi] for k in NUMERIC}
-            cols["precision"] = np.full(m, precision, dtype=object)
-            cols["recompute"] = np.full(m, recompute, dtype=object)
-            for k, v in stack.items():  # the software stack, cp and ep, the same for every row of the chunk
-                if k != "tp_overlap":
-                    cols[k] = np.full(m, v, dtype=object if isinstance(v, str) else type(v))
-            merged = {**out, **derived}
-            for k in (*RESULTS, *BREAKDOWN_KEYS):
-                cols[k] = np.broadcast_to(merged[k], (m,))
-            for k, v in out["memory"].items():
-                cols["mem_" + k] = np.broadcast_to(v, (m,))
-            yield cols
-
-
 def _stacks(model, cl, opts) -> list[dict]:
     """The (framework, cp) combinations to price on ``cl``, each with the stack fields search holds fixed.
 
@@ -126,37 +90,6 @@ def _stacks(model, cl, opts) -> list[dict]:
 
     return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw),
              "dp_overlap": st["dp_overlap"], "cp": cp, "ep": st["ep"]} for cp in cps for fw in st["framework"]]
-
-
-class _Best:
-    """The ``top_k`` best feasible rows seen so far, with counts, in bounded memory."""
-
-    def __init__(self, top_k: int, sort_by: str, larger_is_better: bool):
-        self.top_k, self.sort_by, self.sign = top_k, sort_by, -1.0 if larger_is_better else 1.0
-        self.rows: dict | None = None
-        self.closest: dict | None = None  # the configuration nearest to fitting, for the error message
-        self.evaluated = self.feasible = 0
-
-    def add(self, cols: dict) -> None:
-        n = cols["dp"].size
-        cols["order"] = np.arange(self.evaluated, self.evaluated + n)
-        self.evaluated += n
-        i = int(np.argmin(cols["over_capacity"]))
-        if self.closest is None or cols["over_capacity"][i] < self.closest["over_capacity"][0]:
-            self.closest = {k: v[i:i + 1] for k, v in cols.items()}
-        fits = np.asarray(cols["fits"], bool)
-        self.feasible += int(fits.sum())
-        if not fits.any():
-            return
-        keep = {k: np.asarray(v)[fits] for k, v in cols.items()}
-        if self.rows is not None:
-            keep = {k: np.concatenate([self.rows[k], keep[k]]) for k in self.rows}
-        order = self._order(keep)[:self.top_k]
-        self.rows = {k: v[order] for k, v in keep.items()}
-
-    def _order(self, cols) -> np.ndarray:
-        # ties: less memory first, then enumeration order (stable)
-        return np.lexsort((cols["order"], cols["peak_memory"], self.sign * cols[self.sort_by].astype(float)))
 
 
 def _choices(value, kind) -> tuple:
@@ -221,6 +154,8 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     v = int(row["virtual_stages"])
     defaults = Strategy()
     stack = {k: cast(row.get(k, getattr(defaults, k))) for k, cast in STACK_FIELDS.items()}
+    fsdp = row.get("fsdp")
+    stack["fsdp"] = fsdp if isinstance(fsdp, str) else None  # a table cell may hold NaN for None
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,
@@ -243,14 +178,19 @@ def _table(cols: dict, idx: np.ndarray, global_batch: int) -> pd.DataFrame:
 
 def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str | None = None, prices=None,
            profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
-           recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), sequence_parallel=(False, True),
+           recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
+           sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
-           dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, chunk: int = CHUNK) -> pd.DataFrame:
+           dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, chunk: int = CHUNK,
+           workers: int | None = 1) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
-    software stack (``pm.Strategy`` fields); ``framework`` and ``tp_overlap`` may list
+    ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
+    "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
+    ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
+    (``pm.Strategy`` fields); ``framework`` and ``tp_overlap`` may list
     choices (the default: both frameworks, Megatron-LM's overlapped tensor-parallel
     communication on or off; plain PyTorch has no such overlap, so it is searched
     without it unless asked for alone). ``cp``, the context-parallel size, is one value
@@ -258,7 +198,10 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     sequence cannot take are left out); ``ep``, the expert-parallel size, is one value
     (configurations whose dp × cp it does not divide are rejected). The space is priced
     ``chunk`` configurations at a time, keeping only the ``top_k`` best: memory stays
-    bounded whatever its size.
+    bounded whatever its size. ``workers`` > 1 shares a large space among that many forked
+    processes (None: the CPUs this process may use), with results identical to one; the
+    default prices in this process (forking is unsafe beside threads, and on a busy
+    machine a second process gained nothing: docs/explore.md).
 
     ``cluster`` is a Cluster, a name, or a list of them (each searched whole).
     ``sort_by`` defaults to "tokens_per_second", or "usd_per_million_tokens" when
@@ -278,9 +221,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     if sort_by not in valid:
         raise unknown_name("sort column", sort_by, valid)
     combos = len(opts["precision"]) * len(opts["recompute"])
-    rejected, detail, capacity = dict.fromkeys(REASONS, 0), {}, []
-    best = _Best(top_k, sort_by, valid[sort_by])
-    any_space = False
+    rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
     for cl in _clusters(cluster):
         _check_precisions(cl, opts["precision"])
         prof = default_profile(cl) if profile is None else profile_for(cl, profile)
@@ -292,23 +233,16 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
                 enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch,
                 max_micro_batch=max_micro_batch, max_virtual_stages=max_virtual_stages, zero=opts["zero"],
                 sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes, cp=stack["cp"], ep=ep,
-                tp_overlap=stack["tp_overlap"])
+                tp_overlap=stack["tp_overlap"], fsdp=fsdp)
             space = space_of(empty_ok=len(stacks) > 1)
-            if not len(space) and stack is stacks[-1] and not any_space:
+            if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):
                 space_of()  # every layout emptied: the error of the last one names the rule
-            any_space = any_space or len(space) > 0
             for k in ("divisibility", "batch"):
                 rejected[k] += space.rejected[k] * combos
             for k, v in space.detail.items():
                 detail[k] = detail.get(k, 0) + v * combos
-            for cols in _chunks(model, cl, space, prof, opts, stack, chunk):
-                n = cols["dp"].size
-                cols["cluster_name"] = np.full(n, cl.name, dtype=object)
-                cols["gpus"] = np.full(n, cl.n_gpus)
-                if price is not None:
-                    cols["usd_per_hour"] = np.full(n, price)
-                    cols["usd_per_million_tokens"] = price / 3600.0 / cols["tokens_per_second"] * 1e6
-                best.add(cols)
+            jobs.append(Job(len(jobs), cl, prof, price, stack, space))
+    best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, valid[sort_by]), chunk=chunk, workers=workers)
     rejected["memory"] = best.evaluated - best.feasible
     if best.rows is None:
         raise InfeasibleError(_memory_message(best.closest, best.evaluated, " / ".join(capacity), opts))
