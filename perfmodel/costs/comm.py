@@ -166,6 +166,21 @@ _COLLECTIVE_MEMO = IdentityMemo()
 _HIERARCHICAL_MEMO = IdentityMemo()
 
 
+_ARRAY_MEMO = IdentityMemo(64)  # at most 64 results of up to ARRAY_MEMO_MAX elements (a few MB)
+ARRAY_MEMO_MAX = 8192
+
+
+def _array_key(collective, size, rpn, nodes, algorithm):
+    """A memo key of array arguments by their bytes, or None when they are large or not numbers."""
+    try:
+        arrays = [np.asarray(x, dtype=float) for x in (size, rpn, nodes)]
+    except (TypeError, ValueError):
+        return None
+    if max(a.size for a in arrays) > ARRAY_MEMO_MAX:
+        return None
+    return (collective, algorithm, *((a.shape, a.tobytes()) for a in arrays))
+
+
 def _scalar_key(*values):
     """A memo key of one-number arguments, or None when any of them is an array."""
     key = tuple(scalar(v) for v in values)
@@ -293,12 +308,15 @@ def hierarchical_time(
     One-number calls are remembered per collectives mapping (by identity), as ``collective_time``'s.
     """
     key = _scalar_key(collective, size_bytes, ranks_per_node, nodes, algorithm)
-    if key is None:
-        return _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
-    hit = _HIERARCHICAL_MEMO.get((collectives,), key)
+    memo = _HIERARCHICAL_MEMO
+    if key is None:  # arrays: a search prices the same groups under each recompute policy
+        key, memo = _array_key(collective, size_bytes, ranks_per_node, nodes, algorithm), _ARRAY_MEMO
+        if key is None:
+            return _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
+    hit = memo.get((collectives,), key)
     if hit is None:
         hit = _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
-        _HIERARCHICAL_MEMO.put((collectives,), key, hit)
+        memo.put((collectives,), key, hit)
     return hit.copy()
 
 

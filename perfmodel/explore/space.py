@@ -87,15 +87,14 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap
     tp, pp = pairs[p, 0], pairs[p, 1]
     dp = n_gpus // (tp * pp)
     z = np.array([z for z, _ in sharding], np.int64)[k]
-    modes = np.array([f for _, f in sharding], dtype=object)[k]
+    modes = np.array([f for _, f in sharding], dtype=object)
+    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1)))
     if None not in fsdp:  # only FSDP asked for: the zero list does not apply
-        keep_mode = np.not_equal(modes, None)
-    else:
-        keep_mode = np.ones(k.size, bool)
-    keep = keep_mode & ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1)))
-    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z, "fsdp": modes,
+        keep &= k >= len(zero)
+    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z, "shard": k,
          "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool)}
-    g = {k: x[keep] for k, x in g.items()}
+    g = {name: x[keep] for name, x in g.items()}
+    g["fsdp"] = modes[g.pop("shard")]  # object array only of the kept rows
     g["micro_batches"] = global_batch // (g["dp"] * g["micro_batch"])
     return g
 
