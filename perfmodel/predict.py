@@ -96,10 +96,10 @@ _COLLECTIVES = IdentityMemo(256)
 def _collectives(cluster, prof: Profile) -> dict:
     """``cluster_collectives`` once per (cluster, profile): one mapping whose identity keys the
     collective memo of perfmodel/costs/comm.py (callers read it, never change it)."""
-    coll = _COLLECTIVES.get((prof,), cluster)
+    coll = _COLLECTIVES.get(prof, cluster)
     if coll is None:
         coll = cluster_collectives(cluster, prof)
-        _COLLECTIVES.put((prof,), cluster, coll)
+        _COLLECTIVES.put(prof, cluster, coll)
     return coll
 
 

@@ -6,9 +6,9 @@ one element. Many of those pieces depend on a few fields only (a layer's kernel
 times on the micro-batch, tp, sp, precision and stack; a collective on its size
 and group), so consecutive predictions that share them price them once.
 
-Keys hold plain values (floats, strings, frozen dataclasses) plus objects compared
+Keys hold plain values (floats, strings, frozen dataclasses) plus one object compared
 by identity (a Profile, a collectives mapping: read-only by contract, and holding
-dicts, so not hashable by value); an entry keeps those objects alive, so an
+dicts, so not hashable by value); an entry keeps that object alive, so an
 identity is never reused while its entry stands. Only scalar configurations are
 cached: arrays (a search) always run through. Oldest entries go first once a
 cache holds ``maxsize``.
@@ -21,11 +21,13 @@ import functools
 import numpy as np
 
 SCALAR_TYPES = (float, int, bool, np.floating, np.integer, np.bool_)
+# hashable as they are, and equal (same hash) to the Python number of the same value
+PLAIN_TYPES = frozenset((float, int, bool, str, np.float64, np.int64, np.bool_))
 
 
 def scalar(x):
-    """``x`` as a hashable Python value when it is one number (or a 0-d array) or a string, else None."""
-    if isinstance(x, str):
+    """``x`` as a hashable value when it is one number (or a 0-d array) or a string, else None."""
+    if type(x) in PLAIN_TYPES:
         return x
     if isinstance(x, SCALAR_TYPES):
         return x.item() if isinstance(x, np.generic) else x
@@ -44,23 +46,21 @@ def clear_memos() -> None:
 
 
 class IdentityMemo:
-    """A bounded mapping (objects by identity, hashable key) -> value."""
+    """A bounded mapping (object by identity, hashable key) -> value."""
 
     def __init__(self, maxsize: int = 4096):
         self.maxsize = maxsize
         self._entries: dict = {}
         _MEMOS.append(self)
 
-    def get(self, owners: tuple, key):
-        hit = self._entries.get((tuple(map(id, owners)), key))
-        if hit is not None and all(a is b for a, b in zip(hit[0], owners)):
-            return hit[1]
-        return None
+    def get(self, owner, key):
+        hit = self._entries.get((id(owner), key))
+        return hit[1] if hit is not None and hit[0] is owner else None
 
-    def put(self, owners: tuple, key, value) -> None:
+    def put(self, owner, key, value) -> None:
         if len(self._entries) >= self.maxsize:
             self._entries.pop(next(iter(self._entries)))
-        self._entries[(tuple(map(id, owners)), key)] = (owners, value)
+        self._entries[(id(owner), key)] = (owner, value)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -91,10 +91,10 @@ def memo_by_fields(fields: tuple[str, ...], maxsize: int = 1024):
                 return fn(model, profile, c, **options)
             if None in values:
                 return _deduplicated(fn, fields, model, profile, c, options)
-            hit = memo.get((profile,), key)
+            hit = memo.get(profile, key)
             if hit is None:
                 hit = fn(model, profile, c, **options)
-                memo.put((profile,), key, hit)
+                memo.put(profile, key, hit)
             return dict(hit)
 
         cached.memo = memo

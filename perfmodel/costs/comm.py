@@ -27,7 +27,7 @@ import numpy as np
 from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
 from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
-from perfmodel.core.memo import IdentityMemo, scalar
+from perfmodel.core.memo import PLAIN_TYPES, IdentityMemo, scalar
 from perfmodel.forms.registry import FORMS, Form, register
 from perfmodel.core.checks import check_choice, check_int, check_positive
 
@@ -154,10 +154,10 @@ def collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> 
     """
     key = _scalar_key(collective, size_bytes, group_size)
     if key is not None:
-        hit = _COLLECTIVE_MEMO.get((entry,), key)
+        hit = _COLLECTIVE_MEMO.get(entry, key)
         if hit is None:
             hit = _collective_time(entry, collective, size_bytes, group_size)
-            _COLLECTIVE_MEMO.put((entry,), key, hit)
+            _COLLECTIVE_MEMO.put(entry, key, hit)
         return hit.copy()
     return _collective_time(entry, collective, size_bytes, group_size)
 
@@ -183,7 +183,7 @@ def _array_key(collective, size, rpn, nodes, algorithm):
 
 def _scalar_key(*values):
     """A memo key of one-number arguments, or None when any of them is an array."""
-    key = tuple(scalar(v) for v in values)
+    key = tuple(v if type(v) in PLAIN_TYPES else scalar(v) for v in values)
     return None if None in key else key
 
 
@@ -313,10 +313,10 @@ def hierarchical_time(
         key, memo = _array_key(collective, size_bytes, ranks_per_node, nodes, algorithm), _ARRAY_MEMO
         if key is None:
             return _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
-    hit = memo.get((collectives,), key)
+    hit = memo.get(collectives, key)
     if hit is None:
         hit = _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
-        memo.put((collectives,), key, hit)
+        memo.put(collectives, key, hit)
     return hit.copy()
 
 
