@@ -10,6 +10,7 @@ import numpy as np
 
 from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.core.memo import IdentityMemo
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.profiles.profile import Profile, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against
@@ -89,6 +90,19 @@ def _datasheet_profile(gpu) -> Profile:
     return datasheet_profile(gpu, load_profile(REFERENCE_PROFILE))
 
 
+_COLLECTIVES = IdentityMemo(256)
+
+
+def _collectives(cluster, prof: Profile) -> dict:
+    """``cluster_collectives`` once per (cluster, profile): one mapping whose identity keys the
+    collective memo of perfmodel/costs/comm.py (callers read it, never change it)."""
+    coll = _COLLECTIVES.get(prof, cluster)
+    if coll is None:
+        coll = cluster_collectives(cluster, prof)
+        _COLLECTIVES.put(prof, cluster, coll)
+    return coll
+
+
 def profile_for(cluster, profile) -> Profile:
     """``profile`` loaded; a warning when it was measured on another GPU than the cluster's (its kernel
     times are that GPU's: a deliberate what-if, or a mistake)."""
@@ -155,7 +169,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
     check_strategy(model, cluster, s)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
-    coll = cluster_collectives(cluster, prof)
+    coll = _collectives(cluster, prof)
     c = config_arrays(s)
     out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
                            optimizer=s.optimizer, placement=s.placement)

@@ -31,6 +31,7 @@ from perfmodel.costs import memory as mem
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.core.errors import PerfModelError
+from perfmodel.core.memo import memo_by_fields
 from perfmodel.parallel.data import dp_collectives, dp_comm_time  # noqa: F401 (dp_collectives: re-exported)
 from perfmodel.parallel.placement import layout, pipeline_crossings
 from perfmodel.workload import kernels as steps
@@ -192,6 +193,7 @@ def ring_attention(kernels, cp: int, causal: bool) -> list[Kernel]:
     return out
 
 
+@memo_by_fields(("micro_batch", "tp", "sp", "framework", "attention"))  # the entries of c it reads
 def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd.
 

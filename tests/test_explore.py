@@ -91,11 +91,19 @@ def test_tensor_groups_stay_in_a_node_unless_allowed():
 
 
 def test_rejections_add_up(found, l13b, a100x8):
-    space = enumerate_space(l13b, 64, 8, 512)
+    # the default space: cp 1..16 (each divides 64 and seq 4096 / 2), PyTorch without and Megatron-LM with
+    # and without overlapped tensor-parallel communication, ZeRO 0-3 and FSDP full and hybrid
+    spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap, fsdp=(None, "full", "hybrid"))
+              for cp in (1, 2, 4, 8, 16) for overlap in ((False,), (False, True))]
     combos = 3  # recompute none / selective / full x one precision
     r = found.attrs["rejected"]
-    assert found.attrs["evaluated"] == len(space) * combos
-    assert r["divisibility"] + r["batch"] == (space.rejected["divisibility"] + space.rejected["batch"]) * combos
+    assert found.attrs["evaluated"] == sum(map(len, spaces)) * combos
+    assert set(found["cp"]) == {1, 2, 4, 8, 16} and set(found["framework"]) == {"pytorch", "megatron"}
+    assert not (found["tp_overlap"] & (found["framework"] == "pytorch")).any()
+    assert (found["tp_overlap"] & (found["framework"] == "megatron")).any()
+    assert set(found["fsdp"].dropna()) == {"full", "hybrid"} and (found.loc[found["fsdp"].notna(), "zero"] == 3).all()
+    assert r["divisibility"] + r["batch"] == sum(sp.rejected["divisibility"] + sp.rejected["batch"]
+                                                 for sp in spaces) * combos
     assert r["memory"] == found.attrs["evaluated"] - found.attrs["feasible"] > 0
     assert sum(found.attrs["rejected_detail"].values()) == r["divisibility"] + r["batch"]
 
@@ -109,7 +117,7 @@ def test_search_ranks_fitting_configurations(found):
     assert np.all(np.diff(tps) <= 0)
     assert set(found["schedule"]) <= {"1f1b", "interleaved"}
     assert ((found["virtual_stages"] > 1) == (found["schedule"] == "interleaved")).all()
-    assert (found["dp"] * found["tp"] * found["pp"] == 64).all()
+    assert (found["dp"] * found["tp"] * found["pp"] * found["cp"] == 64).all()
     assert found.attrs["sort_by"] == "tokens_per_second"
 
 
@@ -118,6 +126,8 @@ def test_search_agrees_with_predict_exactly(found, l13b, a100x8):
     picked = list(found.groupby(["recompute", "zero"]).head(1).index)
     picked.append(found.index[found["virtual_stages"] > 1][0])
     picked.append(found.index[found["sequence_parallel"] & (found["pp"] > 1)][0])
+    picked += [found.index[found["fsdp"] == mode][0] for mode in ("full", "hybrid")]
+    picked.append(found.index[found["tp_overlap"] & (found["cp"] > 1)][0])
     picked += [i for i in np.linspace(0, len(found) - 1, 20).astype(int) if i not in picked][: 20 - len(picked)]
     rows = found.loc[picked]
     assert len(rows) == 20 and rows["recompute"].nunique() == 3 and rows["zero"].nunique() == 4
@@ -141,7 +151,7 @@ def test_search_holds_the_software_stack_and_rows_carry_it(l13b, a100x8):
         s = strategy_of(row)
         assert (s.framework, s.attention, s.tp_overlap, s.dp_overlap) == tuple(stack.values())
         np.testing.assert_allclose(row["step_time"], pm.predict(l13b, a100x8, s).step_time, rtol=1e-12)
-    eager = search(l13b, a100x8, 512, top_k=1)
+    eager = search(l13b, a100x8, 512, top_k=1, framework="pytorch", cp=1)
     assert eager["step_time"].iloc[0] != top["step_time"].iloc[0]
     with pytest.raises(pm.PerfModelError, match="framework 'deepspeed'"):
         search(l13b, a100x8, 512, framework="deepspeed")
@@ -181,7 +191,7 @@ def test_search_top_k_and_other_sort(l13b, a100x8):
 def test_search_prices_rank_by_cost_across_clusters(l13b):
     clusters = [pm.cluster("dgx-a100-80gb", nodes=2), pm.cluster("dgx-h100", nodes=2)]
     prices = {"a100-sxm4-80gb": 1.0, "h100-sxm5-80gb": 100.0}
-    df = search(l13b, clusters, 64, top_k=5, prices=prices)
+    df = search(l13b, clusters, 64, top_k=5, prices=prices, cp=1, framework="pytorch")
     assert df.attrs["sort_by"] == "usd_per_million_tokens"
     assert np.all(np.diff(df["usd_per_million_tokens"].to_numpy()) >= 0)
     row = df.iloc[0]
@@ -202,7 +212,7 @@ def test_infeasible_batch_names_the_rule(a100x8):
     with pytest.raises(InfeasibleError, match=r"64 GPUs is left after the batch rules \(the last, 'global_batch=2 "
                                               r"must be a multiple of dp × micro_batch', emptied it\).*"
                                               r"dp candidates: 4, 8, 16, 32, 64\)"):
-        search(SMALL, a100x8, 2)
+        search(SMALL, a100x8, 2, cp=1)  # with cp = 16 four GPUs would hold dp = 1
 
 
 def test_infeasible_memory_names_the_smallest(a100x8):

@@ -24,13 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import sympy as sp
+from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
 from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
 from perfmodel.core.choices import ALGORITHMS, COLLECTIVES, ENTRY_KEYS, LEVELS  # noqa: F401 (re-exported)
 from perfmodel.forms.base import Form
 from perfmodel.forms.comm import BUSBW_FACTOR, collective_expression
 from perfmodel.forms.registry import COMM_FORMS, FORMS
+from perfmodel.core.memo import PLAIN_TYPES, IdentityMemo, scalar
 from perfmodel.core.checks import check_choice, check_int, check_positive
 
 
@@ -45,6 +46,9 @@ def _array(name: str, value, *, integer: bool = False, minimum: float = 0.0) -> 
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         raise InvalidInputError(f"{name!r} must be numbers: got {value!r}") from None
+    if not arr.size or (arr.min() >= minimum and np.isfinite(arr.max())  # the usual case: two reductions
+                        and not (integer and np.any(arr != np.round(arr)))):
+        return arr
     bad = ~np.isfinite(arr) | (arr < minimum)
     if integer:
         bad |= arr != np.round(arr)
@@ -93,7 +97,44 @@ def collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> 
     """Seconds for one collective of ``size_bytes`` (nccl-tests S) over ``group_size`` ranks.
 
     ``entry`` is a fitted or datasheet entry of one fabric level; arrays broadcast.
+    One-number calls are remembered by (entry identity, collective, size, n): see perfmodel/core/memo.py.
     """
+    key = _scalar_key(collective, size_bytes, group_size)
+    if key is not None:
+        hit = _COLLECTIVE_MEMO.get(entry, key)
+        if hit is None:
+            hit = _collective_time(entry, collective, size_bytes, group_size)
+            _COLLECTIVE_MEMO.put(entry, key, hit)
+        return hit.copy()
+    return _collective_time(entry, collective, size_bytes, group_size)
+
+
+_COLLECTIVE_MEMO = IdentityMemo()
+_HIERARCHICAL_MEMO = IdentityMemo()
+
+
+_ARRAY_MEMO = IdentityMemo(64)  # at most 64 results of up to ARRAY_MEMO_MAX elements (a few MB)
+ARRAY_MEMO_MAX = 8192
+
+
+def _array_key(collective, size, rpn, nodes, algorithm):
+    """A memo key of array arguments by their bytes, or None when they are large or not numbers."""
+    try:
+        arrays = [np.asarray(x, dtype=float) for x in (size, rpn, nodes)]
+    except (TypeError, ValueError):
+        return None
+    if max(a.size for a in arrays) > ARRAY_MEMO_MAX:
+        return None
+    return (collective, algorithm, *((a.shape, a.tobytes()) for a in arrays))
+
+
+def _scalar_key(*values):
+    """A memo key of one-number arguments, or None when any of them is an array."""
+    key = tuple(v if type(v) in PLAIN_TYPES else scalar(v) for v in values)
+    return None if None in key else key
+
+
+def _collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> np.ndarray:
     form = comm_form(entry)
     factor = busbw_factor(collective, group_size)
     size = _array("size_bytes", size_bytes)
@@ -134,12 +175,11 @@ def rail_busbw(nic_busbw_bytes_per_s: float, nics_per_node: int, ranks_per_node:
     return bw * min(nics, ranks) / ranks
 
 
-SIZE_SYMBOL = sp.Symbol("S")
-RANKS_SYMBOL = sp.Symbol("n")
-
-
-def formula(entry: Mapping, collective: str, *, size=SIZE_SYMBOL, n=RANKS_SYMBOL) -> sp.Expr:
-    """Sympy expression of ``collective_time`` (valid for n >= 2 and S > 0)."""
+def formula(entry: Mapping, collective: str, *, size=None, n=None) -> sp.Expr:
+    """Sympy expression of ``collective_time`` (valid for n >= 2 and S > 0); ``size`` and ``n``
+    default to the symbols S and n."""
+    size = sp.Symbol("S") if size is None else size
+    n = sp.Symbol("n") if n is None else n
     _check_collective(collective)
     form = comm_form(entry)
     params = {k: float(v) for k, v in entry["params"].items()}
@@ -212,7 +252,22 @@ def hierarchical_time(
     ``nodes == 1`` uses the intra entry only, ``ranks_per_node == 1`` the inter
     entry only; otherwise the hierarchical composition (or a flat NCCL ring with
     ``algorithm="ring"``). ``size_bytes`` is the nccl-tests S of the whole group.
+    One-number calls are remembered per collectives mapping (by identity), as ``collective_time``'s.
     """
+    key = _scalar_key(collective, size_bytes, ranks_per_node, nodes, algorithm)
+    memo = _HIERARCHICAL_MEMO
+    if key is None:  # arrays: a search prices the same groups under each recompute policy
+        key, memo = _array_key(collective, size_bytes, ranks_per_node, nodes, algorithm), _ARRAY_MEMO
+        if key is None:
+            return _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
+    hit = memo.get(collectives, key)
+    if hit is None:
+        hit = _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm)
+        memo.put(collectives, key, hit)
+    return hit.copy()
+
+
+def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, nodes, algorithm) -> np.ndarray:
     _check_collective(collective)
     check_choice("algorithm", algorithm, ALGORITHMS)
     size = _array("size_bytes", size_bytes)

@@ -1,15 +1,17 @@
 """``search``: rank every valid parallel configuration of a model on a cluster.
 
-The space (``space.enumerate_space``) is priced in one vectorised call of
-``compose.evaluate`` per categorical combination (precision × recompute), never
-configuration by configuration, so a search and ``predict`` run the same
-arithmetic and agree exactly. Configurations that do not fit in GPU memory are
+The space (``space.enumerate_space``, one per software stack and context-parallel
+size) is priced in vectorised calls of ``compose.evaluate`` per categorical
+combination (precision × recompute), a chunk of configurations at a time and never
+configuration by configuration (``chunks.py``), so a search and ``predict`` run the
+same arithmetic and agree exactly. Configurations that do not fit in GPU memory are
 dropped and counted; the rest are ranked by throughput, or by cost when prices
 are given.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from itertools import product
@@ -17,11 +19,10 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from perfmodel import step as compose
-from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
-from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
-from perfmodel.parallel.fabric import cluster_collectives
-from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish, profile_for
+from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelError, UnsupportedError, unknown_name
+from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking, price_jobs
+from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
+from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.core.checks import check_choice, check_int, check_positive
 from perfmodel.workload.presets import as_model
@@ -33,8 +34,6 @@ SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_p
 COST_COLUMNS = {"usd_per_million_tokens": False, "usd_per_hour": False}
 LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micro_batch", "micro_batches",
         "global_batch", "zero", "recompute", "sequence_parallel", "precision")
-RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
-           "memory_capacity", "fits", "over_capacity")
 # Strategy fields search holds fixed: the software stack, the context- and expert-parallel sizes
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int}
 
@@ -61,36 +60,53 @@ def price_per_gpu_hour(prices, cluster) -> float:
     raise unknown_name(f"price for cluster {cluster.name!r}; price key", cluster.gpu.name, prices)
 
 
-def _evaluate(model, cl, space: Space, prof, opts) -> dict:
-    """Every configuration of ``space`` under each (precision, recompute): flat arrays."""
-    coll = cluster_collectives(cl, prof)
-    # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    c = {**config_arrays(opts["base"]), **space.compose_arrays()}
-    n = len(space)
-    parts = []
-    for precision, recompute in product(opts["precision"], opts["recompute"]):
-        out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
-                               optimizer=opts["optimizer"], placement=opts["placement"])
-        out["micro_batch"] = c["micro_batch"]
-        derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
-        cols = {k: space.arrays[k] for k in NUMERIC}
-        cols["precision"] = np.full(n, precision, dtype=object)
-        cols["recompute"] = np.full(n, recompute, dtype=object)
-        for k, v in opts["stack"].items():  # the software stack, cp and ep, the same for every row
-            cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else type(v))
-        merged = {**out, **derived}
-        for k in (*RESULTS, *BREAKDOWN_KEYS):
-            cols[k] = np.broadcast_to(merged[k], (n,))
-        for k, v in out["memory"].items():
-            cols["mem_" + k] = np.broadcast_to(v, (n,))
-        parts.append(cols)
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+FRAMEWORK_CHOICES = ("pytorch", "megatron")
+CP_CHOICES = (1, 2, 4, 8, 16)  # context-parallel sizes the default space tries (those the GPUs and sequence allow)
+def _stacks(model, cl, opts) -> list[dict]:
+    """The (framework, cp) combinations to price on ``cl``, each with the stack fields search holds fixed.
+
+    A tuple of ``cp`` values keeps those the cluster and model allow (cp divides the GPUs, the sequence
+    splits into 2 × cp chunks), as the space keeps only the tp that divide the GPUs; a single value
+    that does not fit is an error.
+    """
+    st = opts["stack"]
+    cps = []
+    for cp in st["cp"]:
+        if cl.n_gpus % cp:
+            if opts["cp_fixed"]:
+                raise InvalidInputError(f"'cp'={cp} must divide the GPU count {cl.n_gpus} of {cl.name}")
+            continue
+        if cp > 1 or st["ep"] > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
+            try:
+                check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=st["ep"], micro_batch=1))
+            except PerfModelError:
+                if opts["cp_fixed"] or cp == 1:
+                    raise
+                continue
+        cps.append(cp)
+    def overlap(fw):  # the asynchronous tensor-parallel communication is Megatron-LM's
+        choices = st["tp_overlap"]
+        return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if not c)
+
+    return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw),
+             "dp_overlap": st["dp_overlap"], "cp": cp, "ep": st["ep"]} for cp in cps for fw in st["framework"]]
+
+
+def _choices(value, kind) -> tuple:
+    """A search option as a tuple of choices: one value (of ``kind``) or a sequence of them."""
+    return (value,) if isinstance(value, kind) else tuple(value)
 
 
 def _options(precision, recompute, zero, optimizer, placement, stack):
     precision = (precision,) if isinstance(precision, str) else tuple(precision)
     recompute = (recompute,) if isinstance(recompute, str) else tuple(recompute)
     zero = (zero,) if isinstance(zero, int) else tuple(zero)
+    cp_fixed = isinstance(stack["cp"], int)
+    stack = {**stack, "framework": _choices(stack["framework"], str), "tp_overlap": _choices(stack["tp_overlap"], bool),
+             "cp": _choices(stack["cp"], int)}
+    for name in ("framework", "tp_overlap", "cp"):
+        if not stack[name]:
+            raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
     for name, values, valid in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE)):
         if not values:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
@@ -99,9 +115,15 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
     # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
-    base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **stack)
+    if not cp_fixed:  # a list of cp sizes keeps those the stack can run (context parallelism needs flash
+        # attention; with expert parallelism the layout places ep inside dp, so cp stays 1 unless asked for)
+        stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1
+                            or (stack["attention"] == "flash" and stack["ep"] == 1))
+    for fw, cp, overlap in product(stack["framework"], stack["cp"], stack["tp_overlap"]):
+        one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap}
+        base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **one)
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
-            "placement": placement, "stack": stack, "base": base}
+            "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed}
 
 
 def _check_precisions(cl, precisions) -> None:
@@ -111,23 +133,14 @@ def _check_precisions(cl, precisions) -> None:
                                f"(supported: {', '.join(sorted(cl.gpu.peak_flops))}); drop {missing} from 'precision'")
 
 
-def _sort_order(cols: dict, sort_by: str, valid: dict) -> np.ndarray:
-    if sort_by not in valid:
-        raise unknown_name("sort column", sort_by, valid)
-    key = cols[sort_by].astype(float)
-    key = -key if valid[sort_by] else key
-    # ties: less memory first, then enumeration order (stable)
-    return np.lexsort((np.arange(key.size), cols["peak_memory"], key))
-
-
-def _memory_message(cols, capacity_note, opts) -> str:
-    i = int(np.argmin(cols["over_capacity"]))
+def _memory_message(cols, evaluated, capacity_note, opts) -> str:
+    i = 0
     need = (cols["memory_capacity"][i] + cols["over_capacity"][i]) / 2**30
     at = ", ".join(f"{k}={_plain(cols[k][i])}" for k in ("dp", "tp", "pp", "micro_batch", "zero", "recompute"))
     tips = ["more GPUs or GPUs with more memory"]
     tips += [] if 3 in opts["zero"] else ["zero=3"]
     tips += [] if "full" in opts["recompute"] else ["recompute='full'"]
-    return (f"no configuration fits in memory: all {cols['fits'].size:,} that pass the divisibility and batch "
+    return (f"no configuration fits in memory: all {evaluated:,} that pass the divisibility and batch "
             f"rules need more than {capacity_note}; the smallest needs {need:.1f} GiB per GPU ({at}); "
             f"try {' or '.join(tips)}")
 
@@ -141,6 +154,8 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     v = int(row["virtual_stages"])
     defaults = Strategy()
     stack = {k: cast(row.get(k, getattr(defaults, k))) for k, cast in STACK_FIELDS.items()}
+    fsdp = row.get("fsdp")
+    stack["fsdp"] = fsdp if isinstance(fsdp, str) else None  # a table cell may hold NaN for None
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,
@@ -163,16 +178,30 @@ def _table(cols: dict, idx: np.ndarray, global_batch: int) -> pd.DataFrame:
 
 def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str | None = None, prices=None,
            profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
-           recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), sequence_parallel=(False, True),
+           recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
+           sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
-           max_tp_nodes: int = 1, framework: str = "pytorch", attention: str = "flash", tp_overlap: bool = False,
-           dp_overlap: bool = True, cp: int = 1, ep: int = 1) -> pd.DataFrame:
+           max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
+           dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, chunk: int = CHUNK,
+           workers: int | None = 1) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
-    software stack (``pm.Strategy`` fields) and hold for every configuration, as
-    do the context-parallel size ``cp`` (dp × tp × pp then fill GPUs / cp) and the
-    expert-parallel size ``ep`` (configurations whose dp × cp it does not divide are rejected).
+    ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
+    "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
+    ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
+    (``pm.Strategy`` fields); ``framework`` and ``tp_overlap`` may list
+    choices (the default: both frameworks, Megatron-LM's overlapped tensor-parallel
+    communication on or off; plain PyTorch has no such overlap, so it is searched
+    without it unless asked for alone). ``cp``, the context-parallel size, is one value
+    or a list of them (dp × tp × pp then fill GPUs / cp; sizes the GPUs or the
+    sequence cannot take are left out); ``ep``, the expert-parallel size, is one value
+    (configurations whose dp × cp it does not divide are rejected). The space is priced
+    ``chunk`` configurations at a time, keeping only the ``top_k`` best: memory stays
+    bounded whatever its size. ``workers`` > 1 shares a large space among that many forked
+    processes (None: the CPUs this process may use), with results identical to one; the
+    default prices in this process (forking is unsafe beside threads, and on a busy
+    machine a second process gained nothing: docs/explore.md).
 
     ``cluster`` is a Cluster, a name, or a list of them (each searched whole).
     ``sort_by`` defaults to "tokens_per_second", or "usd_per_million_tokens" when
@@ -192,38 +221,34 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     if sort_by not in valid:
         raise unknown_name("sort column", sort_by, valid)
     combos = len(opts["precision"]) * len(opts["recompute"])
-    rejected, detail, chunks, capacity = dict.fromkeys(REASONS, 0), {}, [], []
+    rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
     for cl in _clusters(cluster):
         _check_precisions(cl, opts["precision"])
-        if cl.n_gpus % cp:
-            raise InvalidInputError(f"'cp'={cp} must divide the GPU count {cl.n_gpus} of {cl.name}")
-        if cp > 1 or ep > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
-            check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=ep, micro_batch=1))
-        space = enumerate_space(model, cl.n_gpus // cp, cl.gpus_per_node, global_batch, max_micro_batch=max_micro_batch,
-                                max_virtual_stages=max_virtual_stages, zero=opts["zero"],
-                                sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes, cp=cp, ep=ep)
-        for k in ("divisibility", "batch"):
-            rejected[k] += space.rejected[k] * combos
-        for k, v in space.detail.items():
-            detail[k] = detail.get(k, 0) + v * combos
         prof = default_profile(cl) if profile is None else profile_for(cl, profile)
-        cols = _evaluate(model, cl, space, prof, opts)
-        n = cols["dp"].size
-        cols["cluster_name"] = np.full(n, cl.name, dtype=object)
-        cols["gpus"] = np.full(n, cl.n_gpus)
-        if prices is not None:
-            cols["usd_per_hour"] = np.full(n, price_per_gpu_hour(prices, cl) * cl.n_gpus)
-            cols["usd_per_million_tokens"] = cols["usd_per_hour"] / 3600.0 / cols["tokens_per_second"] * 1e6
-        chunks.append(cols)
+        price = price_per_gpu_hour(prices, cl) * cl.n_gpus if prices is not None else None
         capacity.append(f"{cl.gpu.mem_bytes / 2**30:.0f} GiB on {cl.name}")
-    cols = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-    fits = cols["fits"].astype(bool)
-    rejected["memory"] = int((~fits).sum())
-    if not fits.any():
-        raise InfeasibleError(_memory_message(cols, " / ".join(capacity), opts))
-    feasible = {k: v[fits] for k, v in cols.items()}
-    order = _sort_order(feasible, sort_by, valid)[:top_k]
-    df = _table(feasible, order, int(global_batch))
-    df.attrs.update(rejected=rejected, rejected_detail=detail, evaluated=int(fits.size), feasible=int(fits.sum()),
+        stacks = _stacks(model, cl, opts)
+        for stack in stacks:
+            space_of = functools.partial(
+                enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch,
+                max_micro_batch=max_micro_batch, max_virtual_stages=max_virtual_stages, zero=opts["zero"],
+                sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes, cp=stack["cp"], ep=ep,
+                tp_overlap=stack["tp_overlap"], fsdp=fsdp)
+            space = space_of(empty_ok=len(stacks) > 1)
+            if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):
+                space_of()  # every layout emptied: the error of the last one names the rule
+            for k in ("divisibility", "batch"):
+                rejected[k] += space.rejected[k] * combos
+            for k, v in space.detail.items():
+                detail[k] = detail.get(k, 0) + v * combos
+            jobs.append(Job(len(jobs), cl, prof, price, stack, space))
+    best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, valid[sort_by]), chunk=chunk, workers=workers)
+    rejected["memory"] = best.evaluated - best.feasible
+    if best.rows is None:
+        raise InfeasibleError(_memory_message(best.closest, best.evaluated, " / ".join(capacity), opts))
+    rows = best.rows
+    rows.pop("order")
+    df = _table(rows, np.arange(rows["dp"].size), int(global_batch))
+    df.attrs.update(rejected=rejected, rejected_detail=detail, evaluated=best.evaluated, feasible=best.feasible,
                     sort_by=sort_by, seconds=time.perf_counter() - t0)
     return df

@@ -18,8 +18,8 @@ counted under the first rule it breaks):
 * memory — checked after evaluation (``search``).
 
 Configurations equal to another one are not enumerated at all: a ZeRO stage
-with dp = 1 (nothing to shard), sequence parallelism with tp = 1, virtual
-stages with pp = 1.
+with dp = 1 (nothing to shard), sequence parallelism or overlapped tensor-parallel
+communication with tp = 1, virtual stages with pp = 1.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from perfmodel.core.checks import check_int, divisors
 from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")
-NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "sequence_parallel")
+NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "fsdp", "sequence_parallel",
+           "tp_overlap")
+FSDP_CHOICES = (None, "full", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class Space:
         return {"dp": a["dp"].astype(float), "tp": a["tp"].astype(float), "pp": a["pp"].astype(float),
                 "micro_batch": a["micro_batch"].astype(float), "m": a["micro_batches"].astype(float),
                 "v": v, "zero": a["zero"].astype(float), "sp": a["sequence_parallel"].astype(bool),
+                "tp_overlap": a["tp_overlap"].astype(bool), "fsdp": np.not_equal(a["fsdp"], None),
+                "hybrid": np.equal(a["fsdp"], "hybrid"),
                 "schedule": np.where(v > 1, float(SCHEDULE_CODE["interleaved"]), float(SCHEDULE_CODE["1f1b"]))}
 
 
@@ -71,16 +75,26 @@ def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp):
-    """Cartesian product of the candidate values, as flat int arrays (no equivalent duplicates)."""
-    idx = np.meshgrid(np.arange(len(pairs)), micro_batches, virtual, zero, sp, indexing="ij")
-    p, mb, v, z, s = (x.ravel() for x in idx)
+def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,), fsdp=(None,)):
+    """Cartesian product of the candidate values, as flat int arrays (no equivalent duplicates).
+
+    The sharding axis lists the ZeRO stages, then the FSDP modes (each shards like ZeRO-3).
+    """
+    sharding = [(z, None) for z in zero] + [(3, f) for f in fsdp if f is not None]
+    idx = np.meshgrid(np.arange(len(pairs)), micro_batches, virtual, np.arange(len(sharding)), sp,
+                      np.asarray(overlap, int), indexing="ij")
+    p, mb, v, k, s, o = (x.ravel() for x in idx)
     tp, pp = pairs[p, 0], pairs[p, 1]
     dp = n_gpus // (tp * pp)
-    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | ((s > 0) & (tp == 1)))
-    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z,
-         "sequence_parallel": s.astype(bool)}
-    g = {k: x[keep] for k, x in g.items()}
+    z = np.array([z for z, _ in sharding], np.int64)[k]
+    modes = np.array([f for _, f in sharding], dtype=object)
+    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1)))
+    if None not in fsdp:  # only FSDP asked for: the zero list does not apply
+        keep &= k >= len(zero)
+    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z, "shard": k,
+         "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool)}
+    g = {name: x[keep] for name, x in g.items()}
+    g["fsdp"] = modes[g.pop("shard")]  # object array only of the kept rows
     g["micro_batches"] = global_batch // (g["dp"] * g["micro_batch"])
     return g
 
@@ -124,24 +138,34 @@ def _check_options(name, values, valid=None) -> tuple:
 
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
-                    max_tp_nodes: int = 1, cp: int = 1, ep: int = 1) -> Space:
+                    max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
+                    fsdp=(None,), empty_ok: bool = False) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
     (more than one means the interleaved schedule); tensor groups span at most
-    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes). ``cp`` and ``ep`` are the
+    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes); ``tp_overlap`` lists the
+    choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1), ``fsdp``
+    the PyTorch FSDP modes tried beside the ZeRO stages (None: none; "hybrid" only on more than
+    one node, where it differs from "full"). ``cp`` and ``ep`` are the
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
-    InfeasibleError naming the rule that removed the last configuration.
+    InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
+    then the empty space comes back with its counts, for a search over several such spaces).
     """
     n_gpus, global_batch = check_int("n_gpus", n_gpus), check_int("global_batch", global_batch)
     max_micro_batch = check_int("max_micro_batch", max_micro_batch)
     max_virtual_stages = check_int("max_virtual_stages", max_virtual_stages)
     zero = _check_options("zero", zero, (0, 1, 2, 3))
     sequence_parallel = _check_options("sequence_parallel", sequence_parallel, (False, True))
+    tp_overlap = _check_options("tp_overlap", tp_overlap, (False, True))
+    fsdp = _check_options("fsdp", fsdp, FSDP_CHOICES)
+    if n_gpus * cp <= gpus_per_node:  # one node: hybrid sharding is full sharding
+        fsdp = tuple(f for f in fsdp if f != "hybrid") or (None,)
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
     pairs = tp_pp_pairs(n_gpus, max_tp)
     g = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
-              np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int))
+              np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
+              np.array(tp_overlap, int), fsdp)
     alive = np.ones(g["dp"].size, bool)
     rejected = dict.fromkeys(REASONS, 0)
     detail = {}
@@ -151,7 +175,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         rejected[reason] += n
         if n:
             detail[text] = n
-        if n and n == alive.sum():
+        if n and n == alive.sum() and not empty_ok:
             dps = sorted(set(g["dp"][alive].tolist()))
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad

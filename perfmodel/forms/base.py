@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import sympy as sp
+from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
 from perfmodel.core.errors import ProfileError
 

@@ -25,7 +25,7 @@ Per-parameter (``per_param``): t = t0 + params·beta (fused AdamW, SGD).
 from __future__ import annotations
 
 import numpy as np
-import sympy as sp
+from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
 from perfmodel.forms.base import Form
 

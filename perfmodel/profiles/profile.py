@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import sympy as sp
+from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
 from perfmodel.core.choices import COLLECTIVES, LEVELS
 from perfmodel.core.errors import ProfileError, unknown_name

@@ -1,0 +1,232 @@
+"""Import time, single predictions per second and search configurations per second, beside llm-analysis.
+
+Run:  python benchmarks/speed.py [--repeat 5] [--peer-python PATH] [--no-install] [--smoke]
+
+Every number is the median of ``--repeat`` runs (at least 5 unless ``--smoke``), measured in this
+one run on this machine, perfmodel and the peer one after the other, so ratios compare like with
+like even on a busy machine (the absolute numbers do not).
+
+* import: seconds of ``import perfmodel`` in a fresh interpreter beyond ``import numpy, pandas``
+  (the peer: ``import llm_analysis.analysis`` beyond what it needs of numpy).
+* predict/s: ``pm.predict`` calls per second over the ten Megatron-LM configurations of Narayanan
+  et al. 2021, Table 1 (perfmodel/data/published_runs.csv). "repeated": the ten called over and
+  over (the caches of perfmodel/core/memo.py warm, as in a notebook or a loop over strategies);
+  "cold": every cache emptied before each call. The peer: ``LLMAnalysis.training`` on the same
+  ten (model, parallelism, micro-batch, global batch, full recomputation) on its A100 config.
+* search: ``pm.search`` of Llama-3-405B on 16,384 H100 (2,048 x dgx-h100), global batch 2,048,
+  default space, caches emptied before each run; configurations priced per second, and the
+  whole enumerated space (priced + rejected by rule) per second. llm-analysis has no search: its
+  rate is one ``training`` call per configuration.
+
+llm-analysis 0.2.2 runs in its own virtual environment (``benchmarks/.peer-venv``, created with
+pip unless ``--no-install`` or ``--peer-python`` names another interpreter); it is not a
+dependency of perfmodel. Without it, perfmodel's numbers are printed alone.
+``--smoke`` (CI): two repeats (one search each, no warm-up), short timings, no install, no
+assertion on speed: it checks that the benchmark runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's perfmodel, installed or not
+PEER_VENV = ROOT / "benchmarks" / ".peer-venv"
+PEER_PACKAGE = "llm-analysis==0.2.2"
+SEARCH_CASE = {"model": "llama-3-405b", "node": "dgx-h100", "nodes": 2048, "global_batch": 2048}
+
+IMPORT_PROBE = """
+import importlib, sys, time
+for name in {pre!r}:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+t = time.perf_counter()
+importlib.import_module({module!r})
+print(time.perf_counter() - t)
+"""
+
+PEER_PROBE = """
+import json, logging, sys, time
+from llm_analysis.analysis import ActivationRecomputation, LLMAnalysis
+from llm_analysis.config import GPUConfig, ModelConfig, ParallelismConfig, get_gpu_config_by_name
+logging.getLogger("__name__").setLevel(logging.ERROR)
+rows, seconds, repeat = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+gpu = get_gpu_config_by_name("a100-sxm-80gb")
+def call(r):
+    m = ModelConfig(name=r["name"], num_layers=r["layers"], n_head=r["heads"], hidden_dim=r["hidden"],
+                    vocab_size=r["vocab"], max_seq_len=r["seq"], ffn_embed_dim=r["ffn_hidden"])
+    p = ParallelismConfig(tp_size=r["tp"], pp_size=r["pp"], dp_size=r["dp"])
+    a = LLMAnalysis(m, gpu, parallelism_config=p, flops_efficiency=0.5, hbm_memory_efficiency=0.9)
+    return a.training(batch_size_per_gpu=r["micro_batch"], global_batch_size=r["global_batch"], seq_len=r["seq"],
+                      activation_recomputation=ActivationRecomputation.FULL)
+for r in rows:
+    call(r)
+rates = []
+for _ in range(repeat):
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for r in rows:
+            call(r)
+        n += len(rows)
+    rates.append(n / (time.perf_counter() - t0))
+print(json.dumps(rates))
+"""
+
+
+def median_import(python: str, module: str, pre: tuple, repeat: int) -> float | None:
+    """Median seconds of importing ``module`` in a fresh ``python`` after importing ``pre``."""
+    code = IMPORT_PROBE.format(pre=pre, module=module)
+    times = []
+    for _ in range(repeat):
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=ROOT)
+        if out.returncode:
+            return None
+        times.append(float(out.stdout.strip().splitlines()[-1]))
+    return statistics.median(times)
+
+
+def megatron_rows() -> list[dict]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_published_runs import load_rows
+
+    return [r for r in load_rows() if r["name"].startswith("megatron-")]
+
+
+def rate(fn, items, seconds: float) -> float:
+    """Calls of ``fn`` per second over ``items``, looped for at least ``seconds``."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        for x in items:
+            fn(x)
+        n += len(items)
+        if time.perf_counter() - t0 >= seconds:
+            return n / (time.perf_counter() - t0)
+
+
+def perfmodel_predict(rows, repeat: int, seconds: float) -> dict:
+    import perfmodel as pm
+    from perfmodel.core.memo import clear_memos
+    from test_published_runs import cluster_of, model_of, strategy_of
+
+    cases = [(model_of(r), cluster_of(r), strategy_of(r)) for r in rows]
+    for c in cases:
+        pm.predict(*c)
+
+    def cold(c):
+        clear_memos()
+        return pm.predict(*c)
+
+    return {"repeated": statistics.median(rate(lambda c: pm.predict(*c), cases, seconds) for _ in range(repeat)),
+            "cold": statistics.median(rate(cold, cases, seconds) for _ in range(repeat))}
+
+
+def perfmodel_search(repeat: int, workers: int, warm_up: bool = True) -> dict:
+    import perfmodel as pm
+    from perfmodel.core.memo import clear_memos
+
+    model, cluster = pm.preset(SEARCH_CASE["model"]), pm.cluster(SEARCH_CASE["node"], nodes=SEARCH_CASE["nodes"])
+    if warm_up:
+        pm.search(model, cluster, SEARCH_CASE["global_batch"], workers=workers)  # profile loading, imports
+    walls, attrs = [], None
+    for _ in range(repeat):
+        clear_memos()
+        t0 = time.perf_counter()
+        df = pm.search(model, cluster, SEARCH_CASE["global_batch"], workers=workers)
+        walls.append(time.perf_counter() - t0)
+        attrs = df.attrs
+    wall = statistics.median(walls)
+    rules = attrs["rejected"]["divisibility"] + attrs["rejected"]["batch"]
+    return {"wall_s": wall, "priced": attrs["evaluated"], "space": attrs["evaluated"] + rules,
+            "priced_per_s": attrs["evaluated"] / wall, "space_per_s": (attrs["evaluated"] + rules) / wall}
+
+
+def peer_python(args) -> str | None:
+    """An interpreter with llm-analysis: the one named, the benchmark's venv, or a new venv (pip)."""
+    if args.peer_python:
+        return args.peer_python
+    python = PEER_VENV / "bin" / "python"
+    if not python.exists() and not args.no_install:
+        print(f"creating {PEER_VENV.relative_to(ROOT)} with {PEER_PACKAGE} (once) ...", flush=True)
+        made = subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], capture_output=True)
+        if made.returncode == 0:
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", PEER_PACKAGE], capture_output=True)
+    if python.exists() and subprocess.run([str(python), "-c", "import llm_analysis"], capture_output=True).returncode == 0:
+        return str(python)
+    return None
+
+
+def peer_numbers(python: str, rows, repeat: int, seconds: float) -> dict | None:
+    keys = ("name", "layers", "heads", "hidden", "vocab", "seq", "ffn_hidden", "tp", "pp", "dp", "micro_batch",
+            "global_batch")
+    plain = [{k: (r[k] if k == "name" else int(r[k])) for k in keys} for r in rows]
+    out = subprocess.run([python, "-c", PEER_PROBE, json.dumps(plain), str(seconds), str(repeat)],
+                         capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        print(f"llm-analysis probe failed: {out.stderr.strip().splitlines()[-1:]}")
+        return None
+    calls = statistics.median(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {"import": median_import(python, "llm_analysis.analysis", ("numpy",), repeat), "predict": calls}
+
+
+def table(ours: dict, peer: dict | None) -> list[str]:
+    def ratio(a, b, higher_better=True):
+        if b is None or a is None:
+            return "-"
+        return f"{a / b:.1f}x" if higher_better else f"{b / a:.1f}x"
+
+    p = peer or {}
+    lines = [f"{'':44} {'perfmodel':>14} {'llm-analysis':>14} {'perfmodel faster by':>20}"]
+    rows = [
+        ("import, s (fresh process, beyond numpy+pandas)", ours["import"], p.get("import"), False, "{:.3f}"),
+        ("predict/s, 10 SC21 configs repeated", ours["predict"]["repeated"], p.get("predict"), True, "{:,.0f}"),
+        ("predict/s, every cache emptied first", ours["predict"]["cold"], p.get("predict"), True, "{:,.0f}"),
+        ("search configs/s priced, 1 process", ours["search"][1]["priced_per_s"], p.get("predict"), True, "{:,.0f}"),
+        ("search configs/s whole space, 1 process", ours["search"][1]["space_per_s"], p.get("predict"), True,
+         "{:,.0f}"),
+        ("search configs/s priced, 2 processes", ours["search"][2]["priced_per_s"], p.get("predict"), True, "{:,.0f}"),
+    ]
+    for name, a, b, higher, fmt in rows:
+        shown_b = fmt.format(b) if b is not None else "n/a"
+        lines.append(f"{name:44} {fmt.format(a):>14} {shown_b:>14} {ratio(a, b, higher):>20}")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs per number; the median is printed (>= 5)")
+    parser.add_argument("--peer-python", help="a python with llm-analysis installed (default: benchmarks/.peer-venv)")
+    parser.add_argument("--no-install", action="store_true", help="do not create the llm-analysis venv")
+    parser.add_argument("--smoke", action="store_true", help="2 repeats, short timings, no install (CI)")
+    args = parser.parse_args(argv)
+    repeat = 2 if args.smoke else max(5, args.repeat)
+    seconds = 0.1 if args.smoke else 1.0
+    args.no_install = args.no_install or args.smoke
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{os.cpu_count()} CPU cores, load average {load:.1f}; medians of {repeat} runs\n", flush=True)
+    rows = megatron_rows()
+    ours = {"import": median_import(sys.executable, "perfmodel", ("numpy", "pandas"), repeat),
+            "predict": perfmodel_predict(rows, repeat, seconds),
+            "search": {w: perfmodel_search(1 if args.smoke else repeat, w, not args.smoke) for w in (1, 2)}}
+    python = peer_python(args)
+    peer = peer_numbers(python, rows, repeat, seconds) if python else None
+    if peer is None:
+        print("llm-analysis not available: perfmodel's numbers alone\n")
+    s = ours["search"][1]
+    print(f"search case: {SEARCH_CASE['model']} on {SEARCH_CASE['nodes'] * 8:,} H100, global batch "
+          f"{SEARCH_CASE['global_batch']:,}: {s['priced']:,} configurations priced of {s['space']:,} enumerated, "
+          f"{s['wall_s']:.2f} s (1 process), {ours['search'][2]['wall_s']:.2f} s (2 processes)\n")
+    print("\n".join(table(ours, peer)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

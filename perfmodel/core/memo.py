@@ -1,0 +1,138 @@
+"""Bounded caches for the pieces of one prediction that repeat across calls.
+
+``pm.predict`` prices one configuration with the same vectorised code ``search``
+runs over a million, so each call pays numpy's per-call overhead on arrays of
+one element. Many of those pieces depend on a few fields only (a layer's kernel
+times on the micro-batch, tp, sp, precision and stack; a collective on its size
+and group), so consecutive predictions that share them price them once.
+
+Keys hold plain values (floats, strings, frozen dataclasses) plus one object compared
+by identity (a Profile, a collectives mapping: read-only by contract, and holding
+dicts, so not hashable by value); an entry keeps that object alive, so an
+identity is never reused while its entry stands. Only scalar configurations are
+cached: arrays (a search) always run through. Oldest entries go first once a
+cache holds ``maxsize``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+SCALAR_TYPES = (float, int, bool, np.floating, np.integer, np.bool_)
+# hashable as they are, and equal (same hash) to the Python number of the same value
+PLAIN_TYPES = frozenset((float, int, bool, str, np.float64, np.int64, np.bool_))
+
+
+def scalar(x):
+    """``x`` as a hashable value when it is one number (or a 0-d array) or a string, else None."""
+    if type(x) in PLAIN_TYPES:
+        return x
+    if isinstance(x, SCALAR_TYPES):
+        return x.item() if isinstance(x, np.generic) else x
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return x.item()
+    return None
+
+
+_MEMOS: list[IdentityMemo] = []
+
+
+def clear_memos() -> None:
+    """Empty every cache of this module's kind (tests compare cached and uncached predictions)."""
+    for memo in _MEMOS:
+        memo.clear()
+
+
+class IdentityMemo:
+    """A bounded mapping (object by identity, hashable key) -> value."""
+
+    def __init__(self, maxsize: int = 4096):
+        self.maxsize = maxsize
+        self._entries: dict = {}
+        _MEMOS.append(self)
+
+    def get(self, owner, key):
+        hit = self._entries.get((id(owner), key))
+        return hit[1] if hit is not None and hit[0] is owner else None
+
+    def put(self, owner, key, value) -> None:
+        if len(self._entries) >= self.maxsize:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[(id(owner), key)] = (owner, value)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def memo_by_fields(fields: tuple[str, ...], maxsize: int = 1024):
+    """Cache ``fn(model, profile, c, **options)`` for scalar configurations ``c``.
+
+    The key is the model (by value), the profile (by identity), ``c[f]`` for each of
+    ``fields`` (the only entries of ``c`` that ``fn`` reads) and the keyword options.
+    A model that cannot be hashed runs through uncached. Configurations whose fields are
+    arrays (a search) are priced once per distinct combination of those fields and spread
+    back (``_deduplicated``). The cached value is a dict; each call gets its own copy of it.
+    """
+    def wrap(fn):
+        memo = IdentityMemo(maxsize)
+
+        @functools.wraps(fn)
+        def cached(model, profile, c, **options):
+            values = tuple(scalar(c[f]) if f in c else "-" for f in fields)
+            try:
+                key = (model, values, tuple(sorted(options.items())))
+                hash(key)
+            except TypeError:
+                return fn(model, profile, c, **options)
+            if None in values:
+                return _deduplicated(fn, fields, model, profile, c, options)
+            hit = memo.get(profile, key)
+            if hit is None:
+                hit = fn(model, profile, c, **options)
+                memo.put(profile, key, hit)
+            return dict(hit)
+
+        cached.memo = memo
+        return cached
+    return wrap
+
+
+def _deduplicated(fn, fields, model, profile, c, options):
+    """``fn`` over the distinct rows of ``c[fields]`` (1-D arrays of one length), outputs spread back.
+
+    A search holds thousands of configurations but a few dozen (micro-batch, tp, sp) rows; each
+    output element is the same elementwise arithmetic on the same inputs, so results are identical.
+    """
+    arrays = {f: np.asarray(c[f]) for f in fields if f in c and not isinstance(c[f], str)}
+    lengths = {a.shape for a in arrays.values() if a.ndim}
+    if len(lengths) != 1 or len(next(iter(lengths))) != 1 or any(a.dtype.kind not in "biuf" for a in arrays.values()):
+        return fn(model, profile, c, **options)
+    n = next(iter(lengths))[0]
+    names = [f for f, a in arrays.items() if a.ndim]
+    first, inverse = _distinct_rows([arrays[f] for f in names])
+    if first.size == n:
+        return fn(model, profile, c, **options)
+    sub = dict(c)
+    for f in names:
+        sub[f] = arrays[f][first]
+    out = fn(model, profile, sub, **options)
+    return {k: v[inverse] if isinstance(v, np.ndarray) and v.shape == (first.size,) else v for k, v in out.items()}
+
+
+def _distinct_rows(columns):
+    """(index of one occurrence of each distinct row, row -> its distinct index) of equal-length columns.
+
+    Each column is coded by its own distinct values and the codes are combined into one integer,
+    so a few sorts of one column replace a sort of whole rows.
+    """
+    code = np.zeros(columns[0].size, np.int64)
+    for col in columns:
+        values, inv = np.unique(col, return_inverse=True)
+        code = code * values.size + inv.reshape(-1)
+    codes, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)

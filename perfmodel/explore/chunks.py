@@ -1,0 +1,165 @@
+"""Price a search space in bounded memory: chunks of configurations, the best rows kept, processes shared.
+
+``search`` hands over one ``Job`` per (cluster, software stack, context-parallel size): its space
+of numeric configurations. Each job is priced ``chunk`` configurations at a time under every
+(precision, recompute) with ``step.evaluate`` (the code ``predict`` runs), and only the
+``top_k`` best feasible rows, the counts and the configuration nearest to fitting are kept.
+Large searches share the jobs among processes (fork: nothing to re-import); rows carry their
+enumeration order, so the ranking (ties: less memory, then enumeration order) is the same
+however the jobs were shared.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from itertools import product, repeat
+
+import numpy as np
+
+from perfmodel import step as compose
+from perfmodel.explore.space import NUMERIC, Space
+from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.predict import BREAKDOWN_KEYS, config_arrays, finish
+
+CHUNK = 32_768  # configurations priced per call: enough to amortise numpy's per-call cost, a few MB of columns
+PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
+RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
+           "memory_capacity", "fits", "over_capacity")
+ORDER_STRIDE = 2**40  # enumeration order = job index × stride + row within the job
+
+
+@dataclass(frozen=True)
+class Job:
+    """One space to price: its index (enumeration order), cluster, profile, $/hour and stack."""
+
+    index: int
+    cluster: object
+    profile: object
+    usd_per_hour: float | None
+    stack: dict
+    space: Space
+
+
+@dataclass(frozen=True)
+class Ranking:
+    top_k: int
+    sort_by: str
+    larger_is_better: bool
+
+
+def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
+    """Column dicts of ``chunk`` configurations of ``space`` at a time, under each (precision, recompute)."""
+    coll = cluster_collectives(cl, prof)
+    base = config_arrays(opts["base"])
+    full = space.compose_arrays()
+    n = len(space)
+    for precision, recompute in product(opts["precision"], opts["recompute"]):
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            c = {**base, **{k: v[lo:hi] for k, v in full.items()}, "framework": stack["framework"],
+                 "attention": stack["attention"], "dp_overlap": np.bool_(stack["dp_overlap"]),
+                 "cp": stack["cp"], "ep": stack["ep"]}
+            out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
+                                   optimizer=opts["optimizer"], placement=opts["placement"])
+            out["micro_batch"] = c["micro_batch"]
+            derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
+            m = hi - lo
+            cols = {k: space.arrays[k][lo:hi] for k in NUMERIC}
+            cols["precision"] = np.full(m, precision, dtype=object)
+            cols["recompute"] = np.full(m, recompute, dtype=object)
+            for k, v in stack.items():  # the software stack, cp and ep, the same for every row of the chunk
+                if k != "tp_overlap":
+                    cols[k] = np.full(m, v, dtype=object if isinstance(v, str) else type(v))
+            merged = {**out, **derived}
+            for k in (*RESULTS, *BREAKDOWN_KEYS):
+                cols[k] = np.broadcast_to(merged[k], (m,))
+            for k, v in out["memory"].items():
+                cols["mem_" + k] = np.broadcast_to(v, (m,))
+            yield cols
+
+
+class Best:
+    """The ``top_k`` best feasible rows seen so far, with counts, in bounded memory."""
+
+    def __init__(self, ranking: Ranking, offset: int = 0):
+        self.ranking, self.offset = ranking, offset
+        self.rows: dict | None = None
+        self.closest: dict | None = None  # the configuration nearest to fitting, for the error message
+        self.evaluated = self.feasible = 0
+
+    def add(self, cols: dict) -> None:
+        n = cols["dp"].size
+        cols["order"] = np.arange(self.offset + self.evaluated, self.offset + self.evaluated + n)
+        self.evaluated += n
+        i = int(np.argmin(cols["over_capacity"]))
+        self._closest({k: v[i:i + 1] for k, v in cols.items()})
+        fits = np.asarray(cols["fits"], bool)
+        self.feasible += int(fits.sum())
+        if fits.any():
+            self._keep({k: np.asarray(v)[fits] for k, v in cols.items()})
+
+    def merge(self, other: Best) -> None:
+        self.evaluated += other.evaluated
+        self.feasible += other.feasible
+        if other.closest is not None:
+            self._closest(other.closest)
+        if other.rows is not None:
+            self._keep(other.rows)
+
+    def _closest(self, row: dict) -> None:
+        if self.closest is None or (row["over_capacity"][0], row["order"][0]) < (
+                self.closest["over_capacity"][0], self.closest["order"][0]):
+            self.closest = row
+
+    def _keep(self, rows: dict) -> None:
+        if self.rows is not None:
+            rows = {k: np.concatenate([self.rows[k], rows[k]]) for k in self.rows}
+        r = self.ranking
+        key = (-1.0 if r.larger_is_better else 1.0) * rows[r.sort_by].astype(float)
+        order = np.lexsort((rows["order"], rows["peak_memory"], key))[:r.top_k]  # ties: less memory, then order
+        self.rows = {k: v[order] for k, v in rows.items()}
+
+
+def price_job(job: Job, model, opts, ranking: Ranking, chunk: int) -> Best:
+    """Every configuration of one job, chunk by chunk; the best rows and the counts."""
+    best = Best(ranking, offset=job.index * ORDER_STRIDE)
+    cl = job.cluster
+    for cols in chunks(model, cl, job.space, job.profile, opts, job.stack, chunk):
+        n = cols["dp"].size
+        cols["cluster_name"] = np.full(n, cl.name, dtype=object)
+        cols["gpus"] = np.full(n, cl.n_gpus)
+        if job.usd_per_hour is not None:
+            cols["usd_per_hour"] = np.full(n, job.usd_per_hour)
+            cols["usd_per_million_tokens"] = job.usd_per_hour / 3600.0 / cols["tokens_per_second"] * 1e6
+        best.add(cols)
+    return best
+
+
+def _worker_count(workers: int | None, jobs: list[Job], combos: int) -> int:
+    if workers is not None:
+        return max(1, min(int(workers), len(jobs)))
+    if sum(len(j.space) for j in jobs) * combos < PARALLEL_MIN or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, len(jobs)))
+
+
+def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = CHUNK,
+               workers: int | None = None) -> Best:
+    """All jobs priced (in ``workers`` processes when worth it) and their best rows merged."""
+    combos = len(opts["precision"]) * len(opts["recompute"])
+    n = _worker_count(workers, jobs, combos)
+    args = (repeat(model), repeat(opts), repeat(ranking), repeat(chunk))
+    if n == 1:
+        results = list(map(price_job, jobs, *args))
+    else:
+        big_first = sorted(jobs, key=lambda j: -len(j.space))  # the longest jobs start first: even finish
+        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(price_job, big_first, *args))
+    best = Best(ranking)
+    for r in sorted(results, key=lambda b: b.offset):
+        best.merge(r)
+    return best

@@ -1,0 +1,52 @@
+"""A search priced in small chunks, or shared among processes, ranks exactly as one pass does.
+
+``perfmodel/explore/chunks.py`` keeps only the best ``top_k`` rows of each chunk; a row lost
+between chunks, a tie broken differently or a count added twice would change the table.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel.explore import search
+
+MODEL = pm.transformer(layers=8, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
+CLUSTER = pm.cluster("dgx-h100", nodes=2)
+
+
+@pytest.fixture(scope="module")
+def whole():
+    return search(MODEL, CLUSTER, 64, top_k=50, chunk=1_000_000)
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=True)
+    for k in ("rejected", "rejected_detail", "evaluated", "feasible"):
+        assert a.attrs[k] == b.attrs[k], k
+
+
+def test_small_chunks_give_the_same_table(whole):
+    assert whole.attrs["evaluated"] > 5_000 and len(whole) == 50
+    _same(whole, search(MODEL, CLUSTER, 64, top_k=50, chunk=150))  # several chunks per space
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+def test_two_processes_give_the_same_table(whole):
+    _same(whole, search(MODEL, CLUSTER, 64, top_k=50, workers=2))
+
+
+def test_default_space_spans_context_parallelism_stacks_and_sharding(whole):
+    assert {1, 2, 4, 8, 16} == set(search(MODEL, CLUSTER, 64, top_k=100_000, recompute="full")["cp"])
+    assert set(whole["framework"]) <= {"pytorch", "megatron"}
+    narrow = search(MODEL, CLUSTER, 64, top_k=1, cp=1, framework="pytorch", tp_overlap=False, fsdp=(None,))
+    assert narrow.attrs["evaluated"] * 5 < whole.attrs["evaluated"]
+
+
+def test_a_cp_list_leaves_out_sizes_the_sequence_cannot_take():
+    odd = pm.transformer(layers=4, hidden=512, heads=8, seq=12, vocab=1000, name="short")
+    top = search(odd, CLUSTER, 16, top_k=1000, recompute="none")
+    assert set(top["cp"]) == {1, 2}  # 12 tokens: 2 × cp chunks for cp 1, 2 (3 and 6 are not tried)
