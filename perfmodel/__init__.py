@@ -34,6 +34,8 @@ def __getattr__(name):  # heavier entry points load on first use
         "from_torch": "perfmodel.workload.torch_import", "from_hf_config": "perfmodel.workload.hf",
         "plan_training": "perfmodel.transient", "symbolic_step_time": "perfmodel.symbolic",
         "predict_mixed": "perfmodel.hetero",
+        "predict_shared": "perfmodel.analysis.contention", "predict_cluster": "perfmodel.analysis.network",
+        "advise_packing": "perfmodel.analysis.packing",
     }
     if name in lazy:
         import importlib
