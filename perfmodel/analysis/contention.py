@@ -76,10 +76,12 @@ class SharedPrediction:
                 f"{'' if self.fits else ' (DOES NOT FIT)'})")
 
 
-def solve_sharing(seconds, free, table, slots: float, switch: float):
+def solve_sharing(seconds, free, table, slots: float, switch: float, background: float = 0.0):
     """Shared step seconds of jobs with device ``seconds[i, class]`` and ``free[i]`` seconds.
 
     The fixed point of the module docstring, iterated with damping from the solo state.
+    ``background``: other always-ready work on the device (e.g. other users' runnable threads on a
+    CPU host), counted in the queue and in the slots it takes, not in the interference.
     """
     t = np.asarray(seconds, float)
     free = np.asarray(free, float)
@@ -89,9 +91,10 @@ def solve_sharing(seconds, free, table, slots: float, switch: float):
     p = np.divide(device, step, out=np.zeros_like(device), where=step > 0)
     for _ in range(ITERATIONS):
         others = p.sum() - p
-        ready = 1.0 + others
+        ready = 1.0 + others + background
         queue = np.maximum(1.0, ready / slots) * (1.0 + switch * np.clip(ready - slots, 0.0, 1.0))
-        beside = np.divide(max(slots - 1.0, 0.0), others, out=np.ones_like(others), where=others > 0)
+        beside = np.divide(max(slots - 1.0, 0.0), others + background, out=np.ones_like(others),
+                           where=others + background > 0)
         w = p[None, :] * np.minimum(1.0, beside)[:, None]
         np.fill_diagonal(w, 0.0)
         q = np.divide(t, device[:, None], out=np.zeros_like(t), where=device[:, None] > 0)
@@ -107,13 +110,15 @@ def solve_sharing(seconds, free, table, slots: float, switch: float):
 
 
 def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profile=None, interference=None,
-                   mig_profile=None, slots: int | None = None) -> SharedPrediction:
+                   mig_profile=None, slots: int | None = None, background_load: float = 0.0) -> SharedPrediction:
     """Predict jobs co-located on one device (``mode``: "time-slice", "mps" or "mig").
 
     ``jobs``: Predictions, models, ``(model, strategy)`` or ``(model, strategy, label)``. ``mig_profile``:
     one MIG profile name for every job or a list, one per job (default: the equal split that holds them).
     ``slots``: jobs the device runs at once (default: 1 time-sliced, all under MPS; on a CPU host, its
     cores over the threads per job). ``interference``: a table, its JSON or a bundled name.
+    ``background_load``: other always-ready work sharing the device (runnable threads on a CPU host),
+    in jobs' worth; the slowdowns are then against each job alone with that same load.
     """
     from perfmodel.hardware import as_cluster
     from perfmodel.predict import default_profile, profile_for
@@ -140,18 +145,26 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise InvalidInputError(f"'slots' must be an integer >= 1 (jobs the device runs at once): got {slots!r}")
     seconds = [[ld.seconds[c] if (c != "launch" or on_cpu) else 0.0 for c in CLASSES] for ld in loads]
+    if isinstance(background_load, bool) or not isinstance(background_load, (int, float)) or not background_load >= 0:
+        raise InvalidInputError(f"'background_load' must be a number >= 0 (always-ready jobs): got {background_load!r}")
     switch = table.switch_fraction if (mode == "time-slice") else 0.0
-    shared = solve_sharing(seconds, [ld.free_s for ld in loads], table, float(slots), switch)
-    rows = tuple(_row(ld, float(s), float(sum(sec))) for ld, s, sec in zip(loads, shared, seconds))
+    free = [ld.free_s for ld in loads]
+    shared = solve_sharing(seconds, free, table, float(slots), switch, float(background_load))
+    alone = [float(solve_sharing([sec], [f], table, float(slots), switch, float(background_load))[0]) / ld.step_s
+             if background_load else 1.0 for sec, f, ld in zip(seconds, free, loads)]
+    rows = tuple(_row(ld, float(s), float(sum(sec)), solo_s=ld.step_s * a)
+                 for ld, s, sec, a in zip(loads, shared, seconds, alone))
     need = sum(ld.memory_bytes for ld in loads)
     cap = cluster.gpu.mem_bytes
     return SharedPrediction(mode, cluster.gpu.name, rows, float(sum(r.solo_step_time / r.step_time for r in rows)),
                             float(need), float(cap), bool(need <= cap), table.name)
 
 
-def _row(ld, shared_s: float, device_s: float, instance: str = "", fits: bool | None = None) -> SharedJob:
+def _row(ld, shared_s: float, device_s: float, instance: str = "", fits: bool | None = None,
+         solo_s: float | None = None) -> SharedJob:
     p = ld.prediction
-    return SharedJob(ld.name, shared_s, p.step_time, shared_s / p.step_time, device_s / shared_s,
+    solo = p.step_time if solo_s is None else solo_s  # alone (with the same background load)
+    return SharedJob(ld.name, shared_s, solo, shared_s / solo, device_s / shared_s,
                      p.tokens_per_second * p.step_time / shared_s, ld.memory_bytes,
                      bool(p.fits if fits is None else fits), instance)
 

@@ -216,7 +216,7 @@ def predict_cluster(jobs_with_placements, cluster, *, profile=None, offsets=None
 def _check_gpus(placed, cluster) -> None:
     from perfmodel.analysis.load import as_job
 
-    for job, nodes in placed:
+    for job, _ in placed:
         as_job(job, cluster)  # names and strategies checked before any pricing
     counts = {}
     for job, nodes in placed:

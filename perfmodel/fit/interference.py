@@ -1,0 +1,119 @@
+"""Fit an interference table to co-located kernel-class runs (``calibration.interference kernels``).
+
+Each measured row is one process of class ``job`` running beside the others of its ``mix``; its
+slowdown is its median iteration time together over alone, each run with the host's other runnable
+threads measured (``other_alone``, ``other_together``). The prediction of a row is the sharing model
+itself (``perfmodel.analysis.contention.solve_sharing``) on one-class jobs, so the fitted table means
+exactly what predictions use: 9 class-pair coefficients and the time-slice loss, by bounded least
+squares on log slowdowns (scipy ``least_squares``, soft-L1 loss against outliers of a busy host).
+CV error: leave one repeat out, refit, predict the held-out repeat; median |relative error|.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from perfmodel.analysis.contention import solve_sharing
+from perfmodel.analysis.interference import CLASSES, InterferenceTable
+from perfmodel.errors import InvalidInputError
+from perfmodel.hardware.common import FrozenMap
+
+PAIRS = tuple(f"{a}|{b}" for a in CLASSES for b in CLASSES)
+REQUIRED = ("mix", "job", "repeat", "slowdown", "other_alone", "other_together")
+MAX_COEFFICIENT = 5.0
+MAX_SWITCH = 0.5
+
+
+@dataclass(frozen=True)
+class InterferenceFit:
+    """The fitted table, each row's prediction and the leave-one-repeat-out error."""
+
+    table: InterferenceTable
+    rows: pd.DataFrame       # the measured rows with 'predicted' and 'error' (relative)
+    cv_error: float
+
+    def __repr__(self) -> str:
+        return f"InterferenceFit({self.table!r}, {len(self.rows)} rows, CV median |error| {self.cv_error:.1%})"
+
+
+def _table(x: np.ndarray, name: str = "fit") -> InterferenceTable:
+    return InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]))
+
+
+def row_seconds(kind: str) -> list[float]:
+    """Device seconds by class of a one-class microbenchmark (one unit of its class)."""
+    if kind not in CLASSES:
+        raise InvalidInputError(f"kernel class {kind!r} unknown (valid: {', '.join(CLASSES)})")
+    return [1.0 if c == kind else 0.0 for c in CLASSES]
+
+
+def predicted_slowdown(table, mix_seconds, slot: int, slots: float, other_alone: float,
+                       other_together: float, free=None) -> float:
+    """Slowdown of job ``slot`` of a mix, each side with its own background load."""
+    free = [0.0] * len(mix_seconds) if free is None else list(free)
+    together = solve_sharing(mix_seconds, free, table, slots, table.switch_fraction, other_together)[slot]
+    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots, table.switch_fraction, other_alone)[0]
+    return float(together / alone)
+
+
+def _predict(table, rows: pd.DataFrame, slots: float) -> np.ndarray:
+    out = []
+    for r in rows.itertuples():
+        mix = [row_seconds(k) for k in r.mix.split("+")]
+        out.append(predicted_slowdown(table, mix, int(r.slot), slots, r.other_alone, r.other_together))
+    return np.asarray(out)
+
+
+def _fit_params(rows: pd.DataFrame, slots: float) -> np.ndarray:
+    measured = np.log(rows["slowdown"].to_numpy(float))
+
+    def residual(x):
+        return np.log(_predict(_table(x), rows, slots)) - measured
+
+    x0 = np.r_[np.full(len(PAIRS), 0.1), 0.02]
+    upper = np.r_[np.full(len(PAIRS), MAX_COEFFICIENT), MAX_SWITCH]
+    return least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05).x
+
+
+def read_rows(path) -> pd.DataFrame:
+    """The measured rows of ``path`` (CSV), checked."""
+    rows = pd.read_csv(path)
+    missing = [c for c in REQUIRED if c not in rows.columns]
+    if missing:
+        raise InvalidInputError(f"{Path(path).name}: missing columns {missing} (needs {', '.join(REQUIRED)})")
+    if "slot" not in rows.columns:
+        rows["slot"] = rows.groupby(["mix", "repeat"]).cumcount()
+    bad = ~(rows["slowdown"] > 0)
+    if bad.any():
+        raise InvalidInputError(f"{Path(path).name}: 'slowdown' must be > 0 (rows {list(rows.index[bad])})")
+    return rows
+
+
+def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "", cv: bool = True) -> InterferenceFit:
+    """Fit the table to kernel-class rows (a DataFrame or CSV path) measured on ``slots`` cores
+    (``cv=False``: no leave-one-repeat-out refits; the CV error is then NaN)."""
+    rows = read_rows(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    if len(rows) < len(PAIRS) + 1:
+        raise InvalidInputError(f"{len(rows)} rows cannot fit {len(PAIRS) + 1} parameters")
+    x = _fit_params(rows, float(slots))
+    held = np.full(len(rows), np.nan)
+    repeats = sorted(rows["repeat"].unique())
+    for rep in repeats if len(repeats) > 1 and cv else []:
+        test = (rows["repeat"] == rep).to_numpy()
+        xr = _fit_params(rows[~test], float(slots))
+        held[test] = _predict(_table(xr), rows[test], float(slots))
+    pred = _predict(_table(x), rows, float(slots))
+    rows["predicted"] = pred
+    rows["error"] = pred / rows["slowdown"] - 1.0
+    cv_error = (float(np.nanmedian(np.abs(held / rows["slowdown"].to_numpy() - 1.0)))
+                if len(repeats) > 1 and cv else float("nan"))
+    table = InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]),
+                              cv_error, len(rows), source or "fitted to co-located kernel-class runs",
+                              FrozenMap({"slots": slots, "repeats": len(repeats),
+                                         "method": "least squares on log slowdowns, leave-one-repeat-out CV"}))
+    return InterferenceFit(table, rows, cv_error)

@@ -1,0 +1,86 @@
+"""Predicted against measured slowdowns of co-located CPU training processes.
+
+Run (from a checkout)::
+
+    python -m perfmodel.validate.interference perfmodel/data/cpu-interference-2026-12-01
+
+The interference table is fitted on the folder's kernel-class runs (``kernels.csv``) only; it is
+checked on the training runs (``train.csv``): each job's step is split into classes by its own
+prediction on the host's profile (``host-profile.json``, fitted to the folder's ``host/``
+calibration tables), and each row's slowdown is predicted with the background load measured
+in its two runs. Error: per job of each mix, the median over repeats of predicted / measured - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.analysis.interference import CLASSES
+from perfmodel.errors import InvalidInputError
+
+SLOTS = 2  # cores of the host the bundled set was measured on, one torch thread per process
+
+
+def job_seconds(folder: Path) -> dict[str, list[float]]:
+    """Device seconds per class of each training job, from its prediction on the host profile."""
+    from perfmodel.analysis.load import job_load
+    from perfmodel.hardware import cluster
+    from perfmodel.profile import load_profile
+    from perfmodel.strategy import Strategy
+    from perfmodel.workload.model import transformer
+
+    jobs = json.loads((folder / "jobs.json").read_text())
+    profile = load_profile(folder / "host-profile.json")
+    host = cluster(str(folder / "cpu-host.toml"))
+    out = {}
+    for name, spec in jobs.items():
+        fields = {k: v for k, v in spec.items() if k not in ("micro_batch", "precision", "threads")}
+        s = Strategy(micro_batch=spec["micro_batch"], precision=spec["precision"])
+        load = job_load((transformer(**fields), s, name), host, profile, launch_on_device=True)
+        out[name] = [float(load.seconds[c]) for c in CLASSES]
+    return out
+
+
+def check(folder, table=None) -> tuple[pd.DataFrame, float]:
+    """(rows with 'predicted' and 'error', median |error| over per-job medians) of ``train.csv``."""
+    from perfmodel.fit.interference import fit_interference, predicted_slowdown, read_rows
+
+    folder = Path(folder)
+    if not (folder / "train.csv").is_file():
+        raise InvalidInputError(f"{folder} holds no train.csv (measure it with python -m calibration.interference train)")
+    table = table or fit_interference(folder / "kernels.csv", slots=SLOTS).table
+    seconds = job_seconds(folder)
+    rows = read_rows(folder / "train.csv")
+    pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot), SLOTS,
+                               r.other_alone, r.other_together) for r in rows.itertuples()]
+    rows["predicted"] = pred
+    per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
+    per_job["error"] = per_job["predicted"] / per_job["slowdown"] - 1.0
+    return per_job, float(np.median(np.abs(per_job["error"])))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perfmodel.validate.interference", description=__doc__.split("\n")[0])
+    p.add_argument("folder", help="a measured folder (kernels.csv, train.csv, jobs.json, host profile)")
+    p.add_argument("--save-table", default=None, help="write the fitted interference table (JSON) here")
+    args = p.parse_args(argv)
+    from perfmodel.fit.interference import fit_interference
+
+    fit = fit_interference(Path(args.folder) / "kernels.csv", slots=SLOTS)
+    print(fit)
+    if args.save_table:
+        fit.table.save(args.save_table)
+    rows, err = check(args.folder, fit.table)
+    print(rows.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"median |error| of predicted slowdowns over {len(rows)} jobs in {rows['mix'].nunique()} mixes: {err:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

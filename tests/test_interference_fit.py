@@ -1,0 +1,55 @@
+"""Interference table: the fit recovers a known table from rows the model generated; file round trip."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel.analysis.interference import load_interference, table_from_dict
+from perfmodel.errors import InvalidInputError
+from perfmodel.fit.interference import PAIRS, fit_interference, predicted_slowdown, row_seconds
+
+MIXES = ["compute+compute", "compute+memory", "compute+launch", "memory+memory", "memory+launch",
+         "launch+launch", "compute+compute+compute", "memory+memory+memory", "launch+launch+launch"]
+TRUE = {"compute|compute": 0.10, "compute|memory": 0.30, "memory|compute": 0.15, "memory|memory": 0.60,
+        "compute|launch": 0.02, "launch|compute": 0.05, "memory|launch": 0.0, "launch|memory": 0.08,
+        "launch|launch": 0.04}
+
+
+def _rows(table, rng, noise=0.0, repeats=3):
+    rows = []
+    for rep in range(repeats):
+        for mix in MIXES:
+            kinds = mix.split("+")
+            for slot, kind in enumerate(kinds):
+                other_a, other_t = rng.uniform(0, 1.5, 2)
+                s = predicted_slowdown(table, [row_seconds(k) for k in kinds], slot, 2.0, other_a, other_t)
+                rows.append({"mix": mix, "job": kind, "slot": slot, "repeat": rep, "other_alone": other_a,
+                             "other_together": other_t, "slowdown": s * (1 + noise * rng.standard_normal())})
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_the_table_that_made_the_rows():
+    truth = table_from_dict({"coefficients": TRUE, "switch_fraction": 0.04})
+    fit = fit_interference(_rows(truth, np.random.default_rng(0), repeats=2), slots=2)
+    for pair in PAIRS:
+        assert fit.table.coefficient(*pair.split("|")) == pytest.approx(truth.coefficient(*pair.split("|")), abs=0.01)
+    assert fit.table.switch_fraction == pytest.approx(0.04, abs=0.01)
+    assert fit.cv_error < 1e-3 and fit.table.n_points == 42
+
+
+def test_noisy_rows_leave_errors_of_the_noise_size():
+    truth = table_from_dict({"coefficients": TRUE, "switch_fraction": 0.04})
+    fit = fit_interference(_rows(truth, np.random.default_rng(1), noise=0.03, repeats=2), slots=2, cv=False)
+    assert 0.005 < np.median(np.abs(fit.rows["error"])) < 0.04 and np.isnan(fit.cv_error)
+    assert fit.table.coefficient("memory", "memory") == pytest.approx(0.6, abs=0.15)
+
+
+def test_table_round_trip_and_errors(tmp_path):
+    truth = table_from_dict({"name": "t", "coefficients": TRUE, "switch_fraction": 0.04})
+    truth.save(tmp_path / "t.json")
+    again = load_interference(tmp_path / "t.json")
+    assert again.coefficients == truth.coefficients and again.switch_fraction == 0.04
+    with pytest.raises(InvalidInputError, match="cannot fit 10 parameters"):
+        fit_interference(_rows(truth, np.random.default_rng(0), repeats=1).head(5))
+    with pytest.raises(InvalidInputError, match="kernel class 'gemm' unknown"):
+        row_seconds("gemm")
