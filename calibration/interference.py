@@ -2,18 +2,20 @@
 
 Run::
 
-    # kernel classes (compute: GEMM, memory: large copy, launch: tiny-op storm), alone, in pairs, in threes
-    python -m calibration.interference kernels --out interference/kernels.csv --seconds 3 --repeats 3
-    # training processes (calibration.train's module and step) alone and in mixes of two and three
-    python -m calibration.interference train --out interference/train.csv --seconds 6 --repeats 3
+    # kernel classes (compute: GEMM, memory: large copy, launch: tiny-op storm) in pairs and threes
+    python -m calibration.interference kernels --out interference/kernels.csv --cycles 5
+    # training processes (calibration.train's module and step) in mixes of two and three
+    python -m calibration.interference train --out interference/train.csv --cycles 5
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
-oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes
-of one run build and warm up first, then all measure in the same wall-clock window
-(``--seconds`` long, starting at a common instant), so they overlap for the whole measurement; a
-process reports its iterations per second (kernels) or its median step (training) inside the window.
-A run alone is measured next to each run together (same repeat), so slow drifts of the host's
-other load cancel in the slowdown; medians over repeats are what the fit and the check use.
+oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
+a mix build and warm up, then follow one clock: each cycle is a phase with all of them iterating,
+then one phase per job with only that job iterating (the others sleep). A job's slowdown in a
+cycle is its mean iteration time in the shared phase over its mean in its solo phase, seconds
+apart, so the drift of the host's other load largely cancels; the parent samples ``/proc/stat``
+procs_running in every phase, so the other runnable threads on each side are recorded too. Mean
+iteration times, not medians: an iteration shorter than the scheduler's slice is rarely
+preempted, and only the mean sees the time spent waiting for a core. Cycles are the repeats.
 """
 
 from __future__ import annotations
@@ -84,82 +86,108 @@ def _train_step(name: str):
     return make_step(net, make_optimizer(net, s, ctx), s, model, ctx, 0)
 
 
-def worker(kind: str, what: str, start_at: float, seconds: float) -> dict:
-    """Warm up, wait for ``start_at``, then time ``kind`` until ``start_at + seconds``: median wall and
-    CPU seconds per iteration (CPU: this process's own, whatever else the host runs)."""
+def phase_of(t: float, start_at: float, phase_s: float, n_jobs: int) -> tuple[int, int, float]:
+    """(cycle, phase, seconds into it) at time ``t``: each cycle is phase 0 (all jobs) then phase
+    k + 1 (job k alone) for every job k."""
+    i = int((t - start_at) // phase_s)
+    return i // (n_jobs + 1), i % (n_jobs + 1), (t - start_at) - i * phase_s
+
+
+def worker(kind: str, what: str, start_at: float, phase_s: float, cycles: int, slot: int, n_jobs: int,
+           guard_s: float) -> list[dict]:
+    """Warm up, then follow the cycle from ``start_at``: iterate in phase 0 and in its own solo phase,
+    sleep in the others' solo phases. Per (cycle, phase) it reports wall and CPU seconds and the
+    count of the iterations that started ``guard_s`` after the phase began and ended inside it
+    (a process going to sleep finishes its iteration first: the guard keeps that overlap out)."""
     import torch
 
     torch.set_num_threads(1)
     fn = _kernel(kind) if what == "kernel" else _train_step(kind)
     for _ in range(3):
         fn()
-    while time.time() < start_at:
-        time.sleep(0.005)
-    end = start_at + seconds
-    wall, cpu = [], []
-    while True:
+    end = start_at + cycles * (n_jobs + 1) * phase_s
+    sums: dict = {}
+    while (now := time.time()) < end:
+        if now < start_at:
+            time.sleep(min(start_at - now, 0.01))
+            continue
+        cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs)
+        if phase not in (0, slot + 1):
+            time.sleep(min(phase_s - into, 0.01))
+            continue
         t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-        if time.time() >= end:
-            break
-    return {"wall_s": float(np.median(wall)), "cpu_s": float(np.median(cpu)), "n": len(wall)}
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if into >= guard_s and into + wall <= phase_s:
+            acc = sums.setdefault((cycle, phase), [0.0, 0.0, 0])
+            acc[0], acc[1], acc[2] = acc[0] + wall, acc[1] + cpu, acc[2] + 1
+    return [{"cycle": c, "phase": ph, "wall_s": w, "cpu_s": u, "n": n} for (c, ph), (w, u, n) in sorted(sums.items())]
 
 
-def runnable_threads(start_at: float, seconds: float, period_s: float = 0.05) -> float:
-    """Mean of /proc/stat ``procs_running`` over the window (this sampling process included)."""
-    while time.time() < start_at:
-        time.sleep(0.005)
-    samples = []
-    while time.time() < start_at + seconds:
-        with open("/proc/stat") as f:
-            line = next((x for x in f if x.startswith("procs_running")), "procs_running 0")
-        samples.append(int(line.split()[1]))
+def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, period_s: float = 0.05) -> dict:
+    """Mean /proc/stat ``procs_running`` per (cycle, phase), less this sampling process."""
+    end = start_at + cycles * (n_jobs + 1) * phase_s
+    samples: dict = {}
+    while (now := time.time()) < end:
+        if now >= start_at:
+            with open("/proc/stat") as f:
+                line = next((x for x in f if x.startswith("procs_running")), "procs_running 1")
+            cycle, phase, _ = phase_of(now, start_at, phase_s, n_jobs)
+            samples.setdefault((cycle, phase), []).append(int(line.split()[1]) - 1)
         time.sleep(period_s)
-    return float(np.mean(samples)) if samples else 0.0
+    return {k: float(np.mean(v)) for k, v in samples.items()}
 
 
 # --- the parent --------------------------------------------------------------------------------
 
 
-def run_mix(kinds, what: str, seconds: float, setup_s: float) -> tuple[list[dict], float]:
-    """Start one process per entry of ``kinds``; their reports (in order) and the other runnable
-    threads on the host during the window (``procs_running`` less these processes and the sampler)."""
+def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float) -> list[dict]:
+    """One process per entry of ``kinds`` through the cycles; one row per (job, cycle)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    n = len(kinds)
     start_at = time.time() + setup_s
     procs = [subprocess.Popen([sys.executable, "-m", "calibration.interference", "worker", "--kind", k,
-                               "--what", what, "--start-at", repr(start_at), "--seconds", str(seconds)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in kinds]
-    running = runnable_threads(start_at + 0.2, seconds - 0.4)
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=setup_s + seconds + 300)
+                               "--what", what, "--start-at", repr(start_at), "--phase", str(phase_s),
+                               "--cycles", str(cycles), "--slot", str(i), "--jobs", str(n), "--guard", str(guard_s)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, k in enumerate(kinds)]
+    running = runnable_threads(start_at, phase_s, cycles, n)
+    rows = []
+    for slot, (k, p) in enumerate(zip(kinds, procs)):
+        stdout, stderr = p.communicate(timeout=setup_s + cycles * (n + 1) * phase_s + 300)
         if p.returncode != 0:
             raise RuntimeError(f"worker failed ({p.returncode}): {stderr.strip().splitlines()[-1:]}")
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out, max(running - len(kinds) - 1.0, 0.0)
+        got = {(r["cycle"], r["phase"]): r for r in json.loads(stdout.strip().splitlines()[-1])}
+        for c in range(cycles):
+            both, alone = got.get((c, 0)), got.get((c, slot + 1))
+            if not both or not alone or not both["n"] or not alone["n"]:
+                continue  # no whole iteration inside a phase: nothing to compare this cycle
+            wall_t, wall_a = both["wall_s"] / both["n"], alone["wall_s"] / alone["n"]
+            cpu_t, cpu_a = both["cpu_s"] / both["n"], alone["cpu_s"] / alone["n"]
+            # the host's other runnable threads: all but the mix's n (together) or this job (alone)
+            rows.append({"mix": "+".join(kinds), "job": k, "slot": slot, "repeat": c,
+                         "wall_alone_s": wall_a, "wall_together_s": wall_t, "cpu_alone_s": cpu_a,
+                         "cpu_together_s": cpu_t, "slowdown": wall_t / wall_a, "cpu_slowdown": cpu_t / cpu_a,
+                         "other_alone": round(max(running.get((c, slot + 1), 1.0) - 1.0, 0.0), 3),
+                         "other_together": round(max(running.get((c, 0), n) - n, 0.0), 3),
+                         "iterations": both["n"]})
+    return rows
 
 
-def measure(mixes, what: str, *, seconds: float, repeats: int, setup_s: float, log=print) -> list[dict]:
-    """Each mix together next to each of its members alone, ``repeats`` times."""
+def measure(mixes, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float,
+            log=print) -> list[dict]:
+    """Every mix of two or more jobs through ``cycles`` cycles; rows per job and cycle."""
     rows = []
-    for rep in range(repeats):
-        for mix in mixes:
-            if len(mix) == 1:
-                continue
-            alone = {k: run_mix([k], what, seconds, setup_s) for k in sorted(set(mix))}
-            together, other = run_mix(mix, what, seconds, setup_s)
-            for slot, (k, r) in enumerate(zip(mix, together)):
-                a, other_alone = alone[k][0][0], alone[k][1]
-                rows.append({"mix": "+".join(mix), "job": k, "slot": slot, "repeat": rep,
-                             "wall_alone_s": a["wall_s"], "wall_together_s": r["wall_s"],
-                             "cpu_alone_s": a["cpu_s"], "cpu_together_s": r["cpu_s"],
-                             "slowdown": r["wall_s"] / a["wall_s"], "cpu_slowdown": r["cpu_s"] / a["cpu_s"],
-                             "other_alone": round(other_alone, 3), "other_together": round(other, 3),
-                             "iterations": r["n"]})
-                log(f"repeat {rep} {'+'.join(mix)}: {k} x{rows[-1]['slowdown']:.3f} wall, "
-                    f"x{rows[-1]['cpu_slowdown']:.3f} cpu, other load {other_alone:.2f} -> {other:.2f}")
+    for mix in mixes:
+        if len(mix) < 2:
+            continue
+        got = run_mix(mix, what, phase_s=phase_s, cycles=cycles, setup_s=setup_s, guard_s=guard_s)
+        rows += got
+        for slot, k in enumerate(mix):
+            mine = [r for r in got if r["slot"] == slot]
+            med = float(np.median([r["slowdown"] for r in mine])) if mine else float("nan")
+            cpu = float(np.median([r["cpu_slowdown"] for r in mine])) if mine else float("nan")
+            log(f"{'+'.join(mix)}: {k} x{med:.3f} wall, x{cpu:.3f} cpu over {len(mine)} cycles")
     return rows
 
 
@@ -176,29 +204,35 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m calibration.interference", description=__doc__.split("\n")[0])
     p.add_argument("command", choices=["kernels", "train", "worker"])
     p.add_argument("--out", default=None)
-    p.add_argument("--seconds", type=float, default=3.0, help="measurement window per run")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--setup", type=float, default=None, help="seconds to build and warm up before the window")
+    p.add_argument("--phase", type=float, default=None, help="seconds per phase (kernels 1, train 2)")
+    p.add_argument("--cycles", type=int, default=5, help="cycles per mix (each: all together, then each alone)")
+    p.add_argument("--setup", type=float, default=None, help="seconds to build and warm up before the first cycle")
+    p.add_argument("--guard", type=float, default=None, help="seconds at each phase start left unmeasured")
     p.add_argument("--kind", default=None)
     p.add_argument("--what", default="kernel", choices=["kernel", "train"])
     p.add_argument("--start-at", type=float, default=0.0)
+    p.add_argument("--slot", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1)
     args = p.parse_args(argv)
+    train = args.command == "train" or (args.command == "worker" and args.what == "train")
+    phase = args.phase or (2.0 if train else 1.0)
+    guard = args.guard if args.guard is not None else (0.4 if train else 0.15)
     if args.command == "worker":
-        print(json.dumps(worker(args.kind, args.what, args.start_at, args.seconds)))
+        print(json.dumps(worker(args.kind, args.what, args.start_at, phase, args.cycles, args.slot, args.jobs, guard)))
         return 0
     if not args.out:
         p.error("--out is required")
     if args.command == "kernels":
-        rows = measure(KERNEL_MIXES, "kernel", seconds=args.seconds, repeats=args.repeats,
-                       setup_s=args.setup or 4.0)
-        write(args.out, rows, COLUMNS)
+        rows = measure(KERNEL_MIXES, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup or 4.0,
+                       guard_s=guard)
     else:
         jobs = Path(args.out).with_name("jobs.json")  # the jobs' models and micro-batches, for predicting them
         jobs.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_text(json.dumps({k: {**v, "precision": "fp32", "threads": 1} for k, v in TRAIN_JOBS.items()},
                                    indent=1) + "\n")
-        rows = measure(TRAIN_MIXES, "train", seconds=args.seconds, repeats=args.repeats, setup_s=args.setup or 8.0)
-        write(args.out, rows, COLUMNS)
+        rows = measure(TRAIN_MIXES, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup or 8.0,
+                       guard_s=guard)
+    write(args.out, rows, COLUMNS)
     print(f"{len(rows)} rows -> {args.out}")
     return 0
 

@@ -76,12 +76,15 @@ class SharedPrediction:
                 f"{'' if self.fits else ' (DOES NOT FIT)'})")
 
 
-def solve_sharing(seconds, free, table, slots: float, switch: float, background: float = 0.0):
+def solve_sharing(seconds, free, table, slots: float, switch: float, background: float = 0.0, *,
+                  executed: bool = False):
     """Shared step seconds of jobs with device ``seconds[i, class]`` and ``free[i]`` seconds.
 
     The fixed point of the module docstring, iterated with damping from the solo state.
     ``background``: other always-ready work on the device (e.g. other users' runnable threads on a
     CPU host), counted in the queue and in the slots it takes, not in the interference.
+    ``executed=True`` returns ``(step, work)``, work = sum_a t_ia * stretch_ia: the device seconds
+    a job executes per step (its CPU time on a CPU host), without the time it waits for a slot.
     """
     t = np.asarray(seconds, float)
     free = np.asarray(free, float)
@@ -89,6 +92,7 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
     device = t.sum(axis=1)
     step = free + device
     p = np.divide(device, step, out=np.zeros_like(device), where=step > 0)
+    work = device
     for _ in range(ITERATIONS):
         others = p.sum() - p
         ready = 1.0 + others + background
@@ -99,14 +103,15 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
         np.fill_diagonal(w, 0.0)
         q = np.divide(t, device[:, None], out=np.zeros_like(t), where=device[:, None] > 0)
         stretch = 1.0 + w @ q @ coeff.T          # [i, a] = 1 + sum_j w_ij sum_b q_jb I(a, b)
-        shared_device = queue * (t * stretch).sum(axis=1)
+        work = (t * stretch).sum(axis=1)
+        shared_device = queue * work
         new_step = free + shared_device
         new_p = np.divide(shared_device, new_step, out=np.zeros_like(device), where=new_step > 0)
         done = np.max(np.abs(new_step - step)) <= TOLERANCE * max(float(np.max(new_step)), 1e-30)
         p, step = 0.5 * p + 0.5 * new_p, new_step
         if done:
             break
-    return step
+    return (step, work) if executed else step
 
 
 def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profile=None, interference=None,

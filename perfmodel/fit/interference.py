@@ -22,9 +22,12 @@ from perfmodel.analysis.contention import solve_sharing
 from perfmodel.analysis.interference import CLASSES, InterferenceTable
 from perfmodel.errors import InvalidInputError
 from perfmodel.hardware.common import FrozenMap
+from perfmodel.validation import check_choice
 
 PAIRS = tuple(f"{a}|{b}" for a in CLASSES for b in CLASSES)
 REQUIRED = ("mix", "job", "repeat", "slowdown", "other_alone", "other_together")
+METRICS = ("wall", "cpu")
+COLUMN = {"wall": "slowdown", "cpu": "cpu_slowdown"}  # the measured slowdown each metric is fitted to
 MAX_COEFFICIENT = 5.0
 MAX_SWITCH = 0.5
 
@@ -53,27 +56,31 @@ def row_seconds(kind: str) -> list[float]:
 
 
 def predicted_slowdown(table, mix_seconds, slot: int, slots: float, other_alone: float,
-                       other_together: float, free=None) -> float:
-    """Slowdown of job ``slot`` of a mix, each side with its own background load."""
+                       other_together: float, free=None, metric: str = "wall") -> float:
+    """Slowdown of job ``slot`` of a mix, each side with its own background load; ``metric`` "wall"
+    (step time) or "cpu" (the seconds it executes: interference without the waits for a core)."""
+    check_choice("metric", metric, METRICS)
     free = [0.0] * len(mix_seconds) if free is None else list(free)
-    together = solve_sharing(mix_seconds, free, table, slots, table.switch_fraction, other_together)[slot]
-    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots, table.switch_fraction, other_alone)[0]
-    return float(together / alone)
+    switch = table.switch_fraction
+    together = solve_sharing(mix_seconds, free, table, slots, switch, other_together, executed=True)
+    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots, switch, other_alone, executed=True)
+    k = 0 if metric == "wall" else 1
+    return float(together[k][slot] / alone[k][0])
 
 
-def _predict(table, rows: pd.DataFrame, slots: float) -> np.ndarray:
+def _predict(table, rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray:
     out = []
     for r in rows.itertuples():
         mix = [row_seconds(k) for k in r.mix.split("+")]
-        out.append(predicted_slowdown(table, mix, int(r.slot), slots, r.other_alone, r.other_together))
+        out.append(predicted_slowdown(table, mix, int(r.slot), slots, r.other_alone, r.other_together, metric=metric))
     return np.asarray(out)
 
 
-def _fit_params(rows: pd.DataFrame, slots: float) -> np.ndarray:
-    measured = np.log(rows["slowdown"].to_numpy(float))
+def _fit_params(rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray:
+    measured = np.log(rows[COLUMN[metric]].to_numpy(float))
 
     def residual(x):
-        return np.log(_predict(_table(x), rows, slots)) - measured
+        return np.log(_predict(_table(x), rows, slots, metric)) - measured
 
     x0 = np.r_[np.full(len(PAIRS), 0.1), 0.02]
     upper = np.r_[np.full(len(PAIRS), MAX_COEFFICIENT), MAX_SWITCH]
@@ -94,26 +101,32 @@ def read_rows(path) -> pd.DataFrame:
     return rows
 
 
-def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "", cv: bool = True) -> InterferenceFit:
+def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "", cv: bool = True,
+                     metric: str = "wall") -> InterferenceFit:
     """Fit the table to kernel-class rows (a DataFrame or CSV path) measured on ``slots`` cores
-    (``cv=False``: no leave-one-repeat-out refits; the CV error is then NaN)."""
+    (``cv=False``: no leave-one-repeat-out refits; the CV error is then NaN). ``metric``: fit the
+    wall-clock slowdowns ("wall") or the CPU-time ones ("cpu", the switch loss then unused)."""
+    check_choice("metric", metric, METRICS)
     rows = read_rows(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    if COLUMN[metric] not in rows.columns:
+        raise InvalidInputError(f"metric {metric!r} needs a {COLUMN[metric]!r} column")
     if len(rows) < len(PAIRS) + 1:
         raise InvalidInputError(f"{len(rows)} rows cannot fit {len(PAIRS) + 1} parameters")
-    x = _fit_params(rows, float(slots))
+    x = _fit_params(rows, float(slots), metric)
     held = np.full(len(rows), np.nan)
     repeats = sorted(rows["repeat"].unique())
     for rep in repeats if len(repeats) > 1 and cv else []:
         test = (rows["repeat"] == rep).to_numpy()
-        xr = _fit_params(rows[~test], float(slots))
-        held[test] = _predict(_table(xr), rows[test], float(slots))
-    pred = _predict(_table(x), rows, float(slots))
+        xr = _fit_params(rows[~test], float(slots), metric)
+        held[test] = _predict(_table(xr), rows[test], float(slots), metric)
+    pred = _predict(_table(x), rows, float(slots), metric)
+    measured = rows[COLUMN[metric]].to_numpy(float)
     rows["predicted"] = pred
-    rows["error"] = pred / rows["slowdown"] - 1.0
-    cv_error = (float(np.nanmedian(np.abs(held / rows["slowdown"].to_numpy() - 1.0)))
+    rows["error"] = pred / measured - 1.0
+    cv_error = (float(np.nanmedian(np.abs(held / measured - 1.0)))
                 if len(repeats) > 1 and cv else float("nan"))
     table = InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]),
                               cv_error, len(rows), source or "fitted to co-located kernel-class runs",
-                              FrozenMap({"slots": slots, "repeats": len(repeats),
+                              FrozenMap({"slots": slots, "repeats": len(repeats), "metric": metric,
                                          "method": "least squares on log slowdowns, leave-one-repeat-out CV"}))
     return InterferenceFit(table, rows, cv_error)

@@ -27,6 +27,21 @@ from perfmodel.errors import InvalidInputError
 SLOTS = 2  # cores of the host the bundled set was measured on, one torch thread per process
 
 
+def build_host(folder) -> None:
+    """Describe the host (``cpu-host.toml``) and fit its profile (``host-profile.json``) from the
+    calibration tables in ``folder/host`` (``calibration.compute --device cpu``, one thread)."""
+    from perfmodel.fit.build import build_profile
+    from perfmodel.fit.tables import read_compute_table
+    from perfmodel.validate import host
+
+    folder = Path(folder)
+    table = read_compute_table(folder / "host")
+    meta = json.loads((folder / "host" / "metadata.json").read_text())
+    gpu = host.write_host_gpu(folder / "cpu-host.toml", table, meta, 1)
+    fitted, _ = build_profile([folder / "host"], gpu=str(gpu), name=gpu.stem)
+    host.complete_profile(fitted, table, gpu).save(folder / "host-profile.json")
+
+
 def job_seconds(folder: Path) -> dict[str, list[float]]:
     """Device seconds per class of each training job, from its prediction on the host profile."""
     from perfmodel.analysis.load import job_load
@@ -47,38 +62,47 @@ def job_seconds(folder: Path) -> dict[str, list[float]]:
     return out
 
 
-def check(folder, table=None) -> tuple[pd.DataFrame, float]:
-    """(rows with 'predicted' and 'error', median |error| over per-job medians) of ``train.csv``."""
-    from perfmodel.fit.interference import fit_interference, predicted_slowdown, read_rows
+def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float]:
+    """(rows with 'predicted' and 'error', median |error| over per-job medians) of ``train.csv``;
+    ``metric``: "wall" (step time) or "cpu" (CPU time per step: interference without waits)."""
+    from perfmodel.fit.interference import COLUMN, fit_interference, predicted_slowdown, read_rows
 
     folder = Path(folder)
     if not (folder / "train.csv").is_file():
         raise InvalidInputError(f"{folder} holds no train.csv (measure it with python -m calibration.interference train)")
-    table = table or fit_interference(folder / "kernels.csv", slots=SLOTS).table
+    table = table or fit_interference(folder / "kernels.csv", slots=SLOTS, metric=metric).table
     seconds = job_seconds(folder)
     rows = read_rows(folder / "train.csv")
     pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot), SLOTS,
-                               r.other_alone, r.other_together) for r in rows.itertuples()]
+                               r.other_alone, r.other_together, metric=metric) for r in rows.itertuples()]
     rows["predicted"] = pred
     per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
-    per_job["error"] = per_job["predicted"] / per_job["slowdown"] - 1.0
+    per_job["error"] = per_job["predicted"] / per_job[COLUMN[metric]] - 1.0
     return per_job, float(np.median(np.abs(per_job["error"])))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m perfmodel.validate.interference", description=__doc__.split("\n")[0])
     p.add_argument("folder", help="a measured folder (kernels.csv, train.csv, jobs.json, host profile)")
+    p.add_argument("--metric", default="wall", choices=["wall", "cpu"],
+                   help="wall: step time; cpu: CPU time per step (robust to the host's other load)")
     p.add_argument("--save-table", default=None, help="write the fitted interference table (JSON) here")
+    p.add_argument("--build-host", action="store_true", help="first refit the host profile from folder/host")
     args = p.parse_args(argv)
+    if args.build_host:
+        build_host(args.folder)
     from perfmodel.fit.interference import fit_interference
 
-    fit = fit_interference(Path(args.folder) / "kernels.csv", slots=SLOTS)
+    fit = fit_interference(Path(args.folder) / "kernels.csv", slots=SLOTS, metric=args.metric)
     print(fit)
+    print("coefficients:", {k: round(v, 3) for k, v in fit.table.coefficients.items()},
+          f"switch {fit.table.switch_fraction:.3f}")
     if args.save_table:
         fit.table.save(args.save_table)
-    rows, err = check(args.folder, fit.table)
+    rows, err = check(args.folder, fit.table, args.metric)
     print(rows.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print(f"median |error| of predicted slowdowns over {len(rows)} jobs in {rows['mix'].nunique()} mixes: {err:.1%}")
+    print(f"{args.metric}: median |error| of predicted slowdowns over {len(rows)} jobs in "
+          f"{rows['mix'].nunique()} mixes: {err:.1%}")
     return 0
 
 
