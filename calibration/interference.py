@@ -9,7 +9,7 @@ Run::
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
 oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
-a mix build and warm up, then follow one clock: each cycle is a phase with all of them iterating,
+a mix build and warm up, report ready, then follow one clock started when all are: each cycle is a phase with all of them iterating,
 then one phase per job with only that job iterating (the others sleep). A job's slowdown in a
 cycle is its mean iteration time in the shared phase over its mean in its solo phase, seconds
 apart, so the drift of the host's other load largely cancels; the parent samples ``/proc/stat``
@@ -46,7 +46,8 @@ TRAIN_MIXES = (("gemm", "gemm"), ("gemm", "wide-vocab"), ("gemm", "tiny"), ("wid
                ("wide-vocab", "wide-vocab"), ("tiny", "tiny"), ("gemm", "gemm", "gemm"),
                ("gemm", "wide-vocab", "tiny"))
 COLUMNS = ("mix", "job", "slot", "repeat", "wall_alone_s", "wall_together_s", "cpu_alone_s", "cpu_together_s",
-           "slowdown", "cpu_slowdown", "other_alone", "other_together", "iterations")
+           "slowdown", "cpu_slowdown", "other_alone", "other_together", "sessions_alone", "sessions_together",
+           "iterations")
 
 
 # --- inside one process -------------------------------------------------------------------------
@@ -93,9 +94,10 @@ def phase_of(t: float, start_at: float, phase_s: float, n_jobs: int) -> tuple[in
     return i // (n_jobs + 1), i % (n_jobs + 1), (t - start_at) - i * phase_s
 
 
-def worker(kind: str, what: str, start_at: float, phase_s: float, cycles: int, slot: int, n_jobs: int,
+def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles: int, slot: int, n_jobs: int,
            guard_s: float) -> list[dict]:
-    """Warm up, then follow the cycle from ``start_at``: iterate in phase 0 and in its own solo phase,
+    """Warm up, say "ready" and (``start_at`` None) read the start time from stdin, then follow the
+    cycle from it: iterate in phase 0 and in its own solo phase,
     sleep in the others' solo phases. Per (cycle, phase) it reports wall and CPU seconds and the
     count of the iterations that started ``guard_s`` after the phase began and ended inside it
     (a process going to sleep finishes its iteration first: the guard keeps that overlap out)."""
@@ -105,6 +107,9 @@ def worker(kind: str, what: str, start_at: float, phase_s: float, cycles: int, s
     fn = _kernel(kind) if what == "kernel" else _train_step(kind)
     for _ in range(3):
         fn()
+    if start_at is None:  # the parent starts the clock once every process of the mix is warm
+        print("ready", flush=True)
+        start_at = float(sys.stdin.readline())
     end = start_at + cycles * (n_jobs + 1) * phase_s
     sums: dict = {}
     while (now := time.time()) < end:
@@ -124,40 +129,70 @@ def worker(kind: str, what: str, start_at: float, phase_s: float, cycles: int, s
     return [{"cycle": c, "phase": ph, "wall_s": w, "cpu_s": u, "n": n} for (c, ph), (w, u, n) in sorted(sums.items())]
 
 
-def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, period_s: float = 0.05) -> dict:
-    """Mean /proc/stat ``procs_running`` per (cycle, phase), less this sampling process."""
+def _other_sessions(own: int) -> int:
+    """Sessions other than ``own`` with a running or runnable process: under the kernel's autogroup
+    scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) each such session gets an equal share
+    of the cores, whatever its number of processes."""
+    active = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "R" and int(fields[3]) != own:
+            active.add(int(fields[3]))
+    return len(active)
+
+
+def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, period_s: float = 0.1) -> dict:
+    """Per (cycle, phase): mean /proc/stat ``procs_running`` less this sampling process, and the
+    count of other sessions with runnable work (scanned twice a phase: a scan of /proc costs tens of
+    milliseconds of this session's own share)."""
     end = start_at + cycles * (n_jobs + 1) * phase_s
-    samples: dict = {}
+    running: dict = {}
+    sessions: dict = {}
+    own = os.getsid(0)
     while (now := time.time()) < end:
         if now >= start_at:
             with open("/proc/stat") as f:
                 line = next((x for x in f if x.startswith("procs_running")), "procs_running 1")
-            cycle, phase, _ = phase_of(now, start_at, phase_s, n_jobs)
-            samples.setdefault((cycle, phase), []).append(int(line.split()[1]) - 1)
+            cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs)
+            running.setdefault((cycle, phase), []).append(int(line.split()[1]) - 1)
+            scans = sessions.setdefault((cycle, phase), [])
+            if len(scans) < 2 and into >= phase_s * (len(scans) + 1) / 3:
+                scans.append(_other_sessions(own))
         time.sleep(period_s)
-    return {k: float(np.mean(v)) for k, v in samples.items()}
+    return {k: (float(np.mean(v)), float(np.mean(sessions.get(k) or [0]))) for k, v in running.items()}
 
 
 # --- the parent --------------------------------------------------------------------------------
 
 
 def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float) -> list[dict]:
-    """One process per entry of ``kinds`` through the cycles; one row per (job, cycle)."""
+    """One process per entry of ``kinds`` through the cycles (started ``setup_s`` after the last one
+    reports ready); one row per (job, cycle)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     n = len(kinds)
-    start_at = time.time() + setup_s
     procs = [subprocess.Popen([sys.executable, "-m", "calibration.interference", "worker", "--kind", k,
-                               "--what", what, "--start-at", repr(start_at), "--phase", str(phase_s),
-                               "--cycles", str(cycles), "--slot", str(i), "--jobs", str(n), "--guard", str(guard_s)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               "--what", what, "--phase", str(phase_s), "--cycles", str(cycles), "--slot", str(i),
+                               "--jobs", str(n), "--guard", str(guard_s)], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, k in enumerate(kinds)]
+    for p in procs:
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"worker failed before its first phase: {p.stderr.read().strip().splitlines()[-1:]}")
+    start_at = time.time() + setup_s
+    for p in procs:
+        p.stdin.write(f"{start_at!r}\n")
+        p.stdin.flush()
     running = runnable_threads(start_at, phase_s, cycles, n)
     rows = []
     for slot, (k, p) in enumerate(zip(kinds, procs)):
         stdout, stderr = p.communicate(timeout=setup_s + cycles * (n + 1) * phase_s + 300)
+        stdout = stdout.strip().splitlines()[-1:] or ["[]"]
         if p.returncode != 0:
             raise RuntimeError(f"worker failed ({p.returncode}): {stderr.strip().splitlines()[-1:]}")
-        got = {(r["cycle"], r["phase"]): r for r in json.loads(stdout.strip().splitlines()[-1])}
+        got = {(r["cycle"], r["phase"]): r for r in json.loads(stdout[0])}
         for c in range(cycles):
             both, alone = got.get((c, 0)), got.get((c, slot + 1))
             if not both or not alone or not both["n"] or not alone["n"]:
@@ -168,8 +203,10 @@ def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, gu
             rows.append({"mix": "+".join(kinds), "job": k, "slot": slot, "repeat": c,
                          "wall_alone_s": wall_a, "wall_together_s": wall_t, "cpu_alone_s": cpu_a,
                          "cpu_together_s": cpu_t, "slowdown": wall_t / wall_a, "cpu_slowdown": cpu_t / cpu_a,
-                         "other_alone": round(max(running.get((c, slot + 1), 1.0) - 1.0, 0.0), 3),
-                         "other_together": round(max(running.get((c, 0), n) - n, 0.0), 3),
+                         "other_alone": round(max(running.get((c, slot + 1), (1.0, 0))[0] - 1.0, 0.0), 3),
+                         "other_together": round(max(running.get((c, 0), (n, 0))[0] - n, 0.0), 3),
+                         "sessions_alone": round(running.get((c, slot + 1), (0, 0.0))[1], 3),
+                         "sessions_together": round(running.get((c, 0), (0, 0.0))[1], 3),
                          "iterations": both["n"]})
     return rows
 
@@ -206,11 +243,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--phase", type=float, default=None, help="seconds per phase (kernels 1, train 2)")
     p.add_argument("--cycles", type=int, default=5, help="cycles per mix (each: all together, then each alone)")
-    p.add_argument("--setup", type=float, default=None, help="seconds to build and warm up before the first cycle")
+    p.add_argument("--setup", type=float, default=0.5, help="seconds between the last process ready and the first cycle")
     p.add_argument("--guard", type=float, default=None, help="seconds at each phase start left unmeasured")
     p.add_argument("--kind", default=None)
     p.add_argument("--what", default="kernel", choices=["kernel", "train"])
-    p.add_argument("--start-at", type=float, default=0.0)
     p.add_argument("--slot", type=int, default=0)
     p.add_argument("--jobs", type=int, default=1)
     args = p.parse_args(argv)
@@ -218,19 +254,19 @@ def main(argv=None) -> int:
     phase = args.phase or (2.0 if train else 1.0)
     guard = args.guard if args.guard is not None else (0.4 if train else 0.15)
     if args.command == "worker":
-        print(json.dumps(worker(args.kind, args.what, args.start_at, phase, args.cycles, args.slot, args.jobs, guard)))
+        print(json.dumps(worker(args.kind, args.what, None, phase, args.cycles, args.slot, args.jobs, guard)))
         return 0
     if not args.out:
         p.error("--out is required")
     if args.command == "kernels":
-        rows = measure(KERNEL_MIXES, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup or 4.0,
+        rows = measure(KERNEL_MIXES, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard)
     else:
         jobs = Path(args.out).with_name("jobs.json")  # the jobs' models and micro-batches, for predicting them
         jobs.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_text(json.dumps({k: {**v, "precision": "fp32", "threads": 1} for k, v in TRAIN_JOBS.items()},
                                    indent=1) + "\n")
-        rows = measure(TRAIN_MIXES, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup or 8.0,
+        rows = measure(TRAIN_MIXES, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard)
     write(args.out, rows, COLUMNS)
     print(f"{len(rows)} rows -> {args.out}")

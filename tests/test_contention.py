@@ -113,7 +113,7 @@ def test_bad_mig_profiles_name_the_valid_ones():
 def test_bad_jobs_and_tables():
     with pytest.raises(InvalidInputError, match="non-empty list"):
         pm.predict_shared([], "h100")
-    with pytest.raises(InvalidInputError, match="'slots' must be an integer >= 1"):
+    with pytest.raises(InvalidInputError, match="'slots' must be a number > 0"):
         pm.predict_shared(["gpt2-small"], "h100", slots=0)
     with pytest.raises(ProfileError, match="'a\\|b' with a, b in compute, memory, launch"):
         table_from_dict({"coefficients": {"gemm|copy": 1.0}})

@@ -33,7 +33,7 @@ from perfmodel.validation import check_choice
 
 MODES = ("time-slice", "mps", "mig")
 ITERATIONS = 400
-TOLERANCE = 1e-10
+TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,10 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
     """
     t = np.asarray(seconds, float)
     free = np.asarray(free, float)
-    coeff = np.array([[table.coefficient(a, b) for b in CLASSES] for a in CLASSES])
+    coeff = np.array([[table.coefficients.get(f"{a}|{b}", 0.0) for b in CLASSES] for a in CLASSES])
     device = t.sum(axis=1)
+    q = np.divide(t, device[:, None], out=np.zeros_like(t), where=device[:, None] > 0)  # class shares
+    mix = q @ coeff.T                            # [j, a] = sum_b q_jb I(a, b)
     step = free + device
     p = np.divide(device, step, out=np.zeros_like(device), where=step > 0)
     work = device
@@ -101,8 +103,7 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
                            where=others + background > 0)
         w = p[None, :] * np.minimum(1.0, beside)[:, None]
         np.fill_diagonal(w, 0.0)
-        q = np.divide(t, device[:, None], out=np.zeros_like(t), where=device[:, None] > 0)
-        stretch = 1.0 + w @ q @ coeff.T          # [i, a] = 1 + sum_j w_ij sum_b q_jb I(a, b)
+        stretch = 1.0 + w @ mix                  # [i, a] = 1 + sum_j w_ij sum_b q_jb I(a, b)
         work = (t * stretch).sum(axis=1)
         shared_device = queue * work
         new_step = free + shared_device
@@ -115,13 +116,14 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
 
 
 def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profile=None, interference=None,
-                   mig_profile=None, slots: int | None = None, background_load: float = 0.0) -> SharedPrediction:
+                   mig_profile=None, slots: float | None = None, background_load: float = 0.0) -> SharedPrediction:
     """Predict jobs co-located on one device (``mode``: "time-slice", "mps" or "mig").
 
     ``jobs``: Predictions, models, ``(model, strategy)`` or ``(model, strategy, label)``. ``mig_profile``:
     one MIG profile name for every job or a list, one per job (default: the equal split that holds them).
-    ``slots``: jobs the device runs at once (default: 1 time-sliced, all under MPS; on a CPU host, its
-    cores over the threads per job). ``interference``: a table, its JSON or a bundled name.
+    ``slots``: jobs' worth the device runs at once (default: 1 time-sliced, all under MPS; on a CPU
+    host, its cores over the threads per job; a session sharing a Linux host with others gets
+    cores / (1 + other active sessions) under autogroup scheduling: ``perfmodel.fit.interference.host_slots``). ``interference``: a table, its JSON or a bundled name.
     ``background_load``: other always-ready work sharing the device (runnable threads on a CPU host),
     in jobs' worth; the slowdowns are then against each job alone with that same load.
     """
@@ -147,8 +149,8 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     if slots is None:
         slots = (max((os.cpu_count() or 1) // cluster.gpu.sm_count, 1) if on_cpu
                  else 1 if mode == "time-slice" else len(loads))
-    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-        raise InvalidInputError(f"'slots' must be an integer >= 1 (jobs the device runs at once): got {slots!r}")
+    if isinstance(slots, bool) or not isinstance(slots, (int, float)) or not slots > 0:
+        raise InvalidInputError(f"'slots' must be a number > 0 (jobs' worth the device runs at once): got {slots!r}")
     seconds = [[ld.seconds[c] if (c != "launch" or on_cpu) else 0.0 for c in CLASSES] for ld in loads]
     if isinstance(background_load, bool) or not isinstance(background_load, (int, float)) or not background_load >= 0:
         raise InvalidInputError(f"'background_load' must be a number >= 0 (always-ready jobs): got {background_load!r}")

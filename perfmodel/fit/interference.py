@@ -55,15 +55,42 @@ def row_seconds(kind: str) -> list[float]:
     return [1.0 if c == kind else 0.0 for c in CLASSES]
 
 
-def predicted_slowdown(table, mix_seconds, slot: int, slots: float, other_alone: float,
-                       other_together: float, free=None, metric: str = "wall") -> float:
-    """Slowdown of job ``slot`` of a mix, each side with its own background load; ``metric`` "wall"
-    (step time) or "cpu" (the seconds it executes: interference without the waits for a core)."""
+def host_slots(cores: int, other_sessions: float, jobs: int = 1) -> float:
+    """Cores' worth ``jobs`` one-thread processes of one session get on a Linux host where
+    ``other_sessions`` sessions also run, under autogroup scheduling (sched(7), "The autogroup
+    feature"): a session's weight is split over its runnable tasks (CFS group shares), the others'
+    total weight is spread evenly over the cores. A core holding m of the session's tasks gives each
+    (1/jobs) / (m/jobs + other_sessions/cores) = 1 / (m + jobs * other_sessions / cores) of itself."""
+    cores, jobs = int(cores), int(jobs)
+    others = max(float(other_sessions), 0.0) * jobs / cores
+    base, extra = divmod(jobs, cores)
+    per_core = [base + 1] * extra + [base] * (cores - extra)
+    return float(sum(m / (m + others) for m in per_core if m > 0))
+
+
+def row_sides(r, cores: float, metric: str = "wall") -> tuple[float, float, float, float]:
+    """(slots alone, slots together, background alone, background together) of a measured row.
+
+    Wall time, where the row recorded other sessions: each side gets its session's share of the
+    cores (``host_slots``). CPU time, or rows without sessions: all cores, the other runnable
+    threads as background (they take the cores our jobs would otherwise run beside each other on).
+    """
+    if metric == "wall" and hasattr(r, "sessions_alone") and np.isfinite(r.sessions_alone):
+        jobs = len(str(r.mix).split("+"))
+        return host_slots(cores, r.sessions_alone, 1), host_slots(cores, r.sessions_together, jobs), 0.0, 0.0
+    return float(cores), float(cores), float(r.other_alone), float(r.other_together)
+
+
+def predicted_slowdown(table, mix_seconds, slot: int, sides, free=None, metric: str = "wall") -> float:
+    """Slowdown of job ``slot`` of a mix; ``sides`` = ``row_sides(...)`` (each side's slots and
+    background); ``metric`` "wall" (step time) or "cpu" (the seconds it executes: interference
+    without the waits for a core)."""
     check_choice("metric", metric, METRICS)
+    slots_a, slots_t, bg_a, bg_t = sides
     free = [0.0] * len(mix_seconds) if free is None else list(free)
     switch = table.switch_fraction
-    together = solve_sharing(mix_seconds, free, table, slots, switch, other_together, executed=True)
-    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots, switch, other_alone, executed=True)
+    together = solve_sharing(mix_seconds, free, table, slots_t, switch, bg_t, executed=True)
+    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots_a, switch, bg_a, executed=True)
     k = 0 if metric == "wall" else 1
     return float(together[k][slot] / alone[k][0])
 
@@ -72,7 +99,7 @@ def _predict(table, rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray
     out = []
     for r in rows.itertuples():
         mix = [row_seconds(k) for k in r.mix.split("+")]
-        out.append(predicted_slowdown(table, mix, int(r.slot), slots, r.other_alone, r.other_together, metric=metric))
+        out.append(predicted_slowdown(table, mix, int(r.slot), row_sides(r, slots, metric), metric=metric))
     return np.asarray(out)
 
 
@@ -84,7 +111,8 @@ def _fit_params(rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray:
 
     x0 = np.r_[np.full(len(PAIRS), 0.1), 0.02]
     upper = np.r_[np.full(len(PAIRS), MAX_COEFFICIENT), MAX_SWITCH]
-    return least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05).x
+    return least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05,
+                         ftol=1e-6, xtol=1e-6, gtol=1e-6).x
 
 
 def read_rows(path) -> pd.DataFrame:
