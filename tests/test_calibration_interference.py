@@ -16,7 +16,7 @@ def test_phase_clock_cycles_through_together_then_each_alone():
 
 
 def test_a_pair_of_launch_storms_is_measured_together_and_alone():
-    rows = interference.measure([("launch", "launch")], "kernel", phase_s=0.4, cycles=2, setup_s=0.3,
+    rows = interference.measure([("launch", "launch")], "kernel", phase_s=0.3, cycles=1, setup_s=0.3,
                                 guard_s=0.05, log=lambda _: None)
     assert {r["slot"] for r in rows} <= {0, 1} and {r["mix"] for r in rows} == {"launch+launch"}
     assert len(rows) >= 1  # a cycle whose phase held no whole iteration is left out, not invented

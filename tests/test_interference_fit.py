@@ -78,3 +78,18 @@ def test_committed_cpu_set_predicted_within_its_documented_error():
     assert len(wall) == len(cpu) == 18 and wall["mix"].nunique() == 8
     assert np.isfinite(wall["error"]).all() and np.isfinite(cpu["error"]).all()
     assert wall_err < 0.10 and cpu_err < 0.07
+
+
+def test_predict_shared_on_the_measured_cpu_host():
+    from pathlib import Path
+
+    import perfmodel as pm
+
+    folder = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / "cpu-interference-2026-12-01"
+    host = pm.cluster(str(folder / "cpu-host.toml"))
+    job = (pm.transformer(layers=2, hidden=192, heads=4, seq=64, vocab=256), pm.Strategy(micro_batch=8, precision="fp32"))
+    three = pm.predict_shared([job] * 3, host, profile=str(folder / "host-profile.json"), slots=2)
+    assert three.interference == "cpu" and len(three.jobs) == 3
+    assert all(j.slowdown >= 1.5 for j in three.jobs)  # three one-thread jobs on two cores
+    with pytest.raises(pm.UnsupportedError, match="on a CPU host processes share cores"):
+        pm.predict_shared([job], host, mode="mps", profile=str(folder / "host-profile.json"))

@@ -44,7 +44,7 @@ class JobLoad:
         return self.prediction.step_time
 
 
-def as_job(item, cluster, profile=None):
+def as_job(item, cluster):
     """(model, Strategy, label) of a job given as a Prediction, a model, ``(model, strategy)`` or
     ``(model, strategy, label)``; the model is None for a Prediction of an unnamed workload."""
     if isinstance(item, Prediction):
@@ -83,7 +83,7 @@ def job_load(item, cluster, profile=None, *, launch_on_device: bool = False) -> 
     """The per-class load of one job on ``cluster`` (priced alone, with ``profile`` or the GPU's own)."""
     from perfmodel.predict import default_profile, profile_for
 
-    model, s, label, given = as_job(item, cluster, profile)
+    model, s, label, given = as_job(item, cluster)
     p = given if given is not None else predict(model, cluster, s, profile=profile)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     b = p.breakdown
