@@ -63,3 +63,14 @@ def test_placement_errors():
         pm.predict_cluster([("gpt2-small", s, [0, 1])], c, offsets=[0, 1])
     with pytest.raises(InvalidInputError, match="'oversubscription' must be a number >= 1"):
         pm.predict_cluster([("gpt2-small", s, [0, 1])], c, oversubscription=0.5)
+
+
+def test_oversubscribed_rack_uplink_slows_even_a_lone_job_by_hand():
+    # 4 nodes, 2 per rack, uplinks of 2 NICs' worth / 4 = 0.5: a job on nodes 0 and 2 crosses both
+    # uplinks, so its communication runs at half its solo rate: step = compute + 2 * comm
+    c = pm.cluster("h100", nodes=4, gpus_per_node=8)
+    r = pm.predict_cluster([("gpt2-small", pm.Strategy(dp=16, micro_batch=8), [0, 2])], c,
+                           nodes_per_rack=2, oversubscription=4)
+    j = r.jobs[0]
+    assert j.step_time == pytest.approx(j.solo_step_time + j.comm_s, rel=1e-3)
+    assert {name for name, _ in r.hottest_links} >= {"rack0.uplink", "rack1.uplink"}
