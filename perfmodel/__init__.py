@@ -42,6 +42,8 @@ def __getattr__(name):  # heavier entry points load on first use
         "required_wan_bandwidth": "perfmodel.analysis.multisite_inverse",
         "inner_steps_for": "perfmodel.analysis.multisite_inverse",
         "plan_multisite": "perfmodel.analysis.multisite_inverse",
+        "predict_shared": "perfmodel.analysis.contention", "predict_cluster": "perfmodel.analysis.network",
+        "advise_packing": "perfmodel.analysis.packing",
     }
     if name in lazy:
         import importlib

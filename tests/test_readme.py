@@ -19,5 +19,5 @@ def test_readme_shows_both_commands():
     text = README.read_text()
     assert "pip install . && perfmodel predict --model gpt2-small --gpu h200 --micro-batch 8" in text
     ci = (README.parent / ".ci" / "run").read_text()
-    command = 'pip install ".[test,torch]" && python -m ruff check . && python -m pytest'
+    command = 'pip install ".[test,torch]" && python -m ruff check . && lint-imports && python -m pytest'
     assert command in text and command in ci

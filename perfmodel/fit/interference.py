@@ -1,0 +1,160 @@
+"""Fit an interference table to co-located kernel-class runs (``calibration.interference kernels``).
+
+Each measured row is one process of class ``job`` running beside the others of its ``mix``; its
+slowdown is its median iteration time together over alone, each run with the host's other runnable
+threads measured (``other_alone``, ``other_together``). The prediction of a row is the sharing model
+itself (``perfmodel.analysis.contention.solve_sharing``) on one-class jobs, so the fitted table means
+exactly what predictions use: 9 class-pair coefficients and the time-slice loss, by bounded least
+squares on log slowdowns (scipy ``least_squares``, soft-L1 loss against outliers of a busy host).
+CV error: leave one repeat out, refit, predict the held-out repeat; median |relative error|.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from perfmodel.analysis.contention import solve_sharing
+from perfmodel.analysis.interference import CLASSES, InterferenceTable
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.hardware.common import FrozenMap
+from perfmodel.core.checks import check_choice
+
+PAIRS = tuple(f"{a}|{b}" for a in CLASSES for b in CLASSES)
+REQUIRED = ("mix", "job", "repeat", "slowdown", "other_alone", "other_together")
+METRICS = ("wall", "cpu")
+COLUMN = {"wall": "slowdown", "cpu": "cpu_slowdown"}  # the measured slowdown each metric is fitted to
+MAX_COEFFICIENT = 5.0
+MAX_SWITCH = 0.5
+
+
+@dataclass(frozen=True)
+class InterferenceFit:
+    """The fitted table, each row's prediction and the leave-one-repeat-out error."""
+
+    table: InterferenceTable
+    rows: pd.DataFrame       # the measured rows with 'predicted' and 'error' (relative)
+    cv_error: float
+
+    def __repr__(self) -> str:
+        return f"InterferenceFit({self.table!r}, {len(self.rows)} rows, CV median |error| {self.cv_error:.1%})"
+
+
+def _table(x: np.ndarray, name: str = "fit") -> InterferenceTable:
+    return InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]))
+
+
+def row_seconds(kind: str) -> list[float]:
+    """Device seconds by class of a one-class microbenchmark (one unit of its class)."""
+    if kind not in CLASSES:
+        raise InvalidInputError(f"kernel class {kind!r} unknown (valid: {', '.join(CLASSES)})")
+    return [1.0 if c == kind else 0.0 for c in CLASSES]
+
+
+def host_slots(cores: int, other_sessions: float, jobs: int = 1) -> float:
+    """Cores' worth ``jobs`` one-thread processes of one session get on a Linux host where
+    ``other_sessions`` sessions also run, under autogroup scheduling (sched(7), "The autogroup
+    feature"): a session's weight is split over its runnable tasks (CFS group shares), the others'
+    total weight is spread evenly over the cores. A core holding m of the session's tasks gives each
+    (1/jobs) / (m/jobs + other_sessions/cores) = 1 / (m + jobs * other_sessions / cores) of itself."""
+    cores, jobs = int(cores), int(jobs)
+    others = max(float(other_sessions), 0.0) * jobs / cores
+    base, extra = divmod(jobs, cores)
+    per_core = [base + 1] * extra + [base] * (cores - extra)
+    return float(sum(m / (m + others) for m in per_core if m > 0))
+
+
+def row_sides(r, cores: float, metric: str = "wall") -> tuple[float, float, float, float]:
+    """(slots alone, slots together, background alone, background together) of a measured row.
+
+    Wall time, where the row recorded other sessions: each side gets its session's share of the
+    cores (``host_slots``). CPU time, or rows without sessions: all cores, the other runnable
+    threads as background (they take the cores our jobs would otherwise run beside each other on).
+    """
+    if metric == "wall" and hasattr(r, "sessions_alone") and np.isfinite(r.sessions_alone):
+        jobs = len(str(r.mix).split("+"))
+        return host_slots(cores, r.sessions_alone, 1), host_slots(cores, r.sessions_together, jobs), 0.0, 0.0
+    return float(cores), float(cores), float(r.other_alone), float(r.other_together)
+
+
+def predicted_slowdown(table, mix_seconds, slot: int, sides, free=None, metric: str = "wall") -> float:
+    """Slowdown of job ``slot`` of a mix; ``sides`` = ``row_sides(...)`` (each side's slots and
+    background); ``metric`` "wall" (step time) or "cpu" (the seconds it executes: interference
+    without the waits for a core)."""
+    check_choice("metric", metric, METRICS)
+    slots_a, slots_t, bg_a, bg_t = sides
+    free = [0.0] * len(mix_seconds) if free is None else list(free)
+    switch = table.switch_fraction
+    together = solve_sharing(mix_seconds, free, table, slots_t, switch, bg_t, executed=True)
+    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots_a, switch, bg_a, executed=True)
+    k = 0 if metric == "wall" else 1
+    return float(together[k][slot] / alone[k][0])
+
+
+def _predict(table, rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray:
+    out = []
+    for r in rows.itertuples():
+        mix = [row_seconds(k) for k in r.mix.split("+")]
+        out.append(predicted_slowdown(table, mix, int(r.slot), row_sides(r, slots, metric), metric=metric))
+    return np.asarray(out)
+
+
+def _fit_params(rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray:
+    measured = np.log(rows[COLUMN[metric]].to_numpy(float))
+
+    def residual(x):
+        return np.log(_predict(_table(x), rows, slots, metric)) - measured
+
+    x0 = np.r_[np.full(len(PAIRS), 0.1), 0.02]
+    upper = np.r_[np.full(len(PAIRS), MAX_COEFFICIENT), MAX_SWITCH]
+    return least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05,
+                         ftol=1e-6, xtol=1e-6, gtol=1e-6).x
+
+
+def read_rows(path) -> pd.DataFrame:
+    """The measured rows of ``path`` (CSV), checked."""
+    rows = pd.read_csv(path)
+    missing = [c for c in REQUIRED if c not in rows.columns]
+    if missing:
+        raise InvalidInputError(f"{Path(path).name}: missing columns {missing} (needs {', '.join(REQUIRED)})")
+    if "slot" not in rows.columns:
+        rows["slot"] = rows.groupby(["mix", "repeat"]).cumcount()
+    bad = ~(rows["slowdown"] > 0)
+    if bad.any():
+        raise InvalidInputError(f"{Path(path).name}: 'slowdown' must be > 0 (rows {list(rows.index[bad])})")
+    return rows
+
+
+def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "", cv: bool = True,
+                     metric: str = "wall") -> InterferenceFit:
+    """Fit the table to kernel-class rows (a DataFrame or CSV path) measured on ``slots`` cores
+    (``cv=False``: no leave-one-repeat-out refits; the CV error is then NaN). ``metric``: fit the
+    wall-clock slowdowns ("wall") or the CPU-time ones ("cpu", the switch loss then unused)."""
+    check_choice("metric", metric, METRICS)
+    rows = read_rows(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    if COLUMN[metric] not in rows.columns:
+        raise InvalidInputError(f"metric {metric!r} needs a {COLUMN[metric]!r} column")
+    if len(rows) < len(PAIRS) + 1:
+        raise InvalidInputError(f"{len(rows)} rows cannot fit {len(PAIRS) + 1} parameters")
+    x = _fit_params(rows, float(slots), metric)
+    held = np.full(len(rows), np.nan)
+    repeats = sorted(rows["repeat"].unique())
+    for rep in repeats if len(repeats) > 1 and cv else []:
+        test = (rows["repeat"] == rep).to_numpy()
+        xr = _fit_params(rows[~test], float(slots), metric)
+        held[test] = _predict(_table(xr), rows[test], float(slots), metric)
+    pred = _predict(_table(x), rows, float(slots), metric)
+    measured = rows[COLUMN[metric]].to_numpy(float)
+    rows["predicted"] = pred
+    rows["error"] = pred / measured - 1.0
+    cv_error = (float(np.nanmedian(np.abs(held / measured - 1.0)))
+                if len(repeats) > 1 and cv else float("nan"))
+    table = InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]),
+                              cv_error, len(rows), source or "fitted to co-located kernel-class runs",
+                              FrozenMap({"slots": slots, "repeats": len(repeats), "metric": metric,
+                                         "method": "least squares on log slowdowns, leave-one-repeat-out CV"}))
+    return InterferenceFit(table, rows, cv_error)

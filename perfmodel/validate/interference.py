@@ -1,0 +1,114 @@
+"""Predicted against measured slowdowns of co-located CPU training processes.
+
+Run (from a checkout)::
+
+    python -m perfmodel.validate.interference perfmodel/data/cpu-interference-2026-12-01
+
+The interference table is fitted on the CPU times of the folder's kernel-class runs
+(``kernels.csv``) only; it is checked on the training runs (``train.csv``), in CPU time and in wall
+time (the latter adds each side's share of the cores, ``perfmodel.fit.interference.host_slots``): each job's step is split into classes by its own
+prediction on the host's profile (``host-profile.json``, fitted to the folder's ``host/``
+calibration tables), and each row's slowdown is predicted with the background load measured
+in its two runs. Error: per job of each mix, the median over repeats of predicted / measured - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.analysis.interference import CLASSES
+from perfmodel.core.errors import InvalidInputError
+
+BASELINE = {"wall": "k jobs, each k times slower", "cpu": "no interference"}
+SLOTS = 2  # cores of the host the bundled set was measured on, one torch thread per process
+
+
+def build_host(folder) -> None:
+    """Describe the host (``cpu-host.toml``) and fit its profile (``host-profile.json``) from the
+    calibration tables in ``folder/host`` (``calibration.compute --device cpu``, one thread)."""
+    from perfmodel.fit.build import build_profile
+    from perfmodel.fit.tables import read_compute_table
+    from perfmodel.validate import host
+
+    folder = Path(folder)
+    table = read_compute_table(folder / "host")
+    meta = json.loads((folder / "host" / "metadata.json").read_text())
+    gpu = host.write_host_gpu(folder / "cpu-host.toml", table, meta, 1)
+    fitted, _ = build_profile([folder / "host"], gpu=str(gpu), name=gpu.stem)
+    host.complete_profile(fitted, table, gpu).save(folder / "host-profile.json")
+
+
+def job_seconds(folder: Path) -> dict[str, list[float]]:
+    """Device seconds per class of each training job, from its prediction on the host profile."""
+    from perfmodel.analysis.load import job_load
+    from perfmodel.hardware import cluster
+    from perfmodel.profiles.profile import load_profile
+    from perfmodel.parallel.strategy import Strategy
+    from perfmodel.workload.model import transformer
+
+    jobs = json.loads((folder / "jobs.json").read_text())
+    profile = load_profile(folder / "host-profile.json")
+    host = cluster(str(folder / "cpu-host.toml"))
+    out = {}
+    for name, spec in jobs.items():
+        fields = {k: v for k, v in spec.items() if k not in ("micro_batch", "precision", "threads")}
+        s = Strategy(micro_batch=spec["micro_batch"], precision=spec["precision"])
+        load = job_load((transformer(**fields), s, name), host, profile, launch_on_device=True)
+        out[name] = [float(load.seconds[c]) for c in CLASSES]
+    return out
+
+
+def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float]:
+    """(rows with 'predicted' and 'error', median |error| over per-job medians) of ``train.csv``;
+    ``metric``: "wall" (step time) or "cpu" (CPU time per step: interference without waits)."""
+    from perfmodel.fit.interference import COLUMN, fit_interference, predicted_slowdown, read_rows, row_sides
+
+    folder = Path(folder)
+    if not (folder / "train.csv").is_file():
+        raise InvalidInputError(f"{folder} holds no train.csv (measure it with python -m calibration.interference train)")
+    table = table or fit_interference(folder / "kernels.csv", slots=SLOTS, metric="cpu").table
+    seconds = job_seconds(folder)
+    rows = read_rows(folder / "train.csv")
+    pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot), row_sides(r, SLOTS, metric),
+                               metric=metric) for r in rows.itertuples()]
+    rows["predicted"] = pred
+    per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
+    per_job["error"] = per_job["predicted"] / per_job[COLUMN[metric]] - 1.0
+    # the simplest rule to beat: each job k times slower among k (wall), not slower at all (CPU time)
+    per_job["baseline"] = per_job["mix"].str.count(r"\+") + 1.0 if metric == "wall" else 1.0
+    return per_job, float(np.median(np.abs(per_job["error"])))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m perfmodel.validate.interference", description=__doc__.split("\n")[0])
+    p.add_argument("folder", help="a measured folder (kernels.csv, train.csv, jobs.json, host profile)")
+    p.add_argument("--save-table", default=None, help="write the fitted interference table (JSON) here")
+    p.add_argument("--build-host", action="store_true", help="first refit the host profile from folder/host")
+    args = p.parse_args(argv)
+    if args.build_host:
+        build_host(args.folder)
+    from perfmodel.fit.interference import COLUMN, fit_interference
+
+    fit = fit_interference(Path(args.folder) / "kernels.csv", slots=SLOTS, metric="cpu")
+    print(fit)
+    print("coefficients:", {k: round(v, 3) for k, v in fit.table.coefficients.items()},
+          f"switch {fit.table.switch_fraction:.3f}")
+    if args.save_table:
+        fit.table.save(args.save_table)
+    for metric in ("wall", "cpu"):
+        rows, err = check(args.folder, fit.table, metric)
+        print(rows.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        base = float(np.median(np.abs(rows["baseline"] / rows[COLUMN[metric]] - 1.0)))
+        print(f"{metric}: median |error| of predicted slowdowns over {len(rows)} jobs in "
+              f"{rows['mix'].nunique()} mixes: {err:.1%} (baseline {BASELINE[metric]}: {base:.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""The co-location harness: processes follow one cycle clock and every row is accounted for."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+from calibration import interference  # noqa: E402
+
+
+def test_phase_clock_cycles_through_together_then_each_alone():
+    # 2 jobs, 1 s phases: [0, 1) together, [1, 2) job 0 alone, [2, 3) job 1 alone, then cycle 1
+    assert interference.phase_of(0.5, 0.0, 1.0, 2)[:2] == (0, 0)
+    assert interference.phase_of(1.5, 0.0, 1.0, 2)[:2] == (0, 1)
+    assert interference.phase_of(2.5, 0.0, 1.0, 2)[:2] == (0, 2)
+    assert interference.phase_of(3.2, 0.0, 1.0, 2)[:2] == (1, 0)
+
+
+def test_a_pair_of_launch_storms_is_measured_together_and_alone():
+    rows = interference.measure([("launch", "launch")], "kernel", phase_s=0.3, cycles=1, setup_s=0.3,
+                                guard_s=0.05, log=lambda _: None)
+    assert {r["slot"] for r in rows} <= {0, 1} and {r["mix"] for r in rows} == {"launch+launch"}
+    assert len(rows) >= 1  # a cycle whose phase held no whole iteration is left out, not invented
+    for r in rows:
+        assert set(interference.COLUMNS) == set(r)
+        assert r["wall_alone_s"] > 0 and r["wall_together_s"] > 0 and r["iterations"] >= 1
+        assert r["slowdown"] == pytest.approx(r["wall_together_s"] / r["wall_alone_s"])
+        assert r["other_alone"] >= 0 and r["other_together"] >= 0

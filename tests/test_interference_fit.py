@@ -1,0 +1,95 @@
+"""Interference table: the fit recovers a known table from rows the model generated; file round trip."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodel.analysis.interference import load_interference, table_from_dict
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.fit.interference import PAIRS, fit_interference, predicted_slowdown, row_seconds
+
+MIXES = ["compute+compute", "compute+memory", "compute+launch", "memory+memory", "memory+launch",
+         "launch+launch", "compute+compute+compute", "memory+memory+memory", "launch+launch+launch"]
+TRUE = {"compute|compute": 0.10, "compute|memory": 0.30, "memory|compute": 0.15, "memory|memory": 0.60,
+        "compute|launch": 0.02, "launch|compute": 0.05, "memory|launch": 0.0, "launch|memory": 0.08,
+        "launch|launch": 0.04}
+
+
+def _rows(table, rng, noise=0.0, repeats=3):
+    rows = []
+    for rep in range(repeats):
+        for mix in MIXES:
+            kinds = mix.split("+")
+            for slot, kind in enumerate(kinds):
+                other_a, other_t = rng.uniform(0, 1.5, 2)
+                s = predicted_slowdown(table, [row_seconds(k) for k in kinds], slot, (2.0, 2.0, other_a, other_t))
+                rows.append({"mix": mix, "job": kind, "slot": slot, "repeat": rep, "other_alone": other_a,
+                             "other_together": other_t, "slowdown": s * (1 + noise * rng.standard_normal())})
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_the_table_that_made_the_rows():
+    truth = table_from_dict({"coefficients": TRUE, "switch_fraction": 0.04})
+    fit = fit_interference(_rows(truth, np.random.default_rng(0), repeats=1), slots=2)
+    for pair in PAIRS:
+        assert fit.table.coefficient(*pair.split("|")) == pytest.approx(truth.coefficient(*pair.split("|")), abs=0.01)
+    assert fit.table.switch_fraction == pytest.approx(0.04, abs=0.01)
+    assert np.isnan(fit.cv_error) and fit.table.n_points == 21  # one repeat: nothing to hold out
+
+
+def test_noisy_rows_leave_errors_of_the_noise_size():
+    truth = table_from_dict({"coefficients": TRUE, "switch_fraction": 0.04})
+    fit = fit_interference(_rows(truth, np.random.default_rng(1), noise=0.03, repeats=1), slots=2, cv=False)
+    assert 0.005 < np.median(np.abs(fit.rows["error"])) < 0.04 and np.isnan(fit.cv_error)
+    assert fit.table.coefficient("memory", "memory") == pytest.approx(0.6, abs=0.2)
+
+
+def test_table_round_trip_and_errors(tmp_path):
+    truth = table_from_dict({"name": "t", "coefficients": TRUE, "switch_fraction": 0.04})
+    truth.save(tmp_path / "t.json")
+    again = load_interference(tmp_path / "t.json")
+    assert again.coefficients == truth.coefficients and again.switch_fraction == 0.04
+    with pytest.raises(InvalidInputError, match="cannot fit 10 parameters"):
+        fit_interference(_rows(truth, np.random.default_rng(0), repeats=1).head(5))
+    with pytest.raises(InvalidInputError, match="kernel class 'gemm' unknown"):
+        row_seconds("gemm")
+
+
+def test_host_slots_by_hand():
+    from perfmodel.fit.interference import host_slots
+
+    assert host_slots(2, 0, 1) == 1.0 and host_slots(2, 0, 2) == 2.0 and host_slots(2, 0, 3) == 2.0
+    # 5 other sessions on 2 cores: alone a job gets 1/(1 + 5/2) = 2/7 of a core; two of ours split
+    # the session's weight, each 1/(1 + 2 * 5/2) = 1/6 of its core: each (2/7) / (1/6) = 12/7 slower
+    assert host_slots(2, 5, 1) == pytest.approx(2 / 7)
+    assert host_slots(2, 5, 1) / (host_slots(2, 5, 2) / 2) == pytest.approx(12 / 7)
+
+
+def test_committed_cpu_set_predicted_within_its_documented_error():
+    # docs/contention.md: fitted on kernels.csv (CPU times), checked on train.csv (8 mixes, 18 jobs)
+    from pathlib import Path
+
+    from perfmodel.validate.interference import check
+
+    folder = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / "cpu-interference-2026-12-01"
+    table = load_interference("cpu")
+    wall, wall_err = check(folder, table, "wall")
+    cpu, cpu_err = check(folder, table, "cpu")
+    assert len(wall) == len(cpu) == 18 and wall["mix"].nunique() == 8
+    assert np.isfinite(wall["error"]).all() and np.isfinite(cpu["error"]).all()
+    assert wall_err < 0.10 and cpu_err < 0.07
+
+
+def test_predict_shared_on_the_measured_cpu_host():
+    from pathlib import Path
+
+    import perfmodel as pm
+
+    folder = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / "cpu-interference-2026-12-01"
+    host = pm.cluster(str(folder / "cpu-host.toml"))
+    job = (pm.transformer(layers=2, hidden=192, heads=4, seq=64, vocab=256), pm.Strategy(micro_batch=8, precision="fp32"))
+    three = pm.predict_shared([job] * 3, host, profile=str(folder / "host-profile.json"), slots=2)
+    assert three.interference == "cpu" and len(three.jobs) == 3
+    assert all(j.slowdown >= 1.5 for j in three.jobs)  # three one-thread jobs on two cores
+    with pytest.raises(pm.UnsupportedError, match="on a CPU host processes share cores"):
+        pm.predict_shared([job], host, mode="mps", profile=str(folder / "host-profile.json"))
