@@ -9,6 +9,7 @@ import math
 import numbers
 from collections.abc import Iterable
 
+from perfmodel.core import readers
 from perfmodel.core.errors import InvalidInputError, unknown_name
 
 
@@ -59,28 +60,6 @@ def check_divides(name: str, value: int, other_name: str, other: int) -> None:
         )
 
 
-def read_text_file(path, *, field: str, expect: str = "a text file") -> str:
-    """A user's text file; a missing path, a folder or bytes that are not UTF-8 raise an error naming
-    ``field``. A leading byte-order mark (spreadsheet exports) is dropped."""
-    from pathlib import Path
-
-    path = Path(path)
-    if not path.exists():
-        raise InvalidInputError(f"{field!r} {str(path)!r} does not exist (expected {expect})")
-    if path.is_dir():
-        raise InvalidInputError(f"{field!r} {str(path)!r} is a folder (expected {expect})")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(f"{field!r} {str(path)!r} is not UTF-8 text (byte {exc.start}; expected {expect})") from None
-
-
-def read_json_file(path, *, field: str, error=InvalidInputError, expect: str = "a JSON file"):
-    """Parse a user's JSON file; a missing file or bad JSON raises ``error`` naming ``field``."""
-    import json
-
-    text = read_text_file(path, field=field, expect=expect)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+# Every user file is read through core.readers (size, encoding and nesting limits); kept here by name
+read_text_file = readers.read_text_file
+read_json_file = readers.read_json_file

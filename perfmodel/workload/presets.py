@@ -67,12 +67,9 @@ def model_from_toml(path) -> Transformer:
     starting from a bundled one (``preset = "llama-3-8b"``) whose fields the others change."""
     from pathlib import Path
 
-    from perfmodel.core.checks import read_text_file
+    from perfmodel.core.readers import read_toml_file
 
-    try:
-        data = tomllib.loads(read_text_file(path, field="model", expect="a TOML file of model fields"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInputError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml_file(path, field="model", expect="a TOML file of model fields")
     data = data.get("model", data)  # the fields, at the top level or under [model]
     base = data.pop("preset", None)
     data.setdefault("name", Path(path).stem)
