@@ -29,6 +29,21 @@ def check_int(name: str, value, *, minimum: int = 1, maximum: int | None = None)
     return int(value)
 
 
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def check_flag(name: str, value) -> bool:
+    """``value`` as a bool: True/False, 1/0, or text written by a user ("true", "off", "1", ...)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise InvalidInputError(f"{name!r} must be True or False (or one of {', '.join(TRUE_WORDS + FALSE_WORDS)}): "
+                            f"got {value!r}")
+
+
 def check_positive(name: str, value, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a finite float > 0 (or >= 0 with ``allow_zero``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
@@ -48,7 +63,33 @@ def check_choice(name: str, value, choices: Iterable):
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, in O(sqrt n) steps (n up to 2**40 in well under a second)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+# Upper bounds of the sizes a user gives, where the value enters (Strategy, cluster, search). Each
+# is far above any training run so far; past them floats overflow (a micro-batch of 10**300 gave
+# NaN), enumerations outgrow memory or per-stage pricing outgrows seconds.
+LIMITS = {
+    "gpus": 2**24,           # 16.8 M GPUs in one cluster (the largest runs use ~10**5)
+    "nodes": 2**24,
+    "gpus_per_node": 2**10,
+    "dp": 2**24, "tp": 2**16, "cp": 2**16, "ep": 2**16,
+    "pp": 256,               # each stage is priced on its own; the deepest published pipelines use 64-128
+    "virtual_stages": 64,    # Megatron-LM interleaving uses a handful of chunks per stage
+    "micro_batch": 2**20,    # samples per micro-batch
+    "global_batch": 2**30,   # samples per step
+    "ps_servers": 2**16,
+    "max_micro_batch": 1024, # search: micro-batches tried 1..this
+    "max_virtual_stages": 64,
+    "search_grid": 4_000_000,  # configurations search enumerates before its rules (each holds ~10 numbers)
+}
+
+
+def check_size(name: str, value, *, minimum: int = 1, limit: str | None = None) -> int:
+    """``check_int`` with the upper bound of ``LIMITS[limit or name]``."""
+    return check_int(name, value, minimum=minimum, maximum=LIMITS[limit or name])
 
 
 def check_divides(name: str, value: int, other_name: str, other: int) -> None:

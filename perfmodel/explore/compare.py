@@ -15,7 +15,7 @@ import pandas as pd
 from perfmodel.core.errors import InvalidInputError, PerfModelError, unknown_name
 from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
 from perfmodel.parallel.strategy import Strategy, parse_stage_layers
-from perfmodel.core.checks import check_int
+from perfmodel.core.checks import check_flag, check_int
 from perfmodel.workload.presets import as_model
 
 ALIASES = {"mb": "micro_batch", "gb": "global_batch", "sp": "sequence_parallel", "v": "virtual_stages",
@@ -31,12 +31,8 @@ def _value(name: str, text: str):
     """A strategy field's value from its text (ints, booleans, None, strings)."""
     default = _FIELDS[name].default
     low = text.strip().lower()
-    if name == "sequence_parallel":
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise InvalidInputError(f"'sequence_parallel' must be true or false: got {text!r}")
+    if isinstance(default, bool):  # sequence_parallel, tp_overlap, dp_overlap
+        return check_flag(name, text)
     if low in ("none", "null", ""):
         return None
     if name == "stage_layers":
