@@ -40,6 +40,8 @@ def _bounded(kind, low: float, *, strict: bool = False):
 
     def parse(text: str):
         try:
+            if not text.isascii():  # int() also reads '٣' and other Unicode digits
+                raise ValueError(text)
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}") from None

@@ -83,7 +83,9 @@ LIMITS = {
     "ps_servers": 2**16,
     "max_micro_batch": 1024, # search: micro-batches tried 1..this
     "max_virtual_stages": 64,
-    "search_grid": 4_000_000,  # configurations search enumerates before its rules (each holds ~10 numbers)
+    "search_grid": 4_000_000,
+    "trials": 10**6,         # Monte Carlo trials per scenario (10**4 give percentiles to ~1%)
+    "mixed_workers": 2**16,  # heterogeneous clusters are priced one worker at a time  # configurations search enumerates before its rules (each holds ~10 numbers)
 }
 
 

@@ -75,11 +75,11 @@ def parse_strategy(spec, n_gpus: int, **defaults) -> Strategy:
         raw = dict(spec)
     else:
         raise InvalidInputError(f"a strategy must be a Strategy, a mapping or a string like 'tp=4,pp=2': got {spec!r}")
-    values = dict(defaults)
-    for key, value in raw.items():
+    values = {}
+    for key, value in [*defaults.items(), *raw.items()]:  # defaults first: the strategy's own fields win
         name = ALIASES.get(key, key)
-        if name not in _FIELDS:
-            raise unknown_name("strategy field", key, [*_FIELDS, *ALIASES])
+        if not isinstance(key, str) or name not in _FIELDS:
+            raise unknown_name("strategy field", str(key), [*_FIELDS, *ALIASES])
         values[name] = _value(name, value) if isinstance(value, str) else value
     stages = values.get("virtual_stages")
     if isinstance(stages, int) and not isinstance(stages, bool) and stages > 1:
@@ -155,6 +155,9 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
     items = list(strategies.items()) if isinstance(strategies, Mapping) else [(None, s) for s in strategies]
     if not items:
         raise InvalidInputError("'strategies' must list at least one strategy: got none")
+    if defaults is not None and not isinstance(defaults, Mapping):
+        raise InvalidInputError(f"'defaults' must be a mapping of strategy fields (e.g. {{'global_batch': 512}}): "
+                                f"got {defaults!r}")
     rows = []
     for label, spec in items:
         shown = label or (spec if isinstance(spec, str) else None)

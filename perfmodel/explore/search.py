@@ -10,8 +10,9 @@ are given.
 
 from __future__ import annotations
 
+import numbers
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import product
 
 import numpy as np
@@ -23,7 +24,7 @@ from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish, profile_for
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
-from perfmodel.core.checks import check_choice, check_int, check_positive
+from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype
 
@@ -87,10 +88,18 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def _values(name: str, value, check) -> tuple:
+    """One value or a list of them (a string is one value), each passed through ``check``."""
+    if isinstance(value, (str, bytes, numbers.Number)) or value is None or not isinstance(value, Iterable):
+        value = (value,)
+    return tuple(check(name, v) for v in value)
+
+
 def _options(precision, recompute, zero, optimizer, placement, stack):
-    precision = (precision,) if isinstance(precision, str) else tuple(precision)
-    recompute = (recompute,) if isinstance(recompute, str) else tuple(recompute)
-    zero = (zero,) if isinstance(zero, int) else tuple(zero)
+    precision = _values("precision", precision, lambda n, v: v)
+    recompute = _values("recompute", recompute, lambda n, v: v)
+    zero = _values("zero", zero, lambda n, v: check_int(n, v, minimum=0))
+    stack = {**stack, "sequence_parallel": _values("sequence_parallel", stack["sequence_parallel"], check_flag)}
     for name, values, valid in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE)):
         if not values:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
@@ -99,9 +108,10 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
     # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
+    sequence_parallel = stack.pop("sequence_parallel")
     base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **stack)
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
-            "placement": placement, "stack": stack, "base": base}
+            "placement": placement, "stack": stack, "base": base, "sequence_parallel": sequence_parallel}
 
 
 def _check_precisions(cl, precisions) -> None:
@@ -186,7 +196,9 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp, "ep": ep})
+                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel})
+    if hasattr(model, "check_strategy"):  # a traced graph's own limits on the stack search holds fixed
+        model.check_strategy(opts["base"])
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:
@@ -201,7 +213,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
             check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=ep, micro_batch=1))
         space = enumerate_space(model, cl.n_gpus // cp, cl.gpus_per_node, global_batch, max_micro_batch=max_micro_batch,
                                 max_virtual_stages=max_virtual_stages, zero=opts["zero"],
-                                sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes, cp=cp, ep=ep)
+                                sequence_parallel=opts["sequence_parallel"], max_tp_nodes=max_tp_nodes, cp=cp, ep=ep)
         for k in ("divisibility", "batch"):
             rejected[k] += space.rejected[k] * combos
         for k, v in space.detail.items():
