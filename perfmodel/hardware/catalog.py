@@ -123,7 +123,7 @@ def read_toml_file(path: Path, shown: str) -> dict:
     """The table in a user's TOML file; ``shown`` is how errors name the file."""
     from perfmodel.core.readers import read_text_file
 
-    return _parse_toml(read_text_file(path, field=None, expect=f"{shown}: a TOML file"), shown)
+    return _parse_toml(read_text_file(path, field=None, expect="a TOML file"), shown)
 
 
 def _str_tuple(data: Mapping, name: str) -> tuple[str, ...]:
