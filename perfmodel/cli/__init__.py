@@ -196,9 +196,11 @@ def cmd_calibrate(args) -> int:
     try:
         while True:
             try:
-                return child.wait()
+                code = child.wait()
             except KeyboardInterrupt:
                 continue
+            # a child ended by signal N reads -N; a shell reports that as 128 + N (143 SIGTERM, 137 SIGKILL)
+            return 128 - code if code < 0 else code
     finally:
         signal.signal(signal.SIGTERM, previous)
 
