@@ -20,7 +20,8 @@ import pandas as pd
 
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
 from perfmodel.profiles.reference import calibrate_gemm, stream_copy_bw
-from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError, PerfModelError
+from perfmodel.core.readers import read_csv_file, read_json_file
 from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
 from perfmodel.profiles.profile import Profile
 from perfmodel.core.units import DTYPE_BYTES
@@ -80,7 +81,8 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
         if path.exists():
             from perfmodel.fit.comm import fit_collectives
 
-            for level, entries in fit_collectives(pd.read_csv(path), source=f"measured: {path.parent.name}").items():
+            table = read_csv_file(path, field="collectives", expect="a collectives.csv")
+            for level, entries in fit_collectives(table, source=f"measured: {path.parent.name}").items():
                 coll.setdefault(level, {}).update(entries)
     meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
             "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
@@ -101,12 +103,11 @@ def _metadata(folder) -> dict:
     path = Path(folder) / "metadata.json"
     if not path.exists():
         return {}
-    import json
-
     try:
-        return json.loads(path.read_text())
-    except ValueError:
+        data = read_json_file(path, field="metadata")
+    except PerfModelError:  # metadata only labels the fit: a broken file leaves it unlabelled
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame, *, fill: bool = True) -> pd.DataFrame:
@@ -170,8 +171,9 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
             params["sms"] = float(target.sm_count)
             params["bw"] /= bw_ratio
         elif cls == "sdpa":
-            dtype = "bf16" if "bf16" in target.peak_flops else "fp16"
-            params["R"] *= target.peak_flops.get(dtype, target.peak_flops["fp32"]) / ref.peak_flops["bf16"]
+            # attention runs in the first 16-bit (else wider) dtype the GPU lists; a GPU file may omit any
+            peak = next(target.peak_flops[d] for d in ("bf16", "fp16", "tf32", "fp32", "fp8") if d in target.peak_flops)
+            params["R"] *= peak / ref.peak_flops["bf16"]
             if "sms" in params:
                 params["sms"] = float(target.sm_count)
         else:  # memory-bound and optimizer classes: bytes over bandwidth

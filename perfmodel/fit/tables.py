@@ -72,6 +72,9 @@ def _bad_sizes(df: pd.DataFrame) -> dict:
     return bad
 
 
+MAX_ALGBW_BYTES_PER_S = 1e15
+
+
 def clean_rows(df: pd.DataFrame, table: str = "compute") -> tuple[pd.DataFrame, dict[str, int]]:
     """Drop rows a fit must not see; return the kept rows (numeric columns as numbers) and a count
     per reason."""
@@ -95,6 +98,8 @@ def clean_rows(df: pd.DataFrame, table: str = "compute") -> tuple[pd.DataFrame, 
     if table == "collectives":
         size = pd.to_numeric(df.get("size_bytes"), errors="coerce")
         bad["missing or non-positive size_bytes"] = size.isna() | (size <= 0)
+        # algbw = S / t above 1 PB/s is no link's (a 1e-300 s time written as a row): not a measurement
+        bad["algbw above 1 PB/s"] = (size / time.where(time > 0)) > MAX_ALGBW_BYTES_PER_S
     drop = np.zeros(len(df), dtype=bool)
     for reason, mask in bad.items():
         mask = np.asarray(mask, dtype=bool) & ~drop
