@@ -133,7 +133,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration.
     """
-    n_gpus, global_batch = check_int("n_gpus", n_gpus), check_int("global_batch", global_batch)
+    n_gpus, global_batch = check_size("n_gpus", n_gpus, limit="gpus"), check_size("global_batch", global_batch)
     max_micro_batch = check_size("max_micro_batch", max_micro_batch)
     max_virtual_stages = check_size("max_virtual_stages", max_virtual_stages)
     zero = _check_options("zero", zero, (0, 1, 2, 3))
