@@ -15,12 +15,11 @@ import math
 import numpy as np
 import pytest
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, event, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
-import perfmodel as pm  # noqa: E402
-from perfmodel.core.errors import PerfModelError  # noqa: E402
+import perfmodel as pm
+from perfmodel.core.errors import PerfModelError
 
 SETTINGS = dict(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
