@@ -16,6 +16,7 @@ import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.checks import read_text_file
+from perfmodel.core.readers import MAX_TABLE_BYTES
 
 COMPUTE_COLUMNS = (
     "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",
@@ -116,7 +117,7 @@ def read_compute_table(path: str | Path) -> pd.DataFrame:
         path = path / "compute.csv"
     if not path.exists():
         raise InvalidInputError(f"'table' {str(path)!r} does not exist (expected a compute.csv or a folder with one)")
-    text = read_text_file(path, field="table", expect="a compute.csv")
+    text = read_text_file(path, field="table", expect="a compute.csv", max_bytes=MAX_TABLE_BYTES)
     try:
         df = pd.read_csv(io.StringIO(text))
     except pd.errors.EmptyDataError:
