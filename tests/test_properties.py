@@ -80,7 +80,7 @@ strategy_kwargs = st.fixed_dictionaries({}, optional={
         st.none(), st.lists(st.integers(-1, 30), max_size=5), st.text(max_size=8))})
 
 
-@settings(max_examples=300, **SETTINGS)
+@settings(max_examples=250, **SETTINGS)
 @given(model=models(), gpu=st.sampled_from(GPUS), nodes=st.one_of(st.just(1), st.integers(1, 4), sizes),
        kwargs=strategy_kwargs)
 def test_predict_is_finite_and_consistent_or_refused(model, gpu, nodes, kwargs):
@@ -104,7 +104,7 @@ valid_kwargs = st.fixed_dictionaries({"micro_batch": st.one_of(st.integers(1, 16
     "optimizer": st.sampled_from(["adamw", "sgd"]), "schedule": st.sampled_from(["1f1b", "gpipe"])})
 
 
-@settings(max_examples=250, **SETTINGS)
+@settings(max_examples=200, **SETTINGS)
 @given(model=st.one_of(st.sampled_from(["gpt2-small", "gpt2-medium", "llama-3-8b"]), models()),
        gpu=st.sampled_from(["hgx-h200", "dgx-a100-80gb", "h100", "t4"]), kwargs=valid_kwargs,
        accumulate=st.integers(1, 4))
@@ -240,7 +240,7 @@ file_text = st.one_of(
                      b"name = 'g'\nmemory = '1GiB'\n[peak_flops]\nbf16 = '1e400FLOPS'\n", b"\xef\xbb\xbf{}", b""]))
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture, *SETTINGS["suppress_health_check"]],
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture, *SETTINGS["suppress_health_check"]],
           **{k: v for k, v in SETTINGS.items() if k != "suppress_health_check"})
 @given(content=file_text, suffix=st.sampled_from([".json", ".toml", ".csv"]),
        reader=st.sampled_from(["model", "gpu", "profile", "strategies", "hf", "compute", "measured", "graph"]))
