@@ -228,13 +228,18 @@ def step_flops(model, out, recompute):
     """(model FLOPs, executed FLOPs) of one micro-batch on one tensor-parallel GPU.
 
     Narayanan et al. 2021, eq. 3 convention: forward FLOPs from the layer shapes
-    (2·m·n·k per GEMM, 4·b·s²·h attention with the full s² matrix), backward
-    twice the forward, the LM head forward + backward; executed FLOPs add the
-    recomputed forward (all of it under full recompute, the attention core under
-    selective, Korthikanti et al. 2022 §5). Model FLOPs (no recompute) give MFU.
+    (2·m·n·k per GEMM, 4·b·s²·h attention), backward twice the forward, the LM head
+    forward + backward; but causal attention counts the s(s+1)/2 scores it computes,
+    not the full s² (a causal kernel skips the masked half, and its time is priced
+    so: counting s² gave MFU above 100% at long sequences); docs/model.md. Executed
+    FLOPs add the recomputed forward (all of it under full recompute, the attention
+    core under selective, Korthikanti et al. 2022 §5). Model FLOPs (no recompute) give MFU.
     """
-    fwd = np.asarray(out["layer_flops_f"], float)
-    recomputed = {"none": 0.0, "full": fwd, "selective": np.asarray(out["layer_attn_flops_f"], float)}[recompute]
+    attn = np.asarray(out["layer_attn_flops_f"], float)
+    seq = float(getattr(model, "seq", 1))
+    masked = attn * (1.0 - (seq + 1.0) / (2.0 * seq)) if getattr(model, "causal", False) else 0.0
+    fwd = np.asarray(out["layer_flops_f"], float) - masked
+    recomputed = {"none": 0.0, "full": fwd, "selective": attn - masked}[recompute]
     model_flops = model.layers * 3.0 * fwd + out["head_flops"]
     return model_flops, model_flops + model.layers * recomputed
 

@@ -277,14 +277,17 @@ def test_arrays_price_many_configurations_as_one():
     assert many["step_time"] == pytest.approx(np.array([float(x) for x in singles]), rel=1e-12)
 
 
-def test_narayanan_flop_convention_with_full_recompute():
-    # 96·B·s·l·h²·(1 + s/6h + V/16lh) (Narayanan et al. 2021, eq. 3)
+@pytest.mark.parametrize("causal", [False, True])
+def test_narayanan_flop_convention_with_full_recompute(causal):
+    # 96·B·s·l·h²·(1 + s/6h + V/16lh) (Narayanan et al. 2021, eq. 3) with the full s² scores; causal
+    # attention computes s(s+1)/2 of them, so its s/6h term is scaled by (s+1)/2s
     B_, s, L, h, V = 8, 2048, 4, 2048, 51200
-    model = pm.transformer(L, h, 16, s, V, tied_embeddings=True)
+    model = pm.transformer(L, h, 16, s, V, tied_embeddings=True, causal=causal)
     p = pm.predict(model, pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=8, micro_batch=1, recompute="full"))
     executed = p.tflops_per_gpu * 1e12 * p.step_time * 8
-    assert executed == pytest.approx(96 * B_ * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)), rel=1e-9)
-    model_flops = 72 * B_ * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    scores = s / (6 * h) * ((s + 1) / (2 * s) if causal else 1.0)
+    assert executed == pytest.approx(96 * B_ * s * L * h * h * (1 + scores + V / (16 * L * h)), rel=1e-9)
+    model_flops = 72 * B_ * s * L * h * h * (1 + scores + V / (12 * L * h))
     assert p.model_flops == pytest.approx(model_flops, rel=1e-9)
 
 

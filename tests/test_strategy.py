@@ -71,7 +71,8 @@ def test_choices_name_the_field():
             Strategy(**{field: value})
     assert len(PLACEMENTS) == 6
     with pytest.raises(InvalidInputError, match="'tp_overlap' must be True or False"):
-        Strategy(tp_overlap=1)
+        Strategy(tp_overlap=2)  # 1/0 and "true"/"off" are read as a TOML file or strategy text gives them
+    assert Strategy(tp_overlap=1).tp_overlap is True
 
 
 def test_predict_raises_the_same_messages():

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError
-from perfmodel.core.checks import check_choice, check_int
+from perfmodel.core.checks import LIMITS, check_choice, check_int, check_size
 from perfmodel.workload.presets import as_model
 
 GRAD_BYTES = 4.0  # fp32 gradients and weights on the wire (PyTorch DDP / PS keep fp32 master copies)
@@ -41,9 +41,12 @@ def _workers(workers) -> list[tuple[str, int]]:
     for i, item in enumerate(items):
         if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
             raise InvalidInputError(f"'workers[{i}]' must be a (gpu name, count) pair: got {item!r}")
-        out.append((item[0], check_int(f"workers[{item[0]!r}] count", item[1])))
+        out.append((item[0], check_size(f"workers[{item[0]!r}] count", item[1], limit="mixed_workers")))
     if not out:
         raise InvalidInputError("'workers' must list at least one (gpu, count) group: got none")
+    if sum(c for _, c in out) > LIMITS["mixed_workers"]:
+        raise InvalidInputError(f"'workers' counts add up to {sum(c for _, c in out):,}, above the "
+                                f"{LIMITS['mixed_workers']:,} workers a mixed cluster may have")
     names = [g for g, _ in out]
     if len(set(names)) != len(names):
         raise InvalidInputError(f"'workers' names each GPU type once (merge the counts): got {names}")
@@ -208,7 +211,7 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     from perfmodel.parallel.strategy import Strategy
 
     check_choice("mode", mode, MODES)
-    servers = check_int("servers", servers, minimum=0)
+    servers = check_size("servers", servers, minimum=0, limit="ps_servers")
     strategy = Strategy(micro_batch=8) if strategy is None else strategy
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(strategy).__name__}")

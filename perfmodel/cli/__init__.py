@@ -40,6 +40,8 @@ def _bounded(kind, low: float, *, strict: bool = False):
 
     def parse(text: str):
         try:
+            if not text.isascii():  # int() also reads '٣' and other Unicode digits
+                raise ValueError(text)
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}") from None
@@ -194,9 +196,11 @@ def cmd_calibrate(args) -> int:
     try:
         while True:
             try:
-                return child.wait()
+                code = child.wait()
             except KeyboardInterrupt:
                 continue
+            # a child ended by signal N reads -N; a shell reports that as 128 + N (143 SIGTERM, 137 SIGKILL)
+            return 128 - code if code < 0 else code
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -273,6 +277,25 @@ OUTPUT_SUFFIXES = {("compare", "out"): (".csv", ".json", ".md"), ("sweep", "out"
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+def _unwritable(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (None if one can): tried, as permissions and special file
+    systems (/proc, read-only mounts) only show when a file is made."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".perfmodel-write-test-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_outputs(args) -> None:
     """Refuse an output path that cannot be written before any work is done: a file where a folder
     is meant (or the reverse), a folder that does not exist, a format the command cannot write."""
@@ -284,6 +307,10 @@ def check_outputs(args) -> None:
         if attr in FOLDER_OUTPUTS.get(args.command, ()):
             if path.exists() and not path.is_dir():
                 raise InvalidInputError(f"{flag} {value!r} is a file; give a folder")
+            base = _nearest_existing(path)
+            why = f"{str(base)!r} is a file" if not base.is_dir() else _unwritable(base)
+            if why:
+                raise InvalidInputError(f"{flag} {value!r}: cannot create files there ({why})")
             continue
         if path.is_dir():
             raise InvalidInputError(f"{flag} {value!r} is a folder; give a file name")
@@ -293,6 +320,9 @@ def check_outputs(args) -> None:
         if valid and path.suffix.lower() not in valid:
             raise InvalidInputError(f"{flag} {value!r}: unknown format {path.suffix or '(none)'!r} "
                                     f"(valid: {', '.join(valid)})")
+        why = _unwritable(path.parent)
+        if why:
+            raise InvalidInputError(f"{flag} {value!r}: cannot write in folder {str(path.parent)!r} ({why})")
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:

@@ -30,20 +30,13 @@ def load_strategies(path):
     TOML: ``[[strategy]]`` tables, or one table per label (``[fsdp] zero = 3``).
     JSON: a list of objects, or an object label -> object.
     """
-    from perfmodel.core.checks import read_json_file, read_text_file
+    from perfmodel.core.readers import read_json_file, read_toml_file
 
     path = Path(path)
     if path.suffix.lower() == ".json":
         data = read_json_file(path, field="strategies", expect="a JSON list of strategies")
     else:
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib
-        try:
-            data = tomllib.loads(read_text_file(path, field="strategies", expect="a TOML file of strategies"))
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidInputError(f"{path}: not valid TOML ({exc})") from None
+        data = read_toml_file(path, field="strategies", expect="a TOML file of strategies")
         data = data.get("strategy", data)
     if not isinstance(data, (list, dict)) or not data:
         raise InvalidInputError(f"{str(path)!r} must hold a list of strategies or a table of them by label")

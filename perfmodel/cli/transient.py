@@ -19,7 +19,8 @@ def parse_workers(text: str) -> list[tuple[str, int]]:
     out = []
     for item in text.split(","):
         gpu, sep, count = item.strip().partition(":")
-        if not sep or not gpu or not count.strip().isdigit() or int(count) < 1:
+        count = count.strip()  # ASCII digits only: str.isdigit also takes '²' and '٣'
+        if not sep or not gpu or not (count.isascii() and count.isdigit()) or int(count) < 1:
             raise InvalidInputError(f"'--workers' must be GPU:COUNT pairs separated by commas "
                                     f"(e.g. k80:4,v100:2): got {item.strip()!r} in {text!r}")
         out.append((gpu.strip(), int(count)))

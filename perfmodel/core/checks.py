@@ -9,6 +9,7 @@ import math
 import numbers
 from collections.abc import Iterable
 
+from perfmodel.core import readers
 from perfmodel.core.errors import InvalidInputError, unknown_name
 
 
@@ -26,6 +27,21 @@ def check_int(name: str, value, *, minimum: int = 1, maximum: int | None = None)
         shown = repr(value) if len(repr(value)) <= 24 else f"{repr(value)[:20]}… ({len(repr(value))} digits)"
         raise InvalidInputError(f"{name!r} must be an integer between {minimum} and {maximum:,}: got {shown}")
     return int(value)
+
+
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def check_flag(name: str, value) -> bool:
+    """``value`` as a bool: True/False, 1/0, or text written by a user ("true", "off", "1", ...)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise InvalidInputError(f"{name!r} must be True or False (or one of {', '.join(TRUE_WORDS + FALSE_WORDS)}): "
+                            f"got {value!r}")
 
 
 def check_positive(name: str, value, *, allow_zero: bool = False) -> float:
@@ -47,7 +63,35 @@ def check_choice(name: str, value, choices: Iterable):
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, in O(sqrt n) steps (n up to 2**40 in well under a second)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+# Upper bounds of the sizes a user gives, where the value enters (Strategy, cluster, search). Each
+# is far above any training run so far; past them floats overflow (a micro-batch of 10**300 gave
+# NaN), enumerations outgrow memory or per-stage pricing outgrows seconds.
+LIMITS = {
+    "gpus": 2**24,           # 16.8 M GPUs in one cluster (the largest runs use ~10**5)
+    "nodes": 2**24,
+    "gpus_per_node": 2**10,
+    "dp": 2**24, "tp": 2**16, "cp": 2**16, "ep": 2**16,
+    "pp": 256,               # each stage is priced on its own; the deepest published pipelines use 64-128
+    "virtual_stages": 64,    # Megatron-LM interleaving uses a handful of chunks per stage
+    "micro_batch": 2**20,    # samples per micro-batch
+    "global_batch": 2**30,   # samples per step
+    "ps_servers": 2**16,
+    "max_micro_batch": 1024, # search: micro-batches tried 1..this
+    "max_virtual_stages": 64,
+    "search_grid": 4_000_000,
+    "trials": 10**6,         # Monte Carlo trials per scenario (10**4 give percentiles to ~1%)
+    "mixed_workers": 2**16,  # heterogeneous clusters are priced one worker at a time  # configurations search enumerates before its rules (each holds ~10 numbers)
+}
+
+
+def check_size(name: str, value, *, minimum: int = 1, limit: str | None = None) -> int:
+    """``check_int`` with the upper bound of ``LIMITS[limit or name]``."""
+    return check_int(name, value, minimum=minimum, maximum=LIMITS[limit or name])
 
 
 def check_divides(name: str, value: int, other_name: str, other: int) -> None:
@@ -59,28 +103,6 @@ def check_divides(name: str, value: int, other_name: str, other: int) -> None:
         )
 
 
-def read_text_file(path, *, field: str, expect: str = "a text file") -> str:
-    """A user's text file; a missing path, a folder or bytes that are not UTF-8 raise an error naming
-    ``field``. A leading byte-order mark (spreadsheet exports) is dropped."""
-    from pathlib import Path
-
-    path = Path(path)
-    if not path.exists():
-        raise InvalidInputError(f"{field!r} {str(path)!r} does not exist (expected {expect})")
-    if path.is_dir():
-        raise InvalidInputError(f"{field!r} {str(path)!r} is a folder (expected {expect})")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(f"{field!r} {str(path)!r} is not UTF-8 text (byte {exc.start}; expected {expect})") from None
-
-
-def read_json_file(path, *, field: str, error=InvalidInputError, expect: str = "a JSON file"):
-    """Parse a user's JSON file; a missing file or bad JSON raises ``error`` naming ``field``."""
-    import json
-
-    text = read_text_file(path, field=field, expect=expect)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+# Every user file is read through core.readers (size, encoding and nesting limits); kept here by name
+read_text_file = readers.read_text_file
+read_json_file = readers.read_json_file

@@ -15,7 +15,7 @@ import pandas as pd
 from perfmodel.core.errors import InvalidInputError, PerfModelError, unknown_name
 from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
 from perfmodel.parallel.strategy import Strategy, parse_stage_layers
-from perfmodel.core.checks import check_int
+from perfmodel.core.checks import check_flag, check_int
 from perfmodel.workload.presets import as_model
 
 ALIASES = {"mb": "micro_batch", "gb": "global_batch", "sp": "sequence_parallel", "v": "virtual_stages",
@@ -31,12 +31,8 @@ def _value(name: str, text: str):
     """A strategy field's value from its text (ints, booleans, None, strings)."""
     default = _FIELDS[name].default
     low = text.strip().lower()
-    if name == "sequence_parallel":
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise InvalidInputError(f"'sequence_parallel' must be true or false: got {text!r}")
+    if isinstance(default, bool):  # sequence_parallel, tp_overlap, dp_overlap
+        return check_flag(name, text)
     if low in ("none", "null", ""):
         return None
     if name == "stage_layers":
@@ -79,11 +75,11 @@ def parse_strategy(spec, n_gpus: int, **defaults) -> Strategy:
         raw = dict(spec)
     else:
         raise InvalidInputError(f"a strategy must be a Strategy, a mapping or a string like 'tp=4,pp=2': got {spec!r}")
-    values = dict(defaults)
-    for key, value in raw.items():
+    values = {}
+    for key, value in [*defaults.items(), *raw.items()]:  # defaults first: the strategy's own fields win
         name = ALIASES.get(key, key)
-        if name not in _FIELDS:
-            raise unknown_name("strategy field", key, [*_FIELDS, *ALIASES])
+        if not isinstance(key, str) or name not in _FIELDS:
+            raise unknown_name("strategy field", str(key), [*_FIELDS, *ALIASES])
         values[name] = _value(name, value) if isinstance(value, str) else value
     stages = values.get("virtual_stages")
     if isinstance(stages, int) and not isinstance(stages, bool) and stages > 1:
@@ -159,6 +155,9 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
     items = list(strategies.items()) if isinstance(strategies, Mapping) else [(None, s) for s in strategies]
     if not items:
         raise InvalidInputError("'strategies' must list at least one strategy: got none")
+    if defaults is not None and not isinstance(defaults, Mapping):
+        raise InvalidInputError(f"'defaults' must be a mapping of strategy fields (e.g. {{'global_batch': 512}}): "
+                                f"got {defaults!r}")
     rows = []
     for label, spec in items:
         shown = label or (spec if isinstance(spec, str) else None)

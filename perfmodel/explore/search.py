@@ -11,9 +11,11 @@ are given.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import numbers
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import product
 
 import numpy as np
@@ -24,7 +26,7 @@ from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking, price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
-from perfmodel.core.checks import check_choice, check_int, check_positive
+from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype
 
@@ -97,10 +99,18 @@ def _choices(value, kind) -> tuple:
     return (value,) if isinstance(value, kind) else tuple(value)
 
 
+def _values(name: str, value, check) -> tuple:
+    """One value or a list of them (a string is one value), each passed through ``check``."""
+    if isinstance(value, (str, bytes, numbers.Number)) or value is None or not isinstance(value, Iterable):
+        value = (value,)
+    return tuple(check(name, v) for v in value)
+
+
 def _options(precision, recompute, zero, optimizer, placement, stack):
-    precision = (precision,) if isinstance(precision, str) else tuple(precision)
-    recompute = (recompute,) if isinstance(recompute, str) else tuple(recompute)
-    zero = (zero,) if isinstance(zero, int) else tuple(zero)
+    precision = _values("precision", precision, lambda n, v: v)
+    recompute = _values("recompute", recompute, lambda n, v: v)
+    zero = _values("zero", zero, lambda n, v: check_int(n, v, minimum=0))
+    sequence_parallel = _values("sequence_parallel", stack.pop("sequence_parallel"), check_flag)
     cp_fixed = isinstance(stack["cp"], int)
     stack = {**stack, "framework": _choices(stack["framework"], str), "tp_overlap": _choices(stack["tp_overlap"], bool),
              "cp": _choices(stack["cp"], int)}
@@ -123,7 +133,8 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap}
         base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **one)
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
-            "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed}
+            "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed,
+            "sequence_parallel": sequence_parallel}
 
 
 def _check_precisions(cl, precisions) -> None:
@@ -215,7 +226,11 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp, "ep": ep})
+                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel})
+    if hasattr(model, "check_strategy"):  # a traced graph's own limits on the stack search holds fixed
+        if not opts["cp_fixed"]:  # a traced graph is data parallel only: the default cp choices shrink to 1
+            opts["stack"]["cp"] = (1,)
+        model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:
@@ -232,7 +247,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
             space_of = functools.partial(
                 enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch,
                 max_micro_batch=max_micro_batch, max_virtual_stages=max_virtual_stages, zero=opts["zero"],
-                sequence_parallel=sequence_parallel, max_tp_nodes=max_tp_nodes, cp=stack["cp"], ep=ep,
+                sequence_parallel=opts["sequence_parallel"], max_tp_nodes=max_tp_nodes, cp=stack["cp"], ep=ep,
                 tp_overlap=stack["tp_overlap"], fsdp=fsdp)
             space = space_of(empty_ok=len(stacks) > 1)
             if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):

@@ -30,7 +30,7 @@ import numpy as np
 
 from perfmodel.core.errors import InfeasibleError, InvalidInputError
 from perfmodel.predict import SCHEDULE_CODE
-from perfmodel.core.checks import check_int, divisors
+from perfmodel.core.checks import LIMITS, check_int, check_size, divisors
 from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")
@@ -71,7 +71,7 @@ class Space:
 
 def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
     """Every (tp, pp) with tp × pp dividing ``n_gpus`` and tp <= ``max_tp``; shape (P, 2)."""
-    pairs = [(tp, pp) for tp in divisors(n_gpus) if tp <= max_tp for pp in divisors(n_gpus // tp)]
+    pairs = [(tp, pp) for tp in divisors(n_gpus) if tp <= max_tp for pp in divisors(n_gpus // tp) if pp <= LIMITS["pp"]]
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
@@ -152,9 +152,9 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
     then the empty space comes back with its counts, for a search over several such spaces).
     """
-    n_gpus, global_batch = check_int("n_gpus", n_gpus), check_int("global_batch", global_batch)
-    max_micro_batch = check_int("max_micro_batch", max_micro_batch)
-    max_virtual_stages = check_int("max_virtual_stages", max_virtual_stages)
+    n_gpus, global_batch = check_size("n_gpus", n_gpus, limit="gpus"), check_size("global_batch", global_batch)
+    max_micro_batch = check_size("max_micro_batch", max_micro_batch)
+    max_virtual_stages = check_size("max_virtual_stages", max_virtual_stages)
     zero = _check_options("zero", zero, (0, 1, 2, 3))
     sequence_parallel = _check_options("sequence_parallel", sequence_parallel, (False, True))
     tp_overlap = _check_options("tp_overlap", tp_overlap, (False, True))
@@ -163,9 +163,19 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         fsdp = tuple(f for f in fsdp if f != "hybrid") or (None,)
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
     pairs = tp_pp_pairs(n_gpus, max_tp)
+    size = len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
+    if size > LIMITS["search_grid"]:  # each configuration holds ~10 numbers before the rules thin them out
+        raise InvalidInputError(f"the search space of {size:,} configurations ({len(pairs)} (tp, pp) pairs × "
+                                f"{min(max_micro_batch, global_batch)} micro-batches × {max_virtual_stages} virtual "
+                                f"stages × {len(zero)} zero × {len(sequence_parallel)} sequence_parallel) is above "
+                                f"{LIMITS['search_grid']:,}: lower max_micro_batch or max_virtual_stages")
     g = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
               np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
               np.array(tp_overlap, int), fsdp)
+    if not g["dp"].size:  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
+        why = [f"zero={list(zero)} needs dp > 1 (add zero=0)"] if 0 not in zero else []
+        why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
+        raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
     alive = np.ones(g["dp"].size, bool)
     rejected = dict.fromkeys(REASONS, 0)
     detail = {}

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
-from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError, PerfModelError
+from perfmodel.core.readers import read_csv_file, read_json_file
 from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
 from perfmodel.profiles.datasheet import (
     GEMM_DTYPES,
@@ -81,7 +82,8 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
         if path.exists():
             from perfmodel.fit.comm import fit_collectives
 
-            for level, entries in fit_collectives(pd.read_csv(path), source=f"measured: {path.parent.name}").items():
+            table = read_csv_file(path, field="collectives", expect="a collectives.csv")
+            for level, entries in fit_collectives(table, source=f"measured: {path.parent.name}").items():
                 coll.setdefault(level, {}).update(entries)
     meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
             "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
@@ -102,12 +104,11 @@ def _metadata(folder) -> dict:
     path = Path(folder) / "metadata.json"
     if not path.exists():
         return {}
-    import json
-
     try:
-        return json.loads(path.read_text())
-    except ValueError:
+        data = read_json_file(path, field="metadata")
+    except PerfModelError:  # metadata only labels the fit: a broken file leaves it unlabelled
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame, *, fill: bool = True) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
-from perfmodel.fit.tables import clean_rows, twin_rows
+from perfmodel.fit.tables import bound_rows, clean_rows, twin_rows
 from perfmodel.core.units import DTYPE_BYTES
 
 # operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
@@ -171,6 +171,8 @@ class ComputeFitter:
 
     def fit(self, table: pd.DataFrame) -> ComputeFitter:
         table, self.rejected_ = clean_rows(table)
+        table, reduced = bound_rows(table, seed=self.seed)  # bounded memory on a huge table; says what it did
+        self.rejected_.update(reduced)
         self.entries_: dict[str, dict] = {}
         self.host_: dict[str, float] = {}
         rows = []

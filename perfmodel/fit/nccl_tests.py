@@ -34,6 +34,7 @@ import pandas as pd
 
 from perfmodel.costs.comm import COLLECTIVES, busbw_factor
 from perfmodel.core.errors import InvalidInputError, unknown_name
+from perfmodel.core.readers import read_csv_file, read_json_file
 from perfmodel.fit.tables import COLLECTIVE_COLUMNS
 
 __all__ = ["COLLECTIVE_KEY_COLUMNS", "collective_from_name", "import_logs", "parse_nccl_tests"]
@@ -108,6 +109,18 @@ def _header_columns(comment: str) -> list[str] | None:
     return None
 
 
+# nccl-tests prints times in us with two decimals: a row under 10 ns is a printing or parsing accident,
+# and sizes above 1 PiB are beyond any device's memory (their algbw would overflow int64 bytes)
+MIN_TIME_US = 0.01
+MAX_SIZE_BYTES = 2**50
+
+
+def _parse_size(text: str) -> int:
+    if len(text) > 16 or int(text) > MAX_SIZE_BYTES:
+        raise ValueError(f"size above {MAX_SIZE_BYTES} bytes")
+    return int(text)
+
+
 def _parse_row(rest: list[str], has_root: bool | None) -> tuple[float, float]:
     """(out-of-place time in us, busbw printed) from the tokens after ``size count type``."""
     i = 0
@@ -119,8 +132,8 @@ def _parse_row(rest: list[str], has_root: bool | None) -> tuple[float, float]:
         int(rest[i])
         i += 1
     time_us, algbw, busbw = (float(x) for x in rest[i:i + 3])  # ValueError when short
-    if not (math.isfinite(time_us) and time_us > 0 and math.isfinite(algbw + busbw)):
-        raise ValueError("time must be a positive number")
+    if not (math.isfinite(time_us) and time_us >= MIN_TIME_US and math.isfinite(algbw + busbw)):
+        raise ValueError(f"time must be a number >= {MIN_TIME_US} us")
     return time_us, busbw
 
 
@@ -148,12 +161,13 @@ def _parse_text(text: str, source: str, collective: str | None) -> tuple[list[_R
             if type_name not in _DTYPES:
                 raise ValueError(f"unknown data type {type_name!r}")
             time_us, busbw = _parse_row((rest or "").split(), runs[-1].has_root)
+            size = _parse_size(size)
         except (ValueError, IndexError):
             bad += 1
             if len(examples) < 5:
-                examples.append(line.strip())
+                examples.append(line.strip()[:120])  # a 5-million-digit size is not shown whole
             continue
-        runs[-1].rows.append((int(size), _DTYPES[type_name], time_us, busbw))
+        runs[-1].rows.append((size, _DTYPES[type_name], time_us, busbw))
     return [r for r in runs if r.rows], bad, examples
 
 
@@ -352,18 +366,39 @@ def import_logs(paths: list[str], out_dir: str) -> pd.DataFrame:
             f"no nccl-tests result rows in {', '.join(r['path'] for r in reports)} (expected the output of "
             f"all_reduce_perf and its siblings: '#  size  count  type ...' and one line per size)"
             + (f"; unreadable lines, e.g. {examples}" if examples else ""))
-    out.mkdir(parents=True, exist_ok=True)
     csv = out / "collectives.csv"
-    old = pd.read_csv(csv) if csv.exists() and csv.stat().st_size else pd.DataFrame(columns=new.columns)
+    old = _existing_rows(csv, new.columns)  # both files read and checked before either is written
+    meta = _existing_metadata(out / "metadata.json")
+    out.mkdir(parents=True, exist_ok=True)
     _atomic_write(csv, _merge_rows(old, new).to_csv(index=False))
-    _write_import_metadata(out / "metadata.json", reports)
+    _write_import_metadata(out / "metadata.json", reports, meta)
     new.attrs["bad_lines"] = sum(r["bad_lines"] for r in reports)
     new.attrs["files"] = reports
     return new
 
 
-def _write_import_metadata(path: Path, reports: list[dict]) -> None:
-    meta = json.loads(path.read_text()) if path.exists() else {}
+def _existing_rows(csv: Path, columns) -> pd.DataFrame:
+    """The rows already in ``csv`` (none if it is absent or empty); a table of other columns is refused."""
+    if not csv.exists() or (csv.is_file() and not csv.stat().st_size):
+        return pd.DataFrame(columns=columns)
+    old = read_csv_file(csv, field="out", expect="a collectives.csv written by perfmodel")
+    foreign = [c for c in old.columns if c not in columns]
+    if foreign or "collective" not in old.columns:
+        raise InvalidInputError(f"{str(csv)!r} is not a collectives.csv (columns {list(old.columns)[:8]}; expected "
+                                f"{', '.join(columns)}): give another --out folder")
+    return old
+
+
+def _existing_metadata(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    meta = read_json_file(path, field="out", expect="a metadata.json object")
+    if not isinstance(meta, dict):
+        raise InvalidInputError(f"{str(path)!r} must hold a JSON object: got {type(meta).__name__}")
+    return meta
+
+
+def _write_import_metadata(path: Path, reports: list[dict], meta: dict) -> None:
     runs = [run for r in reports for run in r["runs"]]
     meta.setdefault("source", "nccl-tests")
     for key, values in (("device_name", [r["device_name"] for r in runs]),

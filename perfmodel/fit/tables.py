@@ -16,6 +16,7 @@ import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.checks import read_text_file
+from perfmodel.core.readers import MAX_TABLE_BYTES
 
 COMPUTE_COLUMNS = (
     "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",
@@ -47,6 +48,34 @@ COLLECTIVE_COLUMNS = (
 TEXT_COLUMNS = ("op", "phase", "timing", "dtype", "causal", "fused", "device")
 
 
+# The sizes each op's fit reads (fit/compute.py, fit/conv.py): a row of that op without them, or with
+# one <= 0, would reach the least-squares solver as NaN or a negative size
+_ELEMENTWISE = ("tokens", "hidden")
+OP_SIZES = {"gemm": ("m", "n", "k"), "bmm": ("m", "n", "k"), "sdpa": ("batch", "heads", "seq", "head_dim"),
+            "adamw": ("params",), "conv2d": ("batch", "cin", "cout", "hw", "kernel", "stride"),
+            **dict.fromkeys(("copy", "add", "scale", "sum", "h2d", "d2h"), ("bytes",)),
+            "cross_entropy": ("tokens", "vocab"), "rope": ("batch", "heads", "seq", "head_dim"),
+            **dict.fromkeys(("layernorm", "rmsnorm", "softmax", "gelu", "swiglu", "residual_add", "embedding"),
+                            _ELEMENTWISE)}
+
+
+def _bad_sizes(df: pd.DataFrame) -> dict:
+    """Rows whose op lacks a size its fit needs, or has one <= 0, per reason."""
+    bad = {}
+    ops = df["op"].astype(str)
+    for op, columns in OP_SIZES.items():
+        rows = (ops == op).to_numpy()
+        if not rows.any():
+            continue
+        for col in columns:
+            values = pd.to_numeric(df[col], errors="coerce").to_numpy(float) if col in df else np.full(len(df), np.nan)
+            bad[f"missing or non-positive {col} ({op})"] = rows & ~(np.isfinite(values) & (values > 0))
+    return bad
+
+
+MAX_ALGBW_BYTES_PER_S = 1e15
+
+
 def clean_rows(df: pd.DataFrame, table: str = "compute") -> tuple[pd.DataFrame, dict[str, int]]:
     """Drop rows a fit must not see; return the kept rows (numeric columns as numbers) and a count
     per reason."""
@@ -65,9 +94,13 @@ def clean_rows(df: pd.DataFrame, table: str = "compute") -> tuple[pd.DataFrame, 
                 bad[f"non-numeric {col}"] = given & numbers.isna()
                 bad[f"infinite {col}"] = np.isinf(numbers)
             df[col] = numbers
+        if "op" in df:
+            bad.update(_bad_sizes(df))
     if table == "collectives":
         size = pd.to_numeric(df.get("size_bytes"), errors="coerce")
         bad["missing or non-positive size_bytes"] = size.isna() | (size <= 0)
+        # algbw = S / t above 1 PB/s is no link's (a 1e-300 s time written as a row): not a measurement
+        bad["algbw above 1 PB/s"] = (size / time.where(time > 0)) > MAX_ALGBW_BYTES_PER_S
     drop = np.zeros(len(df), dtype=bool)
     for reason, mask in bad.items():
         mask = np.asarray(mask, dtype=bool) & ~drop
@@ -84,7 +117,7 @@ def read_compute_table(path: str | Path) -> pd.DataFrame:
         path = path / "compute.csv"
     if not path.exists():
         raise InvalidInputError(f"'table' {str(path)!r} does not exist (expected a compute.csv or a folder with one)")
-    text = read_text_file(path, field="table", expect="a compute.csv")
+    text = read_text_file(path, field="table", expect="a compute.csv", max_bytes=MAX_TABLE_BYTES)
     try:
         df = pd.read_csv(io.StringIO(text))
     except pd.errors.EmptyDataError:
@@ -190,3 +223,27 @@ def legacy_h200_to_tidy(folder: str | Path) -> pd.DataFrame:
             df[col] = np.nan
     df["device"] = "NVIDIA H200"
     return df[list(COMPUTE_COLUMNS)]
+
+
+# Rows one fit takes: a calibration run writes ~1,500; past this, memory and time of the candidate
+# fits and cross-validation grow faster than the table, so repeats are merged and the rest sampled
+MAX_FIT_ROWS = 20_000
+
+
+def bound_rows(df: pd.DataFrame, *, seed: int = 0, limit: int = MAX_FIT_ROWS) -> tuple[pd.DataFrame, dict[str, int]]:
+    """At most ``limit`` rows: repeated measurements of one case merged into their median first, then an
+    even sample of each op's rows. Returns the rows and what was done, as counts by reason."""
+    if len(df) <= limit:
+        return df, {}
+    done = {}
+    keys = [c for c in COMPUTE_KEY_COLUMNS if c in df.columns]
+    how = {c: "median" if pd.api.types.is_numeric_dtype(df[c]) else "first" for c in _MEASURED if c in df.columns}
+    merged = df.groupby(keys, dropna=False, sort=False).agg(how).reset_index()
+    if len(merged) < len(df):
+        done[f"repeats merged into their median (over {limit:,} rows)"] = len(df) - len(merged)
+    if len(merged) > limit:
+        frac = limit / len(merged)
+        sampled = merged.groupby("op", group_keys=False, sort=False).sample(frac=frac, random_state=seed)
+        done[f"sampled out (over {limit:,} distinct cases)"] = len(merged) - len(sampled)
+        merged = sampled
+    return merged.reset_index(drop=True), done

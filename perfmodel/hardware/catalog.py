@@ -23,11 +23,6 @@ from perfmodel.hardware.node import Node
 from perfmodel.core.units import parse_bandwidth, parse_bytes, parse_duration, parse_flops
 from perfmodel.core.checks import check_int
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 GPU_REQUIRED = ("peak_flops", "memory_bandwidth", "memory", "sm_count")
 GPU_OPTIONAL = (
     "name",
@@ -111,10 +106,9 @@ def _check_fields(data, required, optional, where: str) -> None:
 
 
 def _parse_toml(text: str, where: str) -> dict:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise InvalidInputError(f"{where}: not valid TOML: {err}") from None
+    from perfmodel.core.readers import parse_toml
+
+    return parse_toml(text, where)
 
 
 def existing_file(path, kind: str) -> Path:
@@ -127,7 +121,9 @@ def existing_file(path, kind: str) -> Path:
 
 def read_toml_file(path: Path, shown: str) -> dict:
     """The table in a user's TOML file; ``shown`` is how errors name the file."""
-    return _parse_toml(path.read_text(encoding="utf-8"), shown)
+    from perfmodel.core.readers import read_text_file
+
+    return _parse_toml(read_text_file(path, field=None, expect="a TOML file"), shown)
 
 
 def _str_tuple(data: Mapping, name: str) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from perfmodel.hardware.common import FrozenMap, check_name
 from perfmodel.hardware.gpu import GPU
 from perfmodel.hardware.link import Link
 from perfmodel.core.units import format_rate
-from perfmodel.core.checks import check_int
+from perfmodel.core.checks import LIMITS, check_size
 
 
 @dataclass(frozen=True, repr=False)
@@ -48,8 +48,8 @@ class Node:
                     f"{owner}: {role!r} must be a link of kind {', '.join(kinds)}: got {link!r}"
                 )
         set_ = object.__setattr__
-        set_(self, "gpus_per_node", check_int("gpus_per_node", self.gpus_per_node))
-        set_(self, "nics_per_node", check_int("nics_per_node", self.nics_per_node))
+        set_(self, "gpus_per_node", check_size("gpus_per_node", self.gpus_per_node))
+        set_(self, "nics_per_node", check_size("nics_per_node", self.nics_per_node, limit="gpus_per_node"))
         set_(self, "aliases", tuple(self.aliases))
         set_(self, "sources", FrozenMap(self.sources))
 
@@ -81,7 +81,10 @@ class Cluster:
     def __post_init__(self) -> None:
         if not isinstance(self.node, Node):
             raise InvalidInputError(f"cluster 'node' must be a Node: got {self.node!r}")
-        object.__setattr__(self, "nodes", check_int("nodes", self.nodes))
+        object.__setattr__(self, "nodes", check_size("nodes", self.nodes))
+        if self.nodes * self.node.gpus_per_node > LIMITS["gpus"]:
+            raise InvalidInputError(f"a cluster of {self.nodes:,} nodes × {self.node.gpus_per_node} GPUs is above the "
+                                    f"{LIMITS['gpus']:,} GPUs perfmodel models")
         if not self.name:
             name = self.node.name if self.nodes == 1 else f"{self.nodes}x {self.node.name}"
             object.__setattr__(self, "name", name)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, fields, replace
 from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.placement import ORDERS
-from perfmodel.core.checks import check_choice, check_divides, check_int, check_positive, divisors
+from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_flag, check_int, check_positive, check_size,
+                                   divisors)
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -81,13 +82,16 @@ class Strategy:
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
-            object.__setattr__(self, name, check_int(name, getattr(self, name)))
+            object.__setattr__(self, name, check_size(name, getattr(self, name)))
         if self.global_batch is not None:
-            object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
+            object.__setattr__(self, "global_batch", check_size("global_batch", self.global_batch))
+        if self.gpus > LIMITS["gpus"]:
+            raise InvalidInputError(f"dp × tp × pp × cp = {self.gpus:,} GPUs is above the {LIMITS['gpus']:,} a "
+                                    f"strategy may span")
         object.__setattr__(self, "zero", check_int("zero", self.zero, minimum=0))
         if self.zero > 3:
             raise InvalidInputError(f"'zero' must be 0, 1, 2 or 3: got {self.zero}")
-        object.__setattr__(self, "ps_servers", check_int("ps_servers", self.ps_servers, minimum=0))
+        object.__setattr__(self, "ps_servers", check_size("ps_servers", self.ps_servers, minimum=0))
         if check_positive("bucket_mb", self.bucket_mb) < MIN_BUCKET_MB:
             raise InvalidInputError(f"'bucket_mb' must be >= {MIN_BUCKET_MB} (1 KB; each bucket is one collective "
                                     f"call, so smaller ones only add launches): got {self.bucket_mb!r}")
@@ -103,9 +107,8 @@ class Strategy:
             object.__setattr__(self, "stage_layers", parse_stage_layers(self.stage_layers))
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", self._checked_stage_layers())
-        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap"):
-            if not isinstance(getattr(self, flag), bool):
-                raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
+        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap"):  # 1/0 and "true"/"off" as TOML or text give them
+            object.__setattr__(self, flag, check_flag(flag, getattr(self, flag)))
         self._check_combinations()
 
     def _check_combinations(self):

@@ -80,8 +80,9 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
             params["sms"] = float(target.sm_count)
             params["bw"] /= bw_ratio
         elif cls == "sdpa":
-            dtype = "bf16" if "bf16" in target.peak_flops else "fp16"
-            params["R"] *= target.peak_flops.get(dtype, target.peak_flops["fp32"]) / ref.peak_flops["bf16"]
+            # attention runs in the first 16-bit (else wider) dtype the GPU lists; a GPU file may omit any
+            peak = next(target.peak_flops[d] for d in ("bf16", "fp16", "tf32", "fp32", "fp8") if d in target.peak_flops)
+            params["R"] *= peak / ref.peak_flops["bf16"]
             if "sms" in params:
                 params["sms"] = float(target.sm_count)
         else:  # memory-bound and optimizer classes: bytes over bandwidth

@@ -165,6 +165,27 @@ POSITIVE_PARAMS = frozenset({"R", "R_mis", "bw", "busbw_bytes_per_s", "sms", "T"
                              "p16", "p8", "p4", "p2", "p_both", "p_mis", "q"})
 
 
+# What is physically possible for each parameter (inclusive): a profile outside these is not a
+# measurement, and priced it gives inf/NaN (a rate of 5e-324, a latency of 1e308 s). Names not listed
+# (half-saturation sizes, efficiency factors) are bounded by the default.
+_SECONDS, _PER_UNIT, _RATE, _EXPONENT = (0.0, 10.0), (0.0, 1.0), (1e3, 1e18), (0.0, 16.0)
+PARAM_BOUNDS = {
+    **dict.fromkeys(("t0", "t_cpu", "t_split", "alpha_s", "alpha_rank_s"), (_SECONDS, "seconds")),
+    **dict.fromkeys(("beta", "beta_row", "beta_y", "c_row"), (_PER_UNIT, "seconds per FLOP, byte or row")),
+    **dict.fromkeys(("R", "R_mis", "bw", "busbw_bytes_per_s"), (_RATE, "FLOP/s or bytes/s")),
+    **dict.fromkeys(("gamma", "q", "exponent"), (_EXPONENT, "an exponent")),
+    **dict.fromkeys(("sms", "T", "elem_bytes"), ((0.0, 1e6), "a count")),
+}
+DEFAULT_BOUNDS = ((0.0, 1e15), "a size or a factor")
+
+
+def _check_bounds(where: str, name: str, value) -> None:
+    (low, high), what = PARAM_BOUNDS.get(name, DEFAULT_BOUNDS)
+    if not low <= value <= high:
+        raise ProfileError(f"{where}: parameter {name!r} = {value!r} is outside what is physically possible "
+                           f"for {what} ({low:g} to {high:g})")
+
+
 HOST_FLAGS = ("serial",)  # host entries that are switches (a CPU runs its host work and kernels serially)
 
 
@@ -230,6 +251,7 @@ def _validate(data, origin: str) -> None:
                 if low:
                     raise ProfileError(f"{where}: parameter {name!r} must be {'> 0' if name in POSITIVE_PARAMS else '>= 0'}: "
                                        f"got {params[name]!r}")
+                _check_bounds(where, name, params[name])
 
 
 def load_profile(name_or_path: str | Path | Profile) -> Profile:

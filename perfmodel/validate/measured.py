@@ -34,6 +34,7 @@ from pathlib import Path
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.parallel.strategy import parse_stage_layers
 from perfmodel.core.checks import read_text_file
+from perfmodel.core.readers import MAX_TABLE_BYTES
 
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "activation",
                 "norm", "bias", "tied_embeddings", "position", "causal")
@@ -199,7 +200,7 @@ def read_measured(path: str | Path) -> tuple[list[Case], list[BadRow]]:
     (``skipped=False``) and ignored.
     """
     path = Path(path)
-    text = read_text_file(path, field="measured", expect="a CSV of measured steps")
+    text = read_text_file(path, field="measured", expect="a CSV of measured steps", max_bytes=MAX_TABLE_BYTES)
     cases, bad, columns = [], [], None
     with io.StringIO(text, newline="") as f:
         reader = csv.reader(f)

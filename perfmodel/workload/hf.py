@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfmodel.core.checks import read_json_file
+from perfmodel.core.checks import check_int, read_json_file
 from perfmodel.core.errors import InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
 
@@ -26,10 +26,11 @@ def _need(cfg: dict, family: str, *keys) -> list:
     values, missing = [], []
     for key in keys:
         names = key if isinstance(key, tuple) else (key,)
-        found = next((cfg[n] for n in names if cfg.get(n) is not None), None)
-        if found is None:
+        name = next((n for n in names if cfg.get(n) is not None), None)
+        if name is None:
             missing.append(" or ".join(names))
-        values.append(found)
+            continue
+        values.append(check_int(name, cfg[name]))  # every required key is a count: refuse "4", [0] or 2.5 here
     if missing:
         raise InvalidInputError(f"config of model_type {family!r} lacks required keys: {', '.join(missing)}")
     return values
@@ -40,7 +41,7 @@ def _llama(cfg: dict, family: str) -> dict:
     layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
                                               "intermediate_size", "vocab_size")
     head_dim = cfg.get("head_dim")
-    if head_dim is not None and head_dim * heads != hidden:
+    if head_dim is not None and check_int("head_dim", head_dim) * heads != hidden:
         raise UnsupportedError(f"head_dim={head_dim} × num_attention_heads={heads} != hidden_size={hidden}: "
                                "perfmodel.transformer ties head_dim to hidden/heads")
     act = str(cfg.get("hidden_act", "silu"))

@@ -62,19 +62,26 @@ def preset(name: str, **overrides) -> Transformer:
     return transformer(**{"name": key, **fields, **overrides})
 
 
+# The fields that give a transformer its shape; the others (seq, vocab, ...) have documented defaults
+MODEL_TOML_SHAPE = ("layers", "hidden", "heads")
+
+
 def model_from_toml(path) -> Transformer:
     """A transformer from a TOML file of its fields (``layers = 24``, ``hidden = 2048``, ...), optionally
     starting from a bundled one (``preset = "llama-3-8b"``) whose fields the others change."""
     from pathlib import Path
 
-    from perfmodel.core.checks import read_text_file
+    from perfmodel.core.readers import read_toml_file
 
-    try:
-        data = tomllib.loads(read_text_file(path, field="model", expect="a TOML file of model fields"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInputError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml_file(path, field="model", expect="a TOML file of model fields")
     data = data.get("model", data)  # the fields, at the top level or under [model]
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{path}: [model] must be a table of model fields: got {data!r}")
     base = data.pop("preset", None)
+    shape = [k for k in MODEL_TOML_SHAPE if k not in data]
+    if base is None and shape:  # an empty or partial file would silently be GPT-2 small's shape
+        raise InvalidInputError(f"{path}: a model TOML needs preset = \"<name>\" or the fields "
+                                f"{', '.join(MODEL_TOML_SHAPE)} (missing: {', '.join(shape)})")
     data.setdefault("name", Path(path).stem)
     if base is not None:
         return preset(str(base), **{k: v for k, v in data.items() if k != "name"}).with_(name=data["name"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.readers import read_toml_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,10 +26,7 @@ def read_toml(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise InvalidInputError(f"'path' must name an existing TOML file: got {str(path)!r}")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInputError(f"{str(path)!r} is not valid TOML: {exc}") from None
+    return read_toml_file(path, field="path", expect="a TOML file")
 
 
 def bundled(name: str) -> dict:

@@ -23,7 +23,7 @@ import numpy as np
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.analysis.transient.checkpoint import _array, _resolve_interval, check_checkpoint_vs_mtbf
 from perfmodel.analysis.transient.revocation import Exponential, Lifetime, as_lifetime
-from perfmodel.core.checks import check_choice, check_int
+from perfmodel.core.checks import check_choice, check_int, check_size
 
 MODES = ("sync", "async")
 _CHUNK_ELEMENTS = 2_000_000  # floats held at once by the asynchronous simulation
@@ -157,6 +157,9 @@ def _simulate_async(work, models, delta, restart, tau, trials, rng):
 
 
 MAX_REVOCATIONS = 1e5  # per simulated run: beyond it a spot plan is meaningless and the loop too long
+# over all trials: each revocation is one vectorised step over the trials still running (~0.1 us per
+# trial and step), so this keeps a simulation to seconds
+MAX_SIMULATED_REVOCATIONS = 5e7
 
 
 def simulate(work_s, *, revocation, workers, checkpoint_s, restart_s, interval_s=None,
@@ -164,7 +167,7 @@ def simulate(work_s, *, revocation, workers, checkpoint_s, restart_s, interval_s
     """Run the Monte Carlo; see :func:`simulate_time` for the arguments."""
     work = float(_array("work_s", work_s))
     workers = check_int("workers", workers)
-    trials = check_int("trials", trials)
+    trials = check_size("trials", trials)
     seed = check_int("seed", seed, minimum=0)
     check_choice("mode", mode, MODES)
     delta = float(_array("checkpoint_s", checkpoint_s, allow_zero=True))
@@ -185,6 +188,11 @@ def simulate(work_s, *, revocation, workers, checkpoint_s, restart_s, interval_s
             f"the run would meet about {busy / mtbf:.3g} revocations ({busy:.3g} s of work and checkpoints, "
             f"{mtbf:.3g} s between revocations); the simulation stops at {MAX_REVOCATIONS:.0e}: "
             f"fewer steps, or a checkpoint interval longer than {tau:.3g} s")
+    if trials * busy / mtbf > MAX_SIMULATED_REVOCATIONS:
+        raise InvalidInputError(
+            f"{trials:,} trials × about {busy / mtbf:.3g} revocations per run is above the "
+            f"{MAX_SIMULATED_REVOCATIONS:.0e} revocations one simulation draws: use at most "
+            f"{max(1, int(MAX_SIMULATED_REVOCATIONS * mtbf / busy)):,} trials, or fewer steps")
     rng = np.random.default_rng(seed)
     run = _simulate_sync if mode == "sync" else _simulate_async
     times, counts = run(work, models, delta, restart, tau, trials, rng)
