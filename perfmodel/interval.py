@@ -1,0 +1,162 @@
+"""Prediction intervals with a stated coverage level, from the shipped calibration table.
+
+``perfmodel/data/intervals.json`` holds, per regime, the sorted nonconformity
+scores |ln(measured step / predicted step)| of the project's own validation rows
+(``python -m perfmodel.validate.intervals --write`` regenerates it; docs/accuracy.md).
+Split-conformal prediction (Vovk et al. 2005; Lei et al. 2018, JASA 113:1094, §2.2):
+with n calibration scores, the ⌈(n+1)·level⌉-th smallest, q, gives the interval
+[step·e^-q, step·e^q], which holds a new step of the same regime with probability
+≥ level when rows are exchangeable. A regime the table has no rows for, or too few
+for the level, gets twice the widest calibrated half-width, labelled "uncalibrated".
+
+Only json and numpy are needed here: predict reads the table once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel.core.errors import InvalidInputError
+
+TABLE_PATH = Path(__file__).resolve().parent / "data" / "intervals.json"
+DEFAULT_LEVEL = 0.9
+# a step is "communication-heavy" from this share of exposed communication and pipeline bubble on
+COMM_SHARE = 0.2
+# a step is host-bound from this share of exposed eager launch overhead on (no validation row is)
+HOST_SHARE = 0.25
+# shapes the calibration range is checked on (transformer fields)
+SHAPE_FIELDS = ("hidden", "seq")
+UNCALIBRATED = "uncalibrated"
+FALLBACK_FACTOR = 2.0  # no data: twice the widest half-width measured in any calibrated regime
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Bounds of the step time (seconds), the coverage level they are stated at, and the regime."""
+
+    low: object
+    high: object
+    level: float
+    regime: object
+
+
+def check_level(level) -> float:
+    """``level`` as a float in (0, 1), or a clear error."""
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise InvalidInputError(f"'level' must be a coverage probability strictly between 0 and 1 "
+                                f"(e.g. 0.9): got {level!r}")
+    return float(level)
+
+
+@cache
+def _shipped() -> dict:
+    with open(TABLE_PATH, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def calibration_table() -> dict:
+    """The shipped calibration table (a copy: callers may not change the one predict uses)."""
+    return json.loads(json.dumps(_shipped()))
+
+
+def stack_key(framework: str, attention: str, precision: str, fsdp) -> str:
+    """The software stack a step runs on, as the table names validated stacks."""
+    parts = [framework, attention]
+    parts += ["fp8"] if str(precision).startswith("fp8") else []
+    parts += ["fsdp"] if fsdp else []
+    return "/".join(parts)
+
+
+def profile_kind(profile) -> str:
+    """"datasheet" for a profile scaled from another GPU's by datasheet figures, else "measured"."""
+    return "datasheet" if "derived_from" in profile.meta else "measured"
+
+
+def cell(kind: str, share):
+    """The calibrated cell of a step: profile kind and whether communication is a large share."""
+    return np.where(np.asarray(share) >= COMM_SHARE, f"{kind}/high-comm", f"{kind}/low-comm")
+
+
+def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
+    """Why a configuration lies outside every calibrated regime (None when it does not)."""
+    if profile_gpu != cluster_gpu:
+        return f"profile of {profile_gpu} used for {cluster_gpu}"
+    if stack not in table["validated_stacks"]:
+        return f"stack {stack} not validated"
+    shapes = table["shape_range"].get(kind)
+    if not shapes:
+        return f"no {kind}-profile validation rows"
+    for name in SHAPE_FIELDS:
+        value = getattr(model, name, None)
+        if value is None:
+            return f"workload without '{name}' (not a transformer)"
+        lo, hi = shapes[name]
+        if not lo <= value <= hi:
+            return f"{name}={value} outside calibrated {lo}-{hi}"
+    return None
+
+
+def half_width(scores, level: float) -> float:
+    """Split-conformal log half-width of sorted ``scores`` at ``level``; NaN with too few scores."""
+    k = math.ceil((len(scores) + 1) * level)
+    return float(scores[k - 1]) if 1 <= k <= len(scores) else math.nan
+
+
+def fallback_half_width(table: dict, level: float) -> float:
+    """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated one."""
+    widths = [half_width(r["scores"], level) if not math.isnan(half_width(r["scores"], level)) else r["scores"][-1]
+              for r in table["regimes"].values() if r["scores"]]
+    return FALLBACK_FACTOR * (max(widths) if widths else table["fallback_floor"])
+
+
+def regimes(kind: str, share, host_share, reason) -> np.ndarray:
+    """The regime name of each step (arrays of shares broadcast)."""
+    names = cell(kind, share).astype(object)
+    if reason is not None:
+        names[...] = f"{UNCALIBRATED}: {reason}"
+        return names
+    host = np.broadcast_to(np.asarray(host_share) >= HOST_SHARE, names.shape)
+    names[host] = f"{UNCALIBRATED}: host-bound"
+    return names
+
+
+def widths_of(table: dict, names: np.ndarray, level: float) -> np.ndarray:
+    """Log half-width of each regime name (regimes with too few rows fall back)."""
+    out = np.empty(names.shape, dtype=float)
+    fallback = fallback_half_width(table, level)
+    for name in set(names.ravel().tolist()):
+        entry = table["regimes"].get(name)
+        q = half_width(entry["scores"], level) if entry else math.nan
+        out[names == name] = fallback if math.isnan(q) else q
+    return out
+
+
+def shares(step, breakdown: dict):
+    """(communication + bubble share, host-overhead share) of each step: what picks the regime."""
+    step = np.maximum(np.asarray(step, dtype=float), 1e-300)
+    exposed = sum(np.asarray(breakdown[k], dtype=float) for k in ("tp_comm", "dp_comm", "p2p", "pipeline_bubble"))
+    return exposed / step, np.asarray(breakdown["host_overhead"], dtype=float) / step
+
+
+def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, attention: str, precision: str,
+           fsdp=None, level: float = DEFAULT_LEVEL, table: dict | None = None) -> Interval:
+    """The interval of ``step`` (a number or an array, with ``breakdown`` of the same shape)."""
+    level = check_level(level)
+    table = table or _shipped()
+    kind = profile_kind(profile)
+    step = np.asarray(step, dtype=float)
+    share, host = shares(step, breakdown)
+    reason = uncalibrated_reason(table, kind=kind, stack=stack_key(framework, attention, precision, fsdp),
+                                 model=model, profile_gpu=profile.gpu, cluster_gpu=cluster.gpu.name)
+    names = regimes(kind, np.broadcast_to(share, np.broadcast(share, host).shape), host, reason)
+    w = widths_of(table, names, level)
+    low, high = step * np.exp(-w), step * np.exp(w)
+    if step.ndim == 0:
+        return Interval(float(low), float(high), level, str(names.item()))
+    return Interval(low, high, level, names)
