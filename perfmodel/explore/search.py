@@ -20,6 +20,8 @@ import pandas as pd
 from perfmodel import step as compose
 from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
+from perfmodel.explore.ties import mark_ties
+from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish, profile_for
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
@@ -83,8 +85,18 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
             cols[k] = np.broadcast_to(merged[k], (n,))
         for k, v in out["memory"].items():
             cols["mem_" + k] = np.broadcast_to(v, (n,))
+        cols.update(_interval_columns(model, cl, prof, out, precision, opts, n))
         parts.append(cols)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _interval_columns(model, cl, prof, out, precision, opts, n) -> dict:
+    """Step-time bounds at the search's level, and their regime, per configuration (perfmodel.interval)."""
+    iv = bounds(out["step_time"], {k: out[k] for k in BREAKDOWN_KEYS}, profile=prof, cluster=cl, model=model,
+                framework=opts["stack"]["framework"], attention=opts["stack"]["attention"], precision=precision,
+                level=opts["level"])
+    return {"step_time_low": np.broadcast_to(iv.low, (n,)), "step_time_high": np.broadcast_to(iv.high, (n,)),
+            "interval_level": np.full(n, iv.level), "interval_regime": np.broadcast_to(iv.regime, (n,))}
 
 
 def _options(precision, recompute, zero, optimizer, placement, stack):
@@ -166,7 +178,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework: str = "pytorch", attention: str = "flash", tp_overlap: bool = False,
-           dp_overlap: bool = True, cp: int = 1, ep: int = 1) -> pd.DataFrame:
+           dp_overlap: bool = True, cp: int = 1, ep: int = 1, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
@@ -180,6 +192,10 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     name) are given. The result's ``attrs`` hold "rejected" (configurations per
     reason: divisibility, batch, memory), "rejected_detail" (per rule),
     "evaluated", "feasible" and "seconds".
+
+    Each row carries its step-time interval at ``level`` (``step_time_low``/``step_time_high``);
+    ``tie`` marks the rows whose interval of the sort column overlaps the first's, and
+    ``attrs["ties"]`` counts them: the model cannot rank those (docs/accuracy.md).
     """
     t0 = time.perf_counter()
     top_k = check_int("top_k", top_k)
@@ -187,6 +203,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
                      "cp": cp, "ep": ep})
+    opts["level"] = check_level(level)
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:
@@ -223,7 +240,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
         raise InfeasibleError(_memory_message(cols, " / ".join(capacity), opts))
     feasible = {k: v[fits] for k, v in cols.items()}
     order = _sort_order(feasible, sort_by, valid)[:top_k]
-    df = _table(feasible, order, int(global_batch))
+    df = mark_ties(_table(feasible, order, int(global_batch)), 0, sort_by)
     df.attrs.update(rejected=rejected, rejected_detail=detail, evaluated=int(fits.size), feasible=int(fits.sum()),
                     sort_by=sort_by, seconds=time.perf_counter() - t0)
     return df

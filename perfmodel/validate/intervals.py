@@ -112,8 +112,10 @@ def score(source: str, case: Case) -> Scored:
 
 def _configuration(case: Case) -> str:
     """What makes two rows repeats of one configuration (they stay on one side of a split)."""
-    m = case.model
-    return f"{case.label}|{m.layers}|{m.hidden}|{m.seq}|{m.vocab}|{case.cluster.n_gpus}|{case.strategy!r}"
+    m, s = case.model, case.strategy
+    fields = (case.label, m.layers, m.hidden, m.seq, m.vocab, case.cluster.n_gpus, s.dp, s.tp, s.pp, s.cp,
+              s.micro_batch, s.batch, s.recompute, s.shard, s.fsdp, s.framework, s.attention, s.precision)
+    return "|".join(map(str, fields))
 
 
 def scored_rows() -> list[Scored]:
