@@ -160,3 +160,11 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     if step.ndim == 0:
         return Interval(float(low), float(high), level, str(names.item()))
     return Interval(low, high, level, names)
+
+
+def uncalibrated_bounds(seconds, level: float = DEFAULT_LEVEL, table: dict | None = None):
+    """(low, high) of a time no validation row checks (a formula outside the calibrated regimes):
+    the fallback half-width at ``level`` around it."""
+    w = fallback_half_width(table or _shipped(), check_level(level))
+    seconds = np.asarray(seconds, dtype=float)
+    return seconds * np.exp(-w), seconds * np.exp(w)
