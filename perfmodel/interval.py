@@ -65,12 +65,13 @@ def calibration_table() -> dict:
     return json.loads(json.dumps(_shipped()))
 
 
-def stack_key(framework: str, attention: str, precision: str, fsdp) -> str:
-    """The software stack a step runs on, as the table names validated stacks."""
-    parts = [framework, attention]
-    parts += ["fp8"] if str(precision).startswith("fp8") else []
-    parts += ["fsdp"] if fsdp else []
-    return "/".join(parts)
+def stack_key(framework: str, attention: str, precision: str) -> str:
+    """The software stack a step runs on (its kernel list), as the table names validated stacks.
+
+    Sharding (ZeRO, FSDP) is not part of it: it changes the collectives, which the
+    communication share of the regime accounts for, not the kernels.
+    """
+    return "/".join([framework, attention] + (["fp8"] if str(precision).startswith("fp8") else []))
 
 
 def profile_kind(profile) -> str:
@@ -87,16 +88,16 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
     """Why a configuration lies outside every calibrated regime (None when it does not)."""
     if profile_gpu != cluster_gpu:
         return f"profile of {profile_gpu} used for {cluster_gpu}"
+    if kind == "datasheet" and cluster_gpu not in table["datasheet_gpus"]:
+        # datasheet scaling is as good as the GPU's datasheet ratios: checked per GPU
+        return f"datasheet profile of {cluster_gpu} never checked against measurements"
     if stack not in table["validated_stacks"]:
         return f"stack {stack} not validated"
-    shapes = table["shape_range"].get(kind)
-    if not shapes:
-        return f"no {kind}-profile validation rows"
     for name in SHAPE_FIELDS:
         value = getattr(model, name, None)
         if value is None:
             return f"workload without '{name}' (not a transformer)"
-        lo, hi = shapes[name]
+        lo, hi = table["shape_range"].get(name, (math.inf, -math.inf))
         if not lo <= value <= hi:
             return f"{name}={value} outside calibrated {lo}-{hi}"
     return None
@@ -131,10 +132,20 @@ def widths_of(table: dict, names: np.ndarray, level: float) -> np.ndarray:
     out = np.empty(names.shape, dtype=float)
     fallback = fallback_half_width(table, level)
     for name in set(names.ravel().tolist()):
-        entry = table["regimes"].get(name)
-        q = half_width(entry["scores"], level) if entry else math.nan
-        out[names == name] = fallback if math.isnan(q) else q
+        out[names == name] = _width(table, name, level, fallback)
     return out
+
+
+def _width(table: dict, name: str, level: float, fallback: float) -> float:
+    """One regime's log half-width. A datasheet profile is the measured fits rescaled, so it inherits
+    their error: its width is at least the measured regime's of the same communication share."""
+    entry = table["regimes"].get(name)
+    q = half_width(entry["scores"], level) if entry else math.nan
+    if math.isnan(q):
+        return fallback
+    twin = table["regimes"].get(name.replace("datasheet/", "measured/")) if name.startswith("datasheet/") else None
+    twin_q = half_width(twin["scores"], level) if twin else math.nan
+    return q if math.isnan(twin_q) else max(q, twin_q)
 
 
 def shares(step, breakdown: dict):
@@ -145,14 +156,14 @@ def shares(step, breakdown: dict):
 
 
 def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, attention: str, precision: str,
-           fsdp=None, level: float = DEFAULT_LEVEL, table: dict | None = None) -> Interval:
+           level: float = DEFAULT_LEVEL, table: dict | None = None) -> Interval:
     """The interval of ``step`` (a number or an array, with ``breakdown`` of the same shape)."""
     level = check_level(level)
     table = table or _shipped()
     kind = profile_kind(profile)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
-    reason = uncalibrated_reason(table, kind=kind, stack=stack_key(framework, attention, precision, fsdp),
+    reason = uncalibrated_reason(table, kind=kind, stack=stack_key(framework, attention, precision),
                                  model=model, profile_gpu=profile.gpu, cluster_gpu=cluster.gpu.name)
     names = regimes(kind, np.broadcast_to(share, np.broadcast(share, host).shape), host, reason)
     w = widths_of(table, names, level)

@@ -177,7 +177,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     memory = {k: float(v) for k, v in out["memory"].items()}
     step = float(out["step_time"])
     iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
-                attention=s.attention, precision=s.precision, fsdp=s.fsdp, level=level)
+                attention=s.attention, precision=s.precision, level=level)
     return Prediction(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
         step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),

@@ -104,7 +104,7 @@ def score(source: str, case: Case) -> Scored:
     share, host = iv.shares(p.step_time, p.breakdown)
     s = case.strategy
     return Scored(source=source, group=_configuration(case), label=case.label,
-                  kind=iv.profile_kind(prof), stack=iv.stack_key(s.framework, s.attention, s.precision, s.fsdp),
+                  kind=iv.profile_kind(prof), stack=iv.stack_key(s.framework, s.attention, s.precision),
                   hidden=int(case.model.hidden), seq=int(case.model.seq), profile_gpu=prof.gpu,
                   cluster_gpu=case.cluster.gpu.name, share=float(share), host_share=float(host),
                   log_ratio=math.log(case.measured / p.step_time))
@@ -134,17 +134,15 @@ def build_table(rows: list[Scored]) -> dict:
                          "median_log_ratio": round(float(np.median([r.log_ratio for r in mine])), 5),
                          "half_width_pct": {str(q): _pct(iv.half_width(scores, q)) for q in QUANTILES},
                          "scores": scores}
-    shapes = {}
-    for kind in sorted({r.kind for r in rows}):
-        mine = [r for r in rows if r.kind == kind]
-        shapes[kind] = {f: [min(getattr(r, f) for r in mine), max(getattr(r, f) for r in mine)]
-                        for f in iv.SHAPE_FIELDS}
-    return {"validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes, "regimes": regimes,
+    # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
+    shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
+    return {"validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
+            "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
             "fallback_floor": math.log(2.0)}
 
 
 def _pct(log_width: float):
-    return None if math.isnan(log_width) else round(100 * math.expm1(log_width), 2)
+    return None if math.isnan(log_width) else round(100 * math.sinh(log_width), 2)
 
 
 def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float]:
@@ -169,7 +167,7 @@ def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: in
             if r.group not in cal:
                 name, w = regime_and_width(table, r, level)
                 inside.append(r.score <= w)
-                width.append(math.expm1(w))
+                width.append(math.sinh(w))  # (high - low) / 2 over the prediction
                 regime.append(name.split(":")[0])
     inside, width, regime = np.array(inside), np.array(width), np.array(regime)
     per = {name: {"coverage": round(float(inside[regime == name].mean()), 4),
