@@ -132,11 +132,11 @@ def widths_of(table: dict, names: np.ndarray, level: float) -> np.ndarray:
     out = np.empty(names.shape, dtype=float)
     fallback = fallback_half_width(table, level)
     for name in set(names.ravel().tolist()):
-        out[names == name] = _width(table, name, level, fallback)
+        out[names == name] = regime_width(table, name, level, fallback)
     return out
 
 
-def _width(table: dict, name: str, level: float, fallback: float) -> float:
+def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
     """One regime's log half-width. A datasheet profile is the measured fits rescaled, so it inherits
     their error: its width is at least the measured regime's of the same communication share."""
     entry = table["regimes"].get(name)

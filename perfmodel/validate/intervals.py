@@ -132,8 +132,10 @@ def build_table(rows: list[Scored]) -> dict:
         regimes[name] = {"n": len(mine), "configurations": len({r.group for r in mine}),
                          "sources": sorted({r.source for r in mine}),
                          "median_log_ratio": round(float(np.median([r.log_ratio for r in mine])), 5),
-                         "half_width_pct": {str(q): _pct(iv.half_width(scores, q)) for q in QUANTILES},
                          "scores": scores}
+    for name, entry in regimes.items():  # as predict applies them (a datasheet cell never below its measured twin)
+        entry["half_width_pct"] = {str(q): _pct(iv.regime_width({"regimes": regimes}, name, q, math.nan))
+                                   for q in QUANTILES}
     # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
     shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
     return {"validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
