@@ -1,12 +1,13 @@
 """Prediction intervals with a stated coverage level, from the shipped calibration table.
 
-``perfmodel/data/intervals.json`` holds, per regime, the sorted nonconformity
-scores |ln(measured step / predicted step)| of the project's own validation rows
-(``python -m perfmodel.validate.intervals --write`` regenerates it; docs/accuracy.md).
-Split-conformal prediction (Vovk et al. 2005; Lei et al. 2018, JASA 113:1094, §2.2):
-with n calibration scores, the ⌈(n+1)·level⌉-th smallest, q, gives the interval
-[step·e^-q, step·e^q], which holds a new step of the same regime with probability
-≥ level when rows are exchangeable. A regime the table has no rows for, or too few
+``perfmodel/data/intervals.json`` holds, per regime, the median log-ratio c of the
+project's own validation rows, r = ln(measured step / predicted step), and the sorted
+nonconformity scores |r - c| (``python -m perfmodel.validate.intervals --write``
+regenerates it; docs/accuracy.md). Split-conformal prediction (Vovk et al. 2005;
+Lei et al. 2018, JASA 113:1094, §2.2): with n calibration scores, the
+⌈(n+1)·level⌉-th smallest, q, gives the interval [step·e^(c-q), step·e^(c+q)],
+which holds a new step of the same regime with probability ≥ level when rows are
+exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime the table has no rows for, or too few
 for the level, gets twice the widest calibrated half-width, labelled "uncalibrated".
 
 Only json and numpy are needed here: predict reads the table once per process.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -33,6 +35,9 @@ HOST_SHARE = 0.25
 # shapes the calibration range is checked on (transformer fields)
 SHAPE_FIELDS = ("hidden", "seq")
 UNCALIBRATED = "uncalibrated"
+TABLE_SCHEMA = 2  # raise when the table's keys change
+EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
+               "fallback_floor": math.log(2.0)}  # no data at all: [step / 4, 4 x step] (2 x ln 2)
 FALLBACK_FACTOR = 2.0  # no data: twice the widest half-width measured in any calibrated regime
 
 
@@ -56,8 +61,14 @@ def check_level(level) -> float:
 
 @cache
 def _shipped() -> dict:
+    """The shipped table; one of another schema (mid-regeneration) reads as empty: every regime uncalibrated."""
     with open(TABLE_PATH, encoding="utf-8") as f:
-        return json.load(f)
+        table = json.load(f)
+    if table.get("schema_version") != TABLE_SCHEMA:
+        warnings.warn(f"{TABLE_PATH.name} is not schema {TABLE_SCHEMA}: every interval is uncalibrated until "
+                      "'python -m perfmodel.validate.intervals --write' rewrites it", UserWarning, stacklevel=2)
+        return EMPTY_TABLE
+    return table
 
 
 def calibration_table() -> dict:
@@ -127,13 +138,16 @@ def regimes(kind: str, share, host_share, reason) -> np.ndarray:
     return names
 
 
-def widths_of(table: dict, names: np.ndarray, level: float) -> np.ndarray:
-    """Log half-width of each regime name (regimes with too few rows fall back)."""
-    out = np.empty(names.shape, dtype=float)
+def log_interval(table: dict, names: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(centre, half-width) in log space of each regime name; regimes with too few rows fall back
+    to no centre shift and the fallback half-width."""
+    centre, width = np.zeros(names.shape), np.empty(names.shape)
     fallback = fallback_half_width(table, level)
     for name in set(names.ravel().tolist()):
-        out[names == name] = regime_width(table, name, level, fallback)
-    return out
+        mask = names == name
+        width[mask] = w = regime_width(table, name, level, fallback)
+        centre[mask] = 0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]
+    return centre, width
 
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
@@ -166,8 +180,8 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     reason = uncalibrated_reason(table, kind=kind, stack=stack_key(framework, attention, precision),
                                  model=model, profile_gpu=profile.gpu, cluster_gpu=cluster.gpu.name)
     names = regimes(kind, np.broadcast_to(share, np.broadcast(share, host).shape), host, reason)
-    w = widths_of(table, names, level)
-    low, high = step * np.exp(-w), step * np.exp(w)
+    c, w = log_interval(table, names, level)
+    low, high = step * np.exp(c - w), step * np.exp(c + w)
     if step.ndim == 0:
         return Interval(float(low), float(high), level, str(names.item()))
     return Interval(low, high, level, names)

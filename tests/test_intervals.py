@@ -84,11 +84,11 @@ def test_default_interval_is_ninety_percent_and_level_changes_it():
     assert p90.interval_level == 0.9 and p50.interval_level == 0.5
     assert p90.interval_regime == p50.interval_regime == "measured/low-comm"
     assert p90.interval[0] < p50.interval[0] < p50.step_time < p50.interval[1] < p90.interval[1]
-    assert p90.interval[0] * p90.interval[1] == pytest.approx(p90.step_time ** 2)  # symmetric in log
     assert p90.to_dict()["interval_regime"] == "measured/low-comm"
-    scores = iv.calibration_table()["regimes"]["measured/low-comm"]["scores"]
-    k = math.ceil((len(scores) + 1) * 0.9)  # the conformal order statistic, by hand
-    assert p90.interval[1] / p90.step_time == pytest.approx(math.exp(scores[k - 1]))
+    entry = iv.calibration_table()["regimes"]["measured/low-comm"]
+    k = math.ceil((len(entry["scores"]) + 1) * 0.9)  # the conformal order statistic, by hand
+    c, q = entry["centre"], entry["scores"][k - 1]
+    assert p90.interval == pytest.approx((p90.step_time * math.exp(c - q), p90.step_time * math.exp(c + q)))
 
 
 @pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, True, "0.9", float("nan")])
@@ -98,7 +98,7 @@ def test_a_level_outside_zero_one_is_refused(level):
 
 
 def _rel(p):
-    return p.interval[1] / p.step_time - 1
+    return (p.interval[1] - p.interval[0]) / 2 / p.step_time
 
 
 def test_intervals_widen_for_datasheet_profiles_and_unvalidated_stacks():
@@ -118,16 +118,29 @@ def test_other_regimes_without_data_are_labelled():
     table = iv.calibration_table()
     names = iv.regimes("measured", np.array([0.0, 0.5, 0.0]), np.array([0.0, 0.0, 0.6]), None)
     assert names.tolist() == ["measured/low-comm", "measured/high-comm", "uncalibrated: host-bound"]
-    w = iv.widths_of(table, names, 0.9)
+    c, w = iv.log_interval(table, names, 0.9)
     assert w[1] == w[2] == pytest.approx(iv.fallback_half_width(table, 0.9)) and w[0] < w[1]
+    assert c[1] == c[2] == 0.0 and c[0] == table["regimes"]["measured/low-comm"]["centre"]
     big = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=1)).interval_regime
     assert big == "measured/low-comm"
     long = pm.transformer(layers=2, hidden=512, heads=8, seq=256, vocab=1024)
     assert pm.predict(long, "h200", pm.Strategy(micro_batch=4)).interval_regime == (
         "uncalibrated: hidden=512 outside calibrated 768-25600")
-    empty = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
-             "fallback_floor": math.log(2)}
-    assert iv.fallback_half_width(empty, 0.9) == pytest.approx(2 * math.log(2))
+    assert iv.fallback_half_width(iv.EMPTY_TABLE, 0.9) == pytest.approx(2 * math.log(2))
+
+
+def test_a_table_of_another_schema_reads_as_uncalibrated(tmp_path, monkeypatch):
+    old = tmp_path / "intervals.json"
+    old.write_text('{"schema_version": 1, "regimes": {}}')
+    monkeypatch.setattr(iv, "TABLE_PATH", old)
+    iv._shipped.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="python -m perfmodel.validate.intervals --write"):
+            p = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=8))
+        assert p.interval_regime == "uncalibrated: stack pytorch/flash not validated"
+        assert p.interval == pytest.approx((p.step_time / 4, p.step_time * 4))
+    finally:
+        iv._shipped.cache_clear()
 
 
 def test_sweep_compare_and_search_rows_carry_intervals_and_ties():

@@ -7,8 +7,9 @@ Rows (each predicted with its GPU's bundled profile): the H200 development steps
 (``data/h200-2026-11-29/train_dev.jsonl``), the H200 validation runs
 (``data/h200-calibration-2026-11-30/gpu_runs.csv``), the published large runs
 (``data/published_runs.csv``) and ``examples/measured_sample.csv`` (rows another
-source already gives are dropped). The score of a row is |ln(measured / predicted)|
-of its step time; scores are grouped by regime (:func:`perfmodel.interval.cell`).
+source already gives are dropped). A row's log-ratio is r = ln(measured / predicted step);
+per regime (:func:`perfmodel.interval.cell`) the table keeps the median r (the centre)
+and the scores |r - centre|.
 The shipped table uses every row; coverage is measured by repeated random splits
 of the configurations (repeats of one configuration stay on one side): calibrate on
 one part, count the held-back rows inside their interval. docs/accuracy.md.
@@ -52,10 +53,6 @@ class Scored:
     share: float
     host_share: float
     log_ratio: float  # ln(measured / predicted step)
-
-    @property
-    def score(self) -> float:
-        return abs(self.log_ratio)
 
     @property
     def cell(self) -> str:
@@ -128,32 +125,45 @@ def build_table(rows: list[Scored]) -> dict:
     regimes = {}
     for name in sorted({r.cell for r in rows}):
         mine = [r for r in rows if r.cell == name]
-        scores = sorted(round(r.score, 5) for r in mine)
+        centre = round(float(np.median([r.log_ratio for r in mine])), 5)
         regimes[name] = {"n": len(mine), "configurations": len({r.group for r in mine}),
-                         "sources": sorted({r.source for r in mine}),
-                         "median_log_ratio": round(float(np.median([r.log_ratio for r in mine])), 5),
-                         "scores": scores}
+                         "sources": sorted({r.source for r in mine}), "centre": centre,
+                         "scores": _scores(mine)}
     for name, entry in regimes.items():  # as predict applies them (a datasheet cell never below its measured twin)
-        entry["half_width_pct"] = {str(q): _pct(iv.regime_width({"regimes": regimes}, name, q, math.nan))
-                                   for q in QUANTILES}
+        entry["half_width_pct"] = {str(q): _pct(entry["centre"], iv.regime_width({"regimes": regimes}, name, q,
+                                                                                 math.nan)) for q in QUANTILES}
     # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
     shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
     return {"validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
-            "fallback_floor": math.log(2.0)}
+            "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
 
 
-def _pct(log_width: float):
-    return None if math.isnan(log_width) else round(100 * math.sinh(log_width), 2)
+def _scores(rows: list[Scored]) -> list[float]:
+    """Sorted |r - centre| with each row's centre the median of the other configurations' rows
+    (leave one configuration out, as for a new one: the full-sample median would sit closer to
+    each calibration row than to a new row, and the interval would under-cover; Barber et al.
+    2021, Ann. Statist. 49:486, jackknife+)."""
+    out = []
+    for r in rows:
+        others = [o.log_ratio for o in rows if o.group != r.group]
+        out.append(round(abs(r.log_ratio - (float(np.median(others)) if others else 0.0)), 5))
+    return sorted(out)
 
 
-def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float]:
-    """The regime a row falls in under ``table``, and its log half-width (as predict computes them)."""
+def _pct(centre: float, log_width: float):
+    """(high - low) / 2 over the predicted step, in percent."""
+    return None if math.isnan(log_width) else round(100 * math.exp(centre) * math.sinh(log_width), 2)
+
+
+def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, float]:
+    """The regime a row falls in under ``table``, and its log centre and half-width (as predict has them)."""
     shape = type("Shape", (), {"hidden": r.hidden, "seq": r.seq})
     reason = iv.uncalibrated_reason(table, kind=r.kind, stack=r.stack, model=shape, profile_gpu=r.profile_gpu,
                                     cluster_gpu=r.cluster_gpu)
     names = iv.regimes(r.kind, r.share, r.host_share, reason)
-    return str(names.item()), float(iv.widths_of(table, names, level).item())
+    centre, width = iv.log_interval(table, names, level)
+    return str(names.item()), float(centre.item()), float(width.item())
 
 
 def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = 0.5,
@@ -167,9 +177,9 @@ def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: in
         table = build_table([r for r in rows if r.group in cal])
         for r in rows:
             if r.group not in cal:
-                name, w = regime_and_width(table, r, level)
-                inside.append(r.score <= w)
-                width.append(math.sinh(w))  # (high - low) / 2 over the prediction
+                name, c, w = regime_and_width(table, r, level)
+                inside.append(abs(r.log_ratio - c) <= w)
+                width.append(math.exp(c) * math.sinh(w))  # (high - low) / 2 over the prediction
                 regime.append(name.split(":")[0])
     inside, width, regime = np.array(inside), np.array(width), np.array(regime)
     per = {name: {"coverage": round(float(inside[regime == name].mean()), 4),
@@ -187,8 +197,9 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200) -> dict:
     counts = {}
     for r in rows:
         counts[r.source] = counts.get(r.source, 0) + 1
-    return {"schema_version": 1, "created": _dt.date.today().isoformat(), "command": COMMAND,
-            "method": "split-conformal, score |ln(measured / predicted step)|, by regime; a regime without rows "
+    return {"schema_version": iv.TABLE_SCHEMA, "created": _dt.date.today().isoformat(), "command": COMMAND,
+            "method": "split-conformal by regime, score |ln(measured / predicted step) - regime median|; "
+                      "a regime without rows "
                       f"(or too few for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
             "sources": counts, **table, "held_back": held_back(rows, level=level, splits=splits)}
