@@ -138,16 +138,40 @@ def regimes(kind: str, share, host_share, reason) -> np.ndarray:
     return names
 
 
+def _one_regime(kind: str, share: float, host_share: float, reason) -> str:
+    """:func:`regimes` of one step."""
+    if reason is not None:
+        return f"{UNCALIBRATED}: {reason}"
+    if host_share >= HOST_SHARE:
+        return f"{UNCALIBRATED}: host-bound"
+    return f"{kind}/high-comm" if share >= COMM_SHARE else f"{kind}/low-comm"
+
+
 def log_interval(table: dict, names: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
     """(centre, half-width) in log space of each regime name; regimes with too few rows fall back
     to no centre shift and the fallback half-width."""
     centre, width = np.zeros(names.shape), np.empty(names.shape)
-    fallback = fallback_half_width(table, level)
     for name in set(names.ravel().tolist()):
         mask = names == name
-        width[mask] = w = regime_width(table, name, level, fallback)
-        centre[mask] = 0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]
+        centre[mask], width[mask] = regime_log_interval(table, name, level)
     return centre, width
+
+
+def regime_log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
+    """(centre, half-width) in log space of one regime."""
+    if table is _shipped():  # predict's case: a few regimes and levels, looked up once each
+        return _shipped_log_interval(name, level)
+    fallback = fallback_half_width(table, level)
+    w = regime_width(table, name, level, fallback)
+    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
+
+
+@cache
+def _shipped_log_interval(name: str, level: float) -> tuple[float, float]:
+    table = _shipped()
+    fallback = fallback_half_width(table, level)
+    w = regime_width(table, name, level, fallback)
+    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
 
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
@@ -162,10 +186,13 @@ def regime_width(table: dict, name: str, level: float, fallback: float) -> float
     return q if math.isnan(twin_q) else max(q, twin_q)
 
 
+_SHARE_KEYS = ("tp_comm", "dp_comm", "p2p", "pipeline_bubble", "host_overhead")
+
+
 def shares(step, breakdown: dict):
     """(communication + bubble share, host-overhead share) of each step: what picks the regime."""
     step = np.maximum(np.asarray(step, dtype=float), 1e-300)
-    exposed = sum(np.asarray(breakdown[k], dtype=float) for k in ("tp_comm", "dp_comm", "p2p", "pipeline_bubble"))
+    exposed = sum(np.asarray(breakdown[k], dtype=float) for k in _SHARE_KEYS[:-1])
     return exposed / step, np.asarray(breakdown["host_overhead"], dtype=float) / step
 
 
@@ -175,10 +202,16 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     level = check_level(level)
     table = table or _shipped()
     kind = profile_kind(profile)
-    step = np.asarray(step, dtype=float)
-    share, host = shares(step, breakdown)
     reason = uncalibrated_reason(table, kind=kind, stack=stack_key(framework, attention, precision),
                                  model=model, profile_gpu=profile.gpu, cluster_gpu=cluster.gpu.name)
+    if isinstance(step, float) and all(isinstance(breakdown[k], float) for k in _SHARE_KEYS):  # one prediction
+        step = max(step, 1e-300)
+        share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
+        name = _one_regime(kind, share, breakdown["host_overhead"] / step, reason)
+        c, w = regime_log_interval(table, name, level)
+        return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
+    step = np.asarray(step, dtype=float)
+    share, host = shares(step, breakdown)
     names = regimes(kind, np.broadcast_to(share, np.broadcast(share, host).shape), host, reason)
     c, w = log_interval(table, names, level)
     low, high = step * np.exp(c - w), step * np.exp(c + w)
