@@ -27,7 +27,8 @@ def _yes(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
-def _model(r: dict):
+def model_of(r: dict):
+    """The transformer of one published row."""
     from perfmodel.workload.model import transformer
 
     return transformer(int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq"]), int(r["vocab"]),
@@ -36,7 +37,8 @@ def _model(r: dict):
                        position=r["position"], name=r["name"])
 
 
-def _cluster(r: dict):
+def cluster_of(r: dict):
+    """The cluster of one published row (its NICs where the site's differ from the preset's)."""
     from perfmodel.hardware import cluster, load_link
 
     c = cluster(r["node"], nodes=int(r["nodes"]))
@@ -46,7 +48,8 @@ def _cluster(r: dict):
     return c
 
 
-def _strategy(r: dict):
+def strategy_of(r: dict):
+    """The strategy of one published row."""
     from perfmodel.parallel.strategy import Strategy
 
     stages = tuple(int(x) for x in r["stage_layers"].split()) if r["stage_layers"] else None
@@ -78,7 +81,7 @@ def read_published(path: str | Path = PUBLISHED_CSV) -> list[Case]:
     text = read_text_file(Path(path), field="published", expect="the published-runs CSV")
     cases = []
     for line, r in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):
-        m, c, s = _model(r), _cluster(r), _strategy(r)
+        m, c, s = model_of(r), cluster_of(r), strategy_of(r)
         step = (float(r["published_step_s"]) if r["published_step_s"]
                 else formula_flops(r, m) / (float(r["published_tflops_per_gpu"]) * 1e12 * c.n_gpus))
         cases.append(Case(line=line, label=r["name"], model=m, cluster=c, strategy=s, metric="step_time_s",
