@@ -192,3 +192,14 @@ def test_validate_reports_coverage_per_regime():
     assert sum(r["rows"] for r in by.values()) == len(results) == 30
     text = results_table(results)
     assert "(stated level 90%)" in text and "datasheet/high-comm" in text
+
+
+def test_cli_prints_level_regime_and_ties(capsys):
+    from perfmodel.cli import main
+
+    assert main(["predict", "--model", "gpt2-small", "--gpu", "h200", "--micro-batch", "8", "--level", "0.8"]) == 0
+    assert ", 80%, measured/low-comm)" in capsys.readouterr().out
+    assert main(["compare", "--model", "gpt2-small", "--gpu", "h200", "--strategies", "mb=8", "mb=8,gb=16"]) == 0
+    assert "tie: 2 candidates' 90% intervals overlap the best's" in capsys.readouterr().out
+    assert main(["search", "--model", "gpt2-small", "--gpu", "h200", "--global-batch", "16", "--top-k", "2"]) == 0
+    assert "the model cannot rank them: rank 1, rank 2" in capsys.readouterr().out
