@@ -166,7 +166,9 @@ def test_ties_by_hand():
     assert tie_line(out, ["a", "b"]).startswith("tie: 2 candidates' 90% intervals overlap the best's")
     alone = mark_ties(df.assign(step_time_low=1.0, step_time_high=1.0), 0, "tokens_per_second")
     assert alone.attrs["ties"] == 1 and "clear winner" in tie_line(alone, ["a"])
-    assert not mark_ties(df, 0, "peak_memory")["tie"].any()  # no interval for memory: no tie claimed
+    memory = mark_ties(df.assign(peak_memory=1.0), 0, "peak_memory")  # no interval for memory: no tie claimed
+    assert not memory["tie"].any() and memory.attrs["ties"] is None
+    assert tie_line(memory, []) == "peak_memory has no interval: ties not assessed"
 
 
 def test_heterogeneous_and_transient_plans_carry_bounds():

@@ -40,18 +40,23 @@ def tied_with(df: pd.DataFrame, best, column: str) -> np.ndarray:
 
 def mark_ties(df: pd.DataFrame, best, column: str, *, candidates=None) -> pd.DataFrame:
     """Add a boolean ``tie`` column (rows within the model's error of ``best``, itself included) and
-    ``attrs["ties"]``: how many candidates tie, 1 when the best stands alone."""
+    ``attrs["ties"]``: how many candidates tie, 1 when the best stands alone, None when ``column``
+    has no interval."""
     tie = tied_with(df, best, column)
     if candidates is not None:
         tie &= np.asarray(candidates, dtype=bool)
     df["tie"] = tie
-    df.attrs["ties"] = int(tie.sum())
+    # None: the column has no interval (memory, a breakdown term), so ties were not assessed
+    df.attrs["ties"] = int(tie.sum()) if metric_bounds(df, column) is not None else None
+    df.attrs["ties_by"] = column
     return df
 
 
 def tie_line(df: pd.DataFrame, labels) -> str:
     """One printed line saying whether the best is distinguishable from the next candidates."""
-    n = df.attrs.get("ties", 0)
+    n = df.attrs.get("ties")
+    if n is None:
+        return f"{df.attrs.get('ties_by', 'this column')} has no interval: ties not assessed"
     if n <= 1:
         return "the best candidate's interval overlaps no other's: a clear winner within the model's error"
     level = df["interval_level"].iloc[0] if "interval_level" in df.columns else float("nan")
