@@ -34,6 +34,10 @@ TRAIN_DEV = DATA / "h200-2026-11-29" / "train_dev.jsonl"
 GPU_RUNS = DATA / "h200-calibration-2026-11-30" / "gpu_runs.csv"
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "measured_sample.csv"  # in the repository only
 COMMAND = "python -m perfmodel.validate.intervals --write"
+SOURCE_FILES = {"h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.jsonl",
+                "h200 gpu_runs": "perfmodel/data/h200-calibration-2026-11-30/gpu_runs.csv",
+                "published": "perfmodel/data/published_runs.csv (sources: published_runs.md)",
+                "measured_sample": "examples/measured_sample.csv"}
 QUANTILES = (0.5, 0.8, 0.9, 0.95)
 
 
@@ -197,12 +201,13 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200) -> dict:
     counts = {}
     for r in rows:
         counts[r.source] = counts.get(r.source, 0) + 1
+    sources = {name: {"file": SOURCE_FILES[name], "rows": n} for name, n in counts.items()}
     return {"schema_version": iv.TABLE_SCHEMA, "created": _dt.date.today().isoformat(), "command": COMMAND,
-            "method": "split-conformal by regime, score |ln(measured / predicted step) - regime median|; "
-                      "a regime without rows "
+            "method": "split-conformal by regime: centre = median ln(measured / predicted step), scores = "
+                      "|ln ratio - median of the other configurations' rows|; a regime without rows "
                       f"(or too few for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
-            "sources": counts, **table, "held_back": held_back(rows, level=level, splits=splits)}
+            "sources": sources, **table, "held_back": held_back(rows, level=level, splits=splits)}
 
 
 def report(table: dict) -> str:
