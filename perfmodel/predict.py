@@ -11,6 +11,7 @@ import numpy as np
 from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.memo import IdentityMemo
+from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.profiles.profile import Profile, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against
@@ -49,7 +50,9 @@ class Prediction:
     over_capacity: float
     bottleneck: str
     model_flops: float
-    interval: tuple = field(default=(np.nan, np.nan))
+    interval: tuple = field(default=(np.nan, np.nan))  # step-time bounds holding the step with interval_level
+    interval_level: float = DEFAULT_LEVEL
+    interval_regime: str = ""  # the calibrated regime the bounds come from (docs/accuracy.md)
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -65,6 +68,7 @@ class Prediction:
                                               "memory_capacity", "fits", "over_capacity", "bottleneck",
                                               "model_flops")}
         out["interval"] = list(self.interval)
+        out["interval_level"], out["interval_regime"] = self.interval_level, self.interval_regime
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -158,9 +162,16 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     }
 
 
-def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=None) -> Prediction:
-    """Predict one training step of ``model`` on ``cluster`` under ``strategy``."""
+def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=None,
+            level: float = DEFAULT_LEVEL) -> Prediction:
+    """Predict one training step of ``model`` on ``cluster`` under ``strategy``.
+
+    ``interval`` holds the measured step with probability ``level`` in its calibrated regime
+    (docs/accuracy.md).
+    """
     from perfmodel.hardware import as_cluster
+
+    level = check_level(level)
 
     cluster = as_cluster(cluster)
     model = as_model(model)
@@ -179,7 +190,8 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     worst = max(breakdown, key=breakdown.get)
     memory = {k: float(v) for k, v in out["memory"].items()}
     step = float(out["step_time"])
-    rel = _relative_error(prof, breakdown, step)
+    iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
+                attention=s.attention, precision=s.precision, level=level)
     return Prediction(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
         step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),
@@ -187,19 +199,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         mfu=float(derived["mfu"]), peak_memory=float(out["peak_memory"]), memory=memory,
         memory_capacity=float(derived["memory_capacity"]), fits=bool(derived["fits"]),
         over_capacity=float(derived["over_capacity"]), bottleneck=BOTTLENECK_WORDS[worst],
-        model_flops=float(derived["model_flops"]), interval=(step * (1 - rel), step * (1 + rel)),
+        model_flops=float(derived["model_flops"]), interval=(iv.low, iv.high),
+        interval_level=level, interval_regime=iv.regime,
     )
 
-
-def _relative_error(profile: Profile, breakdown: dict, step: float) -> float:
-    """Half-width of the prediction interval, as a fraction of the step.
-
-    Time-weighted mean of the CV MAPE of the compute fits (errors assumed fully
-    correlated, so they add rather than average out), plus 15% of communication
-    time where collectives come from datasheet figures. See docs/accuracy.md.
-    """
-    cv = [e.get("cv_mape") for e in profile.compute.values() if e.get("cv_mape") is not None]
-    compute_err = float(np.nanmedian(cv)) if cv else 0.15
-    compute = breakdown["forward"] + breakdown["backward"] + breakdown["optimizer"]
-    comm = breakdown["tp_comm"] + breakdown["dp_comm"] + breakdown["p2p"]
-    return float((compute * compute_err + comm * 0.15) / max(step, 1e-12))

@@ -20,7 +20,8 @@ FAKE_MODEL = SimpleNamespace(params=1e6, name="fake")
 @pytest.fixture
 def linear_compute(monkeypatch):
     def fake_predict(self, batch):
-        return SimpleNamespace(step_time=PER_SAMPLE_S[self.gpu] * batch, fits=True)
+        t = PER_SAMPLE_S[self.gpu] * batch
+        return SimpleNamespace(step_time=t, fits=True, interval=(0.9 * t, 1.1 * t), interval_regime="fake")
 
     monkeypatch.setattr(hetero._Type, "predict", fake_predict)
 

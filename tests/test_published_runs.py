@@ -10,14 +10,13 @@ step times: predicted = formula FLOPs / predicted step / GPUs.
 from __future__ import annotations
 
 import csv
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import perfmodel as pm
-from perfmodel.hardware import load_link
+from perfmodel.validate.published import cluster_of, formula_flops, model_of, strategy_of
 
 CSV = Path(pm.__file__).parent / "data" / "published_runs.csv"
 MEDIAN_LIMIT = 0.08   # median |error| over rows whose configuration is fully published (measured: 4.9%)
@@ -26,47 +25,6 @@ MEDIAN_LIMIT = 0.08   # median |error| over rows whose configuration is fully pu
 def load_rows() -> list[dict]:
     with open(CSV, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def model_of(r):
-    yes = lambda k: r[k] == "true"  # noqa: E731
-    return pm.transformer(int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq"]), int(r["vocab"]),
-                          kv_heads=int(r["kv_heads"]), ffn_hidden=int(r["ffn_hidden"]), activation=r["activation"],
-                          norm=r["norm"], bias=yes("bias"), tied_embeddings=yes("tied"), position=r["position"],
-                          name=r["name"])
-
-
-def cluster_of(r):
-    c = pm.cluster(r["node"], nodes=int(r["nodes"]))
-    if r["nic"]:  # a site whose NICs differ from the preset's
-        node = dataclasses.replace(c.node, nic=load_link(r["nic"]), nics_per_node=int(r["nics_per_node"]))
-        c = dataclasses.replace(c, node=node)
-    return c
-
-
-def strategy_of(r):
-    stages = tuple(int(x) for x in r["stage_layers"].split()) if r["stage_layers"] else None
-    return pm.Strategy(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), micro_batch=int(r["micro_batch"]),
-                       global_batch=int(r["global_batch"]), zero=int(r["zero"]), fsdp=r["fsdp"] or None,
-                       recompute=r["recompute"], precision=r["precision"], schedule=r["schedule"],
-                       virtual_stages=int(r["virtual_stages"]), sequence_parallel=r["sequence_parallel"] == "true",
-                       stage_layers=stages, framework=r["framework"], attention=r["attention"],
-                       tp_overlap=r["tp_overlap"] == "true", dp_overlap=r["dp_overlap"] == "true",
-                       cp=int(r["cp"] or 1))
-
-
-def formula_flops(r, m) -> float:
-    """FLOPs of one step by the row's published convention."""
-    b, s, n_layers, h, v = int(r["global_batch"]), m.seq, m.layers, m.hidden, m.vocab
-    kind = r["flops_formula"]
-    if kind == "narayanan":      # Narayanan et al. 2021 eq. 3: full recompute, 4 passes
-        return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
-    if kind == "korthikanti-model":  # Korthikanti et al. 2022 §6: model FLOPs (MFU), 3 passes
-        return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
-    if kind == "model-6n":       # 6 × GEMM parameters (LM head included) + attention 12·l·s·h per token
-        gemm = n_layers * (h * m.qkv_out + h * h + h * m.mlp_in_out + m.ffn_hidden * h) + v * h
-        return 6 * b * s * gemm + 12 * n_layers * s * h * b * s
-    raise ValueError(f"unknown flops_formula {kind!r}")
 
 
 def evaluate_rows():

@@ -20,12 +20,12 @@ from perfmodel.analysis.transient import (
     load_revocation,
     mtbf_from_monthly_interruption,
     plan_training,
-    plot_time_distribution,
     simulate,
     simulate_time,
     young_daly_interval,
 )
 from perfmodel.analysis.transient.prices import gpu_key
+from perfmodel.report.transient_plots import plot_time_distribution
 
 # --- checkpoint interval: golden values by hand -------------------------------------------
 

@@ -128,7 +128,12 @@ def test_h200_development_rows_within_ten_percent():
 def test_summary_by_hand():
     results = pd.DataFrame({"error_pct": [10.0, -20.0, 30.0, -5.0], "inside": [True, False, True, True]})
     s = loop.summarize(results)
-    assert s == {"rows": 4, "median_abs_error_pct": 15.0, "max_abs_error_pct": 30.0, "coverage": 0.75}
+    assert s == {"rows": 4, "median_abs_error_pct": 15.0, "max_abs_error_pct": 30.0, "coverage": 0.75,
+                 "coverage_by_regime": {}}
+    by = loop.coverage_by_regime(results.assign(regime=["a", "a", "uncalibrated: why", "uncalibrated: other"],
+                                                predicted=1.0, interval_lo=0.9, interval_hi=1.1))
+    assert by == {"a": {"rows": 2, "coverage": 0.5, "median_half_width_pct": pytest.approx(10.0)},
+                  "uncalibrated": {"rows": 2, "coverage": 1.0, "median_half_width_pct": pytest.approx(10.0)}}
     assert np.isnan(loop.summarize(pd.DataFrame())["median_abs_error_pct"])
 
 
@@ -252,8 +257,8 @@ def test_few_point_entries_and_bf16_alias():
     assert bwd["params"]["beta"] == pytest.approx((3 * 65536e-9 - 2e-6) / 65536)
     assert "few-point estimate" in fwd["source"]
     assert done.compute["gemm:bf16"]["params"] == gemm["params"]
-    assert done.meta["few_point_classes"] == ["layernorm:fp32:bwd", "layernorm:fp32:fwd"]
-    assert done.meta["aliased_classes"] == ["gemm:bf16"]
+    assert list(done.meta["few_point_classes"]) == ["layernorm:fp32:bwd", "layernorm:fp32:fwd"]
+    assert list(done.meta["aliased_classes"]) == ["gemm:bf16"]
 
 
 def test_train_command_and_host_folder(tmp_path):

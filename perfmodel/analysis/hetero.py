@@ -27,6 +27,7 @@ import pandas as pd
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.checks import LIMITS, check_choice, check_int, check_size
 from perfmodel.workload.presets import as_model
+from perfmodel.interval import check_level
 
 GRAD_BYTES = 4.0  # fp32 gradients and weights on the wire (PyTorch DDP / PS keep fp32 master copies)
 MODES = ("both", "equal", "proportional")
@@ -70,10 +71,10 @@ def _profiles(profile, names):
 class _Type:
     """One GPU type: its single-GPU cluster and a cache of predicted step times by batch."""
 
-    def __init__(self, model, gpu, count, strategy, profile):
+    def __init__(self, model, gpu, count, strategy, profile, level=0.9):
         import perfmodel as pm
 
-        self.gpu, self.count, self.model, self.profile = gpu, count, model, profile
+        self.gpu, self.count, self.model, self.profile, self.level = gpu, count, model, profile, level
         self.cluster = pm.cluster(gpu)  # raises UnknownNameError listing the known GPUs
         self.strategy = strategy.replace(dp=1, tp=1, pp=1, global_batch=None, ps_servers=0, zero=0, fsdp=None)
         self._cache = {}
@@ -83,7 +84,7 @@ class _Type:
 
         if batch not in self._cache:
             s = self.strategy.replace(micro_batch=int(batch))
-            self._cache[batch] = predict(self.model, self.cluster, s, profile=self.profile)
+            self._cache[batch] = predict(self.model, self.cluster, s, profile=self.profile, level=self.level)
         return self._cache[batch]
 
     def time(self, batch: int) -> float:
@@ -191,11 +192,26 @@ def _row(policy, types, worker_shares, comm_s, comm_kind, solo):
            "fits": all(t.predict(b).fits for t, b in zip(types, shares) if b > 0)}
     for t, b, s in zip(types, shares, times):
         row[f"batch_{t.gpu}"], row[f"compute_s_{t.gpu}"] = int(b), s
+    row.update(_interval(types, shares, comm_s))
     return row
 
 
+def _interval(types, shares, comm_s) -> dict:
+    """Step bounds: the slowest worker's interval (each type's own regime) plus the exchange, which no
+    validation row checks, widened by the uncalibrated half-width."""
+    from perfmodel.interval import uncalibrated_bounds
+
+    preds = [t.predict(b) for t, b in zip(types, shares) if b > 0]
+    level = types[0].level
+    comm_lo, comm_hi = uncalibrated_bounds(comm_s, level)
+    regimes = sorted({p.interval_regime for p in preds})
+    return {"step_time_low_s": max(p.interval[0] for p in preds) + float(comm_lo),
+            "step_time_high_s": max(p.interval[1] for p in preds) + float(comm_hi), "interval_level": level,
+            "interval_regime": "; ".join(regimes) + ("; exchange uncalibrated" if comm_s > 0 else "")}
+
+
 def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None, profile=None,
-                  mode="both") -> pd.DataFrame:
+                  mode="both", level: float = 0.9) -> pd.DataFrame:
     """Step time and throughput of synchronous data parallelism over mixed GPU types.
 
     ``workers``: ``[(gpu, count), ...]`` or ``{gpu: count}``, one GPU per worker
@@ -206,7 +222,8 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     10 Gb/s Ethernet). ``profile``: None or ``{gpu: profile}``. ``mode``:
     "both", "equal" or "proportional" — which policies to report, one row each.
     Efficiency is throughput over the sum of the workers' solo throughputs at
-    ``micro_batch`` (no communication).
+    ``micro_batch`` (no communication). ``step_time_low_s``/``step_time_high_s``: the slowest
+    type's interval at ``level`` plus the exchange widened as an uncalibrated term (docs/accuracy.md).
     """
     from perfmodel.parallel.strategy import Strategy
 
@@ -218,7 +235,7 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     model = as_model(model)
     groups = _workers(workers)
     profs = _profiles(profile, [g for g, _ in groups])
-    types = [_Type(model, g, c, strategy, profs[g]) for g, c in groups]
+    types = [_Type(model, g, c, strategy, profs[g], check_level(level)) for g, c in groups]
     comm_s, kind = _comm(model, types, servers, server_node)
     mb = strategy.micro_batch
     solo = sum(t.count * t.speed(mb) for t in types)

@@ -143,7 +143,7 @@ def cmd_predict(args) -> int:
     from perfmodel.report.tables import prediction_table
 
     model, cl = load_model(args), load_cluster(args)
-    p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile)
+    p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile, level=args.level)
     print(json.dumps(p.to_dict(), indent=1, default=str) if args.json else prediction_table(p))
     return 0
 
@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     add_strategy_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--level", type=POSITIVE_FLOAT, default=0.9,
+                   help="coverage level of the step-time interval (default 0.9; docs/accuracy.md)")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("fit", help="fit calibration tables into a profile")
     p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv")

@@ -64,7 +64,10 @@ def cmd_compare(args) -> int:
     df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults)
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs); * = fastest that fits\n")
     print(format_table(df, ("label", "global_batch", "step_time", "tokens_per_second", "tflops_per_gpu", "mfu",
-                            "peak_memory", "fits", "bottleneck")))
+                            "peak_memory", "fits", "bottleneck", "step_time_low", "step_time_high")))
+    from perfmodel.explore.ties import tie_line
+
+    print(tie_line(df, df.loc[df["tie"], "label"]))
     from perfmodel.report.plots import compare_figure
 
     _out(df, args, lambda d: compare_figure(d, title=f"{getattr(model, 'name', '')} on {cl.name}"))
@@ -139,7 +142,11 @@ def cmd_search(args) -> int:
     df.insert(0, "rank", range(1, len(df) + 1))
     print(format_table(df, ("rank", "dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero",
                             "recompute", "sequence_parallel", "step_time", "tokens_per_second", "tflops_per_gpu",
-                            "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck"), best_column=None))
+                            "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck", "step_time_low",
+                            "step_time_high"), best_column=None))
+    from perfmodel.explore.ties import tie_line
+
+    print(tie_line(df, [f"rank {r}" for r in df.loc[df["tie"], "rank"]]))
     _out(df, args)
     return 0
 

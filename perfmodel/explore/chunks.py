@@ -21,6 +21,7 @@ import numpy as np
 
 from perfmodel import step as compose
 from perfmodel.explore.space import NUMERIC, Space
+from perfmodel.interval import bounds
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BREAKDOWN_KEYS, config_arrays, finish
 
@@ -78,7 +79,16 @@ def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
                 cols[k] = np.broadcast_to(merged[k], (m,))
             for k, v in out["memory"].items():
                 cols["mem_" + k] = np.broadcast_to(v, (m,))
+            cols.update(_interval_columns(model, cl, prof, out, precision, stack, opts["level"], m))
             yield cols
+
+
+def _interval_columns(model, cl, prof, out, precision, stack, level, n) -> dict:
+    """Step-time bounds at the search's level, and their regime, per configuration (perfmodel.interval)."""
+    iv = bounds(out["step_time"], {k: out[k] for k in BREAKDOWN_KEYS}, profile=prof, cluster=cl, model=model,
+                framework=stack["framework"], attention=stack["attention"], precision=precision, level=level)
+    return {"step_time_low": np.broadcast_to(iv.low, (n,)), "step_time_high": np.broadcast_to(iv.high, (n,)),
+            "interval_level": np.full(n, iv.level), "interval_regime": np.broadcast_to(iv.regime, (n,))}
 
 
 class Best:

@@ -122,18 +122,24 @@ def prediction_row(p: Prediction, label: str | None = None) -> dict:
            "global_batch": s.batch, "zero": s.shard, "fsdp": s.fsdp, "recompute": s.recompute,
            "sequence_parallel": s.sequence_parallel, "precision": s.precision}
     row.update({k: getattr(p, k) for k in RESULTS})
+    row.update(step_time_low=p.interval[0], step_time_high=p.interval[1], interval_level=p.interval_level,
+               interval_regime=p.interval_regime)
     row.update({k: p.breakdown[k] for k in BREAKDOWN_KEYS})
     row.update({"mem_" + k: v for k, v in p.memory.items()})
     return row
 
 
 def mark_best(df: pd.DataFrame, column: str = "tokens_per_second") -> pd.DataFrame:
-    """Add a boolean ``best`` column: the largest ``column`` among rows that fit."""
+    """Add a boolean ``best`` column: the largest ``column`` among rows that fit; and ``tie``: the fitting
+    rows whose interval of ``column`` overlaps the best's (``explore.ties``)."""
+    from perfmodel.explore.ties import mark_ties
+
     df["best"] = False
     fitting = df.index[df["fits"].astype(bool)]
-    if len(fitting):
-        df.loc[df.loc[fitting, column].idxmax(), "best"] = True
-    return df
+    best = df.loc[fitting, column].idxmax() if len(fitting) else None
+    if best is not None:
+        df.loc[best, "best"] = True
+    return mark_ties(df, best, column, candidates=df["fits"].astype(bool))
 
 
 def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | None = None) -> pd.DataFrame:

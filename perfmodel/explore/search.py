@@ -24,6 +24,8 @@ import pandas as pd
 from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelError, UnsupportedError, unknown_name
 from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking, price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
+from perfmodel.explore.ties import mark_ties
+from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
@@ -194,7 +196,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
            dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, chunk: int = CHUNK,
-           workers: int | None = 1) -> pd.DataFrame:
+           workers: int | None = 1, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
@@ -220,6 +222,10 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     name) are given. The result's ``attrs`` hold "rejected" (configurations per
     reason: divisibility, batch, memory), "rejected_detail" (per rule),
     "evaluated", "feasible" and "seconds".
+
+    Each row carries its step-time interval at ``level`` (``step_time_low``/``step_time_high``);
+    ``tie`` marks the rows whose interval of the sort column overlaps the first's, and
+    ``attrs["ties"]`` counts them: the model cannot rank those (docs/accuracy.md).
     """
     t0 = time.perf_counter()
     top_k = check_int("top_k", top_k)
@@ -231,6 +237,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
         if not opts["cp_fixed"]:  # a traced graph is data parallel only: the default cp choices shrink to 1
             opts["stack"]["cp"] = (1,)
         model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
+    opts["level"] = check_level(level)
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:
@@ -263,7 +270,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
         raise InfeasibleError(_memory_message(best.closest, best.evaluated, " / ".join(capacity), opts))
     rows = best.rows
     rows.pop("order")
-    df = _table(rows, np.arange(rows["dp"].size), int(global_batch))
+    df = mark_ties(_table(rows, np.arange(rows["dp"].size), int(global_batch)), 0, sort_by)
     df.attrs.update(rejected=rejected, rejected_detail=detail, evaluated=best.evaluated, feasible=best.feasible,
                     sort_by=sort_by, seconds=time.perf_counter() - t0)
     return df

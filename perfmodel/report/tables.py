@@ -32,7 +32,8 @@ def prediction_table(p) -> str:
         + _non_default(s),
         f"profile    {p.profile}",
         "",
-        f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])})",
+        f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])}, "
+        f"{p.interval_level:.0%}, {p.interval_regime})",
         f"tokens/s         {p.tokens_per_second:,.0f}",
         f"samples/s        {p.samples_per_second:,.2f}",
         f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}",

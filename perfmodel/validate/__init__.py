@@ -16,6 +16,7 @@ from perfmodel.validate.loop import (
     Validation,
     calibrate_host,
     compare,
+    coverage_by_regime,
     measure_runs,
     results_table,
     summarize,
@@ -26,6 +27,6 @@ from perfmodel.validate.measured import COLUMNS, RUN_COLUMNS, BadRow, Case, read
 
 __all__ = [
     "COLUMNS", "CPU_RUNS", "GPU_RUNS", "QUICK_RUNS", "RUN_COLUMNS", "BadRow", "Case", "Run", "Validation", "calibrate_host",
-    "compare", "measure_runs", "read_measured", "results_table", "summarize", "validate_measured",
+    "compare", "coverage_by_regime", "measure_runs", "read_measured", "results_table", "summarize", "validate_measured",
     "validate_runs",
 ]

@@ -317,7 +317,8 @@ def compare_case(case: Case, profile=None) -> dict:
     value, lo, hi = _predicted(p, case.metric)
     row.update(predicted=value, error_pct=100 * (value - case.measured) / case.measured, interval_lo=lo,
                interval_hi=hi, inside=bool(lo <= case.measured <= hi), predicted_step_s=p.step_time,
-               bottleneck=p.bottleneck, profile=p.profile)
+               bottleneck=p.bottleneck, profile=p.profile, interval_level=p.interval_level,
+               regime=p.interval_regime)
     if case.peak_memory_bytes and case.extra.get("memory_kind", "cuda-max-allocated") == "cuda-max-allocated":
         row.update(measured_memory_bytes=case.peak_memory_bytes, predicted_memory_bytes=p.peak_memory,
                    memory_error_pct=100 * (p.peak_memory - case.peak_memory_bytes) / case.peak_memory_bytes)
@@ -345,7 +346,19 @@ def summarize(results: pd.DataFrame) -> dict:
                 "coverage": float("nan")}
     err = results["error_pct"].abs()
     return {"rows": int(len(results)), "median_abs_error_pct": float(err.median()),
-            "max_abs_error_pct": float(err.max()), "coverage": float(results["inside"].mean())}
+            "max_abs_error_pct": float(err.max()), "coverage": float(results["inside"].mean()),
+            "coverage_by_regime": coverage_by_regime(results)}
+
+
+def coverage_by_regime(results: pd.DataFrame) -> dict:
+    """Per interval regime: rows, the fraction inside their interval, and the median half-width (%)."""
+    if "regime" not in results.columns:
+        return {}
+    regime = results["regime"].astype(str).str.split(":").str[0]  # "uncalibrated: reason" counts as one
+    half = 50 * (results["interval_hi"] - results["interval_lo"]) / results["predicted"]
+    return {name: {"rows": int(mask.sum()), "coverage": float(results.loc[mask, "inside"].mean()),
+                   "median_half_width_pct": float(half[mask].median())}
+            for name in sorted(regime.unique()) for mask in [regime == name]}
 
 
 def _fmt(metric: str, value: float) -> str:
@@ -370,8 +383,12 @@ def results_table(results: pd.DataFrame) -> str:
     if not s["rows"]:
         lines.append("0 rows: nothing to compare (every row was skipped; see the reasons above)")
         return "\n".join(lines)
+    level = results["interval_level"].iloc[0] if "interval_level" in results.columns else float("nan")
     lines.append(f"{s['rows']} rows: median |error| {s['median_abs_error_pct']:.1f}%, max |error| "
-                 f"{s['max_abs_error_pct']:.1f}%, interval coverage {s['coverage']:.0%}")
+                 f"{s['max_abs_error_pct']:.1f}%, interval coverage {s['coverage']:.0%} (stated level {level:.0%})")
+    for name, r in s["coverage_by_regime"].items():
+        lines.append(f"  {name:<24} {r['rows']:>4} rows  coverage {r['coverage']:.0%}  "
+                     f"median half-width {r['median_half_width_pct']:.1f}%")
     return "\n".join(lines)
 
 

@@ -39,7 +39,9 @@ from perfmodel.workload.presets import as_model
 BYTES_PER_PARAM = 12  # fp32 weights + two fp32 Adam moments (Kingma & Ba 2015)
 COLUMNS = ["scenario", "gpu", "workers", "interval_s", "expected_time_s", "p50_s", "p90_s",
            "p99_s", "expected_cost_usd", "on_demand_cost_usd", "savings_pct",
-           "revocations_expected", "mode", "provider", "region", "closed_form_time_s"]
+           "revocations_expected", "mode", "provider", "region", "closed_form_time_s",
+           "expected_time_low_s", "expected_time_high_s", "expected_cost_low_usd", "expected_cost_high_usd",
+           "interval_level", "interval_regime"]
 
 
 def _get(obj, *names, default=None):
@@ -132,17 +134,23 @@ def _spot_row(name, sim, *, mode, work, prices_per_worker, gpw, wait_s, on_deman
             "closed_form_time_s": closed}
 
 
-def _step_time(model, cluster, strategy, step_time_s, profile=None):
+def _step_interval(model, cluster, strategy, step_time_s, profile=None, level=0.9):
+    """(step seconds, interval low / step, interval high / step, regime); no interval for a given step."""
+    from perfmodel.interval import check_level
+
+    level = check_level(level)
     if step_time_s is not None:
-        return check_positive("step_time_s", step_time_s)
+        return check_positive("step_time_s", step_time_s), math.nan, math.nan, "step time given"
     from perfmodel.predict import predict  # the step-time predictor; optional here
 
-    return check_positive("predicted step_time", float(predict(model, cluster, strategy, profile=profile).step_time))
+    p = predict(model, cluster, strategy, profile=profile, level=level)
+    step = check_positive("predicted step_time", float(p.step_time))
+    return step, p.interval[0] / step, p.interval[1] / step, p.interval_regime
 
 
 def plan_training(model, cluster, strategy, steps: int, *, revocation=None, prices=None,
                   provider=None, region=None, step_time_s=None, checkpoint_bytes=None,
-                  interval_s=None, trials=10000, seed=0, profile=None) -> pd.DataFrame:
+                  interval_s=None, trials=10000, seed=0, profile=None, level=0.9) -> pd.DataFrame:
     """Time and cost to train ``steps`` steps on-demand vs on transient servers.
 
     One row per scenario: ``on-demand``; ``spot sync, Daly interval`` (the
@@ -159,12 +167,17 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
     ``provider``/``region`` select rows (default: GCP, first region listed). ``profile``: the
     profile the step time is predicted with (default: the GPU's bundled one; unused with
     ``step_time_s``).
+
+    ``expected_time_low_s``/``_high_s`` and the cost bounds scale the expected time and cost
+    by the predicted step's interval at ``level`` (first order: revocations, checkpoints and
+    restarts grow with the run's length); NaN with a given ``step_time_s`` (docs/accuracy.md).
     """
     steps = check_int("steps", steps)
     if isinstance(model, str):  # a preset by name; otherwise optional (step time and checkpoint bytes given)
         model = as_model(model)
     gpus, gpw = cluster_workers(cluster)
-    work = steps * _step_time(model, cluster, strategy, step_time_s, profile)
+    step, low_factor, high_factor, regime = _step_interval(model, cluster, strategy, step_time_s, profile, level)
+    work = steps * step
     price_table = _table(prices, load_prices, "prices")
     rows = {g: select_row(price_table, g, provider, region, what="prices") for g in set(gpus)}
     first = rows[gpus[0]]
@@ -203,4 +216,9 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
     frame = pd.DataFrame(out)
     frame["gpu"], frame["workers"] = label, len(gpus)
     frame["provider"], frame["region"] = provider, region
+    frame["expected_time_low_s"] = frame["expected_time_s"] * low_factor
+    frame["expected_time_high_s"] = frame["expected_time_s"] * high_factor
+    frame["expected_cost_low_usd"] = frame["expected_cost_usd"] * low_factor
+    frame["expected_cost_high_usd"] = frame["expected_cost_usd"] * high_factor
+    frame["interval_level"], frame["interval_regime"] = level, regime
     return frame[COLUMNS]

@@ -1,0 +1,228 @@
+"""Prediction intervals with a stated coverage level, from the shipped calibration table.
+
+``perfmodel/data/intervals.json`` holds, per regime, the median log-ratio c of the
+project's own validation rows, r = ln(measured step / predicted step), and the sorted
+nonconformity scores |r - c| (``python -m perfmodel.validate.intervals --write``
+regenerates it; docs/accuracy.md). Split-conformal prediction (Vovk et al. 2005;
+Lei et al. 2018, JASA 113:1094, §2.2): with n calibration scores, the
+⌈(n+1)·level⌉-th smallest, q, gives the interval [step·e^(c-q), step·e^(c+q)],
+which holds a new step of the same regime with probability ≥ level when rows are
+exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime the table has no rows for, or too few
+for the level, gets twice the widest calibrated half-width, labelled "uncalibrated".
+
+Only json and numpy are needed here: predict reads the table once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel.core.errors import InvalidInputError
+
+TABLE_PATH = Path(__file__).resolve().parent / "data" / "intervals.json"
+DEFAULT_LEVEL = 0.9
+# a step is "communication-heavy" from this share of exposed communication and pipeline bubble on
+COMM_SHARE = 0.2
+# a step is host-bound from this share of exposed eager launch overhead on (no validation row is)
+HOST_SHARE = 0.25
+# shapes the calibration range is checked on (transformer fields)
+SHAPE_FIELDS = ("hidden", "seq")
+UNCALIBRATED = "uncalibrated"
+TABLE_SCHEMA = 2  # raise when the table's keys change
+EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
+               "fallback_floor": math.log(2.0)}  # no data at all: [step / 4, 4 x step] (2 x ln 2)
+FALLBACK_FACTOR = 2.0  # no data: twice the widest half-width measured in any calibrated regime
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Bounds of the step time (seconds), the coverage level they are stated at, and the regime."""
+
+    low: object
+    high: object
+    level: float
+    regime: object
+
+
+def check_level(level) -> float:
+    """``level`` as a float in (0, 1), or a clear error."""
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise InvalidInputError(f"'level' must be a coverage probability strictly between 0 and 1 "
+                                f"(e.g. 0.9): got {level!r}")
+    return float(level)
+
+
+@cache
+def _shipped() -> dict:
+    """The shipped table; one of another schema (mid-regeneration) reads as empty: every regime uncalibrated."""
+    with open(TABLE_PATH, encoding="utf-8") as f:
+        table = json.load(f)
+    if table.get("schema_version") != TABLE_SCHEMA:
+        warnings.warn(f"{TABLE_PATH.name} is not schema {TABLE_SCHEMA}: every interval is uncalibrated until "
+                      "'python -m perfmodel.validate.intervals --write' rewrites it", UserWarning, stacklevel=2)
+        return EMPTY_TABLE
+    return table
+
+
+def calibration_table() -> dict:
+    """The shipped calibration table (a copy: callers may not change the one predict uses)."""
+    return json.loads(json.dumps(_shipped()))
+
+
+def stack_key(framework: str, attention: str, precision: str) -> str:
+    """The software stack a step runs on (its kernel list), as the table names validated stacks.
+
+    Sharding (ZeRO, FSDP) is not part of it: it changes the collectives, which the
+    communication share of the regime accounts for, not the kernels.
+    """
+    return "/".join([framework, attention] + (["fp8"] if str(precision).startswith("fp8") else []))
+
+
+def profile_kind(profile) -> str:
+    """"datasheet" for a profile scaled from another GPU's by datasheet figures, else "measured"."""
+    return "datasheet" if "derived_from" in profile.meta else "measured"
+
+
+def cell(kind: str, share):
+    """The calibrated cell of a step: profile kind and whether communication is a large share."""
+    return np.where(np.asarray(share) >= COMM_SHARE, f"{kind}/high-comm", f"{kind}/low-comm")
+
+
+def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
+    """Why a configuration lies outside every calibrated regime (None when it does not)."""
+    if profile_gpu != cluster_gpu:
+        return f"profile of {profile_gpu} used for {cluster_gpu}"
+    if kind == "datasheet" and cluster_gpu not in table["datasheet_gpus"]:
+        # datasheet scaling is as good as the GPU's datasheet ratios: checked per GPU
+        return f"datasheet profile of {cluster_gpu} never checked against measurements"
+    if stack not in table["validated_stacks"]:
+        return f"stack {stack} not validated"
+    for name in SHAPE_FIELDS:
+        value = getattr(model, name, None)
+        if value is None:
+            return f"workload without '{name}' (not a transformer)"
+        lo, hi = table["shape_range"].get(name, (math.inf, -math.inf))
+        if not lo <= value <= hi:
+            return f"{name}={value} outside calibrated {lo}-{hi}"
+    return None
+
+
+def half_width(scores, level: float) -> float:
+    """Split-conformal log half-width of sorted ``scores`` at ``level``; NaN with too few scores."""
+    k = math.ceil((len(scores) + 1) * level)
+    return float(scores[k - 1]) if 1 <= k <= len(scores) else math.nan
+
+
+def fallback_half_width(table: dict, level: float) -> float:
+    """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated one."""
+    widths = [half_width(r["scores"], level) if not math.isnan(half_width(r["scores"], level)) else r["scores"][-1]
+              for r in table["regimes"].values() if r["scores"]]
+    return FALLBACK_FACTOR * (max(widths) if widths else table["fallback_floor"])
+
+
+def regimes(kind: str, share, host_share, reason) -> np.ndarray:
+    """The regime name of each step (arrays of shares broadcast)."""
+    names = cell(kind, share).astype(object)
+    if reason is not None:
+        names[...] = f"{UNCALIBRATED}: {reason}"
+        return names
+    host = np.broadcast_to(np.asarray(host_share) >= HOST_SHARE, names.shape)
+    names[host] = f"{UNCALIBRATED}: host-bound"
+    return names
+
+
+def _one_regime(kind: str, share: float, host_share: float, reason) -> str:
+    """:func:`regimes` of one step."""
+    if reason is not None:
+        return f"{UNCALIBRATED}: {reason}"
+    if host_share >= HOST_SHARE:
+        return f"{UNCALIBRATED}: host-bound"
+    return f"{kind}/high-comm" if share >= COMM_SHARE else f"{kind}/low-comm"
+
+
+def log_interval(table: dict, names: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(centre, half-width) in log space of each regime name; regimes with too few rows fall back
+    to no centre shift and the fallback half-width."""
+    centre, width = np.zeros(names.shape), np.empty(names.shape)
+    for name in set(names.ravel().tolist()):
+        mask = names == name
+        centre[mask], width[mask] = regime_log_interval(table, name, level)
+    return centre, width
+
+
+def regime_log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
+    """(centre, half-width) in log space of one regime."""
+    if table is _shipped():  # predict's case: a few regimes and levels, looked up once each
+        return _shipped_log_interval(name, level)
+    fallback = fallback_half_width(table, level)
+    w = regime_width(table, name, level, fallback)
+    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
+
+
+@cache
+def _shipped_log_interval(name: str, level: float) -> tuple[float, float]:
+    table = _shipped()
+    fallback = fallback_half_width(table, level)
+    w = regime_width(table, name, level, fallback)
+    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
+
+
+def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
+    """One regime's log half-width. A datasheet profile is the measured fits rescaled, so it inherits
+    their error: its width is at least the measured regime's of the same communication share."""
+    entry = table["regimes"].get(name)
+    q = half_width(entry["scores"], level) if entry else math.nan
+    if math.isnan(q):
+        return fallback
+    twin = table["regimes"].get(name.replace("datasheet/", "measured/")) if name.startswith("datasheet/") else None
+    twin_q = half_width(twin["scores"], level) if twin else math.nan
+    return q if math.isnan(twin_q) else max(q, twin_q)
+
+
+_SHARE_KEYS = ("tp_comm", "dp_comm", "p2p", "pipeline_bubble", "host_overhead")
+
+
+def shares(step, breakdown: dict):
+    """(communication + bubble share, host-overhead share) of each step: what picks the regime."""
+    step = np.maximum(np.asarray(step, dtype=float), 1e-300)
+    exposed = sum(np.asarray(breakdown[k], dtype=float) for k in _SHARE_KEYS[:-1])
+    return exposed / step, np.asarray(breakdown["host_overhead"], dtype=float) / step
+
+
+def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, attention: str, precision: str,
+           level: float = DEFAULT_LEVEL, table: dict | None = None) -> Interval:
+    """The interval of ``step`` (a number or an array, with ``breakdown`` of the same shape)."""
+    level = check_level(level)
+    table = table or _shipped()
+    kind = profile_kind(profile)
+    reason = uncalibrated_reason(table, kind=kind, stack=stack_key(framework, attention, precision),
+                                 model=model, profile_gpu=profile.gpu, cluster_gpu=cluster.gpu.name)
+    if isinstance(step, float) and all(isinstance(breakdown[k], float) for k in _SHARE_KEYS):  # one prediction
+        step = max(step, 1e-300)
+        share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
+        name = _one_regime(kind, share, breakdown["host_overhead"] / step, reason)
+        c, w = regime_log_interval(table, name, level)
+        return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
+    step = np.asarray(step, dtype=float)
+    share, host = shares(step, breakdown)
+    names = regimes(kind, np.broadcast_to(share, np.broadcast(share, host).shape), host, reason)
+    c, w = log_interval(table, names, level)
+    low, high = step * np.exp(c - w), step * np.exp(c + w)
+    if step.ndim == 0:
+        return Interval(float(low), float(high), level, str(names.item()))
+    return Interval(low, high, level, names)
+
+
+def uncalibrated_bounds(seconds, level: float = DEFAULT_LEVEL, table: dict | None = None):
+    """(low, high) of a time no validation row checks (a formula outside the calibrated regimes):
+    the fallback half-width at ``level`` around it."""
+    w = fallback_half_width(table or _shipped(), check_level(level))
+    seconds = np.asarray(seconds, dtype=float)
+    return seconds * np.exp(-w), seconds * np.exp(w)

@@ -1,0 +1,89 @@
+"""The published large training runs bundled in ``perfmodel/data/published_runs.csv``, as cases to predict.
+
+    from perfmodel.validate.published import read_published
+    cases = read_published()          # one Case per row, metric step_time_s
+
+Each row names its source (``perfmodel/data/published_runs.md``). A row that gives
+TFLOP/s per GPU instead of an iteration time is turned back into a step time with
+the FLOP formula its authors used (``flops_formula``), so the measured quantity is
+always a step time.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from pathlib import Path
+
+from perfmodel.core.checks import read_text_file
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.validate.measured import Case
+
+PUBLISHED_CSV = Path(__file__).resolve().parent.parent / "data" / "published_runs.csv"
+
+
+def _yes(text: str) -> bool:
+    return text.strip().lower() == "true"
+
+
+def model_of(r: dict):
+    """The transformer of one published row."""
+    from perfmodel.workload.model import transformer
+
+    return transformer(int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq"]), int(r["vocab"]),
+                       kv_heads=int(r["kv_heads"]), ffn_hidden=int(r["ffn_hidden"]), activation=r["activation"],
+                       norm=r["norm"], bias=_yes(r["bias"]), tied_embeddings=_yes(r["tied"]),
+                       position=r["position"], name=r["name"])
+
+
+def cluster_of(r: dict):
+    """The cluster of one published row (its NICs where the site's differ from the preset's)."""
+    from perfmodel.hardware import cluster, load_link
+
+    c = cluster(r["node"], nodes=int(r["nodes"]))
+    if r["nic"]:  # a site whose NICs differ from the preset's
+        node = dataclasses.replace(c.node, nic=load_link(r["nic"]), nics_per_node=int(r["nics_per_node"]))
+        c = dataclasses.replace(c, node=node)
+    return c
+
+
+def strategy_of(r: dict):
+    """The strategy of one published row."""
+    from perfmodel.parallel.strategy import Strategy
+
+    stages = tuple(int(x) for x in r["stage_layers"].split()) if r["stage_layers"] else None
+    return Strategy(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), micro_batch=int(r["micro_batch"]),
+                    global_batch=int(r["global_batch"]), zero=int(r["zero"]), fsdp=r["fsdp"] or None,
+                    recompute=r["recompute"], precision=r["precision"], schedule=r["schedule"],
+                    virtual_stages=int(r["virtual_stages"]), sequence_parallel=_yes(r["sequence_parallel"]),
+                    stage_layers=stages, framework=r["framework"], attention=r["attention"],
+                    tp_overlap=_yes(r["tp_overlap"]), dp_overlap=_yes(r["dp_overlap"]), cp=int(r["cp"] or 1))
+
+
+def formula_flops(r: dict, m) -> float:
+    """FLOPs of one step by the row's published convention."""
+    b, s, n_layers, h, v = int(r["global_batch"]), m.seq, m.layers, m.hidden, m.vocab
+    kind = r["flops_formula"]
+    if kind == "narayanan":      # Narayanan et al. 2021 eq. 3: full recompute, 4 passes
+        return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
+    if kind == "korthikanti-model":  # Korthikanti et al. 2022 §6: model FLOPs (MFU), 3 passes
+        return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
+    if kind == "model-6n":       # 6 × GEMM parameters (LM head included) + attention 12·l·s·h per token
+        gemm = n_layers * (h * m.qkv_out + h * h + h * m.mlp_in_out + m.ffn_hidden * h) + v * h
+        return 6 * b * s * gemm + 12 * n_layers * s * h * b * s
+    raise InvalidInputError(f"'flops_formula' of {r['name']!r} must be one of narayanan, korthikanti-model, "
+                            f"model-6n: got {kind!r}")
+
+
+def read_published(path: str | Path = PUBLISHED_CSV) -> list[Case]:
+    """Every row of the published-runs table as a Case measuring ``step_time_s``."""
+    text = read_text_file(Path(path), field="published", expect="the published-runs CSV")
+    cases = []
+    for line, r in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):
+        m, c, s = model_of(r), cluster_of(r), strategy_of(r)
+        step = (float(r["published_step_s"]) if r["published_step_s"]
+                else formula_flops(r, m) / (float(r["published_tflops_per_gpu"]) * 1e12 * c.n_gpus))
+        cases.append(Case(line=line, label=r["name"], model=m, cluster=c, strategy=s, metric="step_time_s",
+                          measured=step, source=f"published_runs.csv ({r['certainty']}): {r['source']}"))
+    return cases

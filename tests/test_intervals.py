@@ -1,0 +1,207 @@
+"""Prediction intervals: stated level, coverage on held-back validation rows, regimes, propagation, ties.
+
+The rows are the project's own validation sets (perfmodel.validate.intervals); coverage is
+measured on configurations held back from the calibration of each split (docs/accuracy.md).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel import interval as iv
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.explore.search import strategy_of
+from perfmodel.explore.ties import mark_ties, tie_line
+from perfmodel.validate import intervals as cal
+from perfmodel.validate.loop import results_table, summarize, validate_measured
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "measured_sample.csv"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return cal.scored_rows()
+
+
+def test_every_validation_source_is_scored_once(rows):
+    counts = {}
+    for r in rows:
+        counts[r.source] = counts.get(r.source, 0) + 1
+    # measured_sample.csv repeats train_dev.jsonl and published_runs.csv rows: none are counted twice
+    assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45}
+    assert all(math.isfinite(r.log_ratio) for r in rows)
+
+
+@pytest.mark.parametrize("level", [0.5, 0.8, 0.9])
+def test_held_back_coverage_is_near_the_stated_level(rows, level):
+    h = cal.held_back(rows, level=level, splits=60)
+    # split conformal: at least the level in expectation, at most level + 1/(n+1) (n ~ 10 per regime here)
+    assert level - 0.03 <= h["coverage"] <= level + 0.08, h
+    for name, r in h["per_regime"].items():
+        if name != iv.UNCALIBRATED:
+            assert r["coverage"] >= level - 0.08, (name, r)
+
+
+def test_held_back_split_never_calibrates_on_the_rows_it_checks(rows, monkeypatch):
+    seen = []
+    real = cal.build_table
+
+    def spy(cal_rows):
+        seen.append({r.group for r in cal_rows})
+        return real(cal_rows)
+
+    monkeypatch.setattr(cal, "build_table", spy)
+    checked = []
+    real_width = cal.regime_and_width
+    monkeypatch.setattr(cal, "regime_and_width", lambda t, r, lv: (checked.append((len(seen), r.group)),
+                                                                  real_width(t, r, lv))[1])
+    cal.held_back(rows, splits=3)
+    assert len(seen) == 3 and checked
+    assert all(group not in seen[split - 1] for split, group in checked)
+
+
+def test_shipped_table_is_what_the_generator_builds(rows):
+    shipped, fresh = iv.calibration_table(), cal.build_table(rows)
+    assert shipped["command"] == "python -m perfmodel.validate.intervals --write"
+    assert shipped["validated_stacks"] == fresh["validated_stacks"]
+    assert shipped["shape_range"] == fresh["shape_range"] and shipped["datasheet_gpus"] == fresh["datasheet_gpus"]
+    for name, entry in fresh["regimes"].items():  # a cost-model change shifts scores: rerun the command
+        assert shipped["regimes"][name]["n"] == entry["n"]
+        assert iv.half_width(shipped["regimes"][name]["scores"], 0.9) == pytest.approx(
+            iv.half_width(entry["scores"], 0.9), abs=0.03)
+    assert shipped["held_back"]["coverage"] >= 0.87
+
+
+def test_default_interval_is_ninety_percent_and_level_changes_it():
+    s = pm.Strategy(micro_batch=8)
+    p90, p50 = pm.predict("gpt2-small", "h200", s), pm.predict("gpt2-small", "h200", s, level=0.5)
+    assert p90.interval_level == 0.9 and p50.interval_level == 0.5
+    assert p90.interval_regime == p50.interval_regime == "measured/low-comm"
+    assert p90.interval[0] < p50.interval[0] < p50.step_time < p50.interval[1] < p90.interval[1]
+    assert p90.to_dict()["interval_regime"] == "measured/low-comm"
+    entry = iv.calibration_table()["regimes"]["measured/low-comm"]
+    k = math.ceil((len(entry["scores"]) + 1) * 0.9)  # the conformal order statistic, by hand
+    c, q = entry["centre"], entry["scores"][k - 1]
+    assert p90.interval == pytest.approx((p90.step_time * math.exp(c - q), p90.step_time * math.exp(c + q)))
+
+
+@pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, True, "0.9", float("nan")])
+def test_a_level_outside_zero_one_is_refused(level):
+    with pytest.raises(InvalidInputError, match=r"'level' must be a coverage probability strictly between 0 and 1"):
+        pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=8), level=level)
+
+
+def _rel(p):  # log half-width: the conformal quantile
+    return math.log(p.interval[1] / p.interval[0]) / 2
+
+
+def test_intervals_widen_for_datasheet_profiles_and_unvalidated_stacks():
+    s = pm.Strategy(micro_batch=8)
+    measured = pm.predict("gpt2-small", "h200", s)
+    unchecked = pm.predict("gpt2-small", "l4", s)  # a datasheet profile no measured row has checked
+    assert unchecked.interval_regime == "uncalibrated: datasheet profile of l4 never checked against measurements"
+    a100 = pm.predict("gpt2-small", "a100-sxm4-80gb", s)  # a datasheet profile with validation rows
+    assert a100.interval_regime == "datasheet/low-comm"
+    stack = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=8, attention="unfused"))
+    assert stack.interval_regime == "uncalibrated: stack pytorch/unfused not validated"
+    assert _rel(unchecked) > _rel(a100) >= _rel(measured) and _rel(stack) > _rel(measured)
+    assert _rel(stack) == pytest.approx(_rel(unchecked))  # one wide half-width for every regime without data
+
+
+def test_other_regimes_without_data_are_labelled():
+    table = iv.calibration_table()
+    names = iv.regimes("measured", np.array([0.0, 0.5, 0.0]), np.array([0.0, 0.0, 0.6]), None)
+    assert names.tolist() == ["measured/low-comm", "measured/high-comm", "uncalibrated: host-bound"]
+    c, w = iv.log_interval(table, names, 0.9)
+    assert w[1] == w[2] == pytest.approx(iv.fallback_half_width(table, 0.9)) and w[0] < w[1]
+    assert c[1] == c[2] == 0.0 and c[0] == table["regimes"]["measured/low-comm"]["centre"]
+    big = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=1)).interval_regime
+    assert big == "measured/low-comm"
+    long = pm.transformer(layers=2, hidden=512, heads=8, seq=256, vocab=1024)
+    assert pm.predict(long, "h200", pm.Strategy(micro_batch=4)).interval_regime == (
+        "uncalibrated: hidden=512 outside calibrated 768-25600")
+    assert iv.fallback_half_width(iv.EMPTY_TABLE, 0.9) == pytest.approx(2 * math.log(2))
+
+
+def test_a_table_of_another_schema_reads_as_uncalibrated(tmp_path, monkeypatch):
+    old = tmp_path / "intervals.json"
+    old.write_text('{"schema_version": 1, "regimes": {}}')
+    monkeypatch.setattr(iv, "TABLE_PATH", old)
+    iv._shipped.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="python -m perfmodel.validate.intervals --write"):
+            p = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=8))
+        assert p.interval_regime == "uncalibrated: stack pytorch/flash not validated"
+        assert p.interval == pytest.approx((p.step_time / 4, p.step_time * 4))
+    finally:
+        iv._shipped.cache_clear()
+
+
+def test_sweep_compare_and_search_rows_carry_intervals_and_ties():
+    c = pm.compare("gpt2-small", "h200", {"a": "mb=8", "b": "mb=8", "c": "mb=1,gb=8"})
+    assert (c["step_time_low"] < c["step_time"]).all() and (c["step_time"] < c["step_time_high"]).all()
+    assert c["tie"].tolist()[:2] == [True, True] and c.attrs["ties"] >= 2
+    sw = pm.sweep("gpt2-small", "micro_batch", [4, 8], cluster="h200")
+    assert {"step_time_low", "step_time_high", "interval_level", "interval_regime"} <= set(sw.columns)
+    df = pm.search("gpt2-small", "dgx-a100-80gb", 64, top_k=4)
+    assert (df["step_time_low"] <= df["step_time"]).all() and (df["step_time"] <= df["step_time_high"]).all()
+    assert df["tie"].iloc[0] and df.attrs["ties"] == int(df["tie"].sum())
+    one = pm.predict("gpt2-small", "dgx-a100-80gb", strategy_of(df.iloc[0]))  # search and predict agree
+    assert one.interval == pytest.approx((df["step_time_low"].iloc[0], df["step_time_high"].iloc[0]))
+
+
+def test_ties_by_hand():
+    df = pd.DataFrame({"label": ["a", "b", "c"], "tokens_per_second": [100.0, 90.0, 50.0],
+                       "step_time": [1.0, 1.0, 1.0], "step_time_low": [0.95, 0.9, 0.9],
+                       "step_time_high": [1.05, 1.1, 1.1], "interval_level": [0.9] * 3})
+    # tokens/s bounds: a 95.2-105.3, b 81.8-100, c 45.5-55.6: b overlaps a, c does not
+    out = mark_ties(df, 0, "tokens_per_second")
+    assert out["tie"].tolist() == [True, True, False] and out.attrs["ties"] == 2
+    assert tie_line(out, ["a", "b"]).startswith("tie: 2 candidates' 90% intervals overlap the best's")
+    alone = mark_ties(df.assign(step_time_low=1.0, step_time_high=1.0), 0, "tokens_per_second")
+    assert alone.attrs["ties"] == 1 and "clear winner" in tie_line(alone, ["a"])
+    memory = mark_ties(df.assign(peak_memory=1.0), 0, "peak_memory")  # no interval for memory: no tie claimed
+    assert not memory["tie"].any() and memory.attrs["ties"] is None
+    assert tie_line(memory, []) == "peak_memory has no interval: ties not assessed"
+
+
+def test_heterogeneous_and_transient_plans_carry_bounds():
+    from perfmodel.analysis.hetero import predict_mixed
+
+    mixed = predict_mixed("gpt2-small", {"a100-sxm4-80gb": 2, "h200": 1}, level=0.8)
+    assert (mixed["step_time_low_s"] < mixed["step_time_s"]).all()
+    assert (mixed["step_time_s"] < mixed["step_time_high_s"]).all()
+    assert mixed["interval_regime"].str.endswith("exchange uncalibrated").all()
+    plan = pm.plan_training("llama-3-8b", pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=8, micro_batch=1), 1000,
+                            trials=200)
+    assert (plan["expected_time_low_s"] < plan["expected_time_s"]).all()
+    assert (plan["expected_cost_usd"] < plan["expected_cost_high_usd"]).all()
+    given = pm.plan_training("llama-3-8b", pm.cluster("dgx-a100-80gb"), pm.Strategy(dp=8), 1000, step_time_s=1.0,
+                             trials=200)
+    assert given["expected_time_low_s"].isna().all() and (given["interval_regime"] == "step time given").all()
+
+
+def test_validate_reports_coverage_per_regime():
+    results, _ = validate_measured(SAMPLE)
+    by = summarize(results)["coverage_by_regime"]
+    assert set(by) == {"measured/low-comm", "datasheet/low-comm", "datasheet/high-comm"}
+    assert sum(r["rows"] for r in by.values()) == len(results) == 30
+    text = results_table(results)
+    assert "(stated level 90%)" in text and "datasheet/high-comm" in text
+
+
+def test_cli_prints_level_regime_and_ties(capsys):
+    from perfmodel.cli import main
+
+    assert main(["predict", "--model", "gpt2-small", "--gpu", "h200", "--micro-batch", "8", "--level", "0.8"]) == 0
+    assert ", 80%, measured/low-comm)" in capsys.readouterr().out
+    assert main(["compare", "--model", "gpt2-small", "--gpu", "h200", "--strategies", "mb=8", "mb=8,gb=16"]) == 0
+    assert "tie: 2 candidates' 90% intervals overlap the best's" in capsys.readouterr().out
+    assert main(["search", "--model", "gpt2-small", "--gpu", "h200", "--global-batch", "16", "--top-k", "2"]) == 0
+    assert "the model cannot rank them: rank 1, rank 2" in capsys.readouterr().out
