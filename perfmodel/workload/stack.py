@@ -14,8 +14,8 @@ import numpy as np
 from perfmodel.core.checks import check_choice
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
-
-FRAMEWORKS = ("pytorch", "megatron")
+from perfmodel.workload.stacks import FRAMEWORKS, stack  # noqa: F401 (FRAMEWORKS re-exported)
+from perfmodel.workload.stacks.float8 import torchao_float8
 ATTENTIONS = ("flash", "unfused")
 _RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
 
@@ -78,15 +78,18 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash")
     per-micro-batch weight and input casts disappear, and layer norms and residual
     adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``.
-    ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``.
+    ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``;
+    ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
+    ``param_dtype=bf16``), ``torchtitan`` under ``fp8-mixed``: ``torchao_float8``.
     """
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
     mixed = steps.is_mixed(precision)
     low = steps.gemm_dtype(precision) if mixed else "fp32"
     out = []
+    weights16 = stack(framework).weights16
     for k in kernels:
-        if framework == "megatron" and mixed:
+        if weights16 and mixed:
             if k.autocast:
                 continue
             if k.cls in _RESIDUAL_STREAM and k.dtype == "fp32":
@@ -96,6 +99,9 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash")
             continue
         if framework == "megatron" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
             out.extend(transformer_engine_fp8(k))
+            continue
+        if framework == "torchtitan" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
+            out.extend(torchao_float8(k))
             continue
         out.append(k)
     return out
