@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from perfmodel.costs import memory as mem
+from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.core.errors import PerfModelError
@@ -199,7 +199,7 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
     """
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
-             "attention": c.get("attention", "flash")}
+             "attention": c.get("attention", "flash"), "compiled": bool(c.get("compile", False))}
     multiple = _vocab_multiple(stack["framework"])
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, ep=ep))
@@ -218,6 +218,7 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     out["layer_attn_flops_f"] = sum(k.flops * np.asarray(k.count, float) for k in lf
                                     if k.cls == "sdpa" or k.name.startswith("attn.sdpa."))
     out["layer_flops_b"] = _flops(lb)
+    out["layer_recompute_flops"] = sum(k.flops * np.asarray(k.count, float) for k in lb if ".recompute" in k.name)
     out["head_flops"] = _flops(hf + hb)
     return out
 
@@ -232,7 +233,8 @@ def step_flops(model, out, recompute):
     selective, Korthikanti et al. 2022 §5). Model FLOPs (no recompute) give MFU.
     """
     fwd = np.asarray(out["layer_flops_f"], float)
-    recomputed = {"none": 0.0, "full": fwd, "selective": np.asarray(out["layer_attn_flops_f"], float)}[recompute]
+    recomputed = {"none": 0.0, "full": fwd, "selective": np.asarray(out["layer_attn_flops_f"], float)}.get(
+        recompute, out.get("layer_recompute_flops", 0.0))  # selective-op, every-k: the repeated kernels' FLOPs
     model_flops = model.layers * 3.0 * fwd + out["head_flops"]
     return model_flops, model_flops + model.layers * recomputed
 
@@ -426,6 +428,8 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
     nb = dtype_bytes(precision, framework)
     lo = nb["lo"]
     kw = {"framework": framework} if framework != "pytorch" else {}
+    if c.get("compile", False):
+        kw["compiled"] = True
     act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute=recompute, **kw)
     if c.get("attention", "flash") == "unfused" and recompute == "none":
         # softmax output, dropout mask and output over b·heads·s² (Korthikanti et al. 2022, eq. 1: 5as²b)
@@ -433,12 +437,13 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
     full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
-    loss = 12.0 * logits                        # log-softmax output, its gradient and the result, fp32
-    loss_fwd = (10.0 if lo == 2.0 else 8.0) * logits  # (bf16 logits +) fp32 cast + log-softmax output
+    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(bool(c.get("compile", False)), lo)
+    loss = per_logit * logits                   # eager: log-softmax output, its gradient and the result, fp32
+    loss_fwd = per_logit_fwd * logits           # eager: (bf16 logits +) fp32 cast + log-softmax output
     # autocast caches each cast weight until its context exits (all layers during the forward);
     # under full recomputation autograd saves only the head's, and a recomputed layer casts again
     per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]
-    recompute_full = recompute == "full"
+    recompute_full = recompute == "full" or recompute == "selective-op" or recompute.startswith("every-")
     rpn, _ = lay["dp"]
     shard_ranks = np.where(c["hybrid"], rpn, c["dp"])
     tied_copy = p["embed"] if getattr(model, "tied_embeddings", False) else 0.0  # Megatron keeps it on the last stage
@@ -458,14 +463,18 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
                                                       bucket=c["bucket"], lo=lo, prefetch=PREFETCH_UNITS,
                                                       grad_bytes=nb["grad"], framework=framework,
                                                       fsdp=c.get("fsdp", False))
+        terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
+                                                head=np.where(st["head"], p["head"], 0.0) / tp,
+                                                embed=np.where(st["embed"], p["embed"], 0.0) / tp)
         acts = tokens * act_layer * st["layers"] * in_flight(c, st["index"])
         acts = acts + np.where(st["head"], final, 0.0) + np.where(st["embed"], tokens * 4.0 * model.hidden, 0.0)
         loss_here = np.where(st["head"], loss, 0.0)
         cache = terms["weight_copies"]
         transient = 0.0
-        if recompute_full:
+        if recompute == "full":
             terms["weight_copies"] = np.where(np.asarray(c["zero"]) >= 3, 0.0,
                                               per_copy * np.where(st["head"], p["gemm_head"], 0.0) / tp)
+        if recompute_full:  # full, selective-op, every-k: one block's forward is rebuilt in backward
             transient = np.where(st["layers"] > 0, tokens * full_layer + per_copy * p["gemm_layer"] / tp, 0.0)
         peak, terms = mem.peak_terms(terms, acts, loss_here, c["m"] > 1, cache=cache,
                                      loss_forward=np.where(st["head"], loss_fwd, 0.0), transient=transient)

@@ -19,7 +19,9 @@ from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.placement import ORDERS
 from perfmodel.core.checks import check_choice, check_divides, check_int, check_positive, divisors
-from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE
+from perfmodel.workload.kernels import PRECISIONS
+from perfmodel.workload.stacks import check_stack_options, stack
+from perfmodel.workload.stacks.checkpointing import check_recompute
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -53,7 +55,7 @@ class Strategy:
     micro_batch: int = 8
     global_batch: int | None = None     # None: dp × micro_batch (no gradient accumulation)
     zero: int = 0
-    recompute: str = "none"
+    recompute: str | None = None       # None: the framework's default (workload/stacks: "none"; torchtitan "every-2")
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
     schedule: str = "1f1b"
@@ -78,6 +80,8 @@ class Strategy:
     # expert parallelism (Megatron-Core --expert-model-parallel-size): a MoE layer's experts split
     # over ep of the data-parallel ranks, tokens exchanged by all-to-all
     ep: int = 1
+    # torch.compile of each block (Inductor fuses memory-bound chains; docs/stacks.md)
+    compile: bool = False
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
@@ -91,7 +95,9 @@ class Strategy:
         if check_positive("bucket_mb", self.bucket_mb) < MIN_BUCKET_MB:
             raise InvalidInputError(f"'bucket_mb' must be >= {MIN_BUCKET_MB} (1 KB; each bucket is one collective "
                                     f"call, so smaller ones only add launches): got {self.bucket_mb!r}")
-        check_choice("recompute", self.recompute, RECOMPUTE)
+        check_choice("framework", self.framework, FRAMEWORKS)
+        self._stack_defaults()
+        check_recompute(self.recompute)
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("schedule", self.schedule, SCHEDULES)
@@ -103,10 +109,22 @@ class Strategy:
             object.__setattr__(self, "stage_layers", parse_stage_layers(self.stage_layers))
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", self._checked_stage_layers())
-        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap"):
+        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap", "compile"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         self._check_combinations()
+        check_stack_options(self.framework, recompute=self.recompute, compile=self.compile)
+
+    def _stack_defaults(self):
+        """Options left unset take the framework's defaults (``perfmodel.workload.stacks``)."""
+        st = stack(self.framework)
+        if self.recompute is None:
+            object.__setattr__(self, "recompute", st.default_recompute)
+        if st.default_fsdp and self.fsdp is None and self.zero == 0 and not self.ps_servers:
+            object.__setattr__(self, "fsdp", st.default_fsdp)
+        if st.sharding in ("fsdp1", "fsdp2") and self.zero not in (0, 3):
+            raise InvalidInputError(f"framework={self.framework!r} shards with FSDP ('fsdp'='full' or 'hybrid'): "
+                                    f"'zero' must be 0 or 3 with it: got {self.zero}")
 
     def _check_combinations(self):
         if self.ps_servers and (self.zero or self.fsdp):
@@ -182,7 +200,8 @@ class Strategy:
         parts = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value != f.default or f.name in ("dp", "tp", "pp", "micro_batch"):
+            if value != f.default and not (f.name == "recompute" and value == "none") \
+                    or f.name in ("dp", "tp", "pp", "micro_batch"):
                 parts.append(f"{f.name}={value!r}")
         return "Strategy(" + ", ".join(parts) + ")"
 

@@ -15,6 +15,7 @@ from perfmodel.core.checks import check_choice
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
 from perfmodel.workload.stacks import FRAMEWORKS, stack  # noqa: F401 (FRAMEWORKS re-exported)
+from perfmodel.workload.stacks.compile import fuse_memory_bound
 from perfmodel.workload.stacks.float8 import torchao_float8
 ATTENTIONS = ("flash", "unfused")
 _RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
@@ -70,7 +71,7 @@ def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
     return [cast, k]
 
 
-def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash"):
+def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
@@ -79,6 +80,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash")
     adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``.
     ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``;
+    ``compiled``: Inductor's fused groups (``perfmodel.workload.stacks.compile``);
     ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
     ``param_dtype=bf16``), ``torchtitan`` under ``fp8-mixed``: ``torchao_float8``.
     """
@@ -104,4 +106,4 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash")
             out.extend(torchao_float8(k))
             continue
         out.append(k)
-    return out
+    return fuse_memory_bound(out) if compiled else out
