@@ -437,9 +437,11 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
     full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
-    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(bool(c.get("compile", False)), lo)
-    loss = per_logit * logits                   # eager: log-softmax output, its gradient and the result, fp32
-    loss_fwd = per_logit_fwd * logits           # eager: (bf16 logits +) fp32 cast + log-softmax output
+    loss_kind = c.get("loss", "eager")
+    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(loss_kind, lo)
+    chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if loss_kind == "chunked" else 0.0
+    loss = per_logit * logits + chunked         # eager: log-softmax output, its gradient and the result, fp32
+    loss_fwd = per_logit_fwd * logits + chunked  # eager: (bf16 logits +) fp32 cast + log-softmax output
     # autocast caches each cast weight until its context exits (all layers during the forward);
     # under full recomputation autograd saves only the head's, and a recomputed layer casts again
     per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]

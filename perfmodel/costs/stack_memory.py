@@ -68,7 +68,7 @@ def op_sac_layer_bytes(model, *, tp=1, sp=False, lo=2.0):
     return block_in + wq + wv + w1 + w2 + sdpa
 
 
-def loss_bytes_per_logit(compiled: bool, lo: float = 2.0) -> tuple[float, float]:
+def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, float]:
     """(backward, forward) bytes per logit alive in the cross-entropy.
 
     Eager: ``F.cross_entropy(logits.float())`` holds the fp32 log-softmax output, its gradient
@@ -76,8 +76,11 @@ def loss_bytes_per_logit(compiled: bool, lo: float = 2.0) -> tuple[float, float]
     output in forward (10 B). Compiled (torchtitan compiles the loss, ``compile.components``
     holds "loss"): Inductor fuses the cast, log-softmax and NLL into reductions over the 16-bit
     logits, which it saves, and writes the 16-bit gradient directly: 2 + 2 B backward, 2 B forward.
+    Chunked (``loss="chunked"``, see ``chunked_loss_bytes``): no logits tensor of the whole batch.
     """
-    if compiled:
+    if loss == "chunked":
+        return 0.0, 0.0
+    if loss == "compiled":
         return 2.0 * lo, lo
     return 12.0, 10.0 if lo == 2.0 else 8.0
 
@@ -106,3 +109,14 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
     buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes)
     # one rank: FSDP still casts into unsharded 16-bit parameters, one block at a time
     return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c["dp"], float)}
+
+
+def chunked_loss_bytes(tokens, hidden, lo=2.0):
+    """Bytes a chunked linear + cross-entropy holds (Liger-Kernel ``LigerFusedLinearCrossEntropyFunction``).
+
+    Liger (``liger_kernel/ops/fused_linear_cross_entropy.py``, v0.5) cuts the tokens into
+    chunks of about T·h/V rows, so one chunk's logits (bf16, overwritten in place by their fp32
+    gradient: 2 + 4 B) hold about T·h elements, and accumulates the input gradient (T·h, 16-bit)
+    during forward: (6 + lo) · T · h bytes at most.
+    """
+    return (6.0 + lo) * np.multiply(tokens, hidden)

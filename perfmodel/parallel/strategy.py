@@ -27,6 +27,7 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 PLACEMENTS = ORDERS
 FSDP = (None, "full", "hybrid")
+LOSSES = ("eager", "compiled", "chunked")
 
 
 def parse_stage_layers(text: str) -> tuple[int, ...] | None:
@@ -82,6 +83,9 @@ class Strategy:
     ep: int = 1
     # torch.compile of each block (Inductor fuses memory-bound chains; docs/stacks.md)
     compile: bool = False
+    # cross-entropy: "eager" (fp32 logits whole), "compiled" (Inductor-fused, 16-bit logits saved),
+    # "chunked" (fused linear + cross-entropy over chunks, logits never whole); None: the stack's default
+    loss: str | None = None
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
@@ -120,6 +124,9 @@ class Strategy:
         st = stack(self.framework)
         if self.recompute is None:
             object.__setattr__(self, "recompute", st.default_recompute)
+        if self.loss is None:  # torchtitan compiles the loss with the blocks (compile.components)
+            object.__setattr__(self, "loss", "compiled" if self.compile and st.compiles_loss else "eager")
+        check_choice("loss", self.loss, LOSSES)
         if st.default_fsdp and self.fsdp is None and self.zero == 0 and not self.ps_servers:
             object.__setattr__(self, "fsdp", st.default_fsdp)
         if st.sharding in ("fsdp1", "fsdp2") and self.zero not in (0, 3):
@@ -201,6 +208,7 @@ class Strategy:
         for f in fields(self):
             value = getattr(self, f.name)
             if value != f.default and not (f.name == "recompute" and value == "none") \
+                    and not (f.name == "loss" and value == "eager") \
                     or f.name in ("dp", "tp", "pp", "micro_batch"):
                 parts.append(f"{f.name}={value!r}")
         return "Strategy(" + ", ".join(parts) + ")"

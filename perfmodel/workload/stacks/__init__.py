@@ -28,6 +28,7 @@ class Stack:
     compiles: bool              # torch.compile of the blocks is an option
     rope_saves: bool            # the rotary embedding saves its rotated q and k for backward
     swiglu_saved: int           # f-wide tensors SwiGLU saves (fc2's input included)
+    compiles_loss: bool = False  # compile=True compiles the loss too
 
 
 STACKS = {
@@ -46,7 +47,7 @@ STACKS = {
                         "config/job_config.py; FSDP2 torch/distributed/fsdp/_fully_shard",
                         weights16=True, sharding="fsdp2", default_fsdp="full", reduce_bytes=4.0,
                         default_recompute="every-2", recompute=("none", "full", "selective-op", "every-k"),
-                        compiles=True, rope_saves=False, swiglu_saved=4),
+                        compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True),
     # FSDP1 FullyShardedDataParallel as Hugging Face accelerate and Composer/llm-foundry wrap it:
     # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16), limit_all_gathers
     "fsdp1": Stack("fsdp1", "PyTorch FSDP1 torch/distributed/fsdp/fully_sharded_data_parallel.py, _runtime_utils.py "
