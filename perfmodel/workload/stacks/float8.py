@@ -1,8 +1,9 @@
 """float8 training with torchao as torchtitan runs it: which GEMMs run in fp8, what the casts move.
 
 torchtitan v0.2.2 ``torchtitan/components/quantization/float8.py`` converts every ``nn.Linear``
-but the output layer (``filter_fqns`` holds "output") with torchao ``Float8LinearConfig``; the
-default recipe is tensorwise dynamic scaling (``recipe_name=None``). torchao
+with torchao ``Float8LinearConfig`` but those in ``filter_fqns``, which the Llama 3 recipes set to
+the output layer (``models/llama3/train_configs/llama3_8b.toml``: ``filter_fqns = ["output"]``);
+the default recipe is tensorwise dynamic scaling (``recipe_name=None``). torchao
 ``torchao/float8/float8_linear.py`` (``matmul_with_hp_or_float8_args``): forward casts the input
 and the weight (an amax reduction over the 16-bit tensor, then the scaled cast: 2 + 2 bytes read,
 1 written per element), dgrad casts the output gradient the same way and lays the fp8 weight out
