@@ -41,8 +41,10 @@ def test_options_that_do_not_apply_name_the_stacks_that_take_them():
         pm.Strategy(recompute="selective-op")
     with pytest.raises(UnsupportedError, match=r"recompute='every-2'.*framework='megatron'"):
         pm.Strategy(framework="megatron", recompute="every-2")
-    with pytest.raises(InvalidInputError, match=r"'recompute' must be one of .*every-<k>"):
+    with pytest.raises(InvalidInputError, match=r"'recompute'='every-0': every-<k> needs a whole k >= 1"):
         pm.Strategy(recompute="every-0")
+    with pytest.raises(PerfModelError, match=r"unknown recompute 'some'.*every-<k>"):
+        pm.Strategy(recompute="some")
     with pytest.raises(PerfModelError, match=r"unknown loss 'fast' \(known: chunked, compiled, eager\)"):
         pm.Strategy(loss="fast")
     with pytest.raises(UnsupportedError, match=r"no fp8 support.*'torchtitan' with torchao"):

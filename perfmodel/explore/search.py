@@ -25,7 +25,9 @@ from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, d
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.core.checks import check_choice, check_int, check_positive
 from perfmodel.workload.presets import as_model
-from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype
+from perfmodel.workload import stacks
+from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
+from perfmodel.workload.stacks.checkpointing import check_recompute
 
 # sortable columns: True where larger is better
 SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_per_gpu": True, "mfu": True,
@@ -88,6 +90,11 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
 
 
 def _options(precision, recompute, zero, optimizer, placement, stack):
+    framework = stacks.stack(stack["framework"])
+    if recompute is None:  # the policies the framework has (docs/stacks.md)
+        recompute = framework.searched
+    if framework.sharding in ("fsdp1", "fsdp2"):  # FSDP stacks shard everything: ZeRO-3 only
+        zero = 3
     precision = (precision,) if isinstance(precision, str) else tuple(precision)
     recompute = (recompute,) if isinstance(recompute, str) else tuple(recompute)
     zero = (zero,) if isinstance(zero, int) else tuple(zero)
@@ -95,7 +102,9 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         if not values:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
         for v in values:
-            check_choice(name, v, valid)
+            check_choice(name, v, valid) if name == "precision" else check_recompute(v)
+            if name == "recompute":
+                stacks.check_stack_options(framework.name, recompute=v, compile=stack.get("compile", False))
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
     # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
@@ -163,13 +172,15 @@ def _table(cols: dict, idx: np.ndarray, global_batch: int) -> pd.DataFrame:
 
 def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str | None = None, prices=None,
            profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
-           recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), sequence_parallel=(False, True),
+           recompute=None, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework: str = "pytorch", attention: str = "flash", tp_overlap: bool = False,
-           dp_overlap: bool = True, cp: int = 1, ep: int = 1) -> pd.DataFrame:
+           dp_overlap: bool = True, cp: int = 1, ep: int = 1, compile: bool = False) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
-    ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
+    ``recompute`` defaults to the checkpointing policies the framework has (docs/stacks.md);
+    under an FSDP framework (torchtitan, fsdp1) ``zero`` is 3. ``compile``, ``framework``,
+    ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
     software stack (``pm.Strategy`` fields) and hold for every configuration, as
     do the context-parallel size ``cp`` (dp × tp × pp then fill GPUs / cp) and the
     expert-parallel size ``ep`` (configurations whose dp × cp it does not divide are rejected).
@@ -186,7 +197,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp, "ep": ep})
+                     "cp": cp, "ep": ep, "compile": compile})
     valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
     sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
     if sort_by not in valid:

@@ -200,6 +200,17 @@ class Strategy:
     def batch(self) -> int:
         return self.global_batch or self.dp * self.micro_batch
 
+    def is_default(self, name: str) -> bool:
+        """Whether field ``name`` holds what it would hold if left unset (the framework's default)."""
+        f = next(f for f in fields(self) if f.name == name)
+        value = getattr(self, name)
+        if f.default is not None or name not in ("recompute", "loss", "fsdp"):
+            return value == f.default
+        st = stack(self.framework)
+        unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
+                 "loss": "compiled" if self.compile and st.compiles_loss else "eager"}
+        return value == unset[name]
+
     def replace(self, **changes) -> Strategy:
         return replace(self, **changes)
 
@@ -207,9 +218,7 @@ class Strategy:
         parts = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value != f.default and not (f.name == "recompute" and value == "none") \
-                    and not (f.name == "loss" and value == "eager") \
-                    or f.name in ("dp", "tp", "pp", "micro_batch"):
+            if not self.is_default(f.name) or f.name in ("dp", "tp", "pp", "micro_batch"):
                 parts.append(f"{f.name}={value!r}")
         return "Strategy(" + ", ".join(parts) + ")"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.core.checks import check_choice
+from perfmodel.core.errors import UnsupportedError
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Stack:
     rope_saves: bool            # the rotary embedding saves its rotated q and k for backward
     swiglu_saved: int           # f-wide tensors SwiGLU saves (fc2's input included)
     compiles_loss: bool = False  # compile=True compiles the loss too
+    searched: tuple = ("none", "selective", "full")  # the policies pm.search tries by default
 
 
 STACKS = {
@@ -47,23 +49,22 @@ STACKS = {
                         "config/job_config.py; FSDP2 torch/distributed/fsdp/_fully_shard",
                         weights16=True, sharding="fsdp2", default_fsdp="full", reduce_bytes=4.0,
                         default_recompute="every-2", recompute=("none", "full", "selective-op", "every-k"),
-                        compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True),
+                        compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True,
+                        searched=("none", "full", "selective-op", "every-2")),
     # FSDP1 FullyShardedDataParallel as Hugging Face accelerate and Composer/llm-foundry wrap it:
     # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16), limit_all_gathers
     "fsdp1": Stack("fsdp1", "PyTorch FSDP1 torch/distributed/fsdp/fully_sharded_data_parallel.py, _runtime_utils.py "
                    "(torch 2.4), as accelerate FullyShardedDataParallelPlugin and Composer configure it",
                    weights16=True, sharding="fsdp1", default_fsdp="full", reduce_bytes=4.0,
                    default_recompute="none", recompute=("none", "full", "every-k"),
-                   compiles=True, rope_saves=False, swiglu_saved=4),
+                   compiles=True, rope_saves=False, swiglu_saved=4, searched=("none", "full")),
 }
 FRAMEWORKS = tuple(STACKS)
 
 
 def stack(name: str) -> Stack:
     """The record of framework ``name``; unknown names list the known ones."""
-    if name not in STACKS:
-        raise InvalidInputError(f"'framework' must be one of {', '.join(FRAMEWORKS)}: got {name!r}")
-    return STACKS[name]
+    return STACKS[check_choice("framework", name, FRAMEWORKS)]
 
 
 def takes(option: str) -> list[str]:

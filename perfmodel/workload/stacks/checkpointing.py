@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError, unknown_name
 
 POLICIES = ("none", "selective", "full", "selective-op")
 EVERY_PREFIX = "every-"
@@ -37,8 +37,10 @@ def check_recompute(recompute) -> str:
     """Return ``recompute`` if it names a policy; else say which ones exist."""
     if recompute in POLICIES or every_k(recompute) is not None:
         return recompute
-    raise InvalidInputError(f"'recompute' must be one of {', '.join(POLICIES)} or every-<k> (k >= 1, every k-th "
-                            f"block fully checkpointed, e.g. every-2): got {recompute!r}")
+    if isinstance(recompute, str) and recompute.startswith(EVERY_PREFIX):
+        raise InvalidInputError(f"'recompute'={recompute!r}: every-<k> needs a whole k >= 1 (every k-th block "
+                                f"fully checkpointed, e.g. every-2)")
+    raise unknown_name("recompute", recompute, [*POLICIES, "every-<k>"])
 
 
 def checkpointed_share(recompute: str) -> float:
