@@ -92,6 +92,14 @@ def _one_value(c, key) -> int:
     return int(values[0])
 
 
+def _one_choice(c, key, default):
+    """A stack option (compile, loss) that holds one value for every configuration priced together."""
+    values = np.unique(np.asarray(c.get(key, default)))
+    if values.size != 1:
+        raise PerfModelError(f"configurations priced together must share {key!r}: got {sorted(values.tolist())}")
+    return values[0].item() if hasattr(values[0], "item") else values[0]
+
+
 # --- pipeline stages ------------------------------------------------------------------------
 
 
@@ -199,7 +207,7 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
     """
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
-             "attention": c.get("attention", "flash"), "compiled": bool(c.get("compile", False))}
+             "attention": c.get("attention", "flash"), "compiled": _one_choice(c, "compile", False)}
     multiple = _vocab_multiple(stack["framework"])
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, ep=ep))
@@ -428,7 +436,7 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
     nb = dtype_bytes(precision, framework)
     lo = nb["lo"]
     kw = {"framework": framework} if framework != "pytorch" else {}
-    if c.get("compile", False):
+    if _one_choice(c, "compile", False):
         kw["compiled"] = True
     act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute=recompute, **kw)
     if c.get("attention", "flash") == "unfused" and recompute == "none":
@@ -437,7 +445,7 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
     full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
-    loss_kind = c.get("loss", "eager")
+    loss_kind = _one_choice(c, "loss", "eager")
     per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(loss_kind, lo)
     chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if loss_kind == "chunked" else 0.0
     loss = per_logit * logits + chunked         # eager: log-softmax output, its gradient and the result, fp32
