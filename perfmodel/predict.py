@@ -125,7 +125,8 @@ def config_arrays(s: Strategy) -> dict:
             "schedule": np.float64(SCHEDULE_CODE[s.schedule]),
             "tp_overlap": np.bool_(s.tp_overlap), "dp_overlap": np.bool_(s.dp_overlap),
             "stage_layers": s.stage_layers, "framework": s.framework,
-            "attention": s.attention, "cp": s.cp, "ep": s.ep, "compile": s.compile, "loss": s.loss}
+            "attention": s.attention, "cp": s.cp, "ep": s.ep, "compile": s.compile, "loss": s.loss,
+            "tp_comm_overlap": s.tp_comm_overlap or ""}
 
 
 def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus):

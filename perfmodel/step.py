@@ -33,10 +33,12 @@ from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.core.errors import PerfModelError
 from perfmodel.parallel.data import dp_collectives, dp_comm_time  # noqa: F401 (dp_collectives: re-exported)
 from perfmodel.parallel.placement import layout, pipeline_crossings
+from perfmodel.parallel.tp_overlap import overlapped_layer
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
 from perfmodel.workload.stack import adapt_kernels
 
+_UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
 PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
 
 
@@ -226,8 +228,19 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     out["layer_attn_flops_f"] = sum(k.flops * np.asarray(k.count, float) for k in lf
                                     if k.cls == "sdpa" or k.name.startswith("attn.sdpa."))
     out["layer_flops_b"] = _flops(lb)
+    out["tp_gemms"] = _linear_gemm_times(profile, lf + lb)
     out["layer_recompute_flops"] = sum(k.flops * np.asarray(k.count, float) for k in lb if ".recompute" in k.name)
     out["head_flops"] = _flops(hf + hb)
+    return out
+
+
+def _linear_gemm_times(profile, kernels) -> dict:
+    """GPU seconds of each tensor-parallel linear's GEMMs (forward, dgrad, wgrad) in one block."""
+    out = {}
+    for k in kernels:
+        base = k.name.replace("attn.", "").replace("mlp.", "")
+        if k.cls == "gemm" and base.split(".")[0] in ("qkv", "proj", "fc1", "fc2") and ".recompute" not in k.name:
+            out[base] = out.get(base, 0.0) + kernel_time(profile, k)[0] * np.asarray(k.count, float)
     return out
 
 
@@ -290,6 +303,11 @@ def tp_comm_times(model, coll, lay, c, *, precision, recompute, t=None):
     overlapped = np.where(sp, 2 * ag + np.maximum(2 * (rs + ag) - 2 * hidden_by, 0.0),
                           np.maximum(2 * ar - hidden_by, 0.0))
     bwd = np.where(on, np.where(np.asarray(c.get("tp_overlap", False), bool), overlapped, plain), 0.0)
+    method = _one_choice(c, "tp_comm_overlap", "")
+    if method and t is not None:  # TE userbuffers / torchtitan async TP (parallel/tp_overlap.py)
+        ub_f, ub_b = overlapped_layer(ag, rs, {k: t["tp_gemms"].get(k, 0.0) for k in _UB_GEMMS}, c["tp"],
+                                      c.get("sms", 132), method=method)
+        fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
     bwd = bwd + (fwd if recompute == "full" else 0.0)
     return {"layer_f": fwd, "layer_b": bwd, "embed_f": np.where(on, np.where(sp, rs, ar), 0.0),
             "head_f": np.where(on & sp, ag, 0.0), "head_b": np.where(on, np.where(sp, rs, ar), 0.0)}
@@ -519,6 +537,7 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
 
     c = dict(c)
     c.setdefault("stage_layers", None)
+    c.setdefault("sms", getattr(getattr(cluster, "gpu", None), "sm_count", 132))
     framework = c.setdefault("framework", "pytorch")
     cp, ep = _one_value(c, "cp"), _one_value(c, "ep")  # one value for every configuration, like the framework
     nb = dtype_bytes(precision, framework)

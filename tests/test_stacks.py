@@ -143,3 +143,30 @@ def test_torchtitan_reserved_memory_within_ten_percent_of_the_paper(options, bat
     p = pm.predict(m, pm.cluster("dgx-h100"), s)
     reserved = (p.reserved_memory + 0.5 * GiB) / GiB  # + the CUDA context torchtitan's reading includes
     assert abs(reserved / measured_gib - 1) < 0.10
+
+
+def test_tensor_parallel_overlap_by_hand():
+    from perfmodel.parallel import tp_overlap as ub
+    # 8 ms all-gather in 7 transfers beside a 8 ms GEMM in 8 chunks: 8 - 7 = 1 ms exposed
+    assert ub.ring_exchange(8e-3, 8e-3, 8) == pytest.approx(1e-3)
+    # 132 SMs, 16 for the reduce-scatter: the GEMM takes 132/116 as long
+    assert ub.slowed(1.0, 132) == pytest.approx(132 / 116)
+    # pipeline: a quarter of the collective waits for the last chunk, the rest hides behind the GEMM
+    assert ub.pipeline(4e-3, 8e-3, 132) == pytest.approx(1e-3 + 8e-3 * (132 / 116 - 1))
+    assert ub.bulk(10e-3, 4e-3, 132) == pytest.approx(10e-3 - 4e-3)
+
+
+def test_userbuffers_hide_tensor_parallel_time_and_bad_combinations_say_why():
+    m = pm.preset("llama-3-70b")
+    c = pm.cluster("dgx-h100", nodes=8)
+    base = pm.Strategy(dp=8, tp=8, micro_batch=1, global_batch=64, framework="megatron", sequence_parallel=True,
+                       zero=1, recompute="full")
+    plain, ub = pm.predict(m, c, base), pm.predict(m, c, base.replace(tp_comm_overlap="userbuffers"))
+    assert ub.breakdown["tp_comm"] < 0.5 * plain.breakdown["tp_comm"]
+    assert ub.breakdown["forward"] == plain.breakdown["forward"]
+    with pytest.raises(UnsupportedError, match=r"tp_comm_overlap='userbuffers' does not apply to framework='pytorch'"):
+        pm.Strategy(tp=2, sequence_parallel=True, tp_comm_overlap="userbuffers")
+    with pytest.raises(InvalidInputError, match=r"needs tp > 1 and sequence_parallel=True"):
+        pm.Strategy(tp=2, framework="megatron", tp_comm_overlap="userbuffers")
+    with pytest.raises(InvalidInputError, match=r"needs compile=True"):
+        pm.Strategy(dp=2, tp=2, sequence_parallel=True, framework="torchtitan", tp_comm_overlap="async")

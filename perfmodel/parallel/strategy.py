@@ -86,6 +86,9 @@ class Strategy:
     # cross-entropy: "eager" (fp32 logits whole), "compiled" (Inductor-fused, 16-bit logits saved),
     # "chunked" (fused linear + cross-entropy over chunks, logits never whole); None: the stack's default
     loss: str | None = None
+    # tensor-parallel collectives overlapped with their GEMMs: "userbuffers" (Megatron-Core
+    # --tp-comm-overlap, Transformer Engine), "async" (torchtitan async TP); None: off
+    tp_comm_overlap: str | None = None
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
@@ -118,6 +121,24 @@ class Strategy:
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         self._check_combinations()
         check_stack_options(self.framework, recompute=self.recompute, compile=self.compile)
+        self._check_tp_comm_overlap()
+
+    def _check_tp_comm_overlap(self):
+        method = self.tp_comm_overlap
+        if method is None:
+            return
+        takes = {"userbuffers": "megatron", "async": "torchtitan"}
+        check_choice("tp_comm_overlap", method, tuple(takes))
+        if self.framework != takes[method]:
+            raise UnsupportedError(f"tp_comm_overlap={method!r} does not apply to framework={self.framework!r}: "
+                                   f"'userbuffers' is Megatron-Core's (framework='megatron'), 'async' torchtitan's")
+        if self.tp == 1 or not self.sequence_parallel:
+            raise InvalidInputError(f"tp_comm_overlap={method!r} overlaps sequence-parallel collectives: it needs "
+                                    f"tp > 1 and sequence_parallel=True (got tp={self.tp}, "
+                                    f"sequence_parallel={self.sequence_parallel})")
+        if method == "async" and not self.compile:
+            raise InvalidInputError("tp_comm_overlap='async' is Inductor's micro-pipelining: torchtitan needs "
+                                    "compile=True with it (parallelisms.enable_async_tensor_parallel)")
 
     def _stack_defaults(self):
         """Options left unset take the framework's defaults (``perfmodel.workload.stacks``)."""
