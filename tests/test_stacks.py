@@ -170,3 +170,14 @@ def test_userbuffers_hide_tensor_parallel_time_and_bad_combinations_say_why():
         pm.Strategy(tp=2, framework="megatron", tp_comm_overlap="userbuffers")
     with pytest.raises(InvalidInputError, match=r"needs compile=True"):
         pm.Strategy(dp=2, tp=2, sequence_parallel=True, framework="torchtitan", tp_comm_overlap="async")
+
+
+def test_torchtitan_pipeline_stages_keep_their_parameters_unsharded():
+    m = pm.preset("llama-3-70b")
+    c = pm.cluster("dgx-h100", nodes=4)
+    s = pm.Strategy(dp=8, pp=4, micro_batch=1, global_batch=32, framework="torchtitan", recompute="full")
+    p = pm.predict(m, c, s)
+    stage_params = 70.6e9 / 4  # about a quarter of the model on the fullest stage
+    assert p.memory["comm_buffers"] > 2 * 0.9 * stage_params
+    flat = pm.predict(m, pm.cluster("dgx-h100", nodes=4), s.replace(dp=32, pp=1))
+    assert flat.memory["comm_buffers"] < 0.3 * p.memory["comm_buffers"]  # two blocks + buffers, not a stage

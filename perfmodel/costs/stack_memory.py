@@ -106,6 +106,9 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
     sharded = np.asarray(c["zero"]) >= 3
     fsdp = fsdp_model_states(params, np.where(sharded, shard_ranks, 1.0), optimizer=optimizer)
     kept = head if st.sharding == "fsdp2" else np.add(head, embed)
+    if st.sharding == "fsdp2":  # torchtitan with pipeline stages: reshard_after_forward = not pp_enabled,
+        # so the stage's blocks stay unsharded from their first forward to their last backward
+        kept = np.where(np.asarray(c["pp"]) > 1, params, kept)
     buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes)
     # one rank: FSDP still casts into unsharded 16-bit parameters, one block at a time
     return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c["dp"], float)}
