@@ -122,6 +122,7 @@ def config_arrays(s: Strategy) -> dict:
             "v": np.float64(s.virtual_stages), "zero": np.float64(s.shard), "sp": np.bool_(s.sequence_parallel),
             "ps": np.float64(s.ps_servers), "bucket": np.float64(s.bucket_mb * 1e6),
             "hybrid": np.bool_(s.fsdp == "hybrid"), "fsdp": np.bool_(s.fsdp is not None),
+            "reshard": np.bool_(s.fsdp != "shard-grad-op"),
             "schedule": np.float64(SCHEDULE_CODE[s.schedule]),
             "tp_overlap": np.bool_(s.tp_overlap), "dp_overlap": np.bool_(s.dp_overlap),
             "stage_layers": s.stage_layers, "framework": s.framework,

@@ -181,3 +181,13 @@ def test_torchtitan_pipeline_stages_keep_their_parameters_unsharded():
     assert p.memory["comm_buffers"] > 2 * 0.9 * stage_params
     flat = pm.predict(m, pm.cluster("dgx-h100", nodes=4), s.replace(dp=32, pp=1))
     assert flat.memory["comm_buffers"] < 0.3 * p.memory["comm_buffers"]  # two blocks + buffers, not a stage
+
+
+def test_shard_grad_op_keeps_the_parameters_unsharded_and_only_fsdp_stacks_take_it(llama8b):
+    c = pm.cluster("dgx-h100")
+    s = pm.Strategy(dp=8, micro_batch=1, framework="fsdp1", recompute="full")
+    full, sgo = pm.predict(llama8b, c, s), pm.predict(llama8b, c, s.replace(fsdp="shard-grad-op"))
+    # all blocks stay unsharded in bf16, not only the root (embedding and head, 1.05e9 parameters)
+    assert sgo.memory["comm_buffers"] - full.memory["comm_buffers"] == pytest.approx(2 * (llama8b.params - 1.0507e9), rel=1e-3)
+    with pytest.raises(UnsupportedError, match=r"fsdp='shard-grad-op'.*framework='fsdp1' or 'torchtitan'"):
+        pm.Strategy(dp=8, fsdp="shard-grad-op")

@@ -109,6 +109,8 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
     if st.sharding == "fsdp2":  # torchtitan with pipeline stages: reshard_after_forward = not pp_enabled,
         # so the stage's blocks stay unsharded from their first forward to their last backward
         kept = np.where(np.asarray(c["pp"]) > 1, params, kept)
+    # fsdp="shard-grad-op" (FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False): the same
+    kept = np.where(np.asarray(c.get("reshard", True), bool), kept, params)
     buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes)
     # one rank: FSDP still casts into unsharded 16-bit parameters, one block at a time
     return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c["dp"], float)}

@@ -26,7 +26,7 @@ from perfmodel.workload.stacks.checkpointing import check_recompute
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 PLACEMENTS = ORDERS
-FSDP = (None, "full", "hybrid")
+FSDP = (None, "full", "hybrid", "shard-grad-op")
 LOSSES = ("eager", "compiled", "chunked")
 
 
@@ -150,6 +150,10 @@ class Strategy:
         check_choice("loss", self.loss, LOSSES)
         if st.default_fsdp and self.fsdp is None and self.zero == 0 and not self.ps_servers:
             object.__setattr__(self, "fsdp", st.default_fsdp)
+        if self.fsdp == "shard-grad-op" and st.sharding not in ("fsdp1", "fsdp2"):
+            raise UnsupportedError(f"fsdp='shard-grad-op' (FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False) "
+                                   f"is priced for the FSDP stacks: use framework='fsdp1' or 'torchtitan' "
+                                   f"(got {self.framework!r})")
         if st.sharding in ("fsdp1", "fsdp2") and self.zero not in (0, 3):
             raise InvalidInputError(f"framework={self.framework!r} shards with FSDP ('fsdp'='full' or 'hybrid'): "
                                     f"'zero' must be 0 or 3 with it: got {self.zero}")

@@ -52,10 +52,11 @@ STACKS = {
                         compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True,
                         searched=("none", "full", "selective-op", "every-2")),
     # FSDP1 FullyShardedDataParallel as Hugging Face accelerate and Composer/llm-foundry wrap it:
-    # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16), limit_all_gathers
+    # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16, reduce_dtype=bf16: accelerate's
+    # "bf16" mixed precision, llm-foundry's mixed_precision PURE), limit_all_gathers
     "fsdp1": Stack("fsdp1", "PyTorch FSDP1 torch/distributed/fsdp/fully_sharded_data_parallel.py, _runtime_utils.py "
                    "(torch 2.4), as accelerate FullyShardedDataParallelPlugin and Composer configure it",
-                   weights16=True, sharding="fsdp1", default_fsdp="full", reduce_bytes=4.0,
+                   weights16=True, sharding="fsdp1", default_fsdp="full", reduce_bytes=2.0,
                    default_recompute="none", recompute=("none", "full", "every-k"),
                    compiles=True, rope_saves=False, swiglu_saved=4, searched=("none", "full")),
 }
