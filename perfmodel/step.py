@@ -209,7 +209,8 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
     """
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
-             "attention": c.get("attention", "flash"), "compiled": _one_choice(c, "compile", False)}
+             "attention": c.get("attention", "flash"), "compiled": _one_choice(c, "compile", False),
+             "loss": "eager" if _one_choice(c, "loss", "eager") == "chunked" else _one_choice(c, "loss", "eager")}
     multiple = _vocab_multiple(stack["framework"])
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, ep=ep))

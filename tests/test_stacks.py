@@ -119,8 +119,9 @@ def test_losses_compiled_and_chunked_hold_less(llama8b):
     assert eager == pytest.approx(12 * logits)
     assert pm.predict(llama8b, c, s.replace(loss="compiled")).memory["loss"] == pytest.approx(4 * logits)
     assert stack_memory.chunked_loss_bytes(2 * 8192, 4096) == 8 * 2 * 8192 * 4096
-    peaks = [pm.predict(llama8b, c, s.replace(loss=loss)).peak_memory for loss in ("eager", "compiled", "chunked")]
-    assert peaks[0] > peaks[1] > peaks[2]
+    preds = [pm.predict(llama8b, c, s.replace(loss=loss)) for loss in ("eager", "compiled", "chunked", "fused")]
+    assert preds[0].peak_memory > preds[1].peak_memory > preds[2].peak_memory
+    assert preds[3].peak_memory == preds[1].peak_memory and preds[3].step_time < preds[0].step_time
 
 
 # TorchTitan (Liang et al. 2024, arXiv 2410.06511), Table 1 and Table 2: Llama 3.1 8B on 8 H100

@@ -84,7 +84,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-mb", type=POSITIVE_FLOAT, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
-    p.add_argument("--loss", default=None, choices=["eager", "compiled", "chunked"],
+    p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"],
                    help="cross-entropy: eager fp32 logits, Inductor-compiled, or chunked (default: the framework's)")
     p.add_argument("--tp-comm-overlap", default=None, choices=["userbuffers", "async"],
                    help="tensor-parallel collectives beside their GEMMs: TE userbuffers (megatron), async TP (torchtitan)")

@@ -80,7 +80,7 @@ def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, f
     """
     if loss == "chunked":
         return 0.0, 0.0
-    if loss == "compiled":
+    if loss in ("compiled", "fused"):  # flash-attn's kernel (loss="fused") saves and writes the same
         return 2.0 * lo, lo
     return 12.0, 10.0 if lo == 2.0 else 8.0
 

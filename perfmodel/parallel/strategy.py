@@ -27,7 +27,7 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 PLACEMENTS = ORDERS
 FSDP = (None, "full", "hybrid", "shard-grad-op")
-LOSSES = ("eager", "compiled", "chunked")
+LOSSES = ("eager", "compiled", "fused", "chunked")
 
 
 def parse_stage_layers(text: str) -> tuple[int, ...] | None:
@@ -84,6 +84,7 @@ class Strategy:
     # torch.compile of each block (Inductor fuses memory-bound chains; docs/stacks.md)
     compile: bool = False
     # cross-entropy: "eager" (fp32 logits whole), "compiled" (Inductor-fused, 16-bit logits saved),
+    # "fused" (flash-attn's cross-entropy kernel, llm-foundry's fused_crossentropy; as "compiled"),
     # "chunked" (fused linear + cross-entropy over chunks, logits never whole); None: the stack's default
     loss: str | None = None
     # tensor-parallel collectives overlapped with their GEMMs: "userbuffers" (Megatron-Core

@@ -71,7 +71,22 @@ def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
     return [cast, k]
 
 
-def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False):
+def fused_loss(k: Kernel) -> list[Kernel]:
+    """The cross-entropy as one fused kernel over the 16-bit logits (``loss`` "fused" or "compiled").
+
+    flash-attn ``flash_attn/losses/cross_entropy.py`` (llm-foundry's ``fused_crossentropy``) and
+    Inductor's fused log-softmax + NLL: forward reads the bf16 logits once (2 B per logit),
+    backward reads them and writes the bf16 gradient (4 B); no fp32 copy, no separate casts.
+    Priced as copies moving those bytes (an fp32 copy moves 8 B per element).
+    """
+    if k.name in ("logits.float", "logits.grad_cast"):
+        return []
+    moved = 2.0 if k.phase == "fwd" else 4.0
+    return [mem_kernel(k.name + ".fused", "copy", k.phase, np.multiply(k.size["x"], moved / 8.0), count=k.count,
+                       variant="fwd")]
+
+
+def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager"):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
@@ -96,6 +111,9 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
                 continue
             if k.cls in _RESIDUAL_STREAM and k.dtype == "fp32":
                 k = replace(k, dtype=low)
+        if loss != "eager" and (k.cls == "cross_entropy" or k.name in ("logits.float", "logits.grad_cast")):
+            out.extend(fused_loss(k))
+            continue
         if attention == "unfused" and k.cls == "sdpa":
             out.extend(unfused_attention(k))
             continue
