@@ -45,7 +45,7 @@ def test_options_that_do_not_apply_name_the_stacks_that_take_them():
         pm.Strategy(recompute="every-0")
     with pytest.raises(PerfModelError, match=r"unknown recompute 'some'.*every-<k>"):
         pm.Strategy(recompute="some")
-    with pytest.raises(PerfModelError, match=r"unknown loss 'fast' \(known: chunked, compiled, eager\)"):
+    with pytest.raises(PerfModelError, match=r"unknown loss 'fast' \(known: chunked, compiled, eager, fused\)"):
         pm.Strategy(loss="fast")
     with pytest.raises(UnsupportedError, match=r"no fp8 support.*'torchtitan' with torchao"):
         pm.predict("gpt2-small", pm.cluster("a100-sxm4-80gb"), pm.Strategy(precision="fp8-mixed",
