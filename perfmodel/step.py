@@ -37,6 +37,7 @@ from perfmodel.parallel.tp_overlap import overlapped_layer
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
 from perfmodel.workload.stack import adapt_kernels
+from perfmodel.workload.stacks.checkpointing import checkpointed_share
 
 _UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
 PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
@@ -309,7 +310,7 @@ def tp_comm_times(model, coll, lay, c, *, precision, recompute, t=None):
         ub_f, ub_b = overlapped_layer(ag, rs, {k: t["tp_gemms"].get(k, 0.0) for k in _UB_GEMMS}, c["tp"],
                                       c.get("sms", 132), method=method)
         fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
-    bwd = bwd + (fwd if recompute == "full" else 0.0)
+    bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     return {"layer_f": fwd, "layer_b": bwd, "embed_f": np.where(on, np.where(sp, rs, ar), 0.0),
             "head_f": np.where(on & sp, ag, 0.0), "head_b": np.where(on, np.where(sp, rs, ar), 0.0)}
 

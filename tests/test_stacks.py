@@ -192,3 +192,10 @@ def test_shard_grad_op_keeps_the_parameters_unsharded_and_only_fsdp_stacks_take_
     assert sgo.memory["comm_buffers"] - full.memory["comm_buffers"] == pytest.approx(2 * (llama8b.params - 1.0507e9), rel=1e-3)
     with pytest.raises(UnsupportedError, match=r"fsdp='shard-grad-op'.*framework='fsdp1' or 'torchtitan'"):
         pm.Strategy(dp=8, fsdp="shard-grad-op")
+
+
+def test_compile_saves_nothing_between_kernels_over_different_tensors():
+    norm = mem("ln", "rmsnorm", "fwd", 1e6, dtype="bf16")
+    wcast = mem("w_cast", "cast_fp32_to_bf16", "fwd", 4e6)
+    fused = fuse_memory_bound([norm, wcast])[0]
+    assert fused.size["x"] * 8 == pytest.approx(2 * 2e6 + 6 * 4e6)  # both tensors' traffic, nothing passed

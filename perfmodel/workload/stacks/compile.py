@@ -43,9 +43,11 @@ def _fused(group: list[Kernel]) -> Kernel:
     for k in group:
         b, out = _bytes(k)
         moved = moved + b * np.asarray(k.count, float)
-        if previous is not None:  # the previous member's output is read from registers, never written
-            passed = passed + 2.0 * np.minimum(previous, out)
-        previous = out
+        if previous is not None:  # a member over the same elements reads the previous one's output
+            # from registers: neither written nor read back (a weight cast beside a norm shares nothing)
+            prev_x, prev_out = previous
+            passed = passed + np.where(np.equal(prev_x, k.size["x"]), 2.0 * np.minimum(prev_out, out), 0.0)
+        previous = (k.size["x"], out)
     first = group[0]
     return mem(f"fused[{'+'.join(k.name for k in group)}]", "copy", first.phase,
                np.maximum(moved - passed, 0.0) / COPY_BYTES, variant="fwd")
