@@ -53,6 +53,9 @@ class Prediction:
     interval: tuple = field(default=(np.nan, np.nan))  # step-time bounds holding the step with interval_level
     interval_level: float = DEFAULT_LEVEL
     interval_regime: str = ""  # the calibrated regime the bounds come from (docs/accuracy.md)
+    # what the caching allocator holds at the peak (torch.cuda.max_memory_reserved); peak_memory is
+    # what tensors hold (max_memory_allocated); the difference is fragmentation
+    reserved_memory: float = float("nan")
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -66,7 +69,7 @@ class Prediction:
         out = {k: getattr(self, k) for k in ("model", "cluster", "profile", "step_time", "tokens_per_second",
                                               "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
                                               "memory_capacity", "fits", "over_capacity", "bottleneck",
-                                              "model_flops")}
+                                              "model_flops", "reserved_memory")}
         out["interval"] = list(self.interval)
         out["interval_level"], out["interval_regime"] = self.interval_level, self.interval_regime
         out["breakdown"] = dict(self.breakdown)
@@ -123,8 +126,11 @@ def check_strategy(model, cluster, s: Strategy) -> None:
         model.check_strategy(s)
     check_against(model, cluster.n_gpus, s)
     if gemm_dtype(s.precision) not in cluster.gpu.peak_flops:
+        fp8 = (" (float8 training: framework 'megatron' with Transformer Engine, 'torchtitan' with torchao, "
+               "on a GPU with fp8 tensor cores)") if s.precision == "fp8-mixed" else ""
         raise UnsupportedError(f"{cluster.gpu.name} has no {gemm_dtype(s.precision)} support "
-                               f"(supported: {', '.join(sorted(cluster.gpu.peak_flops))}); choose another precision")
+                               f"(supported: {', '.join(sorted(cluster.gpu.peak_flops))}); choose another "
+                               f"precision{fp8}")
 
 
 def config_arrays(s: Strategy) -> dict:
@@ -134,10 +140,12 @@ def config_arrays(s: Strategy) -> dict:
             "v": np.float64(s.virtual_stages), "zero": np.float64(s.shard), "sp": np.bool_(s.sequence_parallel),
             "ps": np.float64(s.ps_servers), "bucket": np.float64(s.bucket_mb * 1e6),
             "hybrid": np.bool_(s.fsdp == "hybrid"), "fsdp": np.bool_(s.fsdp is not None),
+            "reshard": np.bool_(s.fsdp != "shard-grad-op"),
             "schedule": np.float64(SCHEDULE_CODE[s.schedule]),
             "tp_overlap": np.bool_(s.tp_overlap), "dp_overlap": np.bool_(s.dp_overlap),
             "stage_layers": s.stage_layers, "framework": s.framework,
-            "attention": s.attention, "cp": s.cp, "ep": s.ep}
+            "attention": s.attention, "cp": s.cp, "ep": s.ep, "compile": s.compile, "loss": s.loss,
+            "tp_comm_overlap": s.tp_comm_overlap or ""}
 
 
 def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus):
@@ -153,12 +161,13 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     hw_flops = out["hw_flops_mb"] * scale
     peak = cluster.gpu.peak(gemm_dtype(precision))
     capacity = cluster.gpu.mem_bytes
-    need = out["peak_memory"] * (1 + compose.mem.ALLOCATOR_RESERVE) + compose.mem.CUDA_CONTEXT_BYTES
+    reserved = compose.stack_memory.reserved_bytes(out["peak_memory"])  # caching allocator: reserved >= allocated
+    need = reserved + compose.mem.CUDA_CONTEXT_BYTES
     return {
         "tokens_per_second": tokens / step, "samples_per_second": s_batch / step,
         "tflops_per_gpu": hw_flops / step / n_gpus / 1e12, "mfu": model_flops / step / n_gpus / peak,
         "model_flops": model_flops, "fits": need <= capacity, "over_capacity": np.maximum(need - capacity, 0.0),
-        "memory_capacity": capacity,
+        "memory_capacity": capacity, "reserved_memory": reserved,
     }
 
 
@@ -201,5 +210,6 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         over_capacity=float(derived["over_capacity"]), bottleneck=BOTTLENECK_WORDS[worst],
         model_flops=float(derived["model_flops"]), interval=(iv.low, iv.high),
         interval_level=level, interval_regime=iv.regime,
+        reserved_memory=float(derived["reserved_memory"]),
     )
 

@@ -27,17 +27,20 @@ from dataclasses import replace
 
 import numpy as np
 
-from perfmodel.costs import memory as mem
+from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.core.errors import PerfModelError
 from perfmodel.core.memo import memo_by_fields
 from perfmodel.parallel.data import dp_collectives, dp_comm_time  # noqa: F401 (dp_collectives: re-exported)
 from perfmodel.parallel.placement import layout, pipeline_crossings
+from perfmodel.parallel.tp_overlap import overlapped_layer
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
 from perfmodel.workload.stack import adapt_kernels
+from perfmodel.workload.stacks.checkpointing import checkpointed_share
 
+_UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
 PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
 
 
@@ -91,6 +94,14 @@ def _one_value(c, key) -> int:
     if values.size != 1:
         raise PerfModelError(f"configurations priced together must share {key!r}: got {sorted(values.tolist())}")
     return int(values[0])
+
+
+def _one_choice(c, key, default):
+    """A stack option (compile, loss) that holds one value for every configuration priced together."""
+    values = np.unique(np.asarray(c.get(key, default)))
+    if values.size != 1:
+        raise PerfModelError(f"configurations priced together must share {key!r}: got {sorted(values.tolist())}")
+    return values[0].item() if hasattr(values[0], "item") else values[0]
 
 
 # --- pipeline stages ------------------------------------------------------------------------
@@ -193,7 +204,7 @@ def ring_attention(kernels, cp: int, causal: bool) -> list[Kernel]:
     return out
 
 
-@memo_by_fields(("micro_batch", "tp", "sp", "framework", "attention"))  # the entries of c it reads
+@memo_by_fields(("micro_batch", "tp", "sp", "framework", "attention", "compile", "loss"))  # the entries of c it reads
 def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd.
 
@@ -201,7 +212,8 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
     """
     stack = {"precision": precision, "framework": c.get("framework", "pytorch"),
-             "attention": c.get("attention", "flash")}
+             "attention": c.get("attention", "flash"), "compiled": _one_choice(c, "compile", False),
+             "loss": "eager" if _one_choice(c, "loss", "eager") == "chunked" else _one_choice(c, "loss", "eager")}
     multiple = _vocab_multiple(stack["framework"])
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c["micro_batch"], tp=c["tp"], sp=c["sp"], precision=precision, recompute=recompute, ep=ep))
@@ -220,7 +232,19 @@ def compute_times(model, profile, c, *, precision, recompute, cp=1, ep=1):
     out["layer_attn_flops_f"] = sum(k.flops * np.asarray(k.count, float) for k in lf
                                     if k.cls == "sdpa" or k.name.startswith("attn.sdpa."))
     out["layer_flops_b"] = _flops(lb)
+    out["tp_gemms"] = _linear_gemm_times(profile, lf + lb)
+    out["layer_recompute_flops"] = sum(k.flops * np.asarray(k.count, float) for k in lb if ".recompute" in k.name)
     out["head_flops"] = _flops(hf + hb)
+    return out
+
+
+def _linear_gemm_times(profile, kernels) -> dict:
+    """GPU seconds of each tensor-parallel linear's GEMMs (forward, dgrad, wgrad) in one block."""
+    out = {}
+    for k in kernels:
+        base = k.name.replace("attn.", "").replace("mlp.", "")
+        if k.cls == "gemm" and base.split(".")[0] in ("qkv", "proj", "fc1", "fc2") and ".recompute" not in k.name:
+            out[base] = out.get(base, 0.0) + kernel_time(profile, k)[0] * np.asarray(k.count, float)
     return out
 
 
@@ -239,7 +263,8 @@ def step_flops(model, out, recompute):
     seq = float(getattr(model, "seq", 1))
     masked = attn * (1.0 - (seq + 1.0) / (2.0 * seq)) if getattr(model, "causal", False) else 0.0
     fwd = np.asarray(out["layer_flops_f"], float) - masked
-    recomputed = {"none": 0.0, "full": fwd, "selective": attn - masked}[recompute]
+    recomputed = {"none": 0.0, "full": fwd, "selective": attn - masked}.get(
+        recompute, out.get("layer_recompute_flops", 0.0))  # selective-op, every-k: the repeated kernels' FLOPs
     model_flops = model.layers * 3.0 * fwd + out["head_flops"]
     return model_flops, model_flops + model.layers * recomputed
 
@@ -287,7 +312,12 @@ def tp_comm_times(model, coll, lay, c, *, precision, recompute, t=None):
     overlapped = np.where(sp, 2 * ag + np.maximum(2 * (rs + ag) - 2 * hidden_by, 0.0),
                           np.maximum(2 * ar - hidden_by, 0.0))
     bwd = np.where(on, np.where(np.asarray(c.get("tp_overlap", False), bool), overlapped, plain), 0.0)
-    bwd = bwd + (fwd if recompute == "full" else 0.0)
+    method = _one_choice(c, "tp_comm_overlap", "")
+    if method and t is not None:  # TE userbuffers / torchtitan async TP (parallel/tp_overlap.py)
+        ub_f, ub_b = overlapped_layer(ag, rs, {k: t["tp_gemms"].get(k, 0.0) for k in _UB_GEMMS}, c["tp"],
+                                      c.get("sms", 132), method=method)
+        fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
+    bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     return {"layer_f": fwd, "layer_b": bwd, "embed_f": np.where(on, np.where(sp, rs, ar), 0.0),
             "head_f": np.where(on & sp, ag, 0.0), "head_b": np.where(on, np.where(sp, rs, ar), 0.0)}
 
@@ -433,6 +463,8 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
     nb = dtype_bytes(precision, framework)
     lo = nb["lo"]
     kw = {"framework": framework} if framework != "pytorch" else {}
+    if _one_choice(c, "compile", False):
+        kw["compiled"] = True
     act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute=recompute, **kw)
     if c.get("attention", "flash") == "unfused" and recompute == "none":
         # softmax output, dropout mask and output over b·heads·s² (Korthikanti et al. 2022, eq. 1: 5as²b)
@@ -440,12 +472,15 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
     full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c["sp"], precision=precision, recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
-    loss = 12.0 * logits                        # log-softmax output, its gradient and the result, fp32
-    loss_fwd = (10.0 if lo == 2.0 else 8.0) * logits  # (bf16 logits +) fp32 cast + log-softmax output
+    loss_kind = _one_choice(c, "loss", "eager")
+    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(loss_kind, lo)
+    chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if loss_kind == "chunked" else 0.0
+    loss = per_logit * logits + chunked         # eager: log-softmax output, its gradient and the result, fp32
+    loss_fwd = per_logit_fwd * logits + chunked  # eager: (bf16 logits +) fp32 cast + log-softmax output
     # autocast caches each cast weight until its context exits (all layers during the forward);
     # under full recomputation autograd saves only the head's, and a recomputed layer casts again
     per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]
-    recompute_full = recompute == "full"
+    recompute_full = recompute == "full" or recompute == "selective-op" or recompute.startswith("every-")
     rpn, _ = lay["dp"]
     shard_ranks = np.where(c["hybrid"], rpn, c["dp"])
     tied_copy = p["embed"] if getattr(model, "tied_embeddings", False) else 0.0  # Megatron keeps it on the last stage
@@ -465,14 +500,18 @@ def memory_terms(model, lay, c, sts, p, *, precision, recompute, optimizer, seq=
                                                       bucket=c["bucket"], lo=lo, prefetch=PREFETCH_UNITS,
                                                       grad_bytes=nb["grad"], framework=framework,
                                                       fsdp=c.get("fsdp", False))
+        terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
+                                                head=np.where(st["head"], p["head"], 0.0) / tp,
+                                                embed=np.where(st["embed"], p["embed"], 0.0) / tp)
         acts = tokens * act_layer * st["layers"] * in_flight(c, st["index"])
         acts = acts + np.where(st["head"], final, 0.0) + np.where(st["embed"], tokens * 4.0 * model.hidden, 0.0)
         loss_here = np.where(st["head"], loss, 0.0)
         cache = terms["weight_copies"]
         transient = 0.0
-        if recompute_full:
+        if recompute == "full":
             terms["weight_copies"] = np.where(np.asarray(c["zero"]) >= 3, 0.0,
                                               per_copy * np.where(st["head"], p["gemm_head"], 0.0) / tp)
+        if recompute_full:  # full, selective-op, every-k: one block's forward is rebuilt in backward
             transient = np.where(st["layers"] > 0, tokens * full_layer + per_copy * p["gemm_layer"] / tp, 0.0)
         peak, terms = mem.peak_terms(terms, acts, loss_here, c["m"] > 1, cache=cache,
                                      loss_forward=np.where(st["head"], loss_fwd, 0.0), transient=transient)
@@ -507,6 +546,7 @@ def evaluate(model, cluster, profile, coll, c, *, precision, recompute, optimize
 
     c = dict(c)
     c.setdefault("stage_layers", None)
+    c.setdefault("sms", getattr(getattr(cluster, "gpu", None), "sm_count", 132))
     framework = c.setdefault("framework", "pytorch")
     cp, ep = _one_value(c, "cp"), _one_value(c, "ep")  # one value for every configuration, like the framework
     nb = dtype_bytes(precision, framework)

@@ -75,7 +75,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch", type=POSITIVE_INT, default=None)
     p.add_argument("--zero", type=int, default=0, choices=range(4))
     p.add_argument("--fsdp", default=None, choices=["full", "hybrid"])
-    p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    p.add_argument("--recompute", default=None,
+                   help="none, selective, full, selective-op (torchtitan) or every-<k>; default: the framework's")
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--optimizer", default="adamw")
     p.add_argument("--schedule", default="1f1b")
@@ -85,6 +86,10 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-mb", type=POSITIVE_FLOAT, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
+    p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"],
+                   help="cross-entropy: eager fp32 logits, Inductor-compiled, or chunked (default: the framework's)")
+    p.add_argument("--tp-comm-overlap", default=None, choices=["userbuffers", "async"],
+                   help="tensor-parallel collectives beside their GEMMs: TE userbuffers (megatron), async TP (torchtitan)")
     add_stack_args(p)
 
 
@@ -92,8 +97,12 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too."""
     p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
     p.add_argument("--ep", type=POSITIVE_INT, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
-    p.add_argument("--framework", default="pytorch", choices=["pytorch", "megatron"],
-                   help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies")
+    from perfmodel.workload.stacks import FRAMEWORKS
+
+    p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS),
+                   help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies; torchtitan: "
+                        "FSDP2 with its defaults; fsdp1: FSDP1 as HF accelerate / llm-foundry (docs/stacks.md)")
+    p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
     p.add_argument("--attention", default="flash", choices=["flash", "unfused"])
     p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
@@ -135,7 +144,8 @@ def strategy_from_args(args, n_gpus: int):
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
                     bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep)
+                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
+                    tp_comm_overlap=getattr(args, "tp_comm_overlap", None))
 
 
 def cmd_predict(args) -> int:

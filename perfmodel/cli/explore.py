@@ -127,11 +127,12 @@ def cmd_search(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
     df = search(model, cl, args.global_batch, top_k=args.top_k, sort_by=args.sort_by, prices=args.price,
                 profile=args.profile, max_micro_batch=args.max_micro_batch,
-                max_virtual_stages=args.max_virtual_stages, recompute=_csv(args.recompute, str),
+                max_virtual_stages=args.max_virtual_stages,
+                recompute=_csv(args.recompute, str) if args.recompute else None,
                 zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
                 precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
                 framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep)
+                dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile)
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
@@ -192,7 +193,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-micro-batch", type=POSITIVE_INT, default=8)
     p.add_argument("--max-virtual-stages", type=POSITIVE_INT, default=8)
     p.add_argument("--max-tp-nodes", type=POSITIVE_INT, default=1, help="nodes a tensor group may span")
-    p.add_argument("--recompute", default="none,selective,full")
+    p.add_argument("--recompute", default=None, help="comma-separated policies (default: the framework's)")
     p.add_argument("--zero", default="0,1,2,3")
     p.add_argument("--sequence-parallel", default="false,true")
     p.add_argument("--precision", default="bf16-mixed")

@@ -29,8 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.costs.stack_memory import op_sac_layer_bytes
 from perfmodel.workload.kernels import is_mixed
 from perfmodel.workload.model import Transformer
+from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks.checkpointing import checkpointed_share, every_k
 
 DS_MAX_LIVE_PARAMETERS = 1e9  # DeepSpeed ZeRO-3 stage3_max_live_parameters default (elements)
 DS_REDUCE_BUCKET = 5e8        # DeepSpeed reduce_bucket_size default (elements)
@@ -39,7 +42,7 @@ CUDA_CONTEXT_BYTES = 0.5 * 2**30  # CUDA context + cuBLAS/cuDNN workspaces, outs
 
 
 def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf16-mixed",
-                           recompute="none", framework="pytorch"):
+                           recompute="none", framework="pytorch", compiled=False):
     """Bytes saved for backward per token by one block (per GPU, tensor-parallel aware).
 
     pytorch (autocast over fp32 parameters): the residual stream and the norm
@@ -57,27 +60,40 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
     """
     if not isinstance(model, Transformer):  # other workloads count their own saved tensors
         return model.activation_bytes_per_token(tp=tp, sp=sp, precision=precision, recompute=recompute)
+    if every_k(recompute) is not None:  # every k-th block checkpointed: the average block
+        share = checkpointed_share(recompute)
+        kw = {"tp": tp, "sp": sp, "precision": precision, "framework": framework, "compiled": compiled}
+        return share * layer_activation_bytes(model, recompute="full", **kw) \
+            + (1.0 - share) * layer_activation_bytes(model, recompute="none", **kw)
     h, f = model.hidden, model.ffn_hidden
     tp = np.asarray(tp, float)
     sp_div = np.where(np.asarray(sp, bool), tp, 1.0)       # norms/residuals split by sequence parallelism
     lo = 2.0 if is_mixed(precision) else 4.0
-    stream = lo if framework == "megatron" else 4.0          # bytes per element of the residual stream
+    st = stack(framework)
+    stream = lo if st.weights16 else 4.0                     # bytes per element of the residual stream
     if recompute == "full":  # only the block input survives
         return stream * h / sp_div
+    if recompute == "selective-op":
+        return op_sac_layer_bytes(model, tp=tp, sp=sp, lo=lo)
     megatron = framework == "megatron"
     gemm_in = 1.0 if megatron and precision == "fp8-mixed" else 2.0  # saved GEMM inputs (TE fp8: 1 byte)
     stats = 8.0 if model.norm == "layernorm" else 4.0
     norm_inputs = 2 * (stream * h + stats) / sp_div            # two norm inputs (+ mean/rstd)
     casts = 2 * gemm_in * h / sp_div if is_mixed(precision) else 0.0  # normed inputs feeding QKV and MLP
+    if compiled:  # Inductor's min-cut partitioner recomputes the normed inputs from x and rstd
+        casts = 0.0
     heads, kv = model.heads / tp, model.kv_heads / tp
     qkv = lo * (heads + 2 * kv) * model.head_dim               # QKV output, kept by attention
-    rope = lo * (heads + kv) * model.head_dim if model.position == "rotary" and not megatron else 0.0
+    rope = lo * (heads + kv) * model.head_dim if model.position == "rotary" and st.rope_saves and not compiled \
+        else 0.0
     attn_out = lo * h / tp + 4.0 * heads                       # output + fp32 log-sum-exp
     if gemm_in < 2.0:
         attn_out = attn_out + gemm_in * h / tp                 # the projection's own fp8 input
     # fc1 output(s) + the fc2 input: eager SwiGLU keeps gate, up, silu and product; gelu fc1 out, act out
-    fc1_tensors = (2 if megatron else 3) if model.activation == "swiglu" else 1
+    fc1_tensors = st.swiglu_saved - 1 if model.activation == "swiglu" else 1
     mlp = (lo * fc1_tensors + (gemm_in if is_mixed(precision) else lo)) * f / tp
+    if compiled and model.activation == "swiglu":  # Inductor saves gate and up, recomputes silu(gate)·up
+        mlp = 2 * lo * f / tp
     if model.experts > 1:
         mlp = mlp * model.experts_per_token + lo * h * model.experts_per_token  # expert inputs (permuted)
     return norm_inputs + casts + qkv + rope + attn_out + mlp

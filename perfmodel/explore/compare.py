@@ -107,7 +107,7 @@ def label_of(s: Strategy) -> str:
     parts = [f"dp={s.dp}", f"tp={s.tp}", f"pp={s.pp}", f"mb={s.micro_batch}"]
     for f in fields(s):
         value = getattr(s, f.name)
-        if f.name in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule") or value == f.default:
+        if f.name in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule") or s.is_default(f.name):
             continue
         name = SHORT.get(f.name, f.name)
         parts.append(name if value is True else f"{name}={value}")

@@ -30,7 +30,9 @@ from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile,
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
-from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype
+from perfmodel.workload import stacks
+from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
+from perfmodel.workload.stacks.checkpointing import check_recompute
 
 # sortable columns: True where larger is better
 SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_per_gpu": True, "mfu": True,
@@ -93,7 +95,7 @@ def _stacks(model, cl, opts) -> list[dict]:
         return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if not c)
 
     return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw),
-             "dp_overlap": st["dp_overlap"], "cp": cp, "ep": st["ep"]} for cp in cps for fw in st["framework"]]
+             "dp_overlap": st["dp_overlap"], "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
 
 
 def _choices(value, kind) -> tuple:
@@ -109,6 +111,12 @@ def _values(name: str, value, check) -> tuple:
 
 
 def _options(precision, recompute, zero, optimizer, placement, stack):
+    frameworks = _choices(stack["framework"], str)
+    specs = [stacks.stack(fw) for fw in frameworks]
+    if recompute is None:  # the policies the frameworks have (docs/stacks.md)
+        recompute = tuple(dict.fromkeys(p for spec in specs for p in spec.searched))
+    if specs and all(spec.sharding in ("fsdp1", "fsdp2") for spec in specs):  # FSDP stacks shard everything
+        zero = 3
     precision = _values("precision", precision, lambda n, v: v)
     recompute = _values("recompute", recompute, lambda n, v: v)
     zero = _values("zero", zero, lambda n, v: check_int(n, v, minimum=0))
@@ -123,7 +131,10 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         if not values:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
         for v in values:
-            check_choice(name, v, valid)
+            check_choice(name, v, valid) if name == "precision" else check_recompute(v)
+            if name == "recompute":
+                for spec in specs:
+                    stacks.check_stack_options(spec.name, recompute=v, compile=stack.get("compile", False))
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
     # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
@@ -191,13 +202,17 @@ def _table(cols: dict, idx: np.ndarray, global_batch: int) -> pd.DataFrame:
 
 def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str | None = None, prices=None,
            profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
-           recompute=("none", "selective", "full"), zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
+           recompute=None, zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
            sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
            dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, chunk: int = CHUNK,
-           workers: int | None = 1, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+           workers: int | None = 1, level: float = DEFAULT_LEVEL, compile: bool = False) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
+
+    ``recompute`` defaults to the checkpointing policies the frameworks have (docs/stacks.md);
+    under FSDP frameworks (torchtitan, fsdp1) ``zero`` is 3. ``compile`` (torch.compile)
+    holds for every configuration.
 
     ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
@@ -232,7 +247,8 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel})
+                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel,
+                     "compile": compile})
     if hasattr(model, "check_strategy"):  # a traced graph's own limits on the stack search holds fixed
         if not opts["cp_fixed"]:  # a traced graph is data parallel only: the default cp choices shrink to 1
             opts["stack"]["cp"] = (1,)

@@ -20,12 +20,15 @@ from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.placement import ORDERS
 from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_flag, check_int, check_positive, check_size,
                                    divisors)
-from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE
+from perfmodel.workload.kernels import PRECISIONS
+from perfmodel.workload.stacks import check_stack_options, stack
+from perfmodel.workload.stacks.checkpointing import check_recompute
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 PLACEMENTS = ORDERS
-FSDP = (None, "full", "hybrid")
+FSDP = (None, "full", "hybrid", "shard-grad-op")
+LOSSES = ("eager", "compiled", "fused", "chunked")
 
 
 def parse_stage_layers(text: str) -> tuple[int, ...] | None:
@@ -54,7 +57,7 @@ class Strategy:
     micro_batch: int = 8
     global_batch: int | None = None     # None: dp × micro_batch (no gradient accumulation)
     zero: int = 0
-    recompute: str = "none"
+    recompute: str | None = None       # None: the framework's default (workload/stacks: "none"; torchtitan "every-2")
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
     schedule: str = "1f1b"
@@ -79,6 +82,15 @@ class Strategy:
     # expert parallelism (Megatron-Core --expert-model-parallel-size): a MoE layer's experts split
     # over ep of the data-parallel ranks, tokens exchanged by all-to-all
     ep: int = 1
+    # torch.compile of each block (Inductor fuses memory-bound chains; docs/stacks.md)
+    compile: bool = False
+    # cross-entropy: "eager" (fp32 logits whole), "compiled" (Inductor-fused, 16-bit logits saved),
+    # "fused" (flash-attn's cross-entropy kernel, llm-foundry's fused_crossentropy; as "compiled"),
+    # "chunked" (fused linear + cross-entropy over chunks, logits never whole); None: the stack's default
+    loss: str | None = None
+    # tensor-parallel collectives overlapped with their GEMMs: "userbuffers" (Megatron-Core
+    # --tp-comm-overlap, Transformer Engine), "async" (torchtitan async TP); None: off
+    tp_comm_overlap: str | None = None
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
@@ -95,7 +107,9 @@ class Strategy:
         if check_positive("bucket_mb", self.bucket_mb) < MIN_BUCKET_MB:
             raise InvalidInputError(f"'bucket_mb' must be >= {MIN_BUCKET_MB} (1 KB; each bucket is one collective "
                                     f"call, so smaller ones only add launches): got {self.bucket_mb!r}")
-        check_choice("recompute", self.recompute, RECOMPUTE)
+        check_choice("framework", self.framework, FRAMEWORKS)
+        self._stack_defaults()
+        check_recompute(self.recompute)
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("schedule", self.schedule, SCHEDULES)
@@ -107,9 +121,46 @@ class Strategy:
             object.__setattr__(self, "stage_layers", parse_stage_layers(self.stage_layers))
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", self._checked_stage_layers())
-        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap"):  # 1/0 and "true"/"off" as TOML or text give them
+        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap", "compile"):  # 1/0 and "true"/"off" as TOML or text give them
             object.__setattr__(self, flag, check_flag(flag, getattr(self, flag)))
         self._check_combinations()
+        check_stack_options(self.framework, recompute=self.recompute, compile=self.compile)
+        self._check_tp_comm_overlap()
+
+    def _check_tp_comm_overlap(self):
+        method = self.tp_comm_overlap
+        if method is None:
+            return
+        takes = {"userbuffers": "megatron", "async": "torchtitan"}
+        check_choice("tp_comm_overlap", method, tuple(takes))
+        if self.framework != takes[method]:
+            raise UnsupportedError(f"tp_comm_overlap={method!r} does not apply to framework={self.framework!r}: "
+                                   f"'userbuffers' is Megatron-Core's (framework='megatron'), 'async' torchtitan's")
+        if self.tp == 1 or not self.sequence_parallel:
+            raise InvalidInputError(f"tp_comm_overlap={method!r} overlaps sequence-parallel collectives: it needs "
+                                    f"tp > 1 and sequence_parallel=True (got tp={self.tp}, "
+                                    f"sequence_parallel={self.sequence_parallel})")
+        if method == "async" and not self.compile:
+            raise InvalidInputError("tp_comm_overlap='async' is Inductor's micro-pipelining: torchtitan needs "
+                                    "compile=True with it (parallelisms.enable_async_tensor_parallel)")
+
+    def _stack_defaults(self):
+        """Options left unset take the framework's defaults (``perfmodel.workload.stacks``)."""
+        st = stack(self.framework)
+        if self.recompute is None:
+            object.__setattr__(self, "recompute", st.default_recompute)
+        if self.loss is None:  # torchtitan compiles the loss with the blocks (compile.components)
+            object.__setattr__(self, "loss", "compiled" if self.compile and st.compiles_loss else "eager")
+        check_choice("loss", self.loss, LOSSES)
+        if st.default_fsdp and self.fsdp is None and self.zero == 0 and not self.ps_servers:
+            object.__setattr__(self, "fsdp", st.default_fsdp)
+        if self.fsdp == "shard-grad-op" and st.sharding not in ("fsdp1", "fsdp2"):
+            raise UnsupportedError(f"fsdp='shard-grad-op' (FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False) "
+                                   f"is priced for the FSDP stacks: use framework='fsdp1' or 'torchtitan' "
+                                   f"(got {self.framework!r})")
+        if st.sharding in ("fsdp1", "fsdp2") and self.zero not in (0, 3):
+            raise InvalidInputError(f"framework={self.framework!r} shards with FSDP ('fsdp'='full' or 'hybrid'): "
+                                    f"'zero' must be 0 or 3 with it: got {self.zero}")
 
     def _check_combinations(self):
         if self.ps_servers and (self.zero or self.fsdp):
@@ -178,6 +229,17 @@ class Strategy:
     def batch(self) -> int:
         return self.global_batch or self.dp * self.micro_batch
 
+    def is_default(self, name: str) -> bool:
+        """Whether field ``name`` holds what it would hold if left unset (the framework's default)."""
+        f = next(f for f in fields(self) if f.name == name)
+        value = getattr(self, name)
+        if f.default is not None or name not in ("recompute", "loss", "fsdp"):
+            return value == f.default
+        st = stack(self.framework)
+        unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
+                 "loss": "compiled" if self.compile and st.compiles_loss else "eager"}
+        return value == unset[name]
+
     def replace(self, **changes) -> Strategy:
         return replace(self, **changes)
 
@@ -185,7 +247,7 @@ class Strategy:
         parts = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value != f.default or f.name in ("dp", "tp", "pp", "micro_batch"):
+            if not self.is_default(f.name) or f.name in ("dp", "tp", "pp", "micro_batch"):
                 parts.append(f"{f.name}={value!r}")
         return "Strategy(" + ", ".join(parts) + ")"
 

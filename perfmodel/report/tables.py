@@ -40,6 +40,7 @@ def prediction_table(p) -> str:
         f"MFU              {p.mfu:.1%}",
         f"peak memory      {format_bytes(p.peak_memory)} of {format_bytes(p.memory_capacity)}"
         + ("" if p.fits else f"   DOES NOT FIT (over by {format_bytes(p.over_capacity)})"),
+        f"reserved         {format_bytes(p.reserved_memory)} (caching allocator; peak memory is allocated)",
         f"bottleneck       {p.bottleneck}",
         "",
         "time breakdown (per step)",

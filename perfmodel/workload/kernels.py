@@ -21,12 +21,13 @@ import numpy as np
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.core.checks import check_choice
 from perfmodel.workload.ops import Kernel, linear, mem
+from perfmodel.workload.stacks.checkpointing import check_recompute, recomputed_kernels
 
 PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp8-mixed", "fp32", "tf32")
 # Megatron-LM pads the vocabulary to a multiple of 128 x tp (``_vocab_size_with_padding``,
 # --make-vocab-size-divisible-by 128), so its LM head and embedding never run misaligned GEMMs
 MEGATRON_VOCAB_MULTIPLE = 128
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op")  # and every-<k> (workload/stacks/checkpointing.py)
 
 
 def gemm_dtype(precision: str) -> str:
@@ -159,7 +160,7 @@ def layer_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
                   recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
     """Kernels of one layer of any workload (a traced graph: the whole model): (forward, backward)."""
     check_choice("precision", precision, PRECISIONS)
-    check_choice("recompute", recompute, RECOMPUTE)
+    check_recompute(recompute)
     return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute, ep=ep)
 
 
@@ -167,11 +168,7 @@ def transformer_layer_kernels(model, micro_batch, *, tp=1, sp=False, precision="
                               recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
     """Kernels of one transformer block: (forward, backward incl. recomputation)."""
     fwd, bwd = _Builder(model, micro_batch, tp, sp, precision, ep).layer()
-    if recompute == "full":  # torch.utils.checkpoint re-runs the whole block forward in backward
-        bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd] + bwd
-    elif recompute == "selective":  # Korthikanti et al. 2022: recompute the attention core only
-        bwd = [replace(k, name=k.name + ".recompute", phase="bwd") for k in fwd if k.cls in ("sdpa", "softmax")] + bwd
-    return fwd, bwd
+    return fwd, recomputed_kernels(fwd, recompute, model) + bwd
 
 
 def vocab_shard(vocab, tp, multiple=1):

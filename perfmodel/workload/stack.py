@@ -14,8 +14,9 @@ import numpy as np
 from perfmodel.core.checks import check_choice
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
-
-FRAMEWORKS = ("pytorch", "megatron")
+from perfmodel.workload.stacks import FRAMEWORKS, stack  # noqa: F401 (FRAMEWORKS re-exported)
+from perfmodel.workload.stacks.compile import fuse_memory_bound
+from perfmodel.workload.stacks.float8 import torchao_float8
 ATTENTIONS = ("flash", "unfused")
 _RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
 
@@ -70,7 +71,22 @@ def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
     return [cast, k]
 
 
-def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash"):
+def fused_loss(k: Kernel) -> list[Kernel]:
+    """The cross-entropy as one fused kernel over the 16-bit logits (``loss`` "fused" or "compiled").
+
+    flash-attn ``flash_attn/losses/cross_entropy.py`` (llm-foundry's ``fused_crossentropy``) and
+    Inductor's fused log-softmax + NLL: forward reads the bf16 logits once (2 B per logit),
+    backward reads them and writes the bf16 gradient (4 B); no fp32 copy, no separate casts.
+    Priced as copies moving those bytes (an fp32 copy moves 8 B per element).
+    """
+    if k.name in ("logits.float", "logits.grad_cast"):
+        return []
+    moved = 2.0 if k.phase == "fwd" else 4.0
+    return [mem_kernel(k.name + ".fused", "copy", k.phase, np.multiply(k.size["x"], moved / 8.0), count=k.count,
+                       variant="fwd")]
+
+
+def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager"):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
@@ -78,24 +94,34 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash")
     per-micro-batch weight and input casts disappear, and layer norms and residual
     adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``.
-    ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``.
+    ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``;
+    ``compiled``: Inductor's fused groups (``perfmodel.workload.stacks.compile``);
+    ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
+    ``param_dtype=bf16``), ``torchtitan`` under ``fp8-mixed``: ``torchao_float8``.
     """
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
     mixed = steps.is_mixed(precision)
     low = steps.gemm_dtype(precision) if mixed else "fp32"
     out = []
+    weights16 = stack(framework).weights16
     for k in kernels:
-        if framework == "megatron" and mixed:
+        if weights16 and mixed:
             if k.autocast:
                 continue
             if k.cls in _RESIDUAL_STREAM and k.dtype == "fp32":
                 k = replace(k, dtype=low)
+        if loss != "eager" and (k.cls == "cross_entropy" or k.name in ("logits.float", "logits.grad_cast")):
+            out.extend(fused_loss(k))
+            continue
         if attention == "unfused" and k.cls == "sdpa":
             out.extend(unfused_attention(k))
             continue
         if framework == "megatron" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
             out.extend(transformer_engine_fp8(k))
             continue
+        if framework == "torchtitan" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
+            out.extend(torchao_float8(k))
+            continue
         out.append(k)
-    return out
+    return fuse_memory_bound(out) if compiled else out

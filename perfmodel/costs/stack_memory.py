@@ -1,0 +1,127 @@
+"""Per-GPU memory terms that depend on the software stack: FSDP1/FSDP2 buffers, per-op checkpointing,
+torch.compile's saved tensors, the fused loss and the caching allocator's reserve.
+
+docs/stacks.md gives the source of each term in the frameworks' code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PARAM_BYTES = 2.0   # MixedPrecisionPolicy / MixedPrecision param_dtype=bf16: unsharded parameters
+GRAD_BYTES = 2.0    # the unsharded gradient autograd writes, in param_dtype
+ALLOCATOR_RESERVE = 0.05  # caching-allocator fragmentation: reserved / allocated - 1 (docs/memory.md)
+
+
+def fsdp_model_states(params, shard_ranks, *, optimizer="adamw") -> dict:
+    """Sharded fp32 parameters, fp32 gradients and optimizer states under FSDP mixed precision (bytes).
+
+    FSDP2 (``_fsdp_param.py``: the sharded DTensor keeps the original fp32 dtype, the
+    all-gather output is cast to ``param_dtype``) and FSDP1 (``flat_param._local_shard`` fp32,
+    ``_mp_shard`` only during the all-gather): 4 B of weights, 4 B of gradient (the
+    reduce-scattered shard, cast back to fp32) and the optimizer's 8 (AdamW) or 4 (SGD) bytes
+    per parameter, all divided over the ranks sharding them. No cached 16-bit copies: the
+    unsharded bf16 parameters are communication buffers (``fsdp_buffers``).
+    """
+    n = np.asarray(shard_ranks, float)
+    opt = 8.0 if optimizer == "adamw" else 4.0
+    return {"weights": 4.0 * params / n, "weight_copies": 0.0 * params, "optimizer": opt * params / n,
+            "gradients": 4.0 * params / n}
+
+
+def fsdp_buffers(unit, kept_unsharded, *, reduce_bytes=4.0, prefetch=2):
+    """Unsharded parameters and gradients in flight (bytes), the larger of two moments.
+
+    * around the loss: the modules kept unsharded after forward (``kept_unsharded`` parameters:
+      torchtitan's ``fully_shard([norm, output], reshard_after_forward=False)``; FSDP1's root
+      FlatParameter, which ``_post_forward_reshard`` never frees) plus ``prefetch`` blocks'
+      16-bit parameters (the block computing and the one prefetched: FSDP2's implicit prefetch
+      on its all-gather stream, FSDP1's ``limit_all_gathers`` rate limiter);
+    * a block's backward: its parameters and the prefetched block's (16-bit), its unsharded
+      16-bit gradient and the reduce-scatter input in ``reduce_dtype`` (FSDP2
+      ``_fsdp_collectives.foreach_reduce``: ``reduce_scatter_input`` of the unsharded size).
+    """
+    unit = np.asarray(unit, float)
+    around_loss = PARAM_BYTES * (np.asarray(kept_unsharded, float) + prefetch * unit)
+    block_backward = (PARAM_BYTES * prefetch + GRAD_BYTES + reduce_bytes) * unit
+    return np.maximum(around_loss, block_backward)
+
+
+def op_sac_layer_bytes(model, *, tp=1, sp=False, lo=2.0):
+    """Bytes per token a block saves under torchtitan's per-op policy (``recompute="selective-op"``).
+
+    The block input (the checkpoint's argument), the odd-numbered ``mm`` outputs of a Llama block
+    (wq, wv, w1, w2: ``checkpointing._mm_sequence``), SDPA's output and fp32 log-sum-exp, and
+    under sequence parallelism the reduce-scattered block output (``reduce_scatter_tensor``).
+    """
+    h, f, d = model.hidden, model.ffn_hidden, model.head_dim
+    tp = np.asarray(tp, float)
+    sp_div = np.where(np.asarray(sp, bool), tp, 1.0)
+    heads, kv = model.heads / tp, model.kv_heads / tp
+    block_in = lo * h / sp_div
+    wq, wv = lo * heads * d, lo * kv * d
+    w1 = lo * f / tp                              # the gate projection (w3 is recomputed)
+    w2 = lo * h + np.where(np.asarray(sp, bool), lo * h / tp, 0.0)
+    sdpa = lo * heads * d + 4.0 * heads
+    if model.activation != "swiglu":              # one fc1 (saved, 1st mm of the MLP), fc2 recomputed
+        w1, w2 = lo * f / tp, 0.0
+    return block_in + wq + wv + w1 + w2 + sdpa
+
+
+def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, float]:
+    """(backward, forward) bytes per logit alive in the cross-entropy.
+
+    Eager: ``F.cross_entropy(logits.float())`` holds the fp32 log-softmax output, its gradient
+    and the result in backward (12 B), the 16-bit logits, their fp32 cast and the log-softmax
+    output in forward (10 B). Compiled (torchtitan compiles the loss, ``compile.components``
+    holds "loss"): Inductor fuses the cast, log-softmax and NLL into reductions over the 16-bit
+    logits, which it saves, and writes the 16-bit gradient directly: 2 + 2 B backward, 2 B forward.
+    Chunked (``loss="chunked"``, see ``chunked_loss_bytes``): no logits tensor of the whole batch.
+    """
+    if loss == "chunked":
+        return 0.0, 0.0
+    if loss in ("compiled", "fused"):  # flash-attn's kernel (loss="fused") saves and writes the same
+        return 2.0 * lo, lo
+    return 12.0, 10.0 if lo == 2.0 else 8.0
+
+
+def reserved_bytes(allocated):
+    """What the caching allocator reserves for a peak of ``allocated`` bytes (``memory_reserved``)."""
+    return np.asarray(allocated, float) * (1.0 + ALLOCATOR_RESERVE)
+
+
+def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c, *, optimizer="adamw",
+                       head=0.0, embed=0.0) -> dict:
+    """The model-state terms of a stage as an FSDP stack keeps them (other stacks: ``terms`` as given).
+
+    ``params``: the stage's parameters per GPU, ``unit``: one block's, ``head`` / ``embed``: the
+    LM head's and the embedding's on this stage. torchtitan keeps ``[norm, output]`` unsharded
+    after forward; FSDP1 the root FlatParameter (embedding and head, the blocks being wrapped).
+    """
+    from perfmodel.workload.stacks import stack
+
+    st = stack(framework)
+    if st.sharding not in ("fsdp1", "fsdp2"):
+        return terms
+    sharded = np.asarray(c["zero"]) >= 3
+    fsdp = fsdp_model_states(params, np.where(sharded, shard_ranks, 1.0), optimizer=optimizer)
+    kept = head if st.sharding == "fsdp2" else np.add(head, embed)
+    if st.sharding == "fsdp2":  # torchtitan with pipeline stages: reshard_after_forward = not pp_enabled,
+        # so the stage's blocks stay unsharded from their first forward to their last backward
+        kept = np.where(np.asarray(c["pp"]) > 1, params, kept)
+    # fsdp="shard-grad-op" (FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False): the same
+    kept = np.where(np.asarray(c.get("reshard", True), bool), kept, params)
+    buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes)
+    # one rank: FSDP still casts into unsharded 16-bit parameters, one block at a time
+    return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c["dp"], float)}
+
+
+def chunked_loss_bytes(tokens, hidden, lo=2.0):
+    """Bytes a chunked linear + cross-entropy holds (Liger-Kernel ``LigerFusedLinearCrossEntropyFunction``).
+
+    Liger (``liger_kernel/ops/fused_linear_cross_entropy.py``, v0.5) cuts the tokens into
+    chunks of about T·h/V rows, so one chunk's logits (bf16, overwritten in place by their fp32
+    gradient: 2 + 4 B) hold about T·h elements, and accumulates the input gradient (T·h, 16-bit)
+    during forward: (6 + lo) · T · h bytes at most.
+    """
+    return (6.0 + lo) * np.multiply(tokens, hidden)

@@ -1,0 +1,89 @@
+"""Software stacks as data: what each training framework does, taken from its code at a version.
+
+``Strategy.framework`` names one of ``STACKS``; the record says how that framework keeps
+parameters and gradients, which activation-checkpointing policies and options it has, and its
+defaults, so ``framework="torchtitan"`` alone prices what torchtitan does. docs/stacks.md cites
+the source of every field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.core.checks import check_choice
+from perfmodel.core.errors import UnsupportedError
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One training framework's behaviour (bytes per element, policies, defaults)."""
+
+    name: str
+    source: str                 # repository, version and file the fields come from
+    weights16: bool             # GEMMs read 16-bit parameters: no autocast casts, 16-bit residual stream
+    sharding: str               # "ddp" | "megatron" | "fsdp1" | "fsdp2": how parameters are kept
+    default_fsdp: str | None    # data-parallel ranks shard parameters unless told otherwise
+    reduce_bytes: float         # bytes per gradient element the reduction moves (MixedPrecisionPolicy.reduce_dtype)
+    default_recompute: str      # checkpointing when the user names none
+    recompute: tuple            # policies the framework has ("every-k" stands for every-<k>)
+    compiles: bool              # torch.compile of the blocks is an option
+    rope_saves: bool            # the rotary embedding saves its rotated q and k for backward
+    swiglu_saved: int           # f-wide tensors SwiGLU saves (fc2's input included)
+    compiles_loss: bool = False  # compile=True compiles the loss too
+    searched: tuple = ("none", "selective", "full")  # the policies pm.search tries by default
+
+
+STACKS = {
+    "pytorch": Stack("pytorch", "PyTorch eager, torch.autocast over fp32 parameters (torch/amp/autocast_mode.py)",
+                     weights16=False, sharding="ddp", default_fsdp=None, reduce_bytes=4.0,
+                     default_recompute="none", recompute=("none", "selective", "full", "every-k"),
+                     compiles=True, rope_saves=True, swiglu_saved=4),
+    "megatron": Stack("megatron", "Megatron-LM core_r0.9 (megatron/core/optimizer, transformer/mlp.py)",
+                      weights16=True, sharding="megatron", default_fsdp=None, reduce_bytes=4.0,
+                      default_recompute="none", recompute=("none", "selective", "full"),
+                      compiles=False, rope_saves=False, swiglu_saved=3),
+    # torchtitan v0.2.2: torchtitan/models/llama3/infra/parallelize.py (apply_fsdp, _op_sac_save_list),
+    # torchtitan/config/job_config.py (mixed_precision_param "bfloat16", mixed_precision_reduce
+    # "float32", activation_checkpoint mode "selective" with selective_ac_option "2")
+    "torchtitan": Stack("torchtitan", "pytorch/torchtitan v0.2.2 (73a0e69): models/llama3/infra/parallelize.py, "
+                        "config/job_config.py; FSDP2 torch/distributed/fsdp/_fully_shard",
+                        weights16=True, sharding="fsdp2", default_fsdp="full", reduce_bytes=4.0,
+                        default_recompute="every-2", recompute=("none", "full", "selective-op", "every-k"),
+                        compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True,
+                        searched=("none", "full", "selective-op", "every-2")),
+    # FSDP1 FullyShardedDataParallel as Hugging Face accelerate and Composer/llm-foundry wrap it:
+    # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16, reduce_dtype=bf16: accelerate's
+    # "bf16" mixed precision, llm-foundry's mixed_precision PURE), limit_all_gathers
+    "fsdp1": Stack("fsdp1", "PyTorch FSDP1 torch/distributed/fsdp/fully_sharded_data_parallel.py, _runtime_utils.py "
+                   "(torch 2.4), as accelerate FullyShardedDataParallelPlugin and Composer configure it",
+                   weights16=True, sharding="fsdp1", default_fsdp="full", reduce_bytes=2.0,
+                   default_recompute="none", recompute=("none", "full", "every-k"),
+                   compiles=True, rope_saves=False, swiglu_saved=4, searched=("none", "full")),
+}
+FRAMEWORKS = tuple(STACKS)
+
+
+def stack(name: str) -> Stack:
+    """The record of framework ``name``; unknown names list the known ones."""
+    return STACKS[check_choice("framework", name, FRAMEWORKS)]
+
+
+def takes(option: str) -> list[str]:
+    """Frameworks that take a stack option (a recompute policy or "compile")."""
+    if option == "compile":
+        return [s.name for s in STACKS.values() if s.compiles]
+    policy = "every-k" if option.startswith("every-") else option
+    return [s.name for s in STACKS.values() if policy in s.recompute]
+
+
+def check_stack_options(framework: str, *, recompute: str, compile: bool = False) -> None:
+    """Raise when an option does not apply to the framework, naming the stacks that take it."""
+    st = stack(framework)
+    if compile and not st.compiles:
+        raise UnsupportedError(f"'compile'=True does not apply to framework={framework!r} (its kernels are "
+                               f"its own fused CUDA ones); stacks that take it: {', '.join(takes('compile'))}")
+    policy = "every-k" if recompute.startswith("every-") else recompute
+    if policy not in st.recompute:
+        raise UnsupportedError(f"recompute={recompute!r} is not a checkpointing policy of framework={framework!r} "
+                               f"(it has {', '.join(st.recompute)}); stacks that take it: "
+                               f"{', '.join(takes(recompute)) or 'none'}")

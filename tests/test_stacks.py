@@ -1,0 +1,201 @@
+"""Software stacks: torchtitan (FSDP2), FSDP1, torch.compile, checkpointing policies, float8, losses."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.core.errors import InvalidInputError, PerfModelError, UnsupportedError
+from perfmodel.costs import stack_memory
+from perfmodel.costs.memory import layer_activation_bytes
+from perfmodel.workload import kernels as steps
+from perfmodel.workload.ops import mem
+from perfmodel.workload.stacks.checkpointing import op_sac_recomputed
+from perfmodel.workload.stacks.compile import fuse_memory_bound
+from perfmodel.workload.stacks.float8 import torchao_float8
+from perfmodel.workload.ops import linear
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return dataclasses.replace(pm.preset("llama-3-8b"), seq=8192)
+
+
+def test_torchtitan_alone_takes_its_defaults():
+    s = pm.Strategy(dp=8, framework="torchtitan")
+    assert (s.fsdp, s.recompute, s.loss, s.compile) == ("full", "every-2", "eager", False)
+    assert pm.Strategy(dp=8, framework="torchtitan", compile=True).loss == "compiled"
+    assert pm.Strategy(dp=8).recompute == "none" and pm.Strategy(dp=8).fsdp is None
+    assert pm.Strategy(dp=8, framework="fsdp1").fsdp == "full"
+
+
+def test_options_that_do_not_apply_name_the_stacks_that_take_them():
+    with pytest.raises(UnsupportedError, match=r"'compile'=True does not apply to framework='megatron'.*"
+                                               r"stacks that take it: pytorch, torchtitan, fsdp1"):
+        pm.Strategy(framework="megatron", compile=True)
+    with pytest.raises(UnsupportedError, match=r"recompute='selective-op' is not a checkpointing policy of "
+                                               r"framework='pytorch'.*stacks that take it: torchtitan"):
+        pm.Strategy(recompute="selective-op")
+    with pytest.raises(UnsupportedError, match=r"recompute='every-2'.*framework='megatron'"):
+        pm.Strategy(framework="megatron", recompute="every-2")
+    with pytest.raises(InvalidInputError, match=r"'recompute'='every-0': every-<k> needs a whole k >= 1"):
+        pm.Strategy(recompute="every-0")
+    with pytest.raises(PerfModelError, match=r"unknown recompute 'some'.*every-<k>"):
+        pm.Strategy(recompute="some")
+    with pytest.raises(PerfModelError, match=r"unknown loss 'fast' \(known: chunked, compiled, eager, fused\)"):
+        pm.Strategy(loss="fast")
+    with pytest.raises(UnsupportedError, match=r"no fp8 support.*'torchtitan' with torchao"):
+        pm.predict("gpt2-small", pm.cluster("a100-sxm4-80gb"), pm.Strategy(precision="fp8-mixed",
+                                                                           framework="torchtitan"))
+
+
+def test_fsdp2_model_states_and_buffers_by_hand():
+    # 8e9 parameters over 8 ranks: 4 + 8 + 4 bytes each, sharded
+    st = stack_memory.fsdp_model_states(8e9, 8, optimizer="adamw")
+    assert (st["weights"], st["optimizer"], st["gradients"], st["weight_copies"]) == (4e9, 8e9, 4e9, 0.0)
+    # a 2e8-parameter block, a 5e8-parameter head kept unsharded: around the loss 2·(5e8 + 2·2e8) = 1.8e9;
+    # a block's backward (2·2 + 2 + 4)·2e8 = 2e9 bytes, the larger
+    assert stack_memory.fsdp_buffers(2e8, 5e8) == pytest.approx(2e9)
+    assert stack_memory.fsdp_buffers(2e8, 2e9) == pytest.approx(2 * (2e9 + 4e8))
+
+
+def test_per_op_checkpointing_saves_every_other_mm(llama8b):
+    # block input 2h, wq 2h, wv 2·kv·d, w1 2f, w2 2h, SDPA output 2h + fp32 lse 4·heads
+    h, f, kvd = 4096, 14336, 8 * 128
+    expected = 2 * h + 2 * h + 2 * kvd + 2 * f + 2 * h + 2 * h + 4 * 32
+    assert layer_activation_bytes(llama8b, recompute="selective-op", framework="torchtitan") == expected
+    fwd, _ = steps.layer_kernels(llama8b, 1, precision="bf16-mixed")
+    redo = op_sac_recomputed(fwd, llama8b)
+    gemm_flops = sum(k.flops for k in redo if k.cls == "gemm")
+    T = llama8b.seq
+    assert gemm_flops == pytest.approx(2 * T * h * (kvd + h + f))  # wk, wo, w3
+    assert not any(k.cls == "sdpa" for k in redo)
+
+
+def test_every_k_is_the_average_of_checkpointed_and_plain_blocks(llama8b):
+    kw = {"framework": "torchtitan"}
+    full = layer_activation_bytes(llama8b, recompute="full", **kw)
+    none = layer_activation_bytes(llama8b, recompute="none", **kw)
+    assert layer_activation_bytes(llama8b, recompute="every-2", **kw) == pytest.approx((full + none) / 2)
+    _, b2 = steps.layer_kernels(llama8b, 1, recompute="every-2")
+    _, bf = steps.layer_kernels(llama8b, 1, recompute="full")
+    count = sum(np.asarray(k.count, float) * k.flops for k in b2 if ".recompute" in k.name)
+    assert count == pytest.approx(0.5 * sum(k.flops for k in bf if ".recompute" in k.name))
+
+
+def test_compile_prices_a_chain_by_the_bytes_it_moves_once():
+    x = 1e6
+    chain = [mem("res", "residual_add", "fwd", x, dtype="bf16"), mem("ln", "rmsnorm", "fwd", x, dtype="bf16")]
+    fused = fuse_memory_bound(chain)
+    assert len(fused) == 1
+    # residual add 2 reads + 1 write, norm 1 + 1, 2 bytes each: 10 MB, less the sum passed in registers 4 MB
+    assert fused[0].size["x"] * 8 == pytest.approx(6e6)
+    f, _ = linear("fc", 10, 8, 8)
+    assert [k.cls for k in fuse_memory_bound(chain + f + chain)] == ["copy", "gemm", "copy"]
+
+
+def test_compile_is_faster_and_torchao_float8_adds_casts(llama8b):
+    c = pm.cluster("dgx-h100")
+    base = pm.Strategy(dp=8, micro_batch=2, framework="torchtitan", recompute="selective-op")
+    eager = pm.predict(llama8b, c, base)
+    compiled = pm.predict(llama8b, c, base.replace(compile=True, loss="eager"))
+    assert compiled.step_time < eager.step_time
+    assert compiled.peak_memory == pytest.approx(eager.peak_memory)  # per-op policy decides what is saved
+    fwd, bwd = linear("attn.proj", 1024, 4096, 4096, dtype="fp8")
+    kinds = [k.name for k in torchao_float8(fwd[0])]
+    assert kinds == ["attn.proj.fp8_cast", "attn.proj.fp8_w_cast", "attn.proj"]
+    head = linear("lm_head", 1024, 4096, 128256, dtype="fp8")[0][0]
+    assert torchao_float8(head)[0].dtype == "bf16"  # torchtitan filters the output layer
+
+
+def test_losses_compiled_and_chunked_hold_less(llama8b):
+    c = pm.cluster("dgx-h100")
+    s = pm.Strategy(dp=8, micro_batch=2, framework="torchtitan", recompute="selective-op")
+    logits = 2 * 8192 * 128256
+    eager = pm.predict(llama8b, c, s).memory["loss"]
+    assert eager == pytest.approx(12 * logits)
+    assert pm.predict(llama8b, c, s.replace(loss="compiled")).memory["loss"] == pytest.approx(4 * logits)
+    assert stack_memory.chunked_loss_bytes(2 * 8192, 4096) == 8 * 2 * 8192 * 4096
+    preds = [pm.predict(llama8b, c, s.replace(loss=loss)) for loss in ("eager", "compiled", "chunked", "fused")]
+    assert preds[0].peak_memory > preds[1].peak_memory > preds[2].peak_memory
+    assert preds[3].peak_memory == preds[1].peak_memory and preds[3].step_time < preds[0].step_time
+
+
+# TorchTitan (Liang et al. 2024, arXiv 2410.06511), Table 1 and Table 2: Llama 3.1 8B on 8 H100
+# (96 GB), memory as torchtitan logs it (max reserved, GiB). Table 1: local batch 2, seq 8192,
+# per-op selective checkpointing; Table 2: local batch 1, full checkpointing, compile + float8.
+# The torch.compile of that version compiled the blocks, not the loss (loss="eager").
+TORCHTITAN_PAPER = [
+    ({"recompute": "selective-op"}, 2, 8192, 1, 82.4),
+    ({"recompute": "selective-op", "compile": True, "loss": "eager"}, 2, 8192, 1, 77.0),
+    ({"recompute": "selective-op", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 2, 8192, 1, 76.8),
+    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 32768, 1, 83.9),
+    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 65536, 2, 84.2),
+]
+
+
+@pytest.mark.parametrize("options, batch, seq, cp, measured_gib", TORCHTITAN_PAPER)
+def test_torchtitan_reserved_memory_within_ten_percent_of_the_paper(options, batch, seq, cp, measured_gib):
+    m = dataclasses.replace(pm.preset("llama-3-8b"), seq=seq)
+    s = pm.Strategy(dp=8 // cp, cp=cp, micro_batch=batch, framework="torchtitan", **options)
+    p = pm.predict(m, pm.cluster("dgx-h100"), s)
+    reserved = (p.reserved_memory + 0.5 * GiB) / GiB  # + the CUDA context torchtitan's reading includes
+    assert abs(reserved / measured_gib - 1) < 0.10
+
+
+def test_tensor_parallel_overlap_by_hand():
+    from perfmodel.parallel import tp_overlap as ub
+    # 8 ms all-gather in 7 transfers beside a 8 ms GEMM in 8 chunks: 8 - 7 = 1 ms exposed
+    assert ub.ring_exchange(8e-3, 8e-3, 8) == pytest.approx(1e-3)
+    # 132 SMs, 16 for the reduce-scatter: the GEMM takes 132/116 as long
+    assert ub.slowed(1.0, 132) == pytest.approx(132 / 116)
+    # pipeline: a quarter of the collective waits for the last chunk, the rest hides behind the GEMM
+    assert ub.pipeline(4e-3, 8e-3, 132) == pytest.approx(1e-3 + 8e-3 * (132 / 116 - 1))
+    assert ub.bulk(10e-3, 4e-3, 132) == pytest.approx(10e-3 - 4e-3)
+
+
+def test_userbuffers_hide_tensor_parallel_time_and_bad_combinations_say_why():
+    m = pm.preset("llama-3-70b")
+    c = pm.cluster("dgx-h100", nodes=8)
+    base = pm.Strategy(dp=8, tp=8, micro_batch=1, global_batch=64, framework="megatron", sequence_parallel=True,
+                       zero=1, recompute="full")
+    plain, ub = pm.predict(m, c, base), pm.predict(m, c, base.replace(tp_comm_overlap="userbuffers"))
+    assert ub.breakdown["tp_comm"] < 0.5 * plain.breakdown["tp_comm"]
+    assert ub.breakdown["forward"] == plain.breakdown["forward"]
+    with pytest.raises(UnsupportedError, match=r"tp_comm_overlap='userbuffers' does not apply to framework='pytorch'"):
+        pm.Strategy(tp=2, sequence_parallel=True, tp_comm_overlap="userbuffers")
+    with pytest.raises(InvalidInputError, match=r"needs tp > 1 and sequence_parallel=True"):
+        pm.Strategy(tp=2, framework="megatron", tp_comm_overlap="userbuffers")
+    with pytest.raises(InvalidInputError, match=r"needs compile=True"):
+        pm.Strategy(dp=2, tp=2, sequence_parallel=True, framework="torchtitan", tp_comm_overlap="async")
+
+
+def test_torchtitan_pipeline_stages_keep_their_parameters_unsharded():
+    m = pm.preset("llama-3-70b")
+    c = pm.cluster("dgx-h100", nodes=4)
+    s = pm.Strategy(dp=8, pp=4, micro_batch=1, global_batch=32, framework="torchtitan", recompute="full")
+    p = pm.predict(m, c, s)
+    stage_params = 70.6e9 / 4  # about a quarter of the model on the fullest stage
+    assert p.memory["comm_buffers"] > 2 * 0.9 * stage_params
+    flat = pm.predict(m, pm.cluster("dgx-h100", nodes=4), s.replace(dp=32, pp=1))
+    assert flat.memory["comm_buffers"] < 0.3 * p.memory["comm_buffers"]  # two blocks + buffers, not a stage
+
+
+def test_shard_grad_op_keeps_the_parameters_unsharded_and_only_fsdp_stacks_take_it(llama8b):
+    c = pm.cluster("dgx-h100")
+    s = pm.Strategy(dp=8, micro_batch=1, framework="fsdp1", recompute="full")
+    full, sgo = pm.predict(llama8b, c, s), pm.predict(llama8b, c, s.replace(fsdp="shard-grad-op"))
+    # all blocks stay unsharded in bf16, not only the root (embedding and head, 1.05e9 parameters)
+    assert sgo.memory["comm_buffers"] - full.memory["comm_buffers"] == pytest.approx(2 * (llama8b.params - 1.0507e9), rel=1e-3)
+    with pytest.raises(UnsupportedError, match=r"fsdp='shard-grad-op'.*framework='fsdp1' or 'torchtitan'"):
+        pm.Strategy(dp=8, fsdp="shard-grad-op")
+
+
+def test_compile_saves_nothing_between_kernels_over_different_tensors():
+    norm = mem("ln", "rmsnorm", "fwd", 1e6, dtype="bf16")
+    wcast = mem("w_cast", "cast_fp32_to_bf16", "fwd", 4e6)
+    fused = fuse_memory_bound([norm, wcast])[0]
+    assert fused.size["x"] * 8 == pytest.approx(2 * 2e6 + 6 * 4e6)  # both tensors' traffic, nothing passed
