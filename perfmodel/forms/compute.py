@@ -1,6 +1,6 @@
 """Closed forms for compute kernels (numpy body + sympy twin, see fit/forms.py).
 
-GEMM (``gemm_wave``, ``gemm_smooth``)
+GEMM (``gemm_smooth``; ``gemm_two``, ``gemm_two_levels`` and ``gemm_tiles`` below)
     t = max(t_cpu, t0 + 2mnk / (R · q(m, n) · k/(k + k_half)) / a(n, k), bytes / bw)
     q = tile-wave efficiency: tiles = ⌈m/TM⌉⌈n/TN⌉ on ``sms`` SMs run in
     ⌈tiles/sms⌉ waves (NVIDIA, "Matrix Multiplication Background User's Guide",
@@ -78,17 +78,6 @@ def _gemm_parts(p, m, n, k, q):
     return np.maximum(p["t0"] + flops / rate, bytes_moved / p["bw"])
 
 
-def _wave_q(p, m, n):
-    tiles = np.ceil(m / p["TM"]) * np.ceil(n / p["TN"])
-    waves = np.ceil(tiles / p["sms"])
-    return tiles / (waves * p["sms"])
-
-
-def gemm_wave_gpu(p, m, n, k):
-    """GPU time of one GEMM without the CPU floor (used by the step model)."""
-    return _gemm_parts(p, m, n, k, _wave_q(p, m, n))
-
-
 def gemm_smooth_gpu(p, m, n, k):
     q = m / (m + p["m_half"]) * n / (n + p["n_half"])
     return _gemm_parts(p, m, n, k, q)
@@ -103,15 +92,6 @@ def _sym_gemm(p, m, n, k, q):
 
 GEMM_COMMON = ("R", "k_half", "t0", "t_cpu", "p16", "p8", "p4", "p2", "p_both", "bw", "elem_bytes")
 
-_define(Form(
-    "gemm_wave", ("m", "n", "k"), (*GEMM_COMMON, "TM", "TN", "sms"),
-    lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_wave_gpu(p, m, n, k)),
-    lambda p, m, n, k: _sym_gemm(
-        p, m, n, k,
-        sp.ceiling(m / p["TM"]) * sp.ceiling(n / p["TN"])
-        / (sp.ceiling(sp.ceiling(m / p["TM"]) * sp.ceiling(n / p["TN"]) / p["sms"]) * p["sms"])),
-    "tile-wave quantised GEMM with K saturation and an alignment penalty",
-))
 _define(Form(
     "gemm_smooth", ("m", "n", "k"), (*GEMM_COMMON, "m_half", "n_half"),
     lambda p, m, n, k: np.maximum(p["t_cpu"], gemm_smooth_gpu(p, m, n, k)),
