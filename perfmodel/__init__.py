@@ -29,15 +29,24 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # heavier entry points load on first use
-    lazy = {
-        "compare": "perfmodel.explore", "sweep": "perfmodel.explore", "search": "perfmodel.explore",
-        "from_torch": "perfmodel.workload.torch_import", "from_hf_config": "perfmodel.workload.hf",
-        "plan_training": "perfmodel.analysis.transient", "symbolic_step_time": "perfmodel.analysis.symbolic",
-        "predict_mixed": "perfmodel.analysis.hetero",
-    }
-    if name in lazy:
+# heavier entry points load on first use, yet are listed by __all__ and dir(perfmodel)
+_LAZY = {
+    "compare": "perfmodel.explore", "sweep": "perfmodel.explore", "search": "perfmodel.explore",
+    "from_torch": "perfmodel.workload.torch_import", "from_hf_config": "perfmodel.workload.hf",
+    "from_hf_hub": "perfmodel.workload.hf_hub", "fill_dp": "perfmodel.parallel.strategy",
+    "plan_training": "perfmodel.analysis.transient", "symbolic_step_time": "perfmodel.analysis.symbolic",
+    "predict_mixed": "perfmodel.analysis.hetero",
+}
+__all__ = sorted([*__all__, *_LAZY])
+
+
+def __getattr__(name):
+    if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(lazy[name]), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'perfmodel' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY})

@@ -12,7 +12,7 @@ from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.profiles.profile import Profile, load_profile
-from perfmodel.parallel.strategy import Strategy, check_against
+from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.kernels import gemm_dtype
 
@@ -150,9 +150,10 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
 
     cluster = as_cluster(cluster)
     model = as_model(model)
-    s = strategy or Strategy(dp=cluster.n_gpus)
+    s = strategy or Strategy()
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
+    s = fill_dp(s, cluster.n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
     check_strategy(model, cluster, s)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     coll = cluster_collectives(cluster, prof)

@@ -18,7 +18,7 @@ import pandas as pd
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.explore.compare import label_of, prediction_row
 from perfmodel.predict import predict
-from perfmodel.parallel.strategy import Strategy
+from perfmodel.parallel.strategy import Strategy, fill_dp
 from perfmodel.core.checks import check_choice, check_int
 from perfmodel.workload.presets import as_model
 
@@ -99,7 +99,7 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     if strategy is not None and not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     model = as_model(model)
-    s = strategy or Strategy(dp=cl.n_gpus)
+    s = fill_dp(strategy or Strategy(), cl.n_gpus)
     rows = []
     for value in values:
         try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import least_squares
+from sklearn.metrics import mean_absolute_percentage_error
 from sklearn.model_selection import KFold
 
 from perfmodel.forms.registry import Form
@@ -54,7 +55,7 @@ def fit_form(form: Form, X: Mapping[str, np.ndarray], y: np.ndarray, free: Mappi
 def mape(pred, meas) -> float:
     """Mean absolute percentage error, as a fraction."""
     pred, meas = np.asarray(pred, float), np.asarray(meas, float)
-    return float(np.mean(np.abs(pred - meas) / meas)) if len(meas) else float("nan")
+    return float(mean_absolute_percentage_error(meas, pred)) if len(meas) else float("nan")
 
 
 def cross_validate(form: Form, X, y, free, fixed, *, folds=5, seed=0, predict=None, score_mask=None,

@@ -47,7 +47,7 @@ MIN_BUCKET_MB = 0.001
 class Strategy:
     """How one training step is parallelised; all sizes are per step unless named otherwise."""
 
-    dp: int = 1
+    dp: int | None = None               # None: filled from the cluster, GPUs / (tp × pp × cp)
     tp: int = 1
     pp: int = 1
     micro_batch: int = 8
@@ -81,7 +81,8 @@ class Strategy:
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
-            object.__setattr__(self, name, check_int(name, getattr(self, name)))
+            if name != "dp" or self.dp is not None:
+                object.__setattr__(self, name, check_int(name, getattr(self, name)))
         if self.global_batch is not None:
             object.__setattr__(self, "global_batch", check_int("global_batch", self.global_batch))
         object.__setattr__(self, "zero", check_int("zero", self.zero, minimum=0))
@@ -127,6 +128,8 @@ class Strategy:
         if self.cp > 1 and self.attention != "flash":
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
                                     f"blocks: use attention='flash' (got {self.attention!r})")
+        if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it
+            return
         if self.ep > 1 and (self.dp * self.cp) % self.ep:
             raise InvalidInputError(f"expert-parallel ranks are data-parallel ranks: 'ep'={self.ep} must divide "
                                     f"dp × cp = {self.dp * self.cp}")
@@ -156,9 +159,15 @@ class Strategy:
                                     f"{self.virtual_stages} (each stage is cut into that many chunks)")
         return layers
 
+    def _dp(self) -> int:
+        if self.dp is None:
+            raise InvalidInputError("'dp' is not set yet: it is filled from the cluster's GPU count by "
+                                    "pm.predict (or fill_dp(strategy, n_gpus)); give dp to use it before")
+        return self.dp
+
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self._dp() * self.tp * self.pp * self.cp
 
     @property
     def shard(self) -> int:
@@ -168,12 +177,13 @@ class Strategy:
     @property
     def micro_batches(self) -> int:
         """Micro-batches per step per data-parallel rank (gradient accumulation × pipeline)."""
-        gb = self.global_batch or self.dp * self.micro_batch
-        return gb // (self.dp * self.micro_batch)
+        if self.global_batch is None:
+            return 1
+        return self.global_batch // (self._dp() * self.micro_batch)
 
     @property
     def batch(self) -> int:
-        return self.global_batch or self.dp * self.micro_batch
+        return self.global_batch or self._dp() * self.micro_batch
 
     def replace(self, **changes) -> Strategy:
         return replace(self, **changes)
@@ -185,6 +195,17 @@ class Strategy:
             if value != f.default or f.name in ("dp", "tp", "pp", "micro_batch"):
                 parts.append(f"{f.name}={value!r}")
         return "Strategy(" + ", ".join(parts) + ")"
+
+
+def fill_dp(s: Strategy, n_gpus: int) -> Strategy:
+    """``s`` with dp filled from the GPU count where it was left unset: GPUs / (tp × pp × cp), as the CLI does."""
+    if s.dp is not None:
+        return s
+    group = s.tp * s.pp * s.cp
+    if n_gpus % group:
+        raise InvalidInputError(f"tp × pp × cp = {s.tp} × {s.pp} × {s.cp} = {group} must divide the cluster's "
+                                f"GPU count {n_gpus} to fill dp (or give dp explicitly)")
+    return replace(s, dp=n_gpus // group)
 
 
 def _nearest(value: int, valid: list[int]) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfmodel.costs.memory import ALLOCATOR_RESERVE, CUDA_CONTEXT_BYTES
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.extras import optional_import
 
 BREAKDOWN = (("forward", "forward"), ("backward", "backward"), ("host_overhead", "host (launch)"),
              ("tp_comm", "tensor-parallel comm."), ("pipeline_bubble", "pipeline bubble"),
@@ -31,6 +32,7 @@ GIB = 2.0**30
 
 
 def _figure(rows: int, cols: int, size):
+    optional_import("matplotlib", extra="plot", feature="plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
