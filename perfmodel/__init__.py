@@ -26,6 +26,9 @@ __all__ = [
     "InfeasibleError", "InvalidInputError", "PerfModelError", "Prediction", "Profile", "ProfileError",
     "Strategy", "Transformer", "UnknownNameError", "UnsupportedError", "cluster", "list_presets",
     "load_gpu", "load_node", "load_profile", "predict", "preset", "transformer",
+    # loaded on first use (_LAZY)
+    "compare", "fill_dp", "from_hf_config", "from_hf_hub", "from_torch", "plan_training", "predict_mixed",
+    "search", "sweep", "symbolic_step_time",
 ]
 
 
@@ -37,7 +40,6 @@ _LAZY = {
     "plan_training": "perfmodel.analysis.transient", "symbolic_step_time": "perfmodel.analysis.symbolic",
     "predict_mixed": "perfmodel.analysis.hetero",
 }
-__all__ = sorted([*__all__, *_LAZY])
 
 
 def __getattr__(name):
