@@ -146,25 +146,78 @@ def cmd_predict(args) -> int:
     return 0
 
 
-def cmd_fit(args) -> int:
-    from perfmodel.fit.build import build_profile
-    from perfmodel.fit.compute import POWER_ONSET_S
-    from perfmodel.report.tables import fit_report_table, fit_target_summary
+def _fit_progress(done: int, total: int, key: str) -> None:
+    """One line on stderr that a terminal redraws; elsewhere a line at each quarter."""
+    if sys.stderr.isatty():
+        end = "\n" if done + 1 == total else ""
+        print(f"\rperfmodel: fitting class {done + 1}/{total}: {key:<40}", end=end, file=sys.stderr, flush=True)
+    elif done * 4 // total != (done - 1) * 4 // total or done == 0:
+        print(f"perfmodel: fitting class {done + 1}/{total} ({key})", file=sys.stderr, flush=True)
 
-    profile, report = build_profile(args.tables, gpu=args.gpu, name=args.name)
+
+def _fit_device(args):
+    """(gpu, profile name) of a fit: the device the tables' metadata names, a CPU host written as a TOML
+    beside the profile, or --gpu as given (refused when it contradicts the tables)."""
+    from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
+
+    measured = measured_device(args.tables)
+    gpu = choose_gpu(measured, args.gpu, allow_mismatch=args.allow_gpu_mismatch)
+    if gpu != CPU:
+        return gpu, args.name
+    from perfmodel.fit.tables import read_compute_table
+    from perfmodel.validate.host import write_host_gpu
+
+    tables = [read_compute_table(f) for f in args.tables if (Path(f) / "compute.csv").exists()]
+    if not tables:
+        raise InvalidInputError("--gpu cpu describes the host from its compute.csv: the tables have none")
+    import pandas as pd
+
+    slug = host_slug(measured.device_name)
+    meta = measured.meta or {}
+    toml = write_host_gpu(Path(args.output).with_name(f"{slug}.toml"), pd.concat(tables, ignore_index=True), meta,
+                          int(meta.get("torch_threads") or 1))
+    print(f"wrote {toml} (the CPU host as a device: {measured.device_name or 'CPU'})")
+    return str(toml), args.name or slug
+
+
+def _fit_notes(profile) -> list[str]:
+    """Lines on terms fitted from these tables only (fallback classes carry the reference GPU's)."""
+    from perfmodel.fit.compute import POWER_ONSET_S
+
+    lines = []
+    if profile.meta.get("rejected_rows"):
+        lines.append("rejected rows: " + ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
+    limited = {k: e["power_limited"]["rate_fraction"] for k, e in profile.compute.items()
+               if "power_limited" in e and "fallback" not in str(e.get("source", ""))}
+    if limited:
+        lines.append(f"power limit: rows under > {POWER_ONSET_S * 1e3:.0f} ms of back-to-back load ran at "
+                     + ", ".join(f"{v:.2f} ({k})" for k, v in limited.items()) + " of the burst rate kept")
+    if "step_overhead_source" in profile.host:
+        per_kernel, per_step = profile.host["cpu_extra_per_kernel_s"], profile.host["step_extra_s"]
+        if per_kernel > 0 or per_step > 0:
+            lines.append(f"step overhead: {per_kernel * 1e6:.2f} us per kernel + {per_step * 1e3:.3f} ms per step")
+        else:
+            lines.append("step overhead: none beyond the priced kernels")
+        lines.append(f"  ({profile.host['step_overhead_source']})")
+    return lines
+
+
+def cmd_fit(args) -> int:
+    import textwrap
+
+    from perfmodel.fit.build import build_profile
+    from perfmodel.profiles.origin import profile_origin
+    from perfmodel.report.tables import REPORT_WIDTH, fit_report_table, fit_target_summary
+
+    gpu, name = _fit_device(args)
+    profile, report = build_profile(args.tables, gpu=gpu, name=name, progress=_fit_progress)
     print(fit_report_table(report))
     print(fit_target_summary(report))
-    if profile.meta.get("rejected_rows"):
-        print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
-    limited = {k: e["power_limited"]["rate_fraction"] for k, e in profile.compute.items() if "power_limited" in e}
-    if limited:
-        print(f"power limit: rows under > {POWER_ONSET_S * 1e3:.0f} ms of back-to-back load ran at "
-              + ", ".join(f"{v:.2f} ({k})" for k, v in limited.items()) + " of the burst rate the profile keeps")
-    if "cpu_extra_per_kernel_s" in profile.host:
-        print(f"step overhead: {profile.host['cpu_extra_per_kernel_s'] * 1e6:.2f} us per kernel + "
-              f"{profile.host['step_extra_s'] * 1e3:.3f} ms per step ({profile.host['step_overhead_source']})")
+    for line in _fit_notes(profile):
+        print(textwrap.fill(line, REPORT_WIDTH, subsequent_indent="  "))
     profile.save(args.output)
-    print(f"wrote {args.output}")
+    print(f"wrote {args.output}: profile {profile.name!r} of {profile.gpu} ({profile_origin(profile)})")
+    print(f"predict with it: perfmodel predict --gpu {gpu} --profile {args.output} ...")
     if args.plots:
         from perfmodel.report.fit_plots import write_residual_plots
 
@@ -230,10 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("fit", help="fit calibration tables into a profile")
-    p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv")
-    p.add_argument("-o", "--output", default="profile.json")
-    p.add_argument("--gpu", default="h200", help="catalog GPU the tables were measured on")
-    p.add_argument("--name", default=None)
+    p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv (several: one profile)")
+    p.add_argument("-o", "--output", default="profile.json", help="profile JSON to write (default profile.json)")
+    p.add_argument("--gpu", default=None,
+                   help="catalog GPU, GPU TOML or 'cpu' the tables describe (default: the device their "
+                        "metadata.json names; a CPU host is written as a TOML beside the profile)")
+    p.add_argument("--allow-gpu-mismatch", action="store_true",
+                   help="accept a --gpu other than the measured device (a deliberate what-if)")
+    p.add_argument("--name", default=None, help="profile name (default: the device's name)")
     p.add_argument("--plots", default=None, metavar="DIR", help="write one residual plot per class here")
     p.set_defaults(func=cmd_fit)
     p = sub.add_parser("calibrate", help="measure this machine's kernels (runs python -m calibration.compute)")

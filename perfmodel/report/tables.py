@@ -55,25 +55,57 @@ def prediction_table(p) -> str:
 
 
 CV_TARGET = 0.08  # CV MAPE a class should reach: GEMMs >= 1 GFLOP, memory-bound ops >= 1 MiB, attention
+REPORT_WIDTH = 100  # characters per fit-report line
 
 
 def fit_target_summary(report: pd.DataFrame, target: float = CV_TARGET) -> str:
-    """One line: how many cross-validated classes reach ``target`` and which do not."""
+    """How many cross-validated classes (collectives included) reach ``target``, which do not, and how
+    many are fallbacks; wrapped to lines of at most REPORT_WIDTH characters."""
+    import textwrap
+
     scored = report.dropna(subset=["cv_mape"])
     over = scored[scored["cv_mape"] > target]
     line = f"CV MAPE <= {target:.0%}: {len(scored) - len(over)} of {len(scored)} cross-validated classes"
     if len(over):
         line += "; above it: " + ", ".join(f"{c} {v:.1%}" for c, v in zip(over["class"], over["cv_mape"]))
-    return line
+    fallbacks = int(report["form"].astype(str).str.startswith("(").sum())
+    if fallbacks:
+        line += f"; {fallbacks} not fitted from these tables (fallbacks)"
+    return "\n".join(textwrap.wrap(line, REPORT_WIDTH, subsequent_indent="  "))
+
+
+def _origin(form: str) -> tuple[str, str]:
+    """(form shown, where the class comes from) of one report row."""
+    if form.startswith("("):  # "(bundled fallback)", "(datasheet fallback)", "(not fitted: ...)"
+        return "-", form.strip("()")
+    return form, "fitted"
+
+
+def _runner_up(candidates, chosen: str) -> str:
+    if not isinstance(candidates, dict):
+        return ""
+    rest = sorted((v, k) for k, v in candidates.items() if k != chosen and v is not None and v == v)
+    return f"; next best {rest[0][1]} {rest[0][0]:.1%}" if rest else ""
 
 
 def fit_report_table(report: pd.DataFrame) -> str:
-    """class, points, chosen form, CV MAPE and the candidates' CV MAPE."""
-    df = report.copy()
-    df["cv_mape"] = df["cv_mape"].map(lambda v: "n/a" if pd.isna(v) else f"{v:.1%}")
-    if "fit_mape" in df:
-        df["fit_mape"] = df["fit_mape"].map(lambda v: "" if v is None or pd.isna(v) else f"{v:.1%}")
-    if "candidates" in df:
-        df["candidates"] = df["candidates"].map(
-            lambda c: ", ".join(f"{k} {v:.1%}" for k, v in c.items() if v == v) if isinstance(c, dict) else "")
-    return df.to_string(index=False)
+    """One line per fitted class and collective: points, chosen form, CV MAPE, fit MAPE, and whether it
+    was fitted here or is a fallback (the runner-up form's CV MAPE beside a fitted one)."""
+    def pct(v):
+        return "-" if v is None or pd.isna(v) else f"{v:.1%}"
+
+    rows = []
+    for r in report.to_dict("records"):
+        form, origin = _origin(str(r["form"]))
+        if origin == "fitted":
+            origin += _runner_up(r.get("candidates"), form)
+        rows.append([str(r["class"]), str(int(r["points"])), form, pct(r["cv_mape"]), pct(r.get("fit_mape")), origin])
+    head = ["class", "points", "form", "cv_mape", "fit_mape", "from"]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(5)]
+    def line(cells):
+        left = [cells[0].ljust(widths[0]), cells[1].rjust(widths[1]), cells[2].ljust(widths[2]),
+                cells[3].rjust(widths[3]), cells[4].rjust(widths[4])]
+        text = "  ".join(left) + "  " + cells[5]
+        return text if len(text) <= REPORT_WIDTH else text[:REPORT_WIDTH - 3] + "..."
+
+    return "\n".join(line(c) for c in [head, *rows])
