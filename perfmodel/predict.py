@@ -11,6 +11,7 @@ import numpy as np
 from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.profiles.origin import profile_origin
 from perfmodel.profiles.profile import Profile, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
@@ -25,6 +26,9 @@ BOTTLENECK_WORDS = {
     "tp_comm": "tensor- and context-parallel communication", "dp_comm": "data-parallel communication",
     "pipeline_bubble": "pipeline bubble", "p2p": "pipeline point-to-point sends",
 }
+
+
+INTERVAL_KIND = "heuristic: ± the fits' typical CV error, not a confidence level"
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class Prediction:
     bottleneck: str
     model_flops: float
     interval: tuple = field(default=(np.nan, np.nan))
+    # what ``interval`` is, in words the outputs print beside it
+    interval_kind: str = INTERVAL_KIND
+    profile_origin: str = ""            # measured (fitted to tables) or datasheet-derived, in words
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -64,6 +71,8 @@ class Prediction:
                                               "memory_capacity", "fits", "over_capacity", "bottleneck",
                                               "model_flops")}
         out["interval"] = list(self.interval)
+        out["interval_kind"] = self.interval_kind
+        out["profile_origin"] = self.profile_origin
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -175,6 +184,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         memory_capacity=float(derived["memory_capacity"]), fits=bool(derived["fits"]),
         over_capacity=float(derived["over_capacity"]), bottleneck=BOTTLENECK_WORDS[worst],
         model_flops=float(derived["model_flops"]), interval=(step * (1 - rel), step * (1 + rel)),
+        profile_origin=profile_origin(prof),
     )
 
 

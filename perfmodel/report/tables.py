@@ -21,6 +21,16 @@ def _short(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
+# what each memory term holds at the step's peak (costs/memory.py, docs/memory.md)
+MEMORY_WORDS = {
+    "weights": "fp32 master weights", "weight_copies": "16-bit weight copies autocast keeps for the step",
+    "optimizer": "optimizer states (AdamW: two fp32 moments)", "gradients": "gradients alive at the peak",
+    "activations": "activations saved for backward",
+    "loss": "cross-entropy backward: 3 fp32 tensors of tokens × vocab (log-softmax, its gradient, the result)",
+    "comm_buffers": "communication buckets and gather buffers", "recompute": "one layer's recomputed activations",
+}
+
+
 def prediction_table(p) -> str:
     """A readable multi-line summary of one Prediction."""
     s = p.strategy
@@ -30,13 +40,14 @@ def prediction_table(p) -> str:
         f"strategy   dp={s.dp} tp={s.tp} pp={s.pp} micro_batch={s.micro_batch} global_batch={s.batch} "
         f"zero={s.shard} recompute={s.recompute} precision={s.precision} optimizer={s.optimizer}"
         + _non_default(s),
-        f"profile    {p.profile}",
+        f"profile    {p.profile}" + (f" ({p.profile_origin})" if getattr(p, "profile_origin", "") else ""),
         "",
-        f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])})",
+        f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – "
+        f"{format_seconds(p.interval[1])}; {getattr(p, 'interval_kind', 'interval')})",
         f"tokens/s         {p.tokens_per_second:,.0f}",
         f"samples/s        {p.samples_per_second:,.2f}",
-        f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}",
-        f"MFU              {p.mfu:.1%}",
+        f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}   (executed FLOPs, recomputation included)",
+        f"MFU              {p.mfu:.1%}   (model FLOPs over peak: recomputation not counted)",
         f"peak memory      {format_bytes(p.peak_memory)} of {format_bytes(p.memory_capacity)}"
         + ("" if p.fits else f"   DOES NOT FIT (over by {format_bytes(p.over_capacity)})"),
         f"bottleneck       {p.bottleneck}",
@@ -50,7 +61,7 @@ def prediction_table(p) -> str:
     lines.append("memory breakdown (per GPU)")
     for key, value in p.memory.items():
         if value > 0:
-            lines.append(f"  {key:<16} {format_bytes(value):>12}")
+            lines.append(f"  {key:<16} {format_bytes(value):>12}  {MEMORY_WORDS.get(key, '')}".rstrip())
     return "\n".join(lines)
 
 
