@@ -57,7 +57,9 @@ POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Model, cluster and profile options shared by predict and the explore commands."""
-    p.add_argument("--model", default="gpt2-small", help="preset name, HF config.json path, or a model TOML")
+    p.add_argument("--model", default="gpt2-small",
+                   help="preset name (perfmodel list models), HF config.json path, Hugging Face Hub id "
+                        "(owner/name; pip install 'perfmodel[hf]'), or a model TOML")
     p.add_argument("--gpu", default=None, help="GPU or node preset (or cluster TOML); default h200")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="number of nodes (default 1)")
     p.add_argument("--gpus-per-node", type=POSITIVE_INT, default=None, help="GPUs per node for a bare GPU name")
@@ -102,7 +104,15 @@ def load_model(args):
     from perfmodel.workload.presets import preset
 
     spec = args.model
-    if spec.endswith(".json"):
+    if Path(spec).is_dir():  # a folder holding a config.json (a Hugging Face snapshot)
+        from perfmodel.workload.hf import from_hf_config
+
+        model = from_hf_config(spec)
+    elif not spec.endswith((".json", ".toml")) and "/" in spec and not Path(spec).exists():
+        from perfmodel.workload.hf_hub import from_hf_hub
+
+        model = from_hf_hub(spec)  # a Hub id such as meta-llama/Meta-Llama-3-8B (the 'hf' extra)
+    elif spec.endswith(".json"):
         from perfmodel.workload.hf import from_hf_config
 
         model = from_hf_config(spec)
@@ -265,17 +275,17 @@ def cmd_import_nccl(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from perfmodel.hardware import list_gpus, list_nodes
-    from perfmodel.profiles.profile import list_profiles
-    from perfmodel.workload.presets import list_presets
+    from perfmodel.cli.listing import listing
 
-    names = {"models": list_presets, "gpus": list_gpus, "nodes": list_nodes, "profiles": list_profiles}[args.what]()
-    print("\n".join(names))
+    print(listing(args.what))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from perfmodel import __version__
+
     parser = Parser(prog="perfmodel", description="Predict distributed training speed and memory.")
+    parser.add_argument("--version", action="version", version=f"perfmodel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict one configuration")
     add_model_args(p)
@@ -363,7 +373,15 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_outputs(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # the reader has what it wanted; point stdout at devnull so the exit flush is quiet too
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except PerfModelError as exc:
         print(f"perfmodel: error: {exc}", file=sys.stderr)
         return 2
