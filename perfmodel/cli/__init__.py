@@ -242,6 +242,8 @@ def cmd_calibrate(args) -> int:
     if importlib.util.find_spec("torch") is None:
         raise InvalidInputError("calibrating needs torch, which is not installed: pip install 'perfmodel[torch]' "
                                 "(or a torch build for your accelerator)")
+    if args.collectives:
+        return _run_child(_collectives_command(args))
     cmd = [sys.executable, "-m", "calibration.compute", "--out", args.out]
     cmd += ["--quick"] if args.quick else []
     cmd += ["--budget", str(args.budget)] if args.budget else []
@@ -250,6 +252,27 @@ def cmd_calibrate(args) -> int:
     cmd += ["--ops", args.ops] if args.ops else []
     cmd += ["--timing", args.timing] if args.timing else []
     cmd += ["--force-mix"] if args.force_mix else []
+    return _run_child(cmd)
+
+
+def _collectives_command(args) -> list[str]:
+    """torchrun of calibration.collectives: this node alone (--standalone), or one of --nnodes nodes
+    meeting at --rdzv-endpoint (the same command on every node)."""
+    run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc_per_node}"]
+    if args.nnodes > 1:
+        if not args.rdzv_endpoint:
+            raise InvalidInputError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node "
+                                    "reaches; run the same command on every node)")
+        run += [f"--nnodes={args.nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={args.rdzv_endpoint}"]
+    else:
+        run += ["--standalone"]
+    cmd = run + ["-m", "calibration.collectives", "--out", args.out]
+    cmd += ["--quick"] if args.quick else []
+    cmd += ["--force-mix"] if args.force_mix else []
+    return cmd
+
+
+def _run_child(cmd: list[str]) -> int:
     child = subprocess.Popen(cmd)
     # Ctrl-C reaches the child too, which keeps its finished rows and exits 130: wait for it. A SIGTERM
     # sent to this process is passed on, so the child does not go on measuring on its own.
@@ -303,15 +326,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="profile name (default: the device's name)")
     p.add_argument("--plots", default=None, metavar="DIR", help="write one residual plot per class here")
     p.set_defaults(func=cmd_fit)
-    p = sub.add_parser("calibrate", help="measure this machine's kernels (runs python -m calibration.compute)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None)
-    p.add_argument("--dtypes", default=None)
-    p.add_argument("--device", default=None)
+    p = sub.add_parser("calibrate", help="measure this machine's kernels (python -m calibration.compute) or, "
+                                         "with --collectives, its collectives (torchrun -m calibration.collectives)")
+    p.add_argument("--out", required=True, help="output folder (compute.csv or collectives.csv, metadata.json); "
+                                                "a rerun continues where it stopped")
+    p.add_argument("--quick", action="store_true",
+                   help="a small grid for smoke checks (kernels: about 150 cases, under a minute on a CPU)")
+    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None, metavar="SECONDS",
+                   help="stop cleanly after this many seconds (finished rows are kept)")
+    p.add_argument("--dtypes", default=None, help="comma-separated: bf16,fp16,fp32,tf32,fp8 (default: all the "
+                                                  "device supports)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     p.add_argument("--ops", default=None, help="comma-separated op families to measure")
-    p.add_argument("--timing", default=None, help="eager,graph")
+    p.add_argument("--timing", default=None, help="eager, graph or eager,graph (CUDA graphs strip launch costs)")
     p.add_argument("--force-mix", action="store_true", help="allow adding to a folder from another machine")
+    p.add_argument("--collectives", action="store_true",
+                   help="measure collectives instead: one process per GPU via torchrun (gloo on a CPU)")
+    p.add_argument("--nproc-per-node", type=POSITIVE_INT, default=2,
+                   help="with --collectives: processes per node, one per GPU (default 2)")
+    p.add_argument("--nnodes", type=POSITIVE_INT, default=1, help="with --collectives: nodes taking part (run "
+                                                                 "the same command on each)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="with --collectives and --nnodes > 1: where the nodes meet")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("import-nccl-tests", help="parse nccl-tests logs into collectives.csv")
     p.add_argument("logs", nargs="+")
