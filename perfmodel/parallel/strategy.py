@@ -215,8 +215,11 @@ def _nearest(value: int, valid: list[int]) -> int:
 def check_against(model, n_gpus: int, s: Strategy) -> None:
     """Raise a clear error when ``s`` cannot run ``model`` on ``n_gpus`` GPUs.
 
-    Each message names the fields, the values and a valid nearby choice.
+    Each message names the fields, the values and a valid nearby choice. An unset dp is filled
+    from ``n_gpus`` first (where tp × pp × cp divides it; else the message says so).
     """
+    if s.dp is None:
+        s = fill_dp(s, n_gpus) if n_gpus % (s.tp * s.pp * s.cp) == 0 else replace(s, dp=1, global_batch=None)
     if s.gpus != n_gpus:
         rest = s.tp * s.pp * s.cp
         heads = getattr(model, "heads", n_gpus)
