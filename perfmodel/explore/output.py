@@ -58,7 +58,7 @@ UNITS = {"step_time": "step_time_s", "peak_memory": "peak_memory_bytes", "memory
 CONTEXT = ("model", "cluster", "gpu")  # columns every export carries (from the table's attrs when absent)
 # what a reader of an exported table needs to read TFLOP/s beside MFU
 FLOPS_NOTE = ("TFLOP/s/GPU counts executed FLOPs (recomputation included); MFU counts model FLOPs only "
-              "(6 x params x tokens + attention, PaLM's definition) over the GPU's peak.")
+              "(Narayanan et al. 2021 eq. 3, no recomputation) over the GPU's peak.")
 READABLE = ("model", "cluster", "gpu", "label", "gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "zero",
             "recompute", "step_time", "interval", "tokens_per_second", "tflops_per_gpu", "mfu",
             "scaling_efficiency", "speedup", "peak_memory", "fits", "usd_per_million_tokens", "bottleneck", "caveat")

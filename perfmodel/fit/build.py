@@ -87,6 +87,9 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
                 fitted_coll += [_collective_row(level, name, e) for name, e in entries.items()]
     meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
             "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
+    fallback = sum("fallback" in str(e.get("source", "")) for e in compute.values())
+    if fallback:  # classes the tables lacked, taken from the bundled profile (so said on every prediction)
+        meta["fallback_classes"] = fallback
     host = dict(fitter.host_)
     if fitter.on_cpu_:
         # no launch queue on a CPU: dispatch and compute of each op run one after the other

@@ -30,11 +30,19 @@ class Measured:
 
 
 def read_metadata(folder) -> dict:
-    """``metadata.json`` of a calibration folder ({} when absent or unreadable)."""
-    path = Path(folder) / "metadata.json"
+    """``metadata.json`` of a calibration folder; for folders of the earlier harness, the device fields
+    of the first line of ``env.jsonl``; {} when neither is there or readable."""
+    path, env = Path(folder) / "metadata.json", Path(folder) / "env.jsonl"
     try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
+        if path.is_file():
+            data = json.loads(path.read_text())
+        elif env.is_file():
+            first = json.loads(env.read_text().splitlines()[0])
+            data = {"device": first.get("device"), "device_name": first.get("name"),
+                    "gpu_memory_bytes": first.get("mem_bytes")}
+        else:
+            data = {}
+    except (OSError, ValueError, IndexError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -64,9 +72,11 @@ def measured_device(folders) -> Measured:
     found = {}
     for folder in folders:
         meta = read_metadata(folder)
-        if meta.get("device"):
-            name = meta.get("device_name") or meta.get("cpu_model") or meta["device"]
-            found.setdefault((meta["device"], name), (folder, meta))
+        kind = meta.get("device") or ("cuda" if meta.get("source") == "nccl-tests" and meta.get("device_name")
+                                      else None)  # imported nccl-tests logs name the GPU only
+        if kind:
+            name = meta.get("device_name") or meta.get("cpu_model") or kind
+            found.setdefault((kind, name), (folder, meta))
     if not found:
         return Measured(None, None, None, {})
     if len(found) > 1:

@@ -7,7 +7,9 @@ def profile_origin(profile) -> str:
     """"measured (fitted to <tables>)", "datasheet (scaled from <reference>)" or "origin not recorded"."""
     meta = profile.meta
     if meta.get("fitted_from"):
-        return "measured: fitted to " + ", ".join(map(str, meta["fitted_from"]))
+        fallback = meta.get("fallback_classes")
+        rest = f"; {fallback} classes from the bundled profile" if fallback else ""
+        return "measured: fitted to " + ", ".join(map(str, meta["fitted_from"])) + rest
     if meta.get("derived_from"):
         return f"datasheet: {meta['derived_from']}'s fits scaled by datasheet FLOP/s and bandwidth"
     return "origin not recorded"

@@ -96,20 +96,24 @@ def _runner_up(candidates, chosen: str) -> str:
     if not isinstance(candidates, dict):
         return ""
     rest = sorted((v, k) for k, v in candidates.items() if k != chosen and v is not None and v == v)
-    return f"; next best {rest[0][1]} {rest[0][0]:.1%}" if rest else ""
+    return f"; 2nd {rest[0][1]} {rest[0][0]:.1%}" if rest else ""
 
 
 def fit_report_table(report: pd.DataFrame) -> str:
-    """One line per fitted class and collective: points, chosen form, CV MAPE, fit MAPE, and whether it
-    was fitted here or is a fallback (the runner-up form's CV MAPE beside a fitted one)."""
+    """One line per class and collective fitted from the tables: points, chosen form, CV MAPE, fit MAPE
+    (and the runner-up form's CV MAPE); then the classes taken from elsewhere, listed by fallback."""
+    import textwrap
+
     def pct(v):
         return "-" if v is None or pd.isna(v) else f"{v:.1%}"
 
-    rows = []
+    rows, fallbacks = [], {}
     for r in report.to_dict("records"):
         form, origin = _origin(str(r["form"]))
-        if origin == "fitted":
-            origin += _runner_up(r.get("candidates"), form)
+        if origin != "fitted":
+            fallbacks.setdefault(origin, []).append(str(r["class"]))
+            continue
+        origin += _runner_up(r.get("candidates"), form)
         rows.append([str(r["class"]), str(int(r["points"])), form, pct(r["cv_mape"]), pct(r.get("fit_mape")), origin])
     head = ["class", "points", "form", "cv_mape", "fit_mape", "from"]
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(5)]
@@ -119,4 +123,8 @@ def fit_report_table(report: pd.DataFrame) -> str:
         text = "  ".join(left) + "  " + cells[5]
         return text if len(text) <= REPORT_WIDTH else text[:REPORT_WIDTH - 3] + "..."
 
-    return "\n".join(line(c) for c in [head, *rows])
+    out = [line(c) for c in [head, *rows]] if rows else ["no class fitted from these tables"]
+    for origin, classes in fallbacks.items():
+        out += textwrap.wrap(f"{origin} ({len(classes)}, not measured here): " + ", ".join(classes), REPORT_WIDTH,
+                             subsequent_indent="  ")
+    return "\n".join(out)
