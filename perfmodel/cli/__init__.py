@@ -227,7 +227,10 @@ def cmd_fit(args) -> int:
         print(textwrap.fill(line, REPORT_WIDTH, subsequent_indent="  "))
     profile.save(args.output)
     print(f"wrote {args.output}: profile {profile.name!r} of {profile.gpu} ({profile_origin(profile)})")
-    print(f"predict with it: perfmodel predict --gpu {gpu} --profile {args.output} ...")
+    from perfmodel.hardware import load_gpu
+
+    fp32 = "" if "bf16" in load_gpu(gpu).peak_flops else " --precision fp32"  # a CPU host measures fp32 only
+    print(f"predict with it: perfmodel predict --gpu {gpu} --profile {args.output}{fp32} ...")
     if args.plots:
         from perfmodel.report.fit_plots import write_residual_plots
 

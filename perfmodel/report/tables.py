@@ -31,6 +31,15 @@ MEMORY_WORDS = {
 }
 
 
+def _profile_words(p) -> str:
+    """The profile's name and where its numbers come from (measured or datasheet), said once."""
+    origin = getattr(p, "profile_origin", "")
+    if not origin:
+        return p.profile
+    name = p.profile.removesuffix(" (datasheet)") if origin.startswith("datasheet") else p.profile
+    return f"{name} ({origin})"
+
+
 def prediction_table(p) -> str:
     """A readable multi-line summary of one Prediction."""
     s = p.strategy
@@ -40,7 +49,7 @@ def prediction_table(p) -> str:
         f"strategy   dp={s.dp} tp={s.tp} pp={s.pp} micro_batch={s.micro_batch} global_batch={s.batch} "
         f"zero={s.shard} recompute={s.recompute} precision={s.precision} optimizer={s.optimizer}"
         + _non_default(s),
-        f"profile    {p.profile}" + (f" ({p.profile_origin})" if getattr(p, "profile_origin", "") else ""),
+        f"profile    {_profile_words(p)}",
         "",
         f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – "
         f"{format_seconds(p.interval[1])}; {getattr(p, 'interval_kind', 'interval')})",
