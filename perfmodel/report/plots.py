@@ -72,13 +72,12 @@ def _wrap(label: str, width: int = 10) -> str:
     return "\n".join([*lines, line.rstrip()])
 
 
-ROTATE_ABOVE = 5  # more tick labels than this are drawn slanted so neighbours do not overlap
+ROTATE_ABOVE = 4  # more tick labels than this are drawn upright (rotated 90°) so neighbours do not overlap
 
 
 def _xticks(ax, x, labels) -> None:
     if len(labels) > ROTATE_ABOVE:
-        ax.set_xticks(x, [_wrap(label, 18) for label in labels], fontsize="x-small", rotation=35, ha="right",
-                      rotation_mode="anchor")
+        ax.set_xticks(x, [_wrap(label, 24) for label in labels], fontsize="x-small", rotation=90)
     else:
         ax.set_xticks(x, [_wrap(label) for label in labels], fontsize="small")
 
