@@ -160,7 +160,7 @@ def _cpu_tables(folder: Path, meta: dict | None = None) -> Path:
     from perfmodel.fit.build import CALIBRATED_H200_TABLES
 
     table = pd.read_csv(CALIBRATED_H200_TABLES / "compute.csv")
-    rows = pd.concat([table[(table.op == "gemm") & (table.dtype == "fp32")].head(12), table[table.op == "add"].head(12)])
+    rows = pd.concat([table[(table.op == "gemm") & (table.dtype == "fp32")].head(8), table[table.op == "add"].head(8)])
     folder.mkdir(parents=True, exist_ok=True)
     rows.to_csv(folder / "compute.csv", index=False)
     meta = meta or {"device": "cpu", "device_name": "Example CPU 9000", "cpu_model": "Example CPU 9000",
@@ -184,7 +184,7 @@ def test_fit_names_a_cpu_profile_after_the_cpu_and_refuses_a_contradicting_gpu(t
     assert prof.name == prof.gpu == "cpu-example-cpu-9000" and host.exists()
     report = captured.out.split("\nwrote ")[0].split("\n", 1)[1]  # between the host TOML and the profile lines
     assert report.startswith("class ") and all(len(line) <= 100 for line in report.splitlines())
-    assert re.search(r"^gemm:fp32 +12 .* fitted", captured.out, re.M)
+    assert re.search(r"^gemm:fp32 +8 .* fitted", captured.out, re.M)
     assert re.search(r"^datasheet fallback \(\d+, not measured here\): ", captured.out, re.M)
     assert "power limit" not in captured.out  # fallback classes' power limits are the reference GPU's
     assert f"--gpu {host} --profile {out} --precision fp32" in captured.out
