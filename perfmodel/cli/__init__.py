@@ -307,6 +307,32 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _add_calibrate_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure this machine's kernels (python -m calibration.compute) or, "
+                                         "with --collectives, its collectives (torchrun -m calibration.collectives)")
+    p.add_argument("--out", required=True, help="output folder (compute.csv or collectives.csv, metadata.json); "
+                                                "a rerun continues where it stopped")
+    p.add_argument("--quick", action="store_true",
+                   help="a small grid for tests and smoke checks (under a minute on 2 CPU cores; docs/calibration.md)")
+    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None, metavar="SECONDS",
+                   help="stop cleanly after this many seconds (finished rows are kept)")
+    p.add_argument("--dtypes", default=None, help="comma-separated: bf16,fp16,fp32,tf32,fp8 (default: all the "
+                                                  "device supports)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
+    p.add_argument("--ops", default=None, help="comma-separated op families to measure")
+    p.add_argument("--timing", default=None, help="eager, graph or eager,graph (CUDA graphs strip launch costs)")
+    p.add_argument("--force-mix", action="store_true", help="allow adding to a folder from another machine")
+    p.add_argument("--collectives", action="store_true",
+                   help="measure collectives instead: one process per GPU via torchrun (gloo on a CPU)")
+    p.add_argument("--nproc-per-node", type=POSITIVE_INT, default=2,
+                   help="with --collectives: processes per node, one per GPU (default 2)")
+    p.add_argument("--nnodes", type=POSITIVE_INT, default=1, help="with --collectives: nodes taking part (run "
+                                                                 "the same command on each)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="with --collectives and --nnodes > 1: where the nodes meet")
+    p.set_defaults(func=cmd_calibrate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from perfmodel import __version__
 
@@ -329,29 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="profile name (default: the device's name)")
     p.add_argument("--plots", default=None, metavar="DIR", help="write one residual plot per class here")
     p.set_defaults(func=cmd_fit)
-    p = sub.add_parser("calibrate", help="measure this machine's kernels (python -m calibration.compute) or, "
-                                         "with --collectives, its collectives (torchrun -m calibration.collectives)")
-    p.add_argument("--out", required=True, help="output folder (compute.csv or collectives.csv, metadata.json); "
-                                                "a rerun continues where it stopped")
-    p.add_argument("--quick", action="store_true",
-                   help="a small grid for smoke checks (kernels: about 150 cases, under a minute on a CPU)")
-    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None, metavar="SECONDS",
-                   help="stop cleanly after this many seconds (finished rows are kept)")
-    p.add_argument("--dtypes", default=None, help="comma-separated: bf16,fp16,fp32,tf32,fp8 (default: all the "
-                                                  "device supports)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
-    p.add_argument("--ops", default=None, help="comma-separated op families to measure")
-    p.add_argument("--timing", default=None, help="eager, graph or eager,graph (CUDA graphs strip launch costs)")
-    p.add_argument("--force-mix", action="store_true", help="allow adding to a folder from another machine")
-    p.add_argument("--collectives", action="store_true",
-                   help="measure collectives instead: one process per GPU via torchrun (gloo on a CPU)")
-    p.add_argument("--nproc-per-node", type=POSITIVE_INT, default=2,
-                   help="with --collectives: processes per node, one per GPU (default 2)")
-    p.add_argument("--nnodes", type=POSITIVE_INT, default=1, help="with --collectives: nodes taking part (run "
-                                                                 "the same command on each)")
-    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                   help="with --collectives and --nnodes > 1: where the nodes meet")
-    p.set_defaults(func=cmd_calibrate)
+    _add_calibrate_parser(sub)
     p = sub.add_parser("import-nccl-tests", help="parse nccl-tests logs into collectives.csv")
     p.add_argument("logs", nargs="+")
     p.add_argument("--out", required=True)
