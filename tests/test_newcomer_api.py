@@ -127,7 +127,7 @@ def test_lazy_names_are_listed_and_typed_marker_ships():
     assert re.search(r'^hf = \["huggingface_hub', text, re.M) and "py.typed" in text
 
 
-def test_missing_matplotlib_names_the_extra(monkeypatch):
+def test_missing_matplotlib_names_the_extra(monkeypatch, capsys):
     from perfmodel.report.plots import compare_figure
 
     df = pm.compare("gpt2-small", "dgx-h100", ["dp=8"])
@@ -135,7 +135,12 @@ def test_missing_matplotlib_names_the_extra(monkeypatch):
     with pytest.raises(pm.UnsupportedError, match=r"plots need matplotlib, which is not installed: "
                                                   r"pip install 'perfmodel\[plot\]'"):
         compare_figure(df)
+    from perfmodel.cli import main
 
+    assert main(["compare", "--model", "gpt2-small", "--gpu", "dgx-h100", "--strategies", "dp=8", "--plot",
+                 "c.png"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "pip install 'perfmodel[plot]'" in captured.err  # refused before any work
 
 def test_mape_is_scikit_learns():
     from sklearn.metrics import mean_absolute_percentage_error

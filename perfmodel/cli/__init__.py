@@ -391,6 +391,10 @@ def check_outputs(args) -> None:
         if not isinstance(value, str) or not value:
             continue
         flag, path = "--" + attr.replace("_", "-"), Path(value)
+        if attr in ("plot", "plots"):  # the extra is missing: say so before the work, not after it
+            from perfmodel.core.extras import require_installed
+
+            require_installed("matplotlib", extra="plot", feature=f"{flag}'s plots")
         if attr in FOLDER_OUTPUTS.get(args.command, ()):
             if path.exists() and not path.is_dir():
                 raise InvalidInputError(f"{flag} {value!r} is a file; give a folder")

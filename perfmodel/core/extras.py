@@ -22,3 +22,16 @@ def optional_import(module: str, *, extra: str, feature: str):
             raise
         raise UnsupportedError(f"{feature} need {module.split('.')[0]}, which is not installed: "
                                f"pip install 'perfmodel[{extra}]'") from None
+
+
+def require_installed(module: str, *, extra: str, feature: str) -> None:
+    """Raise :func:`optional_import`'s error when ``module`` is not installed, without importing it."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):  # a module entry set to None (blocked) or a broken parent package
+        found = False
+    if not found:
+        raise UnsupportedError(f"{feature} need {module.split('.')[0]}, which is not installed: "
+                               f"pip install 'perfmodel[{extra}]'")
