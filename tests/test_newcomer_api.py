@@ -142,7 +142,7 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and "pip install 'perfmodel[plot]'" in captured.err  # refused before any work
 
-def test_mape_is_scikit_learns():
+def test_mape_is_scikit_learns_metric():
     from sklearn.metrics import mean_absolute_percentage_error
 
     from perfmodel.fit.regression import mape
