@@ -59,14 +59,6 @@ def _notes(df) -> str:
     return f"\ninterval: {kind}\n{FLOPS_NOTE}"
 
 
-def sweep_title(df, model, cl) -> str:
-    """A sweep figure's title: model, GPU, strategy and the global batch (or its range)."""
-    batches = sorted(set(int(b) for b in df["global_batch"]))
-    batch = f"global batch {batches[0]:,}" if len(batches) == 1 else f"global batch {batches[0]:,}–{batches[-1]:,}"
-    scaling = f", {df.attrs['scaling']} scaling" if df.attrs.get("over") in ("nodes", "gpus") else ""
-    return f"{getattr(model, 'name', '')} on {cl.gpu.name}: {df.attrs.get('strategy', '')}, {batch}{scaling}"
-
-
 def _out(df, args, figure=None) -> None:
     from perfmodel.explore.output import write_table
 
@@ -129,7 +121,7 @@ def cmd_sweep(args) -> int:
                              "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits", "bottleneck"))
     print(format_table(df, tuple(columns), best_column=None))
     print(_notes(df))
-    _out(df, args, lambda d: sweep_figure(d, title=sweep_title(d, model, cl)))
+    _out(df, args, sweep_figure)
     return 0
 
 

@@ -235,7 +235,8 @@ def _default_title(df) -> str:
     batch = (f", global batch {batches[0]:,}" if len(batches) == 1 else
              f", global batch {batches[0]:,}–{batches[-1]:,}" if batches else "")
     gpu = f" on {df['gpu'].iloc[0]}" if "gpu" in df and df["gpu"].nunique() == 1 else ""
-    return f"{a.get('model', '')}{gpu}: {a.get('strategy', '')}{batch}, sweep over {a.get('over', '')}".strip()
+    scaling = f" ({a['scaling']} scaling)" if a.get("over") in ("nodes", "gpus") and a.get("scaling") else ""
+    return f"{a.get('model', '')}{gpu}: {a.get('strategy', '')}{batch}, sweep over {a.get('over', '')}{scaling}"
 
 
 def overlay_figure(sweeps, *, title: str | None = None):
