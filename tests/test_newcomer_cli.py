@@ -150,6 +150,8 @@ def test_hub_ids_without_the_extra_name_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if not installed
     with pytest.raises(pm.UnsupportedError, match=r"pip install 'perfmodel\[hf\]'"):
         pm.from_hf_hub("meta-llama/Meta-Llama-3-8B")
+    with pytest.raises(pm.InvalidInputError, match=r"'models/llama/x' is neither a file nor a Hub id"):
+        pm.from_hf_hub("models/llama/x")  # a mistyped path is not blamed on the missing extra
 
 
 # --- items 6, 7: fit names the device and shows every class ----------------------------------------

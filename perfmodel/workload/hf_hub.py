@@ -27,12 +27,12 @@ def is_hub_id(text: str) -> bool:
 
 def hub_config_path(repo_id: str, *, revision: str | None = None) -> str:
     """Local path of the repository's ``config.json``: from the cache, downloaded when missing and allowed."""
+    if not is_hub_id(repo_id):
+        raise InvalidInputError(f"'model' {repo_id!r} is neither a file nor a Hub id of the form owner/name "
+                                "(e.g. meta-llama/Meta-Llama-3-8B)")
     hub = optional_import("huggingface_hub", extra="hf", feature="Hugging Face Hub ids")
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    if not is_hub_id(repo_id):
-        raise InvalidInputError(f"'model' {repo_id!r} is not a Hub id of the form owner/name "
-                                "(e.g. meta-llama/Meta-Llama-3-8B)")
     try:
         return hub.hf_hub_download(repo_id, "config.json", revision=revision, local_files_only=True)
     except LocalEntryNotFoundError:
