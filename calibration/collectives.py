@@ -40,7 +40,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
+try:
+    from tqdm import tqdm
+except ModuleNotFoundError:  # installed with torch by perfmodel's calibration extra
+    raise SystemExit("calibration needs tqdm, which is not installed: pip install 'perfmodel[torch]'") from None
 
 from calibration.env import DistEnv, available_memory_bytes, dist_env, machine_metadata
 from calibration.grids import geometric

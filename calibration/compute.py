@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
+try:
+    from tqdm import tqdm
+except ModuleNotFoundError:  # installed with torch by perfmodel's calibration extra
+    raise SystemExit("calibration needs tqdm, which is not installed: pip install 'perfmodel[torch]'") from None
 
 from calibration import grids
 from calibration.env import available_memory_bytes, device_name, machine_metadata

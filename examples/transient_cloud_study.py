@@ -27,12 +27,12 @@ import argparse
 import pandas as pd
 
 import perfmodel as pm
+from perfmodel.report.transient_plots import plot_time_distribution  # noqa: E402
 from perfmodel.analysis.transient import (
     checkpoint_time_s,
     default_checkpoint_bytes,
     load_revocation,
     plan_training,
-    plot_time_distribution,
     revocation_model,
     simulate_time,
 )

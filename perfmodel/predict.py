@@ -13,8 +13,9 @@ from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.memo import IdentityMemo
 from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
 from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.profiles.origin import profile_origin
 from perfmodel.profiles.profile import Profile, load_profile
-from perfmodel.parallel.strategy import Strategy, check_against
+from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.kernels import gemm_dtype
 
@@ -27,6 +28,9 @@ BOTTLENECK_WORDS = {
     "tp_comm": "tensor- and context-parallel communication", "dp_comm": "data-parallel communication",
     "pipeline_bubble": "pipeline bubble", "p2p": "pipeline point-to-point sends",
 }
+
+
+INTERVAL_KIND = "conformal: calibrated on measured steps, by regime (docs/accuracy.md)"
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class Prediction:
     # what the caching allocator holds at the peak (torch.cuda.max_memory_reserved); peak_memory is
     # what tensors hold (max_memory_allocated); the difference is fragmentation
     reserved_memory: float = float("nan")
+    # what ``interval`` is, in words the outputs print beside it
+    interval_kind: str = INTERVAL_KIND
+    profile_origin: str = ""            # measured (fitted to tables) or datasheet-derived, in words
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -72,6 +79,8 @@ class Prediction:
                                               "model_flops", "reserved_memory")}
         out["interval"] = list(self.interval)
         out["interval_level"], out["interval_regime"] = self.interval_level, self.interval_regime
+        out["interval_kind"] = self.interval_kind
+        out["profile_origin"] = self.profile_origin
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -184,9 +193,10 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
 
     cluster = as_cluster(cluster)
     model = as_model(model)
-    s = strategy or Strategy(dp=cluster.n_gpus)
+    s = strategy or Strategy()
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
+    s = fill_dp(s, cluster.n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
     check_strategy(model, cluster, s)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     coll = _collectives(cluster, prof)
@@ -211,5 +221,6 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         model_flops=float(derived["model_flops"]), interval=(iv.low, iv.high),
         interval_level=level, interval_regime=iv.regime,
         reserved_memory=float(derived["reserved_memory"]),
+        profile_origin=profile_origin(prof),
     )
 

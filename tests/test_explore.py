@@ -331,7 +331,8 @@ def test_tables_and_files(found, tmp_path):
     assert len({len(line) for line in lines[:2]}) == 1  # header and rule aligned
     assert "GiB" in lines[2] and "%" in lines[2]
     md = markdown(top)
-    assert md.splitlines()[1].startswith("|---|") and md.count("\n") == 5
+    assert md.splitlines()[1].startswith("|---|") and md.count("\n") == 7  # head, rule, 3 rows, blank, note
+    assert "executed FLOPs" in md.splitlines()[-1] and "e+" not in md  # no scientific notation
     for suffix in (".csv", ".json", ".md"):
         write_table(top, tmp_path / f"t{suffix}")
     assert pd.read_csv(tmp_path / "t.csv")["dp"].tolist() == top["dp"].tolist()
@@ -368,7 +369,7 @@ def test_cli_compare_search_sweep(tmp_path, capsys):
                  "--out", str(tmp_path / "c.md")]) == 0
     out = capsys.readouterr().out
     assert "* = fastest that fits" in out and "\n*  dp=64,mb=1,zero=3" in out
-    assert (tmp_path / "c.md").read_text().startswith("| label |")
+    assert (tmp_path / "c.md").read_text().startswith("| model | cluster | gpu | strategy |")
     assert main(["search", *args, "--global-batch", "512", "--top-k", "3", "--recompute", "full",
                  "--framework", "megatron", "--tp-overlap", "--out", str(tmp_path / "s.csv")]) == 0
     out = capsys.readouterr().out

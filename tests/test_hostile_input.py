@@ -172,7 +172,7 @@ def test_4_fit_rows_without_a_usable_size_are_rejected(tmp_path, capsys, bytes_v
 
 # 5. API exceptions outside perfmodel.core.errors -------------------------------------------------------
 @pytest.mark.parametrize("kwargs", [dict(zero=3.0), dict(sequence_parallel=True), dict(precision=None),
-                                    dict(recompute=None), dict(zero=(3,)), dict(zero="3")])
+                                    dict(recompute=3), dict(zero=(3,)), dict(zero="3")])
 def test_5_search_options_refused_cleanly(kwargs):
     with pytest.raises(pm.PerfModelError):
         pm.search("gpt2-small", "h200", 8, **kwargs)
@@ -209,7 +209,7 @@ def test_6_sizes_refused_up_front_with_the_limit_named():
 def test_6_gpu_count_hint_is_quick_for_huge_counts():
     assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36] and len(divisors(2**24)) == 25
     with pytest.raises(pm.InvalidInputError, match="must equal the cluster's GPU count 1000000"):
-        pm.predict("gpt2-small", pm.cluster("h200", nodes=10**6), pm.Strategy())
+        pm.predict("gpt2-small", pm.cluster("h200", nodes=10**6), pm.Strategy(dp=1))
     with pytest.raises(pm.InvalidInputError, match="seq=1073741824 must be divisible by 2 × cp = 6"):
         pm.predict(pm.transformer(2, 64, 4, seq=2**30), pm.cluster("h200", nodes=3), pm.Strategy(cp=3, micro_batch=1))
 

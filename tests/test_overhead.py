@@ -142,5 +142,5 @@ def test_ddp_overhead_is_the_per_bucket_gap_of_measured_steps_and_reaches_the_pr
         assert pm.predict(case.model, cl, case.strategy, profile=plus).step_time == pytest.approx(case.measured)
     on_gpu = Profile(prof.name, prof.gpu, prof.compute, prof.collectives, {**gpu.host, **found}, prof.meta)
     assert pm.predict(cases[0].model, cl, cases[0].strategy, profile=on_gpu).step_time < cases[0].measured
-    assert fit_ddp_overhead(prof, [Case(1, "x", cases[0].model, cl, pm.Strategy(micro_batch=2), "step_time_s",
+    assert fit_ddp_overhead(prof, [Case(1, "x", cases[0].model, cl, pm.Strategy(dp=1, micro_batch=2), "step_time_s",
                                         1.0)]) == {}  # no data-parallel step: nothing fitted

@@ -29,8 +29,9 @@ def test_pp_at_most_layers():
 
 def test_gpu_count_mismatch_suggests_dp():
     fails("dp × tp × pp = 1 × 2 × 2 = 4 must equal the cluster's GPU count 16 (e.g. dp=4 with tp=2, pp=2)",
-          check_against, GPT2, 16, Strategy(tp=2, pp=2))
+          check_against, GPT2, 16, Strategy(dp=1, tp=2, pp=2))
     fails("(e.g. tp=6, pp=1, dp=2: tp × pp must divide 12)", check_against, GPT2, 12, Strategy(tp=8, pp=1))
+    check_against(GPT2, 16, Strategy(tp=2, pp=2))  # dp left out: filled, 16 / (2 × 2) = 4
 
 
 def test_global_batch_divisible_by_dp_times_micro_batch():

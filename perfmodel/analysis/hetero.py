@@ -356,6 +356,7 @@ def balance_pipeline(model, stages, strategy=None, *, profile=None, micro_batche
             isinstance(g, str) for g in stages):
         raise InvalidInputError(f"'stages' must be a non-empty list of GPU names, one per stage: got {stages!r}")
     model = _transformer(model)
+    strategy = strategy.replace(dp=1) if strategy.dp is None else strategy  # one pipeline: dp 1 unless given
     m = check_int("micro_batches", strategy.micro_batches if micro_batches is None else micro_batches)
     types = list(dict.fromkeys(stages))
     profs = _profiles(profile, types)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.parallel.strategy import fill_dp
 from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelError, UnsupportedError
 from perfmodel.core.checks import check_choice
 
@@ -72,7 +73,7 @@ def advise_packing(jobs, cluster, *, objective: str = "throughput", modes=("time
     if len(set(names)) != len(names):
         raise InvalidInputError(f"jobs need distinct labels (give (model, strategy, label)): got {names}")
     for j, name in zip(jobs, names):
-        if as_job(j, gpu)[1].gpus != 1:
+        if fill_dp(as_job(j, gpu)[1], 1).gpus != 1:
             raise UnsupportedError(f"job {name!r} uses several GPUs: advise_packing groups single-GPU jobs")
     steps = [1] * len(jobs) if steps is None else list(steps)
     if len(steps) != len(jobs) or any(not isinstance(s, int) or s < 1 for s in steps):

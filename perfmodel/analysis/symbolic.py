@@ -87,7 +87,7 @@ SYMBOLIC_PRECISIONS = ("bf16-mixed", "fp8-mixed")  # where it agrees with pm.pre
 def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profile=None) -> sp.Expr:
     """Step time of ``strategy`` with the fields named in ``free`` left as symbols."""
     from perfmodel.hardware import as_cluster
-    from perfmodel.parallel.strategy import Strategy
+    from perfmodel.parallel.strategy import Strategy, fill_dp
 
     if isinstance(free, str):
         free = (free,)
@@ -96,6 +96,7 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     cluster = as_cluster(cluster)
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
+    strategy = fill_dp(strategy, cluster.n_gpus)
     unknown = [f for f in free if f not in FREE]
     if unknown:
         raise UnsupportedError(f"cannot leave {unknown} free (free symbols supported: {', '.join(FREE)})")

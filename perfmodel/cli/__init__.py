@@ -59,7 +59,9 @@ POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Model, cluster and profile options shared by predict and the explore commands."""
-    p.add_argument("--model", default="gpt2-small", help="preset name, HF config.json path, or a model TOML")
+    p.add_argument("--model", default="gpt2-small",
+                   help="preset name (perfmodel list models), HF config.json path, Hugging Face Hub id "
+                        "(owner/name; pip install 'perfmodel[hf]'), or a model TOML")
     p.add_argument("--gpu", default=None, help="GPU or node preset (or cluster TOML); default h200")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="number of nodes (default 1)")
     p.add_argument("--gpus-per-node", type=POSITIVE_INT, default=None, help="GPUs per node for a bare GPU name")
@@ -113,7 +115,15 @@ def load_model(args):
     from perfmodel.workload.presets import preset
 
     spec = args.model
-    if spec.endswith(".json"):
+    if Path(spec).is_dir():  # a folder holding a config.json (a Hugging Face snapshot)
+        from perfmodel.workload.hf import from_hf_config
+
+        model = from_hf_config(spec)
+    elif not spec.endswith((".json", ".toml")) and "/" in spec and not Path(spec).exists():
+        from perfmodel.workload.hf_hub import from_hf_hub
+
+        model = from_hf_hub(spec)  # a Hub id such as meta-llama/Meta-Llama-3-8B (the 'hf' extra)
+    elif spec.endswith(".json"):
         from perfmodel.workload.hf import from_hf_config
 
         model = from_hf_config(spec)
@@ -158,25 +168,81 @@ def cmd_predict(args) -> int:
     return 0
 
 
-def cmd_fit(args) -> int:
-    from perfmodel.fit.build import build_profile
-    from perfmodel.fit.compute import POWER_ONSET_S
-    from perfmodel.report.tables import fit_report_table, fit_target_summary
+def _fit_progress(done: int, total: int, key: str) -> None:
+    """One line on stderr that a terminal redraws; elsewhere a line at each quarter."""
+    if sys.stderr.isatty():
+        end = "\n" if done + 1 == total else ""
+        print(f"\rperfmodel: fitting class {done + 1}/{total}: {key:<40}", end=end, file=sys.stderr, flush=True)
+    elif done * 4 // total != (done - 1) * 4 // total or done == 0:
+        print(f"perfmodel: fitting class {done + 1}/{total} ({key})", file=sys.stderr, flush=True)
 
-    profile, report = build_profile(args.tables, gpu=args.gpu, name=args.name)
+
+def _fit_device(args):
+    """(gpu, profile name) of a fit: the device the tables' metadata names, a CPU host written as a TOML
+    beside the profile, or --gpu as given (refused when it contradicts the tables)."""
+    from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
+
+    measured = measured_device(args.tables)
+    gpu = choose_gpu(measured, args.gpu, allow_mismatch=args.allow_gpu_mismatch)
+    if gpu != CPU:
+        return gpu, args.name
+    from perfmodel.fit.tables import read_compute_table
+    from perfmodel.validate.host import write_host_gpu
+
+    tables = [read_compute_table(f) for f in args.tables if (Path(f) / "compute.csv").exists()]
+    if not tables:
+        raise InvalidInputError("--gpu cpu describes the host from its compute.csv: the tables have none")
+    import pandas as pd
+
+    slug = host_slug(measured.device_name)
+    meta = measured.meta or {}
+    toml = write_host_gpu(Path(args.output).with_name(f"{slug}.toml"), pd.concat(tables, ignore_index=True), meta,
+                          int(meta.get("torch_threads") or 1))
+    print(f"wrote {toml} (the CPU host as a device: {measured.device_name or 'CPU'})")
+    return str(toml), args.name or slug
+
+
+def _fit_notes(profile) -> list[str]:
+    """Lines on terms fitted from these tables only (fallback classes carry the reference GPU's)."""
+    from perfmodel.fit.compute import POWER_ONSET_S
+
+    lines = []
+    if profile.meta.get("rejected_rows"):
+        lines.append("rejected rows: " + ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
+    limited = {k: e["power_limited"]["rate_fraction"] for k, e in profile.compute.items()
+               if "power_limited" in e and "fallback" not in str(e.get("source", ""))}
+    if limited:
+        lines.append(f"power limit: rows under > {POWER_ONSET_S * 1e3:.0f} ms of back-to-back load ran at "
+                     + ", ".join(f"{v:.2f} ({k})" for k, v in limited.items()) + " of the burst rate kept")
+    if "step_overhead_source" in profile.host:
+        per_kernel, per_step = profile.host["cpu_extra_per_kernel_s"], profile.host["step_extra_s"]
+        if per_kernel > 0 or per_step > 0:
+            lines.append(f"step overhead: {per_kernel * 1e6:.2f} us per kernel + {per_step * 1e3:.3f} ms per step")
+        else:
+            lines.append("step overhead: none beyond the priced kernels")
+        lines.append(f"  ({profile.host['step_overhead_source']})")
+    return lines
+
+
+def cmd_fit(args) -> int:
+    import textwrap
+
+    from perfmodel.fit.build import build_profile
+    from perfmodel.profiles.origin import profile_origin
+    from perfmodel.report.tables import REPORT_WIDTH, fit_report_table, fit_target_summary
+
+    gpu, name = _fit_device(args)
+    profile, report = build_profile(args.tables, gpu=gpu, name=name, progress=_fit_progress)
     print(fit_report_table(report))
     print(fit_target_summary(report))
-    if profile.meta.get("rejected_rows"):
-        print("rejected rows:", ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
-    limited = {k: e["power_limited"]["rate_fraction"] for k, e in profile.compute.items() if "power_limited" in e}
-    if limited:
-        print(f"power limit: rows under > {POWER_ONSET_S * 1e3:.0f} ms of back-to-back load ran at "
-              + ", ".join(f"{v:.2f} ({k})" for k, v in limited.items()) + " of the burst rate the profile keeps")
-    if "cpu_extra_per_kernel_s" in profile.host:
-        print(f"step overhead: {profile.host['cpu_extra_per_kernel_s'] * 1e6:.2f} us per kernel + "
-              f"{profile.host['step_extra_s'] * 1e3:.3f} ms per step ({profile.host['step_overhead_source']})")
+    for line in _fit_notes(profile):
+        print(textwrap.fill(line, REPORT_WIDTH, subsequent_indent="  "))
     profile.save(args.output)
-    print(f"wrote {args.output}")
+    print(f"wrote {args.output}: profile {profile.name!r} of {profile.gpu} ({profile_origin(profile)})")
+    from perfmodel.hardware import load_gpu
+
+    fp32 = "" if "bf16" in load_gpu(gpu).peak_flops else " --precision fp32"  # a CPU host measures fp32 only
+    print(f"predict with it: perfmodel predict --gpu {gpu} --profile {args.output}{fp32} ...")
     if args.plots:
         from perfmodel.report.fit_plots import write_residual_plots
 
@@ -191,6 +257,8 @@ def cmd_calibrate(args) -> int:
     if importlib.util.find_spec("torch") is None:
         raise InvalidInputError("calibrating needs torch, which is not installed: pip install 'perfmodel[torch]' "
                                 "(or a torch build for your accelerator)")
+    if args.collectives:
+        return _run_child(_collectives_command(args))
     cmd = [sys.executable, "-m", "calibration.compute", "--out", args.out]
     cmd += ["--quick"] if args.quick else []
     cmd += ["--budget", str(args.budget)] if args.budget else []
@@ -199,6 +267,27 @@ def cmd_calibrate(args) -> int:
     cmd += ["--ops", args.ops] if args.ops else []
     cmd += ["--timing", args.timing] if args.timing else []
     cmd += ["--force-mix"] if args.force_mix else []
+    return _run_child(cmd)
+
+
+def _collectives_command(args) -> list[str]:
+    """torchrun of calibration.collectives: this node alone (--standalone), or one of --nnodes nodes
+    meeting at --rdzv-endpoint (the same command on every node)."""
+    run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc_per_node}"]
+    if args.nnodes > 1:
+        if not args.rdzv_endpoint:
+            raise InvalidInputError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node "
+                                    "reaches; run the same command on every node)")
+        run += [f"--nnodes={args.nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={args.rdzv_endpoint}"]
+    else:
+        run += ["--standalone"]
+    cmd = run + ["-m", "calibration.collectives", "--out", args.out]
+    cmd += ["--quick"] if args.quick else []
+    cmd += ["--force-mix"] if args.force_mix else []
+    return cmd
+
+
+def _run_child(cmd: list[str]) -> int:
     child = subprocess.Popen(cmd)
     # Ctrl-C reaches the child too, which keeps its finished rows and exits 130: wait for it. A SIGTERM
     # sent to this process is passed on, so the child does not go on measuring on its own.
@@ -226,17 +315,43 @@ def cmd_import_nccl(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from perfmodel.hardware import list_gpus, list_nodes
-    from perfmodel.profiles.profile import list_profiles
-    from perfmodel.workload.presets import list_presets
+    from perfmodel.cli.listing import listing
 
-    names = {"models": list_presets, "gpus": list_gpus, "nodes": list_nodes, "profiles": list_profiles}[args.what]()
-    print("\n".join(names))
+    print(listing(args.what))
     return 0
 
 
+def _add_calibrate_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure this machine's kernels (python -m calibration.compute) or, "
+                                         "with --collectives, its collectives (torchrun -m calibration.collectives)")
+    p.add_argument("--out", required=True, help="output folder (compute.csv or collectives.csv, metadata.json); "
+                                                "a rerun continues where it stopped")
+    p.add_argument("--quick", action="store_true",
+                   help="a small grid for tests and smoke checks (under a minute on 2 CPU cores; docs/calibration.md)")
+    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None, metavar="SECONDS",
+                   help="stop cleanly after this many seconds (finished rows are kept)")
+    p.add_argument("--dtypes", default=None, help="comma-separated: bf16,fp16,fp32,tf32,fp8 (default: all the "
+                                                  "device supports)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
+    p.add_argument("--ops", default=None, help="comma-separated op families to measure")
+    p.add_argument("--timing", default=None, help="eager, graph or eager,graph (CUDA graphs strip launch costs)")
+    p.add_argument("--force-mix", action="store_true", help="allow adding to a folder from another machine")
+    p.add_argument("--collectives", action="store_true",
+                   help="measure collectives instead: one process per GPU via torchrun (gloo on a CPU)")
+    p.add_argument("--nproc-per-node", type=POSITIVE_INT, default=2,
+                   help="with --collectives: processes per node, one per GPU (default 2)")
+    p.add_argument("--nnodes", type=POSITIVE_INT, default=1, help="with --collectives: nodes taking part (run "
+                                                                 "the same command on each)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="with --collectives and --nnodes > 1: where the nodes meet")
+    p.set_defaults(func=cmd_calibrate)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from perfmodel import __version__
+
     parser = Parser(prog="perfmodel", description="Predict distributed training speed and memory.")
+    parser.add_argument("--version", action="version", version=f"perfmodel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predict one configuration")
     add_model_args(p)
@@ -246,22 +361,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="coverage level of the step-time interval (default 0.9; docs/accuracy.md)")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("fit", help="fit calibration tables into a profile")
-    p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv")
-    p.add_argument("-o", "--output", default="profile.json")
-    p.add_argument("--gpu", default="h200", help="catalog GPU the tables were measured on")
-    p.add_argument("--name", default=None)
+    p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv (several: one profile)")
+    p.add_argument("-o", "--output", default="profile.json", help="profile JSON to write (default profile.json)")
+    p.add_argument("--gpu", default=None,
+                   help="catalog GPU, GPU TOML or 'cpu' the tables describe (default: the device their "
+                        "metadata.json names; a CPU host is written as a TOML beside the profile)")
+    p.add_argument("--allow-gpu-mismatch", action="store_true",
+                   help="accept a --gpu other than the measured device (a deliberate what-if)")
+    p.add_argument("--name", default=None, help="profile name (default: the device's name)")
     p.add_argument("--plots", default=None, metavar="DIR", help="write one residual plot per class here")
     p.set_defaults(func=cmd_fit)
-    p = sub.add_parser("calibrate", help="measure this machine's kernels (runs python -m calibration.compute)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--budget", type=POSITIVE_FLOAT, default=None)
-    p.add_argument("--dtypes", default=None)
-    p.add_argument("--device", default=None)
-    p.add_argument("--ops", default=None, help="comma-separated op families to measure")
-    p.add_argument("--timing", default=None, help="eager,graph")
-    p.add_argument("--force-mix", action="store_true", help="allow adding to a folder from another machine")
-    p.set_defaults(func=cmd_calibrate)
+    _add_calibrate_parser(sub)
     p = sub.add_parser("import-nccl-tests", help="parse nccl-tests logs into collectives.csv")
     p.add_argument("logs", nargs="+")
     p.add_argument("--out", required=True)
@@ -316,6 +426,10 @@ def check_outputs(args) -> None:
         if not isinstance(value, str) or not value:
             continue
         flag, path = "--" + attr.replace("_", "-"), Path(value)
+        if attr in ("plot", "plots"):  # the extra is missing: say so before the work, not after it
+            from perfmodel.core.extras import require_installed
+
+            require_installed("matplotlib", extra="plot", feature=f"{flag}'s plots")
         if attr in FOLDER_OUTPUTS.get(args.command, ()):
             if path.exists() and not path.is_dir():
                 raise InvalidInputError(f"{flag} {value!r} is a file; give a folder")
@@ -348,7 +462,15 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_outputs(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # the reader has what it wanted; point stdout at devnull so the exit flush is quiet too
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except PerfModelError as exc:
         print(f"perfmodel: error: {exc}", file=sys.stderr)
         return 2

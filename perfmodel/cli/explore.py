@@ -43,6 +43,15 @@ def load_strategies(path):
     return data
 
 
+def _notes(df) -> str:
+    """What the interval column is and how TFLOP/s differs from MFU, below a table."""
+    from perfmodel.explore.output import FLOPS_NOTE
+    from perfmodel.predict import INTERVAL_KIND
+
+    kind = df.attrs.get("interval_kind") or INTERVAL_KIND
+    return f"\ninterval: {kind}\n{FLOPS_NOTE}"
+
+
 def _out(df, args, figure=None) -> None:
     from perfmodel.explore.output import write_table
 
@@ -63,14 +72,16 @@ def cmd_compare(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
     df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults)
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs); * = fastest that fits\n")
-    print(format_table(df, ("label", "global_batch", "step_time", "tokens_per_second", "tflops_per_gpu", "mfu",
-                            "peak_memory", "fits", "bottleneck", "step_time_low", "step_time_high")))
+    print(format_table(df, ("label", "global_batch", "step_time", "interval", "tokens_per_second", "tflops_per_gpu",
+                            "mfu", "peak_memory", "fits", "bottleneck", "caveat")))
+    print(_notes(df))
     from perfmodel.explore.ties import tie_line
 
     print(tie_line(df, df.loc[df["tie"], "label"]))
     from perfmodel.report.plots import compare_figure
 
-    _out(df, args, lambda d: compare_figure(d, title=f"{getattr(model, 'name', '')} on {cl.name}"))
+    title = f"{getattr(model, 'name', '')} on {cl.n_gpus} × {cl.gpu.name} ({cl.name})"
+    _out(df, args, lambda d: compare_figure(d, title=title))
     return 0
 
 
@@ -98,10 +109,14 @@ def cmd_sweep(args) -> int:
     df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
                profile=args.profile, scaling=args.scaling)
     how = f" ({args.scaling} scaling)" if args.over in ("nodes", "gpus") else ""
-    print(f"{getattr(model, 'name', '')}: sweep over {args.over}{how}\n")
-    print(format_table(df, (args.over, "gpus", "label", "global_batch", "step_time", "tokens_per_second",
-                            "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits", "bottleneck"),
-                       best_column=None))
+    print(f"{getattr(model, 'name', '')} on {cl.gpu.name}: sweep over {args.over}{how}, strategy {df.attrs['strategy']}")
+    if df.attrs.get("batch_note"):
+        print(df.attrs["batch_note"])
+    print()
+    columns = dict.fromkeys((args.over, "gpus", "label", "global_batch", "step_time", "interval", "tokens_per_second",
+                             "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits", "bottleneck"))
+    print(format_table(df, tuple(columns), best_column=None))
+    print(_notes(df))
     _out(df, args, sweep_figure)
     return 0
 
@@ -140,11 +155,16 @@ def cmd_search(args) -> int:
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs{with_cp}), global batch {args.global_batch}: "
           f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms, {a['feasible']:,} fit; "
           f"rejected: {rejected}; sorted by {a['sort_by']}\n")
+    from perfmodel.explore.caveats import search_intervals
+
+    df = search_intervals(df, model, cl, profile=args.profile)
+    df.attrs.update(a, model=getattr(model, "name", ""), gpu=cl.gpu.name)
     df.insert(0, "rank", range(1, len(df) + 1))
     print(format_table(df, ("rank", "dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero",
-                            "recompute", "sequence_parallel", "step_time", "tokens_per_second", "tflops_per_gpu",
-                            "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck", "step_time_low",
-                            "step_time_high"), best_column=None))
+                            "recompute", "sequence_parallel", "step_time", "interval", "tokens_per_second",
+                            "tflops_per_gpu", "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck", "caveat"),
+                       best_column=None))
+    print(_notes(df))
     from perfmodel.explore.ties import tie_line
 
     print(tie_line(df, [f"rank {r}" for r in df.loc[df["tie"], "rank"]]))

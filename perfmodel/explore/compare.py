@@ -42,7 +42,7 @@ def _value(name: str, text: str):
             return float(text)
         except ValueError:
             raise InvalidInputError(f"'bucket_mb' must be a number: got {text!r}") from None
-    if isinstance(default, int) or name == "global_batch":
+    if isinstance(default, int) or name in ("global_batch", "dp"):
         try:
             return int(text)
         except ValueError:
@@ -124,6 +124,7 @@ def prediction_row(p: Prediction, label: str | None = None) -> dict:
     row.update({k: getattr(p, k) for k in RESULTS})
     row.update(step_time_low=p.interval[0], step_time_high=p.interval[1], interval_level=p.interval_level,
                interval_regime=p.interval_regime)
+    row.update(interval_low_s=float(p.interval[0]), interval_high_s=float(p.interval[1]), dp_overlap=s.dp_overlap)
     row.update({k: p.breakdown[k] for k in BREAKDOWN_KEYS})
     row.update({"mem_" + k: v for k, v in p.memory.items()})
     return row
@@ -172,4 +173,8 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
             rows.append(prediction_row(predict(model, cl, s, profile=profile), shown))
         except PerfModelError as exc:
             raise type(exc)(f"strategy {shown or spec!r}: {exc}") from None
-    return mark_best(pd.DataFrame(rows))
+    from perfmodel.explore.caveats import add_uncertainty
+
+    df = add_uncertainty(mark_best(pd.DataFrame(rows)))
+    df.attrs.update(model=getattr(model, "name", ""), cluster=cl.name, gpu=cl.gpu.name, n_gpus=cl.n_gpus)
+    return df

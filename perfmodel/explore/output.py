@@ -46,8 +46,22 @@ SHOWN = {
     "scaling_efficiency": ("scaling eff.", _pct), "speedup": ("speed-up", lambda x: f"{x:.2f}x"),
     "peak_memory": ("memory/GPU", _gib), "memory_capacity": ("capacity", _gib), "fits": ("fits", _flag),
     "usd_per_hour": ("$/hour", _usd), "usd_per_million_tokens": ("$/M tokens", lambda x: f"${x:,.3f}"),
-    "bottleneck": ("bottleneck", str),
+    "bottleneck": ("bottleneck", str), "interval": ("interval", str), "caveat": ("caveat", str),
+    "model": ("model", str), "cluster": ("cluster", str),
 }
+# CSV / JSON column names with their unit where the name alone does not say it
+UNITS = {"step_time": "step_time_s", "peak_memory": "peak_memory_bytes", "memory_capacity": "memory_capacity_bytes",
+         "over_capacity": "over_capacity_bytes", "usd_per_hour": "usd_per_hour", "mfu": "mfu_fraction",
+         "scaling_efficiency": "scaling_efficiency_fraction", "tflops_per_gpu": "executed_tflops_per_gpu",
+         **{k: f"{k}_s" for k in ("forward", "backward", "optimizer", "host_overhead", "tp_comm", "dp_comm",
+                                   "pipeline_bubble", "p2p")}}
+CONTEXT = ("model", "cluster", "gpu")  # columns every export carries (from the table's attrs when absent)
+# what a reader of an exported table needs to read TFLOP/s beside MFU
+FLOPS_NOTE = ("TFLOP/s/GPU counts executed FLOPs (recomputation included); MFU counts model FLOPs only "
+              "(Narayanan et al. 2021 eq. 3, no recomputation) over the GPU's peak.")
+READABLE = ("model", "cluster", "gpu", "label", "gpus", "dp", "tp", "pp", "micro_batch", "global_batch", "zero",
+            "recompute", "step_time", "interval", "tokens_per_second", "tflops_per_gpu", "mfu",
+            "scaling_efficiency", "speedup", "peak_memory", "fits", "usd_per_million_tokens", "bottleneck", "caveat")
 
 
 def _cell(column: str, value) -> str:
@@ -57,14 +71,26 @@ def _cell(column: str, value) -> str:
     return fmt(value)
 
 
+def with_intervals(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with an ``interval`` text column ("36.3 ms – 41.2 ms") where it holds interval_low_s/high_s."""
+    if "interval_low_s" not in df.columns or "interval" in df.columns:
+        return df
+    df = df.copy()
+    df["interval"] = [f"{format_seconds(lo)} – {format_seconds(hi)}" if lo == lo and hi == hi else "-"
+                      for lo, hi in zip(df["interval_low_s"], df["interval_high_s"])]
+    return df
+
+
 def format_table(df: pd.DataFrame, columns, *, best_column: str | None = "best") -> str:
-    """An aligned text table of ``columns`` (those present), rows marked '*' where ``best_column`` is true."""
-    columns = [c for c in columns if c in df.columns]
+    """An aligned text table of ``columns`` (those present, each once), rows marked '*' where
+    ``best_column`` is true; an ``interval`` column is made from interval_low_s/high_s."""
+    df = with_intervals(df)
+    columns = [c for c in dict.fromkeys(columns) if c in df.columns]
     headers = [""] + [SHOWN.get(c, (c, str))[0] for c in columns]
     marks = ["*" if best_column in df.columns and bool(b) else "" for b in df.get(best_column, [False] * len(df))]
     body = [[mark] + [_cell(c, row[c]) for c in columns] for mark, (_, row) in zip(marks, df.iterrows())]
     widths = [max(len(r[i]) for r in [headers, *body]) for i in range(len(headers))]
-    left = {"label", "recompute", "precision", "bottleneck", "gpu"}
+    left = {"label", "recompute", "precision", "bottleneck", "gpu", "caveat"}
     def line(cells):
         out = []
         for i, cell in enumerate(cells):
@@ -75,31 +101,45 @@ def format_table(df: pd.DataFrame, columns, *, best_column: str | None = "best")
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in body)])
 
 
-def markdown(df: pd.DataFrame) -> str:
-    """A GitHub Markdown table of every column, values as stored (floats to 6 significant digits)."""
-    def cell(x):
-        if isinstance(x, float):
-            return f"{x:.6g}"
-        return str(x).replace("|", "\\|")
+def with_context(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with model, cluster and GPU columns first (taken from ``attrs`` where the rows lack them)."""
+    df = df.copy()
+    for i, key in enumerate(c for c in CONTEXT if c not in df.columns and df.attrs.get(c)):
+        df.insert(i, key, df.attrs[key])
+    return df
 
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(cell(x) for x in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *rows]) + "\n"
+
+def markdown(df: pd.DataFrame, columns=READABLE) -> str:
+    """A GitHub Markdown table of the readable ``columns`` (formatted as the text table), and a note
+    on TFLOP/s against MFU; the CSV and JSON exports keep every column at full precision."""
+    df = with_intervals(with_context(df))
+    columns = [c for c in columns if c in df.columns] or list(df.columns)
+    head = "| " + " | ".join(SHOWN.get(c, (c, str))[0] for c in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    rows = ["| " + " | ".join(_cell(c, row[c]).replace("|", "\\|") for c in columns) + " |"
+            for _, row in df.iterrows()]
+    note = ["", FLOPS_NOTE] if "tflops_per_gpu" in columns or "mfu" in columns else []
+    return "\n".join([head, rule, *rows, *note]) + "\n"
 
 
 def write_table(df: pd.DataFrame, path) -> Path:
-    """Write ``df`` as CSV, JSON (a list of records, with ``attrs`` under "meta") or Markdown, by suffix."""
+    """Write ``df`` as CSV, JSON (a list of records, with ``attrs`` under "meta") or Markdown, by suffix.
+
+    CSV and JSON carry model, cluster and GPU columns and units in the column names (UNITS);
+    Markdown is the readable subset (``markdown``)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise InvalidInputError(f"'--out' must end in one of {', '.join(FORMATS)}: got {str(path)!r}")
+    if suffix == ".md":
+        path.write_text(markdown(df))
+        return path
+    df = with_context(df).rename(columns=UNITS)
     if suffix == ".csv":
         df.to_csv(path, index=False)
-    elif suffix == ".json":
+    else:
         records = json.loads(df.to_json(orient="records"))
         meta = {k: v for k, v in df.attrs.items() if isinstance(v, (int, float, str, dict, list))}
+        meta["notes"] = FLOPS_NOTE
         path.write_text(json.dumps({"rows": records, "meta": meta}, indent=1, default=str) + "\n")
-    else:
-        path.write_text(markdown(df))
     return path

@@ -18,7 +18,7 @@ import pandas as pd
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.explore.compare import label_of, prediction_row
 from perfmodel.predict import predict
-from perfmodel.parallel.strategy import Strategy
+from perfmodel.parallel.strategy import Strategy, fill_dp
 from perfmodel.core.checks import check_choice, check_int
 from perfmodel.workload.presets import as_model
 
@@ -85,6 +85,9 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     node preset names, same node count) or any other Strategy field ("tp", "zero",
     "recompute"...). Points that do not fit in memory stay in the table with
     ``fits`` False; a point the strategy cannot run raises, naming the value.
+    ``scaling`` ("weak" or "strong") says what a sweep over nodes or gpus does to the
+    global batch; ``df.attrs["batch_note"]`` says it in words. Speed-up and scaling
+    efficiency are relative to the first point that fits, NaN where a point does not.
     """
     from perfmodel.hardware import as_cluster
 
@@ -99,7 +102,7 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     if strategy is not None and not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     model = as_model(model)
-    s = strategy or Strategy(dp=cl.n_gpus)
+    s = fill_dp(strategy or Strategy(), cl.n_gpus)
     rows = []
     for value in values:
         try:
@@ -112,12 +115,30 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
         row[over] = value
         rows.append(row)
     df = pd.DataFrame(rows)
-    fitting = df.index[df["fits"].astype(bool)]
-    base = fitting[0] if len(fitting) else df.index[0]  # compare against the first point that fits
-    df["speedup"] = df["tokens_per_second"] / df.loc[base, "tokens_per_second"]
+    fits = df["fits"].astype(bool)
     per_gpu = df["tokens_per_second"] / df["gpus"]
     df["tokens_per_second_per_gpu"] = per_gpu
+    # relative to the first point that fits; a point that does not fit (or no point fitting) has none
+    base = df.index[fits][0] if fits.any() else None
+    ratio = (lambda col: (col / col[base]).where(fits)) if base is not None else (lambda col: col * float("nan"))
+    df["speedup"] = ratio(df["tokens_per_second"])
     if over in SCALE_AXES:
-        df["scaling_efficiency"] = per_gpu / per_gpu[base]
-    df.attrs.update(over=over, scaling=scaling, model=getattr(model, "name", ""))
+        df["scaling_efficiency"] = ratio(per_gpu)
+    df.attrs.update(over=over, scaling=scaling, model=getattr(model, "name", ""), strategy=label_of(s),
+                    batch_note=batch_note(df, over, scaling))
     return df
+
+
+def batch_note(df: pd.DataFrame, over: str, scaling: str) -> str:
+    """What the sweep did to the global batch, in one sentence ("" when it is left alone)."""
+    if over not in SCALE_AXES or df.empty:
+        return ""
+    first, last = df.iloc[0], df.iloc[-1]
+    if scaling == "weak":
+        if first["global_batch"] == last["global_batch"]:
+            return ""
+        return (f"weak scaling: the global batch grows with the GPU count, from {first['global_batch']:,} at "
+                f"{first['gpus']:,} GPUs to {last['global_batch']:,} at {last['gpus']:,} (per-GPU work fixed; "
+                "scaling='strong' keeps the global batch)")
+    return (f"strong scaling: the global batch stays {first['global_batch']:,}, so each GPU gets less work "
+            "as GPUs are added")

@@ -42,7 +42,7 @@ def _gpu(name):
     return load_gpu(name)
 
 
-def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
+def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0, progress=None):
     """Fit every class measured in the ``compute.csv`` of ``folders``; returns the fitter."""
     spec = _gpu(gpu)
     for f in folders:
@@ -54,18 +54,19 @@ def fit_tables(folders, *, gpu: str, folds: int = 5, seed: int = 0):
     source = ", ".join(str(Path(f).name) for f in compute) or "no compute tables"
     on_cpu = any(_metadata(f).get("device") == "cpu" for f in folders)
     fitter = ComputeFitter(sms=spec.sm_count, folds=folds, seed=seed, source=f"measured: {source}",
-                           power_limited=not on_cpu, serial=on_cpu).fit(table)
+                           power_limited=not on_cpu, serial=on_cpu, progress=progress).fit(table)
     fitter.table_ = table
     fitter.on_cpu_ = on_cpu
     return fitter
 
 
 def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5, seed: int = 0,
-                  collectives: dict | None = None, fill: bool = True) -> tuple[Profile, pd.DataFrame]:
+                  collectives: dict | None = None, fill: bool = True, progress=None) -> tuple[Profile, pd.DataFrame]:
     """Profile fitted from calibration folders; classes they lack are derived from the datasheet
-    (``fill=False``: left out)."""
+    (``fill=False``: left out). The report has one row per compute class and per fitted collective;
+    ``progress(done, total, class)`` is called before each compute class is fitted."""
     spec = _gpu(gpu)
-    fitter = fit_tables(folders, gpu=gpu, folds=folds, seed=seed)
+    fitter = fit_tables(folders, gpu=gpu, folds=folds, seed=seed, progress=progress)
     compute = dict(fitter.entries_)
     if not compute and not any((Path(f) / "collectives.csv").exists() for f in folders):
         rejected = ", ".join(f"{n} {why}" for why, n in fitter.rejected_.items()) or "none"
@@ -77,6 +78,7 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
         if compute.get(f"gemm:{dtype}", {}).get("n_points") == 0:
             calibrate_gemm({f"gemm:{dtype}": compute[f"gemm:{dtype}"]}, spec.name)
     coll = dict(collectives or {})
+    fitted_coll = []
     for folder in folders:
         path = Path(folder) / "collectives.csv"
         if path.exists():
@@ -85,8 +87,12 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
             table = read_csv_file(path, field="collectives", expect="a collectives.csv")
             for level, entries in fit_collectives(table, source=f"measured: {path.parent.name}").items():
                 coll.setdefault(level, {}).update(entries)
+                fitted_coll += [_collective_row(level, name, e) for name, e in entries.items()]
     meta = {"created": _dt.date.today().isoformat(), "fitted_from": [str(Path(f).name) for f in folders],
             "rejected_rows": fitter.rejected_, "method": "robust log-space least squares, 5-fold CV"}
+    fallback = sum("fallback" in str(e.get("source", "")) for e in compute.values())
+    if fallback:  # classes the tables lacked, taken from the bundled profile (so said on every prediction)
+        meta["fallback_classes"] = fallback
     host = dict(fitter.host_)
     if fitter.on_cpu_:
         # no launch queue on a CPU: dispatch and compute of each op run one after the other
@@ -96,8 +102,19 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
 
     profile = replace(profile, host={**profile.host, **fit_step_overhead(profile, fitter.table_, gpu)})
     report = fitter.report_
+    if fitted_coll:
+        report = pd.concat([report, pd.DataFrame(fitted_coll)], ignore_index=True)
     report.attrs["points"] = fitter.points_
     return profile, report
+
+
+def _collective_row(level: str, name: str, entry: dict) -> dict:
+    """A fit-report row of one fitted collective ("all_reduce@intra"), as compute classes have."""
+    form = entry.get("form") or f"(not fitted: {entry.get('note', '')})"
+    return {"class": f"{name}@{level}", "points": entry.get("n_points", 0), "form": form,
+            "cv_mape": np.nan if entry.get("cv_mape") is None else float(entry["cv_mape"]),
+            "fit_mape": None, "candidates": {k: v for k, v in (entry.get("candidates") or {}).items()
+                                             if v is not None}}
 
 
 def _metadata(folder) -> dict:

@@ -157,8 +157,9 @@ class ComputeFitter:
     """Fit every compute class found in a table; keep the best of the candidate forms by CV."""
 
     def __init__(self, *, sms: int = 132, folds: int = 5, seed: int = 0, mem_bw_bytes_per_s: float = 4.0e12,
-                 source: str = "", power_limited: bool = True, serial: bool = False):
+                 source: str = "", power_limited: bool = True, serial: bool = False, progress=None):
         self.sms = sms
+        self.progress = progress  # progress(done, total, class): called before each class is fitted
         self.power_limited = power_limited  # a GPU: long back-to-back GEMM load meets its power limit
         self.serial = serial  # a CPU: a benchmark's per-call host costs add to its op's time
         self.folds = folds
@@ -182,7 +183,10 @@ class ComputeFitter:
             if autograd > 0:
                 self.host_["autograd_call_s"] = autograd
                 table = without_autograd_call(table, autograd)
-        for key, fn in self._jobs(table):
+        jobs = list(self._jobs(table))
+        for i, (key, fn) in enumerate(jobs):
+            if self.progress is not None:
+                self.progress(i, len(jobs), key)
             self._key = key
             entry = fn()
             if entry is None:

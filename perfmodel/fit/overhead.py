@@ -149,13 +149,15 @@ def fit_ddp_overhead(profile, cases) -> dict:
     the median over the steps of (measured − predicted) / N_buckets, clipped at
     zero; ``host["ddp_bucket_extra_s"]`` then adds it per bucket on that host.
     """
-    from perfmodel.step import dtype_bytes
+    from perfmodel.hardware import as_cluster
     from perfmodel.parallel.data import ddp_buckets
+    from perfmodel.parallel.strategy import fill_dp
     from perfmodel.predict import predict
+    from perfmodel.step import dtype_bytes
 
     per_bucket = []
     for case in cases:
-        s = case.strategy
+        s = fill_dp(case.strategy, as_cluster(case.cluster).n_gpus)  # dp=None: the cluster's, as predict
         if s.dp < 2 or s.shard or s.ps_servers:
             continue
         gap = case.measured - predict(case.model, case.cluster, s, profile=profile).step_time

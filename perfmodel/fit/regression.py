@@ -54,6 +54,8 @@ def fit_form(form: Form, X: Mapping[str, np.ndarray], y: np.ndarray, free: Mappi
 def mape(pred, meas) -> float:
     """Mean absolute percentage error, as a fraction."""
     pred, meas = np.asarray(pred, float), np.asarray(meas, float)
+    # sklearn.metrics.mean_absolute_percentage_error is the same metric, but its summation order differs
+    # in the last bits, which can flip a near-tie between candidate forms and change a bundled profile
     return float(np.mean(np.abs(pred - meas) / meas)) if len(meas) else float("nan")
 
 

@@ -51,7 +51,7 @@ MIN_BUCKET_MB = 0.001
 class Strategy:
     """How one training step is parallelised; all sizes are per step unless named otherwise."""
 
-    dp: int = 1
+    dp: int | None = None               # None: filled from the cluster, GPUs / (tp × pp × cp)
     tp: int = 1
     pp: int = 1
     micro_batch: int = 8
@@ -94,11 +94,13 @@ class Strategy:
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
-            object.__setattr__(self, name, check_size(name, getattr(self, name)))
+            if name != "dp" or self.dp is not None:
+                object.__setattr__(self, name, check_size(name, getattr(self, name)))
         if self.global_batch is not None:
             object.__setattr__(self, "global_batch", check_size("global_batch", self.global_batch))
-        if self.gpus > LIMITS["gpus"]:
-            raise InvalidInputError(f"dp × tp × pp × cp = {self.gpus:,} GPUs is above the {LIMITS['gpus']:,} a "
+        span = (self.dp or 1) * self.tp * self.pp * self.cp  # dp unset: filled, and bounded, by the cluster
+        if span > LIMITS["gpus"]:
+            raise InvalidInputError(f"dp × tp × pp × cp = {span:,} GPUs is above the {LIMITS['gpus']:,} a "
                                     f"strategy may span")
         object.__setattr__(self, "zero", check_int("zero", self.zero, minimum=0))
         if self.zero > 3:
@@ -181,6 +183,8 @@ class Strategy:
         if self.cp > 1 and self.attention != "flash":
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
                                     f"blocks: use attention='flash' (got {self.attention!r})")
+        if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it
+            return
         if self.ep > 1 and (self.dp * self.cp) % self.ep:
             raise InvalidInputError(f"expert-parallel ranks are data-parallel ranks: 'ep'={self.ep} must divide "
                                     f"dp × cp = {self.dp * self.cp}")
@@ -210,9 +214,15 @@ class Strategy:
                                     f"{self.virtual_stages} (each stage is cut into that many chunks)")
         return layers
 
+    def _dp(self) -> int:
+        if self.dp is None:
+            raise InvalidInputError("'dp' is not set yet: it is filled from the cluster's GPU count by "
+                                    "pm.predict (or fill_dp(strategy, n_gpus)); give dp to use it before")
+        return self.dp
+
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self._dp() * self.tp * self.pp * self.cp
 
     @property
     def shard(self) -> int:
@@ -222,12 +232,13 @@ class Strategy:
     @property
     def micro_batches(self) -> int:
         """Micro-batches per step per data-parallel rank (gradient accumulation × pipeline)."""
-        gb = self.global_batch or self.dp * self.micro_batch
-        return gb // (self.dp * self.micro_batch)
+        if self.global_batch is None:
+            return 1
+        return self.global_batch // (self._dp() * self.micro_batch)
 
     @property
     def batch(self) -> int:
-        return self.global_batch or self.dp * self.micro_batch
+        return self.global_batch or self._dp() * self.micro_batch
 
     def is_default(self, name: str) -> bool:
         """Whether field ``name`` holds what it would hold if left unset (the framework's default)."""
@@ -252,6 +263,17 @@ class Strategy:
         return "Strategy(" + ", ".join(parts) + ")"
 
 
+def fill_dp(s: Strategy, n_gpus: int) -> Strategy:
+    """``s`` with dp filled from the GPU count where it was left unset: GPUs / (tp × pp × cp), as the CLI does."""
+    if s.dp is not None:
+        return s
+    group = s.tp * s.pp * s.cp
+    if n_gpus % group:
+        raise InvalidInputError(f"tp × pp × cp = {s.tp} × {s.pp} × {s.cp} = {group} must divide the cluster's "
+                                f"GPU count {n_gpus} to fill dp (or give dp explicitly)")
+    return replace(s, dp=n_gpus // group)
+
+
 def _nearest(value: int, valid: list[int]) -> int:
     return min(valid, key=lambda d: (abs(d - value), d))
 
@@ -259,8 +281,11 @@ def _nearest(value: int, valid: list[int]) -> int:
 def check_against(model, n_gpus: int, s: Strategy) -> None:
     """Raise a clear error when ``s`` cannot run ``model`` on ``n_gpus`` GPUs.
 
-    Each message names the fields, the values and a valid nearby choice.
+    Each message names the fields, the values and a valid nearby choice. An unset dp is filled
+    from ``n_gpus`` first (where tp × pp × cp divides it; else the message says so).
     """
+    if s.dp is None:
+        s = fill_dp(s, n_gpus) if n_gpus % (s.tp * s.pp * s.cp) == 0 else replace(s, dp=1, global_batch=None)
     if s.gpus != n_gpus:
         rest = s.tp * s.pp * s.cp
         heads = getattr(model, "heads", n_gpus)

@@ -9,8 +9,9 @@ import numpy as np
 
 def write_residual_plots(points: dict, folder: str | Path) -> list[Path]:
     """One PNG per class in ``folder``: fitted vs measured (log-log) and the relative residual."""
-    import matplotlib
+    from perfmodel.core.extras import optional_import
 
+    matplotlib = optional_import("matplotlib", extra="plot", feature="residual plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

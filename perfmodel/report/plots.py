@@ -18,6 +18,7 @@ import numpy as np
 
 from perfmodel.costs.memory import ALLOCATOR_RESERVE, CUDA_CONTEXT_BYTES
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.extras import optional_import
 
 BREAKDOWN = (("forward", "forward"), ("backward", "backward"), ("host_overhead", "host (launch)"),
              ("tp_comm", "tensor-parallel comm."), ("pipeline_bubble", "pipeline bubble"),
@@ -31,6 +32,7 @@ GIB = 2.0**30
 
 
 def _figure(rows: int, cols: int, size):
+    optional_import("matplotlib", extra="plot", feature="plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -70,8 +72,24 @@ def _wrap(label: str, width: int = 10) -> str:
     return "\n".join([*lines, line.rstrip()])
 
 
+ROTATE_ABOVE = 4  # more tick labels than this are drawn upright (rotated 90°) so neighbours do not overlap
+
+
 def _xticks(ax, x, labels) -> None:
-    ax.set_xticks(x, [_wrap(label) for label in labels], fontsize="small")
+    if len(labels) > ROTATE_ABOVE:
+        ax.set_xticks(x, [_wrap(label, 24) for label in labels], fontsize="x-small", rotation=90)
+    else:
+        ax.set_xticks(x, [_wrap(label) for label in labels], fontsize="small")
+
+
+def _log_if_wide(ax, values, span: float = 10.0) -> bool:
+    """Log y axis where positive values span more than ``span`` (strong scaling: seconds to milliseconds)."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if len(v) and v.max() / v.min() > span:
+        ax.set_yscale("log")
+        return True
+    return False
 
 
 def _thousands(ax) -> None:
@@ -109,7 +127,12 @@ def breakdown_bars(ax, df, labels) -> None:
     _xticks(ax, x, labels)
     ax.set_ylabel(f"time per step ({unit})")
     ax.set_title("Where a step's time goes")
-    _legend_room(ax, float(np.max(np.maximum(step, bottom + excess))))
+    top = float(np.max(np.maximum(step, bottom + excess)))
+    if _log_if_wide(ax, step):
+        ax.set_ylim(float(np.min(step[step > 0])) / 3, top * 10)
+        ax.legend(fontsize="x-small", ncols=2, loc="upper right")
+    else:
+        _legend_room(ax, top)
 
 
 def _memory_columns(df) -> list[str]:
@@ -182,26 +205,74 @@ def _throughput(ax, df, x, xlabel, log2: bool) -> None:
     ax.legend(fontsize="small")
 
 
-def _efficiency(ax, df, x, xlabel, log2: bool) -> None:
+def _efficiency(ax, df, x, xlabel, log2: bool, label=None, color="C2") -> None:
     if "scaling_efficiency" in df:
         y, name = df["scaling_efficiency"].to_numpy(float) * 100, "scaling efficiency (%)"
-        ax.axhline(100, color="gray", linestyle="--", linewidth=1)
         title = "Scaling efficiency (tokens/s per GPU vs. the first point that fits)"
     else:
         y, name, title = df["mfu"].to_numpy(float) * 100, "model FLOPs utilisation (%)", "MFU"
-    ax.plot(x, y, marker="o", color="C2")
-    _unfit(ax, x, y, df["fits"].to_numpy(bool))
+    fits = df["fits"].to_numpy(bool)
+    if not np.isfinite(y).any():  # no point fits: nothing to be efficient about
+        ax.text(0.5, 0.5, "no point fits in memory", transform=ax.transAxes, ha="center", color="red")
+    else:
+        if "scaling_efficiency" in df:
+            ax.axhline(100, color="gray", linestyle="--", linewidth=1)
+        ax.plot(x, y, marker="o", color=color, label=label)
+        _unfit(ax, x, np.where(np.isfinite(y), y, 0.0), fits)
     if log2:
         _gpu_axis(ax, x)
-    ax.set_ylim(0, max(105.0, float(np.nanmax(y)) * 1.05))
+    top = float(np.nanmax(y)) if np.isfinite(y).any() else 0.0
+    ax.set_ylim(0, max(105.0, top * 1.05))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(name)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
 
 
+def _default_title(df) -> str:
+    a = df.attrs
+    batches = sorted(set(int(b) for b in df["global_batch"])) if "global_batch" in df else []
+    batch = (f", global batch {batches[0]:,}" if len(batches) == 1 else
+             f", global batch {batches[0]:,}–{batches[-1]:,}" if batches else "")
+    gpu = f" on {df['gpu'].iloc[0]}" if "gpu" in df and df["gpu"].nunique() == 1 else ""
+    scaling = f" ({a['scaling']} scaling)" if a.get("over") in ("nodes", "gpus") and a.get("scaling") else ""
+    return f"{a.get('model', '')}{gpu}: {a.get('strategy', '')}{batch}, sweep over {a.get('over', '')}{scaling}"
+
+
+def overlay_figure(sweeps, *, title: str | None = None):
+    """Throughput and efficiency of several sweeps over the same axis in one figure, e.g.
+    ``{"FSDP": pm.sweep(...), "3D": pm.sweep(...)}``; one line per sweep."""
+    items = list(sweeps.items())
+    if not items:
+        raise InvalidInputError("'sweeps' must map labels to at least one pm.sweep result: got none")
+    over = items[0][1].attrs.get("over") or items[0][1].columns[0]
+    log2 = over in ("nodes", "gpus")
+    fig, axes = _figure(1, 2, (13, 5))
+    for i, (label, df) in enumerate(items):
+        x = df["gpus"].to_numpy(float) if log2 else np.arange(len(df), dtype=float)
+        tps = df["tokens_per_second"].to_numpy(float)
+        axes[0, 0].plot(x, tps, marker="o", color=f"C{i}", label=f"{label} ({df.attrs.get('strategy', '')})")
+        _unfit(axes[0, 0], x, tps, df["fits"].to_numpy(bool))
+        _efficiency(axes[0, 1], df, x, "GPUs" if log2 else over, log2, label=label, color=f"C{i}")
+    for ax in axes[0]:
+        if log2:
+            _gpu_axis(ax, np.unique(np.concatenate([d["gpus"].to_numpy(float) for _, d in items])))
+        ax.set_xlabel("GPUs" if log2 else over.replace("_", " "))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    if log2:
+        axes[0, 0].set_yscale("log")
+    axes[0, 0].set_ylabel("throughput (tokens/s)")
+    axes[0, 0].set_title("Training throughput")
+    fig.suptitle(title or f"{items[0][1].attrs.get('model', '')}: " + " vs ".join(label for label, _ in items))
+    return fig
+
+
 def sweep_figure(df, *, title: str | None = None):
-    """Four panels of a ``pm.sweep`` result: throughput, efficiency, time breakdown, memory."""
+    """Four panels of a ``pm.sweep`` result: throughput, efficiency, time breakdown, memory.
+    A mapping of label -> sweep draws them overlaid (``overlay_figure``)."""
+    if isinstance(df, dict):
+        return overlay_figure(df, title=title)
     over = df.attrs.get("over") or df.columns[0]
     log2 = over in ("nodes", "gpus")
     if log2:
@@ -220,7 +291,7 @@ def sweep_figure(df, *, title: str | None = None):
     memory_bars(axes[1, 1], df, labels)
     for ax in axes[1]:
         ax.set_xlabel(xlabel)
-    fig.suptitle(title or f"{df.attrs.get('model', '')} sweep over {over}".strip())
+    fig.suptitle(title or _default_title(df))
     return fig
 
 

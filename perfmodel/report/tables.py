@@ -21,6 +21,25 @@ def _short(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
+# what each memory term holds at the step's peak (costs/memory.py, docs/memory.md)
+MEMORY_WORDS = {
+    "weights": "fp32 master weights", "weight_copies": "16-bit weight copies autocast keeps for the step",
+    "optimizer": "optimizer states (AdamW: two fp32 moments)", "gradients": "gradients alive at the peak",
+    "activations": "activations saved for backward",
+    "loss": "cross-entropy backward: 3 fp32 tensors of tokens × vocab (log-softmax, its gradient, the result)",
+    "comm_buffers": "communication buckets and gather buffers", "recompute": "one layer's recomputed activations",
+}
+
+
+def _profile_words(p) -> str:
+    """The profile's name and where its numbers come from (measured or datasheet), said once."""
+    origin = getattr(p, "profile_origin", "")
+    if not origin:
+        return p.profile
+    name = p.profile.removesuffix(" (datasheet)") if origin.startswith("datasheet") else p.profile
+    return f"{name} ({origin})"
+
+
 def prediction_table(p) -> str:
     """A readable multi-line summary of one Prediction."""
     s = p.strategy
@@ -30,14 +49,14 @@ def prediction_table(p) -> str:
         f"strategy   dp={s.dp} tp={s.tp} pp={s.pp} micro_batch={s.micro_batch} global_batch={s.batch} "
         f"zero={s.shard} recompute={s.recompute} precision={s.precision} optimizer={s.optimizer}"
         + _non_default(s),
-        f"profile    {p.profile}",
+        f"profile    {_profile_words(p)}",
         "",
         f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])}, "
-        f"{p.interval_level:.0%}, {p.interval_regime})",
+        f"{p.interval_level:.0%}, {p.interval_regime}) — {p.interval_kind}",
         f"tokens/s         {p.tokens_per_second:,.0f}",
         f"samples/s        {p.samples_per_second:,.2f}",
-        f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}",
-        f"MFU              {p.mfu:.1%}",
+        f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}   (executed FLOPs, recomputation included)",
+        f"MFU              {p.mfu:.1%}   (model FLOPs over peak: recomputation not counted)",
         f"peak memory      {format_bytes(p.peak_memory)} of {format_bytes(p.memory_capacity)}"
         + ("" if p.fits else f"   DOES NOT FIT (over by {format_bytes(p.over_capacity)})"),
         f"reserved         {format_bytes(p.reserved_memory)} (caching allocator; peak memory is allocated)",
@@ -52,30 +71,70 @@ def prediction_table(p) -> str:
     lines.append("memory breakdown (per GPU)")
     for key, value in p.memory.items():
         if value > 0:
-            lines.append(f"  {key:<16} {format_bytes(value):>12}")
+            lines.append(f"  {key:<16} {format_bytes(value):>12}  {MEMORY_WORDS.get(key, '')}".rstrip())
     return "\n".join(lines)
 
 
 CV_TARGET = 0.08  # CV MAPE a class should reach: GEMMs >= 1 GFLOP, memory-bound ops >= 1 MiB, attention
+REPORT_WIDTH = 100  # characters per fit-report line
 
 
 def fit_target_summary(report: pd.DataFrame, target: float = CV_TARGET) -> str:
-    """One line: how many cross-validated classes reach ``target`` and which do not."""
+    """How many cross-validated classes (collectives included) reach ``target``, which do not, and how
+    many are fallbacks; wrapped to lines of at most REPORT_WIDTH characters."""
+    import textwrap
+
     scored = report.dropna(subset=["cv_mape"])
     over = scored[scored["cv_mape"] > target]
     line = f"CV MAPE <= {target:.0%}: {len(scored) - len(over)} of {len(scored)} cross-validated classes"
     if len(over):
         line += "; above it: " + ", ".join(f"{c} {v:.1%}" for c, v in zip(over["class"], over["cv_mape"]))
-    return line
+    fallbacks = int(report["form"].astype(str).str.startswith("(").sum())
+    if fallbacks:
+        line += f"; {fallbacks} not fitted from these tables (fallbacks)"
+    return "\n".join(textwrap.wrap(line, REPORT_WIDTH, subsequent_indent="  "))
+
+
+def _origin(form: str) -> tuple[str, str]:
+    """(form shown, where the class comes from) of one report row."""
+    if form.startswith("("):  # "(bundled fallback)", "(datasheet fallback)", "(not fitted: ...)"
+        return "-", form.strip("()")
+    return form, "fitted"
+
+
+def _runner_up(candidates, chosen: str) -> str:
+    if not isinstance(candidates, dict):
+        return ""
+    rest = sorted((v, k) for k, v in candidates.items() if k != chosen and v is not None and v == v)
+    return f"; 2nd {rest[0][1]} {rest[0][0]:.1%}" if rest else ""
 
 
 def fit_report_table(report: pd.DataFrame) -> str:
-    """class, points, chosen form, CV MAPE and the candidates' CV MAPE."""
-    df = report.copy()
-    df["cv_mape"] = df["cv_mape"].map(lambda v: "n/a" if pd.isna(v) else f"{v:.1%}")
-    if "fit_mape" in df:
-        df["fit_mape"] = df["fit_mape"].map(lambda v: "" if v is None or pd.isna(v) else f"{v:.1%}")
-    if "candidates" in df:
-        df["candidates"] = df["candidates"].map(
-            lambda c: ", ".join(f"{k} {v:.1%}" for k, v in c.items() if v == v) if isinstance(c, dict) else "")
-    return df.to_string(index=False)
+    """One line per class and collective fitted from the tables: points, chosen form, CV MAPE, fit MAPE
+    (and the runner-up form's CV MAPE); then the classes taken from elsewhere, listed by fallback."""
+    import textwrap
+
+    def pct(v):
+        return "-" if v is None or pd.isna(v) else f"{v:.1%}"
+
+    rows, fallbacks = [], {}
+    for r in report.to_dict("records"):
+        form, origin = _origin(str(r["form"]))
+        if origin != "fitted":
+            fallbacks.setdefault(origin, []).append(str(r["class"]))
+            continue
+        origin += _runner_up(r.get("candidates"), form)
+        rows.append([str(r["class"]), str(int(r["points"])), form, pct(r["cv_mape"]), pct(r.get("fit_mape")), origin])
+    head = ["class", "points", "form", "cv_mape", "fit_mape", "from"]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(5)]
+    def line(cells):
+        left = [cells[0].ljust(widths[0]), cells[1].rjust(widths[1]), cells[2].ljust(widths[2]),
+                cells[3].rjust(widths[3]), cells[4].rjust(widths[4])]
+        text = "  ".join(left) + "  " + cells[5]
+        return text if len(text) <= REPORT_WIDTH else text[:REPORT_WIDTH - 3] + "..."
+
+    out = [line(c) for c in [head, *rows]] if rows else ["no class fitted from these tables"]
+    for origin, classes in fallbacks.items():
+        out += textwrap.wrap(f"{origin} ({len(classes)}, not measured here): " + ", ".join(classes), REPORT_WIDTH,
+                             subsequent_indent="  ")
+    return "\n".join(out)

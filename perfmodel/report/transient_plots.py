@@ -18,6 +18,9 @@ def plot_time_distribution(trials, path, *, on_demand_s=None, title=None) -> Pat
     when ``on_demand_s`` is given. Renders with matplotlib's Agg canvas
     (no display, no change to the global backend); the format follows the suffix.
     """
+    from perfmodel.core.extras import optional_import
+
+    optional_import("matplotlib", extra="plot", feature="plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -56,6 +59,9 @@ def plot_cost_vs_mix(df, path, *, label="mix", title=None) -> Path:
     (with a ``mix`` column added) plots directly. Costs in US dollars, times in
     hours. Agg canvas; the format follows the suffix. Returns the path.
     """
+    from perfmodel.core.extras import optional_import
+
+    optional_import("matplotlib", extra="plot", feature="plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

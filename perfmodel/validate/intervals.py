@@ -115,7 +115,7 @@ def _configuration(case: Case) -> str:
     """What makes two rows repeats of one configuration (they stay on one side of a split)."""
     m, s = case.model, case.strategy
     fields = (case.label, m.layers, m.hidden, m.seq, m.vocab, case.cluster.n_gpus, s.dp, s.tp, s.pp, s.cp,
-              s.micro_batch, s.batch, s.recompute, s.shard, s.fsdp, s.framework, s.attention, s.precision)
+              s.micro_batch, s.global_batch, s.recompute, s.shard, s.fsdp, s.framework, s.attention, s.precision)
     return "|".join(map(str, fields))
 
 

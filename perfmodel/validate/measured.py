@@ -151,7 +151,7 @@ def cluster_and_strategy(row: dict):
     if not gpu:
         raise InvalidInputError("'gpu' is blank (a GPU or node name, or a TOML file)")
     s = _given(row, STRATEGY_FIELDS)
-    strategy = Strategy(**s)
+    strategy = Strategy(**{"dp": 1, **s})  # the row's GPU count is dp × tp × pp: dp is 1 unless given
     place = _given(row, ("nodes", "gpus_per_node"))
     nodes = place.get("nodes", 1)
     if strategy.gpus % nodes:

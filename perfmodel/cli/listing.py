@@ -1,0 +1,77 @@
+"""``perfmodel list``: bundled models, GPUs, nodes and profiles, one aligned line each with what
+tells them apart (parameters, memory, measured or datasheet)."""
+
+from __future__ import annotations
+
+# bytes per parameter of mixed-precision AdamW training state: fp32 weights, gradients and two moments,
+# plus the 16-bit copy (Rajbhandari et al. 2020, ZeRO §3: 16 bytes per parameter)
+TRAIN_STATE_BYTES_PER_PARAM = 16
+
+
+def _table(head, rows) -> str:
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows])
+
+
+def _count(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def _models():
+    from perfmodel.workload.presets import list_presets, preset
+
+    rows = []
+    for name in list_presets():
+        m = preset(name)
+        shape = (f"{m.layers} layers, hidden {m.hidden}, seq {m.seq}" if hasattr(m, "hidden")
+                 else "traced graph (CNN/ViT)")
+        state = m.params * TRAIN_STATE_BYTES_PER_PARAM / 2**30
+        rows.append((name, _count(m.params), f"{state:,.1f} GiB", shape))
+    return ("name", "params", "train state (16 B/param)", "shape"), rows
+
+
+def _gpus():
+    from perfmodel.hardware import list_gpus, load_gpu
+    from perfmodel.profiles.origin import origin_word
+    from perfmodel.profiles.profile import list_profiles, load_profile
+
+    profiles = set(list_profiles())
+    rows = []
+    for name in list_gpus():
+        g = load_gpu(name)
+        dtype = "bf16" if "bf16" in g.peak_flops else "fp16" if "fp16" in g.peak_flops else "fp32"
+        origin = origin_word(load_profile(name)) if name in profiles else "datasheet"
+        rows.append((name, f"{g.mem_bytes / 2**30:.0f} GiB", f"{g.mem_bw_bytes_per_s / 1e12:.2f} TB/s",
+                     f"{g.peak_flops[dtype] / 1e12:,.0f} TFLOP/s {dtype}", f"profile: {origin}"))
+    return ("name", "memory", "bandwidth", "peak", "bundled profile"), rows
+
+
+def _nodes():
+    from perfmodel.hardware import list_nodes, load_node
+
+    rows = []
+    for name in list_nodes():
+        n = load_node(name)
+        rows.append((name, f"{n.gpus_per_node} x {n.gpu.name}", f"{n.gpu.mem_bytes / 2**30:.0f} GiB each",
+                     repr(n).split(", ", 1)[1].rstrip(")")))
+    return ("name", "GPUs", "memory", "links"), rows
+
+
+def _profiles():
+    from perfmodel.profiles.origin import origin_word, profile_origin
+    from perfmodel.profiles.profile import list_profiles, load_profile
+
+    rows = []
+    for name in list_profiles():
+        p = load_profile(name)
+        rows.append((name, p.gpu, origin_word(p), profile_origin(p).split(": ", 1)[-1]))
+    return ("name", "gpu", "origin", "from"), rows
+
+
+def listing(what: str) -> str:
+    """The aligned table of ``what``: "models", "gpus", "nodes" or "profiles"."""
+    head, rows = {"models": _models, "gpus": _gpus, "nodes": _nodes, "profiles": _profiles}[what]()
+    return _table(head, rows)
