@@ -247,6 +247,7 @@ def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, 
     Priced by the core cost model (:func:`perfmodel.step.compute_times`)
     under ``profile`` (default: the GPU's bundled profile, as ``pm.predict``), tp = 1.
     """
+    from perfmodel.parallel.config import StepConfig
     from perfmodel.step import compute_times
     from perfmodel.core.errors import UnsupportedError
     from perfmodel.hardware import cluster
@@ -266,11 +267,11 @@ def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, 
         raise UnsupportedError(f"{gpu} has no {gemm_dtype(strategy.precision)} support (supported: "
                                f"{', '.join(sorted(spec.peak_flops))}); choose another precision")
     prof = default_profile(one) if profile is None else load_profile(profile)
-    c = {"micro_batch": np.float64(strategy.micro_batch), "tp": np.float64(1), "sp": np.bool_(False),
-         "framework": strategy.framework, "attention": strategy.attention}
-    t = compute_times(model, prof, c, precision=strategy.precision, recompute=strategy.recompute)
-    return (float(t["layer_f"] + t["layer_b"]), float(t["embed_f"] + t["embed_b"]),
-            float(t["head_f"] + t["head_b"]))
+    c = StepConfig.from_strategy(strategy.replace(
+        dp=1, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, global_batch=None, stage_layers=None, zero=0,
+        fsdp=None, ps_servers=0, schedule="1f1b", virtual_stages=1))
+    t = compute_times(model, prof, c, precision=strategy.precision, recompute=strategy.recompute).wall
+    return (float(t.layer_f + t.layer_b), float(t.embed_f + t.embed_b), float(t.head_f + t.head_b))
 
 
 def balance_layers(layer_s, layers: int, fixed_s=None) -> np.ndarray:

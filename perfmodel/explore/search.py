@@ -21,7 +21,7 @@ from perfmodel import step as compose
 from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.explore.space import NUMERIC, REASONS, Space, enumerate_space
 from perfmodel.parallel.fabric import cluster_collectives
-from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, config_arrays, default_profile, finish, profile_for
+from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, finish, profile_for
 from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
 from perfmodel.core.checks import check_choice, check_int, check_positive
 from perfmodel.workload.presets import as_model
@@ -65,13 +65,13 @@ def _evaluate(model, cl, space: Space, prof, opts) -> dict:
     """Every configuration of ``space`` under each (precision, recompute): flat arrays."""
     coll = cluster_collectives(cl, prof)
     # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    c = {**config_arrays(opts["base"]), **space.compose_arrays()}
+    c = space.step_config(opts["base"])
     n = len(space)
     parts = []
     for precision, recompute in product(opts["precision"], opts["recompute"]):
         out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                optimizer=opts["optimizer"], placement=opts["placement"])
-        out["micro_batch"] = c["micro_batch"]
+        out["micro_batch"] = c.micro_batch
         derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
         cols = {k: space.arrays[k] for k in NUMERIC}
         cols["precision"] = np.full(n, precision, dtype=object)
