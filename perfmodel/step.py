@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from perfmodel.core.algebra import maximum
+from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
 from perfmodel.costs import memory as mem
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
@@ -95,7 +95,7 @@ def _flops(kernels):
     return sum(k.flops * np.asarray(k.count, float) for k in kernels)
 
 
-def _kernel_lists(model, c: StepConfig, precision, recompute):
+def kernel_lists(model, c: StepConfig, precision, recompute):
     """Kernels of a layer, the embedding and the head (forward, backward), and the ring's blocks."""
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention}
     multiple = _vocab_multiple(c.framework)
@@ -117,7 +117,7 @@ def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> Com
     ``model`` is what one rank computes: with context parallelism (``c.cp`` > 1) its sequence
     is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
     """
-    parts, ring = _kernel_lists(model, c, precision, recompute)
+    parts, ring = kernel_lists(model, c, precision, recompute)
     wall, gpu = {}, {}
     for name, ks in parts.items():
         wall[name], gpu[name], _ = phase_time(profile, ks) if ks else (0.0, 0.0, 0.0)
@@ -173,8 +173,8 @@ def optimizer_time(profile, c: StepConfig, stage_params, shard_ranks, *, optimiz
     total = 0.0
     for k in kernels:
         g, _ = kernel_time(profile, k)
-        count = k.count if hasattr(k.count, "free_symbols") else np.asarray(k.count, float)
-        total = total + g * count
+        count = number(k.count)
+        total = total + (to_sympy(g) if is_symbolic(count) else g) * count
     # the step's own host work (zero_grad, optimizer bookkeeping) on a CPU
     return total + HostCosts.of(profile).step_extra_s
 
@@ -298,7 +298,7 @@ def dp_backward_windows(profile, timed: PhaseTimes, sts):
     gloo's transfers run on the cores the backward pass occupies: nothing hides them (measured,
     docs/distributed.md: DDP with overlap took as long as backward then one all-reduce)."""
     hides = not HostCosts.of(profile).serial
-    return tuple(hides * timed.on(st, "b") for st in sts)
+    return tuple(timed.on(st, "b") if hides else 0.0 for st in sts)
 
 
 def _critical_comm(local, coll, lay, c, t: ComputeTimes, *, precision, recompute) -> PhaseTimes:

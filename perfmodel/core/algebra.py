@@ -33,3 +33,18 @@ def maximum(a, b):
 
         return sp.Max(to_sympy(a), to_sympy(b))
     return np.maximum(a, b)
+
+
+def where(condition, a, b):
+    """``np.where`` on numbers and arrays; on sympy expressions ``condition`` must be one truth
+    value (the symbolic paths price one configuration), and the chosen branch is returned."""
+    if is_symbolic(a) or is_symbolic(b):
+        if np.ndim(condition) != 0:
+            raise ValueError("a symbolic branch needs a single condition")
+        return a if bool(condition) else b
+    return np.where(condition, a, b)
+
+
+def number(value):
+    """``value`` as pricing multiplies it: a float array, or a sympy expression unchanged."""
+    return value if is_symbolic(value) else np.asarray(value, float)

@@ -17,6 +17,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from perfmodel.core.algebra import is_symbolic
 from perfmodel.core.errors import PerfModelError
 
 MB = 1e6  # Strategy.bucket_mb is priced in units of 10^6 bytes
@@ -42,7 +43,10 @@ SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep")
 
 
 def _frozen(value, dtype):
-    """``value`` as a read-only array of ``dtype`` (a 0-d one as its numpy scalar)."""
+    """``value`` as a read-only array of ``dtype`` (a 0-d one as its numpy scalar); a sympy symbol
+    (``perfmodel.analysis.symbolic`` leaves dp, micro_batch or micro_batches free) unchanged."""
+    if is_symbolic(value):
+        return value
     arr = np.array(value, dtype=dtype)
     if arr.ndim == 0:
         return arr[()]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfmodel.core.algebra import is_symbolic, maximum, where
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage
@@ -78,18 +79,27 @@ def _split(total, bucket, first=None):
     return head, full, size, rest - full * size
 
 
-def _bucketed(coll, collective, total, bucket, rpn, nodes, first=None):
+def ring_pricer(coll, rpn, nodes):
+    """``price(collective, nbytes)``: seconds of one ring collective over the group (``hierarchical_time``)."""
+    def price(collective, nbytes):
+        return hierarchical_time(coll, collective, nbytes, rpn, nodes, algorithm="ring")
+    return price
+
+
+def _bucketed(price, collective, total, bucket, first=None):
     """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets.
 
+    ``price(collective, nbytes)`` prices one bucket's collective (``ring_pricer``, or a sympy twin);
     ``first`` caps the first bucket (PyTorch DDP: 1 MiB, so communication starts early in backward).
     """
     head, full, size, rem = _split(total, bucket, first)
 
     def seconds(nbytes, present):
-        return hierarchical_time(coll, collective, np.maximum(nbytes, 1.0), rpn, nodes, algorithm="ring") * present
+        t = price(collective, np.maximum(nbytes, 1.0))
+        return where(present, t, 0.0) if is_symbolic(t) else t * present
 
     t_head, t_bucket, t_rem = seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0)
-    last = np.where(rem > 0, t_rem, np.where(full > 0, t_bucket, t_head))
+    last = where(rem > 0, t_rem, where(full > 0, t_bucket, t_head))
     share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
     return t_head + full * t_bucket + t_rem, last, share
 
@@ -107,18 +117,19 @@ def _overlapped(all_s, last_s, first_share, window_s):
     ready, so communication starts after the first bucket's share of backward and the
     last bucket always waits for the end of backward.
     """
-    return np.maximum(last_s, all_s - window_s * (1.0 - first_share))
+    return maximum(last_s, all_s - window_s * (1.0 - first_share))
 
 
-def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0):
+def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, price=None):
     """PyTorch DDP: bucketed all-reduce of fp32 gradients, once per step (no_sync before).
 
     Gradient accumulation communicates only in the last micro-batch's backward
     (``DistributedDataParallel.no_sync``), so only that backward hides it.
     Volume: 2Ψ elements per rank (ring all-reduce; Rajbhandari et al. 2020, §7.1).
+    ``price``: how one bucket's all-reduce is priced (default ``ring_pricer`` over ``lay["dp"]``).
     """
-    rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(coll, "all_reduce", params * grad_bytes, c.bucket_bytes, rpn, nodes,
+    price = price or ring_pricer(coll, *lay["dp"])
+    all_s, last_s, share = _bucketed(price, "all_reduce", params * grad_bytes, c.bucket_bytes,
                                      first=DDP_FIRST_BUCKET_BYTES)
     return _overlapped(all_s, last_s, share, window_s)
 
@@ -145,7 +156,8 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
     full gradients and reduce-scatters once. The all-gather follows the optimizer.
     """
     rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(coll, "reduce_scatter", params * grad_bytes, c.bucket_bytes, rpn, nodes)
+    all_s, last_s, share = _bucketed(ring_pricer(coll, rpn, nodes), "reduce_scatter", params * grad_bytes,
+                                     c.bucket_bytes)
     per_mb = _overlapped(all_s, last_s, share, window_s)
     reduce = np.where(c.shard_stage >= 2, c.micro_batches * per_mb, per_mb)
     gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
@@ -223,6 +235,14 @@ def ps_time(c: StepConfig, params, window_s, links, grad_bytes=4.0):
     return push + one_way
 
 
+def ddp_exposed(coll, lay, c: StepConfig, params, window_s, nb: WireBytes, buckets: BucketCosts, *, price=None):
+    """PyTorch DDP's exposed seconds: its bucketed all-reduce (``ddp_time``), a host's cost per
+    bucket and the reducer's passes over the buckets (``ddp_bucket_passes``)."""
+    return (ddp_time(coll, lay, c, params, window_s, nb.grad, price=price)
+            + buckets.extra_s * ddp_buckets(params * nb.grad, c.bucket_bytes)
+            + (0.0 if buckets.copy_s is None else ddp_bucket_passes(buckets.copy_s, params, c.framework)))
+
+
 def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, backward, links,
                    buckets: BucketCosts):
     """Exposed data-parallel seconds of one stage's group, before the drain slack."""
@@ -232,9 +252,7 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),
              "embed": (np.where(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
              "head": (np.where(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
-    ddp = (ddp_time(coll, lay, c, params, window, nb.grad)
-           + buckets.extra_s * ddp_buckets(params * nb.grad, c.bucket_bytes)
-           + (0.0 if buckets.copy_s is None else ddp_bucket_passes(buckets.copy_s, params, c.framework)))
+    ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets)
     shard = np.where(c.shard_stage >= 3, zero3_time(coll, lay, c, units, nb.activation, st.embed),
                      np.where(c.shard_stage >= 1, zero12_time(coll, lay, c, params, window, nb.grad, nb.param),
                               ddp))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from perfmodel.core.algebra import maximum, where
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.placement import pipeline_crossings
@@ -34,8 +35,8 @@ class PhaseTimes:
         total = 0.0
         for k in phases:
             total = total + stage.layers * getattr(self, f"layer_{k}") \
-                + np.where(stage.embed, getattr(self, f"embed_{k}"), 0.0) \
-                + np.where(stage.head, getattr(self, f"head_{k}"), 0.0)
+                + where(stage.embed, getattr(self, f"embed_{k}"), 0.0) \
+                + where(stage.head, getattr(self, f"head_{k}"), 0.0)
         return total
 
     @property
@@ -108,9 +109,10 @@ def schedule_seconds(slowest_s, all_stages_s, micro_batches, virtual_stages=1.0)
     Narayanan et al. 2021 §2.2: with m micro-batches, T = m·max S + (Σ S − max S)/v; balanced
     stages give (m + (p−1)/v)(f + b), a bubble of (p−1)/(v·m) of the ideal time. For unequal
     stages the fill and the drain pass each stage once while the slowest stage sets the pace
-    (PipeDream, Narayanan et al. 2019, §3.1). GPipe and 1F1B have the same bubble.
+    (PipeDream, Narayanan et al. 2019, §3.1). GPipe and 1F1B have the same bubble. The times
+    may be arrays or sympy expressions.
     """
-    return micro_batches * slowest_s + np.maximum(all_stages_s - slowest_s, 0.0) / virtual_stages
+    return micro_batches * slowest_s + maximum(all_stages_s - slowest_s, 0.0) / virtual_stages
 
 
 def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig):
