@@ -58,9 +58,6 @@ def phase_expr(profile, kernels) -> sp.Expr:
     return phase_time(profile, kernels, symbolic=True)[0]
 
 
-SYMBOLIC_PRECISIONS = ("bf16-mixed", "fp8-mixed")  # where it agrees with pm.predict (tests/test_symbolic.py)
-
-
 def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profile=None) -> sp.Expr:
     """Step time of ``strategy`` with the fields named in ``free`` left as symbols."""
     from perfmodel.hardware import as_cluster
@@ -82,11 +79,6 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     if strategy.tp > 1 or strategy.cp > 1 or strategy.ep > 1:
         raise UnsupportedError("symbolic step times do not cover tensor, context or expert parallelism yet "
                                f"(use tp=1, cp=1, ep=1; got tp={strategy.tp}, cp={strategy.cp}, ep={strategy.ep})")
-    if strategy.framework != "pytorch":  # 16-bit weights change the optimizer and the gradient bytes too
-        raise UnsupportedError(f"symbolic step times cover framework='pytorch' (got framework={strategy.framework!r})")
-    if strategy.precision not in SYMBOLIC_PRECISIONS:  # fp16's loss scaling, fp32/tf32 attention paths: not yet
-        raise UnsupportedError(f"symbolic step times cover precision {' or '.join(map(repr, SYMBOLIC_PRECISIONS))} "
-                               f"(got {strategy.precision!r}); use pm.predict for it")
     model = as_model(model)
     if not isinstance(model, Transformer):
         raise UnsupportedError(f"symbolic step times cover transformers (pm.transformer, pm.preset of one); "
