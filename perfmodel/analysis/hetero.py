@@ -27,8 +27,21 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from perfmodel.core.errors import InvalidInputError
+from dataclasses import replace
+
 from perfmodel.core.checks import check_choice, check_int
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.hardware import cluster as make_cluster, load_link
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.data import ps_time
+from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.parallel.pipeline import schedule_seconds
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.predict import default_profile, predict, profile_for
+from perfmodel.profiles.profile import load_profile
+from perfmodel.step import compute_times, evaluate
+from perfmodel.workload.kernels import gemm_dtype
+from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
 
 GRAD_BYTES = 4.0  # fp32 gradients and weights on the wire (PyTorch DDP / PS keep fp32 master copies)
@@ -71,29 +84,24 @@ class _Type:
     """One GPU type: its single-GPU cluster and caches of predicted step times by batch."""
 
     def __init__(self, model, gpu, count, strategy, profile):
-        import perfmodel as pm
 
         self.gpu, self.count, self.model, self.profile = gpu, count, model, profile
-        self.cluster = pm.cluster(gpu)  # raises UnknownNameError listing the known GPUs
+        self.cluster = make_cluster(gpu)  # raises UnknownNameError listing the known GPUs
         self.strategy = strategy.replace(dp=1, tp=1, pp=1, global_batch=None, ps_servers=0, zero=0, fsdp=None)
         self._cache = {}
         self._exchange = {}
 
     def resolved_profile(self, cluster):
-        from perfmodel.predict import default_profile, profile_for
 
         return default_profile(cluster) if self.profile is None else profile_for(cluster, self.profile)
 
     def exchange(self, batch: int, workers: int, coll) -> float:
         """Exposed seconds of DDP's gradient exchange among ``workers`` one-GPU nodes over the
         collectives ``coll``, overlapping this type's backward at ``batch`` (``step.evaluate``)."""
-        import perfmodel as pm
-        from perfmodel.parallel.config import StepConfig
-        from perfmodel.step import evaluate
 
         key = (batch, workers)
         if key not in self._exchange:
-            cl = pm.cluster(self.gpu, nodes=workers)
+            cl = make_cluster(self.gpu, nodes=workers)
             s = self.strategy.replace(dp=workers, micro_batch=int(batch))
             out = evaluate(self.model, cl, self.resolved_profile(cl), coll, StepConfig.from_strategy(s),
                            precision=s.precision, recompute=s.recompute, optimizer=s.optimizer,
@@ -102,7 +110,6 @@ class _Type:
         return self._exchange[key]
 
     def predict(self, batch: int):
-        from perfmodel.predict import predict
 
         if batch not in self._cache:
             s = self.strategy.replace(micro_batch=int(batch))
@@ -120,11 +127,6 @@ def ps_exchange_s(params, workers, servers, server_bw_bytes_per_s, worker_bw_byt
                   latency_s=0.0, grad_bytes=GRAD_BYTES):
     """Push gradients then pull weights through parameter servers, no overlap with compute:
     ``parallel.data.ps_time`` (Li et al. 2014) with no backward to hide the push behind."""
-    from dataclasses import replace
-
-    from perfmodel.parallel.config import StepConfig
-    from perfmodel.parallel.data import ps_time
-    from perfmodel.parallel.strategy import Strategy
 
     c = replace(StepConfig.from_strategy(Strategy()), dp=workers, ps_servers=servers)
     links = {"server": server_bw_bytes_per_s, "worker": worker_bw_bytes_per_s, "latency": latency_s}
@@ -133,7 +135,6 @@ def ps_exchange_s(params, workers, servers, server_bw_bytes_per_s, worker_bw_byt
 
 def _transformer(model):
     """A transformer, or the bundled one by name: stages split layers, which a traced graph does not have."""
-    from perfmodel.workload.model import Transformer
 
     model = as_model(model)
     if not isinstance(model, Transformer):
@@ -170,9 +171,6 @@ def split_batch(total: int, speeds) -> np.ndarray:
 
 def _comm(model, types, servers, server_node):
     """(exposed seconds of the exchange by (type, batch), description) of the gradient exchange."""
-    import perfmodel as pm
-    from perfmodel.hardware import load_link
-    from perfmodel.parallel.fabric import cluster_collectives
 
     n = sum(t.count for t in types)
     params = float(model.params)
@@ -181,7 +179,7 @@ def _comm(model, types, servers, server_node):
     if servers == 0:
         if n == 1:
             return (lambda t, b: 0.0), "none (one worker)"
-        fabric = pm.cluster(worst.gpu, nodes=n)
+        fabric = make_cluster(worst.gpu, nodes=n)
         coll = cluster_collectives(fabric, worst.resolved_profile(fabric))
         return (lambda t, b: t.exchange(b, n, coll)), f"DDP ring all-reduce, NIC of {worst.gpu}"
     if server_node is None:
@@ -233,7 +231,6 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     Efficiency is throughput over the sum of the workers' solo throughputs at
     ``micro_batch`` (no communication).
     """
-    from perfmodel.parallel.strategy import Strategy
 
     check_choice("mode", mode, MODES)
     servers = check_int("servers", servers, minimum=0)
@@ -275,21 +272,13 @@ def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, 
     Priced by the core cost model (:func:`perfmodel.step.compute_times`)
     under ``profile`` (default: the GPU's bundled profile, as ``pm.predict``), tp = 1.
     """
-    from perfmodel.parallel.config import StepConfig
-    from perfmodel.step import compute_times
-    from perfmodel.core.errors import UnsupportedError
-    from perfmodel.hardware import cluster
-    from perfmodel.predict import default_profile
-    from perfmodel.profiles.profile import load_profile
-    from perfmodel.parallel.strategy import Strategy
-    from perfmodel.workload.kernels import gemm_dtype
 
     model = _transformer(model)
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     if not isinstance(gpu, str):
         raise InvalidInputError(f"'gpu' must be a GPU name: got {gpu!r}")
-    one = cluster(gpu)  # raises UnknownNameError listing the known GPUs
+    one = make_cluster(gpu)  # raises UnknownNameError listing the known GPUs
     spec = one.gpu
     if gemm_dtype(strategy.precision) not in spec.peak_flops:
         raise UnsupportedError(f"{gpu} has no {gemm_dtype(strategy.precision)} support (supported: "
@@ -356,8 +345,6 @@ def balance_pipeline(model, stages, strategy=None, *, profile=None, micro_batche
     layers, stage_time_s, bottleneck (the slowest stage), step_time_s,
     speedup (even step time over this split's).
     """
-    from perfmodel.parallel.pipeline import schedule_seconds
-    from perfmodel.parallel.strategy import Strategy
 
     strategy = Strategy(micro_batch=8) if strategy is None else strategy
     if not isinstance(strategy, Strategy):

@@ -30,9 +30,11 @@ from perfmodel.costs.comm import ring_formula
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.data import ddp_exposed
+from perfmodel.hardware import as_cluster
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import PhaseTimes, schedule_seconds, stages
 from perfmodel.parallel.placement import layout
+from perfmodel.parallel.strategy import Strategy
 from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import check_strategy, default_profile, profile_for
 from perfmodel.step import kernel_lists, bucket_costs, dp_backward_windows, optimizer_time, param_counts
@@ -60,9 +62,6 @@ def phase_expr(profile, kernels) -> sp.Expr:
 
 def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profile=None) -> sp.Expr:
     """Step time of ``strategy`` with the fields named in ``free`` left as symbols."""
-    from perfmodel.hardware import as_cluster
-    from perfmodel.parallel.strategy import Strategy
-
     if isinstance(free, str):
         free = (free,)
     if not isinstance(free, (tuple, list, set, frozenset)):
