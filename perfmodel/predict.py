@@ -12,6 +12,7 @@ from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.memo import IdentityMemo
 from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
+from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.profiles.profile import Profile, load_profile
@@ -19,7 +20,6 @@ from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.kernels import gemm_dtype
 
-SCHEDULE_CODE = {"1f1b": 0, "gpipe": 1, "interleaved": 2}
 BREAKDOWN_KEYS = ("forward", "backward", "optimizer", "host_overhead", "tp_comm", "dp_comm",
                   "pipeline_bubble", "p2p")
 BOTTLENECK_WORDS = {
@@ -142,21 +142,6 @@ def check_strategy(model, cluster, s: Strategy) -> None:
                                f"precision{fp8}")
 
 
-def config_arrays(s: Strategy) -> dict:
-    """The numeric strategy fields as the arrays ``compose.evaluate`` takes."""
-    return {"dp": np.float64(s.dp), "tp": np.float64(s.tp), "pp": np.float64(s.pp),
-            "micro_batch": np.float64(s.micro_batch), "m": np.float64(s.micro_batches),
-            "v": np.float64(s.virtual_stages), "zero": np.float64(s.shard), "sp": np.bool_(s.sequence_parallel),
-            "ps": np.float64(s.ps_servers), "bucket": np.float64(s.bucket_mb * 1e6),
-            "hybrid": np.bool_(s.fsdp == "hybrid"), "fsdp": np.bool_(s.fsdp is not None),
-            "reshard": np.bool_(s.fsdp != "shard-grad-op"),
-            "schedule": np.float64(SCHEDULE_CODE[s.schedule]),
-            "tp_overlap": np.bool_(s.tp_overlap), "dp_overlap": np.bool_(s.dp_overlap),
-            "stage_layers": s.stage_layers, "framework": s.framework,
-            "attention": s.attention, "cp": s.cp, "ep": s.ep, "compile": s.compile, "loss": s.loss,
-            "tp_comm_overlap": s.tp_comm_overlap or ""}
-
-
 def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus):
     """Throughput, FLOP rates, MFU and capacity from ``compose.evaluate``'s arrays."""
     step = out["step_time"]
@@ -200,7 +185,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     check_strategy(model, cluster, s)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     coll = _collectives(cluster, prof)
-    c = config_arrays(s)
+    c = StepConfig.from_strategy(s)
     out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
                            optimizer=s.optimizer, placement=s.placement)
     out["micro_batch"] = float(s.micro_batch)

@@ -13,7 +13,10 @@ import pytest
 
 import perfmodel as pm
 from perfmodel import step as compose
-from perfmodel.parallel import data as data_parallel
+from perfmodel.parallel import context, data as data_parallel, expert, pipeline, tensor
+from perfmodel.parallel.config import Schedule, StepConfig
+from perfmodel.parallel.pipeline import PhaseTimes
+from perfmodel.parallel.wire import activation_bytes
 from perfmodel.parallel import placement
 from perfmodel.workload import stack
 from perfmodel.core.errors import PerfModelError
@@ -21,7 +24,7 @@ from perfmodel.workload import kernels as steps
 from perfmodel.costs.comm import BUSBW_FACTOR, datasheet_entry
 from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
 from perfmodel.parallel.placement import group_layout, layout, pipeline_crossings
-from perfmodel.predict import config_arrays, default_profile
+from perfmodel.predict import default_profile
 
 B = 100e9  # bytes/s, bus bandwidth of every level in the hand-worked cases
 
@@ -33,11 +36,8 @@ def flat_coll(intra=B, inter=B):
 
 
 def cfg(**kw):
-    base = {"dp": 1.0, "tp": 1.0, "pp": 1.0, "micro_batch": 1.0, "m": 1.0, "v": 1.0, "zero": 0.0, "sp": False,
-            "ps": 0.0, "bucket": 25e6, "hybrid": False, "schedule": 0.0, "tp_overlap": False}
-    base.update({k: (np.float64(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
-                 for k, v in kw.items()})
-    return base
+    """One configuration: a one-GPU Strategy's (micro-batch 1) with the fields ``kw`` changed."""
+    return dataclasses.replace(StepConfig.from_strategy(pm.Strategy(micro_batch=1)), **kw)
 
 
 # --- volumes -----------------------------------------------------------------------------------
@@ -47,51 +47,51 @@ def test_megatron_tp_all_reduce_bytes_per_layer():
     # b=1, s=2048, h=12288 in bf16: S = 50,331,648 B per all-reduce; ring factor 2·7/8 = 1.75
     m = pm.transformer(2, 12288, 96, 2048, 51200)
     lay = layout(1, 8, 1, 8)
-    t = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="none")
+    t = tensor.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="none")
     one = 1.75 * 50_331_648 / B
-    assert float(t["layer_f"]) == pytest.approx(2 * one)       # 2 all-reduces forward
-    assert float(t["layer_b"]) == pytest.approx(2 * one)       # 2 backward
-    full = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="full")
-    assert float(full["layer_b"]) == pytest.approx(4 * one)    # the recomputed forward all-reduces again
+    assert float(t.layer_f) == pytest.approx(2 * one)       # 2 all-reduces forward
+    assert float(t.layer_b) == pytest.approx(2 * one)       # 2 backward
+    full = tensor.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="full")
+    assert float(full.layer_b) == pytest.approx(4 * one)    # the recomputed forward all-reduces again
 
 
 def test_sequence_parallel_moves_the_same_bus_bytes_forward():
     m = pm.transformer(2, 12288, 96, 2048, 51200)
     lay = layout(1, 8, 1, 8)
-    ar = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="none")
-    sp = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, sp=True), precision="bf16-mixed", recompute="none")
-    assert float(sp["layer_f"]) == pytest.approx(float(ar["layer_f"]))  # RS + AG = AR, (n-1)/n twice
+    ar = tensor.tp_comm_times(m, flat_coll(), lay, cfg(tp=8), precision="bf16-mixed", recompute="none")
+    sp = tensor.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, sequence_parallel=True), precision="bf16-mixed", recompute="none")
+    assert float(sp.layer_f) == pytest.approx(float(ar.layer_f))  # RS + AG = AR, (n-1)/n twice
     # backward re-gathers the sharded input of both column-parallel GEMMs: 1.5x the bytes
-    assert float(sp["layer_b"]) == pytest.approx(1.5 * float(ar["layer_b"]))
+    assert float(sp.layer_b) == pytest.approx(1.5 * float(ar.layer_b))
 
 
 def test_tp_overlap_hides_backward_collectives_behind_weight_gradients():
     m = pm.transformer(2, 12288, 96, 2048, 51200)
     lay = layout(1, 8, 1, 8)
-    t = {"layer_f_gpu": np.float64(1.0)}  # a second of forward GEMMs hides any all-reduce here
-    hid = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, tp_overlap=True), precision="bf16-mixed",
-                                recompute="none", t=t)
-    assert float(hid["layer_b"]) == 0.0
-    sp = compose.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, tp_overlap=True, sp=True), precision="bf16-mixed",
-                               recompute="none", t=t)
-    assert float(sp["layer_b"]) == pytest.approx(2 * 0.875 * 50_331_648 / B)  # the two gradient all-gathers
+    t = 1.0  # a second of forward GEMMs hides any all-reduce here
+    hid = tensor.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, tp_overlap=True), precision="bf16-mixed",
+                                recompute="none", hidden_by=t)
+    assert float(hid.layer_b) == 0.0
+    sp = tensor.tp_comm_times(m, flat_coll(), lay, cfg(tp=8, tp_overlap=True, sequence_parallel=True), precision="bf16-mixed",
+                               recompute="none", hidden_by=t)
+    assert float(sp.layer_b) == pytest.approx(2 * 0.875 * 50_331_648 / B)  # the two gradient all-gathers
 
 
 @pytest.mark.parametrize("zero, psi", [(0, 2.0), (1, 2.0), (2, 2.0), (3, 3.0)])
 def test_zero_data_parallel_volume_in_units_of_psi(zero, psi):
     # Rajbhandari et al. 2020, §7: DDP and ZeRO-1/2 move 2Ψ per rank, ZeRO-3 3Ψ (ring, n -> inf)
     n = 64
-    sent = sum(count * float(BUSBW_FACTOR[coll](n)) for coll, count in compose.dp_collectives(zero))
+    sent = sum(count * float(BUSBW_FACTOR[coll](n)) for coll, count in data_parallel.dp_collectives(zero))
     assert sent == pytest.approx(psi * (n - 1) / n)
 
 
 def test_dp_times_match_their_collectives_when_nothing_overlaps():
     lay = layout(8, 1, 1, 8)
     params = 1e9
-    c = cfg(dp=8, bucket=1e12)  # one bucket
+    c = cfg(dp=8, bucket_bytes=1e12)  # one bucket
     ar = 1.75 * params * 4 / B  # fp32 gradients
     assert float(data_parallel.ddp_time(flat_coll(), lay, c, params, 0.0)) == pytest.approx(ar)
-    z1 = data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, bucket=1e12), params, 0.0)
+    z1 = data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, shard_stage=1, bucket_bytes=1e12), params, 0.0)
     assert float(z1) == pytest.approx(2 * 0.875 * params * 4 / B)  # RS grads + AG fp32 weights
 
 
@@ -101,7 +101,7 @@ def test_ddp_communicates_once_per_step_and_hides_behind_the_last_backward():
     total = 1.75 * 4e9 / B
     last = 1.75 * (4e9 - 2**20 - 159 * 25e6) / B
     one = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=10.0)
-    four = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8, m=4), params, window_s=10.0)
+    four = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8, micro_batches=4), params, window_s=10.0)
     assert float(one) == pytest.approx(last)            # only the last bucket is exposed
     assert float(four) == float(one)                     # no_sync: one all-reduce per step
     # communication starts once the first bucket's (1 MiB) share of backward is done
@@ -127,13 +127,13 @@ def test_gradient_reduction_after_backward_is_exposed_but_for_the_pipeline_drain
 def test_zero2_and_zero3_communicate_every_micro_batch():
     lay = layout(8, 1, 1, 8)
     p = 1e9
-    z2 = [float(data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, zero=2, m=m, bucket=1e12), p, 0.0)) for m in (1, 4)]
+    z2 = [float(data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, shard_stage=2, micro_batches=m, bucket_bytes=1e12), p, 0.0)) for m in (1, 4)]
     rs, ag = 0.875 * 4 * p / B, 0.875 * 4 * p / B
     assert z2 == pytest.approx([rs + ag, 4 * rs + ag])
-    z1 = float(data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, zero=1, m=4, bucket=1e12), p, 0.0))
+    z1 = float(data_parallel.zero12_time(flat_coll(), lay, cfg(dp=8, shard_stage=1, micro_batches=4, bucket_bytes=1e12), p, 0.0))
     assert z1 == pytest.approx(rs + ag)
     units = {"layer": (10.0, p / 10, 0.0, 0.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
-    z3 = [float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, m=m, fsdp=True), units, 2.0, False))
+    z3 = [float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, shard_stage=3, micro_batches=m, fsdp=True), units, 2.0, False))
           for m in (1, 4)]
     # no compute to hide behind: AG forward + AG backward + RS for each of 10 units, 16-bit
     per = 3 * 0.875 * 2 * p / B + 2 * 0.875 * 2 * (p / 10) / B  # + first gather and last reduce once more
@@ -145,10 +145,10 @@ def test_zero3_prefetch_hides_gathers_behind_compute():
     lay = layout(8, 1, 1, 8)
     p = 1e8                                   # per unit: AG 1.75 ms in 16-bit
     units = {"layer": (10.0, p, 1.0, 2.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
-    t = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, fsdp=True), units, 2.0, False))
+    t = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, shard_stage=3, fsdp=True), units, 2.0, False))
     ag = rs = 0.875 * 2 * p / B
     assert t == pytest.approx(ag + rs)        # only the first gather and the last reduce-scatter
-    deepspeed = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3), units, 2.0, False))
+    deepspeed = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, shard_stage=3), units, 2.0, False))
     assert deepspeed == pytest.approx(t)      # bucketed, same bytes; latency-free here
 
 
@@ -160,7 +160,7 @@ def test_zero3_without_overlap_exposes_every_gather_and_reduce_scatter():
     units = {"layer": (10.0, p, 1.0, 2.0), "embed": (0.0, 0.0, 0.0, 0.0), "head": (0.0, 0.0, 0.0, 0.0)}
     ag = rs = 0.875 * 2 * p / B
     for m in (1, 3):
-        serial = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, zero=3, m=m, dp_overlap=False),
+        serial = float(data_parallel.zero3_time(flat_coll(), lay, cfg(dp=8, shard_stage=3, micro_batches=m, dp_overlap=False),
                                                 units, 2.0, False))
         assert serial == pytest.approx(m * 10 * (2 * ag + rs))
     model = pm.transformer(layers=8, hidden=4096, heads=32, seq=2048, vocab=32000)
@@ -175,10 +175,10 @@ def test_zero3_without_overlap_exposes_every_gather_and_reduce_scatter():
 def test_parameter_server_push_pull_through_server_nics():
     links = {"server": 10e9, "worker": 2e9, "latency": 0.0}
     params = 1e8                               # 400 MB of fp32 gradients
-    c = cfg(dp=8, ps=2, bucket=4e8)            # one bucket: nothing overlaps
+    c = cfg(dp=8, ps_servers=2, bucket_bytes=4e8)            # one bucket: nothing overlaps
     one_way = 4e8 * max(8 / (2 * 10e9), 1 / 2e9)  # servers' NICs carry 8 workers over 2 servers
     assert float(data_parallel.ps_time(c, params, 0.0, links)) == pytest.approx(2 * one_way)
-    few = cfg(dp=2, ps=2, bucket=4e8)          # the worker's own NIC share is the limit
+    few = cfg(dp=2, ps_servers=2, bucket_bytes=4e8)          # the worker's own NIC share is the limit
     assert float(data_parallel.ps_time(few, params, 0.0, links)) == pytest.approx(2 * 4e8 / 2e9)
 
 
@@ -193,23 +193,23 @@ def test_parameter_server_links_from_the_node():
 
 def _uniform_times(f=1.0, b=2.0):
     z = np.float64(0.0)
-    return {"layer_f": np.float64(f), "layer_b": np.float64(b), "embed_f": z, "embed_b": z, "head_f": z, "head_b": z}
+    return PhaseTimes(layer_f=np.float64(f), layer_b=np.float64(b), embed_f=z, embed_b=z, head_f=z, head_b=z)
 
 
 @pytest.mark.parametrize("p, m, v", [(4, 8, 1), (4, 8, 2), (8, 16, 4), (2, 1, 1)])
 def test_bubble_fraction_is_p_minus_1_over_v_m(p, m, v):
     model = SimpleNamespace(layers=p * v)
-    c = cfg(pp=p, m=m, v=v, schedule=2 if v > 1 else 0)
+    c = cfg(pp=p, micro_batches=m, virtual_stages=v, schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B)
     t = _uniform_times()
-    pipe, worst = compose.pipeline_time(model, t, compose.stages(model, c), c)
+    pipe, worst = pipeline.pipeline_time(model, t, pipeline.stages(model, c), c)
     ideal = m * float(worst)
     assert (float(pipe) - ideal) / ideal == pytest.approx((p - 1) / (v * m))
 
 
 def test_uneven_stages_pay_the_slowest_stage_m_times():
     model = SimpleNamespace(layers=4)
-    c = cfg(pp=2, m=4, stage_layers=(1, 3))
-    pipe, worst = compose.pipeline_time(model, _uniform_times(), compose.stages(model, c), c)
+    c = cfg(pp=2, micro_batches=4, stage_layers=(1, 3))
+    pipe, worst = pipeline.pipeline_time(model, _uniform_times(), pipeline.stages(model, c), c)
     assert float(worst) == 9.0                       # 3 layers x (1 + 2)
     assert float(pipe) == pytest.approx(4 * 9 + 3)   # + the fill/drain through the 1-layer stage
 
@@ -217,11 +217,11 @@ def test_uneven_stages_pay_the_slowest_stage_m_times():
 def test_p2p_counts_and_node_crossings():
     m = pm.transformer(8, 4096, 32, 2048, 51200)
     size = 2048 * 4096 * 2 / 4          # scatter/gather: each of tp=4 ranks sends 1/4
-    c = cfg(pp=4, tp=4, m=8, sp=True)
+    c = cfg(pp=4, tp=4, micro_batches=8, sequence_parallel=True)
     coll = flat_coll(inter=B / 10)
-    inside = compose.p2p_time(m, coll, layout(1, 4, 4, 16), c, precision="bf16-mixed")
+    inside = pipeline.p2p_time(coll, layout(1, 4, 4, 16), c, activation_bytes(m, c, "bf16-mixed"))
     assert float(inside) == pytest.approx((2 * 8 + 2 * 3) * size / B)
-    across = compose.p2p_time(m, coll, layout(1, 4, 4, 8), c, precision="bf16-mixed")
+    across = pipeline.p2p_time(coll, layout(1, 4, 4, 8), c, activation_bytes(m, c, "bf16-mixed"))
     # 2 stages per node: one of 3 boundaries crosses; the steady state waits on the slow one
     assert float(across) == pytest.approx(2 * 8 * 10 * size / B + 2 * (10 + 2) * size / B)
 
@@ -241,12 +241,12 @@ def test_megatron_placement_puts_tensor_groups_inside_a_node():
 def test_tensor_group_across_nodes_uses_the_ring_over_both_fabrics():
     m = pm.transformer(2, 8192, 64, 2048, 51200)
     coll = flat_coll(inter=B / 8)
-    inside = compose.tp_comm_times(m, coll, layout(1, 8, 1, 8), cfg(tp=8), precision="bf16-mixed", recompute="none")
-    span = compose.tp_comm_times(m, coll, layout(1, 16, 1, 8), cfg(tp=16), precision="bf16-mixed", recompute="none")
+    inside = tensor.tp_comm_times(m, coll, layout(1, 8, 1, 8), cfg(tp=8), precision="bf16-mixed", recompute="none")
+    span = tensor.tp_comm_times(m, coll, layout(1, 16, 1, 8), cfg(tp=16), precision="bf16-mixed", recompute="none")
     s = 2048 * 8192 * 2
     # ring over 16 ranks: each rail carries S/8 at B/8 = the NVLink share; bound by the network here
-    assert float(span["layer_f"]) == pytest.approx(2 * (2 * 15 / 16) * (s / 8) / (B / 8))
-    assert float(span["layer_f"]) > float(inside["layer_f"])
+    assert float(span.layer_f) == pytest.approx(2 * (2 * 15 / 16) * (s / 8) / (B / 8))
+    assert float(span.layer_f) > float(inside.layer_f)
 
 
 # --- the whole step ---------------------------------------------------------------------------------
@@ -269,10 +269,10 @@ def test_arrays_price_many_configurations_as_one():
     coll = cluster_collectives(cl, prof)
     strategies = [pm.Strategy(dp=16, micro_batch=2, zero=z) for z in (0, 1, 2, 3)] + [
         pm.Strategy(dp=4, tp=2, pp=2, micro_batch=2, global_batch=32, sequence_parallel=True)]
-    singles = [compose.evaluate(model, cl, prof, coll, config_arrays(s), precision="bf16-mixed", recompute="none",
-                                optimizer="adamw")["step_time"] for s in strategies]
-    arrays = {k: np.array([config_arrays(s)[k] for s in strategies])
-              for k in config_arrays(strategies[0]) if k not in ("stage_layers", "framework", "attention")}
+    configs = [StepConfig.from_strategy(s) for s in strategies]
+    singles = [compose.evaluate(model, cl, prof, coll, c, precision="bf16-mixed", recompute="none",
+                                optimizer="adamw")["step_time"] for c in configs]
+    arrays = StepConfig.stack(configs)
     many = compose.evaluate(model, cl, prof, coll, arrays, precision="bf16-mixed", recompute="none", optimizer="adamw")
     assert many["step_time"] == pytest.approx(np.array([float(x) for x in singles]), rel=1e-12)
 
@@ -337,9 +337,9 @@ def test_ddp_adds_three_passes_over_its_gradient_buckets():
     copy_s = float(kernel_time(prof, mem("x", "copy", "fwd", model.params, variant="fwd"))[0])
     lay = layout(8, 1, 1, 8)
     comm = cluster_collectives(cluster, prof)
-    c = config_arrays(pm.Strategy(dp=8, micro_batch=1))
-    t = compose.compute_times(model, prof, c, precision="bf16-mixed", recompute="none")
-    back = model.layers * t["layer_b"] + t["embed_b"] + t["head_b"]
+    c = StepConfig.from_strategy(pm.Strategy(dp=8, micro_batch=1))
+    t = compose.compute_times(model, prof, c, precision="bf16-mixed", recompute="none").wall
+    back = model.layers * t.layer_b + t.embed_b + t.head_b
     expected = float(data_parallel.ddp_time(comm, lay, c, model.params, back, 4.0)) + 3 * copy_s
     assert ddp.breakdown["dp_comm"] == pytest.approx(expected, rel=1e-6)
 
@@ -369,7 +369,7 @@ def test_context_parallel_splits_tokens_not_model_flops():
 
 
 def test_ring_attention_prices_one_cp_th_of_the_attention_per_rank():
-    from perfmodel.step import ring_attention
+    from perfmodel.parallel.context import ring_attention
     from perfmodel.workload import kernels as steps
 
     model = _llama(8192)
@@ -390,18 +390,18 @@ def test_ring_exchange_is_exposed_only_where_the_blocks_cannot_hide_it():
     cl = pm.cluster("dgx-h100", nodes=2)
     coll = cluster_collectives(cl, default_profile(cl))
     local = dataclasses.replace(_llama(), seq=2048)                 # cp = 4: 2048 of 8192 tokens per rank
-    c = {"micro_batch": 1.0, "tp": 4.0}
+    c = cfg(tp=4, cp=4)
     kv = 2 * 2048 * (8 / 4) * 128 * 2                               # K and V of the chunk, bf16
     lay = placement.layout(1, 4, 1, 8, cp=4)                        # tp·cp = 16: the ring spans both nodes
     assert lay["cp"] == (2.0, 2.0)
-    send = compose._sendrecv(coll, "inter", kv)
-    both = compose._sendrecv(coll, "inter", 2 * kv)
-    quick = {"ring_f_gpu": 3 * 0.1 * send, "ring_b_gpu": 3 * 0.1 * both}
-    got = compose.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", t=quick, cp=4)
-    assert got["layer_f"] == pytest.approx(3 * 0.9 * send) and got["layer_b"] == pytest.approx(3 * 0.9 * both)
-    slow = {"ring_f_gpu": 3 * 2 * send, "ring_b_gpu": 3 * 2 * both}
-    hidden = compose.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", t=slow, cp=4)
-    assert hidden == {"layer_f": 0.0, "layer_b": 0.0}
+    send = pipeline.sendrecv_time(coll, "inter", kv)
+    both = pipeline.sendrecv_time(coll, "inter", 2 * kv)
+    quick = (3 * 0.1 * send, 3 * 0.1 * both)
+    got = context.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", ring_gpu_s=quick)
+    assert got.layer_f == pytest.approx(3 * 0.9 * send) and got.layer_b == pytest.approx(3 * 0.9 * both)
+    slow = (3 * 2 * send, 3 * 2 * both)
+    hidden = context.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", ring_gpu_s=slow)
+    assert (hidden.layer_f, hidden.layer_b) == (0.0, 0.0)
     inside = placement.layout(2, 2, 1, 8, cp=4)                     # tp·cp = 8: one node, NVLink
     assert inside["cp"] == (4.0, 1.0) and inside["dp_cp"] == (4.0, 2.0)   # dp replicas on two nodes
 
@@ -454,11 +454,11 @@ def test_expert_all_to_all_by_hand():
     coll = cluster_collectives(cl, default_profile(cl))
     lay = placement.layout(8, 2, 1, 8, ep=8)                        # ep 8 at stride 2: 4 per node, 2 nodes
     assert lay["ep"] == (4.0, 2.0) and lay["dp"] == (4.0, 2.0)
-    c = {"micro_batch": 1.0, "tp": 2.0, "sp": True}
+    c = cfg(tp=2, sequence_parallel=True, ep=8)
     size = 1 * 2048 / 2 * 2 * 2048 * 2                              # sequence shard · top-2 · h · bf16
     a2a = hierarchical_time(coll, "all_to_all", size, 4.0, 2.0)
-    got = compose.ep_comm_times(m, coll, lay, c, precision="bf16-mixed", recompute="full", ep=8)
-    assert float(got["layer_f"]) == pytest.approx(2 * a2a) and float(got["layer_b"]) == pytest.approx(4 * a2a)
+    got = expert.ep_comm_times(m, coll, lay, c, precision="bf16-mixed", recompute="full")
+    assert float(got.layer_f) == pytest.approx(2 * a2a) and float(got.layer_b) == pytest.approx(4 * a2a)
 
 
 def test_expert_parallel_errors_name_the_fields():

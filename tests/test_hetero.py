@@ -10,10 +10,11 @@ import pytest
 import perfmodel as pm
 from perfmodel.analysis import hetero
 from perfmodel.core.errors import InvalidInputError, UnknownNameError, UnsupportedError
-from perfmodel.analysis.hetero import (balance_layers, balance_pipeline, predict_mixed, ps_exchange_s, ring_allreduce_s,
-                             split_batch, stage_costs)
+from perfmodel.analysis.hetero import (balance_layers, balance_pipeline, predict_mixed, ps_exchange_s, split_batch,
+                                       stage_costs)
 
 PER_SAMPLE_S = {"k80": 0.010, "v100": 0.004}  # made-up linear compute times for hand-worked cases
+EXCHANGE_S = 1.3e-3  # made-up exposed gradient exchange, the same at every batch
 FAKE_MODEL = SimpleNamespace(params=1e6, name="fake")
 
 
@@ -24,12 +25,12 @@ def linear_compute(monkeypatch):
         return SimpleNamespace(step_time=t, fits=True, interval=(0.9 * t, 1.1 * t), interval_regime="fake")
 
     monkeypatch.setattr(hetero._Type, "predict", fake_predict)
+    monkeypatch.setattr(hetero._Type, "exchange", lambda self, batch, workers, coll: EXCHANGE_S)
 
 
 def test_equal_and_proportional_by_hand(linear_compute):
     out = predict_mixed(FAKE_MODEL, [("k80", 1), ("v100", 1)], pm.Strategy(micro_batch=10)).set_index("policy")
-    # ring of 2 over eth25 (3.125 GB/s, 10 us): 2·1/2 · 4e6 B / 3.125e9 + 2·1·10e-6 = 1.30 ms
-    comm = 4e6 / 3.125e9 + 2e-5
+    comm = EXCHANGE_S
     eq = out.loc["equal"]
     assert eq.comm_s == pytest.approx(comm)
     assert eq.compute_s == pytest.approx(0.1) and eq.slowest == "k80"  # 10 samples x 10 ms
@@ -56,9 +57,7 @@ def test_parameter_server_time_by_hand(linear_compute):
     assert ps_exchange_s(1e6, 2, 8, 1.25e9, 3.125e9) == pytest.approx(2 * 4e6 / 3.125e9)
 
 
-def test_ring_formula_and_split():
-    assert ring_allreduce_s(1e6, 1, 1e9) == 0.0
-    assert ring_allreduce_s(1e6, 4, 1e9) == pytest.approx(2 * 3 / 4 * 4e6 / 1e9)
+def test_split():
     shares = split_batch(10, [1.0, 1.0, 1.0])
     assert shares.sum() == 10 and sorted(shares) == [3, 3, 4]
 
@@ -87,8 +86,9 @@ def test_homogeneous_matches_predict():
     out = predict_mixed(model, [("v100", 4)], s).set_index("policy")
     ref = pm.predict(model, pm.cluster("v100", nodes=4), s.replace(dp=4))
     assert out.loc["equal"].step_time_s == pytest.approx(out.loc["proportional"].step_time_s)
-    # same compute as the core's data-parallel step without its gradient communication
-    assert out.loc["equal"].compute_s == pytest.approx(ref.step_time - ref.breakdown["dp_comm"], rel=0.03)
+    # the core's data-parallel step: its compute, and its DDP exchange exposed beyond backward
+    assert out.loc["equal"].step_time_s == pytest.approx(ref.step_time, rel=1e-9)
+    assert out.loc["equal"].comm_s == pytest.approx(ref.breakdown["dp_comm"], rel=1e-9)
 
 
 @pytest.mark.parametrize("workers, match", [

@@ -1,11 +1,13 @@
 """Memory per GPU: hand-worked model states, activations and feasibility."""
 
-import numpy as np
+import dataclasses
+
 import pytest
 
 import perfmodel as pm
-from perfmodel import step as compose
 from perfmodel.costs import memory as mem
+from perfmodel.parallel.config import Schedule, StepConfig
+from perfmodel.parallel.pipeline import in_flight
 
 S, B_, H, A, T = 2048, 1, 12288, 96, 8   # GPT-3 175B layer, one sequence, 8-way tensor parallel
 SBH = S * B_ * H                         # 25,165,824
@@ -101,11 +103,11 @@ def test_communication_buffers():
 
 
 def test_in_flight_micro_batches_per_schedule():
-    c = {"pp": np.float64(4), "v": np.float64(1), "m": np.float64(16), "schedule": np.float64(0)}
-    assert [float(compose.in_flight(c, s)) for s in range(4)] == [4, 3, 2, 1]   # 1F1B: p - s
-    assert float(compose.in_flight({**c, "schedule": np.float64(1)}, 0)) == 16  # GPipe: all m
-    inter = {**c, "v": np.float64(2), "schedule": np.float64(2)}
-    assert float(compose.in_flight(inter, 0)) == pytest.approx(4 * (1 + 3 / 8))
+    c = StepConfig.from_strategy(pm.Strategy(dp=1, pp=4, global_batch=128))   # 16 micro-batches of 8
+    assert [float(in_flight(c, s)) for s in range(4)] == [4, 3, 2, 1]   # 1F1B: p - s
+    assert float(in_flight(dataclasses.replace(c, schedule=Schedule.GPIPE), 0)) == 16  # GPipe: all m
+    inter = dataclasses.replace(c, virtual_stages=2, schedule=Schedule.INTERLEAVED)
+    assert float(in_flight(inter, 0)) == pytest.approx(4 * (1 + 3 / 8))
 
 
 def test_infeasible_configuration_reports_by_how_much():

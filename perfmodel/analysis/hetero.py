@@ -3,8 +3,11 @@
 Each worker is one single-GPU node. Its compute time for a given share of the
 batch is :func:`perfmodel.predict` of the model on one GPU of its type
 (``dp=1``), so every per-type cost comes from the core model. Gradients are
-exchanged once per step by a ring all-reduce, bound by the slowest NIC, or by
-parameter servers. Two ways to split the batch are priced:
+exchanged once per step by PyTorch DDP as ``predict`` prices it
+(``parallel.data.dp_comm_time``: bucketed ring all-reduce overlapping backward)
+over the fabric of the slowest NIC, or by parameter servers
+(``parallel.data.ps_time``). On identical workers the step is ``predict``'s.
+Two ways to split the batch are priced:
 
 * ``equal``: every worker takes ``strategy.micro_batch`` samples; the step
   waits for the slowest worker.
@@ -24,10 +27,23 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from perfmodel.core.errors import InvalidInputError
+from dataclasses import replace
+
 from perfmodel.core.checks import LIMITS, check_choice, check_int, check_size
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.hardware import cluster as make_cluster, load_link
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.data import ps_time
+from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.parallel.pipeline import schedule_seconds
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.predict import default_profile, predict, profile_for
+from perfmodel.profiles.profile import load_profile
+from perfmodel.step import compute_times, evaluate
+from perfmodel.workload.kernels import gemm_dtype
+from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
-from perfmodel.interval import check_level
+from perfmodel.interval import check_level, uncalibrated_bounds
 
 GRAD_BYTES = 4.0  # fp32 gradients and weights on the wire (PyTorch DDP / PS keep fp32 master copies)
 MODES = ("both", "equal", "proportional")
@@ -69,18 +85,35 @@ def _profiles(profile, names):
 
 
 class _Type:
-    """One GPU type: its single-GPU cluster and a cache of predicted step times by batch."""
+    """One GPU type: its single-GPU cluster and caches of predicted step times by batch."""
 
     def __init__(self, model, gpu, count, strategy, profile, level=0.9):
-        import perfmodel as pm
 
         self.gpu, self.count, self.model, self.profile, self.level = gpu, count, model, profile, level
-        self.cluster = pm.cluster(gpu)  # raises UnknownNameError listing the known GPUs
+        self.cluster = make_cluster(gpu)  # raises UnknownNameError listing the known GPUs
         self.strategy = strategy.replace(dp=1, tp=1, pp=1, global_batch=None, ps_servers=0, zero=0, fsdp=None)
         self._cache = {}
+        self._exchange = {}
+
+    def resolved_profile(self, cluster):
+
+        return default_profile(cluster) if self.profile is None else profile_for(cluster, self.profile)
+
+    def exchange(self, batch: int, workers: int, coll) -> float:
+        """Exposed seconds of DDP's gradient exchange among ``workers`` one-GPU nodes over the
+        collectives ``coll``, overlapping this type's backward at ``batch`` (``step.evaluate``)."""
+
+        key = (batch, workers)
+        if key not in self._exchange:
+            cl = make_cluster(self.gpu, nodes=workers)
+            s = self.strategy.replace(dp=workers, micro_batch=int(batch))
+            out = evaluate(self.model, cl, self.resolved_profile(cl), coll, StepConfig.from_strategy(s),
+                           precision=s.precision, recompute=s.recompute, optimizer=s.optimizer,
+                           placement=s.placement)
+            self._exchange[key] = float(out["dp_comm"])
+        return self._exchange[key]
 
     def predict(self, batch: int):
-        from perfmodel.predict import predict
 
         if batch not in self._cache:
             s = self.strategy.replace(micro_batch=int(batch))
@@ -94,33 +127,18 @@ class _Type:
         return batch / self.time(batch)
 
 
-def ring_allreduce_s(params, workers, nic_bw_bytes_per_s, latency_s=0.0, grad_bytes=GRAD_BYTES):
-    """Ring all-reduce of ``params`` gradients over ``workers``, each through its NIC.
-
-    nccl-tests doc/PERFORMANCE.md: busbw = algbw · 2(n−1)/n, so the time is
-    2(n−1)/n · size / B plus 2(n−1) latency hops (Patarasuk & Yuan 2009).
-    """
-    n = np.asarray(workers, float)
-    size = np.asarray(params, float) * grad_bytes
-    return np.where(n > 1, 2 * (n - 1) / n * size / nic_bw_bytes_per_s + 2 * (n - 1) * latency_s, 0.0)
-
-
 def ps_exchange_s(params, workers, servers, server_bw_bytes_per_s, worker_bw_bytes_per_s,
                   latency_s=0.0, grad_bytes=GRAD_BYTES):
-    """Push gradients then pull weights through parameter servers (no overlap with compute).
+    """Push gradients then pull weights through parameter servers, no overlap with compute:
+    ``parallel.data.ps_time`` (Li et al. 2014) with no backward to hide the push behind."""
 
-    Li et al. 2014 (OSDI): S servers hold 1/S of the weights each, so one direction takes
-    t = 4P · max(W/(S·B_server), 1/B_worker) + latency; a step pays push + pull.
-    """
-    size = np.asarray(params, float) * grad_bytes
-    one_way = size * np.maximum(np.asarray(workers, float) / (servers * server_bw_bytes_per_s),
-                                1.0 / worker_bw_bytes_per_s) + latency_s
-    return 2.0 * one_way
+    c = replace(StepConfig.from_strategy(Strategy()), dp=workers, ps_servers=servers)
+    links = {"server": server_bw_bytes_per_s, "worker": worker_bw_bytes_per_s, "latency": latency_s}
+    return ps_time(c, params, 0.0, links, grad_bytes)
 
 
 def _transformer(model):
     """A transformer, or the bundled one by name: stages split layers, which a traced graph does not have."""
-    from perfmodel.workload.model import Transformer
 
     model = as_model(model)
     if not isinstance(model, Transformer):
@@ -156,15 +174,18 @@ def split_batch(total: int, speeds) -> np.ndarray:
 
 
 def _comm(model, types, servers, server_node):
-    """(seconds per step, description) of the gradient exchange."""
-    from perfmodel.hardware import load_link
+    """(exposed seconds of the exchange by (type, batch), description) of the gradient exchange."""
 
     n = sum(t.count for t in types)
     params = float(model.params)
     worst = min(types, key=lambda t: t.cluster.node.inter_bw_bytes_per_s)
     bw, lat = worst.cluster.node.inter_bw_bytes_per_s, worst.cluster.node.nic.latency_s
     if servers == 0:
-        return float(ring_allreduce_s(params, n, bw, lat)), f"ring all-reduce, NIC of {worst.gpu}"
+        if n == 1:
+            return (lambda t, b: 0.0), "none (one worker)"
+        fabric = make_cluster(worst.gpu, nodes=n)
+        coll = cluster_collectives(fabric, worst.resolved_profile(fabric))
+        return (lambda t, b: t.exchange(b, n, coll)), f"DDP ring all-reduce, NIC of {worst.gpu}"
     if server_node is None:
         link = load_link("eth10")
         server_bw, lat = link.bw_bytes_per_s, max(lat, link.latency_s)
@@ -174,16 +195,21 @@ def _comm(model, types, servers, server_node):
         if server_bw is None:
             raise InvalidInputError("'server_node' must be a Node, a Link or a link name (e.g. 'eth25'): "
                                     f"got {server_node!r}")
-    return (float(ps_exchange_s(params, n, servers, server_bw, bw, lat)),
-            f"{servers} parameter server(s)")
+    ps_s = float(ps_exchange_s(params, n, servers, server_bw, bw, lat))
+    return (lambda t, b: ps_s), f"{servers} parameter server(s)"
 
 
-def _row(policy, types, worker_shares, comm_s, comm_kind, solo):
-    """One policy's row; ``worker_shares``: per type, an array of each worker's samples."""
+def _row(policy, types, worker_shares, exchange, comm_kind, solo):
+    """One policy's row; ``worker_shares``: per type, an array of each worker's samples.
+
+    The step waits for the type whose compute plus exposed exchange ends last; ``comm_s`` is
+    what the exchange adds to the slowest compute.
+    """
     shares = [int(np.max(w)) for w in worker_shares]  # a type's slowest worker has the largest share
     times = [t.time(b) for t, b in zip(types, shares)]
     compute = max(times)
-    step = compute + comm_s
+    step = max(s + exchange(t, b) for t, b, s in zip(types, shares, times) if b > 0)
+    comm_s = step - compute
     batch = int(sum(np.sum(w) for w in worker_shares))
     row = {"policy": policy, "step_time_s": step, "samples_per_second": batch / step, "global_batch": batch,
            "compute_s": compute, "comm_s": comm_s, "comm": comm_kind,
@@ -199,8 +225,6 @@ def _row(policy, types, worker_shares, comm_s, comm_kind, solo):
 def _interval(types, shares, comm_s) -> dict:
     """Step bounds: the slowest worker's interval (each type's own regime) plus the exchange, which no
     validation row checks, widened by the uncalibrated half-width."""
-    from perfmodel.interval import uncalibrated_bounds
-
     preds = [t.predict(b) for t, b in zip(types, shares) if b > 0]
     level = types[0].level
     comm_lo, comm_hi = uncalibrated_bounds(comm_s, level)
@@ -225,7 +249,6 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     ``micro_batch`` (no communication). ``step_time_low_s``/``step_time_high_s``: the slowest
     type's interval at ``level`` plus the exchange widened as an uncalibrated term (docs/accuracy.md).
     """
-    from perfmodel.parallel.strategy import Strategy
 
     check_choice("mode", mode, MODES)
     servers = check_size("servers", servers, minimum=0, limit="ps_servers")
@@ -236,14 +259,14 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     groups = _workers(workers)
     profs = _profiles(profile, [g for g, _ in groups])
     types = [_Type(model, g, c, strategy, profs[g], check_level(level)) for g, c in groups]
-    comm_s, kind = _comm(model, types, servers, server_node)
+    exchange, kind = _comm(model, types, servers, server_node)
     mb = strategy.micro_batch
     solo = sum(t.count * t.speed(mb) for t in types)
     rows = []
     if mode in ("both", "equal"):
-        rows.append(_row("equal", types, [np.full(t.count, mb) for t in types], comm_s, kind, solo))
+        rows.append(_row("equal", types, [np.full(t.count, mb) for t in types], exchange, kind, solo))
     if mode in ("both", "proportional"):
-        rows.append(_row("proportional", types, _proportional(types, mb), comm_s, kind, solo))
+        rows.append(_row("proportional", types, _proportional(types, mb), exchange, kind, solo))
     return pd.DataFrame(rows)
 
 
@@ -267,30 +290,23 @@ def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, 
     Priced by the core cost model (:func:`perfmodel.step.compute_times`)
     under ``profile`` (default: the GPU's bundled profile, as ``pm.predict``), tp = 1.
     """
-    from perfmodel.step import compute_times
-    from perfmodel.core.errors import UnsupportedError
-    from perfmodel.hardware import cluster
-    from perfmodel.predict import default_profile
-    from perfmodel.profiles.profile import load_profile
-    from perfmodel.parallel.strategy import Strategy
-    from perfmodel.workload.kernels import gemm_dtype
 
     model = _transformer(model)
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
     if not isinstance(gpu, str):
         raise InvalidInputError(f"'gpu' must be a GPU name: got {gpu!r}")
-    one = cluster(gpu)  # raises UnknownNameError listing the known GPUs
+    one = make_cluster(gpu)  # raises UnknownNameError listing the known GPUs
     spec = one.gpu
     if gemm_dtype(strategy.precision) not in spec.peak_flops:
         raise UnsupportedError(f"{gpu} has no {gemm_dtype(strategy.precision)} support (supported: "
                                f"{', '.join(sorted(spec.peak_flops))}); choose another precision")
     prof = default_profile(one) if profile is None else load_profile(profile)
-    c = {"micro_batch": np.float64(strategy.micro_batch), "tp": np.float64(1), "sp": np.bool_(False),
-         "framework": strategy.framework, "attention": strategy.attention}
-    t = compute_times(model, prof, c, precision=strategy.precision, recompute=strategy.recompute)
-    return (float(t["layer_f"] + t["layer_b"]), float(t["embed_f"] + t["embed_b"]),
-            float(t["head_f"] + t["head_b"]))
+    c = StepConfig.from_strategy(strategy.replace(
+        dp=1, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, global_batch=None, stage_layers=None, zero=0,
+        fsdp=None, ps_servers=0, schedule="1f1b", virtual_stages=1))
+    t = compute_times(model, prof, c, precision=strategy.precision, recompute=strategy.recompute).wall
+    return (float(t.layer_f + t.layer_b), float(t.embed_f + t.embed_b), float(t.head_f + t.head_b))
 
 
 def balance_layers(layer_s, layers: int, fixed_s=None) -> np.ndarray:
@@ -340,14 +356,13 @@ def balance_pipeline(model, stages, strategy=None, *, profile=None, micro_batche
     head on the last. Layer counts minimise the slowest stage
     (:func:`balance_layers`); the even split is reported beside it. Step time
     with ``m`` micro-batches (default ``strategy.micro_batches``) by the 1F1B
-    formula m·max + (Σ − max) (Narayanan et al. 2021, §2.2: (p−1) bubble slots
-    at each stage's own speed), without point-to-point transfers.
+    formula m·max + (Σ − max) (``parallel.pipeline.schedule_seconds``: (p−1)
+    bubble slots at each stage's own speed), without point-to-point transfers.
 
     One row per split ("balanced", "even") and stage: split, stage, gpu,
     layers, stage_time_s, bottleneck (the slowest stage), step_time_s,
     speedup (even step time over this split's).
     """
-    from perfmodel.parallel.strategy import Strategy
 
     strategy = Strategy(micro_batch=8) if strategy is None else strategy
     if not isinstance(strategy, Strategy):
@@ -371,8 +386,7 @@ def balance_pipeline(model, stages, strategy=None, *, profile=None, micro_batche
     for name, counts in splits.items():
         times = counts * per_layer + fixed
         slow = int(np.argmax(times))
-        # 1F1B: m·max + (Σ − max), Narayanan et al. 2021 §2.2
-        steps[name] = m * times[slow] + (times.sum() - times[slow])
+        steps[name] = float(schedule_seconds(times[slow], times.sum(), m))  # 1F1B: m·max + (Σ − max)
         rows += [{"split": name, "stage": i, "gpu": g, "layers": int(n), "stage_time_s": float(t),
                   "bottleneck": i == slow, "step_time_s": float(steps[name])}
                  for i, (g, n, t) in enumerate(zip(stages, counts, times))]

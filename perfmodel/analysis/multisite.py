@@ -196,9 +196,9 @@ def _params_per_rank(model, s: Strategy) -> float:
 
 
 def _grad_bytes(s: Strategy) -> float:
-    from perfmodel.step import dtype_bytes
+    from perfmodel.parallel.wire import wire_bytes
 
-    return dtype_bytes(s.precision, s.framework)["grad"]
+    return wire_bytes(s.precision, s.framework).grad
 
 
 def _gpu_weighted(values, steps) -> float:
@@ -289,12 +289,14 @@ def _pp_across(model, multi, strategy, profile) -> tuple[dict, tuple]:
 
     The whole pipeline is priced on one cluster of all the sites' nodes; the site boundaries'
     sends then cost what the WAN charges instead of what the network between nodes charges:
-    ``perfmodel.step.p2p_time`` is called with both fabrics and the difference added.
+    ``perfmodel.parallel.pipeline.p2p_time`` is called with both fabrics and the difference added.
     """
-    from perfmodel.step import p2p_time
+    from perfmodel.parallel.config import StepConfig
+    from perfmodel.parallel.pipeline import p2p_time
+    from perfmodel.parallel.wire import activation_bytes
     from perfmodel.parallel.fabric import cluster_collectives
     from perfmodel.hardware.node import Cluster
-    from perfmodel.predict import config_arrays, default_profile, predict
+    from perfmodel.predict import default_profile, predict
     from perfmodel.profiles.profile import load_profile
 
     nodes = {site.cluster.node for site in multi.sites}
@@ -319,9 +321,9 @@ def _pp_across(model, multi, strategy, profile) -> tuple[dict, tuple]:
     tp_rpn = min(s.tp, whole.gpus_per_node)
     lay = {"pp": (np.float64(s.pp / multi.n_sites), np.float64(multi.n_sites)),
            "tp": (np.float64(tp_rpn), np.float64(s.tp / tp_rpn))}
-    c = config_arrays(s)
-    extra = max(float(p2p_time(model, across_wan, lay, c, precision=s.precision)
-                      - p2p_time(model, across_dc, lay, c, precision=s.precision)), 0.0)
+    c = StepConfig.from_strategy(s)
+    act = activation_bytes(model, c, s.precision)
+    extra = max(float(p2p_time(across_wan, lay, c, act) - p2p_time(across_dc, lay, c, act)), 0.0)
     step = p.step_time + extra
     steps = (SiteStep(multi.name, s, p, coll, (1.0, 1.0), whole.n_gpus),)
     return ({"period": step, "steps": 1, "outer": extra, "exposed": extra,

@@ -16,6 +16,7 @@ cache holds ``maxsize``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -72,18 +73,19 @@ class IdentityMemo:
 def memo_by_fields(fields: tuple[str, ...], maxsize: int = 1024):
     """Cache ``fn(model, profile, c, **options)`` for scalar configurations ``c``.
 
-    The key is the model (by value), the profile (by identity), ``c[f]`` for each of
-    ``fields`` (the only entries of ``c`` that ``fn`` reads) and the keyword options.
-    A model that cannot be hashed runs through uncached. Configurations whose fields are
-    arrays (a search) are priced once per distinct combination of those fields and spread
-    back (``_deduplicated``). The cached value is a dict; each call gets its own copy of it.
+    ``c`` is a frozen record (``perfmodel.parallel.config.StepConfig``); the key is the model
+    (by value), the profile (by identity), ``c.<f>`` for each of ``fields`` (the only fields of
+    ``c`` that ``fn`` reads) and the keyword options. A model that cannot be hashed runs through
+    uncached. Configurations whose fields are arrays (a search) are priced once per distinct
+    combination of those fields and spread back (``_deduplicated``). The cached value is a
+    frozen record, shared by the calls that hit it.
     """
     def wrap(fn):
         memo = IdentityMemo(maxsize)
 
         @functools.wraps(fn)
         def cached(model, profile, c, **options):
-            values = tuple(scalar(c[f]) if f in c else "-" for f in fields)
+            values = tuple(scalar(getattr(c, f)) for f in fields)
             try:
                 key = (model, values, tuple(sorted(options.items())))
                 hash(key)
@@ -95,20 +97,32 @@ def memo_by_fields(fields: tuple[str, ...], maxsize: int = 1024):
             if hit is None:
                 hit = fn(model, profile, c, **options)
                 memo.put(profile, key, hit)
-            return dict(hit)
+            return hit
 
         cached.memo = memo
         return cached
     return wrap
 
 
+def _spread(value, n: int, inverse):
+    """``value`` with each array of ``n`` entries (in frozen records and tuples too) indexed by ``inverse``."""
+    if isinstance(value, np.ndarray):
+        return value[inverse] if value.shape == (n,) else value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _spread(getattr(value, f.name), n, inverse)
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, tuple):
+        return tuple(_spread(v, n, inverse) for v in value)
+    return value
+
+
 def _deduplicated(fn, fields, model, profile, c, options):
-    """``fn`` over the distinct rows of ``c[fields]`` (1-D arrays of one length), outputs spread back.
+    """``fn`` over the distinct rows of ``c``'s ``fields`` (1-D arrays of one length), outputs spread back.
 
     A search holds thousands of configurations but a few dozen (micro-batch, tp, sp) rows; each
     output element is the same elementwise arithmetic on the same inputs, so results are identical.
     """
-    arrays = {f: np.asarray(c[f]) for f in fields if f in c and not isinstance(c[f], str)}
+    arrays = {f: np.asarray(getattr(c, f)) for f in fields if not isinstance(getattr(c, f), str)}
     lengths = {a.shape for a in arrays.values() if a.ndim}
     if len(lengths) != 1 or len(next(iter(lengths))) != 1 or any(a.dtype.kind not in "biuf" for a in arrays.values()):
         return fn(model, profile, c, **options)
@@ -117,11 +131,8 @@ def _deduplicated(fn, fields, model, profile, c, options):
     first, inverse = _distinct_rows([arrays[f] for f in names])
     if first.size == n:
         return fn(model, profile, c, **options)
-    sub = dict(c)
-    for f in names:
-        sub[f] = arrays[f][first]
-    out = fn(model, profile, sub, **options)
-    return {k: v[inverse] if isinstance(v, np.ndarray) and v.shape == (first.size,) else v for k, v in out.items()}
+    out = fn(model, profile, dataclasses.replace(c, **{f: arrays[f][first] for f in names}), **options)
+    return _spread(out, first.size, inverse)
 
 
 def _distinct_rows(columns):

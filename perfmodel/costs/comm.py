@@ -290,3 +290,21 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
         )
     return out
 
+
+
+def ring_formula(collectives: Mapping[str, Mapping[str, dict]], collective: str, size, ranks_per_node, nodes,
+                 n) -> sp.Expr:
+    """Sympy twin of ``hierarchical_time(..., algorithm="ring")`` for a ring collective (all-reduce,
+    all-gather, reduce-scatter) whose group of ``n`` ranks (a symbol or a number) sits as
+    ``ranks_per_node`` ranks on each of ``nodes`` nodes (numbers: the placement is fixed)."""
+    if collective not in ("all_reduce", "all_gather", "reduce_scatter"):
+        raise InvalidInputError(f"'collective' must be a ring collective (all_reduce, all_gather, reduce_scatter): "
+                                f"got {collective!r}")
+    intra = lambda s: formula(lookup_entry(collectives, "intra", collective), collective, size=s, n=n)  # noqa: E731
+    inter = lambda s: formula(lookup_entry(collectives, "inter", collective), collective, size=s, n=n)  # noqa: E731
+    if float(nodes) == 1:
+        return intra(size)
+    if float(ranks_per_node) == 1:
+        return inter(size)
+    # flat ring over all ranks (Gibiansky 2017), as ``_spanning_time``
+    return sp.Max(intra(size), inter(size / float(ranks_per_node)))

@@ -5,27 +5,39 @@ eager CPU floor removed; its CPU time is that floor (or the host's per-kernel
 launch cost). A phase (forward or backward) then takes max(Σ GPU, Σ CPU): the
 CPU runs ahead of the GPU through the launch queue, so whichever side is
 slower sets the pace (the eager-mode launch-bound regime of small models).
+
+The same functions price sympy expressions (``symbolic=True``: a kernel's GPU
+time is its form's sympy twin, sums and maxima are sympy's), so a symbolic step
+time (``perfmodel.analysis.symbolic``) applies the very host terms ``predict`` does.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.core.algebra import maximum, to_sympy
 from perfmodel.core.errors import UnsupportedError
+from perfmodel.costs.host import DEFAULT_CPU_PER_KERNEL_S, HostCosts  # noqa: F401 (re-exported)
 from perfmodel.forms.registry import get_form
 from perfmodel.profiles.profile import Profile
 from perfmodel.workload.ops import Kernel, aligned_view
 
-DEFAULT_CPU_PER_KERNEL_S = 1.5e-5  # eager PyTorch, H200 host: add_tiny eager_sec (micro2.jsonl)
 
-
-def _gpu(entry: dict, **variables):
-    return get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, **variables)
+def _gpu(entry: dict, symbolic: bool = False, **variables):
+    params = {**entry["params"], "t_cpu": 0.0}
+    if symbolic:
+        return get_form(entry["form"]).expression(params, **{k: to_sympy(v) for k, v in variables.items()})
+    return get_form(entry["form"]).evaluate(params, **variables)
 
 
 def _cpu(profile: Profile, entry: dict) -> float:
     floor = entry["params"].get("t_cpu", 0.0)
-    return floor if floor > 0 else profile.host.get("cpu_per_kernel_s", DEFAULT_CPU_PER_KERNEL_S)
+    return floor if floor > 0 else HostCosts.of(profile).cpu_per_kernel_s
+
+
+def _number(value, symbolic: bool):
+    """``value`` as pricing multiplies it: a float array, or a sympy number."""
+    return to_sympy(value) if symbolic else np.asarray(value, float)
 
 
 def gemm_key(profile: Profile, dtype: str) -> str:
@@ -37,46 +49,43 @@ def gemm_key(profile: Profile, dtype: str) -> str:
     return key
 
 
-def kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]:
-    """(GPU seconds, CPU seconds) of one launch of ``kern``.
+def kernel_time(profile: Profile, kern: Kernel, *, symbolic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU seconds, CPU seconds) of one launch of ``kern`` (the GPU seconds a sympy expression
+    when ``symbolic``).
 
     On a CPU host whose profile was measured alone, ``host["side_by_side_factor"]``
     scales both: a step's time with the host's other training processes computing
     at once over its time alone (measured, perfmodel/validate/host.py).
     """
-    gpu, cpu = _kernel_time(profile, kern)
-    shared = _side_by_side(profile)
+    gpu, cpu = _kernel_time(profile, kern, symbolic)
+    shared = HostCosts.of(profile).side_by_side_factor
     return (gpu * shared, cpu * shared) if shared != 1.0 else (gpu, cpu)
 
 
-def _side_by_side(profile: Profile) -> float:
-    return float(profile.host.get("side_by_side_factor", 1.0)) if profile.host.get("serial") else 1.0
-
-
-def _kernel_time(profile: Profile, kern: Kernel) -> tuple[np.ndarray, np.ndarray]:
+def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
     cls = kern.cls
     if cls == "gemm":
         entry = profile.entry(gemm_key(profile, kern.dtype))
-        return _gpu(entry, **aligned_view(kern)), _cpu(profile, entry)
+        return _gpu(entry, symbolic, **aligned_view(kern)), _cpu(profile, entry)
     if cls == "sdpa":
         entry = profile.entry(f"sdpa:{kern.variant}")
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}
-        t = _gpu(entry, **size)
+        t = _gpu(entry, symbolic, **size)
         fast = next((f"gemm:{d}" for d in ("bf16", "fp16") if profile.has(f"gemm:{d}")), None)
         if kern.dtype in ("fp32", "tf32") and fast:  # no FlashAttention in fp32: scale by the GEMM rate ratio
             t = t * profile.entry(fast)["params"]["R"] / profile.entry(gemm_key(profile, kern.dtype))["params"]["R"]
         return t, _cpu(profile, entry)
     if cls in ("adamw", "sgd"):
         entry, scale = _optimizer_entry(profile, cls)
-        return _gpu(entry, params=np.asarray(kern.size["params"], float) * scale), _cpu(profile, entry)
+        return _gpu(entry, symbolic, params=_number(kern.size["params"], symbolic) * scale), _cpu(profile, entry)
     entry, factor = profile.mem_entry(cls, kern.dtype, kern.variant)
     needs = get_form(entry["form"]).variables
     missing = [v for v in needs if v not in kern.size]
     if missing:
         raise UnsupportedError(f"kernel {kern.name!r} lacks {missing} needed by the {entry['form']!r} form of {cls!r}")
     size = {v: kern.size[v] for v in needs}
-    size["x"] = np.asarray(size["x"], float) * factor
-    return _gpu(entry, **size), _cpu(profile, entry)
+    size["x"] = _number(size["x"], symbolic) * factor
+    return _gpu(entry, symbolic, **size), _cpu(profile, entry)
 
 
 def _optimizer_entry(profile: Profile, cls: str):
@@ -88,7 +97,7 @@ def _optimizer_entry(profile: Profile, cls: str):
     return fused, 20.0 / 28.0
 
 
-def phase_time(profile: Profile, kernels: list[Kernel]):
+def phase_time(profile: Profile, kernels: list[Kernel], *, symbolic: bool = False):
     """(wall seconds, GPU seconds, CPU seconds) of a list of kernels run back to back.
 
     On a GPU the CPU enqueues ahead, so wall = max(Σ GPU, Σ CPU). On a device
@@ -98,23 +107,26 @@ def phase_time(profile: Profile, kernels: list[Kernel]):
     steps adds ``host["cpu_extra_per_kernel_s"]`` to each kernel's CPU time
     (what module calls and autograd add around it) and, on a CPU, scales each
     GEMM's compute by ``host["in_step_compute_factor"]`` (perfmodel/fit/overhead.py).
+    ``symbolic``: the kernels' sizes may hold sympy symbols; the times are sympy expressions.
     """
-    serial = bool(profile.host.get("serial"))
-    extra = float(profile.host.get("cpu_extra_per_kernel_s", 0.0)) * _side_by_side(profile)  # module/autograd
-    in_step = float(profile.host.get("in_step_compute_factor", 1.0)) if serial else 1.0  # cold operands
+    host = HostCosts.of(profile)
+    extra = host.cpu_extra_per_kernel_s  # module/autograd
+    in_step = host.in_step_compute_factor  # cold operands
     gpu = 0.0
     cpu = 0.0
     wall = 0.0
     for kern in kernels:
-        g, c = kernel_time(profile, kern)
+        g, c = kernel_time(profile, kern, symbolic=symbolic)
         g = g * in_step if kern.cls == "gemm" else g
-        count = np.asarray(kern.count, float)
+        count = _number(kern.count, symbolic)
         gpu = gpu + g * count
         cpu = cpu + (c + extra) * count
-        if serial:
-            wall = wall + (np.maximum(g, c) + extra) * count
+        if host.serial:
+            wall = wall + (maximum(g, c) + extra) * count
+    if symbolic:
+        return (wall if host.serial else maximum(gpu, cpu)), gpu, cpu
     gpu, cpu = np.asarray(gpu, float), np.asarray(cpu, float)
-    return (np.asarray(wall, float) if serial else np.maximum(gpu, cpu)), gpu, cpu
+    return (np.asarray(wall, float) if host.serial else np.maximum(gpu, cpu)), gpu, cpu
 
 
 def time_by_class(profile: Profile, kernels: list[Kernel]) -> dict[str, np.ndarray]:

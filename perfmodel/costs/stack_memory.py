@@ -95,7 +95,7 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
     """The model-state terms of a stage as an FSDP stack keeps them (other stacks: ``terms`` as given).
 
     ``params``: the stage's parameters per GPU, ``unit``: one block's, ``head`` / ``embed``: the
-    LM head's and the embedding's on this stage. torchtitan keeps ``[norm, output]`` unsharded
+    LM head's and the embedding's on this stage; ``c``: the ``StepConfig`` priced. torchtitan keeps ``[norm, output]`` unsharded
     after forward; FSDP1 the root FlatParameter (embedding and head, the blocks being wrapped).
     """
     from perfmodel.workload.stacks import stack
@@ -103,17 +103,17 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
     st = stack(framework)
     if st.sharding not in ("fsdp1", "fsdp2"):
         return terms
-    sharded = np.asarray(c["zero"]) >= 3
+    sharded = np.asarray(c.shard_stage) >= 3
     fsdp = fsdp_model_states(params, np.where(sharded, shard_ranks, 1.0), optimizer=optimizer)
     kept = head if st.sharding == "fsdp2" else np.add(head, embed)
     if st.sharding == "fsdp2":  # torchtitan with pipeline stages: reshard_after_forward = not pp_enabled,
         # so the stage's blocks stay unsharded from their first forward to their last backward
-        kept = np.where(np.asarray(c["pp"]) > 1, params, kept)
+        kept = np.where(np.asarray(c.pp) > 1, params, kept)
     # fsdp="shard-grad-op" (FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False): the same
-    kept = np.where(np.asarray(c.get("reshard", True), bool), kept, params)
+    kept = np.where(np.asarray(c.reshard, bool), kept, params)
     buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes)
     # one rank: FSDP still casts into unsharded 16-bit parameters, one block at a time
-    return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c["dp"], float)}
+    return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c.dp, float)}
 
 
 def chunked_loss_bytes(tokens, hidden, lo=2.0):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product, repeat
 
 import numpy as np
@@ -23,7 +23,7 @@ from perfmodel import step as compose
 from perfmodel.explore.space import NUMERIC, Space
 from perfmodel.interval import bounds
 from perfmodel.parallel.fabric import cluster_collectives
-from perfmodel.predict import BREAKDOWN_KEYS, config_arrays, finish
+from perfmodel.predict import BREAKDOWN_KEYS, finish
 
 CHUNK = 32_768  # configurations priced per call: enough to amortise numpy's per-call cost, a few MB of columns
 PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
@@ -54,18 +54,17 @@ class Ranking:
 def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
     """Column dicts of ``chunk`` configurations of ``space`` at a time, under each (precision, recompute)."""
     coll = cluster_collectives(cl, prof)
-    base = config_arrays(opts["base"])
-    full = space.compose_arrays()
+    # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
+    full = replace(space.step_config(opts["base"]), framework=stack["framework"], attention=stack["attention"],
+                   dp_overlap=stack["dp_overlap"], cp=stack["cp"], ep=stack["ep"])
     n = len(space)
     for precision, recompute in product(opts["precision"], opts["recompute"]):
         for lo in range(0, n, chunk):
             hi = min(lo + chunk, n)
-            c = {**base, **{k: v[lo:hi] for k, v in full.items()}, "framework": stack["framework"],
-                 "attention": stack["attention"], "dp_overlap": np.bool_(stack["dp_overlap"]),
-                 "cp": stack["cp"], "ep": stack["ep"]}
+            c = full.rows(lo, hi)
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
-            out["micro_batch"] = c["micro_batch"]
+            out["micro_batch"] = c.micro_batch
             derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
             m = hi - lo
             cols = {k: space.arrays[k][lo:hi] for k in NUMERIC}

@@ -200,6 +200,43 @@ def _table(cols: dict, idx: np.ndarray, global_batch: int) -> pd.DataFrame:
     return pd.DataFrame({k: top[k] for k in first + sorted(set(top) - set(first))})
 
 
+def _sort_column(sort_by, prices) -> tuple[str, bool]:
+    """The sort column (default: tokens/s, or $ per million tokens when ``prices`` are given) and
+    whether larger is better in it."""
+    valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
+    sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
+    if sort_by not in valid:
+        raise unknown_name("sort column", sort_by, valid)
+    return sort_by, valid[sort_by]
+
+
+def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
+    """(jobs, rejected counts, counts per rule, capacity notes): one job per cluster and stack, its space
+    enumerated (``limits``: the keyword arguments of ``enumerate_space`` search passes through)."""
+    combos = len(opts["precision"]) * len(opts["recompute"])
+    rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
+    for cl in _clusters(cluster):
+        _check_precisions(cl, opts["precision"])
+        prof = default_profile(cl) if profile is None else profile_for(cl, profile)
+        price = price_per_gpu_hour(prices, cl) * cl.n_gpus if prices is not None else None
+        capacity.append(f"{cl.gpu.mem_bytes / 2**30:.0f} GiB on {cl.name}")
+        stacks = _stacks(model, cl, opts)
+        for stack in stacks:
+            space_of = functools.partial(
+                enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch, zero=opts["zero"],
+                sequence_parallel=opts["sequence_parallel"], cp=stack["cp"], tp_overlap=stack["tp_overlap"],
+                **limits)
+            space = space_of(empty_ok=len(stacks) > 1)
+            if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):
+                space_of()  # every layout emptied: the error of the last one names the rule
+            for k in ("divisibility", "batch"):
+                rejected[k] += space.rejected[k] * combos
+            for k, v in space.detail.items():
+                detail[k] = detail.get(k, 0) + v * combos
+            jobs.append(Job(len(jobs), cl, prof, price, stack, space))
+    return jobs, rejected, detail, capacity
+
+
 def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str | None = None, prices=None,
            profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
            recompute=None, zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
@@ -214,7 +251,6 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     under FSDP frameworks (torchtitan, fsdp1) ``zero`` is 3. ``compile`` (torch.compile)
     holds for every configuration.
 
-    ``framework``, ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
     "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
     ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
@@ -247,40 +283,17 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel,
-                     "compile": compile})
+                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile})
     if hasattr(model, "check_strategy"):  # a traced graph's own limits on the stack search holds fixed
         if not opts["cp_fixed"]:  # a traced graph is data parallel only: the default cp choices shrink to 1
             opts["stack"]["cp"] = (1,)
         model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
     opts["level"] = check_level(level)
-    valid = {**SORT_COLUMNS, **(COST_COLUMNS if prices is not None else {})}
-    sort_by = sort_by or ("usd_per_million_tokens" if prices is not None else "tokens_per_second")
-    if sort_by not in valid:
-        raise unknown_name("sort column", sort_by, valid)
-    combos = len(opts["precision"]) * len(opts["recompute"])
-    rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
-    for cl in _clusters(cluster):
-        _check_precisions(cl, opts["precision"])
-        prof = default_profile(cl) if profile is None else profile_for(cl, profile)
-        price = price_per_gpu_hour(prices, cl) * cl.n_gpus if prices is not None else None
-        capacity.append(f"{cl.gpu.mem_bytes / 2**30:.0f} GiB on {cl.name}")
-        stacks = _stacks(model, cl, opts)
-        for stack in stacks:
-            space_of = functools.partial(
-                enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch,
-                max_micro_batch=max_micro_batch, max_virtual_stages=max_virtual_stages, zero=opts["zero"],
-                sequence_parallel=opts["sequence_parallel"], max_tp_nodes=max_tp_nodes, cp=stack["cp"], ep=ep,
-                tp_overlap=stack["tp_overlap"], fsdp=fsdp)
-            space = space_of(empty_ok=len(stacks) > 1)
-            if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):
-                space_of()  # every layout emptied: the error of the last one names the rule
-            for k in ("divisibility", "batch"):
-                rejected[k] += space.rejected[k] * combos
-            for k, v in space.detail.items():
-                detail[k] = detail.get(k, 0) + v * combos
-            jobs.append(Job(len(jobs), cl, prof, price, stack, space))
-    best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, valid[sort_by]), chunk=chunk, workers=workers)
+    sort_by, larger_is_better = _sort_column(sort_by, prices)
+    limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
+              "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp}
+    jobs, rejected, detail, capacity = _jobs(model, cluster, global_batch, opts, limits, profile, prices)
+    best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, larger_is_better), chunk=chunk, workers=workers)
     rejected["memory"] = best.evaluated - best.feasible
     if best.rows is None:
         raise InfeasibleError(_memory_message(best.closest, best.evaluated, " / ".join(capacity), opts))

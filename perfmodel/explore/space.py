@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.core.errors import InfeasibleError, InvalidInputError
-from perfmodel.predict import SCHEDULE_CODE
+from perfmodel.parallel.config import StepConfig
 from perfmodel.core.checks import LIMITS, check_int, check_size, divisors
 from perfmodel.workload.graph import GraphModel
 
@@ -57,16 +57,10 @@ class Space:
     def __len__(self) -> int:
         return int(self.arrays["dp"].size)
 
-    def compose_arrays(self) -> dict:
-        """The fields search varies, as the arrays ``compose.evaluate`` takes (see ``predict.config_arrays``)."""
-        a = self.arrays
-        v = a["virtual_stages"].astype(float)
-        return {"dp": a["dp"].astype(float), "tp": a["tp"].astype(float), "pp": a["pp"].astype(float),
-                "micro_batch": a["micro_batch"].astype(float), "m": a["micro_batches"].astype(float),
-                "v": v, "zero": a["zero"].astype(float), "sp": a["sequence_parallel"].astype(bool),
-                "tp_overlap": a["tp_overlap"].astype(bool), "fsdp": np.not_equal(a["fsdp"], None),
-                "hybrid": np.equal(a["fsdp"], "hybrid"),
-                "schedule": np.where(v > 1, float(SCHEDULE_CODE["interleaved"]), float(SCHEDULE_CODE["1f1b"]))}
+    def step_config(self, base) -> StepConfig:
+        """The configurations as ``step.evaluate`` takes them, over the fields of ``base`` (a
+        ``Strategy``) that search does not vary."""
+        return StepConfig.from_space(self.arrays, base)
 
 
 def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:

@@ -150,10 +150,10 @@ def fit_ddp_overhead(profile, cases) -> dict:
     zero; ``host["ddp_bucket_extra_s"]`` then adds it per bucket on that host.
     """
     from perfmodel.hardware import as_cluster
+    from perfmodel.parallel.wire import wire_bytes
     from perfmodel.parallel.data import ddp_buckets
     from perfmodel.parallel.strategy import fill_dp
     from perfmodel.predict import predict
-    from perfmodel.step import dtype_bytes
 
     per_bucket = []
     for case in cases:
@@ -161,7 +161,7 @@ def fit_ddp_overhead(profile, cases) -> dict:
         if s.dp < 2 or s.shard or s.ps_servers:
             continue
         gap = case.measured - predict(case.model, case.cluster, s, profile=profile).step_time
-        grad_bytes = dtype_bytes(s.precision, s.framework)["grad"] * case.model.params / s.tp / s.pp
+        grad_bytes = wire_bytes(s.precision, s.framework).grad * case.model.params / s.tp / s.pp
         per_bucket.append(gap / float(ddp_buckets(grad_bytes, s.bucket_mb * 1e6)))
     if not per_bucket:
         return {}

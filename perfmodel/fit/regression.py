@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import least_squares
-from sklearn.model_selection import KFold
 
 from perfmodel.forms.registry import Form
 
@@ -59,6 +58,25 @@ def mape(pred, meas) -> float:
     return float(np.mean(np.abs(pred - meas) / meas)) if len(meas) else float("nan")
 
 
+def kfold(n: int, folds: int, seed: int):
+    """(train, test) index pairs of shuffled k-fold cross-validation over ``n`` rows.
+
+    The folds scikit-learn's ``KFold(folds, shuffle=True, random_state=seed)`` makes (a
+    RandomState(seed) permutation cut into folds, the first n % folds one row larger),
+    without the dependency.
+    """
+    order = np.arange(n)
+    np.random.RandomState(seed).shuffle(order)
+    sizes = np.full(folds, n // folds)
+    sizes[: n % folds] += 1
+    start = 0
+    for size in sizes:
+        held = np.zeros(n, bool)
+        held[order[start:start + size]] = True
+        yield np.flatnonzero(~held), np.flatnonzero(held)
+        start += size
+
+
 def cross_validate(form: Form, X, y, free, fixed, *, folds=5, seed=0, predict=None, score_mask=None,
                    weights=None):
     """k-fold CV MAPE of the fitted form (on rows where ``score_mask`` holds)."""
@@ -67,7 +85,7 @@ def cross_validate(form: Form, X, y, free, fixed, *, folds=5, seed=0, predict=No
         return float("nan")
     evaluate = predict or (lambda p, X: form.evaluate(p, **X))
     preds = np.empty(n)
-    for train, test in KFold(min(folds, n), shuffle=True, random_state=seed).split(np.arange(n)):
+    for train, test in kfold(n, min(folds, n), seed):
         sub = {k: np.asarray(v)[train] for k, v in X.items()}
         params = fit_form(form, sub, y[train], free, fixed, predict=predict,
                           weights=None if weights is None else np.asarray(weights, float)[train])

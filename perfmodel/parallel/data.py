@@ -1,19 +1,54 @@
 """Data-parallel communication: DDP buckets, ZeRO-1/2/3, FSDP (full, hybrid), parameter servers.
 
 Each function returns the exposed seconds per step for arrays of
-configurations (see ``perfmodel.step`` for the keys of ``c``);
+configurations (``c``: a ``perfmodel.parallel.config.StepConfig``);
 docs/distributed.md derives every formula.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
+from perfmodel.core.algebra import is_symbolic, maximum, where
 from perfmodel.costs.comm import hierarchical_time
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage
+from perfmodel.parallel.wire import WireBytes
 
 DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
 DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is 1 MiB
 
+
+@dataclass(frozen=True)
+class DataParallelWork:
+    """What each pipeline stage's data-parallel group reduces, and the compute that can hide it.
+
+    ``times``: seconds of one micro-batch by part, tensor-parallel communication included;
+    ``backward_s[i]``: stage i's backward seconds per micro-batch that the reduction can overlap.
+    """
+
+    params: ParamCounts
+    stages: tuple[Stage, ...]
+    times: PhaseTimes
+    backward_s: tuple
+    wire: WireBytes
+
+
+@dataclass(frozen=True)
+class BucketCosts:
+    """Host costs of DDP's gradient buckets beyond their collectives.
+
+    ``copy_s(elements)`` prices one fp32 copy (DDP's passes over the buckets, see
+    :func:`ddp_bucket_passes`; None: the profile has no copy class and none are priced);
+    ``extra_s``: a host's measured cost per DDP bucket beyond them (a CPU host:
+    ``host["ddp_bucket_extra_s"]``, perfmodel/fit/overhead.py).
+    """
+
+    copy_s: Callable | None = None
+    extra_s: float = 0.0
 
 
 def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
@@ -44,18 +79,27 @@ def _split(total, bucket, first=None):
     return head, full, size, rest - full * size
 
 
-def _bucketed(coll, collective, total, bucket, rpn, nodes, first=None):
+def ring_pricer(coll, rpn, nodes):
+    """``price(collective, nbytes)``: seconds of one ring collective over the group (``hierarchical_time``)."""
+    def price(collective, nbytes):
+        return hierarchical_time(coll, collective, nbytes, rpn, nodes, algorithm="ring")
+    return price
+
+
+def _bucketed(price, collective, total, bucket, first=None):
     """(all buckets' seconds, last bucket's seconds, first bucket's share) for bytes in buckets.
 
+    ``price(collective, nbytes)`` prices one bucket's collective (``ring_pricer``, or a sympy twin);
     ``first`` caps the first bucket (PyTorch DDP: 1 MiB, so communication starts early in backward).
     """
     head, full, size, rem = _split(total, bucket, first)
 
     def seconds(nbytes, present):
-        return hierarchical_time(coll, collective, np.maximum(nbytes, 1.0), rpn, nodes, algorithm="ring") * present
+        t = price(collective, np.maximum(nbytes, 1.0))
+        return where(present, t, 0.0) if is_symbolic(t) else t * present
 
     t_head, t_bucket, t_rem = seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0)
-    last = np.where(rem > 0, t_rem, np.where(full > 0, t_bucket, t_head))
+    last = where(rem > 0, t_rem, where(full > 0, t_bucket, t_head))
     share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
     return t_head + full * t_bucket + t_rem, last, share
 
@@ -73,18 +117,19 @@ def _overlapped(all_s, last_s, first_share, window_s):
     ready, so communication starts after the first bucket's share of backward and the
     last bucket always waits for the end of backward.
     """
-    return np.maximum(last_s, all_s - window_s * (1.0 - first_share))
+    return maximum(last_s, all_s - window_s * (1.0 - first_share))
 
 
-def ddp_time(coll, lay, c, params, window_s, grad_bytes=4.0):
+def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, price=None):
     """PyTorch DDP: bucketed all-reduce of fp32 gradients, once per step (no_sync before).
 
     Gradient accumulation communicates only in the last micro-batch's backward
     (``DistributedDataParallel.no_sync``), so only that backward hides it.
     Volume: 2Ψ elements per rank (ring all-reduce; Rajbhandari et al. 2020, §7.1).
+    ``price``: how one bucket's all-reduce is priced (default ``ring_pricer`` over ``lay["dp"]``).
     """
-    rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(coll, "all_reduce", params * grad_bytes, c["bucket"], rpn, nodes,
+    price = price or ring_pricer(coll, *lay["dp"])
+    all_s, last_s, share = _bucketed(price, "all_reduce", params * grad_bytes, c.bucket_bytes,
                                      first=DDP_FIRST_BUCKET_BYTES)
     return _overlapped(all_s, last_s, share, window_s)
 
@@ -102,7 +147,7 @@ def ddp_bucket_passes(copy_s, params, framework="pytorch"):
     return DDP_BUCKET_PASSES.get(framework, 3) * copy_s(params)
 
 
-def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0):
+def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, param_bytes=4.0):
     """ZeRO-1/2: reduce-scatter gradients, update the shard, all-gather the parameters.
 
     Rajbhandari et al. 2020, §7.2.1: Ψ (reduce-scatter) + Ψ (all-gather) = the DDP
@@ -111,9 +156,10 @@ def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0)
     full gradients and reduce-scatters once. The all-gather follows the optimizer.
     """
     rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(coll, "reduce_scatter", params * grad_bytes, c["bucket"], rpn, nodes)
+    all_s, last_s, share = _bucketed(ring_pricer(coll, rpn, nodes), "reduce_scatter", params * grad_bytes,
+                                     c.bucket_bytes)
     per_mb = _overlapped(all_s, last_s, share, window_s)
-    reduce = np.where(c["zero"] >= 2, c["m"] * per_mb, per_mb)
+    reduce = np.where(c.shard_stage >= 2, c.micro_batches * per_mb, per_mb)
     gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
     return reduce + gather
 
@@ -121,10 +167,10 @@ def zero12_time(coll, lay, c, params, window_s, grad_bytes=4.0, param_bytes=4.0)
 def _shard_group(lay, c):
     """(ranks_per_node, nodes) of the ZeRO-3 sharding group: the node's dp ranks when hybrid."""
     rpn, nodes = lay["dp"]
-    return rpn, np.where(c["hybrid"], 1.0, nodes)
+    return rpn, np.where(c.hybrid, 1.0, nodes)
 
 
-def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
+def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding):
     """ZeRO-3 / FSDP: per-unit all-gathers (forward, backward) and reduce-scatters, per micro-batch.
 
     Rajbhandari et al. 2020, §7.2.2: all-gather Ψ forward, Ψ again backward,
@@ -137,11 +183,11 @@ def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
     (FSDP MixedPrecision param_dtype = reduce_dtype). Without no_sync this repeats
     for every micro-batch.
 
-    PyTorch FSDP (``c["fsdp"]``) gathers a unit's flat parameter in one collective;
+    PyTorch FSDP (``c.fsdp``) gathers a unit's flat parameter in one collective;
     DeepSpeed ZeRO-3 gathers in buckets of ``DS_PREFETCH_BUCKET`` elements, each
     paying the collective's latency (which grows with the ring's n − 1 steps).
 
-    ``c["dp_overlap"]`` False: every gather and reduce-scatter waits for compute and compute
+    ``c.dp_overlap`` False: every gather and reduce-scatter waits for compute and compute
     for it, as in DeepSpeed ZeRO-3 before mid-2021, whose gather launch called
     ``torch.cuda.synchronize()`` (DeepSpeed issue #1069, PR #1188), so all of them are exposed.
 
@@ -150,12 +196,12 @@ def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
     """
     rpn, nodes = _shard_group(lay, c)
     dp_rpn, dp_nodes = lay["dp"]
-    hybrid = np.asarray(c["hybrid"], bool) & (dp_nodes > 1)
-    overlap = np.asarray(c.get("dp_overlap", True), bool)
+    hybrid = np.asarray(c.hybrid, bool) & (dp_nodes > 1)
+    overlap = np.asarray(c.dp_overlap, bool)
     hide = np.where(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
     fwd = bwd = 0.0
     ag, rs = {}, {}
-    fsdp = np.asarray(c.get("fsdp", False), bool)
+    fsdp = np.asarray(c.fsdp, bool)
     for name, (count, params, f_s, b_s) in units.items():
         pieces = np.where(fsdp, 1.0, np.maximum(np.ceil(params / DS_PREFETCH_BUCKET), 1.0))
         size = params * lo / pieces
@@ -168,10 +214,10 @@ def zero3_time(coll, lay, c, units, lo, starts_with_embedding):
     # without overlap they are already counted in full above
     first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
     last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
-    return c["m"] * (hide * (first_gather + last_reduce) + fwd + bwd)
+    return c.micro_batches * (hide * (first_gather + last_reduce) + fwd + bwd)
 
 
-def ps_time(c, params, window_s, links, grad_bytes=4.0):
+def ps_time(c: StepConfig, params, window_s, links, grad_bytes=4.0):
     """Parameter server: workers push fp32 gradients, then pull fp32 weights.
 
     Li et al. 2014 (OSDI), synchronous: each of S servers holds 1/S of the weights, so
@@ -181,42 +227,52 @@ def ps_time(c, params, window_s, links, grad_bytes=4.0):
     DDP buckets); the pull waits for the update and is exposed. NICs are full duplex,
     so the push and pull directions do not share bandwidth.
     """
-    workers, servers = c["dp"], np.maximum(c["ps"], 1.0)
+    workers, servers = c.dp, np.maximum(c.ps_servers, 1.0)
     size = params * grad_bytes
     one_way = size * np.maximum(workers / (servers * links["server"]), 1.0 / links["worker"]) + links["latency"]
-    push = _overlapped(one_way, one_way * np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)),
-                       np.minimum(1.0, c["bucket"] / np.maximum(size, 1.0)), window_s)
+    share = np.minimum(1.0, c.bucket_bytes / np.maximum(size, 1.0))
+    push = _overlapped(one_way, one_way * share, share, window_s)
     return push + one_way
 
 
-def dp_comm_time(coll, lay, c, p, sts, t, nb, links, backward_s, bucket_copy_s=None, bucket_extra_s=0.0):
+def ddp_exposed(coll, lay, c: StepConfig, params, window_s, nb: WireBytes, buckets: BucketCosts, *, price=None):
+    """PyTorch DDP's exposed seconds: its bucketed all-reduce (``ddp_time``), a host's cost per
+    bucket and the reducer's passes over the buckets (``ddp_bucket_passes``)."""
+    return (ddp_time(coll, lay, c, params, window_s, nb.grad, price=price)
+            + buckets.extra_s * ddp_buckets(params * nb.grad, c.bucket_bytes)
+            + (0.0 if buckets.copy_s is None else ddp_bucket_passes(buckets.copy_s, params, c.framework)))
+
+
+def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, backward, links,
+                   buckets: BucketCosts):
+    """Exposed data-parallel seconds of one stage's group, before the drain slack."""
+    p, t, nb = work.params, work.times, work.wire
+    window = np.where(c.dp_overlap, backward, 0.0)  # compute the reduction can hide behind
+    params = st.params(p, c.tp)
+    units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),
+             "embed": (np.where(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
+             "head": (np.where(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
+    ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets)
+    shard = np.where(c.shard_stage >= 3, zero3_time(coll, lay, c, units, nb.activation, st.embed),
+                     np.where(c.shard_stage >= 1, zero12_time(coll, lay, c, params, window, nb.grad, nb.param),
+                              ddp))
+    out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
+    return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
+
+
+def dp_comm_time(coll, lay, c: StepConfig, work: DataParallelWork, links, buckets: BucketCosts | None = None):
     """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server).
 
     Each stage's data-parallel group communicates its own parameters; the step ends
     when the slowest finishes. A stage other than the first finishes its last backward
     earlier (by the drain of the stages before it), which hides part of its traffic.
-    ``backward_s[i]`` is stage i's backward seconds per micro-batch. ``bucket_copy_s(elements)``
-    prices DDP's passes over its gradient buckets (see :func:`ddp_bucket_passes`);
-    ``bucket_extra_s`` is a host's measured cost per DDP bucket beyond them (a CPU host:
-    ``host["ddp_bucket_extra_s"]``, perfmodel/fit/overhead.py).
+    ``links``: the parameter-server links (``fabric.parameter_server_links``).
     """
+    buckets = BucketCosts() if buckets is None else buckets
     worst = 0.0
-    overlap = c.get("dp_overlap", True)
-    for st, backward in zip(sts, backward_s):
-        window = np.where(overlap, backward, 0.0)  # compute the reduction can hide behind
-        params = (st["layers"] * p["layer"] + np.where(st["embed"], p["embed"], 0.0)
-                  + np.where(st["head"], p["head"], 0.0)) / c["tp"]
-        units = {"layer": (st["layers"], p["layer"] / c["tp"], t["layer_f"], t["layer_b"]),
-                 "embed": (np.where(st["embed"], 1.0, 0.0), p["embed"] / c["tp"], t["embed_f"], t["embed_b"]),
-                 "head": (np.where(st["head"], 1.0, 0.0), p["head"] / c["tp"], t["head_f"], t["head_b"])}
-        shard = np.where(c["zero"] >= 3, zero3_time(coll, lay, c, units, nb["lo"], st["embed"]),
-                         np.where(c["zero"] >= 1, zero12_time(coll, lay, c, params, window, nb["grad"], nb["param"]),
-                                  ddp_time(coll, lay, c, params, window, nb["grad"])
-                                  + bucket_extra_s * ddp_buckets(params * nb["grad"], c["bucket"])
-                                  + (0.0 if bucket_copy_s is None
-                                     else ddp_bucket_passes(bucket_copy_s, params, c.get("framework", "pytorch")))))
-        out = np.where(c["ps"] > 0, ps_time(c, params, backward, links, nb["grad"]), shard)
-        slack = st["index"] * backward  # the stages before it still drain their last backward
-        out = np.where((c["dp"] > 1) | (c["ps"] > 0), out, 0.0)
-        worst = np.maximum(worst, np.where(st["valid"], np.maximum(out - np.where(c["zero"] >= 3, 0.0, slack), 0.0), 0.0))
+    for st, backward in zip(work.stages, work.backward_s):
+        out = _stage_exposed(coll, lay, c, work, st, backward, links, buckets)
+        slack = st.index * backward  # the stages before it still drain their last backward
+        exposed = np.maximum(out - np.where(c.shard_stage >= 3, 0.0, slack), 0.0)
+        worst = np.maximum(worst, np.where(st.valid, exposed, 0.0))
     return worst

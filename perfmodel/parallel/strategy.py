@@ -278,6 +278,14 @@ def _nearest(value: int, valid: list[int]) -> int:
     return min(valid, key=lambda d: (abs(d - value), d))
 
 
+def _check_experts(model, ep: int) -> None:
+    experts = getattr(model, "experts", 1)
+    if experts <= 1:
+        raise InvalidInputError(f"expert parallelism ('ep'={ep}) needs a mixture-of-experts model "
+                                f"(got experts={experts})")
+    check_divides("ep", ep, "experts", experts)
+
+
 def check_against(model, n_gpus: int, s: Strategy) -> None:
     """Raise a clear error when ``s`` cannot run ``model`` on ``n_gpus`` GPUs.
 
@@ -303,11 +311,7 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
         raise InvalidInputError(f"{shape} = {sizes} = {s.gpus} must equal the cluster's "
                                 f"GPU count {n_gpus} (e.g. {hint})")
     if s.ep > 1:
-        experts = getattr(model, "experts", 1)
-        if experts <= 1:
-            raise InvalidInputError(f"expert parallelism ('ep'={s.ep}) needs a mixture-of-experts model "
-                                    f"(got experts={experts})")
-        check_divides("ep", s.ep, "experts", experts)
+        _check_experts(model, s.ep)
     if s.cp > 1:
         seq = getattr(model, "seq", None)
         if seq is None or not hasattr(model, "heads"):

@@ -148,6 +148,22 @@ def _step_interval(model, cluster, strategy, step_time_s, profile=None, level=0.
     return step, p.interval[0] / step, p.interval[1] / step, p.interval_regime
 
 
+def _plan_frame(out, gpus, provider, region, factors, level, regime) -> pd.DataFrame:
+    """The scenarios' rows as the table ``plan_training`` returns, with the time and cost bounds
+    (the expected ones scaled by the step interval's ``factors``, low and high)."""
+    low_factor, high_factor = factors
+    label = gpus[0] if len(set(gpus)) == 1 else "+".join(sorted(set(gpus)))
+    frame = pd.DataFrame(out)
+    frame["gpu"], frame["workers"] = label, len(gpus)
+    frame["provider"], frame["region"] = provider, region
+    frame["expected_time_low_s"] = frame["expected_time_s"] * low_factor
+    frame["expected_time_high_s"] = frame["expected_time_s"] * high_factor
+    frame["expected_cost_low_usd"] = frame["expected_cost_usd"] * low_factor
+    frame["expected_cost_high_usd"] = frame["expected_cost_usd"] * high_factor
+    frame["interval_level"], frame["interval_regime"] = level, regime
+    return frame[COLUMNS]
+
+
 def plan_training(model, cluster, strategy, steps: int, *, revocation=None, prices=None,
                   provider=None, region=None, step_time_s=None, checkpoint_bytes=None,
                   interval_s=None, trials=10000, seed=0, profile=None, level=0.9) -> pd.DataFrame:
@@ -180,8 +196,7 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
     work = steps * step
     price_table = _table(prices, load_prices, "prices")
     rows = {g: select_row(price_table, g, provider, region, what="prices") for g in set(gpus)}
-    first = rows[gpus[0]]
-    provider, region = first["provider"], first["region"]
+    provider, region = rows[gpus[0]]["provider"], rows[gpus[0]]["region"]
     models, rev_table = _resolve_revocation(revocation, gpus, provider, region)
     wait, restart, bw = _restart_params(rev_table, gpus[0], provider, region)
     size = (default_checkpoint_bytes(model) if checkpoint_bytes is None
@@ -212,13 +227,4 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
                                       checkpoint_s=delta, restart_s=down, interval_s=tau))
         out.append(_spot_row(name, sim, mode=mode, work=work, prices_per_worker=spot, gpw=gpw,
                              wait_s=wait, on_demand_cost=od_cost, closed=closed))
-    label = gpus[0] if len(set(gpus)) == 1 else "+".join(sorted(set(gpus)))
-    frame = pd.DataFrame(out)
-    frame["gpu"], frame["workers"] = label, len(gpus)
-    frame["provider"], frame["region"] = provider, region
-    frame["expected_time_low_s"] = frame["expected_time_s"] * low_factor
-    frame["expected_time_high_s"] = frame["expected_time_s"] * high_factor
-    frame["expected_cost_low_usd"] = frame["expected_cost_usd"] * low_factor
-    frame["expected_cost_high_usd"] = frame["expected_cost_usd"] * high_factor
-    frame["interval_level"], frame["interval_regime"] = level, regime
-    return frame[COLUMNS]
+    return _plan_frame(out, gpus, provider, region, (low_factor, high_factor), level, regime)

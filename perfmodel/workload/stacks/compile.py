@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.core.algebra import equal, maximum, minimum, where
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.workload.ops import Kernel, mem
 
@@ -46,11 +47,11 @@ def _fused(group: list[Kernel]) -> Kernel:
         if previous is not None:  # a member over the same elements reads the previous one's output
             # from registers: neither written nor read back (a weight cast beside a norm shares nothing)
             prev_x, prev_out = previous
-            passed = passed + np.where(np.equal(prev_x, k.size["x"]), 2.0 * np.minimum(prev_out, out), 0.0)
+            passed = passed + where(equal(prev_x, k.size["x"]), 2.0 * minimum(prev_out, out), 0.0)
         previous = (k.size["x"], out)
     first = group[0]
     return mem(f"fused[{'+'.join(k.name for k in group)}]", "copy", first.phase,
-               np.maximum(moved - passed, 0.0) / COPY_BYTES, variant="fwd")
+               maximum(moved - passed, 0.0) / COPY_BYTES, variant="fwd")
 
 
 def fuse_memory_bound(kernels: list[Kernel]) -> list[Kernel]:

@@ -1,0 +1,66 @@
+"""Operations that work on numpy arrays and on sympy expressions alike.
+
+The pricing functions run on numpy arrays (``predict``, ``search``) and, for a
+symbolic step time, on sympy expressions (``perfmodel.analysis.symbolic``): one
+implementation of each formula serves both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_symbolic(value) -> bool:
+    """Whether ``value`` is a sympy object (sympy is imported only when one is met)."""
+    return type(value).__module__.startswith("sympy")
+
+
+def to_sympy(value):
+    """A number or a 0-d array as a sympy Float; a sympy expression unchanged."""
+    import sympy as sp
+
+    if isinstance(value, np.ndarray):
+        value = value.item()
+    if isinstance(value, (np.floating, np.integer, float, int)) and not isinstance(value, bool):
+        return sp.Float(float(value))
+    return value
+
+
+def maximum(a, b):
+    """Element-wise maximum: ``np.maximum`` on numbers and arrays, ``sympy.Max`` on expressions."""
+    if is_symbolic(a) or is_symbolic(b):
+        import sympy as sp
+
+        return sp.Max(to_sympy(a), to_sympy(b))
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    """Element-wise minimum: ``np.minimum`` on numbers and arrays, ``sympy.Min`` on expressions."""
+    if is_symbolic(a) or is_symbolic(b):
+        import sympy as sp
+
+        return sp.Min(to_sympy(a), to_sympy(b))
+    return np.minimum(a, b)
+
+
+def equal(a, b):
+    """Element-wise ``a == b``: ``np.equal`` on numbers and arrays, one structural truth value on expressions."""
+    if is_symbolic(a) or is_symbolic(b):
+        return bool(to_sympy(a) == to_sympy(b))
+    return np.equal(a, b)
+
+
+def where(condition, a, b):
+    """``np.where`` on numbers and arrays; on sympy expressions ``condition`` must be one truth
+    value (the symbolic paths price one configuration), and the chosen branch is returned."""
+    if is_symbolic(a) or is_symbolic(b):
+        if np.ndim(condition) != 0:
+            raise ValueError("a symbolic branch needs a single condition")
+        return a if bool(condition) else b
+    return np.where(condition, a, b)
+
+
+def number(value):
+    """``value`` as pricing multiplies it: a float array, or a sympy expression unchanged."""
+    return value if is_symbolic(value) else np.asarray(value, float)

@@ -1,0 +1,151 @@
+"""The configurations one call of ``step.evaluate`` prices, as one typed record of arrays.
+
+``StepConfig`` holds the numeric strategy fields as numpy arrays that broadcast
+together (one entry per configuration: ``predict`` passes 0-d values, ``search``
+a million), and the fields every configuration priced together shares (the
+software stack, an explicit pipeline split, the context- and expert-parallel
+sizes) as plain values. It has no defaults of its own (``Strategy`` holds them); it is built
+from a ``Strategy`` (:meth:`StepConfig.from_strategy`) or from a search space's
+arrays over a base strategy (:meth:`StepConfig.from_space`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from enum import IntEnum
+
+import numpy as np
+
+from perfmodel.core.algebra import is_symbolic
+from perfmodel.core.errors import PerfModelError
+
+MB = 1e6  # Strategy.bucket_mb is priced in units of 10^6 bytes
+
+
+class Schedule(IntEnum):
+    """Pipeline schedules (Narayanan et al. 2021, §2.2); ``Strategy.schedule`` names them."""
+
+    ONE_F_ONE_B = 0
+    GPIPE = 1
+    INTERLEAVED = 2
+
+    @classmethod
+    def named(cls, name: str) -> Schedule:
+        """The schedule ``Strategy.schedule`` calls ``name`` ("1f1b", "gpipe", "interleaved")."""
+        return {"1f1b": cls.ONE_F_ONE_B, "gpipe": cls.GPIPE, "interleaved": cls.INTERLEAVED}[name]
+
+
+FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "shard_stage",
+                "ps_servers", "bucket_bytes", "schedule")
+BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
+SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap")
+
+
+def _frozen(value, dtype):
+    """``value`` as a read-only array of ``dtype`` (a 0-d one as its numpy scalar); a sympy symbol
+    (``perfmodel.analysis.symbolic`` leaves dp, micro_batch or micro_batches free) unchanged."""
+    if is_symbolic(value):
+        return value
+    arr = np.array(value, dtype=dtype)
+    if arr.ndim == 0:
+        return arr[()]
+    arr.flags.writeable = False
+    return arr
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """Strategy fields of the configurations priced together (arrays broadcast against each other).
+
+    ``micro_batches``: micro-batches per step per data-parallel rank; ``shard_stage``: the
+    ZeRO / FSDP sharding stage (0 none, 1 optimizer states, 2 + gradients, 3 + parameters);
+    ``hybrid``: FSDP HYBRID_SHARD (shard inside a node); ``fsdp``: PyTorch FSDP rather than
+    DeepSpeed ZeRO; ``reshard``: FSDP frees the gathered parameters after each unit (all but
+    ``fsdp="shard-grad-op"``); ``bucket_bytes``: the DDP bucket; ``tp_overlap``: Megatron-LM
+    asynchronous tensor-parallel communication in backward; ``dp_overlap``: the gradient
+    reduction overlaps backward. Shared by every configuration: ``stage_layers`` (layers per
+    pipeline stage, or None for the even split), ``framework``, ``attention``, ``cp``, ``ep``,
+    ``compile`` (torch.compile), ``loss`` (eager, compiled, fused, chunked) and
+    ``tp_comm_overlap`` ("" none, "userbuffers", "async").
+    """
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    micro_batch: np.ndarray
+    micro_batches: np.ndarray
+    virtual_stages: np.ndarray
+    shard_stage: np.ndarray
+    sequence_parallel: np.ndarray
+    ps_servers: np.ndarray
+    bucket_bytes: np.ndarray
+    hybrid: np.ndarray
+    fsdp: np.ndarray
+    reshard: np.ndarray
+    schedule: np.ndarray
+    tp_overlap: np.ndarray
+    dp_overlap: np.ndarray
+    stage_layers: tuple | None
+    framework: str
+    attention: str
+    cp: int
+    ep: int
+    compile: bool
+    loss: str
+    tp_comm_overlap: str
+
+    def __post_init__(self):
+        for name in FLOAT_FIELDS:
+            object.__setattr__(self, name, _frozen(getattr(self, name), float))
+        for name in BOOL_FIELDS:
+            object.__setattr__(self, name, _frozen(getattr(self, name), bool))
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", tuple(self.stage_layers))
+        object.__setattr__(self, "cp", int(self.cp))
+        object.__setattr__(self, "ep", int(self.ep))
+        object.__setattr__(self, "compile", bool(self.compile))
+        object.__setattr__(self, "tp_comm_overlap", self.tp_comm_overlap or "")
+
+    @classmethod
+    def from_strategy(cls, s) -> StepConfig:
+        """The configuration of one ``Strategy`` (0-d values)."""
+        return cls(dp=s.dp, tp=s.tp, pp=s.pp, micro_batch=s.micro_batch, micro_batches=s.micro_batches,
+                   virtual_stages=s.virtual_stages, shard_stage=s.shard, sequence_parallel=s.sequence_parallel,
+                   ps_servers=s.ps_servers, bucket_bytes=s.bucket_mb * MB, hybrid=s.fsdp == "hybrid",
+                   fsdp=s.fsdp is not None, reshard=s.fsdp != "shard-grad-op", schedule=float(Schedule.named(s.schedule)), tp_overlap=s.tp_overlap,
+                   dp_overlap=s.dp_overlap, stage_layers=s.stage_layers, framework=s.framework,
+                   attention=s.attention, cp=s.cp, ep=s.ep, compile=s.compile, loss=s.loss,
+                   tp_comm_overlap=s.tp_comm_overlap or "")
+
+    @classmethod
+    def from_space(cls, arrays: Mapping, base) -> StepConfig:
+        """A search space's configurations (``explore.space.Space.arrays``: dp, tp, pp,
+        virtual_stages, micro_batch, micro_batches, zero, fsdp, sequence_parallel, tp_overlap,
+        one entry each) over the fields of ``base`` (a ``Strategy``) that search does not vary.
+        More than one virtual stage means the interleaved schedule, otherwise 1F1B."""
+        v = np.asarray(arrays["virtual_stages"], float)
+        fsdp = np.asarray(arrays["fsdp"], object)
+        return replace(cls.from_strategy(base), dp=arrays["dp"], tp=arrays["tp"], pp=arrays["pp"],
+                       micro_batch=arrays["micro_batch"], micro_batches=arrays["micro_batches"], virtual_stages=v,
+                       shard_stage=arrays["zero"], sequence_parallel=arrays["sequence_parallel"],
+                       tp_overlap=arrays["tp_overlap"], fsdp=np.not_equal(fsdp, None),
+                       hybrid=np.equal(fsdp, "hybrid"),
+                       schedule=np.where(v > 1, float(Schedule.INTERLEAVED), float(Schedule.ONE_F_ONE_B)))
+
+    def rows(self, lo: int, hi: int) -> StepConfig:
+        """Configurations ``lo`` to ``hi`` of these (the arrays of one entry per configuration sliced)."""
+        n = max(np.size(getattr(self, f)) for f in (*FLOAT_FIELDS, *BOOL_FIELDS))
+        return replace(self, **{f: getattr(self, f)[lo:hi] for f in (*FLOAT_FIELDS, *BOOL_FIELDS)
+                                if np.ndim(getattr(self, f)) and np.size(getattr(self, f)) == n})
+
+    @classmethod
+    def stack(cls, configs: Sequence[StepConfig]) -> StepConfig:
+        """Configurations side by side (one entry each); they must share the shared fields."""
+        for name in SHARED_FIELDS:
+            values = {repr(getattr(c, name)) for c in configs}
+            if len(values) != 1:
+                raise PerfModelError(f"configurations priced together must share {name!r}: got {sorted(values)}")
+        arrays = {f.name: np.array([getattr(c, f.name) for c in configs])
+                  for f in fields(cls) if f.name not in SHARED_FIELDS}
+        return replace(configs[0], **arrays)

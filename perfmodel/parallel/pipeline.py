@@ -1,0 +1,166 @@
+"""Pipeline parallelism: stages, the schedule's step time, point-to-point sends, in-flight micro-batches.
+
+Vectorised over configurations (``StepConfig`` arrays); docs/distributed.md derives
+every formula, the one-line comments name the sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from perfmodel.core.algebra import maximum, where
+from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
+from perfmodel.parallel.config import Schedule, StepConfig
+from perfmodel.parallel.placement import pipeline_crossings
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds of one micro-batch by part (a layer, the embedding, the LM head) and phase (f, b)."""
+
+    layer_f: np.ndarray | float = 0.0
+    layer_b: np.ndarray | float = 0.0
+    embed_f: np.ndarray | float = 0.0
+    embed_b: np.ndarray | float = 0.0
+    head_f: np.ndarray | float = 0.0
+    head_b: np.ndarray | float = 0.0
+
+    def __add__(self, other: PhaseTimes) -> PhaseTimes:
+        return PhaseTimes(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def on(self, stage: Stage, phases: str = "fb"):
+        """Seconds of one micro-batch on ``stage``: ``phases`` "f", "b" or "fb"."""
+        total = 0.0
+        for k in phases:
+            total = total + stage.layers * getattr(self, f"layer_{k}") \
+                + where(stage.embed, getattr(self, f"embed_{k}"), 0.0) \
+                + where(stage.head, getattr(self, f"head_{k}"), 0.0)
+        return total
+
+    @property
+    def layers_fb(self):
+        return self.layer_f + self.layer_b
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters by part: per layer, the embedding, the LM head, the GEMM weights per layer and of
+    the head (what autocast casts), and per layer those of the rank's experts."""
+
+    layer: np.ndarray | float
+    embed: np.ndarray | float
+    head: np.ndarray | float
+    gemm_layer: np.ndarray | float
+    gemm_head: np.ndarray | float
+    expert_layer: np.ndarray | float = 0.0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One representative pipeline stage: its layers, its 0-based index, whether it holds the
+    embedding and the LM head, and whether it exists for each configuration (``valid``)."""
+
+    layers: np.ndarray | float
+    index: np.ndarray | float
+    embed: np.ndarray | bool
+    head: np.ndarray | bool
+    valid: np.ndarray | bool
+
+    def params(self, p, tp):
+        """Parameters this stage's tensor-parallel rank holds (``p``: ``ParamCounts``)."""
+        return (self.layers * p.layer + np.where(self.embed, p.embed, 0.0) + np.where(self.head, p.head, 0.0)) / tp
+
+
+def stage_layers(layers: int, pp):
+    """Layers on the first, the fullest middle and the last stage (even split, remainder first)."""
+    pp = np.asarray(pp, float)
+    base = np.floor(layers / pp)
+    rem = layers - base * pp
+    first = base + (rem > 0)
+    last = np.where(pp > 1, base, layers)
+    middle = np.where(pp > 2, base + (rem > 1), 0.0)
+    return first, middle, last
+
+
+def stages(model, c: StepConfig) -> list[Stage]:
+    """Representative pipeline stages.
+
+    Even split: the first, the fullest middle and the last stage stand for all
+    of them (a middle stage holds no more layers than the first and no
+    embedding, so it never sets a maximum the first does not). With an explicit
+    ``c.stage_layers`` every stage is listed.
+    """
+    if c.stage_layers is not None:
+        n = len(c.stage_layers)
+        return [Stage(float(lay), float(i), i == 0, i == n - 1, True) for i, lay in enumerate(c.stage_layers)]
+    pp = np.asarray(c.pp, float)
+    first, middle, last = stage_layers(model.layers, pp)
+    single = pp == 1
+    return [Stage(first, 0.0, True, single, True), Stage(middle, 1.0, False, False, pp > 2),
+            Stage(last, pp - 1, False, True, ~single)]
+
+
+def schedule_seconds(slowest_s, all_stages_s, micro_batches, virtual_stages=1.0):
+    """Seconds of all micro-batches through a pipeline whose slowest stage takes ``slowest_s``
+    and whose stages together take ``all_stages_s`` per micro-batch.
+
+    Narayanan et al. 2021 §2.2: with m micro-batches, T = m·max S + (Σ S − max S)/v; balanced
+    stages give (m + (p−1)/v)(f + b), a bubble of (p−1)/(v·m) of the ideal time. For unequal
+    stages the fill and the drain pass each stage once while the slowest stage sets the pace
+    (PipeDream, Narayanan et al. 2019, §3.1). GPipe and 1F1B have the same bubble. The times
+    may be arrays or sympy expressions.
+    """
+    return micro_batches * slowest_s + maximum(all_stages_s - slowest_s, 0.0) / virtual_stages
+
+
+def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig):
+    """All micro-batches through the pipeline; returns (seconds, bottleneck stage seconds)."""
+    worst = 0.0
+    for st in sts:
+        worst = np.maximum(worst, np.where(st.valid, t.on(st), 0.0))
+    if c.stage_layers is not None:
+        everything = sum(t.on(st) for st in sts)
+    else:
+        everything = model.layers * t.layers_fb + t.embed_f + t.embed_b + t.head_f + t.head_b
+    return schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages), worst
+
+
+def sendrecv_time(coll, level, size):
+    """Seconds of one point-to-point transfer of ``size`` bytes over ``level`` ("intra", "inter")."""
+    return collective_time(lookup_entry(coll, level, "sendrecv"), "sendrecv", size, 2)
+
+
+def p2p_time(coll, lay, c: StepConfig, act_bytes):
+    """Activation and gradient sends between pipeline stages on the critical path, per step.
+
+    Each boundary carries b·s·h (``act_bytes``) forward and its gradient backward per
+    micro-batch (per virtual stage with interleaving, whose communication grows by v;
+    Narayanan et al. 2021, §2.2.2). With tp > 1 each of the t ranks sends 1/t and the
+    receiver all-gathers over NVLink (scatter/gather optimisation, §4.1); with sequence
+    parallelism the output is already split t ways. The bottleneck stage waits on
+    2·m·v transfers; the fill and the drain cross every boundary once each way.
+    """
+    size = act_bytes / c.tp
+    crossings = pipeline_crossings(lay["pp"])
+    boundaries = np.maximum(c.pp - 1.0, 0.0)
+    t_intra, t_inter = sendrecv_time(coll, "intra", size), sendrecv_time(coll, "inter", size)
+    gather = np.where((c.tp > 1) & ~np.asarray(c.sequence_parallel, bool),
+                      hierarchical_time(coll, "all_gather", act_bytes, *lay["tp"], algorithm="ring"), 0.0)
+    slowest = np.where(crossings > 0, t_inter, t_intra) + gather
+    fill = crossings * t_inter + (boundaries - crossings) * t_intra + boundaries * gather
+    return np.where(c.pp > 1, 2.0 * c.micro_batches * c.virtual_stages * slowest + 2.0 * fill, 0.0)
+
+
+def in_flight(c: StepConfig, index):
+    """Micro-batches whose activations a stage holds at its peak.
+
+    GPipe: all m. 1F1B: stage s (0-based) of p holds min(m, p − s) (Narayanan et al.
+    2021, §2.2.1). Interleaved: the first stage holds p·(1 + (p−1)/(p·v)) chunks'
+    worth (Korthikanti et al. 2022, §4.2.3), i.e. × (1 + (p−1)/(p·v)).
+    """
+    pp, v, m = c.pp, c.virtual_stages, c.micro_batches
+    f1b = np.minimum(m, np.maximum(pp - index, 1.0))
+    interleave = np.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
+    return np.where(c.schedule == Schedule.GPIPE, m, f1b * np.where(index == 0, interleave, 1.0))

@@ -1,0 +1,64 @@
+"""Tensor parallelism (Megatron-LM): the all-reduces, gathers and reduce-scatters on the critical path."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.costs.comm import hierarchical_time
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.pipeline import PhaseTimes
+from perfmodel.parallel.tp_overlap import overlapped_layer
+from perfmodel.parallel.wire import activation_bytes
+from perfmodel.workload.stacks.checkpointing import checkpointed_share
+
+_UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
+
+
+def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidden_by=0.0, gemms=None,
+                  sms=132) -> PhaseTimes:
+    """Tensor-parallel seconds per micro-batch on the critical path: per layer fwd/bwd, embedding, head.
+
+    Megatron-LM (Shoeybi et al. 2019, §3): the attention and the MLP each end in an
+    all-reduce of b·s·h (the g operator) and each start with one in backward (f), so
+    2 forward + 2 backward per layer. Sequence parallelism (Korthikanti et al. 2022,
+    §4.2.2) turns each all-reduce into an all-gather + reduce-scatter of the same
+    b·s·h (same bus bytes). Full recompute re-runs the forward ones in backward.
+    The vocabulary-parallel embedding all-reduces (SP: reduce-scatters) its output;
+    the LM head's input gradient is all-reduced (SP: the input is all-gathered
+    forward and its gradient reduce-scattered backward). With sequence parallelism
+    the column-parallel layers keep their input sharded and gather it again in
+    backward for the weight gradient (Korthikanti et al. 2022, §4.2.2).
+
+    ``tp_overlap`` (Megatron-LM ``LinearWithGradAccumulationAndAsyncCommunication``):
+    in backward the input-gradient all-reduce (SP: its reduce-scatter) runs while the
+    weight-gradient GEMM computes, and the SP re-gather while the input-gradient GEMM
+    computes; a weight-gradient GEMM takes as long as the layer's forward GEMMs
+    (``hidden_by``: a layer's forward GPU seconds), so each hides behind up to one
+    forward's worth of compute. Only the gradient of the forward reduce-scatter (an
+    all-gather) stays exposed under SP.
+
+    ``c.tp_comm_overlap`` (TE userbuffers, torchtitan async TP) overlaps the SP collectives
+    with the linears' GEMMs chunk by chunk (``perfmodel.parallel.tp_overlap``); ``gemms``: the
+    ``ComputeTimes`` holding those GEMMs' seconds, ``sms``: the GPU's SMs.
+    """
+    act = activation_bytes(model, c, precision)
+    rpn, nodes = lay["tp"]
+    ar = hierarchical_time(coll, "all_reduce", act, rpn, nodes, algorithm="ring")
+    rs = hierarchical_time(coll, "reduce_scatter", act, rpn, nodes, algorithm="ring")
+    ag = hierarchical_time(coll, "all_gather", act, rpn, nodes, algorithm="ring")
+    on = c.tp > 1
+    sp = np.asarray(c.sequence_parallel, bool)
+    one = np.where(on, np.where(sp, rs + ag, ar), 0.0)
+    fwd = 2 * one
+    hidden_by = np.asarray(hidden_by, float)
+    plain = np.where(sp, 2 * (ag + rs + ag), 2 * ar)
+    overlapped = np.where(sp, 2 * ag + np.maximum(2 * (rs + ag) - 2 * hidden_by, 0.0),
+                          np.maximum(2 * ar - hidden_by, 0.0))
+    bwd = np.where(on, np.where(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
+    if c.tp_comm_overlap and gemms is not None:
+        ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
+                                      method=c.tp_comm_overlap)
+        fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
+    bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
+    return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=np.where(on, np.where(sp, rs, ar), 0.0),
+                      head_f=np.where(on & sp, ag, 0.0), head_b=np.where(on, np.where(sp, rs, ar), 0.0))
