@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     p.add_argument("--precision", default=None, help="default bf16-mixed on a GPU, fp32 on the CPU")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket size (torch default 25)")
+    p.add_argument("--bucket-mib", type=float, default=25.0, help="DDP bucket size in MiB (torch's bucket_cap_mb, default 25)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when visible)")
@@ -165,7 +165,7 @@ def wrap(net, strategy: Strategy, ctx: dict):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     ids = [torch.device(ctx["device"]).index] if ctx["device"].startswith("cuda") else None
-    return DDP(net, device_ids=ids, bucket_cap_mb=strategy.bucket_mb)
+    return DDP(net, device_ids=ids, bucket_cap_mb=strategy.bucket_mib)  # torch counts it in MiB
 
 
 def make_optimizer(net, strategy: Strategy, ctx: dict):
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         precision = default_precision(args.precision, ctx["device"])
         strategy = Strategy(dp=ctx["world"], micro_batch=args.micro_batch, global_batch=args.global_batch,
                             zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=precision,
-                            optimizer=args.optimizer, bucket_mb=args.bucket_mb)
+                            optimizer=args.optimizer, bucket_mib=args.bucket_mib)
         check_request(strategy, ctx["device"], ctx["world"])
         measured = run(model, strategy, ctx, steps=args.steps, warmup=args.warmup, seed=args.seed)
         row = row_of(model, strategy, ctx, measured, args)

@@ -29,7 +29,7 @@ def main() -> None:
     print(f"{model.name} on {sites}; one site alone: {pm.predict(model, site, inner).step_time * 1e3:.1f} ms/step")
     runs = {
         "synchronous DP, 25 MB buckets": {},
-        "synchronous DP, 1 GB buckets": {"strategy": inner.replace(bucket_mb=1000)},
+        "synchronous DP, 1 GiB buckets": {"strategy": inner.replace(bucket_mib=1024)},
         "DiLoCo H=100, bf16": {"sync": "diloco", "inner_steps": 100, "outer_precision": "bf16"},
         "DiLoCo H=100, int8": {"sync": "diloco", "inner_steps": 100, "outer_precision": "int8"},
         "Streaming DiLoCo H=100, F=16, tau=1, fp4": {"sync": "diloco", "inner_steps": 100,

@@ -97,9 +97,9 @@ def test_dp_times_match_their_collectives_when_nothing_overlaps():
 
 def test_ddp_communicates_once_per_step_and_hides_behind_the_last_backward():
     lay = layout(8, 1, 1, 8)
-    params = 1e9                       # 4 GB of gradients: a first bucket of 1 MiB, 159 of 25 MB, the rest
+    params = 1e9                       # 4 GB of gradients: a first bucket of 1 MiB, 152 of 25 MiB, the rest
     total = 1.75 * 4e9 / B
-    last = 1.75 * (4e9 - 2**20 - 159 * 25e6) / B
+    last = 1.75 * (4e9 - 2**20 - 152 * 25 * 2**20) / B
     one = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8), params, window_s=10.0)
     four = data_parallel.ddp_time(flat_coll(), lay, cfg(dp=8, micro_batches=4), params, window_s=10.0)
     assert float(one) == pytest.approx(last)            # only the last bucket is exposed

@@ -81,7 +81,7 @@ def test_predict_single_gpu_and_data_parallel():
     ps = pm.predict(g, two, pm.Strategy(dp=16, micro_batch=64, ps_servers=1))
     ring = pm.predict(g, two, pm.Strategy(dp=16, micro_batch=64))
     assert ps.breakdown["dp_comm"] > ring.breakdown["dp_comm"]  # one server's NICs carry 16 workers
-    fused = pm.predict(g, two, pm.Strategy(dp=16, micro_batch=64, bucket_mb=64.0))  # Horovod-style fusion buffer
+    fused = pm.predict(g, two, pm.Strategy(dp=16, micro_batch=64, bucket_mib=64.0))  # Horovod-style fusion buffer
     assert fused.step_time > 0
 
 

@@ -167,7 +167,7 @@ def test_pipeline_across_sites_pays_the_wan_at_the_boundary(node):
     bw = pm.required_wan_bandwidth(model, sites, s, target=0.2, across="pp")
     at = pm.predict_multisite(model, sites.with_wan(pm.wan_link(bw, "20ms")), s, across="pp")
     assert at.compute_utilization == pytest.approx(0.2, abs=1e-6)
-    with pytest.raises(InfeasibleError, match=r"reaches \d+\.\d% at most .*bucket_mb, micro_batch"):
+    with pytest.raises(InfeasibleError, match=r"reaches \d+\.\d% at most .*bucket_mib, micro_batch"):
         pm.required_wan_bandwidth(model, sites, s, target=0.5, across="pp")
     with pytest.raises(InvalidInputError, match="multiple of the number of sites"):
         pm.predict_multisite(model, _sites(node, 3), pm.Strategy(dp=6, pp=4, micro_batch=4), across="pp")

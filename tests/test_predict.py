@@ -99,10 +99,10 @@ def test_cli_takes_every_strategy_field():
     """Megatron-style options reach the Strategy: the CLI's JSON equals the library's prediction."""
     args = ("--model", "llama-3-8b", "--gpu", "dgx-h100", "--tp", "4", "--pp", "2", "--micro-batch", "1",
             "--global-batch", "16", "--stage-layers", "15,17", "--framework", "megatron", "--attention", "unfused",
-            "--tp-overlap", "--sequence-parallel", "--placement", "tp-pp-dp", "--bucket-mb", "50")
+            "--tp-overlap", "--sequence-parallel", "--placement", "tp-pp-dp", "--bucket-mib", "50")
     data = json.loads(run_cli("predict", *args, "--json").stdout)
     s = pm.Strategy(dp=1, tp=4, pp=2, micro_batch=1, global_batch=16, stage_layers=(15, 17), framework="megatron",
-                    attention="unfused", tp_overlap=True, sequence_parallel=True, bucket_mb=50.0)
+                    attention="unfused", tp_overlap=True, sequence_parallel=True, bucket_mib=50.0)
     expected = pm.predict(pm.preset("llama-3-8b"), pm.cluster("dgx-h100"), s)
     assert data["step_time"] == pytest.approx(float(expected.step_time), rel=1e-9)
     assert data["strategy"]["stage_layers"] == [15, 17] and data["strategy"]["framework"] == "megatron"

@@ -79,7 +79,7 @@ strategy_kwargs = st.fixed_dictionaries({}, optional={
     "tp_overlap": st.one_of(st.booleans(), st.sampled_from([0, "true", 2])), "dp_overlap": st.booleans(),
     "attention": st.sampled_from(["flash", "flash", "unfused"]), "framework": st.sampled_from(["pytorch", "megatron"]),
     "cp": st.sampled_from([1, 1, 1, 2, 3]), "fsdp": st.sampled_from([None, "full", "hybrid"]),
-    "bucket_mb": st.one_of(st.floats(allow_nan=True), st.just(25.0)), "stage_layers": st.one_of(
+    "bucket_mib": st.one_of(st.floats(allow_nan=True), st.just(25.0)), "stage_layers": st.one_of(
         st.none(), st.lists(st.integers(-1, 30), max_size=5), st.text(max_size=8))})
 
 
@@ -127,7 +127,7 @@ def test_predict_over_valid_strategies_is_finite_and_consistent(model, gpu, kwar
 @settings(max_examples=500, **SETTINGS)
 @given(kwargs=st.dictionaries(st.sampled_from(["dp", "tp", "pp", "micro_batch", "global_batch", "zero", "cp", "ep",
                                                "virtual_stages", "sequence_parallel", "tp_overlap", "stage_layers",
-                                               "bucket_mb", "ps_servers", "fsdp", "placement"]),
+                                               "bucket_mib", "ps_servers", "fsdp", "placement"]),
                               st.one_of(sensible, sensible, anything), max_size=3))
 def test_strategy_takes_any_value_or_names_the_field(kwargs):
     try:

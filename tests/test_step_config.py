@@ -19,7 +19,7 @@ def test_from_strategy_names_every_field_and_the_schedule():
     c = StepConfig.from_strategy(s)
     assert (c.dp, c.tp, c.pp, c.micro_batch, c.micro_batches, c.virtual_stages) == (4, 2, 2, 2, 4, 2)
     assert c.shard_stage == 1 and c.sequence_parallel and not c.hybrid and not c.fsdp
-    assert c.schedule == Schedule.INTERLEAVED and c.framework == "megatron" and c.bucket_bytes == 25e6
+    assert c.schedule == Schedule.INTERLEAVED and c.framework == "megatron" and c.bucket_bytes == 25 * 2**20
     assert StepConfig.from_strategy(pm.Strategy(fsdp="hybrid", dp=8)).hybrid
     assert Schedule.named("gpipe") is Schedule.GPIPE
 
@@ -37,11 +37,11 @@ def test_from_strategy_carries_the_software_stack():
 def test_from_space_takes_the_varied_fields_and_the_base_for_the_rest():
     model = pm.preset("gpt2-medium")
     space = enumerate_space(model, 16, 8, 64)
-    base = pm.Strategy(bucket_mb=50.0, dp_overlap=False)
+    base = pm.Strategy(bucket_mib=50.0, dp_overlap=False)
     c = space.step_config(base)
     a = space.arrays
     assert np.array_equal(c.dp, a["dp"]) and np.array_equal(c.micro_batches, a["micro_batches"])
-    assert np.array_equal(c.shard_stage, a["zero"]) and c.bucket_bytes == 50e6 and not c.dp_overlap
+    assert np.array_equal(c.shard_stage, a["zero"]) and c.bucket_bytes == 50 * 2**20 and not c.dp_overlap
     assert np.array_equal(c.schedule == Schedule.INTERLEAVED, a["virtual_stages"] > 1)
     with pytest.raises(ValueError):  # the arrays are read-only: one record, shared safely
         c.dp[0] = 3.0

@@ -224,7 +224,7 @@ def _tokens(model, steps) -> float:
 def _sync_reduce_s(model, multi, steps, algorithm) -> tuple[float, float, float]:
     """(exposed seconds, all buckets' seconds, bytes per site) of the gradients' three-level all-reduce.
 
-    DDP buckets (1 MiB first, then ``bucket_mb``; Li et al. 2020 §3.2) each pay every level's
+    DDP buckets (1 MiB first, then ``bucket_mib``; Li et al. 2020 §3.2) each pay every level's
     latency; the tensor x pipeline shards' groups cross the WAN together.
     """
     from perfmodel.parallel.data import DDP_FIRST_BUCKET_BYTES, _overlapped, _split
@@ -240,7 +240,7 @@ def _sync_reduce_s(model, multi, steps, algorithm) -> tuple[float, float, float]
                                     f"site {st.name!r} has tp={st.strategy.tp}, pp={st.strategy.pp}, "
                                     f"site {steps[0].name!r} tp={s.tp}, pp={s.pp}")
     total = _params_per_rank(model, s) * _grad_bytes(s)
-    head, full, size, rem = (float(v) for v in _split(total, s.bucket_mb * 1e6, DDP_FIRST_BUCKET_BYTES))
+    head, full, size, rem = (float(v) for v in _split(total, s.bucket_mib * 2**20, DDP_FIRST_BUCKET_BYTES))
     colls = {st.name: st.collectives for st in steps}
     lays = {st.name: st.dp_layout for st in steps}
 

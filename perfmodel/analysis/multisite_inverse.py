@@ -33,7 +33,7 @@ from perfmodel.workload.presets import as_model
 
 BANDWIDTH_BOUNDS = (1e3, 1e15)  # bytes/s searched: 8 kb/s to 8 Pb/s
 HINTS = {"diloco": "more inner_steps or overlap_steps would help",
-         "sync": "fewer, larger messages (bucket_mb, micro_batch) or sync='diloco' would help"}
+         "sync": "fewer, larger messages (bucket_mib, micro_batch) or sync='diloco' would help"}
 
 
 def _target(target) -> float:

@@ -57,6 +57,11 @@ NONNEGATIVE_INT = _bounded(int, 0)
 POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
 
 
+def _renamed_bucket(text: str):
+    raise argparse.ArgumentTypeError(f"--bucket-mb is now --bucket-mib (MiB, as torch's bucket_cap_mb): "
+                                     f"use --bucket-mib {text}")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Model, cluster and profile options shared by predict and the explore commands."""
     p.add_argument("--model", default="gpt2-small",
@@ -85,7 +90,9 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--virtual-stages", type=POSITIVE_INT, default=1)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--ps-servers", type=NONNEGATIVE_INT, default=0)
-    p.add_argument("--bucket-mb", type=POSITIVE_FLOAT, default=25.0, help="DDP gradient bucket size (default 25, as torch)")
+    p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=25.0,
+                   help="DDP gradient bucket size in MiB (default 25, as torch's bucket_cap_mb)")
+    p.add_argument("--bucket-mb", type=_renamed_bucket, help=argparse.SUPPRESS)
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
     p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"],
@@ -152,7 +159,7 @@ def strategy_from_args(args, n_gpus: int):
                     zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
                     optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
-                    bucket_mb=args.bucket_mb, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
+                    bucket_mib=args.bucket_mib, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", None))

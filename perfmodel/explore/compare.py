@@ -37,11 +37,11 @@ def _value(name: str, text: str):
         return None
     if name == "stage_layers":
         return parse_stage_layers(text)
-    if name == "bucket_mb":
+    if name == "bucket_mib":
         try:
             return float(text)
         except ValueError:
-            raise InvalidInputError(f"'bucket_mb' must be a number: got {text!r}") from None
+            raise InvalidInputError(f"'bucket_mib' must be a number: got {text!r}") from None
     if isinstance(default, int) or name in ("global_batch", "dp"):
         try:
             return int(text)

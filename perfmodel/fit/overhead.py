@@ -162,7 +162,7 @@ def fit_ddp_overhead(profile, cases) -> dict:
             continue
         gap = case.measured - predict(case.model, case.cluster, s, profile=profile).step_time
         grad_bytes = wire_bytes(s.precision, s.framework).grad * case.model.params / s.tp / s.pp
-        per_bucket.append(gap / float(ddp_buckets(grad_bytes, s.bucket_mb * 1e6)))
+        per_bucket.append(gap / float(ddp_buckets(grad_bytes, s.bucket_mib * 2**20)))
     if not per_bucket:
         return {}
     return {"ddp_bucket_extra_s": max(float(np.median(per_bucket)), 0.0),

@@ -20,7 +20,7 @@ import numpy as np
 from perfmodel.core.algebra import is_symbolic
 from perfmodel.core.errors import PerfModelError
 
-MB = 1e6  # Strategy.bucket_mb is priced in units of 10^6 bytes
+MIB = 2**20  # Strategy.bucket_mib is in MiB, as torch DDP bucket_cap_mb (bucket_cap_mb * 1024 * 1024)
 
 
 class Schedule(IntEnum):
@@ -112,7 +112,7 @@ class StepConfig:
         """The configuration of one ``Strategy`` (0-d values)."""
         return cls(dp=s.dp, tp=s.tp, pp=s.pp, micro_batch=s.micro_batch, micro_batches=s.micro_batches,
                    virtual_stages=s.virtual_stages, shard_stage=s.shard, sequence_parallel=s.sequence_parallel,
-                   ps_servers=s.ps_servers, bucket_bytes=s.bucket_mb * MB, hybrid=s.fsdp == "hybrid",
+                   ps_servers=s.ps_servers, bucket_bytes=s.bucket_mib * MIB, hybrid=s.fsdp == "hybrid",
                    fsdp=s.fsdp is not None, reshard=s.fsdp != "shard-grad-op", schedule=float(Schedule.named(s.schedule)), tp_overlap=s.tp_overlap,
                    dp_overlap=s.dp_overlap, stage_layers=s.stage_layers, framework=s.framework,
                    attention=s.attention, cp=s.cp, ep=s.ep, compile=s.compile, loss=s.loss,

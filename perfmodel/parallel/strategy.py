@@ -13,7 +13,7 @@ a GPU count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
@@ -44,7 +44,7 @@ def parse_stage_layers(text: str) -> tuple[int, ...] | None:
                                 f"got {text!r}") from None
 
 
-MIN_BUCKET_MB = 0.001
+MIN_BUCKET_MB = 2**-10  # 1 KiB, in MiB
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Strategy:
     virtual_stages: int = 1
     sequence_parallel: bool = False
     fsdp: str | None = None
-    bucket_mb: float = 25.0             # torch DDP bucket_cap_mb default
+    bucket_mib: float = 25.0            # torch DDP bucket_cap_mb default (MiB: bucket_cap_mb * 1024 * 1024 bytes)
     ps_servers: int = 0
     placement: str = "tp-pp-dp"
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
@@ -91,6 +91,7 @@ class Strategy:
     # tensor-parallel collectives overlapped with their GEMMs: "userbuffers" (Megatron-Core
     # --tp-comm-overlap, Transformer Engine), "async" (torchtitan async TP); None: off
     tp_comm_overlap: str | None = None
+    bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "micro_batch", "virtual_stages", "cp", "ep"):
@@ -106,9 +107,13 @@ class Strategy:
         if self.zero > 3:
             raise InvalidInputError(f"'zero' must be 0, 1, 2 or 3: got {self.zero}")
         object.__setattr__(self, "ps_servers", check_size("ps_servers", self.ps_servers, minimum=0))
-        if check_positive("bucket_mb", self.bucket_mb) < MIN_BUCKET_MB:
-            raise InvalidInputError(f"'bucket_mb' must be >= {MIN_BUCKET_MB} (1 KB; each bucket is one collective "
-                                    f"call, so smaller ones only add launches): got {self.bucket_mb!r}")
+        if self.bucket_mb is not None:
+            raise InvalidInputError(f"'bucket_mb' is now 'bucket_mib': PyTorch's bucket_cap_mb counts MiB "
+                                    f"(2**20 bytes, torch/nn/parallel/distributed.py), so the bucket is given in "
+                                    f"MiB; got bucket_mb={self.bucket_mb!r} (use bucket_mib={self.bucket_mb!r})")
+        if check_positive("bucket_mib", self.bucket_mib) < MIN_BUCKET_MB:
+            raise InvalidInputError(f"'bucket_mib' must be >= {MIN_BUCKET_MB} (1 KiB; each bucket is one collective "
+                                    f"call, so smaller ones only add launches): got {self.bucket_mib!r}")
         check_choice("framework", self.framework, FRAMEWORKS)
         self._stack_defaults()
         check_recompute(self.recompute)
