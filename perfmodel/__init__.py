@@ -5,7 +5,7 @@
 """
 
 from perfmodel import errors  # noqa: F401 (pm.errors: the public exception module)
-from perfmodel.core.errors import (
+from perfmodel.errors import (
     InfeasibleError,
     InvalidInputError,
     PerfModelError,

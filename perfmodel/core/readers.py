@@ -88,30 +88,28 @@ def _check_depth(data, where: str, error):
     return data
 
 
+def _parse(loads, decode_error, kind: str, text: str, where: str, error):
+    """``loads(text)``; a syntax error, deep nesting or an oversized integer raise ``error``."""
+    try:
+        data = loads(text)
+    except decode_error as exc:
+        detail = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise error(f"{where}: not valid {kind} ({detail})") from None
+    except RecursionError:
+        raise error(f"{where}: nests {kind} lists or tables deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise error(f"{where}: not valid {kind} ({exc})") from None
+    return _check_depth(data, where, error)
+
+
 def parse_json(text: str, where: str, *, error=InvalidInputError):
     """The document in ``text``; bad JSON or deep nesting raise ``error`` (NaN is left to the field checks)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise error(f"{where}: nests lists or objects deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise error(f"{where}: not valid JSON ({exc})") from None
-    return _check_depth(data, where, error)
+    return _parse(json.loads, json.JSONDecodeError, "JSON", text, where, error)
 
 
 def parse_toml(text: str, where: str, *, error=InvalidInputError) -> dict:
     """The table in ``text``; bad TOML or deep nesting raise ``error``."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"{where}: not valid TOML ({exc})") from None
-    except RecursionError:
-        raise error(f"{where}: nests arrays or tables deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise error(f"{where}: not valid TOML ({exc})") from None
-    return _check_depth(data, where, error)
+    return _parse(tomllib.loads, tomllib.TOMLDecodeError, "TOML", text, where, error)
 
 
 def read_json_file(path, *, field: str, error=InvalidInputError, expect: str = "a JSON file"):
