@@ -1,0 +1,204 @@
+"""Asynchronous parameter servers: each worker computes, pushes its gradient and pulls fresh
+parameters without waiting for the others (TensorFlow 1.x between-graph replication).
+
+The cluster is a closed system of W workers cycling through one step each (think time: the
+worker's own step) and S servers serving one update at a time per resource. Its throughput obeys
+the asymptotic bounds of operational analysis (Lazowska et al. 1984, *Quantitative System
+Performance*, §5.2): X(W) = min(W / t_worker, 1 / D_max), where D_max is the service demand of
+one update at the busiest server: the largest of its NIC time out (the pull), its NIC time in (the
+push) and its CPU time (the update, the copies and the TCP stack), because a server pipelines the
+three over successive workers' requests. Workers beyond W* = t_worker / D_max add nothing.
+
+Mean staleness (updates applied by the other workers between a worker's read and its write):
+X·T − 1 with T the worker's period (Zhang et al. 2016, IJCAI, "Staleness-aware async-SGD": about
+W − 1 for W equal workers). docs/parameter-servers.md derives each term.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import numpy as np
+
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.parallel.fabric import parameter_server_links
+
+PLACEMENTS = ("greedy", "round-robin")
+
+
+@dataclass(frozen=True)
+class ServerCpu:
+    """A server's CPU seconds per byte on one vCPU (calibration/ps_cpu.py, perfmodel/fit/ps_cpu.py)."""
+
+    update_s_per_byte: float       # ApplyMomentum over the variable
+    copy_s_per_byte: float         # a received tensor copied out of the RPC buffer
+    tcp_s_per_byte_per_end: float  # one end of a TCP transfer (kernel copies, checksums, system calls)
+    message_s_per_end: float       # one end of a small request-reply: the floor of one RPC
+    source: str = ""
+
+    def update_s(self, nbytes, rpcs):
+        """CPU seconds, on one vCPU, to receive ``nbytes`` of gradient, apply it, send ``nbytes`` back,
+        answering ``rpcs`` RPCs: bytes·(2·tcp + copy + update) + rpcs·message."""
+        per_byte = 2.0 * self.tcp_s_per_byte_per_end + self.copy_s_per_byte + self.update_s_per_byte
+        return np.asarray(nbytes, float) * per_byte + np.asarray(rpcs, float) * self.message_s_per_end
+
+
+@cache
+def load_server_cpu() -> ServerCpu:
+    """The bundled CPU costs (parallel/data/ps_cpu.json, measured on one vCPU)."""
+    data = json.loads((resources.files("perfmodel.parallel") / "data" / "ps_cpu.json").read_text())
+    return ServerCpu(data["update_s_per_byte"], data["copy_s_per_byte"], data["tcp_s_per_byte_per_end"],
+                     data["message_s_per_end"], source=data["source"])
+
+
+def place_variables(nbytes, servers: int, policy: str = "greedy") -> np.ndarray:
+    """Server index of each variable, in creation order.
+
+    "round-robin": the i-th variable on server i mod S (tensorflow v1.10 python/training/
+    device_setter.py, ``_RoundRobinStrategy``, replica_device_setter's default);
+    "greedy": each on the server holding the fewest bytes so far, ties to the lowest index
+    (contrib/training/python/training/device_setter.py, ``GreedyLoadBalancingStrategy`` with
+    ``byte_size_load_fn``).
+    """
+    nbytes = np.asarray(nbytes, float)
+    if policy == "round-robin":
+        return np.arange(len(nbytes)) % servers
+    if policy != "greedy":
+        raise InvalidInputError(f"'ps_placement' must be one of {', '.join(PLACEMENTS)}: got {policy!r}")
+    load = np.zeros(servers)
+    out = np.empty(len(nbytes), int)
+    for i, b in enumerate(nbytes):
+        out[i] = int(np.argmin(load))
+        load[out[i]] += b
+    return out
+
+
+@dataclass(frozen=True)
+class ServerLoad:
+    """What one worker's update asks of each server: bytes each way, RPCs answered."""
+
+    push_bytes: np.ndarray  # gradient bytes in (trainable variables)
+    pull_bytes: np.ndarray  # parameter bytes out
+    rpcs: np.ndarray        # two RecvTensor RPCs per trainable variable (the pull, the gradient)
+
+    @classmethod
+    def of(cls, variables, servers: int, policy: str) -> ServerLoad:
+        sizes = np.array([v.nbytes for v in variables])
+        trainable = np.array([v.trainable for v in variables], bool)
+        where = place_variables(sizes, servers, policy)
+        moved = np.bincount(where, weights=sizes * trainable, minlength=servers)
+        rpcs = np.bincount(where, weights=2.0 * trainable, minlength=servers)
+        return cls(moved, moved.copy(), rpcs)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A server's rates: NIC out and in (bytes/s), vCPUs (None: its CPU is not priced), latency (s)."""
+
+    egress_bytes_per_s: float
+    ingress_bytes_per_s: float
+    vcpus: int | None
+    latency_s: float
+
+
+def server_spec(cluster) -> ServerSpec:
+    """The servers' rates: the cluster's server VMs (``Cluster.servers``: NIC each way, vCPUs), else
+    machines of the node type (their NICs; CPU not priced, as nothing says how many cores they give)."""
+    vm = cluster.servers
+    if vm is not None:
+        return ServerSpec(vm.egress_bytes_per_s, vm.ingress_bytes_per_s, vm.vcpus,
+                          max(vm.latency_s, cluster.node.nic.latency_s))
+    links = parameter_server_links(cluster)
+    return ServerSpec(links["server"], links["server"], None, links["latency"])
+
+
+def server_count(strategy, cluster) -> int:
+    """S: the strategy's ``ps_servers``, else the cluster's ``[servers]`` count; both given must agree."""
+    vm_count = None if cluster.servers is None else cluster.servers.count
+    if strategy.ps_servers and vm_count is not None and strategy.ps_servers != vm_count:
+        raise InvalidInputError(f"'ps_servers'={strategy.ps_servers} contradicts the cluster's [servers] "
+                                f"count={vm_count}: give one of them")
+    count = strategy.ps_servers or vm_count
+    if not count:
+        raise InvalidInputError("'ps_async'=True needs parameter servers: give ps_servers=S in the strategy "
+                                "or a [servers] table with 'count' in the cluster (pm.cluster(servers=...))")
+    return int(count)
+
+
+@dataclass(frozen=True)
+class AsyncPS:
+    """The asynchronous parameter-server cluster: rates, the binding resource, staleness. Times in s."""
+
+    workers: int
+    servers: int
+    placement: str
+    worker_step_s: float        # one worker's own step: compute + pull + the push backward does not hide
+    compute_s: float
+    pull_s: float
+    push_exposed_s: float
+    server_demand_s: tuple      # per server: max(NIC out, NIC in, CPU) seconds per update
+    server_cpu_s: tuple         # per server: CPU seconds per update (NaN: not priced)
+    updates_per_second: float   # cluster throughput (steps/s as TensorFlow counts global steps)
+    worker_period_s: float      # time between one worker's updates (its step, or its wait at saturation)
+    saturating_workers: float   # W* = worker step / busiest server's demand
+    bottleneck: str
+    mean_staleness: float
+    server_bytes: tuple         # per server: bytes pulled per update
+
+    @property
+    def saturated(self) -> bool:
+        return self.workers >= self.saturating_workers
+
+
+def server_demand(load: ServerLoad, spec: ServerSpec, cpu: ServerCpu):
+    """(demand, NIC out, NIC in, CPU) seconds per update at each server; CPU spread over its vCPUs
+    (TensorFlow runs RPCs and update kernels on a pool of one thread per core:
+    core/common_runtime/process_util.cc, inter-op threads default to the core count)."""
+    out = load.pull_bytes / spec.egress_bytes_per_s
+    inn = load.push_bytes / spec.ingress_bytes_per_s
+    if spec.vcpus is None:
+        busy = np.full_like(out, np.nan)
+        return np.maximum(out, inn), out, inn, busy
+    busy = cpu.update_s(load.pull_bytes, load.rpcs) / spec.vcpus
+    return np.maximum(np.maximum(out, inn), busy), out, inn, busy
+
+
+def _bottleneck(w: int, w_star: float, i: int, out, inn, busy, spec: ServerSpec) -> str:
+    if w < w_star:
+        return f"the workers' own steps ({w} worker{'s' if w > 1 else ''} < {w_star:.1f} that saturate the servers)"
+    parts = {"NIC out (parameter pulls)": out[i], "NIC in (gradient pushes)": inn[i],
+             f"CPU ({spec.vcpus} vCPUs: updates, copies, TCP)": busy[i]}
+    name = max((k for k, v in parts.items() if np.isfinite(v)), key=parts.get)
+    return f"server {i}'s {name}: {parts[name] * 1e3:.2f} ms per update, saturated from {w_star:.1f} workers"
+
+
+def async_ps(*, compute_s: float, backward_s: float, variables, workers: int, servers: int, spec: ServerSpec,
+             worker_bw_bytes_per_s: float, placement: str = "greedy", cpu: ServerCpu | None = None) -> AsyncPS:
+    """Price asynchronous parameter-server training of ``workers`` equal workers over ``servers`` servers.
+
+    A worker's own step: compute + pull + exposed push, where the pull moves all parameters through
+    its NIC and at most each server's NIC rate (P/B_w, and p_s/B_out for each server s) + latency,
+    and the push (the same bytes in) overlaps backward as gradients become ready (as DDP buckets).
+    Cluster rate: min(W / t_worker, 1 / D_max) (module docstring).
+    """
+    cpu = cpu or load_server_cpu()
+    load = ServerLoad.of(variables, servers, placement)
+    demand, out, inn, busy = server_demand(load, spec, cpu)
+    total = float(load.pull_bytes.sum())
+    pull = max(total / worker_bw_bytes_per_s, float(out.max())) + spec.latency_s
+    push = max(total / worker_bw_bytes_per_s, float(inn.max()))
+    push_exposed = max(push - backward_s, 0.0) + spec.latency_s
+    t_worker = compute_s + pull + push_exposed
+    d_max, busiest = float(demand.max()), int(np.argmax(demand))
+    rate = min(workers / t_worker, 1.0 / d_max) if d_max > 0 else workers / t_worker
+    w_star = t_worker / d_max if d_max > 0 else np.inf
+    period = workers / rate
+    return AsyncPS(workers=workers, servers=servers, placement=placement, worker_step_s=t_worker,
+                   compute_s=compute_s, pull_s=pull, push_exposed_s=push_exposed,
+                   server_demand_s=tuple(map(float, demand)), server_cpu_s=tuple(map(float, busy)),
+                   updates_per_second=rate, worker_period_s=period, saturating_workers=w_star,
+                   bottleneck=_bottleneck(workers, w_star, busiest, out, inn, busy, spec),
+                   mean_staleness=max(rate * period - 1.0, 0.0), server_bytes=tuple(map(float, load.pull_bytes)))
