@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -89,6 +89,8 @@ class Prediction:
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
+        if self.ps is not None:
+            out["ps"] = asdict(self.ps)
         return out
 
 
