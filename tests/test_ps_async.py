@@ -10,7 +10,7 @@ import pytest
 import perfmodel as pm
 from perfmodel.errors import InvalidInputError, UnsupportedError
 from perfmodel.hardware.cloud import gcp_cap, instance_cap, server_vm
-from perfmodel.parallel.ps_async import ServerCpu, ServerSpec, async_ps, place_variables
+from perfmodel.parallel.ps_async import ServerCpu, ServerLoad, ServerSpec, async_ps, place_variables
 from perfmodel.workload.variables import Variable, model_variables
 
 TRAIN = dict(micro_batch=128, precision="fp32", optimizer="sgd", framework="tensorflow")
@@ -144,3 +144,13 @@ def test_bundled_cpu_costs_are_measured_and_positive():
     assert all(data[k] > 0 for k in ("update_s_per_byte", "copy_s_per_byte", "tcp_s_per_byte_per_end",
                                      "message_s_per_end"))
     assert "calibration.ps_cpu" in data["source"]
+
+
+def test_round_robin_puts_every_shake_shake_kernel_on_one_of_two_servers():
+    # 6 variables per conv + BN (kernel, bias, gamma, beta, moving mean, moving variance) after
+    # global_step: round-robin over 2 servers sends every kernel to server 1; greedy splits them
+    variables = model_variables(pm.preset("shake-shake-big"))
+    rr = ServerLoad.of(variables, 2, "round-robin").pull_bytes
+    greedy = ServerLoad.of(variables, 2, "greedy").pull_bytes
+    assert rr[1] / rr.sum() > 0.99
+    assert max(greedy) / greedy.sum() < 0.55
