@@ -154,3 +154,18 @@ def test_round_robin_puts_every_shake_shake_kernel_on_one_of_two_servers():
     greedy = ServerLoad.of(variables, 2, "greedy").pull_bytes
     assert rr[1] / rr.sum() > 0.99
     assert max(greedy) / greedy.sum() < 0.55
+
+
+def test_cli_predict_async_names_the_bottleneck(cluster_file, capsys):
+    from perfmodel.cli import main
+
+    code = main(["predict", "--model", "resnet-cifar32", "--gpu", str(cluster_file), "--micro-batch", "128",
+                 "--precision", "fp32", "--optimizer", "sgd", "--framework", "tensorflow", "--ps-async", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ps"]["servers"] == 2 and out["strategy"]["ps_async"] is True
+    assert out["samples_per_second"] == pytest.approx(out["ps"]["updates_per_second"] * 128)
+
+
+def test_mixed_gpu_types_refuse_async_servers():
+    with pytest.raises(UnsupportedError, match="one GPU type per cluster"):
+        pm.predict_mixed("resnet-cifar15", [("k80", 2), ("p100", 2)], pm.Strategy(ps_async=True, ps_servers=1))

@@ -255,6 +255,10 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     strategy = Strategy(micro_batch=8) if strategy is None else strategy
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(strategy).__name__}")
+    if strategy.ps_async:
+        raise UnsupportedError("predict_mixed prices synchronous steps of mixed GPU types; asynchronous "
+                               "parameter servers are priced for one GPU type per cluster: pm.predict(model, "
+                               "pm.cluster(gpu, nodes=n, servers=...), Strategy(ps_async=True))")
     model = as_model(model)
     groups = _workers(workers)
     profs = _profiles(profile, [g for g, _ in groups])
