@@ -166,6 +166,15 @@ def test_cli_predict_async_names_the_bottleneck(cluster_file, capsys):
     assert out["samples_per_second"] == pytest.approx(out["ps"]["updates_per_second"] * 128)
 
 
-def test_mixed_gpu_types_refuse_async_servers():
-    with pytest.raises(UnsupportedError, match="one GPU type per cluster"):
-        pm.predict_mixed("resnet-cifar15", [("k80", 2), ("p100", 2)], pm.Strategy(ps_async=True, ps_servers=1))
+def test_mixed_gpu_types_async_sum_worker_rates_and_agree_with_predict():
+    s = pm.Strategy(ps_async=True, **TRAIN)
+    vm = server_vm(vcpus=4, provider="gcp")
+    one_type = pm.predict_mixed("resnet-cifar15", [("p100", 4)], s, servers=1, server_node=vm)
+    p = pm.predict("resnet-cifar15", pm.cluster("p100", nodes=4, servers=vm), s.replace(ps_servers=1))
+    assert one_type.updates_per_second[0] == pytest.approx(p.ps.updates_per_second, rel=1e-12)
+    mixed = pm.predict_mixed("resnet-cifar15", [("k80", 2), ("p100", 2)], s, servers=1, server_node=vm).iloc[0]
+    k80 = pm.predict_mixed("resnet-cifar15", [("k80", 1)], s, servers=1, server_node=vm).updates_per_second[0]
+    p100 = pm.predict_mixed("resnet-cifar15", [("p100", 1)], s, servers=1, server_node=vm).updates_per_second[0]
+    assert mixed.updates_per_second == pytest.approx(2 * k80 + 2 * p100)  # below saturation: rates add
+    with pytest.raises(InvalidInputError, match="needs parameter servers"):
+        pm.predict_mixed("resnet-cifar15", [("k80", 2)], s)

@@ -135,7 +135,7 @@ class AsyncPS:
     workers: int
     servers: int
     placement: str
-    worker_step_s: float        # one worker's own step: compute + pull + the push backward does not hide
+    worker_step_s: float        # a worker's own step (mean over workers): compute + pull + the push backward does not hide
     compute_s: float
     pull_s: float
     push_exposed_s: float
@@ -147,6 +147,7 @@ class AsyncPS:
     bottleneck: str
     mean_staleness: float
     server_bytes: tuple         # per server: bytes pulled per update
+    worker_steps_s: tuple = ()  # per worker: its own step (mixed GPU types differ)
 
     @property
     def saturated(self) -> bool:
@@ -175,14 +176,16 @@ def _bottleneck(w: int, w_star: float, i: int, out, inn, busy, spec: ServerSpec)
     return f"server {i}'s {name}: {parts[name] * 1e3:.2f} ms per update, saturated from {w_star:.1f} workers"
 
 
-def async_ps(*, compute_s: float, backward_s: float, variables, workers: int, servers: int, spec: ServerSpec,
+def async_ps(*, compute_s, backward_s, variables, workers: int, servers: int, spec: ServerSpec,
              worker_bw_bytes_per_s: float, placement: str = "greedy", cpu: ServerCpu | None = None) -> AsyncPS:
-    """Price asynchronous parameter-server training of ``workers`` equal workers over ``servers`` servers.
+    """Price asynchronous parameter-server training of ``workers`` workers over ``servers`` servers.
 
-    A worker's own step: compute + pull + exposed push, where the pull moves all parameters through
-    its NIC and at most each server's NIC rate (P/B_w, and p_s/B_out for each server s) + latency,
-    and the push (the same bytes in) overlaps backward as gradients become ready (as DDP buckets).
-    Cluster rate: min(W / t_worker, 1 / D_max) (module docstring).
+    ``compute_s``, ``backward_s``: one worker's compute and backward seconds, or one value per worker
+    (mixed GPU types). A worker's own step: compute + pull + exposed push, where the pull moves all
+    parameters through its NIC and at most each server's NIC rate (P/B_w, and p_s/B_out for each
+    server s) + latency, and the push (the same bytes in) overlaps backward as gradients become
+    ready (as DDP buckets). Cluster rate: min(sum_i 1/t_i, 1/D_max) (module docstring); at
+    saturation every worker slows by the same factor, so worker i's period is t_i · sum_j(1/t_j) / X.
     """
     cpu = cpu or load_server_cpu()
     load = ServerLoad.of(variables, servers, placement)
@@ -190,15 +193,18 @@ def async_ps(*, compute_s: float, backward_s: float, variables, workers: int, se
     total = float(load.pull_bytes.sum())
     pull = max(total / worker_bw_bytes_per_s, float(out.max())) + spec.latency_s
     push = max(total / worker_bw_bytes_per_s, float(inn.max()))
-    push_exposed = max(push - backward_s, 0.0) + spec.latency_s
-    t_worker = compute_s + pull + push_exposed
+    compute = np.broadcast_to(np.asarray(compute_s, float), (workers,))
+    push_exposed = np.maximum(push - np.broadcast_to(np.asarray(backward_s, float), (workers,)), 0.0) + spec.latency_s
+    t_worker = compute + pull + push_exposed
     d_max, busiest = float(demand.max()), int(np.argmax(demand))
-    rate = min(workers / t_worker, 1.0 / d_max) if d_max > 0 else workers / t_worker
-    w_star = t_worker / d_max if d_max > 0 else np.inf
-    period = workers / rate
-    return AsyncPS(workers=workers, servers=servers, placement=placement, worker_step_s=t_worker,
-                   compute_s=compute_s, pull_s=pull, push_exposed_s=push_exposed,
+    alone = float(np.sum(1.0 / t_worker))  # the workers' rates summed: the cluster's rate if servers never bind
+    rate = min(alone, 1.0 / d_max) if d_max > 0 else alone
+    periods = t_worker * alone / rate
+    w_star = workers / (alone * d_max) if d_max > 0 else np.inf
+    return AsyncPS(workers=workers, servers=servers, placement=placement, worker_step_s=float(t_worker.mean()),
+                   compute_s=float(compute.mean()), pull_s=pull, push_exposed_s=float(push_exposed.mean()),
                    server_demand_s=tuple(map(float, demand)), server_cpu_s=tuple(map(float, busy)),
-                   updates_per_second=rate, worker_period_s=period, saturating_workers=w_star,
+                   updates_per_second=rate, worker_period_s=float(periods.mean()), saturating_workers=w_star,
                    bottleneck=_bottleneck(workers, w_star, busiest, out, inn, busy, spec),
-                   mean_staleness=max(rate * period - 1.0, 0.0), server_bytes=tuple(map(float, load.pull_bytes)))
+                   mean_staleness=max(float(np.mean(rate * periods)) - 1.0, 0.0),
+                   server_bytes=tuple(map(float, load.pull_bytes)), worker_steps_s=tuple(map(float, t_worker)))
