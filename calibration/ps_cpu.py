@@ -15,6 +15,8 @@ One thread (one vCPU) each, fp32 tensors of 4 KiB to 64 MiB, the median of ``--r
 * ``tcp_loopback``: bytes sent through a loopback TCP socket and received into a buffer,
   sender and receiver threads in this process; ``seconds`` is the process's CPU time (both
   ends: kernel copies, checksums, the system calls), so one end costs about half of it;
+* ``grpc_call``: one unary gRPC call carrying the bytes to an in-process server (grpcio, raw
+  bytes, no protobuf: gRPC's framing and slice copies over loopback TCP; NaN without grpcio);
 * ``tcp_message``: one small request and its reply on an open loopback connection (CPU time of
   both ends per round trip): the floor of the per-tensor cost of an RPC.
 
@@ -124,7 +126,38 @@ def tcp_message(nbytes: int, repeats: int, rounds: int = 500) -> float:
         b.close()
 
 
-OPS = {"momentum_update": momentum_update, "tensor_copy": tensor_copy, "tcp_loopback": tcp_loopback}
+def grpc_call(nbytes: int, repeats: int, rounds: int = 4) -> float:
+    """CPU seconds (both ends) of one unary gRPC call carrying ``nbytes`` to an in-process server on
+    loopback (raw bytes, no protobuf), as a RecvTensor response carries a tensor; None without grpcio."""
+    try:
+        import grpc
+    except ModuleNotFoundError:
+        return float("nan")
+    from concurrent import futures
+
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    handler = grpc.method_handlers_generic_handler("ps", {"push": grpc.unary_unary_rpc_method_handler(
+        lambda request, context: b"ok", request_deserializer=None, response_serializer=None)})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=options)
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=options)
+    call = channel.unary_unary("/ps/push")
+    payload = bytes(nbytes)
+
+    def calls():
+        for _ in range(rounds):
+            call(payload)
+    try:
+        return _median_s(calls, repeats, clock=time.process_time) / rounds
+    finally:
+        channel.close()
+        server.stop(None)
+
+
+OPS = {"momentum_update": momentum_update, "tensor_copy": tensor_copy, "tcp_loopback": tcp_loopback,
+       "grpc_call": grpc_call}
 MESSAGE_SIZES = [64, 1024]
 
 

@@ -17,7 +17,7 @@ TRAIN = dict(micro_batch=128, precision="fp32", optimizer="sgd", framework="tens
 # two 4 MB variables; one update moves 8 MB each way through the server
 VARS = (Variable("a", 10**6, True), Variable("b", 10**6, True), Variable("moving_mean", 64, False))
 NIC = ServerSpec(egress_bytes_per_s=1e9, ingress_bytes_per_s=1e9, vcpus=4, latency_s=0.0)
-CPU = ServerCpu(update_s_per_byte=1e-9, copy_s_per_byte=0.0, tcp_s_per_byte_per_end=0.0, message_s_per_end=0.0)
+CPU = ServerCpu(update_s_per_byte=1e-9, copy_s_per_byte=0.0, transfer_s_per_byte_per_end=0.0, message_s_per_end=0.0)
 
 
 def _run(workers, spec=NIC, cpu=CPU, compute=0.1):
@@ -141,8 +141,9 @@ def test_tensorflow_stack_refuses_what_it_cannot_price():
 
 def test_bundled_cpu_costs_are_measured_and_positive():
     data = json.loads((resources.files("perfmodel.parallel") / "data" / "ps_cpu.json").read_text())
-    assert all(data[k] > 0 for k in ("update_s_per_byte", "copy_s_per_byte", "tcp_s_per_byte_per_end",
+    assert all(data[k] > 0 for k in ("update_s_per_byte", "copy_s_per_byte", "transfer_s_per_byte_per_end",
                                      "message_s_per_end"))
+    assert data["transfer_measured_by"] == "grpc_call"
     assert "calibration.ps_cpu" in data["source"]
 
 

@@ -8,7 +8,11 @@ tensors: the per-call cost is amortised; the median resists a busy host's outlie
 is the ratio of the largest to the smallest of those rows. The numpy momentum update makes four
 passes touching 10 words per element; TensorFlow's ApplyMomentum functor (training_ops.cc, v1.10:
 ``accum = accum * momentum + grad; var -= accum * lr``, two Eigen expressions) touches 6, so the
-update cost is scaled by 6/10. TCP rows time both ends of the connection: half is one end.
+update cost is scaled by 6/10. TCP and gRPC rows time both ends of the connection: half is one
+end. A tensor's transfer is priced by the gRPC call (grpcio over loopback: gRPC's framing and slice
+copies on top of TCP) when the table has it, else by raw TCP. The per-call floor is the raw TCP
+request-reply: grpcio's Python layer adds hundreds of microseconds per call that TensorFlow's C++
+runtime does not pay.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from perfmodel.core.readers import read_csv_file, read_json_file
 BUNDLED = Path(__file__).resolve().parents[1] / "parallel" / "data" / "ps_cpu.json"
 LARGE_BYTES = 2**20
 NUMPY_WORDS, EIGEN_WORDS = 10, 6  # words touched per element by the update (module docstring)
-OPS = ("momentum_update", "tensor_copy", "tcp_loopback", "tcp_message")
+OPS = ("momentum_update", "tensor_copy", "tcp_loopback", "tcp_message")  # grpc_call: optional
 
 
 def _per_byte(rows, op: str) -> tuple[float, float]:
@@ -47,13 +51,19 @@ def fit_ps_cpu(folder) -> dict:
     update, update_spread = _per_byte(rows, "momentum_update")
     copy, copy_spread = _per_byte(rows, "tensor_copy")
     tcp, tcp_spread = _per_byte(rows, "tcp_loopback")
+    grpc = rows[(rows.op == "grpc_call") & rows.seconds.notna()]
+    rpc, rpc_spread = _per_byte(grpc, "grpc_call") if len(grpc) else (tcp, tcp_spread)
     message = float(np.median(rows[rows.op == "tcp_message"].seconds))
     return {
         "update_s_per_byte": update * EIGEN_WORDS / NUMPY_WORDS,
         "copy_s_per_byte": copy,
         "tcp_s_per_byte_per_end": tcp / 2.0,
+        # what one end of a tensor's transfer costs: the gRPC call when measured, else raw TCP
+        "transfer_s_per_byte_per_end": rpc / 2.0,
+        "transfer_measured_by": "grpc_call" if len(grpc) else "tcp_loopback",
         "message_s_per_end": message / 2.0,
-        "spread": {"momentum_update": update_spread, "tensor_copy": copy_spread, "tcp_loopback": tcp_spread},
+        "spread": {"momentum_update": update_spread, "tensor_copy": copy_spread, "tcp_loopback": tcp_spread,
+                   "transfer": rpc_spread},
         "measured": {"date": meta.get("date"), "host": meta.get("host"), "cpu_count": meta.get("cpu_count"),
                      "load_average": meta.get("load_average")},
         "source": f"calibration.ps_cpu on {meta.get('host')} ({meta.get('date')}), fitted by perfmodel.fit.ps_cpu",

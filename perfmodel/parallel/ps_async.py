@@ -35,14 +35,14 @@ class ServerCpu:
 
     update_s_per_byte: float       # ApplyMomentum over the variable
     copy_s_per_byte: float         # a received tensor copied out of the RPC buffer
-    tcp_s_per_byte_per_end: float  # one end of a TCP transfer (kernel copies, checksums, system calls)
+    transfer_s_per_byte_per_end: float  # one end of a tensor's transfer (gRPC over TCP: framing, copies, system calls)
     message_s_per_end: float       # one end of a small request-reply: the floor of one RPC
     source: str = ""
 
     def update_s(self, nbytes, rpcs):
         """CPU seconds, on one vCPU, to receive ``nbytes`` of gradient, apply it, send ``nbytes`` back,
-        answering ``rpcs`` RPCs: bytes·(2·tcp + copy + update) + rpcs·message."""
-        per_byte = 2.0 * self.tcp_s_per_byte_per_end + self.copy_s_per_byte + self.update_s_per_byte
+        answering ``rpcs`` RPCs: bytes·(2·transfer + copy + update) + rpcs·message."""
+        per_byte = 2.0 * self.transfer_s_per_byte_per_end + self.copy_s_per_byte + self.update_s_per_byte
         return np.asarray(nbytes, float) * per_byte + np.asarray(rpcs, float) * self.message_s_per_end
 
 
@@ -50,7 +50,7 @@ class ServerCpu:
 def load_server_cpu() -> ServerCpu:
     """The bundled CPU costs (parallel/data/ps_cpu.json, measured on one vCPU)."""
     data = json.loads((resources.files("perfmodel.parallel") / "data" / "ps_cpu.json").read_text())
-    return ServerCpu(data["update_s_per_byte"], data["copy_s_per_byte"], data["tcp_s_per_byte_per_end"],
+    return ServerCpu(data["update_s_per_byte"], data["copy_s_per_byte"], data["transfer_s_per_byte_per_end"],
                      data["message_s_per_end"], source=data["source"])
 
 
