@@ -171,7 +171,7 @@ def _bottleneck(w: int, w_star: float, i: int, out, inn, busy, spec: ServerSpec)
     if w < w_star:
         return f"the workers' own steps ({w} worker{'s' if w > 1 else ''} < {w_star:.1f} that saturate the servers)"
     parts = {"NIC out (parameter pulls)": out[i], "NIC in (gradient pushes)": inn[i],
-             f"CPU ({spec.vcpus} vCPUs: updates, copies, TCP)": busy[i]}
+             f"CPU ({spec.vcpus} vCPUs: updates, copies, gRPC)": busy[i]}
     name = max((k for k, v in parts.items() if np.isfinite(v)), key=parts.get)
     return f"server {i}'s {name}: {parts[name] * 1e3:.2f} ms per update, saturated from {w_star:.1f} workers"
 
