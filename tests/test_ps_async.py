@@ -179,3 +179,16 @@ def test_mixed_gpu_types_async_sum_worker_rates_and_agree_with_predict():
     assert mixed.updates_per_second == pytest.approx(2 * k80 + 2 * p100)  # below saturation: rates add
     with pytest.raises(InvalidInputError, match="needs parameter servers"):
         pm.predict_mixed("resnet-cifar15", [("k80", 2)], s)
+
+
+def test_worker_vms_take_their_cloud_cap(tmp_path):
+    from perfmodel.parallel.fabric import parameter_server_links
+
+    path = tmp_path / "workers.toml"
+    path.write_text('nodes = 2\nnode = "p100"\n[workers]\nvcpus = 8\nprovider = "gcp"\n')
+    c = pm.cluster(str(path))
+    assert c.node.nic.bw_bytes_per_s == pytest.approx(2e9)  # n1 with 8 vCPUs: 16 Gb/s
+    assert parameter_server_links(c)["worker"] == pytest.approx(2e9)  # the cap is what the VM reaches
+    path.write_text('node = "p100"\n[workers]\nvcpu = 8\n')
+    with pytest.raises(InvalidInputError, match=r"\[workers\].*'vcpu'"):
+        pm.cluster(str(path))

@@ -21,6 +21,7 @@ from perfmodel.core.errors import InvalidInputError, unknown_name
 from perfmodel.core.readers import parse_toml
 from perfmodel.core.units import parse_bandwidth, parse_duration
 from perfmodel.hardware.catalog import load_link
+from perfmodel.hardware.link import Link
 from perfmodel.hardware.servers import DEFAULT_LATENCY_S, ServerVM
 
 PROVIDERS = ("gcp", "aws", "azure")
@@ -126,3 +127,29 @@ def servers_from_dict(data: Mapping, where: str) -> ServerVM:
         return server_vm(**kw)
     except InvalidInputError as err:
         raise InvalidInputError(f"{where} [servers]: {err}") from None
+
+
+WORKER_FIELDS = ("vcpus", "nic", "provider", "machine", "family")
+
+
+def vm_nic(vcpus=None, nic=None, *, provider=None, machine=None, family=None) -> Link:
+    """A GPU worker VM's network as its cloud caps it (or as given): an Ethernet link whose rate is
+    the cap, which is what the VM reaches (``nccl_busbw`` = the cap), for ``pm.cluster(nic=...)``."""
+    vm = server_vm(vcpus, nic, provider=provider, machine=machine, family=family, name="worker")
+    rate = min(vm.egress_bytes_per_s, vm.ingress_bytes_per_s)
+    return Link(name=f"{provider or 'vm'}-{vm.vcpus}vcpu-nic", kind="ethernet", bw_bytes_per_s=rate,
+                latency_s=vm.latency_s, nccl_busbw_bytes_per_s=rate, source=f"per-VM cap: {vm.source}")
+
+
+def workers_from_dict(data: Mapping, where: str) -> Link:
+    """A ``[workers]`` table of a cluster TOML (the worker VMs' network cap); errors name ``where``."""
+    if not isinstance(data, Mapping):
+        raise InvalidInputError(f"{where}: [workers] must be a table: got {data!r}")
+    for key in data:
+        if key not in WORKER_FIELDS:
+            raise InvalidInputError(f"{where} [workers]: {unknown_name('field', key, WORKER_FIELDS)}")
+    try:
+        return vm_nic(**dict(data))
+    except InvalidInputError as err:
+        raise InvalidInputError(f"{where} [workers]: {err}") from None
+
