@@ -3,9 +3,10 @@
     python -m perfmodel.fit.ps_cpu perfmodel/data/ps-cpu-2026-12-01            # print the fit
     python -m perfmodel.fit.ps_cpu perfmodel/data/ps-cpu-2026-12-01 --write    # bundle it
 
-Each per-byte cost is the median of seconds / bytes over the rows of at least 1 MiB (large
-tensors: the per-call cost is amortised; the median resists a busy host's outliers); its spread
-is the ratio of the largest to the smallest of those rows. The numpy momentum update makes four
+Each per-byte cost is the median of seconds / bytes over the rows of at least 16 MiB: memory
+resident beyond the caches, as a server's whole state is (its variables and their slots, many MB,
+each touched once an update; 1 MiB rows run from cache 5-10x faster), the per-call cost amortised.
+Its spread is the ratio of the largest to the smallest of those rows. The numpy momentum update makes four
 passes touching 10 words per element; TensorFlow's ApplyMomentum functor (training_ops.cc, v1.10:
 ``accum = accum * momentum + grad; var -= accum * lr``, two Eigen expressions) touches 6, so the
 update cost is scaled by 6/10. TCP and gRPC rows time both ends of the connection: half is one
@@ -27,7 +28,7 @@ from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.readers import read_csv_file, read_json_file
 
 BUNDLED = Path(__file__).resolve().parents[1] / "parallel" / "data" / "ps_cpu.json"
-LARGE_BYTES = 2**20
+LARGE_BYTES = 2**24  # 16 MiB: beyond the caches, as a server's state is (all variables and slots, touched once an update)
 NUMPY_WORDS, EIGEN_WORDS = 10, 6  # words touched per element by the update (module docstring)
 OPS = ("momentum_update", "tensor_copy", "tcp_loopback", "tcp_message")  # grpc_call: optional
 
