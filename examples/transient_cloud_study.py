@@ -1,13 +1,14 @@
-"""Training a CNN with parameter servers on transient (preemptible) cloud GPUs, mixed types.
+"""Training CIFAR-10 CNNs with asynchronous parameter servers on transient (preemptible) cloud GPUs.
 
 The setting of Li, Walls & Guo, "Characterizing and Modeling Distributed
-Training with Transient Cloud GPU Servers" (ICDCS 2020): a ResNet-style CNN
-trained synchronously with parameter servers on Google Cloud workers of one
-GPU each (K80, P100, V100), the workers preemptible. This script predicts the
-step time of homogeneous and mixed clusters with ``perfmodel.predict_mixed``,
-then the time and cost of a whole run under revocations with
-``perfmodel.analysis.transient.plan_training`` (bundled GCP prices; revocation rates
-are illustrative, see docs/transient.md).
+Training with Transient Cloud GPU Servers" (ICDCS 2020): TensorFlow 1.10 with
+Tensor2Tensor 1.9 trains ResNet-32 and Shake-Shake networks on Google Cloud
+workers of one GPU each (K80, P100, V100) with asynchronous parameter servers on
+CPU-only VMs. This script predicts the cluster's speed (global steps/s) as workers
+and servers are added (``framework="tensorflow"``, ``ps_async=True``, GCP server VMs
+of 4 vCPUs whose egress is capped at 2 Gb/s per vCPU), names what saturates, then
+prices a whole run under revocations with ``perfmodel.analysis.transient.plan_training``
+(bundled GCP prices; revocation rates are illustrative, see docs/transient.md).
 
 Run it with::
 
@@ -15,9 +16,9 @@ Run it with::
     python examples/transient_cloud_study.py --quick   # 500 trials, a few seconds
 
 Both write ``transient_cost_vs_mix.png`` (expected cost on preemptible vs
-on-demand GPUs and the time to train, per cluster mix) and
-``transient_time_distribution.png`` (the spread of the time to train of the
-mixed cluster under synchronous training) in the current folder.
+on-demand GPUs and the time to train, per cluster) and
+``transient_time_distribution.png`` (the spread of the time to train of one
+cluster under asynchronous training) in the current folder.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import argparse
 import pandas as pd
 
 import perfmodel as pm
-from perfmodel.report.transient_plots import plot_time_distribution  # noqa: E402
 from perfmodel.analysis.transient import (
     checkpoint_time_s,
     default_checkpoint_bytes,
@@ -36,121 +36,123 @@ from perfmodel.analysis.transient import (
     revocation_model,
     simulate_time,
 )
-from perfmodel.report.transient_plots import plot_cost_vs_mix
 from perfmodel.analysis.transient.prices import select_row
+from perfmodel.hardware.cloud import server_vm
+from perfmodel.report.transient_plots import plot_cost_vs_mix, plot_time_distribution
 
-# ResNet-50 (25.6 M parameters) at 32 images per worker, fp32: the K80 has no bf16 support.
-MODEL = "resnet50"
-STRATEGY = pm.Strategy(micro_batch=32, precision="fp32", optimizer="sgd")
-STEPS = 20_000  # an illustrative run length: 20 000 steps x 32 images x 8 workers = 5.1 M images
-CLUSTERS = {
-    "8x K80": [("k80", 8)],
-    "8x P100": [("p100", 8)],
-    "8x V100": [("v100", 8)],
-    "4 K80 + 2 P100 + 2 V100": [("k80", 4), ("p100", 2), ("v100", 2)],
-    "4 P100 + 4 V100": [("p100", 4), ("v100", 4)],
-}
-COMMS = {"1 PS, 10 Gb/s": {"servers": 1}, "4 PS, 10 Gb/s": {"servers": 4}, "ring all-reduce": {"servers": 0}}
+MODELS = ("resnet-cifar32", "shake-shake-big")
+# T2T 1.9's CIFAR hparams: batch 128 per worker, fp32, momentum SGD; TensorFlow's asynchronous servers
+STRATEGY = pm.Strategy(micro_batch=128, precision="fp32", optimizer="sgd", framework="tensorflow", ps_async=True)
+GPUS = ("k80", "p100", "v100")
+WORKERS = (1, 2, 4, 8)
+SERVERS = (1, 2)
+STEPS = 64_000  # an illustrative run: 64 000 global steps x 128 images = 164 epochs of CIFAR-10
 
 
-def speed_table(model) -> pd.DataFrame:
-    """Step time and throughput of every cluster, gradient exchange and batch-split policy."""
+def cluster_of(gpu: str, workers: int, servers: int):
+    """``workers`` single-GPU VMs beside ``servers`` 4-vCPU GCP server VMs (n1: 8 Gb/s egress each)."""
+    return pm.cluster(gpu, nodes=workers, servers=server_vm(vcpus=4, provider="gcp", count=servers))
+
+
+def speed_table() -> pd.DataFrame:
+    """Cluster steps/s, speed-up over one worker, the saturating worker count and the bottleneck."""
     rows = []
-    for name, workers in CLUSTERS.items():
-        for comm, kw in COMMS.items():
-            out = pm.predict_mixed(model, workers, STRATEGY, **kw)
-            for _, r in out.iterrows():
-                rows.append({"cluster": name, "exchange": comm, "policy": r.policy,
-                             "step_ms": 1e3 * r.step_time_s, "compute_ms": 1e3 * r.compute_s,
-                             "comm_ms": 1e3 * r.comm_s, "images_per_s": r.samples_per_second,
-                             "efficiency": r.efficiency, "slowest": r.slowest})
+    for model in MODELS:
+        for gpu in GPUS:
+            for servers in SERVERS:
+                solo = None
+                for w in WORKERS:
+                    p = pm.predict(model, cluster_of(gpu, w, servers), STRATEGY)
+                    solo = solo or p.ps.updates_per_second
+                    rows.append({"model": model, "gpu": gpu, "servers": servers, "workers": w,
+                                 "steps_per_s": p.ps.updates_per_second, "speedup": p.ps.updates_per_second / solo,
+                                 "worker_step_ms": 1e3 * p.ps.worker_step_s, "saturates_at": p.ps.saturating_workers,
+                                 "staleness": p.ps.mean_staleness, "bottleneck": p.ps.bottleneck})
     return pd.DataFrame(rows)
 
 
-def cost_table(model, speeds: pd.DataFrame, trials: int) -> pd.DataFrame:
-    """Time and cost of STEPS steps on each cluster (4 servers, best policy), on-demand vs preemptible."""
+MIXED = [("k80", 4), ("p100", 2), ("v100", 2)]
+
+
+def mixed_table() -> pd.DataFrame:
+    """4 K80 + 2 P100 + 2 V100 workers (each its own step time) with one and two server VMs."""
     rows = []
-    best = speeds[speeds.exchange == "4 PS, 10 Gb/s"].sort_values("step_ms").groupby("cluster").head(1)
-    for _, r in best.iterrows():
-        gpus = [g for g, n in CLUSTERS[r.cluster] for _ in range(n)]
-        # the mixed cluster's step time is passed explicitly: plan_training itself prices each
-        # worker's revocations and dollars by its own GPU type, but cannot predict a mixed step
-        plan = plan_training(model, {"worker_gpus": gpus, "gpus_per_node": 1}, STRATEGY, STEPS,
-                             step_time_s=r.step_ms / 1e3, trials=trials, seed=0).set_index("scenario")
-        od, spot = plan.loc["on-demand"], plan.loc["spot async (parameter server)"]
-        rows.append({"cluster": r.cluster, "policy": r.policy, "step_ms": r.step_ms,
-                     "sync_interval_s": plan.loc["spot sync, Daly interval"].interval_s,
-                     "on_demand_h": od.expected_time_s / 3600, "on_demand_usd": od.expected_cost_usd,
-                     "spot_h": spot.expected_time_s / 3600, "spot_p90_h": spot.p90_s / 3600,
-                     "spot_usd": spot.expected_cost_usd, "revocations": spot.revocations_expected,
-                     "savings_pct": spot.savings_pct})
-    return pd.DataFrame(rows).sort_values("spot_usd")
+    for model in MODELS:
+        for servers in SERVERS:
+            r = pm.predict_mixed(model, MIXED, STRATEGY, servers=servers,
+                                 server_node=server_vm(vcpus=4, provider="gcp")).iloc[0]
+            rows.append({"model": model, "servers": servers, "steps_per_s": r.updates_per_second,
+                         "efficiency": r.efficiency, "staleness": r.mean_staleness, "bottleneck": r.bottleneck})
+    return pd.DataFrame(rows)
+
+
+def cost_table(trials: int) -> pd.DataFrame:
+    """Time and cost of STEPS global steps with 8 workers and 2 servers per GPU type, on-demand vs
+    preemptible; plan_training takes the asynchronous cluster's steps/s from the prediction."""
+    rows = []
+    for model in MODELS:
+        for gpu in GPUS:
+            plan = plan_training(model, cluster_of(gpu, 8, 2), STRATEGY, STEPS, trials=trials,
+                                 seed=0).set_index("scenario")
+            od, spot = plan.loc["on-demand"], plan.loc["spot async (parameter server)"]
+            rows.append({"model": model, "cluster": f"8x {gpu.upper()}", "on_demand_h": od.expected_time_s / 3600,
+                         "on_demand_usd": od.expected_cost_usd, "spot_h": spot.expected_time_s / 3600,
+                         "spot_p90_h": spot.p90_s / 3600, "spot_usd": spot.expected_cost_usd,
+                         "revocations": spot.revocations_expected, "savings_pct": spot.savings_pct})
+    return pd.DataFrame(rows)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="500 Monte Carlo trials instead of 10 000")
     args = parser.parse_args(argv)
-    pd.set_option("display.width", 160)
+    pd.set_option("display.width", 200)
+    pd.set_option("display.max_colwidth", 90)
     pd.set_option("display.float_format", lambda x: f"{x:,.2f}")
-    model = pm.preset(MODEL)
-
-    speeds = speed_table(model)
-    print(f"{MODEL}: {model.params / 1e6:.1f} M parameters, {STRATEGY.micro_batch} images per worker, "
-          f"{STRATEGY.precision}\n")
+    speeds = speed_table()
     print(speeds.to_string(index=False))
-    # What the table shows:
-    # * One parameter server on a 10 Gb/s NIC takes in 8 workers x 102 MB of fp32 gradients and
-    #   sends as much weight back per step: 2 x 8 x 102 MB / 1.25 GB/s = 1.31 s, three to ten
-    #   times any GPU's compute. The GPU type hardly matters then: the server NIC is the
-    #   bottleneck (an all-V100 cluster is only 22% faster than an all-K80 one).
-    # * Four servers divide that by four (327 ms); the servers still bind, since
-    #   8 / (4 x 1.25 GB/s) > 1 / 3.125 GB/s (a worker's 25 Gb/s NIC binds from 20 servers on).
-    # * With equal batches a mixed cluster runs at the pace of its K80s (446 ms of compute):
-    #   adding P100s and V100s to K80s buys nothing. Splitting the batch in proportion to each
-    #   worker's speed gives the K80s 16 images and the V100s ~59, so compute falls to 230 ms.
-    # * A ring all-reduce needs no servers and moves 2(n-1)/n x 102 MB through each worker's
-    #   25 Gb/s NIC: 57 ms, so compute dominates and the proportional split nearly doubles the
-    #   mixed cluster's throughput (508 -> 890 images/s, 79% of its workers' solo sum).
-
+    # What the table shows (each number is printed above; the model is docs/parameter-servers.md):
+    # * Below the saturating worker count the cluster's steps/s is the sum of its workers' rates,
+    #   so the speed-up from 1 to n workers is n: asynchronous workers never wait for each other.
+    # * One 4-vCPU GCP server sends each worker its parameters at 8 Gb/s: 7.4 MB for ResNet-32,
+    #   105 MB for Shake-Shake-big. Past ``saturates_at`` workers the server's NIC binds and more
+    #   workers add only staleness (about workers - 1 updates between a read and a write).
+    # * T2T 1.9 places variables round-robin in creation order (replica_device_setter's default).
+    #   ResNet-32 creates 5 variables per conv + batch norm (kernel; gamma, beta, moving mean and
+    #   variance), so a second server takes half the bytes and nearly doubles the ceiling.
+    #   Shake-Shake's convolutions have a bias: 6 variables per conv + batch norm, so with two
+    #   servers every kernel lands on the same one and the second server buys nothing (greedy
+    #   placement, Strategy(ps_placement="greedy"), would split them).
+    print("\n4 K80 + 2 P100 + 2 V100 workers, asynchronous (each worker at its own pace):\n")
+    print(mixed_table().to_string(index=False))
+    # Asynchronous workers never wait for the slowest: below saturation the mixed cluster's rate is
+    # the sum of its workers' (efficiency 0.89-0.94 against their solo steps: their push and pull), and
+    # the K80s, reading the oldest parameters, raise the mean staleness above workers - 1.
     trials = 500 if args.quick else 10_000
-    costs = cost_table(model, speeds, trials)
-    print(f"\n{STEPS:,} steps with 4 parameter servers, GCP us-central1 prices "
-          f"(GPU only, the servers' CPU VMs not included), {trials:,} trials:\n")
-    print(costs.drop(columns="sync_interval_s").to_string(index=False))
-    # What the table shows:
-    # * Preemptible GPUs cost a fraction of on-demand in the bundled prices (K80 $0.038 vs $0.45,
-    #   V100 $0.74 vs $2.48 per GPU-hour). With asynchronous parameter-server training a revoked
-    #   worker only leaves the others to go on without it until its replacement arrives, so a
-    #   spot run takes about 1-2% longer than on-demand and saves 70-90% of the GPU bill.
-    # * Because the 10 Gb/s servers bound the step, faster GPUs raise the price per hour much
-    #   more than they shorten the run: 8 V100s finish 1.8 h sooner than 8 K80s at 11x the
-    #   spot cost. The mixed cluster sits between: split by speed, its step is close to the
-    #   all-P100 one at a lower price. Mixed clusters help when cheap slow GPUs are on hand and
-    #   the batch is split by speed; with equal batches they cost more than all-K80 for no gain.
-    write_plots(model, costs, trials)
+    costs = cost_table(trials)
+    print(f"\n{STEPS:,} global steps, 8 workers + 2 servers, GCP prices (GPU only), {trials:,} trials:\n")
+    print(costs.to_string(index=False))
+    write_plots(costs, trials)
     return 0
 
 
-def write_plots(model, costs: pd.DataFrame, trials: int) -> None:
-    """Cost and time per cluster mix; the time-to-train spread of the mixed cluster (sync, Daly interval)."""
-    mix = costs.rename(columns={"cluster": "mix"}).assign(
-        expected_cost_usd=costs.spot_usd, on_demand_cost_usd=costs.on_demand_usd,
-        expected_time_s=costs.spot_h * 3600, on_demand_time_s=costs.on_demand_h * 3600)
+def write_plots(costs: pd.DataFrame, trials: int) -> None:
+    """Cost and time per cluster for the first model; the time-to-train spread of its P100 cluster."""
+    first = costs[costs.model == MODELS[0]]
+    mix = first.rename(columns={"cluster": "mix"}).assign(
+        expected_cost_usd=first.spot_usd, on_demand_cost_usd=first.on_demand_usd,
+        expected_time_s=first.spot_h * 3600, on_demand_time_s=first.on_demand_h * 3600)
     path = plot_cost_vs_mix(mix, "transient_cost_vs_mix.png", label="mix",
-                            title=f"{MODEL}, {STEPS:,} steps, 4 parameter servers, preemptible (async) vs on-demand")
+                            title=f"{MODELS[0]}, {STEPS:,} steps, async parameter servers, preemptible vs on-demand")
     print(f"\nwrote {path}")
-    name = "4 K80 + 2 P100 + 2 V100"
-    r = costs.set_index("cluster").loc[name]
-    table = load_revocation()
-    rows = [select_row(table, g, "gcp", None, what="revocation") for g, n in CLUSTERS[name] for _ in range(n)]
-    delta = checkpoint_time_s(default_checkpoint_bytes(model), rows[0]["storage_bw_bytes_per_s"])
-    down = rows[0]["replacement_wait_s"] + rows[0]["restart_s"] + delta  # wait + restart + restore
-    times = simulate_time(r.on_demand_h * 3600, revocation=[revocation_model(x) for x in rows],
-                          workers=len(rows), checkpoint_s=delta, restart_s=down,
-                          interval_s=r.sync_interval_s, trials=trials, seed=0, mode="sync")
+    r = first.set_index("cluster").loc["8x P100"]
+    row = select_row(load_revocation(), "p100", "gcp", None, what="revocation")
+    delta = checkpoint_time_s(default_checkpoint_bytes(pm.preset(MODELS[0])), row["storage_bw_bytes_per_s"])
+    down = row["replacement_wait_s"] + row["restart_s"] + delta  # wait + restart + restore
+    times = simulate_time(r.on_demand_h * 3600, revocation=[revocation_model(row)] * 8, workers=8,
+                          checkpoint_s=delta, restart_s=down, trials=trials, seed=0, mode="async")
     path = plot_time_distribution(times, "transient_time_distribution.png", on_demand_s=r.on_demand_h * 3600,
-                                  title=f"{name}: sync, preemptible ({trials:,} trials)")
+                                  title=f"8x P100, {MODELS[0]}: async, preemptible ({trials:,} trials)")
     print(f"wrote {path}")
 
 

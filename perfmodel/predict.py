@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -13,7 +13,11 @@ from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.memo import IdentityMemo
 from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
 from perfmodel.parallel.config import StepConfig
-from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.hardware.build import part_of_node
+from perfmodel.hardware.node import Cluster
+from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.ps_async import AsyncPS, async_ps, server_count, server_spec
+from perfmodel.workload.variables import model_variables
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.profiles.profile import Profile, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
@@ -63,6 +67,7 @@ class Prediction:
     # what ``interval`` is, in words the outputs print beside it
     interval_kind: str = INTERVAL_KIND
     profile_origin: str = ""            # measured (fitted to tables) or datasheet-derived, in words
+    ps: AsyncPS | None = None           # asynchronous parameter servers: rates, bottleneck, staleness
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -84,6 +89,8 @@ class Prediction:
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
+        if self.ps is not None:
+            out["ps"] = asdict(self.ps)
         return out
 
 
@@ -184,6 +191,8 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     s = fill_dp(s, cluster.n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
     check_strategy(model, cluster, s)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
+    if s.ps_async:
+        return async_prediction(model, cluster, s, prof, level)
     coll = _collectives(cluster, prof)
     c = StepConfig.from_strategy(s)
     out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
@@ -208,4 +217,28 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         reserved_memory=float(derived["reserved_memory"]),
         profile_origin=profile_origin(prof),
     )
+
+
+ASYNC_REGIME = "uncalibrated: asynchronous parameter servers (no measured rows; the one-worker step's interval, scaled)"
+
+
+def async_prediction(model, cluster, s: Strategy, prof: Profile, level: float) -> Prediction:
+    """Asynchronous parameter servers: one worker's step priced alone (one GPU, no data parallelism;
+    the update runs on the servers, so no optimizer step), then the cluster of ``s.dp`` such workers
+    and the servers (``perfmodel.parallel.ps_async.async_ps``). ``step_time`` is a worker's period
+    between its updates; throughput is the cluster's; ``ps`` holds the rest."""
+    one = Cluster(node=part_of_node(cluster.node, 1), nodes=1)
+    alone = replace(s, dp=1, ps_servers=0, ps_async=False, ps_placement=None, global_batch=None)
+    solo = predict(model, one, alone, profile=prof, level=level)
+    compute = solo.step_time - solo.breakdown["optimizer"]
+    ps = async_ps(compute_s=compute, backward_s=solo.breakdown["backward"], variables=model_variables(model),
+                  workers=s.dp, servers=server_count(s, cluster), spec=server_spec(cluster),
+                  worker_bw_bytes_per_s=parameter_server_links(cluster)["worker"], placement=s.variable_placement)
+    period, scale = ps.worker_period_s, ps.worker_period_s / solo.step_time
+    samples = s.dp * s.micro_batch / period
+    return replace(solo, cluster=cluster.name, strategy=s, step_time=period,
+                   breakdown={**solo.breakdown, "optimizer": 0.0, "dp_comm": period - compute},
+                   tokens_per_second=samples * model.seq, samples_per_second=samples,
+                   tflops_per_gpu=solo.tflops_per_gpu / scale, mfu=solo.mfu / scale, bottleneck=ps.bottleneck,
+                   interval=(solo.interval[0] * scale, solo.interval[1] * scale), interval_regime=ASYNC_REGIME, ps=ps)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from perfmodel.core.errors import unknown_name
 from perfmodel.workload.cnn_presets import GRAPH_PRESETS, GRAPHS_DIR, _key
+from tools.cifar_models import CIFAR
 
 
 def write_presets(folder=None, names=None) -> list:
@@ -29,7 +30,7 @@ def write_presets(folder=None, names=None) -> list:
     folder = Path(folder) if folder else GRAPHS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for key in names or GRAPH_PRESETS:
+    for key in names or [k for k in GRAPH_PRESETS if k not in CIFAR]:  # CIFAR: tools/cifar_models.py
         spec = GRAPH_PRESETS[key]
         module = build(key, device="meta")
         count = sum(p.numel() for p in module.parameters())
@@ -53,6 +54,10 @@ def build(name: str, *, num_classes: int = 1000, device="meta"):
     key = _key(name)
     if key not in GRAPH_PRESETS:
         raise unknown_name("graph preset", name, GRAPH_PRESETS)
+    if key in CIFAR:
+        from tools.cifar_models import build as build_cifar
+
+        return build_cifar(key, device=device)
     nets = _nets()
     with torch.device(device):
         if key.startswith("resnet"):

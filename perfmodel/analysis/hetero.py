@@ -30,6 +30,7 @@ import pandas as pd
 from dataclasses import replace
 
 from perfmodel.core.checks import LIMITS, check_choice, check_int, check_size
+from perfmodel.analysis.hetero_async import mixed_async
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.hardware import cluster as make_cluster, load_link
 from perfmodel.parallel.config import StepConfig
@@ -91,7 +92,8 @@ class _Type:
 
         self.gpu, self.count, self.model, self.profile, self.level = gpu, count, model, profile, level
         self.cluster = make_cluster(gpu)  # raises UnknownNameError listing the known GPUs
-        self.strategy = strategy.replace(dp=1, tp=1, pp=1, global_batch=None, ps_servers=0, zero=0, fsdp=None)
+        self.strategy = strategy.replace(dp=1, tp=1, pp=1, global_batch=None, ps_servers=0, zero=0, fsdp=None,
+                                         ps_async=False, ps_placement=None)
         self._cache = {}
         self._exchange = {}
 
@@ -236,7 +238,9 @@ def _interval(types, shares, comm_s) -> dict:
 
 def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None, profile=None,
                   mode="both", level: float = 0.9) -> pd.DataFrame:
-    """Step time and throughput of synchronous data parallelism over mixed GPU types.
+    """Step time and throughput of synchronous data parallelism over mixed GPU types (with
+    ``strategy.ps_async``: asynchronous parameter servers, one "async" row; ``server_node`` may
+    then be a ServerVM, whose vCPUs price the servers' CPU).
 
     ``workers``: ``[(gpu, count), ...]`` or ``{gpu: count}``, one GPU per worker
     node. ``strategy``: per-worker settings (``micro_batch`` is each worker's batch
@@ -259,6 +263,8 @@ def predict_mixed(model, workers, strategy=None, *, servers=0, server_node=None,
     groups = _workers(workers)
     profs = _profiles(profile, [g for g, _ in groups])
     types = [_Type(model, g, c, strategy, profs[g], check_level(level)) for g, c in groups]
+    if strategy.ps_async:  # asynchronous servers: one row, perfmodel/analysis/hetero_async.py
+        return mixed_async(model, types, strategy, servers, server_node)
     exchange, kind = _comm(model, types, servers, server_node)
     mb = strategy.micro_batch
     solo = sum(t.count * t.speed(mb) for t in types)

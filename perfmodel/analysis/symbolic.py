@@ -73,7 +73,7 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     unknown = [f for f in free if f not in FREE]
     if unknown:
         raise UnsupportedError(f"cannot leave {unknown} free (free symbols supported: {', '.join(FREE)})")
-    if strategy.pp > 1 or strategy.shard or strategy.ps_servers:
+    if strategy.pp > 1 or strategy.shard or strategy.ps_servers or strategy.ps_async:
         raise UnsupportedError("symbolic step times cover pp=1 without ZeRO/FSDP or parameter servers "
                                f"(got pp={strategy.pp}, zero={strategy.shard}, ps_servers={strategy.ps_servers})")
     if strategy.tp > 1 or strategy.cp > 1 or strategy.ep > 1:

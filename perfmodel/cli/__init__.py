@@ -90,6 +90,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--virtual-stages", type=POSITIVE_INT, default=1)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--ps-servers", type=NONNEGATIVE_INT, default=0)
+    p.add_argument("--ps-async", action="store_true",
+                   help="asynchronous parameter servers: workers push and pull without waiting (docs/parameter-servers.md)")
     p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=25.0,
                    help="DDP gradient bucket size in MiB (default 25, as torch's bucket_cap_mb)")
     p.add_argument("--bucket-mb", type=_renamed_bucket, help=argparse.SUPPRESS)
@@ -162,7 +164,7 @@ def strategy_from_args(args, n_gpus: int):
                     bucket_mib=args.bucket_mib, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
-                    tp_comm_overlap=getattr(args, "tp_comm_overlap", None))
+                    tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False))
 
 
 def cmd_predict(args) -> int:

@@ -18,9 +18,12 @@ from perfmodel.core.errors import InvalidInputError, unknown_name
 from perfmodel.hardware import catalog
 from perfmodel.hardware.gpu import GPU
 from perfmodel.hardware.node import Cluster, Node
+from perfmodel.hardware.cloud import servers_from_dict, workers_from_dict
+from perfmodel.hardware.link import Link
+from perfmodel.hardware.servers import ServerVM
 from perfmodel.core.checks import check_int
 
-CLUSTER_FIELDS = ("name", "nodes", "node", "description")
+CLUSTER_FIELDS = ("name", "nodes", "node", "description", "servers", "workers")
 
 
 def gpu_node(gpu: GPU, gpus_per_node: int = 1) -> Node:
@@ -77,7 +80,7 @@ def _from_file(path_arg) -> tuple[Node | GPU, int, str]:
     if "peak_flops" in data:  # a GPU file
         return catalog.load_gpu(path), 1, ""
     if "node" not in data:  # a node file, perhaps with a node count
-        fields = {k: v for k, v in data.items() if k != "nodes"}
+        fields = {k: v for k, v in data.items() if k not in ("nodes", "servers", "workers")}
         node = catalog.node_from_dict(fields, shown, path.parent, path.stem)
         return node, _count(data.get("nodes", 1), shown), ""
     for key in data:
@@ -116,14 +119,26 @@ def _resolve(name_or_path) -> Node | GPU:
     raise unknown_name("node or GPU", name_or_path, [*node_keys, *gpu_keys])
 
 
+def _file_roles(path_arg) -> tuple[ServerVM | None, Link | None]:
+    """The ``[servers]`` (CPU-only parameter-server VMs) and ``[workers]`` (the worker VMs' network
+    cap) tables of a cluster file, each None when absent."""
+    data = catalog.read_toml_file(catalog.existing_file(path_arg, "cluster"), str(path_arg))
+    servers = servers_from_dict(data["servers"], str(path_arg)) if "servers" in data else None
+    return servers, workers_from_dict(data["workers"], str(path_arg)) if "workers" in data else None
+
+
 def cluster(
-    name_or_path: str = "h200", nodes: int = 1, gpus_per_node: int | None = None
+    name_or_path: str = "h200", nodes: int = 1, gpus_per_node: int | None = None, servers: ServerVM | None = None,
+    nic: Link | None = None,
 ) -> Cluster:
     """A homogeneous cluster: ``nodes`` copies of a node preset, GPU or user file.
 
     A GPU name gives generic nodes of ``gpus_per_node`` GPUs (default 1); a
     preset keeps its GPU count unless ``gpus_per_node`` asks for part of it. A
     file's own ``nodes`` count is used unless ``nodes`` is given (> 1).
+    ``servers``: CPU-only parameter-server VMs beside the nodes (``hardware.servers.server_vm``;
+    a file's ``[servers]`` table unless given). ``nic``: each node's network as one link, e.g. a
+    cloud VM's cap (``hardware.cloud.vm_nic``; a file's ``[workers]`` table unless given).
     """
     nodes = check_int("nodes", nodes)
     name = ""
@@ -131,6 +146,8 @@ def cluster(
         found, file_nodes, name = _from_file(name_or_path)
         if nodes == 1:
             nodes = file_nodes
+        file_servers, file_nic = _file_roles(name_or_path)
+        servers, nic = servers or file_servers, nic or file_nic
     else:
         found = _resolve(name_or_path)
     if isinstance(found, GPU):
@@ -139,7 +156,9 @@ def cluster(
         node = part_of_node(found, gpus_per_node)
     else:
         node = found
-    return Cluster(node=node, nodes=nodes, name=name)
+    if nic is not None:  # the VM's network as its cloud caps it: one link per node
+        node = dataclasses.replace(node, nic=nic, nics_per_node=1)
+    return Cluster(node=node, nodes=nodes, name=name, servers=servers)
 
 
 def as_cluster(value=None) -> Cluster:

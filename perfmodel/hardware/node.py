@@ -15,6 +15,7 @@ from perfmodel.core.errors import InvalidInputError
 from perfmodel.hardware.common import FrozenMap, check_name
 from perfmodel.hardware.gpu import GPU
 from perfmodel.hardware.link import Link
+from perfmodel.hardware.servers import ServerVM
 from perfmodel.core.units import format_rate
 from perfmodel.core.checks import LIMITS, check_size
 
@@ -77,10 +78,14 @@ class Cluster:
     node: Node
     nodes: int = 1
     name: str = ""  # empty: "<nodes>x <node name>", or the node name for one node
+    servers: ServerVM | None = None  # CPU-only parameter-server VMs beside the GPU nodes (hardware/servers.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.node, Node):
             raise InvalidInputError(f"cluster 'node' must be a Node: got {self.node!r}")
+        if self.servers is not None and not isinstance(self.servers, ServerVM):
+            raise InvalidInputError(f"cluster 'servers' must be a ServerVM (perfmodel.hardware.servers.server_vm): "
+                                    f"got {self.servers!r}")
         object.__setattr__(self, "nodes", check_size("nodes", self.nodes))
         if self.nodes * self.node.gpus_per_node > LIMITS["gpus"]:
             raise InvalidInputError(f"a cluster of {self.nodes:,} nodes × {self.node.gpus_per_node} GPUs is above the "
@@ -115,5 +120,6 @@ class Cluster:
             f"Cluster({self.name!r}: {self.nodes} x {self.node.gpus_per_node} "
             f"{self.node.gpu.name} = {self.n_gpus} GPU{'s' if self.n_gpus > 1 else ''}, "
             f"intra={self.node.intra.name}, "
-            f"{self.node.nics_per_node}x {self.node.nic.name} per node)"
+            f"{self.node.nics_per_node}x {self.node.nic.name} per node"
+            f"{'' if self.servers is None else '; servers ' + repr(self.servers)})"
         )

@@ -85,13 +85,18 @@ def cluster_collectives(cluster, profile: Profile) -> dict[str, dict[str, dict]]
 def parameter_server_links(cluster) -> dict[str, float]:
     """Bandwidths of parameter-server traffic (bytes/s, one direction) and its latency.
 
-    A server is a machine of the cluster's node type serving through all its
-    NICs; a worker is one GPU, sharing its node's NICs with the node's other
+    A server is the cluster's server VM when it has one (``Cluster.servers``), else a machine
+    of the cluster's node type serving through all its NICs; a worker is one GPU, sharing its node's NICs with the node's other
     workers (every worker pushes at the same moment). Rates are what the link
     reaches in practice (``nccl_busbw``, else line rate x 0.8), not line rate.
     """
     node = cluster.node
     nic_bw, _ = _link_busbw(node.nic, allreduce=False)
+    vm = getattr(cluster, "servers", None)
+    if vm is not None:  # CPU-only server VMs of their own (hardware/servers.py): their NIC, the slower way
+        return {"server": min(vm.egress_bytes_per_s, vm.ingress_bytes_per_s),
+                "worker": rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node),
+                "latency": max(vm.latency_s, node.nic.latency_s)}
     return {"server": nic_bw * node.nics_per_node,
             "worker": rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node),
             "latency": node.nic.latency_s}

@@ -23,6 +23,8 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
+from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -91,6 +93,12 @@ class Strategy:
     # tensor-parallel collectives overlapped with their GEMMs: "userbuffers" (Megatron-Core
     # --tp-comm-overlap, Transformer Engine), "async" (torchtitan async TP); None: off
     tp_comm_overlap: str | None = None
+    # asynchronous parameter servers (TensorFlow 1.x's default): each worker pushes and pulls without
+    # waiting for the others (perfmodel/parallel/ps_async.py); False: synchronous rounds
+    ps_async: bool = False
+    # how variables are spread over the servers: "greedy" by bytes (GreedyLoadBalancingStrategy) or
+    # "round-robin" in creation order (replica_device_setter's default); None: the framework's
+    ps_placement: str | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -128,11 +136,32 @@ class Strategy:
             object.__setattr__(self, "stage_layers", parse_stage_layers(self.stage_layers))
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", self._checked_stage_layers())
-        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap", "compile"):  # 1/0 and "true"/"off" as TOML or text give them
+        for flag in ("sequence_parallel", "tp_overlap", "dp_overlap", "compile", "ps_async"):  # 1/0 and "true"/"off" as TOML or text give them
             object.__setattr__(self, flag, check_flag(flag, getattr(self, flag)))
         self._check_combinations()
+        self._check_ps()
         check_stack_options(self.framework, recompute=self.recompute, compile=self.compile)
         self._check_tp_comm_overlap()
+
+    def _check_ps(self):
+        """Asynchronous servers and variable placement: only with parameter servers, data parallel only."""
+        if self.ps_placement is not None:
+            check_choice("ps_placement", self.ps_placement, PS_PLACEMENTS)
+            if not (self.ps_servers or self.ps_async):
+                raise InvalidInputError(f"'ps_placement'={self.ps_placement!r} places variables on parameter "
+                                        f"servers: give ps_servers (or ps_async=True)")
+        if self.ps_async and (self.zero or self.fsdp or self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1):
+            raise InvalidInputError(f"'ps_async'=True is data parallel over parameter servers: use zero=0, fsdp=None, "
+                                    f"tp=pp=cp=ep=1 (got zero={self.zero}, fsdp={self.fsdp!r}, tp={self.tp}, "
+                                    f"pp={self.pp}, cp={self.cp}, ep={self.ep})")
+        if self.ps_async and self.global_batch is not None and self.global_batch != (self.dp or 1) * self.micro_batch:
+            raise InvalidInputError("'ps_async'=True: each worker applies its own micro-batch's gradient, so "
+                                    "'global_batch' must be left unset (no gradient accumulation)")
+
+    @property
+    def variable_placement(self) -> str:
+        """The placement of variables on parameter servers in force (the framework's default when unset)."""
+        return self.ps_placement or default_placement(self.framework)
 
     def _check_tp_comm_overlap(self):
         method = self.tp_comm_overlap
@@ -315,6 +344,8 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
         sizes = " × ".join(str(x) for x in (s.dp, s.tp, s.pp) + ((s.cp,) if s.cp > 1 else ()))
         raise InvalidInputError(f"{shape} = {sizes} = {s.gpus} must equal the cluster's "
                                 f"GPU count {n_gpus} (e.g. {hint})")
+    if s.framework == "tensorflow":
+        check_tensorflow(model, s)
     if s.ep > 1:
         _check_experts(model, s.ep)
     if s.cp > 1:

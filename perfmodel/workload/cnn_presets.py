@@ -18,6 +18,7 @@ from perfmodel.core.errors import InvalidInputError, unknown_name
 
 GRAPHS_DIR = Path(__file__).resolve().parent / "data" / "graphs"
 TV = "torchvision.models"
+T2T = "tensor2tensor v1.9.0 tensor2tensor/models"
 GRAPH_PRESETS = {
     "resnet50": {"image": 224, "published_params": 25_557_032,
                  "source": f"He et al. 2016, ResNet-50 (v1.5: stride on the 3x3 conv); {TV}.resnet50, 25,557,032 parameters"},
@@ -30,6 +31,15 @@ GRAPH_PRESETS = {
                                f"{TV}.inception_v3, 27,161,264 parameters (23,834,568 without aux)"},
     "vit-b-16": {"image": 224, "published_params": 86_567_656,
                  "source": f"Dosovitskiy et al. 2021, ViT-B/16; {TV}.vit_b_16, 86,567,656 parameters"},
+    # CIFAR-10 models of tensor2tensor v1.9.0 (tools/cifar_models.py builds them)
+    "resnet-cifar15": {"image": 32, "published_params": 693_818,
+                       "source": f"{T2T}/resnet.py resnet_cifar_15 (residual blocks [2, 2, 2]), 693,818 parameters"},
+    "resnet-cifar32": {"image": 32, "published_params": 1_857_722,
+                       "source": f"{T2T}/resnet.py resnet_cifar_32 (residual blocks [5, 5, 5]), 1,857,722 parameters"},
+    "shake-shake-small": {"image": 32, "published_params": 2_926_986,
+                          "source": f"{T2T}/shake_shake.py shakeshake_small (26 2x32d), 2,926,986 parameters"},
+    "shake-shake-big": {"image": 32, "published_params": 26_204_362,
+                        "source": f"{T2T}/shake_shake.py shakeshake_big (26 2x96d), 26,204,362 parameters"},
 }
 
 

@@ -144,7 +144,9 @@ def _step_interval(model, cluster, strategy, step_time_s, profile=None, level=0.
     from perfmodel.predict import predict  # the step-time predictor; optional here
 
     p = predict(model, cluster, strategy, profile=profile, level=level)
-    step = check_positive("predicted step_time", float(p.step_time))
+    # asynchronous parameter servers: a step is one global update, 1 / the cluster's update rate
+    seconds = p.step_time if p.ps is None else 1.0 / p.ps.updates_per_second
+    step = check_positive("predicted step_time", float(seconds))
     return step, p.interval[0] / step, p.interval[1] / step, p.interval_regime
 
 

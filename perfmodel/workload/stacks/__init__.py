@@ -59,6 +59,13 @@ STACKS = {
                    weights16=True, sharding="fsdp1", default_fsdp="full", reduce_bytes=2.0,
                    default_recompute="none", recompute=("none", "full", "every-k"),
                    compiles=True, rope_saves=False, swiglu_saved=4, searched=("none", "full")),
+    # TensorFlow 1.x graph mode with parameter servers (perfmodel/workload/stacks/tensorflow.py):
+    # fp32 variables on the servers, the update there, no activation checkpointing or compilation
+    "tensorflow": Stack("tensorflow", "tensorflow v1.10 python/training/device_setter.py, core/kernels/"
+                        "training_ops.cc; tensor2tensor v1.9.0 utils/devices.py (workload/stacks/tensorflow.py)",
+                        weights16=False, sharding="ps", default_fsdp=None, reduce_bytes=4.0,
+                        default_recompute="none", recompute=("none",), compiles=False, rope_saves=False,
+                        swiglu_saved=4, searched=("none",)),
 }
 FRAMEWORKS = tuple(STACKS)
 
