@@ -137,7 +137,8 @@ def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, pric
 
 # PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
 # Megatron-LM accumulates gradients in its contiguous buffer (main_grad) and only scales it.
-DDP_BUCKET_PASSES = {"pytorch": 3, "megatron": 1}
+# DeepSpeed (ZeRO-0) flattens each bucket, divides it and copies it back (engine.allreduce_bucket): 3.
+DDP_BUCKET_PASSES = {"pytorch": 3, "megatron": 1, "deepspeed": 3}
 
 
 def ddp_bucket_passes(copy_s, params, framework="pytorch"):
