@@ -7,6 +7,7 @@ import pytest
 import perfmodel as pm
 from perfmodel.costs import engine_host
 from perfmodel.core.errors import UnsupportedError
+from perfmodel.explore import strategy_of
 from perfmodel.fit.engine_host import fit_deepspeed_host
 
 TABLE = Path(pm.__file__).parent / "data" / "deepspeed-host-2026-12-01" / "host.csv"
@@ -43,3 +44,13 @@ def test_deepspeed_is_megatron_plus_its_engine():
 def test_options_deepspeed_lacks_are_refused():
     with pytest.raises(UnsupportedError, match="'compile'=True does not apply to framework='deepspeed'"):
         pm.Strategy(framework="deepspeed", compile=True)
+
+
+def test_search_prices_the_engine_as_predict_does():
+    m = pm.transformer(layers=12, hidden=1024, heads=16, seq=1024, vocab=50304)
+    c = pm.cluster("dgx-a100-80gb")
+    top = pm.search(m, c, 64, top_k=3, framework="deepspeed", cp=1, max_micro_batch=4, max_virtual_stages=1)
+    for _, row in top.iterrows():
+        s = strategy_of(row)
+        assert s.framework == "deepspeed"
+        assert row["step_time"] == pytest.approx(pm.predict(m, c, s).step_time, rel=1e-9)
