@@ -69,6 +69,7 @@ class Strategy:
     placement: str = "tp-pp-dp"
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
     framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
+    #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
     attention: str = "flash"            # "flash": FlashAttention (SDPA); "unfused": softmax over s² scores
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
