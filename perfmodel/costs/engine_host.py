@@ -37,7 +37,8 @@ def stage_tensors(model, layers, embed, head):
 
 
 def deepspeed_host_time(zero, tensors, micro_batches, backward_s):
-    """Exposed engine seconds per step: the per-step part whole, and per micro-step the hooks'
+    """Exposed engine seconds per step: the per-step part whole (fp16's ``has_overflow`` waits
+    for the GPU with ``.item()``; under bf16 an upper bound), and per micro-step the hooks'
     b · tensors beyond the backward they run beside (``backward_s`` per micro-batch).
 
     ZeRO-3 is priced with stage 2's hooks (its per-parameter work is at least that; not measured).
