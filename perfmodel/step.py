@@ -22,6 +22,7 @@ import numpy as np
 from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
 from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.compute import kernel_time, phase_time
+from perfmodel.costs.engine_host import deepspeed_host_time, stage_tensors
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
 from perfmodel.core.memo import memo_by_fields
@@ -38,12 +39,13 @@ from perfmodel.parallel.wire import activation_bytes, wire_bytes
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
 from perfmodel.workload.stack import adapt_kernels
+from perfmodel.workload.stacks import megatron_code, stack
 
 PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
 
 
 def _vocab_multiple(framework):
-    return steps.MEGATRON_VOCAB_MULTIPLE if framework == "megatron" else 1
+    return steps.MEGATRON_VOCAB_MULTIPLE if megatron_code(framework) else 1
 
 
 def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
@@ -190,7 +192,7 @@ def optimizer_time(profile, c: StepConfig, stage_params, shard_ranks, *, optimiz
     local = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 1)
     accumulated = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 2)
     kernels = [Kernel("optimizer", optimizer, "opt", {"params": local}, 1, 0.0, "fwd", "fp32")]
-    if c.framework == "megatron" and steps.is_mixed(precision):
+    if megatron_code(c.framework) and steps.is_mixed(precision):
         kernels.append(mem_kernel("master_to_model", "cast_fp32_to_bf16", "opt", local, variant="fwd"))
     else:
         kernels.append(mem_kernel("grad_accumulate", "add", "opt", accumulated,
@@ -370,13 +372,28 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     shard_ranks = np.where(c.hybrid, lay_dp["dp"][0], dpc.dp)
     opt = stages_optimizer_time(profile, c, sts, p, shard_ranks, optimizer=optimizer, precision=precision)
-    step = pipe + p2p + dp_exposed + opt
+    engine = engine_host_time(model, c, sts, work.backward_s)
+    step = pipe + p2p + dp_exposed + opt + engine
     peak, terms = memory_terms(model, lay_dp, dpc, sts, p, precision=precision, recompute=recompute,
                                optimizer=optimizer, seq=local.seq)
-    return _outputs(model, c, t, comm, sts, recompute, {
+    out = _outputs(model, c, t, comm, sts, recompute, {
         "step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
         "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst, "peak_memory": peak, "memory": terms,
         "cp": float(c.cp)})
+    out["host_overhead"] = out["host_overhead"] + engine
+    return out
+
+
+def engine_host_time(model, c: StepConfig, sts, backward_s):
+    """The training engine's exposed host seconds per step, the slowest stage's (DeepSpeed only)."""
+    if stack(c.framework).engine != "deepspeed":
+        return 0.0
+    worst = 0.0
+    for st, back in zip(sts, backward_s):
+        this = deepspeed_host_time(c.shard_stage, stage_tensors(model, st.layers, st.embed, st.head),
+                                   c.micro_batches, back)
+        worst = np.maximum(worst, np.where(st.valid, this, 0.0))
+    return worst
 
 
 def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute, out):

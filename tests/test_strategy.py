@@ -60,8 +60,12 @@ def test_stage_layers():
           Strategy, pp=2, stage_layers=(4, 4, 4))
     fails("'stage_layers'=(5, 5) must add up to layers=12: got 10", check_against, GPT2, 2,
           Strategy(pp=2, stage_layers=(5, 5)))
-    fails("'stage_layers'=(5, 7) must be multiples of virtual_stages=2", Strategy, pp=2, schedule="interleaved",
-          virtual_stages=2, stage_layers=(5, 7))
+    fails("'stage_layers'=(4, 5, 4) must be multiples of virtual_stages=2", Strategy, pp=3, schedule="interleaved",
+          virtual_stages=2, stage_layers=(4, 5, 4))
+    # the first and the last stage may be one short: the embedding / the loss takes a chunk's slot
+    assert Strategy(pp=2, schedule="interleaved", virtual_stages=2, stage_layers=(5, 7)).stage_layers == (5, 7)
+    fails("must be multiples of virtual_stages=4", Strategy, pp=2, schedule="interleaved", virtual_stages=4,
+          stage_layers=(6, 8))
     assert Strategy(pp=2, stage_layers=[5, 7]).stage_layers == (5, 7)
 
 

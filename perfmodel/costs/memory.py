@@ -32,7 +32,7 @@ import numpy as np
 from perfmodel.costs.stack_memory import op_sac_layer_bytes
 from perfmodel.workload.kernels import is_mixed
 from perfmodel.workload.model import Transformer
-from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks import megatron_code, stack
 from perfmodel.workload.stacks.checkpointing import checkpointed_share, every_k
 
 DS_MAX_LIVE_PARAMETERS = 1e9  # DeepSpeed ZeRO-3 stage3_max_live_parameters default (elements)
@@ -126,7 +126,7 @@ def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pyto
     fp32 master copy + moments 12, gradients 4 (fp32 main_grad, bf16) or 2 (fp16).
     """
     opt = 8.0 if optimizer == "adamw" else 4.0
-    if framework == "megatron" and is_mixed(precision):
+    if megatron_code(framework) and is_mixed(precision):
         return {"weights": 2.0, "weight_copies": 0.0, "optimizer": 4.0 + opt,
                 "gradients": 2.0 if precision == "fp16-mixed" else 4.0}
     return {"weights": 4.0, "weight_copies": 2.0 if is_mixed(precision) else 0.0, "optimizer": opt, "gradients": 4.0}

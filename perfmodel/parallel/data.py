@@ -17,6 +17,7 @@ from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage
 from perfmodel.parallel.wire import WireBytes
+from perfmodel.workload.stacks import stack
 
 DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
 DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is 1 MiB
@@ -136,7 +137,8 @@ def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, pric
 
 # PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
 # Megatron-LM accumulates gradients in its contiguous buffer (main_grad) and only scales it.
-DDP_BUCKET_PASSES = {"pytorch": 3, "megatron": 1}
+# DeepSpeed (ZeRO-0) flattens each bucket, divides it and copies it back (engine.allreduce_bucket): 3.
+DDP_BUCKET_PASSES = {"pytorch": 3, "megatron": 1, "deepspeed": 3}
 
 
 def ddp_bucket_passes(copy_s, params, framework="pytorch"):
@@ -170,6 +172,19 @@ def _shard_group(lay, c):
     return rpn, np.where(c.hybrid, 1.0, nodes)
 
 
+def fsdp_reduce_bytes(framework: str, lo: float) -> float:
+    """Bytes per gradient element an FSDP reduce-scatter moves: the stack's ``reduce_dtype``.
+
+    torchtitan v0.2.2 (``config/job_config.py``: ``mixed_precision_reduce = "float32"``; FSDP2
+    ``_fsdp_collectives.foreach_reduce`` reduce-scatters in ``reduce_dtype``): 4 B, twice the bf16
+    gather. FSDP1 ``MixedPrecision(param_dtype=bf16)`` without ``reduce_dtype`` reduces in
+    ``param_dtype`` (``fully_sharded_data_parallel.py``), as accelerate and Composer set it: 2 B.
+    Other stacks (DeepSpeed ZeRO-3, plain FSDP over autocast): the gather's ``lo``.
+    """
+    st = stack(framework)
+    return st.reduce_bytes if st.sharding in ("fsdp1", "fsdp2") else lo
+
+
 def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding):
     """ZeRO-3 / FSDP: per-unit all-gathers (forward, backward) and reduce-scatters, per micro-batch.
 
@@ -179,8 +194,8 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding):
     gather and the previous unit's reduce-scatter share one stream. Only the first
     unit's gather (forward) and the last reduce-scatter (backward) cannot hide.
     HYBRID_SHARD shards inside the node and all-reduces each gradient shard across
-    nodes (S/r on each rail). Parameters and gradients move in the low precision
-    (FSDP MixedPrecision param_dtype = reduce_dtype). Without no_sync this repeats
+    nodes (S/r on each rail). Parameters move in the low precision, gradients in the
+    stack's reduce dtype (``fsdp_reduce_bytes``). Without no_sync this repeats
     for every micro-batch.
 
     PyTorch FSDP (``c.fsdp``) gathers a unit's flat parameter in one collective;
@@ -202,12 +217,14 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding):
     fwd = bwd = 0.0
     ag, rs = {}, {}
     fsdp = np.asarray(c.fsdp, bool)
+    reduce_lo = fsdp_reduce_bytes(c.framework, lo)
     for name, (count, params, f_s, b_s) in units.items():
         pieces = np.where(fsdp, 1.0, np.maximum(np.ceil(params / DS_PREFETCH_BUCKET), 1.0))
         size = params * lo / pieces
+        grads = size * reduce_lo / lo  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)
         ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")
-        rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", size, rpn, nodes, algorithm="ring") + np.where(
-            hybrid, hierarchical_time(coll, "all_reduce", size / dp_rpn, 1.0, dp_nodes), 0.0))
+        rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", grads, rpn, nodes, algorithm="ring") + np.where(
+            hybrid, hierarchical_time(coll, "all_reduce", grads / dp_rpn, 1.0, dp_nodes), 0.0))
         fwd = fwd + count * np.maximum(ag[name] - hide * f_s, 0.0)
         bwd = bwd + count * np.maximum(ag[name] + rs[name] - hide * b_s, 0.0)
     # with prefetching, the first gather and the last reduce-scatter have no compute beside them;

@@ -71,6 +71,7 @@ class Strategy:
     placement: str = "tp-pp-dp"
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
     framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
+    #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
     attention: str = "flash"            # "flash": FlashAttention (SDPA); "unfused": softmax over s² scores
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
@@ -243,9 +244,14 @@ class Strategy:
         if len(layers) != self.pp:
             raise InvalidInputError(f"'stage_layers' must list one layer count per pipeline stage (pp={self.pp}): "
                                     f"got {len(layers)} counts {layers}")
-        if self.virtual_stages > 1 and any(n % self.virtual_stages for n in layers):
+        v = self.virtual_stages
+        # the first and last stage may give one chunk slot to the embedding / the loss (Megatron-LM
+        # transformer_block.get_num_layers_to_build: account_for_{embedding,loss}_in_pipeline_split)
+        ends = {0, len(layers) - 1}
+        if v > 1 and any(n % v and not (i in ends and (n + 1) % v == 0) for i, n in enumerate(layers)):
             raise InvalidInputError(f"'stage_layers'={layers} must be multiples of virtual_stages="
-                                    f"{self.virtual_stages} (each stage is cut into that many chunks)")
+                                    f"{v} (each stage is cut into that many chunks; the first and the last "
+                                    f"stage may be one short, their embedding or loss taking a chunk's slot)")
         return layers
 
     def _dp(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.workload.kernels import is_mixed
+from perfmodel.workload.stacks import megatron_code
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ def wire_bytes(precision: str, framework: str = "pytorch") -> WireBytes:
     (Megatron-LM arguments: accumulate_allreduce_grads_in_fp32 is forced for bf16).
     """
     lo = 2.0 if is_mixed(precision) else 4.0
-    if framework == "megatron" and is_mixed(precision):
+    if megatron_code(framework) and is_mixed(precision):
         return WireBytes(grad=2.0 if precision == "fp16-mixed" else 4.0, param=lo, activation=lo)
     return WireBytes(grad=4.0, param=4.0, activation=lo)
 

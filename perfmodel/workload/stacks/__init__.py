@@ -31,6 +31,8 @@ class Stack:
     swiglu_saved: int           # f-wide tensors SwiGLU saves (fc2's input included)
     compiles_loss: bool = False  # compile=True compiles the loss too
     searched: tuple = ("none", "selective", "full")  # the policies pm.search tries by default
+    model_code: str = "torch"   # "megatron": Megatron-LM's layers, fp32 main_grad, vocabulary padding
+    engine: str | None = None   # "deepspeed": the DeepSpeed engine's host work per step (costs/engine_host.py)
 
 
 STACKS = {
@@ -41,7 +43,14 @@ STACKS = {
     "megatron": Stack("megatron", "Megatron-LM core_r0.9 (megatron/core/optimizer, transformer/mlp.py)",
                       weights16=True, sharding="megatron", default_fsdp=None, reduce_bytes=4.0,
                       default_recompute="none", recompute=("none", "selective", "full"),
-                      compiles=False, rope_saves=False, swiglu_saved=3),
+                      compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron"),
+    # Megatron-DeepSpeed: Megatron-LM's model code trained by deepspeed.initialize (DeepSpeed 0.16.4
+    # deepspeed/runtime/engine.py, zero/stage_1_and_2.py): the engine's host work is priced on top
+    "deepspeed": Stack("deepspeed", "microsoft/Megatron-DeepSpeed (Megatron-LM layers) on DeepSpeed 0.16.4 "
+                       "deepspeed/runtime/engine.py, zero/stage_1_and_2.py",
+                       weights16=True, sharding="megatron", default_fsdp=None, reduce_bytes=4.0,
+                       default_recompute="none", recompute=("none", "selective", "full"),
+                       compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron", engine="deepspeed"),
     # torchtitan v0.2.2: torchtitan/models/llama3/infra/parallelize.py (apply_fsdp, _op_sac_save_list),
     # torchtitan/config/job_config.py (mixed_precision_param "bfloat16", mixed_precision_reduce
     # "float32", activation_checkpoint mode "selective" with selective_ac_option "2")
@@ -73,6 +82,11 @@ FRAMEWORKS = tuple(STACKS)
 def stack(name: str) -> Stack:
     """The record of framework ``name``; unknown names list the known ones."""
     return STACKS[check_choice("framework", name, FRAMEWORKS)]
+
+
+def megatron_code(framework: str) -> bool:
+    """Whether the framework runs Megatron-LM's layers (16-bit weights, fp32 main_grad, padded vocabulary)."""
+    return stack(framework).model_code == "megatron"
 
 
 def takes(option: str) -> list[str]:

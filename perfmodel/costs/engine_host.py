@@ -1,0 +1,52 @@
+"""Host seconds a training engine adds to each step beside the kernels: the DeepSpeed engine.
+
+DeepSpeed 0.16.4 runs Python for every parameter tensor in every micro-step and once more per
+optimizer step: ZeRO-1/2 register a gradient hook per parameter
+(``zero/stage_1_and_2.py``: ``reduce_independent_p_g_buckets_and_remove_grads`` copies each
+gradient into the reduce bucket, ``reduce_ipg_grads`` reduces it; ZeRO-2 also
+``copy_grads_in_partition`` every micro-step), and ``step`` checks for overflow, takes the
+gradient norm and updates the flat fp32 partition (``has_overflow``, ``get_grad_norm_direct``,
+``unscale_and_clip_grads``); ``engine.py`` wraps forward, backward and step with its timers and
+gradient-accumulation bookkeeping. ``calibration/deepspeed_host.py`` measures the difference
+against a plain PyTorch loop on tiny GPT-shaped blocks (perfmodel/data/deepspeed-host-2026-12-01,
+one process, ``DS_ACCELERATOR=cpu``); ``fit.engine_host.fit_deepspeed_host`` reproduces the
+coefficients below (non-negative least squares, extra = a + b · tensors · micro-steps).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# ZeRO stage -> (seconds per optimizer step, seconds per parameter tensor per micro-step)
+DEEPSPEED_HOST_S = {0: (0.0, 4.185e-05), 1: (1.091e-02, 1.490e-06), 2: (0.0, 1.810e-04)}
+
+
+def layer_tensors(model) -> int:
+    """Parameter tensors of one Megatron-LM block: two norms (weight, + bias for LayerNorm), the
+    fused QKV, the projection, fc1 (gate and up fused) and fc2 weights, + their biases."""
+    norms = 2 * (2 if getattr(model, "norm", "layernorm") == "layernorm" else 1)
+    return norms + 4 + (4 if getattr(model, "bias", True) else 0)
+
+
+def stage_tensors(model, layers, embed, head):
+    """Parameter tensors of a pipeline stage holding ``layers`` blocks (and the embedding / the head)."""
+    emb = 1 + (1 if getattr(model, "position", "learned") == "learned" else 0)
+    final_norm = 2 if getattr(model, "norm", "layernorm") == "layernorm" else 1
+    out = final_norm + (0 if getattr(model, "tied_embeddings", False) else 1)
+    return np.asarray(layers, float) * layer_tensors(model) + np.where(embed, emb, 0.0) + np.where(head, out, 0.0)
+
+
+def deepspeed_host_time(zero, tensors, micro_batches, backward_s):
+    """Exposed engine seconds per step: the per-step part whole (fp16's ``has_overflow`` waits
+    for the GPU with ``.item()``; under bf16 an upper bound), and per micro-step the hooks'
+    b · tensors beyond the backward they run beside (``backward_s`` per micro-batch).
+
+    ZeRO-3 is priced with stage 2's hooks (its per-parameter work is at least that; not measured).
+    """
+    zero = np.asarray(zero)
+    step_s = np.where(zero >= 1, np.where(zero >= 2, DEEPSPEED_HOST_S[2][0], DEEPSPEED_HOST_S[1][0]),
+                      DEEPSPEED_HOST_S[0][0])
+    per = np.where(zero >= 1, np.where(zero >= 2, DEEPSPEED_HOST_S[2][1], DEEPSPEED_HOST_S[1][1]),
+                   DEEPSPEED_HOST_S[0][1])
+    hooks = per * np.asarray(tensors, float)
+    return step_s + micro_batches * np.maximum(hooks - backward_s, 0.0)

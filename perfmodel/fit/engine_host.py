@@ -1,0 +1,29 @@
+"""Fit the DeepSpeed engine's host seconds from ``calibration/deepspeed_host.py`` rows.
+
+    python -m perfmodel.fit.engine_host perfmodel/data/deepspeed-host-2026-12-01/host.csv
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+
+def fit_deepspeed_host(path) -> dict[int, tuple[float, float]]:
+    """ZeRO stage -> (per-step s, per tensor per micro-step s): non-negative least squares of the
+    measured extra seconds on [1, tensors × accumulation]."""
+    t = pd.read_csv(path)
+    out = {}
+    for stage, g in t.groupby("stage"):
+        x = np.column_stack([np.ones(len(g)), g["tensors"] * g["accumulation"]])
+        coef, _ = nnls(x, g["extra_s"].to_numpy(float))
+        out[int(stage)] = (float(coef[0]), float(coef[1]))
+    return out
+
+
+if __name__ == "__main__":
+    for stage, (a, b) in fit_deepspeed_host(sys.argv[1]).items():
+        print(f"ZeRO-{stage}: {a * 1e3:.2f} ms per step + {b * 1e6:.2f} us per tensor per micro-step")

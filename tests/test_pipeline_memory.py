@@ -1,0 +1,84 @@
+"""Megatron-style memory, hand-worked: distributed optimizer, SP + selective activations,
+interleaved warm-up micro-batches, FSDP reduce dtypes, and Llama 3 405B as published."""
+
+import dataclasses
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.costs import memory as mem
+from perfmodel.parallel.config import Schedule, StepConfig
+from perfmodel.parallel.data import fsdp_reduce_bytes
+from perfmodel.parallel.pipeline import in_flight
+from perfmodel.validate.published import read_published
+
+
+@pytest.fixture(scope="module")
+def llama405():
+    return {c.label: c for c in read_published()}["llama3-405B-16384"]
+
+
+def test_interleaved_warm_up_on_every_stage():
+    # Megatron-LM schedules.py: rank s runs 2(p-s-1) + (v-1)p warm-up chunk forwards, one more, v chunks a stage
+    c = StepConfig.from_strategy(pm.Strategy(dp=1, pp=4, global_batch=128))   # 16 micro-batches of 8
+    inter = dataclasses.replace(c, virtual_stages=2, schedule=Schedule.INTERLEAVED)
+    assert [float(in_flight(inter, s)) for s in range(4)] == [11 / 2, 9 / 2, 7 / 2, 5 / 2]
+    assert float(in_flight(inter, 0)) == pytest.approx(4 * (1 + 3 / (4 * 2)))   # Korthikanti et al. 2022 §4.2.3
+    equal = dataclasses.replace(inter, micro_batches=4)                     # m = p: every forward first
+    assert [float(in_flight(equal, s)) for s in range(4)] == [4, 4, 4, 4]
+
+
+def test_distributed_optimizer_is_6_plus_12_over_d():
+    # Megatron-LM docs/source/api-guide/dist_optimizer.md: bf16 params, fp32 grads: 6 + 12/d bytes per parameter
+    t = mem.static_bytes(1e9, 1e9, precision="bf16-mixed", zero=1, dp=8, framework="megatron")
+    assert (t["weights"], t["gradients"], float(t["optimizer"])) == (2e9, 4e9, 12e9 / 8)
+    t2 = mem.static_bytes(1e9, 1e9, precision="bf16-mixed", zero=2, dp=8, framework="megatron")
+    assert float(t2["gradients"]) == 4e9 / 8                                # sharded gradients (FSDP / ZeRO-2)
+
+
+def test_gpt_layer_is_korthikanti_34_without_dropout_masks():
+    # Korthikanti et al. 2022 eq. 2 with sp and selective recompute: 34·sbh/t, of which 2·sbh/t are the two
+    # dropout masks this layer does not have; + LayerNorm mean/rstd and FlashAttention's fp32 log-sum-exp
+    h, a, t = 4096, 32, 8
+    m = pm.transformer(layers=2, hidden=h, heads=a, seq=2048, vocab=32000)
+    got = mem.layer_activation_bytes(m, tp=t, sp=True, recompute="selective", framework="megatron")
+    paper = float(mem.korthikanti_layer_bytes(2048, 1, h, a, tp=t, sp=True, recompute="selective")) / 2048
+    assert float(got) == pytest.approx(paper - 2 * h / t + (2 * 8 + 4 * a) / t)
+
+
+def test_llama_405b_layer_by_hand(llama405):
+    # per token, t = 8, sp: two RMSNorm inputs 2·(2h + 4)/t, their outputs 2·2h/t, q k v 2(128 + 16)·128/t,
+    # attention output 2h/t + fp32 lse 4·128/t, fc1's two halves and fc2's input 2·3f/t
+    h, f, t = 16384, 53248, 8
+    by_hand = 2 * (2 * h + 4) / t + 4 * h / t + 2 * (128 + 16) * 128 / t + 2 * h / t + 4 * 128 / t + 6 * f / t
+    got = mem.layer_activation_bytes(llama405.model, tp=t, sp=True, recompute="selective", framework="megatron")
+    assert float(got) == by_hand == 65089
+
+
+def test_llama_405b_as_published_fits(llama405):
+    # Llama 3 (arXiv:2407.21783) §3.3.2, Table 4: TP 8, PP 16 (8 one-layer chunks each), DP 128, 16 micro-batches,
+    # FSDP-sharded gradients and optimizer states; a middle stage holds 8 layers of 3,187,703,808 parameters / 8
+    p = pm.predict(llama405.model, llama405.cluster, llama405.strategy)
+    params = 8 * (2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248 + 2 * 16384) / 8
+    acts = 8 * 16 * 8192 * 65089                  # m = p: all 16 micro-batches' forwards run first
+    by_hand = 2 * params + 16 * params / 128 + acts + 25 * 2**20   # + one 25 MiB reduce bucket
+    assert p.peak_memory == pytest.approx(by_hand, rel=1e-9)
+    assert p.fits and p.peak_memory / 2**30 == pytest.approx(69.9, abs=0.05)
+
+
+def test_llama_405b_search_finds_fast_plans(llama405):
+    df = pm.search(llama405.model, llama405.cluster, 2048, top_k=3, framework=("megatron",), cp=(1,))
+    best = df.iloc[0]
+    assert best["recompute"] != "full" and best["mfu"] > 0.3
+    assert best["step_time"] <= pm.predict(llama405.model, llama405.cluster, llama405.strategy).step_time
+
+
+def test_fsdp_reduce_scatter_dtype_per_stack():
+    assert fsdp_reduce_bytes("torchtitan", 2.0) == 4.0   # mixed_precision_reduce = "float32"
+    assert fsdp_reduce_bytes("fsdp1", 2.0) == 2.0        # MixedPrecision reduce_dtype = param_dtype
+    assert fsdp_reduce_bytes("megatron", 2.0) == 2.0
+    m = dataclasses.replace(pm.preset("llama-3-8b"), seq=2048)
+    c = pm.cluster("dgx-h100", nodes=8)
+    comm = {fw: pm.predict(m, c, pm.Strategy(dp=64, micro_batch=1, framework=fw, recompute="full")).breakdown["dp_comm"]
+            for fw in ("torchtitan", "fsdp1")}
+    assert comm["torchtitan"] > 1.2 * comm["fsdp1"]    # the same gathers, reduce-scatters of twice the bytes
