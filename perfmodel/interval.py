@@ -36,9 +36,9 @@ DEFAULT_LEVEL = 0.9
 COMM_SHARE = 0.2
 # a step is host-bound from this share of exposed eager launch overhead on (no validation row is)
 HOST_SHARE = 0.25
-# a step predicted shorter than this is its own regime: eager launch and clock jitter move short
-# H200 steps by up to 17% between runs of one configuration, longer ones by under 6% (gpu_runs.csv)
-SHORT_STEP_S = 0.1
+# a step predicted shorter than this is its own regime: two runs of one configuration differ by 8-13%
+# below 60 ms on the H200, by at most 2.3% above (gpu_runs.csv); 0.06 s beat 0 and 0.1 s held back
+SHORT_STEP_S = 0.06
 # shapes the calibration range is checked on (transformer fields)
 SHAPE_FIELDS = ("hidden", "seq")
 UNCALIBRATED = "uncalibrated"
@@ -177,6 +177,24 @@ def log_interval(table: dict, names: np.ndarray, level: float) -> tuple[np.ndarr
     return centre, width
 
 
+def labelled(table: dict, name: str, level: float) -> str:
+    """``name``, or why it is uncalibrated when the table has no rows, or too few for the level, in it."""
+    if name.startswith(UNCALIBRATED):
+        return name
+    entry = table["regimes"].get(name)
+    if entry is None:
+        return f"{UNCALIBRATED}: no validation rows in {name}"
+    return name if not math.isnan(scaled_width(entry, level)) else f"{UNCALIBRATED}: too few rows in {name} for {level:g}"
+
+
+def relabel(table: dict, names: np.ndarray, level: float) -> np.ndarray:
+    """:func:`labelled` of each name of an array."""
+    out = names.copy()
+    for name in set(names.ravel().tolist()):
+        out[names == name] = labelled(table, name, level)
+    return out
+
+
 def regime_log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
     """(centre, half-width) in log space of one regime."""
     if table is _shipped():  # predict's case: a few regimes and levels, looked up once each
@@ -233,13 +251,14 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     if isinstance(step, float) and all(isinstance(breakdown[k], float) for k in _SHARE_KEYS):  # one prediction
         step = max(step, 1e-300)
         share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
-        name = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
+        name = labelled(table, _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step),
+                        level)
         c, w = regime_log_interval(table, name, level)
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
-    names = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework,
-                    step)
+    names = relabel(table, regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host,
+                                   reason, framework, step), level)
     c, w = log_interval(table, names, level)
     low, high = step * np.exp(c - w), step * np.exp(c + w)
     if step.ndim == 0:

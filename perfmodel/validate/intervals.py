@@ -170,7 +170,7 @@ def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, 
     shape = type("Shape", (), {"hidden": r.hidden, "seq": r.seq})
     reason = iv.uncalibrated_reason(table, kind=r.kind, stack=r.stack, model=shape, profile_gpu=r.profile_gpu,
                                     cluster_gpu=r.cluster_gpu)
-    names = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
+    names = iv.relabel(table, iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s), level)
     centre, width = iv.log_interval(table, names, level)
     return str(names.item()), float(centre.item()), float(width.item())
 
@@ -228,11 +228,11 @@ def choose_method(checks: dict, level: float) -> str:
     return max(checks, key=lambda m: checks[m]["coverage"])
 
 
-def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200) -> dict:
+def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = HELD_BACK) -> dict:
     """The table to ship: every row's scores, provenance, the held-back coverage of both scores and the
     chosen one."""
     rows = scored_rows()
-    checks = {m: held_back(rows, level=level, splits=splits, method=m) for m in conformal.METHODS}
+    checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m) for m in conformal.METHODS}
     method = choose_method(checks, level)
     memory_method = choose_method({m: h["memory"] for m, h in checks.items()}, level)
     counts = {}
@@ -290,8 +290,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfmodel.validate.intervals", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"rewrite {iv.TABLE_PATH.name} next to perfmodel.interval")
     ap.add_argument("--splits", type=int, default=200, help="random held-back splits for the coverage check")
+    ap.add_argument("--held-back", type=float, default=HELD_BACK,
+                    help=f"share of configurations each split holds back (default {HELD_BACK})")
     args = ap.parse_args(argv)
-    table = generate(splits=args.splits)
+    if not 0 < args.held_back < 1:
+        ap.error(f"--held-back must be strictly between 0 and 1: got {args.held_back}")
+    table = generate(splits=args.splits, fraction=args.held_back)
     print(report(table))
     if args.write:
         iv.TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
