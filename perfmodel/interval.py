@@ -134,8 +134,10 @@ def half_width(scores, level: float) -> float:
 
 
 def scaled_width(entry: dict, level: float) -> float:
-    """A regime's log half-width: its scale times the conformal quantile of the scores it draws on."""
-    return entry.get("scale", 1.0) * half_width(entry["scores"], level)
+    """A regime's log half-width: its own split-conformal quantile where it has enough rows for the level
+    (``own_scores``), else its scale times the conformal quantile of the (pooled) scores it draws on."""
+    own = half_width(entry["own_scores"], level) if "own_scores" in entry else math.nan
+    return own if not math.isnan(own) else entry.get("scale", 1.0) * half_width(entry["scores"], level)
 
 
 def fallback_half_width(table: dict, level: float) -> float:

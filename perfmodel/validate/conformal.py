@@ -12,7 +12,10 @@ Two scores (docs/accuracy.md), chosen between by held-back coverage and width
   score |r - c| / σ, σ the regime's difficulty (its median |r - c|, shrunk towards the pooled
   one with ``SHRINK`` pseudo-rows, at least ``FLOOR``), all regimes' scores pooled into one
   quantile q; a regime's half-width is q·σ. Pooling lets every regime use the quantile of
-  all rows; σ keeps hard regimes wide and easy ones narrow.
+  all rows; σ keeps hard regimes wide and easy ones narrow. Its coverage holds over all
+  regimes together, not in each one (a heavy-tailed regime under-covers).
+* ``hybrid``: Mondrian where the data supports it: a regime with enough rows for the level
+  uses its own split-conformal quantile (``own_scores``), a smaller one the weighted q·σ.
 
 Each row is scored against the centre and scale of the other configurations of its regime
 (leave one configuration out, as a new configuration would be; Barber et al. 2021, Ann.
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-METHODS = ("split", "weighted")
+METHODS = ("split", "weighted", "hybrid")
 SHRINK = 3.0   # pseudo-rows of the pooled scale in a regime's scale (a regime of 3 rows is half its own)
 FLOOR = 0.01   # smallest scale (log): no regime claims better than 1% spread from a few agreeing rows
 
@@ -49,7 +52,7 @@ def calibrate(items: list[Item], method: str = "weighted") -> dict:
     by = {}
     for it in items:
         by.setdefault(it.regime, []).append(it)
-    pooled = _pooled_scale([it.log_ratio for it in items], by) if method == "weighted" else None
+    pooled = _pooled_scale([it.log_ratio for it in items], by) if method != "split" else None
     out, scores = {}, {}
     for name in sorted(by):
         mine = by[name]
@@ -63,7 +66,11 @@ def calibrate(items: list[Item], method: str = "weighted") -> dict:
                      "scale": round(scale, 5)}
     everything = sorted(round(s, 5) for v in scores.values() for s in v)
     for name, entry in out.items():
-        entry["scores"] = everything if method == "weighted" else sorted(round(s, 5) for s in scores[name])
+        entry["scores"] = everything if method != "split" else sorted(round(s, 5) for s in scores[name])
+        if method == "hybrid":  # its own |r - c|: the scores scaled back by each row's scale
+            g = np.array([it.group for it in by[name]])
+            r = np.array([it.log_ratio for it in by[name]])
+            entry["own_scores"] = sorted(round(s, 5) for s in _loo_scores(r, g, None))
     return out
 
 

@@ -219,10 +219,17 @@ class _Tally:
                 "median_half_width_pct": round(100 * float(np.median(width)), 2), "per_regime": per}
 
 
-def choose_method(checks: dict, level: float) -> str:
+CHECK_LEVELS = (0.5, 0.8)  # a shipped score must also hold at these levels (within SLACK), as predict may ask
+SLACK = 0.02
+
+
+def choose_method(checks: dict, level: float, others: dict | None = None) -> str:
     """The score to ship: the narrowest median half-width among those covering at least ``level`` held back
-    (the best-covering one when none does). ``checks``: method -> held-back summary."""
-    covering = [m for m, h in checks.items() if h["coverage"] >= level]
+    and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` (the best-covering
+    one when none does). ``checks``: method -> held-back summary."""
+    others = others or {}
+    covering = [m for m, h in checks.items() if h["coverage"] >= level
+                and all(o[m]["coverage"] >= lv - SLACK for lv, o in others.items())]
     if covering:
         return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
     return max(checks, key=lambda m: checks[m]["coverage"])
@@ -233,8 +240,11 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
     chosen one."""
     rows = scored_rows()
     checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m) for m in conformal.METHODS}
-    method = choose_method(checks, level)
-    memory_method = choose_method({m: h["memory"] for m, h in checks.items()}, level)
+    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m)
+                   for m in conformal.METHODS} for lv in CHECK_LEVELS}
+    method = choose_method(checks, level, others)
+    memory_method = choose_method({m: h["memory"] for m, h in checks.items()}, level,
+                                  {lv: {m: h["memory"] for m, h in o.items()} for lv, o in others.items()})
     counts = {}
     for r in rows:
         counts[r.source] = counts.get(r.source, 0) + 1
@@ -247,7 +257,9 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
             "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
-            "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")} for m, h in checks.items()},
+            "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")}
+                              | {f"coverage_at_{lv:g}": o[m]["coverage"] for lv, o in others.items()}
+                              for m, h in checks.items()},
             "memory_method_choice": {m: {k: h["memory"][k] for k in ("coverage", "median_half_width_pct")}
                                      for m, h in checks.items()}}
 
