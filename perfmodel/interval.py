@@ -201,17 +201,39 @@ def regime_log_interval(table: dict, name: str, level: float) -> tuple[float, fl
     """(centre, half-width) in log space of one regime."""
     if table is _shipped():  # predict's case: a few regimes and levels, looked up once each
         return _shipped_log_interval(name, level)
-    fallback = fallback_half_width(table, level)
-    w = regime_width(table, name, level, fallback)
-    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
+    return _log_interval(table, name, level)
 
 
 @cache
 def _shipped_log_interval(name: str, level: float) -> tuple[float, float]:
-    table = _shipped()
+    return _log_interval(_shipped(), name, level)
+
+
+def _log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
+    """A calibrated regime's centre and width; a regime with too few rows for the level: no centre shift
+    and the fallback half-width; one without rows: ``FALLBACK_FACTOR`` x its nearest calibrated regimes'
+    width, at most the fallback half-width."""
     fallback = fallback_half_width(table, level)
     w = regime_width(table, name, level, fallback)
-    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
+    if name in table["regimes"]:
+        return (table["regimes"][name]["centre"], w) if w != fallback else (0.0, fallback)
+    near = nearest_width(table, name, level)
+    return 0.0, (fallback if math.isnan(near) else min(fallback, FALLBACK_FACTOR * near))
+
+
+def nearest_width(table: dict, name: str, level: float) -> float:
+    """The widest calibrated regime nearest ``name``: its framework's of another step class, else the other
+    frameworks' of its profile kind and communication share (NaN when none, or ``name`` is uncalibrated)."""
+    if name.startswith(UNCALIBRATED):
+        return math.nan
+    parts = name.split("/")
+    for depth in (3, 2):
+        widths = [regime_width(table, other, level, math.nan) for other in table["regimes"]
+                  if other != name and other.split("/")[:depth] == parts[:depth]]
+        widths = [w for w in widths if not math.isnan(w)]
+        if widths:
+            return max(widths)
+    return math.nan
 
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
@@ -253,15 +275,15 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     if isinstance(step, float) and all(isinstance(breakdown[k], float) for k in _SHARE_KEYS):  # one prediction
         step = max(step, 1e-300)
         share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
-        name = labelled(table, _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step),
-                        level)
-        c, w = regime_log_interval(table, name, level)
+        raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
+        c, w = regime_log_interval(table, raw, level)
+        name = labelled(table, raw, level)
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
-    names = relabel(table, regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host,
-                                   reason, framework, step), level)
-    c, w = log_interval(table, names, level)
+    raw = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework, step)
+    c, w = log_interval(table, raw, level)
+    names = relabel(table, raw, level)
     low, high = step * np.exp(c - w), step * np.exp(c + w)
     if step.ndim == 0:
         return Interval(float(low), float(high), level, str(names.item()))

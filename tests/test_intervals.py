@@ -182,7 +182,12 @@ def test_intervals_widen_for_datasheet_profiles_and_unvalidated_stacks():
     # a validated stack on a datasheet profile no row of that stack checked: labelled, as wide
     other = pm.predict("gpt2-small", "a100-sxm4-80gb", pm.Strategy(micro_batch=8))
     assert other.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/pytorch"
-    assert _rel(other) == pytest.approx(_rel(unchecked))
+    assert _rel(other) == pytest.approx(_rel(unchecked))  # its nearest (torchtitan's) doubled is past the fallback
+    # no rows of a short megatron step on a datasheet profile: twice the nearest regime's width (megatron's)
+    short = pm.predict("gpt2-small", "a100-sxm4-80gb", s.replace(micro_batch=2))
+    assert short.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/megatron/short-step"
+    near = iv.regime_width(iv.calibration_table(), "datasheet/low-comm/megatron", 0.9, math.nan)
+    assert _rel(short) == pytest.approx(iv.FALLBACK_FACTOR * near) and _rel(a100) < _rel(short) < _rel(unchecked)
 
 
 def test_other_regimes_without_data_are_labelled():

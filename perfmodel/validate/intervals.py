@@ -170,8 +170,9 @@ def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, 
     shape = type("Shape", (), {"hidden": r.hidden, "seq": r.seq})
     reason = iv.uncalibrated_reason(table, kind=r.kind, stack=r.stack, model=shape, profile_gpu=r.profile_gpu,
                                     cluster_gpu=r.cluster_gpu)
-    names = iv.relabel(table, iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s), level)
-    centre, width = iv.log_interval(table, names, level)
+    raw = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
+    centre, width = iv.log_interval(table, raw, level)
+    names = iv.relabel(table, raw, level)
     return str(names.item()), float(centre.item()), float(width.item())
 
 
