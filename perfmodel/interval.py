@@ -298,30 +298,37 @@ def uncalibrated_bounds(seconds, level: float = DEFAULT_LEVEL, table: dict | Non
     return seconds * np.exp(-w), seconds * np.exp(w)
 
 
-def memory_bounds(peak_bytes: float, *, framework: str, level: float = DEFAULT_LEVEL,
+def memory_regime(framework: str, n_gpus: int) -> str:
+    """The memory regime of a run: its framework, and whether it spans several GPUs (buckets, shards and
+    buffers in flight that one GPU does not have)."""
+    return framework if n_gpus <= 1 else f"{framework}/parallel"
+
+
+def memory_bounds(peak_bytes: float, *, framework: str, n_gpus: int = 1, level: float = DEFAULT_LEVEL,
                   table: dict | None = None) -> Interval:
     """The interval of a predicted peak memory (bytes), from the memory section of the table: the
-    ratio of measured to predicted memory of the framework's validation rows, as for step time."""
+    ratio of measured to predicted memory of the regime's validation rows, as for step time."""
     level = check_level(level)
+    name = memory_regime(framework, n_gpus)
     if table is None or table is _shipped():
-        c, w, name = _shipped_memory_interval(framework, level)
+        c, w, name = _shipped_memory_interval(name, level)
     else:
-        c, w, name = memory_log_interval(table, framework, level)
+        c, w, name = memory_log_interval(table, name, level)
     return Interval(peak_bytes * math.exp(c - w), peak_bytes * math.exp(c + w), level, name)
 
 
 @cache
-def _shipped_memory_interval(framework: str, level: float) -> tuple[float, float, str]:
-    return memory_log_interval(_shipped(), framework, level)
+def _shipped_memory_interval(regime: str, level: float) -> tuple[float, float, str]:
+    return memory_log_interval(_shipped(), regime, level)
 
 
-def memory_log_interval(table: dict, framework: str, level: float) -> tuple[float, float, str]:
-    """(centre, half-width, regime) in log space of a framework's peak memory."""
+def memory_log_interval(table: dict, regime: str, level: float) -> tuple[float, float, str]:
+    """(centre, half-width, label) in log space of a memory regime (:func:`memory_regime`)."""
     mem = table.get("memory", EMPTY_TABLE["memory"])
-    entry = mem["regimes"].get(framework)
+    entry = mem["regimes"].get(regime)
     w = scaled_width(entry, level) if entry else math.nan
     if not math.isnan(w):
-        return entry["centre"], w, f"memory/{framework}"
+        return entry["centre"], w, f"memory/{regime}"
     why = "too few measurements for the level" if entry else "never measured"
     return 0.0, fallback_half_width(mem | {"fallback_floor": table["fallback_floor"]}, level), (
-        f"{UNCALIBRATED}: memory of framework {framework} {why}")
+        f"{UNCALIBRATED}: memory of {regime} {why}")

@@ -200,7 +200,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     step = float(out["step_time"])
     iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
                 attention=s.attention, precision=s.precision, level=level)
-    mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, level=level)
+    mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=cluster.n_gpus, level=level)
     return Prediction(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
         step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),

@@ -150,11 +150,14 @@ def test_memory_interval_is_calibrated_by_framework_and_wide_without_data():
     assert (lo, hi) == pytest.approx((p.peak_memory * math.exp(c - w), p.peak_memory * math.exp(c + w)))
     assert p.to_dict()["memory_interval_regime"] == "memory/pytorch"
     mega = pm.predict("gpt2-small", "a100-sxm4-80gb", pm.Strategy(micro_batch=8, framework="megatron"))
-    assert mega.memory_interval_regime == "uncalibrated: memory of framework megatron never measured"
+    assert mega.memory_interval_regime == "uncalibrated: memory of megatron never measured"
     assert math.log(mega.memory_interval[1] / mega.peak_memory) > w
+    # one GPU's rows do not speak for data parallelism (buckets, shards, buffers in flight)
+    ddp = pm.predict("gpt2-small", "dgx-a100-80gb", pm.Strategy(micro_batch=8))
+    assert ddp.memory_interval_regime == "uncalibrated: memory of pytorch/parallel never measured"
     titan = pm.predict("llama-3-8b", "dgx-h100", pm.Strategy(dp=8, micro_batch=1, framework="torchtitan"))
-    assert titan.memory_interval_regime.startswith(("memory/torchtitan", "uncalibrated: memory of framework "
-                                                    "torchtitan too few"))
+    assert titan.memory_interval_regime.startswith(("memory/torchtitan/parallel",
+                                                    "uncalibrated: memory of torchtitan/parallel too few"))
 
 
 @pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, True, "0.9", float("nan")])

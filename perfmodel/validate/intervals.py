@@ -68,6 +68,11 @@ class Scored:
     framework: str = "pytorch"
     step_s: float = 1.0  # predicted step
     memory_log_ratio: float | None = None  # ln(measured / predicted peak memory), where measured
+    n_gpus: int = 1
+
+    @property
+    def memory_regime(self) -> str:
+        return iv.memory_regime(self.framework, self.n_gpus)
 
     @property
     def cell(self) -> str:
@@ -120,7 +125,7 @@ def score(source: str, case: Case) -> Scored:
                   hidden=int(case.model.hidden), seq=int(case.model.seq), profile_gpu=prof.gpu,
                   cluster_gpu=case.cluster.gpu.name, share=float(share), host_share=float(host),
                   log_ratio=math.log(case.measured / p.step_time), framework=s.framework, step_s=p.step_time,
-                  memory_log_ratio=_memory_log_ratio(case, p))
+                  memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus)
 
 
 def _memory_log_ratio(case: Case, p) -> float | None:
@@ -153,7 +158,7 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
     for name, entry in regimes.items():  # as predict applies them (a datasheet regime never below its measured twin)
         entry["half_width_pct"] = {str(q): conformal.percent(
             entry["centre"], iv.regime_width({"regimes": regimes}, name, q, math.nan)) for q in QUANTILES}
-    memory = conformal.calibrate([conformal.Item(r.framework, r.group, r.memory_log_ratio, r.source)
+    memory = conformal.calibrate([conformal.Item(r.memory_regime, r.group, r.memory_log_ratio, r.source)
                                   for r in rows if r.memory_log_ratio is not None], memory_method or method)
     for entry in memory.values():
         entry["half_width_pct"] = {str(q): conformal.percent(entry["centre"], iv.scaled_width(entry, q))
@@ -192,7 +197,7 @@ def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: in
             name, c, w = regime_and_width(table, r, level)
             time.add(name.split(":")[0], abs(r.log_ratio - c) <= w, math.exp(c) * math.sinh(w))
             if r.memory_log_ratio is not None:
-                c, w, name = iv.memory_log_interval(table, r.framework, level)
+                c, w, name = iv.memory_log_interval(table, r.memory_regime, level)
                 memory.add(name.split(":")[0], abs(r.memory_log_ratio - c) <= w, math.exp(c) * math.sinh(w))
     return {"level": level, "splits": splits, "held_back_fraction": fraction, "seed": seed, "method": method,
             **time.summary(), "memory": memory.summary()}
