@@ -9,10 +9,11 @@ regenerates it; docs/accuracy.md). Split-conformal prediction (Vovk et al. 2005;
 Lei et al. 2018, JASA 113:1094, §2.2 and §5.2 for the locally weighted score): with n
 calibration scores, the ⌈(n+1)·level⌉-th smallest, q, gives the interval
 [step·e^(c-qσ), step·e^(c+qσ)], which holds a new step with probability ≥ level when rows are
-exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime the
-table has no rows for, or too few for the level, gets twice the widest calibrated half-width,
-labelled "uncalibrated". The same table holds a memory section of the same shape (ratio of
-measured to predicted peak memory, by framework).
+exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime with
+too few rows for the level gets twice the widest calibrated half-width, one without rows twice its
+nearest calibrated regimes' (at most the former), labelled "uncalibrated". The same table holds a
+memory section of the same shape (ratio of measured to predicted peak memory, by framework and by
+one GPU or several).
 
 Only json and numpy are needed here: predict reads the table once per process.
 """
@@ -76,6 +77,12 @@ def _shipped() -> dict:
                       "'python -m perfmodel.validate.intervals --write' rewrites it", UserWarning, stacklevel=2)
         return EMPTY_TABLE
     return table
+
+
+def reload_table() -> None:
+    """Forget the table read and every width derived from it (after the file changed)."""
+    for f in (_shipped, _shipped_log_interval, _shipped_labelled, _shipped_memory_interval):
+        f.cache_clear()
 
 
 def calibration_table() -> dict:
@@ -189,6 +196,11 @@ def labelled(table: dict, name: str, level: float) -> str:
     return name if not math.isnan(scaled_width(entry, level)) else f"{UNCALIBRATED}: too few rows in {name} for {level:g}"
 
 
+@cache
+def _shipped_labelled(name: str, level: float) -> str:
+    return labelled(_shipped(), name, level)
+
+
 def relabel(table: dict, names: np.ndarray, level: float) -> np.ndarray:
     """:func:`labelled` of each name of an array."""
     out = names.copy()
@@ -277,7 +289,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
         raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
         c, w = regime_log_interval(table, raw, level)
-        name = labelled(table, raw, level)
+        name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)

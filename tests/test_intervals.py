@@ -214,14 +214,15 @@ def test_a_table_of_another_schema_reads_as_uncalibrated(tmp_path, monkeypatch):
     old = tmp_path / "intervals.json"
     old.write_text('{"schema_version": 1, "regimes": {}}')
     monkeypatch.setattr(iv, "TABLE_PATH", old)
-    iv._shipped.cache_clear()
+    iv.reload_table()
     try:
         with pytest.warns(UserWarning, match="python -m perfmodel.validate.intervals --write"):
             p = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=8))
         assert p.interval_regime == "uncalibrated: stack pytorch/flash not validated"
         assert p.interval == pytest.approx((p.step_time / 4, p.step_time * 4))
     finally:
-        iv._shipped.cache_clear()
+        monkeypatch.undo()
+        iv.reload_table()
 
 
 def test_sweep_compare_and_search_rows_carry_intervals_and_ties():
