@@ -283,7 +283,8 @@ def test_cli_prints_level_regime_and_ties(capsys):
     from perfmodel.cli import main
 
     assert main(["predict", "--model", "gpt2-small", "--gpu", "h200", "--micro-batch", "8", "--level", "0.8"]) == 0
-    assert ", 80%, measured/low-comm/pytorch/short-step)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert ", 80%, measured/low-comm/pytorch/short-step)" in out and ", 80%, memory/pytorch)" in out
     assert main(["compare", "--model", "gpt2-small", "--gpu", "h200", "--strategies", "mb=8", "mb=8,gb=16"]) == 0
     assert "tie: 2 candidates' 90% intervals overlap the best's" in capsys.readouterr().out
     assert main(["search", "--model", "gpt2-small", "--gpu", "h200", "--global-batch", "16", "--top-k", "2"]) == 0
