@@ -182,15 +182,16 @@ def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, 
 
 
 def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: int = 200,
-              fraction: float = HELD_BACK, seed: int = 0, method: str = "weighted") -> dict:
+              fraction: float = HELD_BACK, seed: int = 0, method: str = "weighted",
+              memory_method: str | None = None) -> dict:
     """Coverage on held-back configurations over ``splits`` random splits (calibrate on the rest),
-    of step time per regime and of memory."""
+    of step time per regime and of memory (scored by ``memory_method``, default ``method``)."""
     groups = sorted({r.group for r in rows})
     rng = np.random.default_rng(seed)
     time, memory = _Tally(), _Tally()
     for _ in range(splits):
         cal = set(rng.permutation(groups)[: round(len(groups) * (1 - fraction))].tolist())
-        table = build_table([r for r in rows if r.group in cal], method)
+        table = build_table([r for r in rows if r.group in cal], method, memory_method)
         for r in rows:
             if r.group in cal:
                 continue
