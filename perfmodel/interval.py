@@ -1,14 +1,19 @@
 """Prediction intervals with a stated coverage level, from the shipped calibration table.
 
 ``perfmodel/data/intervals.json`` holds, per regime, the median log-ratio c of the
-project's own validation rows, r = ln(measured step / predicted step), and the sorted
-nonconformity scores |r - c| (``python -m perfmodel.validate.intervals --write``
+project's own validation rows, r = ln(measured step / predicted step), a scale σ (the
+regime's difficulty: 1 for plain split conformal, its shrunk median |r - c| for the
+locally weighted score) and the sorted nonconformity scores |r - c| / σ it draws on
+(its own, or all regimes' pooled) (``python -m perfmodel.validate.intervals --write``
 regenerates it; docs/accuracy.md). Split-conformal prediction (Vovk et al. 2005;
-Lei et al. 2018, JASA 113:1094, §2.2): with n calibration scores, the
-⌈(n+1)·level⌉-th smallest, q, gives the interval [step·e^(c-q), step·e^(c+q)],
-which holds a new step of the same regime with probability ≥ level when rows are
-exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime the table has no rows for, or too few
-for the level, gets twice the widest calibrated half-width, labelled "uncalibrated".
+Lei et al. 2018, JASA 113:1094, §2.2 and §5.2 for the locally weighted score): with n
+calibration scores, the ⌈(n+1)·level⌉-th smallest, q, gives the interval
+[step·e^(c-qσ), step·e^(c+qσ)], which holds a new step with probability ≥ level when rows are
+exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime with
+too few rows for the level gets twice the widest calibrated half-width, one without rows twice its
+nearest calibrated regimes' (at most the former), labelled "uncalibrated". The same table holds a
+memory section of the same shape (ratio of measured to predicted peak memory, by framework and by
+one GPU or several).
 
 Only json and numpy are needed here: predict reads the table once per process.
 """
@@ -32,12 +37,15 @@ DEFAULT_LEVEL = 0.9
 COMM_SHARE = 0.2
 # a step is host-bound from this share of exposed eager launch overhead on (no validation row is)
 HOST_SHARE = 0.25
+# a step predicted shorter than this is its own regime: two runs of one configuration differ by 8-13%
+# below 60 ms on the H200, by at most 2.3% above (gpu_runs.csv); 0.06 s beat 0 and 0.1 s held back
+SHORT_STEP_S = 0.06
 # shapes the calibration range is checked on (transformer fields)
 SHAPE_FIELDS = ("hidden", "seq")
 UNCALIBRATED = "uncalibrated"
-TABLE_SCHEMA = 2  # raise when the table's keys change
+TABLE_SCHEMA = 3  # raise when the table's keys change
 EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
-               "fallback_floor": math.log(2.0)}  # no data at all: [step / 4, 4 x step] (2 x ln 2)
+               "memory": {"regimes": {}}, "fallback_floor": math.log(2.0)}  # no data at all: [step / 4, 4 x step] (2 x ln 2)
 FALLBACK_FACTOR = 2.0  # no data: twice the widest half-width measured in any calibrated regime
 
 
@@ -71,6 +79,12 @@ def _shipped() -> dict:
     return table
 
 
+def reload_table() -> None:
+    """Forget the table read and every width derived from it (after the file changed)."""
+    for f in (_shipped, _shipped_log_interval, _shipped_labelled, _shipped_memory_interval):
+        f.cache_clear()
+
+
 def calibration_table() -> dict:
     """The shipped calibration table (a copy: callers may not change the one predict uses)."""
     return json.loads(json.dumps(_shipped()))
@@ -93,6 +107,12 @@ def profile_kind(profile) -> str:
 def cell(kind: str, share):
     """The calibrated cell of a step: profile kind and whether communication is a large share."""
     return np.where(np.asarray(share) >= COMM_SHARE, f"{kind}/high-comm", f"{kind}/low-comm")
+
+
+def regime_name(kind: str, share: float, framework: str, step: float) -> str:
+    """The calibrated regime of one step: profile kind, communication share, framework, short or not."""
+    comm = "high-comm" if share >= COMM_SHARE else "low-comm"
+    return f"{kind}/{comm}/{framework}" + ("/short-step" if step < SHORT_STEP_S else "")
 
 
 def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
@@ -120,16 +140,25 @@ def half_width(scores, level: float) -> float:
     return float(scores[k - 1]) if 1 <= k <= len(scores) else math.nan
 
 
+def scaled_width(entry: dict, level: float) -> float:
+    """A regime's log half-width: its own split-conformal quantile where it has enough rows for the level
+    (``own_scores``), else its scale times the conformal quantile of the (pooled) scores it draws on."""
+    own = half_width(entry["own_scores"], level) if "own_scores" in entry else math.nan
+    return own if not math.isnan(own) else entry.get("scale", 1.0) * half_width(entry["scores"], level)
+
+
 def fallback_half_width(table: dict, level: float) -> float:
     """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated one."""
-    widths = [half_width(r["scores"], level) if not math.isnan(half_width(r["scores"], level)) else r["scores"][-1]
+    widths = [w if not math.isnan(w := scaled_width(r, level)) else r.get("scale", 1.0) * r["scores"][-1]
               for r in table["regimes"].values() if r["scores"]]
     return FALLBACK_FACTOR * (max(widths) if widths else table["fallback_floor"])
 
 
-def regimes(kind: str, share, host_share, reason) -> np.ndarray:
-    """The regime name of each step (arrays of shares broadcast)."""
-    names = cell(kind, share).astype(object)
+def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", step=1.0) -> np.ndarray:
+    """The regime name of each step (arrays of shares and steps broadcast)."""
+    share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
+    names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{framework}"),
+                                   np.where(step < SHORT_STEP_S, "/short-step", "")), dtype=object)
     if reason is not None:
         names[...] = f"{UNCALIBRATED}: {reason}"
         return names
@@ -138,13 +167,13 @@ def regimes(kind: str, share, host_share, reason) -> np.ndarray:
     return names
 
 
-def _one_regime(kind: str, share: float, host_share: float, reason) -> str:
+def _one_regime(kind: str, share: float, host_share: float, reason, framework: str, step: float) -> str:
     """:func:`regimes` of one step."""
     if reason is not None:
         return f"{UNCALIBRATED}: {reason}"
     if host_share >= HOST_SHARE:
         return f"{UNCALIBRATED}: host-bound"
-    return f"{kind}/high-comm" if share >= COMM_SHARE else f"{kind}/low-comm"
+    return regime_name(kind, share, framework, step)
 
 
 def log_interval(table: dict, names: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
@@ -157,33 +186,84 @@ def log_interval(table: dict, names: np.ndarray, level: float) -> tuple[np.ndarr
     return centre, width
 
 
+def labelled(table: dict, name: str, level: float) -> str:
+    """``name``, or why it is uncalibrated when the table has no rows, or too few for the level, in it."""
+    if name.startswith(UNCALIBRATED):
+        return name
+    entry = table["regimes"].get(name)
+    if entry is None:
+        return f"{UNCALIBRATED}: no validation rows in {name}"
+    return name if not math.isnan(scaled_width(entry, level)) else f"{UNCALIBRATED}: too few rows in {name} for {level:g}"
+
+
+@cache
+def _shipped_labelled(name: str, level: float) -> str:
+    return labelled(_shipped(), name, level)
+
+
+def relabel(table: dict, names: np.ndarray, level: float) -> np.ndarray:
+    """:func:`labelled` of each name of an array."""
+    out = names.copy()
+    for name in set(names.ravel().tolist()):
+        out[names == name] = labelled(table, name, level)
+    return out
+
+
 def regime_log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
     """(centre, half-width) in log space of one regime."""
     if table is _shipped():  # predict's case: a few regimes and levels, looked up once each
         return _shipped_log_interval(name, level)
-    fallback = fallback_half_width(table, level)
-    w = regime_width(table, name, level, fallback)
-    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
+    return _log_interval(table, name, level)
 
 
 @cache
 def _shipped_log_interval(name: str, level: float) -> tuple[float, float]:
-    table = _shipped()
+    return _log_interval(_shipped(), name, level)
+
+
+def _log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
+    """A calibrated regime's centre and width; a regime with too few rows for the level: no centre shift
+    and the fallback half-width; one without rows: ``FALLBACK_FACTOR`` x its nearest calibrated regimes'
+    width, at most the fallback half-width."""
     fallback = fallback_half_width(table, level)
     w = regime_width(table, name, level, fallback)
-    return (0.0 if w == fallback or name not in table["regimes"] else table["regimes"][name]["centre"]), w
+    if name in table["regimes"]:
+        return (table["regimes"][name]["centre"], w) if w != fallback else (0.0, fallback)
+    near = nearest_width(table, name, level)
+    return 0.0, (fallback if math.isnan(near) else min(fallback, FALLBACK_FACTOR * near))
+
+
+def nearest_width(table: dict, name: str, level: float) -> float:
+    """The widest calibrated regime nearest ``name``: its framework's of another step class, else the other
+    frameworks' of its profile kind and communication share (NaN when none, or ``name`` is uncalibrated)."""
+    if name.startswith(UNCALIBRATED):
+        return math.nan
+    parts = name.split("/")
+    for depth in (3, 2):
+        widths = [regime_width(table, other, level, math.nan) for other in table["regimes"]
+                  if other != name and other.split("/")[:depth] == parts[:depth]]
+        widths = [w for w in widths if not math.isnan(w)]
+        if widths:
+            return max(widths)
+    return math.nan
 
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
     """One regime's log half-width. A datasheet profile is the measured fits rescaled, so it inherits
-    their error: its width is at least the measured regime's of the same communication share."""
+    their error: its width is at least that of every measured regime of the same communication share
+    and step class (any framework)."""
     entry = table["regimes"].get(name)
-    q = half_width(entry["scores"], level) if entry else math.nan
+    q = scaled_width(entry, level) if entry else math.nan
     if math.isnan(q):
         return fallback
-    twin = table["regimes"].get(name.replace("datasheet/", "measured/")) if name.startswith("datasheet/") else None
-    twin_q = half_width(twin["scores"], level) if twin else math.nan
-    return q if math.isnan(twin_q) else max(q, twin_q)
+    twins = [scaled_width(e, level) for other, e in table["regimes"].items() if _twins(name, other)]
+    return max([q] + [w for w in twins if not math.isnan(w)])
+
+
+def _twins(name: str, other: str) -> bool:
+    """Whether ``other`` is a measured regime of datasheet regime ``name``'s communication share and step class."""
+    a, b = name.split("/"), other.split("/")
+    return a[0] == "datasheet" and b[0] == "measured" and a[1] == b[1] and a[3:] == b[3:]
 
 
 _SHARE_KEYS = ("tp_comm", "dp_comm", "p2p", "pipeline_bubble", "host_overhead")
@@ -207,13 +287,15 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     if isinstance(step, float) and all(isinstance(breakdown[k], float) for k in _SHARE_KEYS):  # one prediction
         step = max(step, 1e-300)
         share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
-        name = _one_regime(kind, share, breakdown["host_overhead"] / step, reason)
-        c, w = regime_log_interval(table, name, level)
+        raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
+        c, w = regime_log_interval(table, raw, level)
+        name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
-    names = regimes(kind, np.broadcast_to(share, np.broadcast(share, host).shape), host, reason)
-    c, w = log_interval(table, names, level)
+    raw = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework, step)
+    c, w = log_interval(table, raw, level)
+    names = relabel(table, raw, level)
     low, high = step * np.exp(c - w), step * np.exp(c + w)
     if step.ndim == 0:
         return Interval(float(low), float(high), level, str(names.item()))
@@ -226,3 +308,39 @@ def uncalibrated_bounds(seconds, level: float = DEFAULT_LEVEL, table: dict | Non
     w = fallback_half_width(table or _shipped(), check_level(level))
     seconds = np.asarray(seconds, dtype=float)
     return seconds * np.exp(-w), seconds * np.exp(w)
+
+
+def memory_regime(framework: str, n_gpus: int) -> str:
+    """The memory regime of a run: its framework, and whether it spans several GPUs (buckets, shards and
+    buffers in flight that one GPU does not have)."""
+    return framework if n_gpus <= 1 else f"{framework}/parallel"
+
+
+def memory_bounds(peak_bytes: float, *, framework: str, n_gpus: int = 1, level: float = DEFAULT_LEVEL,
+                  table: dict | None = None) -> Interval:
+    """The interval of a predicted peak memory (bytes), from the memory section of the table: the
+    ratio of measured to predicted memory of the regime's validation rows, as for step time."""
+    level = check_level(level)
+    name = memory_regime(framework, n_gpus)
+    if table is None or table is _shipped():
+        c, w, name = _shipped_memory_interval(name, level)
+    else:
+        c, w, name = memory_log_interval(table, name, level)
+    return Interval(peak_bytes * math.exp(c - w), peak_bytes * math.exp(c + w), level, name)
+
+
+@cache
+def _shipped_memory_interval(regime: str, level: float) -> tuple[float, float, str]:
+    return memory_log_interval(_shipped(), regime, level)
+
+
+def memory_log_interval(table: dict, regime: str, level: float) -> tuple[float, float, str]:
+    """(centre, half-width, label) in log space of a memory regime (:func:`memory_regime`)."""
+    mem = table.get("memory", EMPTY_TABLE["memory"])
+    entry = mem["regimes"].get(regime)
+    w = scaled_width(entry, level) if entry else math.nan
+    if not math.isnan(w):
+        return entry["centre"], w, f"memory/{regime}"
+    why = "too few measurements for the level" if entry else "never measured"
+    return 0.0, fallback_half_width(mem | {"fallback_floor": table["fallback_floor"]}, level), (
+        f"{UNCALIBRATED}: memory of {regime} {why}")

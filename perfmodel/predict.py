@@ -11,7 +11,7 @@ import numpy as np
 from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.memo import IdentityMemo
-from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
+from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level, memory_bounds
 from perfmodel.parallel.config import StepConfig
 from perfmodel.hardware.build import part_of_node
 from perfmodel.hardware.node import Cluster
@@ -68,6 +68,9 @@ class Prediction:
     interval_kind: str = INTERVAL_KIND
     profile_origin: str = ""            # measured (fitted to tables) or datasheet-derived, in words
     ps: AsyncPS | None = None           # asynchronous parameter servers: rates, bottleneck, staleness
+    # peak-memory bounds (bytes) at interval_level, calibrated on measured memory (docs/accuracy.md)
+    memory_interval: tuple = field(default=(np.nan, np.nan))
+    memory_interval_regime: str = ""
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -86,6 +89,7 @@ class Prediction:
         out["interval_level"], out["interval_regime"] = self.interval_level, self.interval_regime
         out["interval_kind"] = self.interval_kind
         out["profile_origin"] = self.profile_origin
+        out["memory_interval"], out["memory_interval_regime"] = list(self.memory_interval), self.memory_interval_regime
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -205,6 +209,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     step = float(out["step_time"])
     iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
                 attention=s.attention, precision=s.precision, level=level)
+    mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=cluster.n_gpus, level=level)
     return Prediction(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
         step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),
@@ -215,7 +220,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         model_flops=float(derived["model_flops"]), interval=(iv.low, iv.high),
         interval_level=level, interval_regime=iv.regime,
         reserved_memory=float(derived["reserved_memory"]),
-        profile_origin=profile_origin(prof),
+        profile_origin=profile_origin(prof), memory_interval=(mem.low, mem.high), memory_interval_regime=mem.regime,
     )
 
 

@@ -6,13 +6,17 @@
 Rows (each predicted with its GPU's bundled profile): the H200 development steps
 (``data/h200-2026-11-29/train_dev.jsonl``), the H200 validation runs
 (``data/h200-calibration-2026-11-30/gpu_runs.csv``), the published large runs
-(``data/published_runs.csv``) and ``examples/measured_sample.csv`` (rows another
-source already gives are dropped). A row's log-ratio is r = ln(measured / predicted step);
-per regime (:func:`perfmodel.interval.cell`) the table keeps the median r (the centre)
-and the scores |r - centre|.
+(``data/published_runs.csv``), the published runs of other stacks
+(``data/published_stack_runs.csv``: torchtitan) and ``examples/measured_sample.csv`` (rows
+another source already gives are dropped). A row's log-ratio is r = ln(measured / predicted
+step); per regime (:func:`perfmodel.interval.regime_name`) the table keeps the median r (the
+centre), a scale and the scores (:mod:`perfmodel.validate.conformal`). Rows with a measured
+peak memory give the memory section the same way, by framework.
 The shipped table uses every row; coverage is measured by repeated random splits
 of the configurations (repeats of one configuration stay on one side): calibrate on
-one part, count the held-back rows inside their interval. docs/accuracy.md.
+one part, count the held-back rows inside their interval. Both scores (split, weighted)
+are measured so; the table ships the one with the narrower median half-width among those
+covering at least the level. docs/accuracy.md.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel import interval as iv
+from perfmodel.validate import conformal
 from perfmodel.validate.measured import Case, read_measured
+from perfmodel.validate.published import CUDA_CONTEXT_BYTES, read_published, read_published_stacks
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 TRAIN_DEV = DATA / "h200-2026-11-29" / "train_dev.jsonl"
@@ -37,8 +43,10 @@ COMMAND = "python -m perfmodel.validate.intervals --write"
 SOURCE_FILES = {"h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.jsonl",
                 "h200 gpu_runs": "perfmodel/data/h200-calibration-2026-11-30/gpu_runs.csv",
                 "published": "perfmodel/data/published_runs.csv (sources: published_runs.md)",
+                "published stacks": "perfmodel/data/published_stack_runs.csv",
                 "measured_sample": "examples/measured_sample.csv"}
 QUANTILES = (0.5, 0.8, 0.9, 0.95)
+HELD_BACK = 0.2  # share of configurations each split holds back (the table to ship calibrates on all)
 
 
 @dataclass(frozen=True)
@@ -57,10 +65,18 @@ class Scored:
     share: float
     host_share: float
     log_ratio: float  # ln(measured / predicted step)
+    framework: str = "pytorch"
+    step_s: float = 1.0  # predicted step
+    memory_log_ratio: float | None = None  # ln(measured / predicted peak memory), where measured
+    n_gpus: int = 1
+
+    @property
+    def memory_regime(self) -> str:
+        return iv.memory_regime(self.framework, self.n_gpus)
 
     @property
     def cell(self) -> str:
-        return str(iv.cell(self.kind, self.share))
+        return iv.regime_name(self.kind, self.share, self.framework, self.step_s)
 
 
 def read_train_dev(path: Path = TRAIN_DEV) -> list[Case]:
@@ -76,17 +92,17 @@ def read_train_dev(path: Path = TRAIN_DEV) -> list[Case]:
                         name=r["model"])
         s = Strategy(micro_batch=r["batch"], recompute="full" if r["checkpoint"] else "none")
         cases.append(Case(line=line, label=r["model"], model=m, cluster=cluster("h200"), strategy=s,
-                          metric="step_time_s", measured=float(r["step_sec"]), source=f"train_dev.jsonl line {line}"))
+                          metric="step_time_s", measured=float(r["step_sec"]), source=f"train_dev.jsonl line {line}",
+                          peak_memory_bytes=float(r["peak_mem_bytes"])))
     return cases
 
 
 def validation_cases() -> list[tuple[str, Case]]:
     """(source, case) of every validation row; a row another source already holds is dropped."""
-    from perfmodel.validate.published import read_published
-
     found = [("h200 train_dev", c) for c in read_train_dev()]
     found += [("h200 gpu_runs", c) for c in read_measured(GPU_RUNS)[0]]
     found += [("published", c) for c in read_published()]
+    found += [("published stacks", c) for c in read_published_stacks()]
     seen = {(c.label, round(math.log(c.measured), 3)) for _, c in found}
     if SAMPLE.is_file():
         for c in read_measured(SAMPLE)[0]:
@@ -108,7 +124,18 @@ def score(source: str, case: Case) -> Scored:
                   kind=iv.profile_kind(prof), stack=iv.stack_key(s.framework, s.attention, s.precision),
                   hidden=int(case.model.hidden), seq=int(case.model.seq), profile_gpu=prof.gpu,
                   cluster_gpu=case.cluster.gpu.name, share=float(share), host_share=float(host),
-                  log_ratio=math.log(case.measured / p.step_time))
+                  log_ratio=math.log(case.measured / p.step_time), framework=s.framework, step_s=p.step_time,
+                  memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus)
+
+
+def _memory_log_ratio(case: Case, p) -> float | None:
+    """ln(measured / predicted memory): peak allocated where measured so, else the stack's reserved reading
+    (which includes the CUDA context) against the predicted reserved memory; None without a reading."""
+    if case.peak_memory_bytes:
+        return math.log(case.peak_memory_bytes / p.peak_memory)
+    if "reserved_memory_bytes" in case.extra:
+        return math.log(case.extra["reserved_memory_bytes"] / (p.reserved_memory + CUDA_CONTEXT_BYTES))
+    return None
 
 
 def _configuration(case: Case) -> str:
@@ -124,40 +151,23 @@ def scored_rows() -> list[Scored]:
     return [score(source, case) for source, case in validation_cases()]
 
 
-def build_table(rows: list[Scored]) -> dict:
-    """The calibration table of ``rows``: sorted scores per regime, validated stacks, shape ranges."""
-    regimes = {}
-    for name in sorted({r.cell for r in rows}):
-        mine = [r for r in rows if r.cell == name]
-        centre = round(float(np.median([r.log_ratio for r in mine])), 5)
-        regimes[name] = {"n": len(mine), "configurations": len({r.group for r in mine}),
-                         "sources": sorted({r.source for r in mine}), "centre": centre,
-                         "scores": _scores(mine)}
-    for name, entry in regimes.items():  # as predict applies them (a datasheet cell never below its measured twin)
-        entry["half_width_pct"] = {str(q): _pct(entry["centre"], iv.regime_width({"regimes": regimes}, name, q,
-                                                                                 math.nan)) for q in QUANTILES}
+def build_table(rows: list[Scored], method: str = "weighted", memory_method: str | None = None) -> dict:
+    """The calibration table of ``rows``: centre, scale and scores per regime (step time and memory, each
+    with its score), validated stacks, shape ranges."""
+    regimes = conformal.calibrate([conformal.Item(r.cell, r.group, r.log_ratio, r.source) for r in rows], method)
+    for name, entry in regimes.items():  # as predict applies them (a datasheet regime never below its measured twin)
+        entry["half_width_pct"] = {str(q): conformal.percent(
+            entry["centre"], iv.regime_width({"regimes": regimes}, name, q, math.nan)) for q in QUANTILES}
+    memory = conformal.calibrate([conformal.Item(r.memory_regime, r.group, r.memory_log_ratio, r.source)
+                                  for r in rows if r.memory_log_ratio is not None], memory_method or method)
+    for entry in memory.values():
+        entry["half_width_pct"] = {str(q): conformal.percent(entry["centre"], iv.scaled_width(entry, q))
+                                   for q in QUANTILES}
     # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
     shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
-    return {"validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
+    return {"method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
-            "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
-
-
-def _scores(rows: list[Scored]) -> list[float]:
-    """Sorted |r - centre| with each row's centre the median of the other configurations' rows
-    (leave one configuration out, as for a new one: the full-sample median would sit closer to
-    each calibration row than to a new row, and the interval would under-cover; Barber et al.
-    2021, Ann. Statist. 49:486, jackknife+)."""
-    out = []
-    for r in rows:
-        others = [o.log_ratio for o in rows if o.group != r.group]
-        out.append(round(abs(r.log_ratio - (float(np.median(others)) if others else 0.0)), 5))
-    return sorted(out)
-
-
-def _pct(centre: float, log_width: float):
-    """(high - low) / 2 over the predicted step, in percent."""
-    return None if math.isnan(log_width) else round(100 * math.exp(centre) * math.sinh(log_width), 2)
+            "memory": {"method": memory_method or method, "regimes": memory}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
 
 
 def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, float]:
@@ -165,73 +175,146 @@ def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, 
     shape = type("Shape", (), {"hidden": r.hidden, "seq": r.seq})
     reason = iv.uncalibrated_reason(table, kind=r.kind, stack=r.stack, model=shape, profile_gpu=r.profile_gpu,
                                     cluster_gpu=r.cluster_gpu)
-    names = iv.regimes(r.kind, r.share, r.host_share, reason)
-    centre, width = iv.log_interval(table, names, level)
+    raw = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
+    centre, width = iv.log_interval(table, raw, level)
+    names = iv.relabel(table, raw, level)
     return str(names.item()), float(centre.item()), float(width.item())
 
 
-def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = 0.5,
-              seed: int = 0) -> dict:
-    """Coverage on held-back configurations over ``splits`` random splits (calibrate on the rest)."""
+def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: int = 200,
+              fraction: float = HELD_BACK, seed: int = 0, method: str = "weighted",
+              memory_method: str | None = None) -> dict:
+    """Coverage on held-back configurations over ``splits`` random splits (calibrate on the rest),
+    of step time per regime and of memory (scored by ``memory_method``, default ``method``)."""
     groups = sorted({r.group for r in rows})
     rng = np.random.default_rng(seed)
-    inside, width, regime = [], [], []
+    time, memory = _Tally(), _Tally()
     for _ in range(splits):
         cal = set(rng.permutation(groups)[: round(len(groups) * (1 - fraction))].tolist())
-        table = build_table([r for r in rows if r.group in cal])
+        table = build_table([r for r in rows if r.group in cal], method, memory_method)
         for r in rows:
-            if r.group not in cal:
-                name, c, w = regime_and_width(table, r, level)
-                inside.append(abs(r.log_ratio - c) <= w)
-                width.append(math.exp(c) * math.sinh(w))  # (high - low) / 2 over the prediction
-                regime.append(name.split(":")[0])
-    inside, width, regime = np.array(inside), np.array(width), np.array(regime)
-    per = {name: {"coverage": round(float(inside[regime == name].mean()), 4),
-                  "median_half_width_pct": round(100 * float(np.median(width[regime == name])), 2),
-                  "held_back_rows": int((regime == name).sum())} for name in sorted(set(regime.tolist()))}
-    return {"level": level, "splits": splits, "held_back_fraction": fraction, "seed": seed,
-            "coverage": round(float(inside.mean()), 4),
-            "median_half_width_pct": round(100 * float(np.median(width)), 2), "per_regime": per}
+            if r.group in cal:
+                continue
+            name, c, w = regime_and_width(table, r, level)
+            time.add(name.split(":")[0], abs(r.log_ratio - c) <= w, math.exp(c) * math.sinh(w))
+            if r.memory_log_ratio is not None:
+                c, w, name = iv.memory_log_interval(table, r.memory_regime, level)
+                memory.add(name.split(":")[0], abs(r.memory_log_ratio - c) <= w, math.exp(c) * math.sinh(w))
+    return {"level": level, "splits": splits, "held_back_fraction": fraction, "seed": seed, "method": method,
+            **time.summary(), "memory": memory.summary()}
 
 
-def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200) -> dict:
-    """The table to ship: every row's scores, provenance, and the held-back coverage."""
+class _Tally:
+    """Held-back rows: inside or not, half-width (over the prediction) and regime."""
+
+    def __init__(self):
+        self.inside, self.width, self.regime = [], [], []
+
+    def add(self, regime: str, inside: bool, width: float) -> None:
+        self.inside.append(inside)
+        self.width.append(width)
+        self.regime.append(regime)
+
+    def summary(self) -> dict:
+        inside, width, regime = np.array(self.inside), np.array(self.width), np.array(self.regime)
+        if not len(inside):
+            return {"coverage": None, "median_half_width_pct": None, "per_regime": {}}
+        per = {name: {"coverage": round(float(inside[regime == name].mean()), 4),
+                      "median_half_width_pct": round(100 * float(np.median(width[regime == name])), 2),
+                      "held_back_rows": int((regime == name).sum())} for name in sorted(set(regime.tolist()))}
+        return {"coverage": round(float(inside.mean()), 4),
+                "median_half_width_pct": round(100 * float(np.median(width)), 2), "per_regime": per}
+
+
+CHECK_LEVELS = (0.5, 0.8)  # a shipped score must also hold at these levels (within SLACK), as predict may ask
+SLACK = 0.02
+
+
+def choose_method(checks: dict, level: float, others: dict | None = None) -> str:
+    """The score to ship: the narrowest median half-width among those covering at least ``level`` held back
+    and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` (the best-covering
+    one when none does). ``checks``: method -> held-back summary."""
+    others = others or {}
+    covering = [m for m, h in checks.items() if h["coverage"] >= level
+                and all(o[m]["coverage"] >= lv - SLACK for lv, o in others.items())]
+    if covering:
+        return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
+    return max(checks, key=lambda m: checks[m]["coverage"])
+
+
+def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = HELD_BACK) -> dict:
+    """The table to ship: every row's scores, provenance, the held-back coverage of both scores and the
+    chosen one."""
     rows = scored_rows()
-    table = build_table(rows)
+    checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m) for m in conformal.METHODS}
+    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m)
+                   for m in conformal.METHODS} for lv in CHECK_LEVELS}
+    method = choose_method(checks, level, others)
+    memory_method = choose_method({m: h["memory"] for m, h in checks.items()}, level,
+                                  {lv: {m: h["memory"] for m, h in o.items()} for lv, o in others.items()})
     counts = {}
     for r in rows:
         counts[r.source] = counts.get(r.source, 0) + 1
     sources = {name: {"file": SOURCE_FILES[name], "rows": n} for name, n in counts.items()}
     return {"schema_version": iv.TABLE_SCHEMA, "created": _dt.date.today().isoformat(), "command": COMMAND,
-            "method": "split-conformal by regime: centre = median ln(measured / predicted step), scores = "
-                      "|ln ratio - median of the other configurations' rows|; a regime without rows "
-                      f"(or too few for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
+            "method_note": "centre = median ln(measured / predicted) per regime; scores = |ln ratio - centre| "
+                           "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted), each "
+                           "against the other configurations of its regime; a regime without rows (or too few "
+                           f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
-            "sources": sources, **table, "held_back": held_back(rows, level=level, splits=splits)}
+            "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
+            "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
+            "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")}
+                              | {f"coverage_at_{lv:g}": o[m]["coverage"] for lv, o in others.items()}
+                              for m, h in checks.items()},
+            "memory_method_choice": {m: {k: h["memory"][k] for k in ("coverage", "median_half_width_pct")}
+                                     for m, h in checks.items()}}
 
 
 def report(table: dict) -> str:
     """The table and its held-back coverage as text."""
-    lines = [f"{'regime':24s} {'rows':>5s} {'configs':>7s} " + " ".join(f"{'±' + str(q):>7s}" for q in QUANTILES)]
-    for name, r in table["regimes"].items():
-        widths = " ".join(f"{w:6.1f}%" if w is not None else "      -" for w in r["half_width_pct"].values())
-        lines.append(f"{name:24s} {r['n']:5d} {r['configurations']:7d} {widths}")
+    head = f"{'regime':36s} {'rows':>5s} {'configs':>7s} " + " ".join(f"{'±' + str(q):>7s}" for q in QUANTILES)
+    lines = [f"step time ({table['method']} score)", head] + _widths(table["regimes"])
+    lines += [f"peak memory ({table['memory']['method']} score)", head] + _widths(table["memory"]["regimes"])
     h = table["held_back"]
     lines.append(f"held-back coverage at {h['level']:.0%} ({h['splits']} splits, {h['held_back_fraction']:.0%} of "
                  f"configurations held back): {h['coverage']:.1%}, median half-width {h['median_half_width_pct']:.1f}%")
-    for name, r in h["per_regime"].items():
-        lines.append(f"  {name:22s} coverage {r['coverage']:6.1%}  median half-width "
-                     f"{r['median_half_width_pct']:5.1f}%  ({r['held_back_rows']} held-back rows)")
+    lines += _per_regime(h["per_regime"])
+    m = h["memory"]
+    if m["coverage"] is not None:
+        lines.append(f"memory: coverage {m['coverage']:.1%}, median half-width {m['median_half_width_pct']:.1f}%")
+        lines += _per_regime(m["per_regime"])
+    for what, key in (("step time", "method_choice"), ("memory", "memory_method_choice")):
+        lines.append(f"scores compared ({what}): " + "; ".join(
+            f"{name} coverage {c['coverage']:.1%} median half-width {c['median_half_width_pct']:.1f}%"
+            for name, c in table[key].items()))
     lines.append(f"validated stacks: {', '.join(table['validated_stacks'])}; shapes: {table['shape_range']}")
     return "\n".join(lines)
+
+
+def _widths(regimes: dict) -> list[str]:
+    out = []
+    for name, r in regimes.items():
+        widths = " ".join(f"{w:6.1f}%" if w is not None else "      -" for w in r["half_width_pct"].values())
+        out.append(f"{name:36s} {r['n']:5d} {r['configurations']:7d} {widths}")
+    return out
+
+
+def _per_regime(per: dict) -> list[str]:
+    return [f"  {name:34s} coverage {r['coverage']:6.1%}  median half-width {r['median_half_width_pct']:5.1f}%  "
+            f"({r['held_back_rows']} held-back rows)" for name, r in per.items()]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfmodel.validate.intervals", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"rewrite {iv.TABLE_PATH.name} next to perfmodel.interval")
     ap.add_argument("--splits", type=int, default=200, help="random held-back splits for the coverage check")
+    ap.add_argument("--held-back", type=float, default=HELD_BACK,
+                    help=f"share of configurations each split holds back (default {HELD_BACK})")
     args = ap.parse_args(argv)
-    table = generate(splits=args.splits)
+    if not 0 < args.held_back < 1:
+        ap.error(f"--held-back must be strictly between 0 and 1: got {args.held_back}")
+    table = generate(splits=args.splits, fraction=args.held_back)
     print(report(table))
     if args.write:
         iv.TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")

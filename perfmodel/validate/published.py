@@ -87,3 +87,33 @@ def read_published(path: str | Path = PUBLISHED_CSV) -> list[Case]:
         cases.append(Case(line=line, label=r["name"], model=m, cluster=c, strategy=s, metric="step_time_s",
                           measured=step, source=f"published_runs.csv ({r['certainty']}): {r['source']}"))
     return cases
+
+
+STACK_RUNS_CSV = PUBLISHED_CSV.parent / "published_stack_runs.csv"
+CUDA_CONTEXT_BYTES = 0.5 * 2**30  # what a reading of reserved memory adds beyond the allocator (CUDA context)
+
+
+def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
+    """The published runs of other software stacks (torchtitan ...) as Cases measuring ``step_time_s``.
+
+    A row gives tokens per second per GPU as torchtitan logs it (local batch x seq / (step x cp)), so
+    the step is micro_batch x seq / (cp x rate); its memory (``published_memory_gib``, what the stack
+    logs: max reserved) is kept as ``extra["reserved_memory_bytes"]``.
+    """
+    from perfmodel.hardware import cluster
+    from perfmodel.parallel.strategy import Strategy
+    from perfmodel.workload.presets import preset
+
+    text = read_text_file(Path(path), field="published", expect="the published stack-runs CSV")
+    cases = []
+    for line, r in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):
+        m = dataclasses.replace(preset(r["preset"]), seq=int(r["seq"]), name=r["name"])
+        cp, mb = int(r["cp"]), int(r["micro_batch"])
+        s = Strategy(dp=int(r["dp"]), cp=cp, micro_batch=mb, framework=r["framework"], recompute=r["recompute"],
+                     compile=_yes(r["compile"]), loss=r["loss"], precision=r["precision"])
+        step = mb * m.seq / (cp * float(r["published_tokens_per_s_per_gpu"]))
+        cases.append(Case(line=line, label=r["name"], model=m, cluster=cluster(r["node"], nodes=int(r["nodes"])),
+                          strategy=s, metric="step_time_s", measured=step,
+                          source=f"published_stack_runs.csv ({r['certainty']}, {r['date']}): {r['source']}",
+                          extra={"reserved_memory_bytes": float(r["published_memory_gib"]) * 2**30}))
+    return cases
