@@ -106,6 +106,9 @@ def test_host_slots_with_the_load_balanced_by_hand():
     assert host_slots(2, 3, 2, balance=1.0) == pytest.approx(host_slots(2, 3, 2)) == pytest.approx(2 * 0.5 / 2)
     # a lone task with fewer others than cores - 1 keeps a core to itself when balanced
     assert host_slots(4, 1, 1, balance=1.0) == 1.0
+    # three tasks on two cores, 0.1 other sessions: the core holding two of ours (load 2/3) is already
+    # above the even level, so all 0.1 goes beside our third task: 1 + 1 / (1 + 3 * 0.1) cores' worth
+    assert host_slots(2, 0.1, 3, balance=1.0) == pytest.approx(1 + 1 / 1.3)
 
 
 def test_balance_fitted_back_from_shares_it_made():

@@ -63,17 +63,29 @@ def host_slots(cores: int, other_sessions: float, jobs: int = 1, balance: float 
     other sessions' weight on that core. ``balance`` = 0: the others spread evenly over the cores,
     o = other_sessions / cores; 1: the load balancer evens the cores' whole weighted load
     (``load_balance`` in kernel/sched/fair.c moves tasks until the cores' loads match), so the cores
-    our tasks hold carry fewer others, o = max(0, (1 + other_sessions) / cores - m / jobs);
-    between: that fraction of the way (``fit_balance`` measures it from the runs' CPU shares)."""
+    our tasks hold carry fewer others, o = max(0, L - m / jobs) with the level L that places all of
+    them (water-filling; L = (1 + other_sessions) / cores when every core gets some); between: that
+    fraction of the way (``fit_balance`` measures it from the runs' CPU shares)."""
     cores, jobs = int(cores), int(jobs)
     sessions, balance = max(float(other_sessions), 0.0), min(max(float(balance), 0.0), 1.0)
     base, extra = divmod(jobs, cores)
     per_core = [base + 1] * extra + [base] * (cores - extra)
+    level = _water_level([m / jobs for m in per_core], sessions)
     total = 0.0
     for m in (m for m in per_core if m > 0):
-        others = (1.0 - balance) * sessions / cores + balance * max(0.0, (1.0 + sessions) / cores - m / jobs)
+        others = (1.0 - balance) * sessions / cores + balance * max(0.0, level - m / jobs)
         total += m / (m + jobs * others)
     return float(total)
+
+
+def _water_level(loads: list[float], amount: float) -> float:
+    """The level L with sum(max(0, L - load)) = amount: ``amount`` poured over cores of ``loads``."""
+    filled = sorted(loads)
+    for n in range(len(filled), 0, -1):
+        level = (amount + sum(filled[:n])) / n
+        if level >= filled[n - 1]:
+            return level
+    return filled[0]
 
 
 def fit_balance(rows, cores: float) -> tuple[float, float]:
