@@ -92,9 +92,13 @@ def fit_balance(rows, cores: float) -> tuple[float, float]:
     """(balance, median |log error|) of ``host_slots`` against the CPU share each side of each row
     measured (CPU seconds / wall seconds per iteration, alone and together): bounded least squares
     with a soft-L1 loss, as a shared host's other users make some phases wild. Rows without
-    sessions or times give (0, NaN): the even spread."""
+    sessions or positive times are left out; none left gives (0, NaN): the even spread."""
     need = ("sessions_alone", "sessions_together", "cpu_alone_s", "wall_alone_s", "cpu_together_s", "wall_together_s")
-    if not all(c in rows.columns for c in need) or not np.isfinite(rows[list(need)].to_numpy(float)).all():
+    if not all(c in rows.columns for c in need):
+        return 0.0, float("nan")
+    values = rows[list(need)].to_numpy(float)
+    rows = rows[np.isfinite(values).all(axis=1) & (values[:, 2:] > 0).all(axis=1)]  # times > 0, sessions >= 0
+    if rows.empty:
         return 0.0, float("nan")
     jobs = rows["mix"].astype(str).str.count(r"\+").to_numpy() + 1
     share = np.log(np.r_[rows["cpu_alone_s"] / rows["wall_alone_s"], rows["cpu_together_s"] / rows["wall_together_s"]])
