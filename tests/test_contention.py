@@ -81,6 +81,17 @@ def test_mig_default_is_the_equal_split_that_holds_the_jobs():
     assert {j.instance for j in r.jobs} == {"1g.10gb"}
 
 
+def test_h200_instances_price_by_their_listed_sms():
+    # nvidia-smi mig -lgip on an H200 (data/mig_profiles.csv): a 1g.35gb holds 26 SMs, a 1g.18gb 16
+    assert {n: p.sms for n, p in mig.mig_profiles("h200-sxm-141gb").items()} == {
+        "1g.18gb": 16, "1g.35gb": 26, "2g.35gb": 32, "3g.71gb": 60, "4g.71gb": 64, "7g.141gb": 132}
+    assert mig.equal_split("h200-sxm-141gb", 7).name == "1g.18gb"
+    small, wide = (pm.predict_shared([("gpt2-small", S)], "h200", mode="mig", mig_profile=n).jobs[0]
+                   for n in ("1g.18gb", "1g.35gb"))
+    assert (small.gpu_share, wide.gpu_share) == (pytest.approx(16 / 132), pytest.approx(26 / 132))
+    assert wide.step_time < small.step_time
+
+
 def test_memory_fits_alone_but_not_together():
     job = ("gpt2-xl", pm.Strategy(micro_batch=8))
     alone = pm.predict(*job[:1], "h100", job[1])

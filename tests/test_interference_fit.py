@@ -77,7 +77,7 @@ def test_committed_cpu_set_predicted_within_its_documented_error():
     cpu, cpu_err = check(folder, table, "cpu")
     assert len(wall) == len(cpu) == 18 and wall["mix"].nunique() == 8
     assert np.isfinite(wall["error"]).all() and np.isfinite(cpu["error"]).all()
-    assert wall_err < 0.10 and cpu_err < 0.07
+    assert wall_err < 0.085 and cpu_err < 0.07
 
 
 def test_predict_shared_on_the_measured_cpu_host():
@@ -93,3 +93,33 @@ def test_predict_shared_on_the_measured_cpu_host():
     assert all(j.slowdown >= 1.5 for j in three.jobs)  # three one-thread jobs on two cores
     with pytest.raises(pm.UnsupportedError, match="on a CPU host processes share cores"):
         pm.predict_shared([job], host, mode="mps", profile=str(folder / "host-profile.json"))
+
+
+def test_host_slots_with_the_load_balanced_by_hand():
+    from perfmodel.fit.interference import host_slots
+
+    # balanced: 3 other sessions + ours on 2 cores, load 2 a core: our lone task's core keeps one
+    # other session (2 - 1), so the task gets 1/2 of it (even spread: 1/(1 + 3/2) = 2/5)
+    assert host_slots(2, 3, 1, balance=1.0) == pytest.approx(1 / 2)
+    assert host_slots(2, 3, 1, balance=0.5) == pytest.approx(1 / (1 + 0.5 * 1.5 + 0.5 * 1.0))
+    # one of our tasks on each core: the two spreads agree (each core carries 3/2 others)
+    assert host_slots(2, 3, 2, balance=1.0) == pytest.approx(host_slots(2, 3, 2)) == pytest.approx(2 * 0.5 / 2)
+    # a lone task with fewer others than cores - 1 keeps a core to itself when balanced
+    assert host_slots(4, 1, 1, balance=1.0) == 1.0
+    # three tasks on two cores, 0.1 other sessions: the core holding two of ours (load 2/3) is already
+    # above the even level, so all 0.1 goes beside our third task: 1 + 1 / (1 + 3 * 0.1) cores' worth
+    assert host_slots(2, 0.1, 3, balance=1.0) == pytest.approx(1 + 1 / 1.3)
+
+
+def test_balance_fitted_back_from_shares_it_made():
+    from perfmodel.fit.interference import fit_balance, host_slots
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for mix in ["a+b", "a+b+c", "a+b", "a+b+c"] * 4:
+        k, (sa, st) = mix.count("+") + 1, rng.uniform(1, 7, 2)
+        rows.append({"mix": mix, "sessions_alone": sa, "sessions_together": st, "cpu_alone_s": host_slots(2, sa, 1, 0.4),
+                     "wall_alone_s": 1.0, "cpu_together_s": host_slots(2, st, k, 0.4) / k, "wall_together_s": 1.0})
+    balance, error = fit_balance(pd.DataFrame(rows), 2)
+    assert balance == pytest.approx(0.4, abs=1e-3) and error < 1e-3
+    assert fit_balance(pd.DataFrame(rows).drop(columns="sessions_alone"), 2)[0] == 0.0

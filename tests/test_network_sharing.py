@@ -74,3 +74,17 @@ def test_oversubscribed_rack_uplink_slows_even_a_lone_job_by_hand():
     j = r.jobs[0]
     assert j.step_time == pytest.approx(j.solo_step_time + j.comm_s, rel=1e-3)
     assert {name for name, _ in r.hottest_links} >= {"rack0.uplink", "rack1.uplink"}
+
+
+def test_tensor_parallel_traffic_across_nodes_shares_the_nics():
+    c = pm.cluster("h100", nodes=2, gpus_per_node=4)
+    wide = pm.Strategy(tp=4, dp=1, micro_batch=8)          # 2 GPUs a node: each TP group spans both nodes
+    r = pm.predict_cluster([("gpt2-small", wide, [0, 1]), ("gpt2-small", wide, [0, 1], "b")], c)
+    alone = pm.predict("gpt2-small", pm.cluster("h100", nodes=2, gpus_per_node=2), wide)
+    assert r.jobs[0].comm_s == pytest.approx(alone.breakdown["tp_comm"] + alone.breakdown["dp_comm"])
+    assert alone.breakdown["tp_comm"] > 0 and all(j.slowdown > 1.05 for j in r.jobs)
+    # TP inside each job's node share of GPUs (tp=2 on 2 GPUs a node) stays off the NICs
+    narrow = pm.Strategy(tp=2, dp=2, micro_batch=8)
+    n = pm.predict_cluster([("gpt2-small", narrow, [0, 1])], c).jobs[0]
+    solo = pm.predict("gpt2-small", pm.cluster("h100", nodes=2, gpus_per_node=2), narrow)
+    assert n.comm_s == pytest.approx(solo.breakdown["dp_comm"] + solo.breakdown["p2p"])

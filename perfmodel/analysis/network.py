@@ -2,7 +2,8 @@
 
 Each job is priced alone on its own nodes (``perfmodel.predict``); its step is then a periodic
 timeline of a compute phase and an inter-node communication phase (the exposed data-parallel
-communication plus pipeline sends of its prediction), during which it drives every link on its
+communication, pipeline sends and, when a TP group spans nodes, tensor-parallel communication of
+its prediction), during which it drives every link on its
 route at its solo rate. Links: each node's NICs, and, where racks are given, each rack's uplink
 (``nodes_per_rack`` x a node's NIC bandwidth / ``oversubscription``); a job spanning racks crosses
 each of its racks' uplinks once (a ring over its nodes in rack order). When phases overlap, links
@@ -157,13 +158,20 @@ def _job_phases(job, nodes, cluster, profile, racks):
                                 f"of {cluster.gpus_per_node} GPUs")
     own = Cluster(node=part_of_node(cluster.node, per_node), nodes=len(nodes))
     p = given if given is not None else predict(model, own, s, profile=profile)
-    comm = (p.breakdown["dp_comm"] + p.breakdown["p2p"]) if len(nodes) > 1 else 0.0
+    comm = (p.breakdown["dp_comm"] + p.breakdown["p2p"] + _tp_across_nodes(p, s, per_node)) if len(nodes) > 1 else 0.0
     links = tuple(f"node{n}.nic" for n in nodes)
     spanned = sorted({n // racks for n in nodes}) if racks else []
     if len(spanned) > 1:
         links += tuple(f"rack{r}.uplink" for r in spanned)
     rate = own.node.nics_per_node / cluster.node.nics_per_node  # its share of a node's NICs
     return label, p, Phases(label, max(p.step_time - comm, 0.0), comm, rate, links)
+
+
+def _tp_across_nodes(p, s, per_node: int) -> float:
+    """Tensor-parallel seconds that cross the NICs: all of them when a TP group is wider than the
+    GPUs the job has on a node (ranks are numbered TP-innermost, Megatron-LM's order, so a group
+    that fits stays on one node's NVLink/NVSwitch, which jobs on other GPUs do not share)."""
+    return float(p.breakdown.get("tp_comm", 0.0)) if s.tp > per_node else 0.0
 
 
 def _capacities(cluster, nodes_per_rack, oversubscription) -> dict:

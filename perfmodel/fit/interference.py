@@ -55,29 +55,74 @@ def row_seconds(kind: str) -> list[float]:
     return [1.0 if c == kind else 0.0 for c in CLASSES]
 
 
-def host_slots(cores: int, other_sessions: float, jobs: int = 1) -> float:
+def host_slots(cores: int, other_sessions: float, jobs: int = 1, balance: float = 0.0) -> float:
     """Cores' worth ``jobs`` one-thread processes of one session get on a Linux host where
     ``other_sessions`` sessions also run, under autogroup scheduling (sched(7), "The autogroup
-    feature"): a session's weight is split over its runnable tasks (CFS group shares), the others'
-    total weight is spread evenly over the cores. A core holding m of the session's tasks gives each
-    (1/jobs) / (m/jobs + other_sessions/cores) = 1 / (m + jobs * other_sessions / cores) of itself."""
+    feature"): a session's weight is split over its runnable tasks (CFS group shares). A core holding
+    m of the session's tasks gives each (1/jobs) / (m/jobs + o) = 1 / (m + jobs * o) of itself, o the
+    other sessions' weight on that core. ``balance`` = 0: the others spread evenly over the cores,
+    o = other_sessions / cores; 1: the load balancer evens the cores' whole weighted load
+    (``load_balance`` in kernel/sched/fair.c moves tasks until the cores' loads match), so the cores
+    our tasks hold carry fewer others, o = max(0, L - m / jobs) with the level L that places all of
+    them (water-filling; L = (1 + other_sessions) / cores when every core gets some); between: that
+    fraction of the way (``fit_balance`` measures it from the runs' CPU shares)."""
     cores, jobs = int(cores), int(jobs)
-    others = max(float(other_sessions), 0.0) * jobs / cores
+    sessions, balance = max(float(other_sessions), 0.0), min(max(float(balance), 0.0), 1.0)
     base, extra = divmod(jobs, cores)
     per_core = [base + 1] * extra + [base] * (cores - extra)
-    return float(sum(m / (m + others) for m in per_core if m > 0))
+    level = _water_level([m / jobs for m in per_core], sessions)
+    total = 0.0
+    for m in (m for m in per_core if m > 0):
+        others = (1.0 - balance) * sessions / cores + balance * max(0.0, level - m / jobs)
+        total += m / (m + jobs * others)
+    return float(total)
 
 
-def row_sides(r, cores: float, metric: str = "wall") -> tuple[float, float, float, float]:
+def _water_level(loads: list[float], amount: float) -> float:
+    """The level L with sum(max(0, L - load)) = amount: ``amount`` poured over cores of ``loads``."""
+    filled = sorted(loads)
+    for n in range(len(filled), 0, -1):
+        level = (amount + sum(filled[:n])) / n
+        if level >= filled[n - 1]:
+            return level
+    return filled[0]
+
+
+def fit_balance(rows, cores: float) -> tuple[float, float]:
+    """(balance, median |log error|) of ``host_slots`` against the CPU share each side of each row
+    measured (CPU seconds / wall seconds per iteration, alone and together): bounded least squares
+    with a soft-L1 loss, as a shared host's other users make some phases wild. Rows without
+    sessions or positive times are left out; none left gives (0, NaN): the even spread."""
+    need = ("sessions_alone", "sessions_together", "cpu_alone_s", "wall_alone_s", "cpu_together_s", "wall_together_s")
+    if not all(c in rows.columns for c in need):
+        return 0.0, float("nan")
+    values = rows[list(need)].to_numpy(float)
+    rows = rows[np.isfinite(values).all(axis=1) & (values[:, 2:] > 0).all(axis=1)]  # times > 0, sessions >= 0
+    if rows.empty:
+        return 0.0, float("nan")
+    jobs = rows["mix"].astype(str).str.count(r"\+").to_numpy() + 1
+    share = np.log(np.r_[rows["cpu_alone_s"] / rows["wall_alone_s"], rows["cpu_together_s"] / rows["wall_together_s"]])
+
+    def residual(x):
+        alone = [host_slots(cores, s, 1, x[0]) for s in rows["sessions_alone"]]
+        together = [host_slots(cores, s, k, x[0]) / k for s, k in zip(rows["sessions_together"], jobs)]
+        return np.log(np.r_[alone, together]) - share
+
+    x = least_squares(residual, [0.5], bounds=([0.0], [1.0]), loss="soft_l1", f_scale=0.05).x
+    return float(x[0]), float(np.median(np.abs(residual(x))))
+
+
+def row_sides(r, cores: float, metric: str = "wall", balance: float = 0.0) -> tuple[float, float, float, float]:
     """(slots alone, slots together, background alone, background together) of a measured row.
 
     Wall time, where the row recorded other sessions: each side gets its session's share of the
-    cores (``host_slots``). CPU time, or rows without sessions: all cores, the other runnable
+    cores (``host_slots`` with that ``balance``). CPU time, or rows without sessions: all cores, the other runnable
     threads as background (they take the cores our jobs would otherwise run beside each other on).
     """
     if metric == "wall" and hasattr(r, "sessions_alone") and np.isfinite(r.sessions_alone):
         jobs = len(str(r.mix).split("+"))
-        return host_slots(cores, r.sessions_alone, 1), host_slots(cores, r.sessions_together, jobs), 0.0, 0.0
+        return (host_slots(cores, r.sessions_alone, 1, balance), host_slots(cores, r.sessions_together, jobs, balance),
+                0.0, 0.0)
     return float(cores), float(cores), float(r.other_alone), float(r.other_together)
 
 
@@ -95,19 +140,20 @@ def predicted_slowdown(table, mix_seconds, slot: int, sides, free=None, metric: 
     return float(together[k][slot] / alone[k][0])
 
 
-def _predict(table, rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray:
+def _predict(table, rows: pd.DataFrame, slots: float, metric: str, balance: float = 0.0) -> np.ndarray:
     out = []
     for r in rows.itertuples():
         mix = [row_seconds(k) for k in r.mix.split("+")]
-        out.append(predicted_slowdown(table, mix, int(r.slot), row_sides(r, slots, metric), metric=metric))
+        out.append(predicted_slowdown(table, mix, int(r.slot), row_sides(r, slots, metric, balance),
+                                      metric=metric))
     return np.asarray(out)
 
 
-def _fit_params(rows: pd.DataFrame, slots: float, metric: str) -> np.ndarray:
+def _fit_params(rows: pd.DataFrame, slots: float, metric: str, balance: float = 0.0) -> np.ndarray:
     measured = np.log(rows[COLUMN[metric]].to_numpy(float))
 
     def residual(x):
-        return np.log(_predict(_table(x), rows, slots, metric)) - measured
+        return np.log(_predict(_table(x), rows, slots, metric, balance)) - measured
 
     x0 = np.r_[np.full(len(PAIRS), 0.1), 0.02]
     upper = np.r_[np.full(len(PAIRS), MAX_COEFFICIENT), MAX_SWITCH]
@@ -140,14 +186,15 @@ def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "
         raise InvalidInputError(f"metric {metric!r} needs a {COLUMN[metric]!r} column")
     if len(rows) < len(PAIRS) + 1:
         raise InvalidInputError(f"{len(rows)} rows cannot fit {len(PAIRS) + 1} parameters")
-    x = _fit_params(rows, float(slots), metric)
+    balance, share_error = fit_balance(rows, float(slots))
+    x = _fit_params(rows, float(slots), metric, balance)
     held = np.full(len(rows), np.nan)
     repeats = sorted(rows["repeat"].unique())
     for rep in repeats if len(repeats) > 1 and cv else []:
         test = (rows["repeat"] == rep).to_numpy()
-        xr = _fit_params(rows[~test], float(slots), metric)
-        held[test] = _predict(_table(xr), rows[test], float(slots), metric)
-    pred = _predict(_table(x), rows, float(slots), metric)
+        xr = _fit_params(rows[~test], float(slots), metric, balance)
+        held[test] = _predict(_table(xr), rows[test], float(slots), metric, balance)
+    pred = _predict(_table(x), rows, float(slots), metric, balance)
     measured = rows[COLUMN[metric]].to_numpy(float)
     rows["predicted"] = pred
     rows["error"] = pred / measured - 1.0
@@ -155,6 +202,7 @@ def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "
                 if len(repeats) > 1 and cv else float("nan"))
     table = InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]),
                               cv_error, len(rows), source or "fitted to co-located kernel-class runs",
-                              FrozenMap({"slots": slots, "repeats": len(repeats), "metric": metric,
+                              FrozenMap({"slots": slots, "repeats": len(repeats), "metric": metric, "balance": balance,
+                                         "balance_share_error": share_error if np.isfinite(share_error) else None,
                                          "method": "least squares on log slowdowns, leave-one-repeat-out CV"}))
     return InterferenceFit(table, rows, cv_error)

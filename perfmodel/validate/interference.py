@@ -75,8 +75,9 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     table = table or fit_interference(folder / "kernels.csv", slots=SLOTS, metric="cpu").table
     seconds = job_seconds(folder)
     rows = read_rows(folder / "train.csv")
-    pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot), row_sides(r, SLOTS, metric),
-                               metric=metric) for r in rows.itertuples()]
+    balance = float(table.meta.get("balance", 0.0))  # fitted with the table, on the kernel rows' CPU shares
+    pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot),
+                               row_sides(r, SLOTS, metric, balance), metric=metric) for r in rows.itertuples()]
     rows["predicted"] = pred
     per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
     per_job["error"] = per_job["predicted"] / per_job[COLUMN[metric]] - 1.0
@@ -98,7 +99,8 @@ def main(argv=None) -> int:
     fit = fit_interference(Path(args.folder) / "kernels.csv", slots=SLOTS, metric="cpu")
     print(fit)
     print("coefficients:", {k: round(v, 3) for k, v in fit.table.coefficients.items()},
-          f"switch {fit.table.switch_fraction:.3f}")
+          f"switch {fit.table.switch_fraction:.3f}, balance {fit.table.meta['balance']:.3f} "
+          f"(median |log error| of the kernel rows' CPU shares {fit.table.meta['balance_share_error'] or float('nan'):.1%})")
     if args.save_table:
         fit.table.save(args.save_table)
     for metric in ("wall", "cpu"):
