@@ -21,6 +21,7 @@ import numpy as np
 
 from perfmodel import step as compose
 from perfmodel.explore.space import NUMERIC, Space
+from perfmodel.parallel.config import StepConfig
 from perfmodel.interval import bounds
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BREAKDOWN_KEYS, finish
@@ -51,23 +52,47 @@ class Ranking:
     larger_is_better: bool
 
 
+def _parts(space: Space, chunk: int) -> list:
+    """(grid rows, their configurations' flat columns) of ``chunk`` grid cells or fewer at a time."""
+    grid = space.grid()
+    per_row = max(1, int(np.prod(grid.mask.shape[1:])))
+    step = max(1, chunk // per_row)
+    parts = []
+    for lo in range(0, grid.mask.shape[0], step):
+        part = grid.rows(lo, lo + step)
+        parts.append((part, {k: part.flat(part.columns[k]) for k in NUMERIC}))
+    return parts
+
+
+def _flat_outputs(part, out: dict) -> dict:
+    """``step.evaluate``'s arrays (shaped like the grid) at the part's configurations, one entry each."""
+    flat = {k: part.flat(v) for k, v in out.items() if k != "memory"}
+    flat["memory"] = {k: part.flat(v) for k, v in out["memory"].items()}
+    return flat
+
+
 def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
-    """Column dicts of ``chunk`` configurations of ``space`` at a time, under each (precision, recompute)."""
+    """Column dicts of ``chunk`` grid cells of ``space`` at a time, under each (precision, recompute).
+
+    Each part is priced on its factored grid (``space.Factored``: a term is computed on the axes it
+    depends on) and its valid cells are read out in enumeration order: the same arithmetic on the
+    same numbers as pricing the flat configurations one by one.
+    """
     coll = cluster_collectives(cl, prof)
+    parts = _parts(space, chunk)
     # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    full = replace(space.step_config(opts["base"]), framework=stack["framework"], attention=stack["attention"],
-                   dp_overlap=stack["dp_overlap"], cp=stack["cp"], ep=stack["ep"])
-    n = len(space)
+    shared = {"framework": stack["framework"], "attention": stack["attention"], "dp_overlap": stack["dp_overlap"],
+              "cp": stack["cp"], "ep": stack["ep"]}
+    configs = [replace(StepConfig.from_space(part.columns, opts["base"]), **shared) for part, _ in parts]
     for precision, recompute in product(opts["precision"], opts["recompute"]):
-        for lo in range(0, n, chunk):
-            hi = min(lo + chunk, n)
-            c = full.rows(lo, hi)
+        for (part, numeric), c in zip(parts, configs):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
             out["micro_batch"] = c.micro_batch
+            out = _flat_outputs(part, out)
             derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
-            m = hi - lo
-            cols = {k: space.arrays[k][lo:hi] for k in NUMERIC}
+            m = numeric["dp"].size
+            cols = dict(numeric)
             cols["precision"] = np.full(m, precision, dtype=object)
             cols["recompute"] = np.full(m, recompute, dtype=object)
             for k, v in stack.items():  # the software stack, cp and ep, the same for every row of the chunk

@@ -20,6 +20,13 @@ counted under the first rule it breaks):
 Configurations equal to another one are not enumerated at all: a ZeRO stage
 with dp = 1 (nothing to shard), sequence parallelism or overlapped tensor-parallel
 communication with tp = 1, virtual stages with pp = 1.
+
+Besides the flat arrays, a space keeps its configurations factored (``Factored``): the
+(dp, tp, pp, micro-batch, virtual stages) rows that survive the rules, times the sharding,
+sequence-parallel and overlap axes, with a mask of the valid cells. Priced on that grid,
+numpy broadcasting evaluates each term only on the axes it depends on (a collective on the
+rows, a kernel on rows × sequence parallelism), and the mask's cells, read in C order, are
+the flat configurations in their enumeration order.
 """
 
 from __future__ import annotations
@@ -39,6 +46,63 @@ NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "
 FSDP_CHOICES = (None, "full", "hybrid")
 
 
+FACTORED_ROWS = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches")
+FACTORED_AXES = (("zero", "fsdp"), ("sequence_parallel",), ("tp_overlap",))  # axes 1, 2, 3 of the grid
+
+
+@dataclass(frozen=True)
+class Factored:
+    """A space's configurations as a grid (rows × sharding × sequence parallelism × overlap).
+
+    ``columns`` maps each name of ``NUMERIC`` to an array that broadcasts to ``mask.shape``:
+    the row fields have shape (R, 1, 1, 1), zero and fsdp (1, K, 1, 1), sequence_parallel
+    (1, 1, S, 1), tp_overlap (1, 1, 1, O). ``mask`` marks the cells that are configurations
+    of the space; ``counts[r]`` is how many row r holds.
+    """
+
+    columns: dict
+    mask: np.ndarray
+    counts: np.ndarray
+
+    def rows(self, lo: int, hi: int) -> Factored:
+        """Rows ``lo`` to ``hi`` of the grid, with every cell of theirs."""
+        n = self.mask.shape[0]
+        cols = {k: v[lo:hi] if v.shape[0] == n else v for k, v in self.columns.items()}
+        return Factored(columns=cols, mask=self.mask[lo:hi], counts=self.counts[lo:hi])
+
+    def flat(self, value) -> np.ndarray:
+        """``value`` (an array that broadcasts to the grid, or a number) at the valid cells, in order."""
+        return np.broadcast_to(value, self.mask.shape)[self.mask]
+
+
+def _factored(g: dict, cells: np.ndarray, dims: tuple) -> Factored:
+    """The kept configurations ``g`` (flat, ascending grid ``cells`` of the dense product ``dims``:
+    pairs, micro-batches, virtual stages, sharding, sequence parallelism, overlap) as a ``Factored``."""
+    per_row = dims[3] * dims[4] * dims[5]
+    ids, first, row = np.unique(cells // per_row, return_index=True, return_inverse=True)
+    mask = np.zeros((ids.size, per_row), bool)
+    mask[row.reshape(-1), cells % per_row] = True
+    cols = {k: g[k][first].reshape(-1, 1, 1, 1) for k in FACTORED_ROWS}
+    return _with_axes(g, cells, dims, cols, mask.reshape(ids.size, *dims[3:]))
+
+
+def _with_axes(g, cells, dims, cols, mask) -> Factored:
+    """Fill the sharding, sequence-parallel and overlap axes of ``cols`` from the flat rows."""
+    k_of = (cells // (dims[4] * dims[5])) % dims[3]
+    s_of = (cells // dims[5]) % dims[4]
+    o_of = cells % dims[5]
+    for names, index, size, shape in ((FACTORED_AXES[0], k_of, dims[3], (1, -1, 1, 1)),
+                                      (FACTORED_AXES[1], s_of, dims[4], (1, 1, -1, 1)),
+                                      (FACTORED_AXES[2], o_of, dims[5], (1, 1, 1, -1))):
+        values, first = np.unique(index, return_index=True)
+        for name in names:
+            dtype = g[name].dtype
+            col = np.zeros(size, dtype) if dtype.kind != "O" else np.full(size, None, object)
+            col[values] = g[name][first]
+            cols[name] = col.reshape(shape)
+    return Factored(columns=cols, mask=mask, counts=mask.reshape(mask.shape[0], -1).sum(axis=1))
+
+
 @dataclass(frozen=True)
 class Space:
     """Configurations that pass the divisibility and batch rules, and counts of the others.
@@ -53,9 +117,18 @@ class Space:
     detail: dict
     n_gpus: int
     global_batch: int
+    factored: Factored | None = None
 
     def __len__(self) -> int:
         return int(self.arrays["dp"].size)
+
+    def grid(self) -> Factored:
+        """The configurations factored (``Factored``); a space built without one: one row each."""
+        if self.factored is not None:
+            return self.factored
+        cols = {k: np.asarray(v).reshape(-1, 1, 1, 1) for k, v in self.arrays.items()}
+        mask = np.ones((len(self), 1, 1, 1), bool)
+        return Factored(columns=cols, mask=mask, counts=np.ones(len(self), np.int64))
 
     def step_config(self, base) -> StepConfig:
         """The configurations as ``step.evaluate`` takes them, over the fields of ``base`` (a
@@ -90,6 +163,7 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap
     g = {name: x[keep] for name, x in g.items()}
     g["fsdp"] = modes[g.pop("shard")]  # object array only of the kept rows
     g["micro_batches"] = global_batch // (g["dp"] * g["micro_batch"])
+    g["cell"] = np.flatnonzero(keep)  # index in the dense product, for the factored grid
     return g
 
 
@@ -184,7 +258,10 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad
     arrays = {k: g[k][alive] for k in NUMERIC}
-    return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch)
+    dims = (len(pairs), max_micro_batch, max_virtual_stages, len(zero) + sum(f is not None for f in fsdp),
+            len(sequence_parallel), len(tp_overlap))
+    return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch,
+                 factored=_factored(arrays, g["cell"][alive], dims))
 
 
 def _empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch) -> str:
