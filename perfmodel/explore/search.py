@@ -39,7 +39,7 @@ SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_p
                 "step_time": False, "peak_memory": False, **dict.fromkeys(BREAKDOWN_KEYS, False)}
 COST_COLUMNS = {"usd_per_million_tokens": False, "usd_per_hour": False}
 LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micro_batch", "micro_batches",
-        "global_batch", "zero", "recompute", "sequence_parallel", "precision")
+        "global_batch", "zero", "bucket_mib", "recompute", "sequence_parallel", "precision")
 # Strategy fields search holds fixed: the software stack, the context- and expert-parallel sizes
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int}
 
@@ -67,6 +67,9 @@ def price_per_gpu_hour(prices, cluster) -> float:
 
 
 FRAMEWORK_CHOICES = ("pytorch", "megatron")
+# DDP / ZeRO-1/2 gradient buckets the default space tries (MiB): torch DDP's bucket_cap_mb default (25)
+# and larger ones, toward Megatron-Core's default of 40M parameters (160 MB of fp32 gradients, ~153 MiB)
+BUCKET_CHOICES = (25.0, 100.0, 400.0)
 CP_CHOICES = (1, 2, 4, 8, 16)  # context-parallel sizes the default space tries (those the GPUs and sequence allow)
 def _stacks(model, cl, opts) -> list[dict]:
     """The (framework, cp) combinations to price on ``cl``, each with the stack fields search holds fixed.
@@ -96,6 +99,14 @@ def _stacks(model, cl, opts) -> list[dict]:
 
     return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw),
              "dp_overlap": st["dp_overlap"], "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
+
+
+def _buckets(bucket_mib) -> tuple:
+    """The bucket sizes to try (MiB), each checked as ``Strategy.bucket_mib`` checks it."""
+    values = _values("bucket_mib", bucket_mib, lambda n, v: check_positive(n, v))
+    for v in values:
+        Strategy(bucket_mib=v)
+    return values
 
 
 def _choices(value, kind) -> tuple:
@@ -180,6 +191,8 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     stack = {k: cast(row.get(k, getattr(defaults, k))) for k, cast in STACK_FIELDS.items()}
     fsdp = row.get("fsdp")
     stack["fsdp"] = fsdp if isinstance(fsdp, str) else None  # a table cell may hold NaN for None
+    if "bucket_mib" in row:  # a compare or sweep row has the Strategy's default bucket
+        stack["bucket_mib"] = float(row["bucket_mib"])
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,
@@ -243,7 +256,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
-           dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, chunk: int = CHUNK,
+           dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile: bool = False) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
@@ -291,7 +304,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     opts["level"] = check_level(level)
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
-              "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp}
+              "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}
     jobs, rejected, detail, capacity = _jobs(model, cluster, global_batch, opts, limits, profile, prices)
     best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, larger_is_better), chunk=chunk, workers=workers)
     rejected["memory"] = best.evaluated - best.feasible

@@ -37,70 +37,41 @@ import numpy as np
 
 from perfmodel.core.errors import InfeasibleError, InvalidInputError
 from perfmodel.parallel.config import StepConfig
-from perfmodel.core.checks import LIMITS, check_int, check_size, divisors
+from perfmodel.core.checks import LIMITS, check_int, check_positive, check_size, divisors
 from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")
 NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "fsdp", "sequence_parallel",
-           "tp_overlap")
+           "tp_overlap", "bucket_mib")
 FSDP_CHOICES = (None, "full", "hybrid")
 
 
 FACTORED_ROWS = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches")
-FACTORED_AXES = (("zero", "fsdp"), ("sequence_parallel",), ("tp_overlap",))  # axes 1, 2, 3 of the grid
+# axes 1.. of the grid after the rows: sharding, sequence parallelism, overlap, DDP/ZeRO bucket
+FACTORED_AXES = (("zero", "fsdp"), ("sequence_parallel",), ("tp_overlap",), ("bucket_mib",))
 
 
 @dataclass(frozen=True)
 class Factored:
-    """A space's configurations as a grid (rows × sharding × sequence parallelism × overlap).
+    """A space's configurations as a grid (rows × sharding × sequence parallelism × overlap × bucket).
 
     ``columns`` maps each name of ``NUMERIC`` to an array that broadcasts to ``mask.shape``:
-    the row fields have shape (R, 1, 1, 1), zero and fsdp (1, K, 1, 1), sequence_parallel
-    (1, 1, S, 1), tp_overlap (1, 1, 1, O). ``mask`` marks the cells that are configurations
-    of the space; ``counts[r]`` is how many row r holds.
+    the row fields have shape (R, 1, 1, 1, 1), those of axis i (``FACTORED_AXES``) size 1
+    except along axis i. ``mask`` marks the cells that are configurations of the space.
     """
 
     columns: dict
     mask: np.ndarray
-    counts: np.ndarray
 
     def rows(self, lo: int, hi: int) -> Factored:
         """Rows ``lo`` to ``hi`` of the grid, with every cell of theirs."""
         n = self.mask.shape[0]
         cols = {k: v[lo:hi] if v.shape[0] == n else v for k, v in self.columns.items()}
-        return Factored(columns=cols, mask=self.mask[lo:hi], counts=self.counts[lo:hi])
+        return Factored(columns=cols, mask=self.mask[lo:hi])
 
     def flat(self, value) -> np.ndarray:
         """``value`` (an array that broadcasts to the grid, or a number) at the valid cells, in order."""
         return np.broadcast_to(value, self.mask.shape)[self.mask]
-
-
-def _factored(g: dict, cells: np.ndarray, dims: tuple) -> Factored:
-    """The kept configurations ``g`` (flat, ascending grid ``cells`` of the dense product ``dims``:
-    pairs, micro-batches, virtual stages, sharding, sequence parallelism, overlap) as a ``Factored``."""
-    per_row = dims[3] * dims[4] * dims[5]
-    ids, first, row = np.unique(cells // per_row, return_index=True, return_inverse=True)
-    mask = np.zeros((ids.size, per_row), bool)
-    mask[row.reshape(-1), cells % per_row] = True
-    cols = {k: g[k][first].reshape(-1, 1, 1, 1) for k in FACTORED_ROWS}
-    return _with_axes(g, cells, dims, cols, mask.reshape(ids.size, *dims[3:]))
-
-
-def _with_axes(g, cells, dims, cols, mask) -> Factored:
-    """Fill the sharding, sequence-parallel and overlap axes of ``cols`` from the flat rows."""
-    k_of = (cells // (dims[4] * dims[5])) % dims[3]
-    s_of = (cells // dims[5]) % dims[4]
-    o_of = cells % dims[5]
-    for names, index, size, shape in ((FACTORED_AXES[0], k_of, dims[3], (1, -1, 1, 1)),
-                                      (FACTORED_AXES[1], s_of, dims[4], (1, 1, -1, 1)),
-                                      (FACTORED_AXES[2], o_of, dims[5], (1, 1, 1, -1))):
-        values, first = np.unique(index, return_index=True)
-        for name in names:
-            dtype = g[name].dtype
-            col = np.zeros(size, dtype) if dtype.kind != "O" else np.full(size, None, object)
-            col[values] = g[name][first]
-            cols[name] = col.reshape(shape)
-    return Factored(columns=cols, mask=mask, counts=mask.reshape(mask.shape[0], -1).sum(axis=1))
 
 
 @dataclass(frozen=True)
@@ -126,9 +97,9 @@ class Space:
         """The configurations factored (``Factored``); a space built without one: one row each."""
         if self.factored is not None:
             return self.factored
-        cols = {k: np.asarray(v).reshape(-1, 1, 1, 1) for k, v in self.arrays.items()}
-        mask = np.ones((len(self), 1, 1, 1), bool)
-        return Factored(columns=cols, mask=mask, counts=np.ones(len(self), np.int64))
+        shape = (-1, *(1,) * len(FACTORED_AXES))
+        cols = {k: np.asarray(v).reshape(shape) for k, v in self.arrays.items()}
+        return Factored(columns=cols, mask=np.ones((len(self), *(1,) * len(FACTORED_AXES)), bool))
 
     def step_config(self, base) -> StepConfig:
         """The configurations as ``step.evaluate`` takes them, over the fields of ``base`` (a
@@ -142,29 +113,38 @@ def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,), fsdp=(None,)):
-    """Cartesian product of the candidate values, as flat int arrays (no equivalent duplicates).
+def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,), fsdp=(None,),
+          bucket=(25.0,)):
+    """The candidate values as a broadcast grid (``Factored`` axes) and the mask of the cells kept
+    (no equivalent duplicates): rows (tp, pp) pair × micro-batch × virtual stages, then the axes.
 
     The sharding axis lists the ZeRO stages, then the FSDP modes (each shards like ZeRO-3).
+    A bucket other than the first is only tried where gradients are bucketed: dp > 1 and
+    DDP or ZeRO-1/2 (ZeRO-3 and FSDP gather and reduce per unit).
     """
     sharding = [(z, None) for z in zero] + [(3, f) for f in fsdp if f is not None]
-    idx = np.meshgrid(np.arange(len(pairs)), micro_batches, virtual, np.arange(len(sharding)), sp,
-                      np.asarray(overlap, int), indexing="ij")
-    p, mb, v, k, s, o = (x.ravel() for x in idx)
+    p, mb, v = (x.reshape(-1, 1, 1, 1, 1) for x in np.meshgrid(np.arange(len(pairs)), micro_batches, virtual,
+                                                                  indexing="ij"))
     tp, pp = pairs[p, 0], pairs[p, 1]
     dp = n_gpus // (tp * pp)
-    z = np.array([z for z, _ in sharding], np.int64)[k]
-    modes = np.array([f for _, f in sharding], dtype=object)
-    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1)))
+
+    def axis(i, values):
+        shape = [1] * (1 + len(FACTORED_AXES))
+        shape[i] = -1
+        return np.asarray(values).reshape(shape)
+
+    k = axis(1, np.arange(len(sharding)))
+    z = axis(1, np.array([z for z, _ in sharding], np.int64))
+    s, o, b = axis(2, np.asarray(sp, int)), axis(3, np.asarray(overlap, int)), axis(4, np.arange(len(bucket)))
+    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1))
+             | ((b > 0) & ((z >= 3) | (dp == 1))))
     if None not in fsdp:  # only FSDP asked for: the zero list does not apply
         keep &= k >= len(zero)
-    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z, "shard": k,
-         "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool)}
-    g = {name: x[keep] for name, x in g.items()}
-    g["fsdp"] = modes[g.pop("shard")]  # object array only of the kept rows
-    g["micro_batches"] = global_batch // (g["dp"] * g["micro_batch"])
-    g["cell"] = np.flatnonzero(keep)  # index in the dense product, for the factored grid
-    return g
+    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z,
+         "fsdp": axis(1, np.array([f for _, f in sharding], dtype=object)),
+         "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool),
+         "bucket_mib": axis(4, np.asarray(bucket, float)), "micro_batches": global_batch // (dp * mb)}
+    return g, keep
 
 
 def _rules(model, global_batch, g, cp=1, ep=1):
@@ -207,7 +187,7 @@ def _check_options(name, values, valid=None) -> tuple:
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
-                    fsdp=(None,), empty_ok: bool = False) -> Space:
+                    fsdp=(None,), bucket_mib=(25.0,), empty_ok: bool = False) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
@@ -215,7 +195,8 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes); ``tp_overlap`` lists the
     choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1), ``fsdp``
     the PyTorch FSDP modes tried beside the ZeRO stages (None: none; "hybrid" only on more than
-    one node, where it differs from "full"). ``cp`` and ``ep`` are the
+    one node, where it differs from "full"), ``bucket_mib`` the DDP / ZeRO-1/2 gradient buckets (MiB, as
+    ``Strategy.bucket_mib``; the first one only where nothing is bucketed). ``cp`` and ``ep`` are the
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
     then the empty space comes back with its counts, for a search over several such spaces).
@@ -227,24 +208,26 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     sequence_parallel = _check_options("sequence_parallel", sequence_parallel, (False, True))
     tp_overlap = _check_options("tp_overlap", tp_overlap, (False, True))
     fsdp = _check_options("fsdp", fsdp, FSDP_CHOICES)
+    bucket_mib = tuple(check_positive("bucket_mib", b) for b in _check_options("bucket_mib", bucket_mib))
     if n_gpus * cp <= gpus_per_node:  # one node: hybrid sharding is full sharding
         fsdp = tuple(f for f in fsdp if f != "hybrid") or (None,)
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
     pairs = tp_pp_pairs(n_gpus, max_tp)
-    size = len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
+    size = (len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
+            * len(bucket_mib))
     if size > LIMITS["search_grid"]:  # each configuration holds ~10 numbers before the rules thin them out
         raise InvalidInputError(f"the search space of {size:,} configurations ({len(pairs)} (tp, pp) pairs × "
                                 f"{min(max_micro_batch, global_batch)} micro-batches × {max_virtual_stages} virtual "
-                                f"stages × {len(zero)} zero × {len(sequence_parallel)} sequence_parallel) is above "
+                                f"stages × {len(zero)} zero × {len(sequence_parallel)} sequence_parallel × "
+                                f"{len(bucket_mib)} bucket_mib) is above "
                                 f"{LIMITS['search_grid']:,}: lower max_micro_batch or max_virtual_stages")
-    g = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
-              np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
-              np.array(tp_overlap, int), fsdp)
-    if not g["dp"].size:  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
+    g, alive = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
+                     np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
+                     np.array(tp_overlap, int), fsdp, bucket_mib)
+    if not alive.any():  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
         why = [f"zero={list(zero)} needs dp > 1 (add zero=0)"] if 0 not in zero else []
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
-    alive = np.ones(g["dp"].size, bool)
     rejected = dict.fromkeys(REASONS, 0)
     detail = {}
     for reason, text, bad in _rules(model, global_batch, g, cp, ep):
@@ -254,14 +237,14 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         if n:
             detail[text] = n
         if n and n == alive.sum() and not empty_ok:
-            dps = sorted(set(g["dp"][alive].tolist()))
+            dps = sorted(set(np.broadcast_to(g["dp"], alive.shape)[alive].tolist()))
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad
-    arrays = {k: g[k][alive] for k in NUMERIC}
-    dims = (len(pairs), max_micro_batch, max_virtual_stages, len(zero) + sum(f is not None for f in fsdp),
-            len(sequence_parallel), len(tp_overlap))
+    arrays = {k: np.broadcast_to(g[k], alive.shape)[alive] for k in NUMERIC}
+    rows = alive.reshape(alive.shape[0], -1).any(axis=1)  # grid rows holding a configuration
+    grid = Factored(columns={k: g[k][rows] if g[k].shape[0] > 1 else g[k] for k in NUMERIC}, mask=alive[rows])
     return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch,
-                 factored=_factored(arrays, g["cell"][alive], dims))
+                 factored=grid)
 
 
 def _empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch) -> str:
