@@ -92,8 +92,10 @@ def test_tensor_groups_stay_in_a_node_unless_allowed():
 
 def test_rejections_add_up(found, l13b, a100x8):
     # the default space: cp 1..16 (each divides 64 and seq 4096 / 2), PyTorch without and Megatron-LM with
-    # and without overlapped tensor-parallel communication, ZeRO 0-3 and FSDP full and hybrid
-    spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap, fsdp=(None, "full", "hybrid"))
+    # and without overlapped tensor-parallel communication, ZeRO 0-3 and FSDP full and hybrid, buckets of
+    # 25, 100 and 400 MiB where gradients are bucketed
+    spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap, fsdp=(None, "full", "hybrid"),
+                              bucket_mib=(25.0, 100.0, 400.0))
               for cp in (1, 2, 4, 8, 16) for overlap in ((False,), (False, True))]
     combos = 3  # recompute none / selective / full x one precision
     r = found.attrs["rejected"]
@@ -102,6 +104,8 @@ def test_rejections_add_up(found, l13b, a100x8):
     assert not (found["tp_overlap"] & (found["framework"] == "pytorch")).any()
     assert (found["tp_overlap"] & (found["framework"] == "megatron")).any()
     assert set(found["fsdp"].dropna()) == {"full", "hybrid"} and (found.loc[found["fsdp"].notna(), "zero"] == 3).all()
+    assert set(found["bucket_mib"]) == {25.0, 100.0, 400.0}
+    assert (found.loc[(found["zero"] == 3) | (found["dp"] == 1), "bucket_mib"] == 25.0).all()
     assert r["divisibility"] + r["batch"] == sum(sp.rejected["divisibility"] + sp.rejected["batch"]
                                                  for sp in spaces) * combos
     assert r["memory"] == found.attrs["evaluated"] - found.attrs["feasible"] > 0

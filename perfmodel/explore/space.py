@@ -31,7 +31,7 @@ the flat configurations in their enumeration order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class Space:
     detail: dict
     n_gpus: int
     global_batch: int
-    factored: Factored | None = None
+    factored: Factored | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return int(self.arrays["dp"].size)
@@ -241,10 +241,19 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad
     arrays = {k: np.broadcast_to(g[k], alive.shape)[alive] for k in NUMERIC}
-    rows = alive.reshape(alive.shape[0], -1).any(axis=1)  # grid rows holding a configuration
-    grid = Factored(columns={k: g[k][rows] if g[k].shape[0] > 1 else g[k] for k in NUMERIC}, mask=alive[rows])
     return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch,
-                 factored=grid)
+                 factored=_trimmed(g, alive))
+
+
+def _trimmed(g: dict, alive: np.ndarray) -> Factored:
+    """The grid without the rows and axis values that hold no configuration (a traced graph has no
+    sequence-parallel cell, and pricing one would raise)."""
+    cols = {k: g[k] for k in NUMERIC}
+    for axis in range(alive.ndim):
+        used = alive.any(axis=tuple(i for i in range(alive.ndim) if i != axis))
+        alive = np.compress(used, alive, axis=axis)
+        cols = {k: np.compress(used, v, axis=axis) if v.shape[axis] > 1 else v for k, v in cols.items()}
+    return Factored(columns=cols, mask=alive)
 
 
 def _empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch) -> str:
