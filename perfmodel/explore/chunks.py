@@ -82,10 +82,10 @@ def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
     coll = cluster_collectives(cl, prof)
     parts = _parts(space, chunk)
     # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    shared = {"framework": stack["framework"], "attention": stack["attention"], "dp_overlap": stack["dp_overlap"],
-              "cp": stack["cp"], "ep": stack["ep"]}
+    shared = {"framework": stack["framework"], "attention": stack["attention"], "cp": stack["cp"], "ep": stack["ep"]}
     configs = [replace(StepConfig.from_space(part.columns, opts["base"]), **shared,
-                       bucket_bytes=part.columns["bucket_mib"] * MIB) for part, _ in parts]
+                       bucket_bytes=part.columns["bucket_mib"] * MIB, dp_overlap=part.columns["dp_overlap"])
+               for part, _ in parts]
     for precision, recompute in product(opts["precision"], opts["recompute"]):
         for (part, numeric), c in zip(parts, configs):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
@@ -110,7 +110,7 @@ def _row_columns(model, cl, prof, precision, recompute, stack, level, rows: dict
     n = rows["dp"].size
     cols = {"precision": np.full(n, precision, dtype=object), "recompute": np.full(n, recompute, dtype=object)}
     for k, v in stack.items():  # the software stack, cp and ep
-        if k != "tp_overlap":
+        if k not in ("tp_overlap", "dp_overlap"):  # numeric columns
             cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else type(v))
     iv = bounds(rows["step_time"], {k: rows[k] for k in BREAKDOWN_KEYS}, profile=prof, cluster=cl, model=model,
                 framework=stack["framework"], attention=stack["attention"], precision=precision, level=level)

@@ -93,12 +93,12 @@ def _stacks(model, cl, opts) -> list[dict]:
                     raise
                 continue
         cps.append(cp)
-    def overlap(fw):  # the asynchronous tensor-parallel communication is Megatron-LM's
-        choices = st["tp_overlap"]
-        return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if not c)
+    def overlap(fw, name, plain):  # the overlap switches are Megatron-LM's; PyTorch has ``plain`` only
+        choices = st[name]
+        return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if c == plain)
 
-    return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw),
-             "dp_overlap": st["dp_overlap"], "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
+    return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw, "tp_overlap", False),
+             "dp_overlap": overlap(fw, "dp_overlap", True), "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
 
 
 def _buckets(bucket_mib) -> tuple:
@@ -134,8 +134,9 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     sequence_parallel = _values("sequence_parallel", stack.pop("sequence_parallel"), check_flag)
     cp_fixed = isinstance(stack["cp"], int)
     stack = {**stack, "framework": _choices(stack["framework"], str), "tp_overlap": _choices(stack["tp_overlap"], bool),
+             "dp_overlap": _values("dp_overlap", stack["dp_overlap"], check_flag),
              "cp": _choices(stack["cp"], int)}
-    for name in ("framework", "tp_overlap", "cp"):
+    for name in ("framework", "tp_overlap", "dp_overlap", "cp"):
         if not stack[name]:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
     for name, values, valid in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE)):
@@ -154,7 +155,8 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1
                             or (stack["attention"] == "flash" and stack["ep"] == 1))
     for fw, cp, overlap in product(stack["framework"], stack["cp"], stack["tp_overlap"]):
-        one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap}
+        one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap,
+               "dp_overlap": stack["dp_overlap"][0]}
         base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **one)
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
             "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed,
@@ -238,6 +240,7 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
             space_of = functools.partial(
                 enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch, zero=opts["zero"],
                 sequence_parallel=opts["sequence_parallel"], cp=stack["cp"], tp_overlap=stack["tp_overlap"],
+                dp_overlap=stack["dp_overlap"],
                 **limits)
             space = space_of(empty_ok=len(stacks) > 1)
             if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):
@@ -256,7 +259,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
-           dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
+           dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile: bool = False) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 

@@ -42,13 +42,14 @@ from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")
 NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "fsdp", "sequence_parallel",
-           "tp_overlap", "bucket_mib")
+           "tp_overlap", "bucket_mib", "dp_overlap")
 FSDP_CHOICES = (None, "full", "hybrid")
 
 
 FACTORED_ROWS = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches")
-# axes 1.. of the grid after the rows: sharding, sequence parallelism, overlap, DDP/ZeRO bucket
-FACTORED_AXES = (("zero", "fsdp"), ("sequence_parallel",), ("tp_overlap",), ("bucket_mib",))
+# axes 1.. of the grid after the rows: sharding, sequence parallelism, tensor-parallel overlap, DDP/ZeRO
+# bucket, data-parallel overlap
+FACTORED_AXES = (("zero", "fsdp"), ("sequence_parallel",), ("tp_overlap",), ("bucket_mib",), ("dp_overlap",))
 
 
 @dataclass(frozen=True)
@@ -114,16 +115,16 @@ def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
 
 
 def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,), fsdp=(None,),
-          bucket=(25.0,)):
+          bucket=(25.0,), dp_overlap=(True,)):
     """The candidate values as a broadcast grid (``Factored`` axes) and the mask of the cells kept
     (no equivalent duplicates): rows (tp, pp) pair × micro-batch × virtual stages, then the axes.
 
     The sharding axis lists the ZeRO stages, then the FSDP modes (each shards like ZeRO-3).
-    A bucket other than the first is only tried where gradients are bucketed: dp > 1 and
-    DDP or ZeRO-1/2 (ZeRO-3 and FSDP gather and reduce per unit).
+    A bucket or data-parallel overlap other than the first is only tried where gradients are
+    bucketed: dp > 1 and DDP or ZeRO-1/2 (ZeRO-3 and FSDP gather and reduce per unit).
     """
     sharding = [(z, None) for z in zero] + [(3, f) for f in fsdp if f is not None]
-    p, mb, v = (x.reshape(-1, 1, 1, 1, 1) for x in np.meshgrid(np.arange(len(pairs)), micro_batches, virtual,
+    p, mb, v = (x.reshape(-1, *(1,) * len(FACTORED_AXES)) for x in np.meshgrid(np.arange(len(pairs)), micro_batches, virtual,
                                                                   indexing="ij"))
     tp, pp = pairs[p, 0], pairs[p, 1]
     dp = n_gpus // (tp * pp)
@@ -136,14 +137,16 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap
     k = axis(1, np.arange(len(sharding)))
     z = axis(1, np.array([z for z, _ in sharding], np.int64))
     s, o, b = axis(2, np.asarray(sp, int)), axis(3, np.asarray(overlap, int)), axis(4, np.arange(len(bucket)))
+    d = axis(5, np.arange(len(dp_overlap)))
     keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1))
-             | ((b > 0) & ((z >= 3) | (dp == 1))))
+             | (((b > 0) | (d > 0)) & ((z >= 3) | (dp == 1))))
     if None not in fsdp:  # only FSDP asked for: the zero list does not apply
         keep &= k >= len(zero)
     g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z,
          "fsdp": axis(1, np.array([f for _, f in sharding], dtype=object)),
          "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool),
-         "bucket_mib": axis(4, np.asarray(bucket, float)), "micro_batches": global_batch // (dp * mb)}
+         "bucket_mib": axis(4, np.asarray(bucket, float)), "dp_overlap": axis(5, np.asarray(dp_overlap, bool)),
+         "micro_batches": global_batch // (dp * mb)}
     return g, keep
 
 
@@ -187,7 +190,7 @@ def _check_options(name, values, valid=None) -> tuple:
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
-                    fsdp=(None,), bucket_mib=(25.0,), empty_ok: bool = False) -> Space:
+                    fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
@@ -196,7 +199,9 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1), ``fsdp``
     the PyTorch FSDP modes tried beside the ZeRO stages (None: none; "hybrid" only on more than
     one node, where it differs from "full"), ``bucket_mib`` the DDP / ZeRO-1/2 gradient buckets (MiB, as
-    ``Strategy.bucket_mib``; the first one only where nothing is bucketed). ``cp`` and ``ep`` are the
+    ``Strategy.bucket_mib``; the first one only where nothing is bucketed) and ``dp_overlap`` whether the
+    gradient reduction overlaps backward (Megatron-LM --overlap-grad-reduce; values after the first only
+    where gradients are bucketed). ``cp`` and ``ep`` are the
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
     then the empty space comes back with its counts, for a search over several such spaces).
@@ -207,6 +212,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     zero = _check_options("zero", zero, (0, 1, 2, 3))
     sequence_parallel = _check_options("sequence_parallel", sequence_parallel, (False, True))
     tp_overlap = _check_options("tp_overlap", tp_overlap, (False, True))
+    dp_overlap = _check_options("dp_overlap", dp_overlap, (False, True))
     fsdp = _check_options("fsdp", fsdp, FSDP_CHOICES)
     bucket_mib = tuple(check_positive("bucket_mib", b) for b in _check_options("bucket_mib", bucket_mib))
     if n_gpus * cp <= gpus_per_node:  # one node: hybrid sharding is full sharding
@@ -214,7 +220,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
     pairs = tp_pp_pairs(n_gpus, max_tp)
     size = (len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
-            * len(bucket_mib))
+            * len(bucket_mib) * len(dp_overlap))
     if size > LIMITS["search_grid"]:  # each configuration holds ~10 numbers before the rules thin them out
         raise InvalidInputError(f"the search space of {size:,} configurations ({len(pairs)} (tp, pp) pairs × "
                                 f"{min(max_micro_batch, global_batch)} micro-batches × {max_virtual_stages} virtual "
@@ -223,7 +229,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
                                 f"{LIMITS['search_grid']:,}: lower max_micro_batch or max_virtual_stages")
     g, alive = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
                      np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
-                     np.array(tp_overlap, int), fsdp, bucket_mib)
+                     np.array(tp_overlap, int), fsdp, bucket_mib, dp_overlap)
     if not alive.any():  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
         why = [f"zero={list(zero)} needs dp > 1 (add zero=0)"] if 0 not in zero else []
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
