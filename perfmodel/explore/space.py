@@ -225,7 +225,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         raise InvalidInputError(f"the search space of {size:,} configurations ({len(pairs)} (tp, pp) pairs × "
                                 f"{min(max_micro_batch, global_batch)} micro-batches × {max_virtual_stages} virtual "
                                 f"stages × {len(zero)} zero × {len(sequence_parallel)} sequence_parallel × "
-                                f"{len(bucket_mib)} bucket_mib) is above "
+                                f"{len(bucket_mib)} bucket_mib × {len(dp_overlap)} dp_overlap) is above "
                                 f"{LIMITS['search_grid']:,}: lower max_micro_batch or max_virtual_stages")
     g, alive = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
                      np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
@@ -234,21 +234,29 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         why = [f"zero={list(zero)} needs dp > 1 (add zero=0)"] if 0 not in zero else []
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
-    rejected = dict.fromkeys(REASONS, 0)
-    detail = {}
+    rejected, detail = _apply_rules(model, global_batch, g, alive, cp, ep,
+                                    None if empty_ok else (n_gpus, max_micro_batch))
+    arrays = {k: np.broadcast_to(g[k], alive.shape)[alive] for k in NUMERIC}
+    return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch,
+                 factored=_trimmed(g, alive))
+
+
+def _apply_rules(model, global_batch, g, alive, cp, ep, raise_empty):
+    """Clear in ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
+    ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space."""
+    rejected, detail = dict.fromkeys(REASONS, 0), {}
     for reason, text, bad in _rules(model, global_batch, g, cp, ep):
         hit = alive & bad
         n = int(hit.sum())
         rejected[reason] += n
         if n:
             detail[text] = n
-        if n and n == alive.sum() and not empty_ok:
+        if n and n == alive.sum() and raise_empty:
             dps = sorted(set(np.broadcast_to(g["dp"], alive.shape)[alive].tolist()))
+            n_gpus, max_micro_batch = raise_empty
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad
-    arrays = {k: np.broadcast_to(g[k], alive.shape)[alive] for k in NUMERIC}
-    return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch,
-                 factored=_trimmed(g, alive))
+    return rejected, detail
 
 
 def _trimmed(g: dict, alive: np.ndarray) -> Factored:
