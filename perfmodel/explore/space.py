@@ -70,6 +70,15 @@ class Factored:
         cols = {k: v[lo:hi] if v.shape[0] == n else v for k, v in self.columns.items()}
         return Factored(columns=cols, mask=self.mask[lo:hi])
 
+    def columns_flat(self) -> dict:
+        """Each column at the valid cells, in order (as ``flat``, by the cells' indices along each axis)."""
+        at = np.nonzero(self.mask)
+        out = {}
+        for k, v in self.columns.items():
+            varying = [i for i, n in enumerate(v.shape) if n > 1]  # a column varies along one axis at most
+            out[k] = v.reshape(-1)[at[varying[0]]] if varying else np.full(at[0].size, v.reshape(-1)[0], v.dtype)
+        return out
+
     def flat(self, value) -> np.ndarray:
         """``value`` (an array that broadcasts to the grid, or a number) at the valid cells, in order."""
         return np.broadcast_to(value, self.mask.shape)[self.mask]
@@ -236,9 +245,9 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
     rejected, detail = _apply_rules(model, global_batch, g, alive, cp, ep,
                                     None if empty_ok else (n_gpus, max_micro_batch))
-    arrays = {k: np.broadcast_to(g[k], alive.shape)[alive] for k in NUMERIC}
-    return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch,
-                 factored=_trimmed(g, alive))
+    grid = _trimmed(g, alive)
+    return Space(arrays=grid.columns_flat(), rejected=rejected, detail=detail, n_gpus=n_gpus,
+                 global_batch=global_batch, factored=grid)
 
 
 def _apply_rules(model, global_batch, g, alive, cp, ep, raise_empty):
