@@ -76,7 +76,10 @@ class Factored:
         out = {}
         for k, v in self.columns.items():
             varying = [i for i, n in enumerate(v.shape) if n > 1]  # a column varies along one axis at most
-            out[k] = v.reshape(-1)[at[varying[0]]] if varying else np.full(at[0].size, v.reshape(-1)[0], v.dtype)
+            if not v.size:  # an empty space
+                out[k] = np.empty(0, v.dtype)
+            else:
+                out[k] = v.reshape(-1)[at[varying[0]]] if varying else np.full(at[0].size, v.reshape(-1)[0], v.dtype)
         return out
 
     def flat(self, value) -> np.ndarray:
