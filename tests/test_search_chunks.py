@@ -74,3 +74,16 @@ def test_the_factored_grid_reads_out_the_flat_space_in_order():
         assert grid.flat(grid.columns[k]).tolist() == space.arrays[k].tolist(), k
     sharded = grid.columns["zero"].reshape(-1) == 3  # ZeRO-3 / FSDP: nothing bucketed, one bucket tried
     assert sharded.any() and not grid.mask[:, sharded][..., 1:, :].any()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"bucket_mib": 0}, "'bucket_mib' must be > 0: got 0"),
+    ({"bucket_mib": ()}, "'bucket_mib' must list at least one value"),
+    ({"bucket_mib": 1e-9}, "'bucket_mib' must be >="),
+    ({"dp_overlap": "maybe"}, "dp_overlap"),
+])
+def test_bucket_and_overlap_options_are_checked(options, message):
+    from perfmodel.core.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=message.replace("(", r"\(")):
+        search(MODEL, CLUSTER, 64, **options)
