@@ -31,7 +31,7 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 def test_small_chunks_give_the_same_table(whole):
     assert whole.attrs["evaluated"] > 5_000 and len(whole) == 50
-    _same(whole, search(MODEL, CLUSTER, 64, top_k=50, chunk=150))  # several chunks per space
+    _same(whole, search(MODEL, CLUSTER, 64, top_k=50, chunk=3000))  # several chunks (of grid rows) per space
 
 
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
