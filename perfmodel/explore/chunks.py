@@ -1,8 +1,9 @@
 """Price a search space in bounded memory: chunks of configurations, the best rows kept, processes shared.
 
 ``search`` hands over one ``Job`` per (cluster, software stack, context-parallel size): its space
-of numeric configurations. Each job is priced ``chunk`` configurations at a time under every
-(precision, recompute) with ``step.evaluate`` (the code ``predict`` runs), and only the
+of numeric configurations, held as a factored grid (``space.Factored``). Each job is priced on
+whole grid rows, ``chunk`` grid cells at a time, under every (precision, recompute) with
+``step.evaluate`` (the code ``predict`` runs), and only the
 ``top_k`` best feasible rows, the counts and the configuration nearest to fitting are kept.
 Large searches share the jobs among processes (fork: nothing to re-import); rows carry their
 enumeration order, so the ranking (ties: less memory, then enumeration order) is the same
@@ -27,7 +28,7 @@ from perfmodel.interval import bounds
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 
-CHUNK = 32_768  # configurations priced per call: enough to amortise numpy's per-call cost, a few MB of columns
+CHUNK = 32_768  # grid cells priced per call: enough to amortise numpy's per-call cost, a few MB of columns
 PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")

@@ -2,7 +2,7 @@
 
 The space (``space.enumerate_space``, one per software stack and context-parallel
 size) is priced in vectorised calls of ``compose.evaluate`` per categorical
-combination (precision × recompute), a chunk of configurations at a time and never
+combination (precision × recompute), a chunk of its factored grid at a time and never
 configuration by configuration (``chunks.py``), so a search and ``predict`` run the
 same arithmetic and agree exactly. Configurations that do not fit in GPU memory are
 dropped and counted; the rest are ranked by throughput, or by cost when prices
@@ -270,14 +270,16 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
     "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
     ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
-    (``pm.Strategy`` fields); ``framework`` and ``tp_overlap`` may list
+    (``pm.Strategy`` fields); ``framework``, ``tp_overlap`` and ``dp_overlap`` may list
     choices (the default: both frameworks, Megatron-LM's overlapped tensor-parallel
-    communication on or off; plain PyTorch has no such overlap, so it is searched
-    without it unless asked for alone). ``cp``, the context-parallel size, is one value
+    communication and gradient reduction each on or off; plain PyTorch has neither switch,
+    so it is searched with its own behaviour unless one value is asked for). ``bucket_mib``
+    lists the DDP / ZeRO-1/2 gradient buckets tried (MiB; ZeRO-3 and FSDP rows, which
+    bucket nothing, take the first). ``cp``, the context-parallel size, is one value
     or a list of them (dp × tp × pp then fill GPUs / cp; sizes the GPUs or the
     sequence cannot take are left out); ``ep``, the expert-parallel size, is one value
     (configurations whose dp × cp it does not divide are rejected). The space is priced
-    ``chunk`` configurations at a time, keeping only the ``top_k`` best: memory stays
+    ``chunk`` grid cells at a time, keeping only the ``top_k`` best: memory stays
     bounded whatever its size. ``workers`` > 1 shares a large space among that many forked
     processes (None: the CPUs this process may use), with results identical to one; the
     default prices in this process (forking is unsafe beside threads, and on a busy
