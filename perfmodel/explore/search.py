@@ -163,6 +163,15 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
             "sequence_parallel": sequence_parallel}
 
 
+def _check_graph(model, opts) -> None:
+    """A traced graph's own limits on the stack search holds fixed (data parallel only: the default
+    cp choices shrink to 1)."""
+    if hasattr(model, "check_strategy"):
+        if not opts["cp_fixed"]:
+            opts["stack"]["cp"] = (1,)
+        model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
+
+
 def _check_precisions(cl, precisions) -> None:
     missing = [p for p in precisions if gemm_dtype(p) not in cl.gpu.peak_flops]
     if missing:
@@ -302,10 +311,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
                      "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile})
-    if hasattr(model, "check_strategy"):  # a traced graph's own limits on the stack search holds fixed
-        if not opts["cp_fixed"]:  # a traced graph is data parallel only: the default cp choices shrink to 1
-            opts["stack"]["cp"] = (1,)
-        model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
+    _check_graph(model, opts)
     opts["level"] = check_level(level)
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
