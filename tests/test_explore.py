@@ -92,9 +92,11 @@ def test_tensor_groups_stay_in_a_node_unless_allowed():
 
 def test_rejections_add_up(found, l13b, a100x8):
     # the default space: cp 1..16 (each divides 64 and seq 4096 / 2), PyTorch without and Megatron-LM with
-    # and without overlapped tensor-parallel communication, ZeRO 0-3 and FSDP full and hybrid
-    spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap, fsdp=(None, "full", "hybrid"))
-              for cp in (1, 2, 4, 8, 16) for overlap in ((False,), (False, True))]
+    # and without overlapped tensor-parallel communication and gradient reduction, ZeRO 0-3 and FSDP full and
+    # hybrid, buckets of 25, 100 and 400 MiB where gradients are bucketed
+    spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap, fsdp=(None, "full", "hybrid"),
+                              bucket_mib=(25.0, 100.0, 400.0), dp_overlap=(True, False) if megatron else (True,))
+              for cp in (1, 2, 4, 8, 16) for megatron, overlap in ((False, (False,)), (True, (False, True)))]
     combos = 3  # recompute none / selective / full x one precision
     r = found.attrs["rejected"]
     assert found.attrs["evaluated"] == sum(map(len, spaces)) * combos
@@ -102,6 +104,11 @@ def test_rejections_add_up(found, l13b, a100x8):
     assert not (found["tp_overlap"] & (found["framework"] == "pytorch")).any()
     assert (found["tp_overlap"] & (found["framework"] == "megatron")).any()
     assert set(found["fsdp"].dropna()) == {"full", "hybrid"} and (found.loc[found["fsdp"].notna(), "zero"] == 3).all()
+    assert set(found["bucket_mib"]) == {25.0, 100.0, 400.0}
+    assert (found.loc[(found["zero"] == 3) | (found["dp"] == 1), "bucket_mib"] == 25.0).all()
+    assert set(found.loc[found["framework"] == "pytorch", "dp_overlap"]) == {True}
+    assert not found.loc[(found["framework"] == "megatron") & (found["zero"] < 3) & (found["dp"] > 1),
+                         "dp_overlap"].all()
     assert r["divisibility"] + r["batch"] == sum(sp.rejected["divisibility"] + sp.rejected["batch"]
                                                  for sp in spaces) * combos
     assert r["memory"] == found.attrs["evaluated"] - found.attrs["feasible"] > 0
@@ -128,10 +135,13 @@ def test_search_agrees_with_predict_exactly(found, l13b, a100x8):
     picked.append(found.index[found["sequence_parallel"] & (found["pp"] > 1)][0])
     picked += [found.index[found["fsdp"] == mode][0] for mode in ("full", "hybrid")]
     picked.append(found.index[found["tp_overlap"] & (found["cp"] > 1)][0])
+    picked += [found.index[found["bucket_mib"] == b][0] for b in (100.0, 400.0)]
+    picked.append(found.index[~found["dp_overlap"].astype(bool)][0])
     picked += [i for i in np.linspace(0, len(found) - 1, 20).astype(int) if i not in picked][: 20 - len(picked)]
     rows = found.loc[picked]
     assert len(rows) == 20 and rows["recompute"].nunique() == 3 and rows["zero"].nunique() == 4
     assert (rows["virtual_stages"] > 1).any() and rows["sequence_parallel"].any()
+    assert rows["bucket_mib"].nunique() == 3 and not rows["dp_overlap"].all()
     for _, row in rows.iterrows():
         p = pm.predict(l13b, a100x8, strategy_of(row))
         np.testing.assert_allclose(row["step_time"], p.step_time, rtol=1e-12)

@@ -147,7 +147,8 @@ def cmd_search(args) -> int:
                 zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
                 precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
                 framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile)
+                dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
+                bucket_mib=_csv(args.bucket_mib, float))
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
@@ -218,6 +219,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--sequence-parallel", default="false,true")
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--optimizer", default="adamw")
+    p.add_argument("--bucket-mib", default="25", help="comma-separated DDP / ZeRO-1/2 gradient buckets in MiB "
+                   "(default 25, as torch's bucket_cap_mb; pm.search tries 25,100,400)")
     cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)

@@ -1,8 +1,9 @@
 """Price a search space in bounded memory: chunks of configurations, the best rows kept, processes shared.
 
 ``search`` hands over one ``Job`` per (cluster, software stack, context-parallel size): its space
-of numeric configurations. Each job is priced ``chunk`` configurations at a time under every
-(precision, recompute) with ``step.evaluate`` (the code ``predict`` runs), and only the
+of numeric configurations, held as a factored grid (``space.Factored``). Each job is priced on
+whole grid rows, ``chunk`` grid cells at a time, under every (precision, recompute) with
+``step.evaluate`` (the code ``predict`` runs), and only the
 ``top_k`` best feasible rows, the counts and the configuration nearest to fitting are kept.
 Large searches share the jobs among processes (fork: nothing to re-import); rows carry their
 enumeration order, so the ranking (ties: less memory, then enumeration order) is the same
@@ -11,6 +12,7 @@ however the jobs were shared.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -21,11 +23,12 @@ import numpy as np
 
 from perfmodel import step as compose
 from perfmodel.explore.space import NUMERIC, Space
+from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.interval import bounds
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 
-CHUNK = 32_768  # configurations priced per call: enough to amortise numpy's per-call cost, a few MB of columns
+CHUNK = 32_768  # grid cells priced per call: enough to amortise numpy's per-call cost, a few MB of columns
 PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
@@ -51,43 +54,70 @@ class Ranking:
     larger_is_better: bool
 
 
+def _parts(space: Space, chunk: int) -> list:
+    """(grid rows, their configurations' flat columns) of ``chunk`` grid cells or fewer at a time."""
+    grid = space.grid()
+    per_row = max(1, int(np.prod(grid.mask.shape[1:])))
+    step = max(1, chunk // per_row)
+    parts = []
+    for lo in range(0, grid.mask.shape[0], step):
+        part = grid.rows(lo, lo + step)
+        parts.append((part, {k: part.flat(part.columns[k]) for k in NUMERIC}))
+    return parts
+
+
+def _flat_outputs(part, out: dict) -> dict:
+    """``step.evaluate``'s arrays (shaped like the grid) at the part's configurations, one entry each."""
+    flat = {k: part.flat(v) for k, v in out.items() if k != "memory"}
+    flat["memory"] = {k: part.flat(v) for k, v in out["memory"].items()}
+    return flat
+
+
 def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
-    """Column dicts of ``chunk`` configurations of ``space`` at a time, under each (precision, recompute)."""
+    """Column dicts of ``chunk`` grid cells of ``space`` at a time, under each (precision, recompute).
+
+    Each part is priced on its factored grid (``space.Factored``: a term is computed on the axes it
+    depends on) and its valid cells are read out in enumeration order: the same arithmetic on the
+    same numbers as pricing the flat configurations one by one.
+    """
     coll = cluster_collectives(cl, prof)
+    parts = _parts(space, chunk)
     # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    full = replace(space.step_config(opts["base"]), framework=stack["framework"], attention=stack["attention"],
-                   dp_overlap=stack["dp_overlap"], cp=stack["cp"], ep=stack["ep"])
-    n = len(space)
+    shared = {"framework": stack["framework"], "attention": stack["attention"], "cp": stack["cp"], "ep": stack["ep"]}
+    configs = [replace(StepConfig.from_space(part.columns, opts["base"]), **shared,
+                       bucket_bytes=part.columns["bucket_mib"] * MIB, dp_overlap=part.columns["dp_overlap"])
+               for part, _ in parts]
     for precision, recompute in product(opts["precision"], opts["recompute"]):
-        for lo in range(0, n, chunk):
-            hi = min(lo + chunk, n)
-            c = full.rows(lo, hi)
+        for (part, numeric), c in zip(parts, configs):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
             out["micro_batch"] = c.micro_batch
+            out = _flat_outputs(part, out)
             derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
-            m = hi - lo
-            cols = {k: space.arrays[k][lo:hi] for k in NUMERIC}
-            cols["precision"] = np.full(m, precision, dtype=object)
-            cols["recompute"] = np.full(m, recompute, dtype=object)
-            for k, v in stack.items():  # the software stack, cp and ep, the same for every row of the chunk
-                if k != "tp_overlap":
-                    cols[k] = np.full(m, v, dtype=object if isinstance(v, str) else type(v))
+            m = numeric["dp"].size
+            cols = dict(numeric)
             merged = {**out, **derived}
             for k in (*RESULTS, *BREAKDOWN_KEYS):
                 cols[k] = np.broadcast_to(merged[k], (m,))
             for k, v in out["memory"].items():
                 cols["mem_" + k] = np.broadcast_to(v, (m,))
-            cols.update(_interval_columns(model, cl, prof, out, precision, stack, opts["level"], m))
-            yield cols
+            yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"])
 
 
-def _interval_columns(model, cl, prof, out, precision, stack, level, n) -> dict:
-    """Step-time bounds at the search's level, and their regime, per configuration (perfmodel.interval)."""
-    iv = bounds(out["step_time"], {k: out[k] for k in BREAKDOWN_KEYS}, profile=prof, cluster=cl, model=model,
+def _row_columns(model, cl, prof, precision, recompute, stack, level, rows: dict) -> dict:
+    """The columns a chunk's kept ``rows`` add: the software stack (the same for every row of the
+    chunk) and the step-time bounds at the search's level with their regime (perfmodel.interval).
+    Computed only for the rows a ranking keeps, not for every configuration priced."""
+    n = rows["dp"].size
+    cols = {"precision": np.full(n, precision, dtype=object), "recompute": np.full(n, recompute, dtype=object)}
+    for k, v in stack.items():  # the software stack, cp and ep
+        if k not in ("tp_overlap", "dp_overlap"):  # numeric columns
+            cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else type(v))
+    iv = bounds(rows["step_time"], {k: rows[k] for k in BREAKDOWN_KEYS}, profile=prof, cluster=cl, model=model,
                 framework=stack["framework"], attention=stack["attention"], precision=precision, level=level)
-    return {"step_time_low": np.broadcast_to(iv.low, (n,)), "step_time_high": np.broadcast_to(iv.high, (n,)),
-            "interval_level": np.full(n, iv.level), "interval_regime": np.broadcast_to(iv.regime, (n,))}
+    cols.update({"step_time_low": np.broadcast_to(iv.low, (n,)), "step_time_high": np.broadcast_to(iv.high, (n,)),
+                 "interval_level": np.full(n, iv.level), "interval_regime": np.broadcast_to(iv.regime, (n,))})
+    return cols
 
 
 class Best:
@@ -99,16 +129,19 @@ class Best:
         self.closest: dict | None = None  # the configuration nearest to fitting, for the error message
         self.evaluated = self.feasible = 0
 
-    def add(self, cols: dict) -> None:
+    def add(self, cols: dict, extra=None) -> None:
+        """One chunk's priced columns; ``extra(rows)`` gives the columns of the rows kept (``_row_columns``)."""
         n = cols["dp"].size
         cols["order"] = np.arange(self.offset + self.evaluated, self.offset + self.evaluated + n)
         self.evaluated += n
         i = int(np.argmin(cols["over_capacity"]))
-        self._closest({k: v[i:i + 1] for k, v in cols.items()})
+        self._closest(_with(extra, {k: v[i:i + 1] for k, v in cols.items()}))
         fits = np.asarray(cols["fits"], bool)
         self.feasible += int(fits.sum())
         if fits.any():
-            self._keep({k: np.asarray(v)[fits] for k, v in cols.items()})
+            rows = {k: np.asarray(v)[fits] for k, v in cols.items()}
+            best = self._best(rows)  # the chunk's own top_k first: the ranking is a total order
+            self._keep(_with(extra, {k: v[best] for k, v in rows.items()}))
 
     def merge(self, other: Best) -> None:
         self.evaluated += other.evaluated
@@ -123,28 +156,42 @@ class Best:
                 self.closest["over_capacity"][0], self.closest["order"][0]):
             self.closest = row
 
+    def _best(self, rows: dict) -> np.ndarray:
+        """Indices of the ``top_k`` best of ``rows``, best first (ties: less memory, then enumeration order)."""
+        r = self.ranking
+        key = (-1.0 if r.larger_is_better else 1.0) * rows[r.sort_by].astype(float)
+        return np.lexsort((rows["order"], rows["peak_memory"], key))[:r.top_k]
+
     def _keep(self, rows: dict) -> None:
         if self.rows is not None:
             rows = {k: np.concatenate([self.rows[k], rows[k]]) for k in self.rows}
-        r = self.ranking
-        key = (-1.0 if r.larger_is_better else 1.0) * rows[r.sort_by].astype(float)
-        order = np.lexsort((rows["order"], rows["peak_memory"], key))[:r.top_k]  # ties: less memory, then order
+        order = self._best(rows)
         self.rows = {k: v[order] for k, v in rows.items()}
+
+
+def _with(extra, rows: dict) -> dict:
+    """``rows`` with the columns ``extra`` gives them (none when it is None)."""
+    return rows if extra is None else {**rows, **extra(rows)}
 
 
 def price_job(job: Job, model, opts, ranking: Ranking, chunk: int) -> Best:
     """Every configuration of one job, chunk by chunk; the best rows and the counts."""
     best = Best(ranking, offset=job.index * ORDER_STRIDE)
     cl = job.cluster
-    for cols in chunks(model, cl, job.space, job.profile, opts, job.stack, chunk):
-        n = cols["dp"].size
-        cols["cluster_name"] = np.full(n, cl.name, dtype=object)
-        cols["gpus"] = np.full(n, cl.n_gpus)
-        if job.usd_per_hour is not None:
-            cols["usd_per_hour"] = np.full(n, job.usd_per_hour)
+    for cols, extra in chunks(model, cl, job.space, job.profile, opts, job.stack, chunk):
+        if job.usd_per_hour is not None:  # a sort column: every row has it
             cols["usd_per_million_tokens"] = job.usd_per_hour / 3600.0 / cols["tokens_per_second"] * 1e6
-        best.add(cols)
+        best.add(cols, functools.partial(_job_columns, job, extra))
     return best
+
+
+def _job_columns(job: Job, extra, rows: dict) -> dict:
+    """The kept rows' columns of their chunk (``extra``) and of their job: cluster, GPUs, $/hour."""
+    n = rows["dp"].size
+    cols = {**extra(rows), "cluster_name": np.full(n, job.cluster.name, dtype=object), "gpus": np.full(n, job.cluster.n_gpus)}
+    if job.usd_per_hour is not None:
+        cols["usd_per_hour"] = np.full(n, job.usd_per_hour)
+    return cols
 
 
 def _worker_count(workers: int | None, jobs: list[Job], combos: int) -> int:

@@ -2,7 +2,7 @@
 
 The space (``space.enumerate_space``, one per software stack and context-parallel
 size) is priced in vectorised calls of ``compose.evaluate`` per categorical
-combination (precision × recompute), a chunk of configurations at a time and never
+combination (precision × recompute), a chunk of its factored grid at a time and never
 configuration by configuration (``chunks.py``), so a search and ``predict`` run the
 same arithmetic and agree exactly. Configurations that do not fit in GPU memory are
 dropped and counted; the rest are ranked by throughput, or by cost when prices
@@ -39,7 +39,7 @@ SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_p
                 "step_time": False, "peak_memory": False, **dict.fromkeys(BREAKDOWN_KEYS, False)}
 COST_COLUMNS = {"usd_per_million_tokens": False, "usd_per_hour": False}
 LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micro_batch", "micro_batches",
-        "global_batch", "zero", "recompute", "sequence_parallel", "precision")
+        "global_batch", "zero", "bucket_mib", "recompute", "sequence_parallel", "precision")
 # Strategy fields search holds fixed: the software stack, the context- and expert-parallel sizes
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int}
 
@@ -67,6 +67,9 @@ def price_per_gpu_hour(prices, cluster) -> float:
 
 
 FRAMEWORK_CHOICES = ("pytorch", "megatron")
+# DDP / ZeRO-1/2 gradient buckets the default space tries (MiB): torch DDP's bucket_cap_mb default (25)
+# and larger ones, toward Megatron-Core's default of 40M parameters (160 MB of fp32 gradients, ~153 MiB)
+BUCKET_CHOICES = (25.0, 100.0, 400.0)
 CP_CHOICES = (1, 2, 4, 8, 16)  # context-parallel sizes the default space tries (those the GPUs and sequence allow)
 def _stacks(model, cl, opts) -> list[dict]:
     """The (framework, cp) combinations to price on ``cl``, each with the stack fields search holds fixed.
@@ -90,12 +93,20 @@ def _stacks(model, cl, opts) -> list[dict]:
                     raise
                 continue
         cps.append(cp)
-    def overlap(fw):  # the asynchronous tensor-parallel communication is Megatron-LM's
-        choices = st["tp_overlap"]
-        return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if not c)
+    def overlap(fw, name, plain):  # the overlap switches are Megatron-LM's; PyTorch has ``plain`` only
+        choices = st[name]
+        return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if c == plain)
 
-    return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw),
-             "dp_overlap": st["dp_overlap"], "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
+    return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw, "tp_overlap", False),
+             "dp_overlap": overlap(fw, "dp_overlap", True), "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
+
+
+def _buckets(bucket_mib) -> tuple:
+    """The bucket sizes to try (MiB), each checked as ``Strategy.bucket_mib`` checks it."""
+    values = _values("bucket_mib", bucket_mib, lambda n, v: check_positive(n, v))
+    for v in values:
+        Strategy(bucket_mib=v)
+    return values
 
 
 def _choices(value, kind) -> tuple:
@@ -123,8 +134,9 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     sequence_parallel = _values("sequence_parallel", stack.pop("sequence_parallel"), check_flag)
     cp_fixed = isinstance(stack["cp"], int)
     stack = {**stack, "framework": _choices(stack["framework"], str), "tp_overlap": _choices(stack["tp_overlap"], bool),
+             "dp_overlap": _values("dp_overlap", stack["dp_overlap"], check_flag),
              "cp": _choices(stack["cp"], int)}
-    for name in ("framework", "tp_overlap", "cp"):
+    for name in ("framework", "tp_overlap", "dp_overlap", "cp"):
         if not stack[name]:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
     for name, values, valid in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE)):
@@ -143,11 +155,21 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1
                             or (stack["attention"] == "flash" and stack["ep"] == 1))
     for fw, cp, overlap in product(stack["framework"], stack["cp"], stack["tp_overlap"]):
-        one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap}
+        one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap,
+               "dp_overlap": stack["dp_overlap"][0]}
         base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **one)
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
             "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed,
             "sequence_parallel": sequence_parallel}
+
+
+def _check_graph(model, opts) -> None:
+    """A traced graph's own limits on the stack search holds fixed (data parallel only: the default
+    cp choices shrink to 1)."""
+    if hasattr(model, "check_strategy"):
+        if not opts["cp_fixed"]:
+            opts["stack"]["cp"] = (1,)
+        model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
 
 
 def _check_precisions(cl, precisions) -> None:
@@ -180,6 +202,8 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     stack = {k: cast(row.get(k, getattr(defaults, k))) for k, cast in STACK_FIELDS.items()}
     fsdp = row.get("fsdp")
     stack["fsdp"] = fsdp if isinstance(fsdp, str) else None  # a table cell may hold NaN for None
+    if "bucket_mib" in row:  # a compare or sweep row has the Strategy's default bucket
+        stack["bucket_mib"] = float(row["bucket_mib"])
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,
@@ -225,6 +249,7 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
             space_of = functools.partial(
                 enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch, zero=opts["zero"],
                 sequence_parallel=opts["sequence_parallel"], cp=stack["cp"], tp_overlap=stack["tp_overlap"],
+                dp_overlap=stack["dp_overlap"],
                 **limits)
             space = space_of(empty_ok=len(stacks) > 1)
             if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):
@@ -243,7 +268,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
-           dp_overlap: bool = True, cp=CP_CHOICES, ep: int = 1, chunk: int = CHUNK,
+           dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile: bool = False) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
@@ -254,14 +279,16 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
     "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
     ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
-    (``pm.Strategy`` fields); ``framework`` and ``tp_overlap`` may list
+    (``pm.Strategy`` fields); ``framework``, ``tp_overlap`` and ``dp_overlap`` may list
     choices (the default: both frameworks, Megatron-LM's overlapped tensor-parallel
-    communication on or off; plain PyTorch has no such overlap, so it is searched
-    without it unless asked for alone). ``cp``, the context-parallel size, is one value
+    communication and gradient reduction each on or off; plain PyTorch has neither switch,
+    so it is searched with its own behaviour unless one value is asked for). ``bucket_mib``
+    lists the DDP / ZeRO-1/2 gradient buckets tried (MiB; ZeRO-3 and FSDP rows, which
+    bucket nothing, take the first). ``cp``, the context-parallel size, is one value
     or a list of them (dp × tp × pp then fill GPUs / cp; sizes the GPUs or the
     sequence cannot take are left out); ``ep``, the expert-parallel size, is one value
     (configurations whose dp × cp it does not divide are rejected). The space is priced
-    ``chunk`` configurations at a time, keeping only the ``top_k`` best: memory stays
+    ``chunk`` grid cells at a time, keeping only the ``top_k`` best: memory stays
     bounded whatever its size. ``workers`` > 1 shares a large space among that many forked
     processes (None: the CPUs this process may use), with results identical to one; the
     default prices in this process (forking is unsafe beside threads, and on a busy
@@ -284,14 +311,11 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
                      "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile})
-    if hasattr(model, "check_strategy"):  # a traced graph's own limits on the stack search holds fixed
-        if not opts["cp_fixed"]:  # a traced graph is data parallel only: the default cp choices shrink to 1
-            opts["stack"]["cp"] = (1,)
-        model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
+    _check_graph(model, opts)
     opts["level"] = check_level(level)
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
-              "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp}
+              "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}
     jobs, rejected, detail, capacity = _jobs(model, cluster, global_batch, opts, limits, profile, prices)
     best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, larger_is_better), chunk=chunk, workers=workers)
     rejected["memory"] = best.evaluated - best.feasible

@@ -20,23 +20,71 @@ counted under the first rule it breaks):
 Configurations equal to another one are not enumerated at all: a ZeRO stage
 with dp = 1 (nothing to shard), sequence parallelism or overlapped tensor-parallel
 communication with tp = 1, virtual stages with pp = 1.
+
+Besides the flat arrays, a space keeps its configurations factored (``Factored``): the
+(dp, tp, pp, micro-batch, virtual stages) rows that survive the rules, times the sharding,
+sequence-parallel and overlap axes, with a mask of the valid cells. Priced on that grid,
+numpy broadcasting evaluates each term only on the axes it depends on (a collective on the
+rows, a kernel on rows × sequence parallelism), and the mask's cells, read in C order, are
+the flat configurations in their enumeration order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from perfmodel.core.errors import InfeasibleError, InvalidInputError
 from perfmodel.parallel.config import StepConfig
-from perfmodel.core.checks import LIMITS, check_int, check_size, divisors
+from perfmodel.core.checks import LIMITS, check_int, check_positive, check_size, divisors
 from perfmodel.workload.graph import GraphModel
 
 REASONS = ("divisibility", "batch", "memory")
 NUMERIC = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero", "fsdp", "sequence_parallel",
-           "tp_overlap")
+           "tp_overlap", "bucket_mib", "dp_overlap")
 FSDP_CHOICES = (None, "full", "hybrid")
+
+
+FACTORED_ROWS = ("dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches")
+# axes 1.. of the grid after the rows: sharding, sequence parallelism, tensor-parallel overlap, DDP/ZeRO
+# bucket, data-parallel overlap
+FACTORED_AXES = (("zero", "fsdp"), ("sequence_parallel",), ("tp_overlap",), ("bucket_mib",), ("dp_overlap",))
+
+
+@dataclass(frozen=True)
+class Factored:
+    """A space's configurations as a grid (rows × sharding × sequence parallelism × overlap × bucket).
+
+    ``columns`` maps each name of ``NUMERIC`` to an array that broadcasts to ``mask.shape``:
+    the row fields have shape (R, 1, 1, 1, 1), those of axis i (``FACTORED_AXES``) size 1
+    except along axis i. ``mask`` marks the cells that are configurations of the space.
+    """
+
+    columns: dict
+    mask: np.ndarray
+
+    def rows(self, lo: int, hi: int) -> Factored:
+        """Rows ``lo`` to ``hi`` of the grid, with every cell of theirs."""
+        n = self.mask.shape[0]
+        cols = {k: v[lo:hi] if v.shape[0] == n else v for k, v in self.columns.items()}
+        return Factored(columns=cols, mask=self.mask[lo:hi])
+
+    def columns_flat(self) -> dict:
+        """Each column at the valid cells, in order (as ``flat``, by the cells' indices along each axis)."""
+        at = np.nonzero(self.mask)
+        out = {}
+        for k, v in self.columns.items():
+            varying = [i for i, n in enumerate(v.shape) if n > 1]  # a column varies along one axis at most
+            if not v.size:  # an empty space
+                out[k] = np.empty(0, v.dtype)
+            else:
+                out[k] = v.reshape(-1)[at[varying[0]]] if varying else np.full(at[0].size, v.reshape(-1)[0], v.dtype)
+        return out
+
+    def flat(self, value) -> np.ndarray:
+        """``value`` (an array that broadcasts to the grid, or a number) at the valid cells, in order."""
+        return np.broadcast_to(value, self.mask.shape)[self.mask]
 
 
 @dataclass(frozen=True)
@@ -53,9 +101,18 @@ class Space:
     detail: dict
     n_gpus: int
     global_batch: int
+    factored: Factored | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return int(self.arrays["dp"].size)
+
+    def grid(self) -> Factored:
+        """The configurations factored (``Factored``); a space built without one: one row each."""
+        if self.factored is not None:
+            return self.factored
+        shape = (-1, *(1,) * len(FACTORED_AXES))
+        cols = {k: np.asarray(v).reshape(shape) for k, v in self.arrays.items()}
+        return Factored(columns=cols, mask=np.ones((len(self), *(1,) * len(FACTORED_AXES)), bool))
 
     def step_config(self, base) -> StepConfig:
         """The configurations as ``step.evaluate`` takes them, over the fields of ``base`` (a
@@ -69,28 +126,40 @@ def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
-def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,), fsdp=(None,)):
-    """Cartesian product of the candidate values, as flat int arrays (no equivalent duplicates).
+def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,), fsdp=(None,),
+          bucket=(25.0,), dp_overlap=(True,)):
+    """The candidate values as a broadcast grid (``Factored`` axes) and the mask of the cells kept
+    (no equivalent duplicates): rows (tp, pp) pair × micro-batch × virtual stages, then the axes.
 
     The sharding axis lists the ZeRO stages, then the FSDP modes (each shards like ZeRO-3).
+    A bucket or data-parallel overlap other than the first is only tried where gradients are
+    bucketed: dp > 1 and DDP or ZeRO-1/2 (ZeRO-3 and FSDP gather and reduce per unit).
     """
     sharding = [(z, None) for z in zero] + [(3, f) for f in fsdp if f is not None]
-    idx = np.meshgrid(np.arange(len(pairs)), micro_batches, virtual, np.arange(len(sharding)), sp,
-                      np.asarray(overlap, int), indexing="ij")
-    p, mb, v, k, s, o = (x.ravel() for x in idx)
+    p, mb, v = (x.reshape(-1, *(1,) * len(FACTORED_AXES)) for x in np.meshgrid(np.arange(len(pairs)), micro_batches, virtual,
+                                                                  indexing="ij"))
     tp, pp = pairs[p, 0], pairs[p, 1]
     dp = n_gpus // (tp * pp)
-    z = np.array([z for z, _ in sharding], np.int64)[k]
-    modes = np.array([f for _, f in sharding], dtype=object)
-    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1)))
+
+    def axis(i, values):
+        shape = [1] * (1 + len(FACTORED_AXES))
+        shape[i] = -1
+        return np.asarray(values).reshape(shape)
+
+    k = axis(1, np.arange(len(sharding)))
+    z = axis(1, np.array([z for z, _ in sharding], np.int64))
+    s, o, b = axis(2, np.asarray(sp, int)), axis(3, np.asarray(overlap, int)), axis(4, np.arange(len(bucket)))
+    d = axis(5, np.arange(len(dp_overlap)))
+    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1))
+             | (((b > 0) | (d > 0)) & ((z >= 3) | (dp == 1))))
     if None not in fsdp:  # only FSDP asked for: the zero list does not apply
         keep &= k >= len(zero)
-    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z, "shard": k,
-         "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool)}
-    g = {name: x[keep] for name, x in g.items()}
-    g["fsdp"] = modes[g.pop("shard")]  # object array only of the kept rows
-    g["micro_batches"] = global_batch // (g["dp"] * g["micro_batch"])
-    return g
+    g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z,
+         "fsdp": axis(1, np.array([f for _, f in sharding], dtype=object)),
+         "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool),
+         "bucket_mib": axis(4, np.asarray(bucket, float)), "dp_overlap": axis(5, np.asarray(dp_overlap, bool)),
+         "micro_batches": global_batch // (dp * mb)}
+    return g, keep
 
 
 def _rules(model, global_batch, g, cp=1, ep=1):
@@ -133,7 +202,7 @@ def _check_options(name, values, valid=None) -> tuple:
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
-                    fsdp=(None,), empty_ok: bool = False) -> Space:
+                    fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
@@ -141,7 +210,10 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes); ``tp_overlap`` lists the
     choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1), ``fsdp``
     the PyTorch FSDP modes tried beside the ZeRO stages (None: none; "hybrid" only on more than
-    one node, where it differs from "full"). ``cp`` and ``ep`` are the
+    one node, where it differs from "full"), ``bucket_mib`` the DDP / ZeRO-1/2 gradient buckets (MiB, as
+    ``Strategy.bucket_mib``; the first one only where nothing is bucketed) and ``dp_overlap`` whether the
+    gradient reduction overlaps backward (Megatron-LM --overlap-grad-reduce; values after the first only
+    where gradients are bucketed). ``cp`` and ``ep`` are the
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
     then the empty space comes back with its counts, for a search over several such spaces).
@@ -152,39 +224,62 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     zero = _check_options("zero", zero, (0, 1, 2, 3))
     sequence_parallel = _check_options("sequence_parallel", sequence_parallel, (False, True))
     tp_overlap = _check_options("tp_overlap", tp_overlap, (False, True))
+    dp_overlap = _check_options("dp_overlap", dp_overlap, (False, True))
     fsdp = _check_options("fsdp", fsdp, FSDP_CHOICES)
+    bucket_mib = tuple(check_positive("bucket_mib", b) for b in _check_options("bucket_mib", bucket_mib))
     if n_gpus * cp <= gpus_per_node:  # one node: hybrid sharding is full sharding
         fsdp = tuple(f for f in fsdp if f != "hybrid") or (None,)
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
     pairs = tp_pp_pairs(n_gpus, max_tp)
-    size = len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
+    size = (len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
+            * len(bucket_mib) * len(dp_overlap))
     if size > LIMITS["search_grid"]:  # each configuration holds ~10 numbers before the rules thin them out
         raise InvalidInputError(f"the search space of {size:,} configurations ({len(pairs)} (tp, pp) pairs × "
                                 f"{min(max_micro_batch, global_batch)} micro-batches × {max_virtual_stages} virtual "
-                                f"stages × {len(zero)} zero × {len(sequence_parallel)} sequence_parallel) is above "
+                                f"stages × {len(zero)} zero × {len(sequence_parallel)} sequence_parallel × "
+                                f"{len(bucket_mib)} bucket_mib × {len(dp_overlap)} dp_overlap) is above "
                                 f"{LIMITS['search_grid']:,}: lower max_micro_batch or max_virtual_stages")
-    g = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
-              np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
-              np.array(tp_overlap, int), fsdp)
-    if not g["dp"].size:  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
+    g, alive = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
+                     np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
+                     np.array(tp_overlap, int), fsdp, bucket_mib, dp_overlap)
+    if not alive.any():  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
         why = [f"zero={list(zero)} needs dp > 1 (add zero=0)"] if 0 not in zero else []
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
-    alive = np.ones(g["dp"].size, bool)
-    rejected = dict.fromkeys(REASONS, 0)
-    detail = {}
+    rejected, detail = _apply_rules(model, global_batch, g, alive, cp, ep,
+                                    None if empty_ok else (n_gpus, max_micro_batch))
+    grid = _trimmed(g, alive)
+    return Space(arrays=grid.columns_flat(), rejected=rejected, detail=detail, n_gpus=n_gpus,
+                 global_batch=global_batch, factored=grid)
+
+
+def _apply_rules(model, global_batch, g, alive, cp, ep, raise_empty):
+    """Clear in ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
+    ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space."""
+    rejected, detail = dict.fromkeys(REASONS, 0), {}
     for reason, text, bad in _rules(model, global_batch, g, cp, ep):
         hit = alive & bad
         n = int(hit.sum())
         rejected[reason] += n
         if n:
             detail[text] = n
-        if n and n == alive.sum() and not empty_ok:
-            dps = sorted(set(g["dp"][alive].tolist()))
+        if n and n == alive.sum() and raise_empty:
+            dps = sorted(set(np.broadcast_to(g["dp"], alive.shape)[alive].tolist()))
+            n_gpus, max_micro_batch = raise_empty
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         alive &= ~bad
-    arrays = {k: g[k][alive] for k in NUMERIC}
-    return Space(arrays=arrays, rejected=rejected, detail=detail, n_gpus=n_gpus, global_batch=global_batch)
+    return rejected, detail
+
+
+def _trimmed(g: dict, alive: np.ndarray) -> Factored:
+    """The grid without the rows and axis values that hold no configuration (a traced graph has no
+    sequence-parallel cell, and pricing one would raise)."""
+    cols = {k: g[k] for k in NUMERIC}
+    for axis in range(alive.ndim):
+        used = alive.any(axis=tuple(i for i in range(alive.ndim) if i != axis))
+        alive = np.compress(used, alive, axis=axis)
+        cols = {k: np.compress(used, v, axis=axis) if v.shape[axis] > 1 else v for k, v in cols.items()}
+    return Factored(columns=cols, mask=alive)
 
 
 def _empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch) -> str:
