@@ -230,13 +230,26 @@ CHECK_LEVELS = (0.5, 0.8)  # a shipped score must also hold at these levels (wit
 SLACK = 0.02
 
 
+REGIME_SLACK = 0.10  # each calibrated regime, with ~10 rows, may fall this far below a level
+
+
+def _holds(summary: dict, level: float, slack: float) -> bool:
+    """Held-back coverage of at least ``level - slack`` overall and ``level - REGIME_SLACK`` in each
+    calibrated regime (a pooled score may otherwise cover the easy regimes and miss a hard one)."""
+    per = summary.get("per_regime", {})
+    return summary["coverage"] >= level - slack and all(
+        r["coverage"] is None or r["coverage"] >= level - REGIME_SLACK for name, r in per.items()
+        if name != iv.UNCALIBRATED)
+
+
 def choose_method(checks: dict, level: float, others: dict | None = None) -> str:
     """The score to ship: the narrowest median half-width among those covering at least ``level`` held back
-    and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` (the best-covering
-    one when none does). ``checks``: method -> held-back summary."""
+    and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` — overall and within
+    ``REGIME_SLACK`` in every calibrated regime (the best-covering one when none does). ``checks``:
+    method -> held-back summary."""
     others = others or {}
-    covering = [m for m, h in checks.items() if h["coverage"] >= level
-                and all(o[m]["coverage"] >= lv - SLACK for lv, o in others.items())]
+    covering = [m for m, h in checks.items() if _holds(h, level, 0.0)
+                and all(_holds(o[m], lv, SLACK) for lv, o in others.items())]
     if covering:
         return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
     return max(checks, key=lambda m: checks[m]["coverage"])
