@@ -24,8 +24,8 @@ from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
-from perfmodel.core.memo import memo_by_fields
-from perfmodel.parallel.config import StepConfig
+from perfmodel.core.memo import ChainMemo, memo_by_fields, scalar_fields
+from perfmodel.parallel.config import BOOL_FIELDS, FLOAT_FIELDS, StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_attention
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.expert import ep_comm_times, expert_shard_ranks, sharded
@@ -348,38 +348,91 @@ def _critical_comm(local, coll, lay, c, t: ComputeTimes, *, precision, recompute
 
 def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompute, optimizer,
              placement="tp-pp-dp"):
-    """All step quantities for the configurations ``c``."""
+    """All step quantities for the configurations ``c``.
+
+    One configuration (0-d fields, ``predict``) prices each piece once per what it depends on
+    (``_PIECES``: the pieces before it by identity, the StepConfig fields it reads by value);
+    arrays of configurations (``search``) run straight through the same functions.
+    """
     if not isinstance(c, StepConfig):
         raise PerfModelError(f"'c' must be a perfmodel.parallel.config.StepConfig: got {type(c).__name__}")
-    lay = layout(c.dp, c.tp, c.pp, cluster.gpus_per_node, placement, cp=c.cp, ep=c.ep)
+    one = scalar_fields(c, CONFIG_FIELDS) is not None  # one configuration, of plain numbers
+    gpn = cluster.gpus_per_node
+    lay = _PIECES((), _key(one, c, LAYOUT_FIELDS, "layout", gpn, placement),
+                  lambda: layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep))
     # what one rank computes: with context parallelism its s/cp tokens of each sequence
-    local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
+    local = _PIECES((), _key(one, c, (), "local", model, c.cp), lambda: replace(model, seq=model.seq // c.cp)) \
+        if c.cp > 1 else model
     t = compute_times(local, profile, c, precision=precision, recompute=recompute)
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
-    comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
-    timed = t.wall + comm
-    sts = stages(model, c)
-    pipe, worst = pipeline_time(model, timed, sts, c)
-    p = param_counts(model, c, c.ep)
+    comm, timed = _PIECES((coll, lay, t), _key(one, c, COMM_FIELDS, "comm", local, precision, recompute, sms),
+                          lambda: _comm_and_times(local, coll, lay, c, t, precision, recompute, sms))
+    sts = _PIECES((), _key(one, c, STAGE_FIELDS, "stages", model), lambda: stages(model, c))
+    pipe, worst = _PIECES((timed, sts), _key(one, c, PIPELINE_FIELDS, "pipeline", model),
+                          lambda: pipeline_time(model, timed, sts, c))
+    p = _PIECES((), _key(one, c, PARAM_FIELDS, "params", model), lambda: param_counts(model, c, c.ep))
     # gradients are reduced (and ZeRO shards) over the data- and context-parallel ranks together
-    dpc = replace(c, dp=c.dp * c.cp)
-    lay_dp = {**lay, "dp": lay["dp_cp"]}
-    work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
-                            wire_bytes(precision, c.framework))
-    dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
-    p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
-    shard_ranks = np.where(c.hybrid, lay_dp["dp"][0], dpc.dp)
-    opt = stages_optimizer_time(profile, c, sts, p, shard_ranks, optimizer=optimizer, precision=precision)
+    dpc = _PIECES((c,), _key(one, c, (), "dpc"), lambda: replace(c, dp=c.dp * c.cp))
+    lay_dp = _PIECES((lay,), _key(one, c, (), "lay_dp"), lambda: {**lay, "dp": lay["dp_cp"]})
+    dp_exposed = _PIECES((coll, lay_dp, p, sts, timed, profile, cluster), _key(one, dpc, DP_FIELDS, "dp", precision),
+                         lambda: _dp_exposed(cluster, profile, coll, lay_dp, dpc, p, sts, timed, precision))
+    p2p = _PIECES((coll, lay), _key(one, c, P2P_FIELDS, "p2p", local, precision),
+                  lambda: p2p_time(coll, lay, c, activation_bytes(local, c, precision)))
+    opt = _PIECES((profile, lay_dp, sts, p), _key(one, dpc, OPTIMIZER_FIELDS, "opt", optimizer, precision),
+                  lambda: stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
+                                                optimizer=optimizer, precision=precision))
     step = pipe + p2p + dp_exposed + opt
-    peak, terms = memory_terms(model, lay_dp, dpc, sts, p, precision=precision, recompute=recompute,
-                               optimizer=optimizer, seq=local.seq)
-    return _outputs(model, c, t, comm, sts, recompute, {
-        "step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
-        "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst, "peak_memory": peak, "memory": terms,
-        "cp": float(c.cp)})
+    peak, terms = _PIECES((lay_dp, sts, p), _key(one, dpc, MEMORY_FIELDS, "memory", model, precision, recompute,
+                                                 optimizer, local.seq),
+                          lambda: memory_terms(model, lay_dp, dpc, sts, p, precision=precision, recompute=recompute,
+                                               optimizer=optimizer, seq=local.seq))
+    out = {"step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
+           "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst, "peak_memory": peak,
+           "memory": dict(terms), "cp": float(c.cp)}
+    out.update(_PIECES((t, comm, sts), _key(one, c, OUTPUT_FIELDS, "outputs", model, recompute),
+                       lambda: _outputs(model, c, t, comm, sts, recompute)))
+    return out
 
 
-def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute, out):
+# The StepConfig fields each memoised piece of ``evaluate`` reads (beyond the pieces it is given);
+# tests/test_fast_predict.py checks them against the fields the pieces do read.
+CONFIG_FIELDS = FLOAT_FIELDS + BOOL_FIELDS
+LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "ep")
+COMM_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep", "framework")
+STAGE_FIELDS = ("pp", "stage_layers")
+PIPELINE_FIELDS = ("micro_batches", "virtual_stages", "stage_layers")
+PARAM_FIELDS = ("tp", "framework", "ep")
+DP_FIELDS = ("dp", "tp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers", "dp_overlap",
+             "micro_batches", "framework")
+P2P_FIELDS = ("tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel")
+OPTIMIZER_FIELDS = ("dp", "tp", "ep", "hybrid", "shard_stage", "micro_batches", "framework")
+MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
+                 "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
+                 "framework", "attention", "compile", "loss")
+OUTPUT_FIELDS = ("micro_batches", "pp", "tp")
+_PIECES = ChainMemo(4096)
+
+
+def _key(one: bool, c: StepConfig, fields, *values):
+    """The memo key of a piece: ``c``'s ``fields`` and ``values``; None for arrays of configurations."""
+    got = scalar_fields(c, fields) if one else None
+    return None if got is None else (got, values)
+
+
+def _comm_and_times(local, coll, lay, c, t: ComputeTimes, precision, recompute, sms):
+    """(critical-path communication, compute + that communication) per micro-batch."""
+    comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
+    return comm, t.wall + comm
+
+
+def _dp_exposed(cluster, profile, coll, lay_dp, dpc, p, sts, timed, precision):
+    """Exposed data-parallel seconds of the step (``dp_comm_time``) over the dp × cp ranks."""
+    work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
+                            wire_bytes(precision, dpc.framework))
+    return dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
+
+
+def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute) -> dict:
     """Breakdown of the bottleneck stage (its m micro-batches + bubble + the rest = the step)."""
     best = None
     for st in sts:
@@ -396,7 +449,7 @@ def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recom
             worse = this["fb"] > best["fb"]
             best = {k: np.where(worse, this[k], best[k]) for k in best}
     model_flops, hw_flops = step_flops(model, t, recompute)
-    out.update({k: c.micro_batches * best[k] for k in ("forward", "backward", "host_overhead", "tp_comm")})
+    out = {k: c.micro_batches * best[k] for k in ("forward", "backward", "host_overhead", "tp_comm")}
     out.update({
         "head_share": np.where(c.pp == 1, t.wall.head_f + t.wall.head_b, 0.0),
         "layer_flops_f": t.layer_flops_f, "layer_flops_b": t.layer_flops_b, "head_flops": t.head_flops,
