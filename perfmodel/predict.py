@@ -10,7 +10,7 @@ import numpy as np
 
 from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
-from perfmodel.core.memo import IdentityMemo
+from perfmodel.core.memo import ChainMemo, IdentityMemo
 from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.fabric import cluster_collectives
@@ -94,8 +94,14 @@ def default_profile(cluster) -> Profile:
     from perfmodel.profiles.profile import list_profiles
 
     if cluster.gpu.name in list_profiles():
-        return load_profile(cluster.gpu.name)
+        return _bundled_profile(cluster.gpu.name)
     return _datasheet_profile(cluster.gpu)
+
+
+@cache
+def _bundled_profile(name: str) -> Profile:
+    """A bundled profile by name, loaded once (the package's files do not change while it runs)."""
+    return load_profile(name)
 
 
 @cache
@@ -107,6 +113,7 @@ def _datasheet_profile(gpu) -> Profile:
 
 
 _COLLECTIVES = IdentityMemo(256)
+_CONFIGS = ChainMemo(1024)  # StepConfig of a Strategy, by value: the step's memo keys read it by identity
 
 
 def _collectives(cluster, prof: Profile) -> dict:
@@ -185,7 +192,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     check_strategy(model, cluster, s)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     coll = _collectives(cluster, prof)
-    c = StepConfig.from_strategy(s)
+    c = _CONFIGS((), s, lambda: StepConfig.from_strategy(s))
     out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
                            optimizer=s.optimizer, placement=s.placement)
     out["micro_batch"] = float(s.micro_batch)
