@@ -113,13 +113,18 @@ def _datasheet_profile(gpu) -> Profile:
 
 
 _COLLECTIVES = IdentityMemo(256)
+_SAME_CLUSTER = ChainMemo(256)  # the same cluster object: no hash of its description
 _CONFIGS = ChainMemo(1024)  # StepConfig of a Strategy, by value: the step's memo keys read it by identity
 
 
 def _collectives(cluster, prof: Profile) -> dict:
     """``cluster_collectives`` once per (cluster, profile): one mapping whose identity keys the
     collective memo of perfmodel/costs/comm.py (callers read it, never change it)."""
-    coll = _COLLECTIVES.get(prof, cluster)
+    return _SAME_CLUSTER((prof, cluster), "collectives", lambda: _equal_cluster_collectives(cluster, prof))
+
+
+def _equal_cluster_collectives(cluster, prof: Profile) -> dict:
+    coll = _COLLECTIVES.get(prof, cluster)  # an equal cluster built again shares the mapping
     if coll is None:
         coll = cluster_collectives(cluster, prof)
         _COLLECTIVES.put(prof, cluster, coll)

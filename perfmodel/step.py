@@ -15,7 +15,8 @@ data-parallel communication + optimizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import itemgetter
 
 import numpy as np
 
@@ -24,8 +25,8 @@ from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
-from perfmodel.core.memo import ChainMemo, memo_by_fields, scalar_fields
-from perfmodel.parallel.config import BOOL_FIELDS, FLOAT_FIELDS, StepConfig
+from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, memo_by_fields, scalar_fields
+from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_attention
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.expert import ep_comm_times, expert_shard_ranks, sharded
@@ -119,7 +120,10 @@ def kernel_lists(model, c: StepConfig, precision, recompute):
 
 
 # the StepConfig fields kernel_lists reads
-@memo_by_fields(("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep"))
+COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep")
+
+
+@memo_by_fields(COMPUTE_FIELDS)
 def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> ComputeTimes:
     """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd.
 
@@ -356,73 +360,117 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
     """
     if not isinstance(c, StepConfig):
         raise PerfModelError(f"'c' must be a perfmodel.parallel.config.StepConfig: got {type(c).__name__}")
-    one = scalar_fields(c, CONFIG_FIELDS) is not None  # one configuration, of plain numbers
+    one, one_dp = _values(c)  # the fields as plain values (c, and dp × cp); None for arrays of configurations
+    model, one, one_dp = _canonical(model, one, one_dp)
     gpn = cluster.gpus_per_node
-    lay = _PIECES((), _key(one, c, LAYOUT_FIELDS, "layout", gpn, placement),
-                  lambda: layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep))
+    lay, lay_dp, sts, p = _PIECES((model,), _key(one, SHAPE_FIELDS, "shape", gpn, placement),
+                                  lambda: _shape(model, c, gpn, placement))
     # what one rank computes: with context parallelism its s/cp tokens of each sequence
-    local = _PIECES((), _key(one, c, (), "local", model, c.cp), lambda: replace(model, seq=model.seq // c.cp)) \
+    local = _PIECES((model,), _key(one, (), "local", c.cp), lambda: replace(model, seq=model.seq // c.cp)) \
         if c.cp > 1 else model
-    t = compute_times(local, profile, c, precision=precision, recompute=recompute)
+    t = _PIECES((local, profile), _key(one, COMPUTE_FIELDS, "compute", precision, recompute),
+                lambda: compute_times(local, profile, c, precision=precision, recompute=recompute))
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
-    comm, timed = _PIECES((coll, lay, t), _key(one, c, COMM_FIELDS, "comm", local, precision, recompute, sms),
-                          lambda: _comm_and_times(local, coll, lay, c, t, precision, recompute, sms))
-    sts = _PIECES((), _key(one, c, STAGE_FIELDS, "stages", model), lambda: stages(model, c))
-    pipe, worst = _PIECES((timed, sts), _key(one, c, PIPELINE_FIELDS, "pipeline", model),
-                          lambda: pipeline_time(model, timed, sts, c))
-    p = _PIECES((), _key(one, c, PARAM_FIELDS, "params", model), lambda: param_counts(model, c, c.ep))
+    comm, timed, pipe, worst = _PIECES(
+        (coll, lay, t, sts, local, model), _key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
+        lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms))
     # gradients are reduced (and ZeRO shards) over the data- and context-parallel ranks together
-    dpc = _PIECES((c,), _key(one, c, (), "dpc"), lambda: replace(c, dp=c.dp * c.cp))
-    lay_dp = _PIECES((lay,), _key(one, c, (), "lay_dp"), lambda: {**lay, "dp": lay["dp_cp"]})
-    dp_exposed = _PIECES((coll, lay_dp, p, sts, timed, profile, cluster), _key(one, dpc, DP_FIELDS, "dp", precision),
-                         lambda: _dp_exposed(cluster, profile, coll, lay_dp, dpc, p, sts, timed, precision))
-    p2p = _PIECES((coll, lay), _key(one, c, P2P_FIELDS, "p2p", local, precision),
+    dp_exposed = _PIECES((coll, lay_dp, p, sts, timed, profile, cluster), _key(one_dp, DP_FIELDS, "dp", precision),
+                         lambda: _dp_exposed(cluster, profile, coll, lay_dp, _dp_config(one, c), p, sts, timed,
+                                             precision))
+    p2p = _PIECES((coll, lay, local), _key(one, P2P_FIELDS, "p2p", precision),
                   lambda: p2p_time(coll, lay, c, activation_bytes(local, c, precision)))
-    opt = _PIECES((profile, lay_dp, sts, p), _key(one, dpc, OPTIMIZER_FIELDS, "opt", optimizer, precision),
-                  lambda: stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
+    opt = _PIECES((profile, lay_dp, sts, p), _key(one_dp, OPTIMIZER_FIELDS, "optimizer", optimizer, precision),
+                  lambda: stages_optimizer_time(profile, c, sts, p,
+                                                np.where(c.hybrid, lay_dp["dp"][0], _dp_config(one, c).dp),
                                                 optimizer=optimizer, precision=precision))
-    step = pipe + p2p + dp_exposed + opt
-    peak, terms = _PIECES((lay_dp, sts, p), _key(one, dpc, MEMORY_FIELDS, "memory", model, precision, recompute,
-                                                 optimizer, local.seq),
-                          lambda: memory_terms(model, lay_dp, dpc, sts, p, precision=precision, recompute=recompute,
-                                               optimizer=optimizer, seq=local.seq))
-    out = {"step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
-           "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst, "peak_memory": peak,
-           "memory": dict(terms), "cp": float(c.cp)}
-    out.update(_PIECES((t, comm, sts), _key(one, c, OUTPUT_FIELDS, "outputs", model, recompute),
+    peak, terms = _PIECES((lay_dp, sts, p, model), _key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
+                                                        optimizer, local.seq),
+                          lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
+                                               recompute=recompute, optimizer=optimizer, seq=local.seq))
+    out = {"step_time": pipe + p2p + dp_exposed + opt, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
+           "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
+           "peak_memory": peak, "memory": dict(terms), "cp": float(c.cp)}
+    out.update(_PIECES((t, comm, sts, model), _key(one, OUTPUT_FIELDS, "output", recompute),
                        lambda: _outputs(model, c, t, comm, sts, recompute)))
     return out
 
 
 # The StepConfig fields each memoised piece of ``evaluate`` reads (beyond the pieces it is given);
 # tests/test_fast_predict.py checks them against the fields the pieces do read.
-CONFIG_FIELDS = FLOAT_FIELDS + BOOL_FIELDS
-LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "ep")
-COMM_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep", "framework")
-STAGE_FIELDS = ("pp", "stage_layers")
-PIPELINE_FIELDS = ("micro_batches", "virtual_stages", "stage_layers")
-PARAM_FIELDS = ("tp", "framework", "ep")
+ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
+SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework")
+CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
+                   "framework", "micro_batches", "virtual_stages", "stage_layers")
 DP_FIELDS = ("dp", "tp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers", "dp_overlap",
              "micro_batches", "framework")
 P2P_FIELDS = ("tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel")
-OPTIMIZER_FIELDS = ("dp", "tp", "ep", "hybrid", "shard_stage", "micro_batches", "framework")
+OPTIMIZER_FIELDS = ("dp", "cp", "tp", "ep", "hybrid", "shard_stage", "micro_batches", "framework")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
                  "framework", "attention", "compile", "loss")
 OUTPUT_FIELDS = ("micro_batches", "pp", "tp")
 _PIECES = ChainMemo(4096)
+_MODELS = ChainMemo(256)
+_GETTERS: dict = {}  # field names -> their values' getter
 
 
-def _key(one: bool, c: StepConfig, fields, *values):
-    """The memo key of a piece: ``c``'s ``fields`` and ``values``; None for arrays of configurations."""
-    got = scalar_fields(c, fields) if one else None
-    return None if got is None else (got, values)
+def _values(c: StepConfig):
+    """(``c``'s fields as plain values by name, the same with dp × cp for the data-parallel pieces),
+    computed once per configuration object; (None, None) for arrays of configurations and symbolic ones."""
+    if type(c.dp) not in PLAIN_TYPES or type(c.micro_batches) not in PLAIN_TYPES:
+        return None, None
+    return _PIECES((c,), "values", lambda: _plain(c))
 
 
-def _comm_and_times(local, coll, lay, c, t: ComputeTimes, precision, recompute, sms):
-    """(critical-path communication, compute + that communication) per micro-batch."""
+def _canonical(model, one, one_dp):
+    """One object per model value (the pieces hold it by identity); a model that cannot be hashed
+    (or arrays of configurations) is priced uncached: (model, None, None)."""
+    if one is None:
+        return model, None, None
+    try:
+        hash(model)
+    except TypeError:
+        return model, None, None
+    return _MODELS((), model, lambda: model), one, one_dp
+
+
+def _plain(c: StepConfig):
+    got = scalar_fields(c, ALL_FIELDS)
+    if got is None:
+        return None, None
+    one = dict(zip(ALL_FIELDS, got))
+    return one, {**one, "dp": scalar_fields(_dp_config(one, c), ("dp",))[0]}
+
+
+def _dp_config(one, c: StepConfig) -> StepConfig:
+    """``c`` over the data- and context-parallel ranks together (dp × cp), once per configuration object."""
+    return _PIECES((c,), None if one is None else "dpc", lambda: replace(c, dp=c.dp * c.cp))
+
+
+def _key(one, fields, *values):
+    """The memo key of a piece: the configuration's ``fields`` (``one``: their plain values) and
+    ``values``; None for arrays of configurations."""
+    if one is None:
+        return None
+    get = _GETTERS.get(fields)
+    if get is None:
+        get = _GETTERS[fields] = itemgetter(*fields) if fields else (lambda _: ())
+    return get(one), values
+
+
+def _shape(model, c: StepConfig, gpn, placement):
+    """(placement of the groups, the same with dp × cp ranks, the pipeline stages, parameter counts)."""
+    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep)
+    return lay, {**lay, "dp": lay["dp_cp"]}, stages(model, c), param_counts(model, c, c.ep)
+
+
+def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, recompute, sms):
+    """(critical-path communication, compute + that communication per micro-batch, the pipeline's
+    seconds, its bottleneck stage's seconds)."""
     comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
-    return comm, t.wall + comm
+    timed = t.wall + comm
+    return (comm, timed, *pipeline_time(model, timed, sts, c))
 
 
 def _dp_exposed(cluster, profile, coll, lay_dp, dpc, p, sts, timed, precision):

@@ -173,7 +173,7 @@ class ChainMemo:
             hit = self._entries.get(k)
         except TypeError:
             return compute()
-        if hit is not None and all(a is b for a, b in zip(hit[0], owners)):
+        if hit is not None:  # the entry holds its owners, so no other live object has their ids
             return hit[1]
         value = compute()
         if len(self._entries) >= self.maxsize:
