@@ -114,6 +114,7 @@ def _datasheet_profile(gpu) -> Profile:
 
 _COLLECTIVES = IdentityMemo(256)
 _SAME_CLUSTER = ChainMemo(256)  # the same cluster object: no hash of its description
+_BOUNDS = ChainMemo(1024)  # the interval of a step by its time and breakdown (the shipped table is read once)
 _CONFIGS = ChainMemo(1024)  # StepConfig of a Strategy, by value: the step's memo keys read it by identity
 
 
@@ -193,21 +194,24 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     s = strategy or Strategy()
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
-    s = fill_dp(s, cluster.n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
+    n_gpus = cluster.n_gpus
+    s = fill_dp(s, n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
     check_strategy(model, cluster, s)
-    prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
+    prof = _SAME_CLUSTER((cluster,), "profile", lambda: default_profile(cluster)) if profile is None \
+        else profile_for(cluster, profile)
     coll = _collectives(cluster, prof)
     c = _CONFIGS((), s, lambda: StepConfig.from_strategy(s))
     out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
                            optimizer=s.optimizer, placement=s.placement)
     out["micro_batch"] = float(s.micro_batch)
-    derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, cluster.n_gpus)
+    derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, n_gpus)
     breakdown = {k: float(out[k]) for k in BREAKDOWN_KEYS}
     worst = max(breakdown, key=breakdown.get)
     memory = {k: float(v) for k, v in out["memory"].items()}
     step = float(out["step_time"])
-    iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
-                attention=s.attention, precision=s.precision, level=level)
+    iv = _BOUNDS((prof, cluster, model), (step, *breakdown.values(), s.framework, s.attention, s.precision, level),
+                 lambda: bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
+                                attention=s.attention, precision=s.precision, level=level))
     return Prediction(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
         step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),

@@ -371,19 +371,14 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
     t = _PIECES((local, profile), _key(one, COMPUTE_FIELDS, "compute", precision, recompute),
                 lambda: compute_times(local, profile, c, precision=precision, recompute=recompute))
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
-    comm, timed, pipe, worst = _PIECES(
+    comm, timed, pipe, worst, parts = _PIECES(
         (coll, lay, t, sts, local, model), _key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
         lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms))
-    # gradients are reduced (and ZeRO shards) over the data- and context-parallel ranks together
-    dp_exposed = _PIECES((coll, lay_dp, p, sts, timed, profile, cluster), _key(one_dp, DP_FIELDS, "dp", precision),
-                         lambda: _dp_exposed(cluster, profile, coll, lay_dp, _dp_config(one, c), p, sts, timed,
-                                             precision))
-    p2p = _PIECES((coll, lay, local), _key(one, P2P_FIELDS, "p2p", precision),
-                  lambda: p2p_time(coll, lay, c, activation_bytes(local, c, precision)))
-    opt = _PIECES((profile, lay_dp, sts, p), _key(one_dp, OPTIMIZER_FIELDS, "optimizer", optimizer, precision),
-                  lambda: stages_optimizer_time(profile, c, sts, p,
-                                                np.where(c.hybrid, lay_dp["dp"][0], _dp_config(one, c).dp),
-                                                optimizer=optimizer, precision=precision))
+    p2p, dp_exposed, opt = _PIECES(
+        (coll, lay, lay_dp, p, sts, timed, local, profile, cluster),
+        _key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
+        lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
+                         precision=precision, optimizer=optimizer))
     peak, terms = _PIECES((lay_dp, sts, p, model), _key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
                                                         optimizer, local.seq),
                           lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
@@ -391,8 +386,7 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
     out = {"step_time": pipe + p2p + dp_exposed + opt, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
            "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
            "peak_memory": peak, "memory": dict(terms), "cp": float(c.cp)}
-    out.update(_PIECES((t, comm, sts, model), _key(one, OUTPUT_FIELDS, "output", recompute),
-                       lambda: _outputs(model, c, t, comm, sts, recompute)))
+    out.update(parts)
     return out
 
 
@@ -401,15 +395,13 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
 ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
 SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework")
 CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
-                   "framework", "micro_batches", "virtual_stages", "stage_layers")
-DP_FIELDS = ("dp", "tp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers", "dp_overlap",
-             "micro_batches", "framework")
-P2P_FIELDS = ("tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel")
-OPTIMIZER_FIELDS = ("dp", "cp", "tp", "ep", "hybrid", "shard_stage", "micro_batches", "framework")
+                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp")
+# (dp is dp × cp here, as the data-parallel pieces read it)
+EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
+                  "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
                  "framework", "attention", "compile", "loss")
-OUTPUT_FIELDS = ("micro_batches", "pp", "tp")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
 _GETTERS: dict = {}  # field names -> their values' getter
@@ -467,17 +459,21 @@ def _shape(model, c: StepConfig, gpn, placement):
 
 def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, recompute, sms):
     """(critical-path communication, compute + that communication per micro-batch, the pipeline's
-    seconds, its bottleneck stage's seconds)."""
+    seconds, its bottleneck stage's seconds, the bottleneck stage's breakdown and FLOPs)."""
     comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
     timed = t.wall + comm
-    return (comm, timed, *pipeline_time(model, timed, sts, c))
+    return (comm, timed, *pipeline_time(model, timed, sts, c), _outputs(model, c, t, comm, sts, recompute))
 
 
-def _dp_exposed(cluster, profile, coll, lay_dp, dpc, p, sts, timed, precision):
-    """Exposed data-parallel seconds of the step (``dp_comm_time``) over the dp × cp ranks."""
+def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer):
+    """(pipeline sends, exposed data-parallel seconds over the dp × cp ranks, optimizer seconds) per step."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
                             wire_bytes(precision, dpc.framework))
-    return dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
+    dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
+    p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
+    opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
+                                optimizer=optimizer, precision=precision)
+    return p2p, dp_exposed, opt
 
 
 def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute) -> dict:
