@@ -16,7 +16,6 @@ data-parallel communication + optimizer.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from operator import itemgetter
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
-from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, memo_by_fields, scalar_fields
+from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_attention
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
@@ -361,25 +360,29 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
     if not isinstance(c, StepConfig):
         raise PerfModelError(f"'c' must be a perfmodel.parallel.config.StepConfig: got {type(c).__name__}")
     one, one_dp = _values(c)  # the fields as plain values (c, and dp × cp); None for arrays of configurations
-    model, one, one_dp = _canonical(model, one, one_dp)
+    same = canonical(_MODELS, model) if one is not None else None  # one object per model value
+    if same is None:  # arrays of configurations, or a model that cannot be hashed: nothing is kept
+        one = one_dp = None
+    else:
+        model = same
     gpn = cluster.gpus_per_node
-    lay, lay_dp, sts, p = _PIECES((model,), _key(one, SHAPE_FIELDS, "shape", gpn, placement),
+    lay, lay_dp, sts, p = _PIECES((model,), fields_key(one, SHAPE_FIELDS, "shape", gpn, placement),
                                   lambda: _shape(model, c, gpn, placement))
     # what one rank computes: with context parallelism its s/cp tokens of each sequence
-    local = _PIECES((model,), _key(one, (), "local", c.cp), lambda: replace(model, seq=model.seq // c.cp)) \
+    local = _PIECES((model,), fields_key(one, (), "local", c.cp), lambda: replace(model, seq=model.seq // c.cp)) \
         if c.cp > 1 else model
-    t = _PIECES((local, profile), _key(one, COMPUTE_FIELDS, "compute", precision, recompute),
+    t = _PIECES((local, profile), fields_key(one, COMPUTE_FIELDS, "compute", precision, recompute),
                 lambda: compute_times(local, profile, c, precision=precision, recompute=recompute))
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
     comm, timed, pipe, worst, parts = _PIECES(
-        (coll, lay, t, sts, local, model), _key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
+        (coll, lay, t, sts, local, model), fields_key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
         lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms))
     p2p, dp_exposed, opt = _PIECES(
         (coll, lay, lay_dp, p, sts, timed, local, profile, cluster),
-        _key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
+        fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
         lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
                          precision=precision, optimizer=optimizer))
-    peak, terms = _PIECES((lay_dp, sts, p, model), _key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
+    peak, terms = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
                                                         optimizer, local.seq),
                           lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
                                                recompute=recompute, optimizer=optimizer, seq=local.seq))
@@ -404,7 +407,6 @@ MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtua
                  "framework", "attention", "compile", "loss")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
-_GETTERS: dict = {}  # field names -> their values' getter
 
 
 def _values(c: StepConfig):
@@ -413,18 +415,6 @@ def _values(c: StepConfig):
     if type(c.dp) not in PLAIN_TYPES or type(c.micro_batches) not in PLAIN_TYPES:
         return None, None
     return _PIECES((c,), "values", lambda: _plain(c))
-
-
-def _canonical(model, one, one_dp):
-    """One object per model value (the pieces hold it by identity); a model that cannot be hashed
-    (or arrays of configurations) is priced uncached: (model, None, None)."""
-    if one is None:
-        return model, None, None
-    try:
-        hash(model)
-    except TypeError:
-        return model, None, None
-    return _MODELS((), model, lambda: model), one, one_dp
 
 
 def _plain(c: StepConfig):
@@ -438,17 +428,6 @@ def _plain(c: StepConfig):
 def _dp_config(one, c: StepConfig) -> StepConfig:
     """``c`` over the data- and context-parallel ranks together (dp × cp), once per configuration object."""
     return _PIECES((c,), None if one is None else "dpc", lambda: replace(c, dp=c.dp * c.cp))
-
-
-def _key(one, fields, *values):
-    """The memo key of a piece: the configuration's ``fields`` (``one``: their plain values) and
-    ``values``; None for arrays of configurations."""
-    if one is None:
-        return None
-    get = _GETTERS.get(fields)
-    if get is None:
-        get = _GETTERS[fields] = itemgetter(*fields) if fields else (lambda _: ())
-    return get(one), values
 
 
 def _shape(model, c: StepConfig, gpn, placement):

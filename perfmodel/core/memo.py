@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 
 import numpy as np
 
@@ -203,3 +204,27 @@ def scalar_fields(record, names: tuple[str, ...]):
                 return None
         out.append(v)
     return tuple(out)
+
+
+_GETTERS: dict = {}  # field names -> the getter of their values
+
+
+def fields_key(values: dict | None, fields: tuple[str, ...], *extra):
+    """A memo key: the ``values`` (by name) of ``fields`` and ``extra``; None when ``values`` is None
+    (a configuration of arrays, which is not cached)."""
+    if values is None:
+        return None
+    get = _GETTERS.get(fields)
+    if get is None:
+        get = _GETTERS[fields] = operator.itemgetter(*fields) if fields else (lambda _: ())
+    return get(values), extra
+
+
+def canonical(memo: ChainMemo, value):
+    """One object for each ``value`` (the first one seen equal to it), or None when it cannot be
+    hashed; memos downstream may then hold it by identity."""
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return memo((), value, lambda: value)
