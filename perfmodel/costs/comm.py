@@ -43,8 +43,8 @@ from perfmodel.core.checks import check_choice, check_int, check_positive
 
 def _array(name: str, value, *, integer: bool = False, minimum: float = 0.0) -> np.ndarray:
     """``value`` as a float array, requiring finite values >= ``minimum`` (integers if asked)."""
-    if type(value) in PLAIN_NUMBERS:  # one number: the same checks without numpy's reductions
-        v = float(value)
+    if type(value) in PLAIN_NUMBERS or (type(value) is np.ndarray and value.ndim == 0 and value.dtype.kind in "fiu"):
+        v = float(value)  # one number: the same checks without numpy's reductions
         if v >= minimum and math.isfinite(v) and not (integer and v != round(v)):
             return np.asarray(v)
     try:
