@@ -166,7 +166,7 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     # Chowdhery et al. 2022), executed FLOPs (recomputation included) for TFLOP/s per GPU
     model_flops = out["model_flops_mb"] * scale
     hw_flops = out["hw_flops_mb"] * scale
-    peak = cluster.gpu.peak(gemm_dtype(precision))
+    peak = _SAME_CLUSTER((cluster,), ("peak", precision), lambda: cluster.gpu.peak(gemm_dtype(precision)))
     capacity = cluster.gpu.mem_bytes
     reserved = compose.stack_memory.reserved_bytes(out["peak_memory"])  # caching allocator: reserved >= allocated
     need = reserved + compose.mem.CUDA_CONTEXT_BYTES
