@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.memo import clear_memos
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "intervals.json"
 DEFAULT_LEVEL = 0.9
@@ -83,6 +84,7 @@ def reload_table() -> None:
     """Forget the table read and every width derived from it (after the file changed)."""
     for f in (_shipped, _shipped_log_interval, _shipped_labelled, _shipped_memory_interval):
         f.cache_clear()
+    clear_memos()  # predictions' intervals are kept beside their step times
 
 
 def calibration_table() -> dict:

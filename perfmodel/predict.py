@@ -10,7 +10,7 @@ import numpy as np
 
 from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
-from perfmodel.core.memo import IdentityMemo
+from perfmodel.core.memo import ChainMemo, IdentityMemo
 from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level, memory_bounds
 from perfmodel.parallel.config import StepConfig
 from perfmodel.hardware.build import part_of_node
@@ -105,8 +105,14 @@ def default_profile(cluster) -> Profile:
     from perfmodel.profiles.profile import list_profiles
 
     if cluster.gpu.name in list_profiles():
-        return load_profile(cluster.gpu.name)
+        return _bundled_profile(cluster.gpu.name)
     return _datasheet_profile(cluster.gpu)
+
+
+@cache
+def _bundled_profile(name: str) -> Profile:
+    """A bundled profile by name, loaded once (the package's files do not change while it runs)."""
+    return load_profile(name)
 
 
 @cache
@@ -118,12 +124,19 @@ def _datasheet_profile(gpu) -> Profile:
 
 
 _COLLECTIVES = IdentityMemo(256)
+_SAME_CLUSTER = ChainMemo(256)  # the same cluster object: no hash of its description
+_BOUNDS = ChainMemo(1024)  # the interval of a step by its time and breakdown (the shipped table is read once)
+_CONFIGS = ChainMemo(1024)  # StepConfig of a Strategy, by value: the step's memo keys read it by identity
 
 
 def _collectives(cluster, prof: Profile) -> dict:
     """``cluster_collectives`` once per (cluster, profile): one mapping whose identity keys the
     collective memo of perfmodel/costs/comm.py (callers read it, never change it)."""
-    coll = _COLLECTIVES.get(prof, cluster)
+    return _SAME_CLUSTER((prof, cluster), "collectives", lambda: _equal_cluster_collectives(cluster, prof))
+
+
+def _equal_cluster_collectives(cluster, prof: Profile) -> dict:
+    coll = _COLLECTIVES.get(prof, cluster)  # an equal cluster built again shares the mapping
     if coll is None:
         coll = cluster_collectives(cluster, prof)
         _COLLECTIVES.put(prof, cluster, coll)
@@ -164,7 +177,7 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     # Chowdhery et al. 2022), executed FLOPs (recomputation included) for TFLOP/s per GPU
     model_flops = out["model_flops_mb"] * scale
     hw_flops = out["hw_flops_mb"] * scale
-    peak = cluster.gpu.peak(gemm_dtype(precision))
+    peak = _SAME_CLUSTER((cluster,), ("peak", precision), lambda: cluster.gpu.peak(gemm_dtype(precision)))
     capacity = cluster.gpu.mem_bytes
     reserved = compose.stack_memory.reserved_bytes(out["peak_memory"])  # caching allocator: reserved >= allocated
     need = reserved + compose.mem.CUDA_CONTEXT_BYTES
@@ -192,24 +205,27 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     s = strategy or Strategy()
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
-    s = fill_dp(s, cluster.n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
+    n_gpus = cluster.n_gpus
+    s = fill_dp(s, n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
     check_strategy(model, cluster, s)
-    prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
+    prof = _SAME_CLUSTER((cluster,), "profile", lambda: default_profile(cluster)) if profile is None \
+        else profile_for(cluster, profile)
     if s.ps_async:
         return async_prediction(model, cluster, s, prof, level)
     coll = _collectives(cluster, prof)
-    c = StepConfig.from_strategy(s)
+    c = _CONFIGS((), s, lambda: StepConfig.from_strategy(s))
     out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
                            optimizer=s.optimizer, placement=s.placement)
     out["micro_batch"] = float(s.micro_batch)
-    derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, cluster.n_gpus)
+    derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, n_gpus)
     breakdown = {k: float(out[k]) for k in BREAKDOWN_KEYS}
     worst = max(breakdown, key=breakdown.get)
     memory = {k: float(v) for k, v in out["memory"].items()}
     step = float(out["step_time"])
-    iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
-                attention=s.attention, precision=s.precision, level=level)
-    mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=cluster.n_gpus, level=level)
+    iv = _BOUNDS((prof, cluster, model), (step, *breakdown.values(), s.framework, s.attention, s.precision, level),
+                 lambda: bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
+                                attention=s.attention, precision=s.precision, level=level))
+    mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=n_gpus, level=level)
     return Prediction(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
         step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),

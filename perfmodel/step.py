@@ -15,7 +15,7 @@ data-parallel communication + optimizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from perfmodel.costs.compute import kernel_time, phase_time
 from perfmodel.costs.engine_host import deepspeed_host_time, stage_tensors
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
-from perfmodel.core.memo import memo_by_fields
+from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_attention
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
@@ -121,7 +121,10 @@ def kernel_lists(model, c: StepConfig, precision, recompute):
 
 
 # the StepConfig fields kernel_lists reads
-@memo_by_fields(("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep"))
+COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep")
+
+
+@memo_by_fields(COMPUTE_FIELDS)
 def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> ComputeTimes:
     """Per-micro-batch wall/GPU seconds of a layer, the embedding and the head, fwd and bwd.
 
@@ -350,38 +353,110 @@ def _critical_comm(local, coll, lay, c, t: ComputeTimes, *, precision, recompute
 
 def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompute, optimizer,
              placement="tp-pp-dp"):
-    """All step quantities for the configurations ``c``."""
+    """All step quantities for the configurations ``c``.
+
+    One configuration (0-d fields, ``predict``) prices each piece once per what it depends on
+    (``_PIECES``: the pieces before it by identity, the StepConfig fields it reads by value);
+    arrays of configurations (``search``) run straight through the same functions.
+    """
     if not isinstance(c, StepConfig):
         raise PerfModelError(f"'c' must be a perfmodel.parallel.config.StepConfig: got {type(c).__name__}")
-    lay = layout(c.dp, c.tp, c.pp, cluster.gpus_per_node, placement, cp=c.cp, ep=c.ep)
+    one, one_dp = _values(c)  # the fields as plain values (c, and dp × cp); None for arrays of configurations
+    same = canonical(_MODELS, model) if one is not None else None  # one object per model value
+    if same is None:  # arrays of configurations, or a model that cannot be hashed: nothing is kept
+        one = one_dp = None
+    else:
+        model = same
+    gpn = cluster.gpus_per_node
+    lay, lay_dp, sts, p = _PIECES((model,), fields_key(one, SHAPE_FIELDS, "shape", gpn, placement),
+                                  lambda: _shape(model, c, gpn, placement))
     # what one rank computes: with context parallelism its s/cp tokens of each sequence
-    local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
-    t = compute_times(local, profile, c, precision=precision, recompute=recompute)
+    local = _PIECES((model,), fields_key(one, (), "local", c.cp), lambda: replace(model, seq=model.seq // c.cp)) \
+        if c.cp > 1 else model
+    t = _PIECES((local, profile), fields_key(one, COMPUTE_FIELDS, "compute", precision, recompute),
+                lambda: compute_times(local, profile, c, precision=precision, recompute=recompute))
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
-    comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
-    timed = t.wall + comm
-    sts = stages(model, c)
-    pipe, worst = pipeline_time(model, timed, sts, c)
-    p = param_counts(model, c, c.ep)
-    # gradients are reduced (and ZeRO shards) over the data- and context-parallel ranks together
-    dpc = replace(c, dp=c.dp * c.cp)
-    lay_dp = {**lay, "dp": lay["dp_cp"]}
-    work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
-                            wire_bytes(precision, c.framework))
-    dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
-    p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
-    shard_ranks = np.where(c.hybrid, lay_dp["dp"][0], dpc.dp)
-    opt = stages_optimizer_time(profile, c, sts, p, shard_ranks, optimizer=optimizer, precision=precision)
-    engine = engine_host_time(model, c, sts, work.backward_s)
-    step = pipe + p2p + dp_exposed + opt + engine
-    peak, terms = memory_terms(model, lay_dp, dpc, sts, p, precision=precision, recompute=recompute,
-                               optimizer=optimizer, seq=local.seq)
-    out = _outputs(model, c, t, comm, sts, recompute, {
-        "step_time": step, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p, "dp_comm": dp_exposed,
-        "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst, "peak_memory": peak, "memory": terms,
-        "cp": float(c.cp)})
+    comm, timed, pipe, worst, parts = _PIECES(
+        (coll, lay, t, sts, local, model), fields_key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
+        lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms))
+    p2p, dp_exposed, opt, engine = _PIECES(
+        (coll, lay, lay_dp, p, sts, timed, local, profile, cluster),
+        fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
+        lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
+                         precision=precision, optimizer=optimizer))
+    peak, terms = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
+                                                        optimizer, local.seq),
+                          lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
+                                               recompute=recompute, optimizer=optimizer, seq=local.seq))
+    out = {"step_time": pipe + p2p + dp_exposed + opt + engine, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
+           "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
+           "peak_memory": peak, "memory": dict(terms), "cp": float(c.cp)}
+    out.update(parts)
     out["host_overhead"] = out["host_overhead"] + engine
     return out
+
+
+# The StepConfig fields each memoised piece of ``evaluate`` reads (beyond the pieces it is given);
+# tests/test_fast_predict.py checks them against the fields the pieces do read.
+ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
+SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework")
+CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
+                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp")
+# (dp is dp × cp here, as the data-parallel pieces read it)
+EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
+                  "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework")
+MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
+                 "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
+                 "framework", "attention", "compile", "loss")
+_PIECES = ChainMemo(4096)
+_MODELS = ChainMemo(256)
+
+
+def _values(c: StepConfig):
+    """(``c``'s fields as plain values by name, the same with dp × cp for the data-parallel pieces),
+    computed once per configuration object; (None, None) for arrays of configurations and symbolic ones."""
+    if type(c.dp) not in PLAIN_TYPES or type(c.micro_batches) not in PLAIN_TYPES:
+        return None, None
+    return _PIECES((c,), "values", lambda: _plain(c))
+
+
+def _plain(c: StepConfig):
+    got = scalar_fields(c, ALL_FIELDS)
+    if got is None:
+        return None, None
+    one = dict(zip(ALL_FIELDS, got))
+    return one, {**one, "dp": scalar_fields(_dp_config(one, c), ("dp",))[0]}
+
+
+def _dp_config(one, c: StepConfig) -> StepConfig:
+    """``c`` over the data- and context-parallel ranks together (dp × cp), once per configuration object."""
+    return _PIECES((c,), None if one is None else "dpc", lambda: replace(c, dp=c.dp * c.cp))
+
+
+def _shape(model, c: StepConfig, gpn, placement):
+    """(placement of the groups, the same with dp × cp ranks, the pipeline stages, parameter counts)."""
+    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep)
+    return lay, {**lay, "dp": lay["dp_cp"]}, stages(model, c), param_counts(model, c, c.ep)
+
+
+def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, recompute, sms):
+    """(critical-path communication, compute + that communication per micro-batch, the pipeline's
+    seconds, its bottleneck stage's seconds, the bottleneck stage's breakdown and FLOPs)."""
+    comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
+    timed = t.wall + comm
+    return (comm, timed, *pipeline_time(model, timed, sts, c), _outputs(model, c, t, comm, sts, recompute))
+
+
+def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer):
+    """(pipeline sends, exposed data-parallel seconds over the dp × cp ranks, optimizer seconds, the
+    engine's exposed host seconds) per step."""
+    work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
+                            wire_bytes(precision, dpc.framework))
+    dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
+    p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
+    opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
+                                optimizer=optimizer, precision=precision)
+    return p2p, dp_exposed, opt, engine_host_time(local, c, sts, work.backward_s)
 
 
 def engine_host_time(model, c: StepConfig, sts, backward_s):
@@ -396,7 +471,7 @@ def engine_host_time(model, c: StepConfig, sts, backward_s):
     return worst
 
 
-def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute, out):
+def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute) -> dict:
     """Breakdown of the bottleneck stage (its m micro-batches + bubble + the rest = the step)."""
     best = None
     for st in sts:
@@ -413,7 +488,7 @@ def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recom
             worse = this["fb"] > best["fb"]
             best = {k: np.where(worse, this[k], best[k]) for k in best}
     model_flops, hw_flops = step_flops(model, t, recompute)
-    out.update({k: c.micro_batches * best[k] for k in ("forward", "backward", "host_overhead", "tp_comm")})
+    out = {k: c.micro_batches * best[k] for k in ("forward", "backward", "host_overhead", "tp_comm")}
     out.update({
         "head_share": np.where(c.pp == 1, t.wall.head_f + t.wall.head_b, 0.0),
         "layer_flops_f": t.layer_flops_f, "layer_flops_b": t.layer_flops_b, "head_flops": t.head_flops,

@@ -84,13 +84,18 @@ def test_shipped_table_is_what_the_generator_builds(rows):
             if not math.isnan(iv.scaled_width(entry, 0.8)):
                 assert iv.scaled_width(theirs[name], 0.8) == pytest.approx(iv.scaled_width(entry, 0.8), abs=0.03)
     assert shipped["held_back"]["coverage"] >= 0.87 and shipped["held_back"]["memory"]["coverage"] >= 0.87
-    # the shipped score is the narrowest of those covering 90% held back and 50%, 80% within SLACK
+    # the shipped score is the narrowest of those covering 90% held back and 50%, 80% within SLACK,
+    # each calibrated regime within REGIME_SLACK
     choice = shipped["method_choice"]
-    ok = [c for c in choice.values() if c["coverage"] >= 0.9
+    ok = [c for c in choice.values() if c["coverage"] >= 0.9 and c["every_regime_holds"]
           and all(c[f"coverage_at_{lv:g}"] >= lv - cal.SLACK for lv in cal.CHECK_LEVELS)]
     assert choice[shipped["method"]]["median_half_width_pct"] == min(c["median_half_width_pct"] for c in ok)
     assert cal.choose_method({"a": {"coverage": 0.91, "median_half_width_pct": 20}, "b": {
         "coverage": 0.95, "median_half_width_pct": 15}}, 0.9, {0.5: {"a": {"coverage": 0.5}, "b": {"coverage": 0.4}}}) == "a"
+    narrow_misses_a_regime = {"coverage": 0.93, "median_half_width_pct": 12,
+                              "per_regime": {"easy": {"coverage": 0.99}, "hard": {"coverage": 0.7}}}
+    assert cal.choose_method({"a": {"coverage": 0.91, "median_half_width_pct": 20}, "b": narrow_misses_a_regime},
+                             0.9) == "a"
 
 
 def test_default_interval_is_ninety_percent_and_level_changes_it():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 
 import numpy as np
 
@@ -147,3 +148,83 @@ def _distinct_rows(columns):
         code = code * values.size + inv.reshape(-1)
     codes, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
+
+
+class ChainMemo:
+    """A bounded mapping (objects by identity, hashable key) -> value, for a price computed from
+    earlier prices and plain values.
+
+    ``owners`` are the inputs held by identity (a Profile, a collectives mapping, a record another
+    memo returned: read-only, so the same object means the same values); an entry keeps them alive,
+    so an identity is never reused while it stands. ``key`` holds everything else by value; a key
+    of None (an array configuration) or one that cannot be hashed is computed and not kept.
+    """
+
+    def __init__(self, maxsize: int = 1024):
+        self.maxsize = maxsize
+        self._entries: dict = {}
+        _MEMOS.append(self)
+
+    def __call__(self, owners: tuple, key, compute):
+        """``compute()``, once per (owners, key)."""
+        if key is None:
+            return compute()
+        k = (tuple(map(id, owners)), key)
+        try:
+            hit = self._entries.get(k)
+        except TypeError:
+            return compute()
+        if hit is not None:  # the entry holds its owners, so no other live object has their ids
+            return hit[1]
+        value = compute()
+        if len(self._entries) >= self.maxsize:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[k] = (owners, value)
+        return value
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def scalar_fields(record, names: tuple[str, ...]):
+    """The values of ``record``'s fields ``names`` as a tuple of plain numbers and strings (a
+    memo key), or None when any of them is an array of several values (a search)."""
+    out = []
+    for name in names:
+        v = getattr(record, name)
+        if type(v) not in PLAIN_TYPES:
+            if v is None or type(v) is tuple:  # optional and tuple-valued fields (stage_layers) key as they are
+                out.append(v)
+                continue
+            v = scalar(v)
+            if v is None:
+                return None
+        out.append(v)
+    return tuple(out)
+
+
+_GETTERS: dict = {}  # field names -> the getter of their values
+
+
+def fields_key(values: dict | None, fields: tuple[str, ...], *extra):
+    """A memo key: the ``values`` (by name) of ``fields`` and ``extra``; None when ``values`` is None
+    (a configuration of arrays, which is not cached)."""
+    if values is None:
+        return None
+    get = _GETTERS.get(fields)
+    if get is None:
+        get = _GETTERS[fields] = operator.itemgetter(*fields) if fields else (lambda _: ())
+    return get(values), extra
+
+
+def canonical(memo: ChainMemo, value):
+    """One object for each ``value`` (the first one seen equal to it), or None when it cannot be
+    hashed; memos downstream may then hold it by identity."""
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return memo((), value, lambda: value)

@@ -21,6 +21,7 @@ A group of one rank, or a message of zero bytes, costs nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -42,6 +43,10 @@ from perfmodel.core.checks import check_choice, check_int, check_positive
 
 def _array(name: str, value, *, integer: bool = False, minimum: float = 0.0) -> np.ndarray:
     """``value`` as a float array, requiring finite values >= ``minimum`` (integers if asked)."""
+    if type(value) in PLAIN_NUMBERS or (type(value) is np.ndarray and value.ndim == 0 and value.dtype.kind in "fiu"):
+        v = float(value)  # one number: the same checks without numpy's reductions
+        if v >= minimum and math.isfinite(v) and not (integer and v != round(v)):
+            return np.asarray(v)
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
@@ -115,6 +120,7 @@ _HIERARCHICAL_MEMO = IdentityMemo()
 
 _ARRAY_MEMO = IdentityMemo(64)  # at most 64 results of up to ARRAY_MEMO_MAX elements (a few MB)
 ARRAY_MEMO_MAX = 8192
+PLAIN_NUMBERS = frozenset((float, int, np.float64, np.int64))
 
 
 def _array_key(collective, size, rpn, nodes, algorithm):
@@ -273,9 +279,17 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
     size = _array("size_bytes", size_bytes)
     rpn = _array("ranks_per_node", ranks_per_node, integer=True, minimum=1)
     nodes = _array("nodes", nodes, integer=True, minimum=1)
-    size, rpn, nodes = np.broadcast_arrays(size, rpn, nodes)
     intra = lambda c: lookup_entry(collectives, "intra", c)  # noqa: E731
     inter = lambda c: lookup_entry(collectives, "inter", c)  # noqa: E731
+    if size.ndim == 0 and rpn.ndim == 0 and nodes.ndim == 0:  # one group: its branch alone, no masks
+        if nodes == 1:
+            t = collective_time(intra(collective), collective, size, rpn)
+        elif rpn == 1:
+            t = collective_time(inter(collective), collective, size, nodes)
+        else:
+            t = _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm)
+        return np.asarray(t, float)
+    size, rpn, nodes = np.broadcast_arrays(size, rpn, nodes)
     out = np.zeros(size.shape)
     one_node = nodes == 1
     one_rank = (rpn == 1) & ~one_node

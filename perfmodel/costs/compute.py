@@ -17,6 +17,7 @@ import numpy as np
 
 from perfmodel.core.algebra import maximum, to_sympy
 from perfmodel.core.errors import UnsupportedError
+from perfmodel.core.memo import IdentityMemo, scalar
 from perfmodel.costs.host import DEFAULT_CPU_PER_KERNEL_S, HostCosts  # noqa: F401 (re-exported)
 from perfmodel.forms.registry import get_form
 from perfmodel.profiles.profile import Profile
@@ -57,9 +58,29 @@ def kernel_time(profile: Profile, kern: Kernel, *, symbolic: bool = False) -> tu
     scales both: a step's time with the host's other training processes computing
     at once over its time alone (measured, perfmodel/validate/host.py).
     """
-    gpu, cpu = _kernel_time(profile, kern, symbolic)
+    key = None if symbolic else _kernel_key(kern)
+    if key is None:
+        gpu, cpu = _kernel_time(profile, kern, symbolic)
+    else:  # one launch of the same kernel recurs (recomputed forwards, the tensor-parallel GEMM times)
+        hit = _KERNEL_MEMO.get(profile, key)
+        if hit is None:
+            hit = _kernel_time(profile, kern)
+            _KERNEL_MEMO.put(profile, key, hit)
+        gpu, cpu = hit
     shared = HostCosts.of(profile).side_by_side_factor
     return (gpu * shared, cpu * shared) if shared != 1.0 else (gpu, cpu)
+
+
+_KERNEL_MEMO = IdentityMemo(8192)
+
+
+def _kernel_key(kern: Kernel):
+    """A memo key of what one launch's price reads (class, dtype, variant, sizes), or None when a
+    size is an array (a search) or a symbol."""
+    sizes = tuple((name, scalar(v)) for name, v in kern.size.items())
+    if any(v is None for _, v in sizes):
+        return None
+    return kern.cls, kern.dtype, kern.variant, sizes
 
 
 def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.core.memo import IdentityMemo
+
 DEFAULT_CPU_PER_KERNEL_S = 1.5e-5  # eager PyTorch, H200 host: add_tiny eager_sec (micro2.jsonl)
 
 
@@ -31,7 +33,16 @@ class HostCosts:
 
     @classmethod
     def of(cls, profile) -> HostCosts:
-        """The host costs of ``profile`` (a missing key takes the default above)."""
+        """The host costs of ``profile`` (a missing key takes the default above), read once per
+        profile object (profiles are read-only)."""
+        hit = _HOST.get(profile, cls)
+        if hit is None:
+            hit = cls._read(profile)
+            _HOST.put(profile, cls, hit)
+        return hit
+
+    @classmethod
+    def _read(cls, profile) -> HostCosts:
         h = profile.host
         serial = bool(h.get("serial"))
         side = float(h.get("side_by_side_factor", 1.0)) if serial else 1.0
@@ -41,3 +52,6 @@ class HostCosts:
                    side_by_side_factor=side,
                    step_extra_s=float(h.get("step_extra_s", 0.0)) if serial else 0.0,
                    ddp_bucket_extra_s=float(h.get("ddp_bucket_extra_s", 0.0)) if serial else 0.0)
+
+
+_HOST = IdentityMemo(256)  # the host costs of a profile object (profiles are read-only)

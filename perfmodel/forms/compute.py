@@ -24,6 +24,8 @@ Per-parameter (``per_param``): t = t0 + params·beta (fused AdamW, SGD).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from perfmodel.core.lazy import sympy as sp  # imported on first symbolic use
 
@@ -148,11 +150,16 @@ GEMM_SPLITS = (1, 2, 4)
 MIS_TILE = 128  # misaligned (non-TMA) kernels: C padded to 128x128 tiles
 
 
+def _float_ceil(x):
+    """``np.ceil`` of a Python float, as a float (the same value, without numpy's per-call cost)."""
+    return float(math.ceil(x))
+
+
 def _tile_terms(p, m, n, k, sym=False):
     """(tile shape, split) -> time of the aligned kernel: ⌈tiles·s/SMs⌉ waves of one tile's
     2·TM·TN·(k/s) FLOPs at the per-SM rate; split-K adds a reduction of s fp32 partial C
     (written and read: 8·m·n·s bytes) and its launch (CUTLASS split-K, "parallel reduction")."""
-    ceil = sp.ceiling if sym else np.ceil
+    ceil = sp.ceiling if sym else _float_ceil if type(m) is float else np.ceil
     out = []
     for tm, tn in GEMM_TILE_SHAPES:
         area = tm * tn
@@ -172,7 +179,9 @@ def gemm_tiles_gpu(p, m, n, k):
     per shape); misaligned ones: ``gemm_two``'s second family on C padded to 128x128 tiles."""
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
     a = np.minimum(an, ak)
-    t_al = np.minimum.reduce(_tile_terms(p, m, n, k)) / np.where(a >= 32, 1.0, p["p16"])
+    one = np.ndim(m) == 0 and np.ndim(n) == 0 and np.ndim(k) == 0  # one GEMM: its 24 terms on Python floats
+    terms = _tile_terms(p, float(m), float(n), float(k)) if one else _tile_terms(p, m, n, k)
+    t_al = np.minimum.reduce(terms) / np.where(a >= 32, 1.0, p["p16"])
     mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
     q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
     level = np.select([a >= 8, a >= 4], [1.0, p["p4"]], p["p2"])

@@ -279,6 +279,8 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
             "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")}
                               | {f"coverage_at_{lv:g}": o[m]["coverage"] for lv, o in others.items()}
+                              | {"every_regime_holds": _holds(h, level, 0.0)
+                                 and all(_holds(o[m], lv, SLACK) for lv, o in others.items())}
                               for m, h in checks.items()},
             "memory_method_choice": {m: {k: h["memory"][k] for k in ("coverage", "median_half_width_pct")}
                                      for m, h in checks.items()}}

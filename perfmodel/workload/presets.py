@@ -93,7 +93,7 @@ def as_model(model):
     """``model`` itself, or the bundled preset when given its name (as clusters are taken by name)."""
     if isinstance(model, str):
         return preset(model)
-    if not hasattr(model, "params"):
+    if not (hasattr(type(model), "params") or hasattr(model, "params")):  # the class first: no property evaluated
         raise InvalidInputError(f"'model' must be a preset name or a model (pm.transformer, pm.preset, "
                                 f"pm.from_hf_config, pm.from_torch): got {type(model).__name__}")
     return model
