@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
+from perfmodel.fit.published import with_published
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.core.readers import read_csv_file, read_json_file
 from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
@@ -159,13 +160,13 @@ def bundled_profiles() -> dict[str, Profile]:
 
     h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb", fill=False,
                             collectives=intra_collectives("h200-sxm-141gb"))
-    out = {h200.gpu: h200}
     calibrated, _ = build_profile([CALIBRATED_H200_TABLES], gpu="h200-sxm-141gb", name=CALIBRATED_H200_PROFILE,
                                   fill=False, collectives=intra_collectives("h200-sxm-141gb"))
-    out[CALIBRATED_H200_PROFILE] = calibrated
+    # the datasheet profiles are scaled from the H200's fits as measured, before published terms join it
+    out = {h200.gpu: with_published(h200), CALIBRATED_H200_PROFILE: with_published(calibrated)}
     for gpu in list_gpus():
         if gpu not in out:
-            out[gpu] = datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))
+            out[gpu] = with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu)))
     return out
 
 
