@@ -365,7 +365,7 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
     dpc = replace(c, dp=c.dp * c.cp)
     lay_dp = {**lay, "dp": lay["dp_cp"]}
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
-                            wire_bytes(precision, c.framework))
+                            wire_bytes(precision, c.framework), HostCosts.of(profile).overlap_compute_slowdown)
     dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     shard_ranks = np.where(c.hybrid, lay_dp["dp"][0], dpc.dp)

@@ -76,8 +76,11 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     derive_missing_gemm(compute, spec, spec)
     fitter.report_ = _fill_from_datasheet(compute, gpu, fitter.report_, fill=fill)
     for dtype in GEMM_DTYPES:  # derived dtypes only: fitted ones already match this GPU's tables
-        if compute.get(f"gemm:{dtype}", {}).get("n_points") == 0:
-            calibrate_gemm({f"gemm:{dtype}": compute[f"gemm:{dtype}"]}, spec.name)
+        key = f"gemm:{dtype}"
+        if compute.get(key, {}).get("n_points") == 0:
+            one = {key: compute[key]}
+            calibrate_gemm(one, spec.name)  # replaces the entry in the mapping it is given
+            compute[key] = one[key]
     coll = dict(collectives or {})
     fitted_coll = []
     for folder in folders:
