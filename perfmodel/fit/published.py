@@ -4,8 +4,11 @@ A datasheet-scaled profile copies the reference GPU's curves. Where a GPU's own 
 were measured and published (:mod:`perfmodel.profiles.published`), those measurements
 replace the copy, fitted by the same :class:`ComputeFitter` as this project's own tables:
 
-* attention (``sdpa:fwd``, ``sdpa:bwd``): FlashAttention-2 on the H100 SXM5 (Shah et al. 2024,
-  Figs. 5-6), the kernel of flash-attn 2.x and of PyTorch's ``FLASH_ATTENTION`` backend;
+* attention as FlashAttention-2 (``sdpa:fa2.fwd``, ``sdpa:fa2.bwd``) on the H100 SXM5 (Shah et al.
+  2024, Figs. 5-6): the kernel of flash-attn 2.x and of PyTorch's ``FLASH_ATTENTION`` backend, which
+  ``Strategy(attention="flash2")`` prices. ``sdpa:fwd``/``sdpa:bwd`` stay the profile's own attention
+  (on Hopper the H200's measured SDPA, cuDNN attention at torch 2.11, as torchtitan v0.2.2 asks for first:
+  torchtitan/models/attention.py, ``ScaledDotProductAttentionWrapper``);
 * ``host["overlap_compute_slowdown"]``: compute slowed while NCCL runs beside it
   (Lee et al. 2025), which data-parallel pricing applies to the overlapped seconds.
 
@@ -31,6 +34,9 @@ from perfmodel.profiles.profile import Profile
 from perfmodel.profiles.published import attention_rows, attention_source, overlap_slowdown
 
 DEFAULT_ATTENTION_KERNEL = "fa2"
+# GPUs whose attention is another's published curve: the H200 SXM has the H100 SXM5's compute
+# (GH100, 132 SMs at 1980 MHz, 700 W; only memory differs), and attention is compute-bound
+SAME_COMPUTE = {"h200-sxm-141gb": "h100-sxm5-80gb"}
 
 
 def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *, folds: int = 5,
@@ -86,8 +92,8 @@ def _keep_unmeasured(entry: dict, before: dict | None) -> dict:
 
 def with_published(profile: Profile, *, kernel: str = DEFAULT_ATTENTION_KERNEL) -> Profile:
     """``profile`` with its classes replaced by fits to its GPU's published microbenchmarks."""
-    fitted = {key: _keep_unmeasured(entry, profile.compute.get(key)) for key, entry in
-              fit_published_attention(profile.gpu, kernel).items()}
+    fitted = {f"sdpa:{kernel}.{key.split(':')[1]}": _keep_unmeasured(entry, profile.compute.get(key))
+              for key, entry in fit_published_attention(SAME_COMPUTE.get(profile.gpu, profile.gpu), kernel).items()}
     notes = {k: v["source"] for k, v in fitted.items()}
     host = dict(profile.host)
     slowdown = overlap_slowdown(profile.gpu)
