@@ -97,3 +97,14 @@ def test_flash2_prices_flashattention2_where_the_profile_has_it():
         pm.predict(small, t4, fp16).step_time, rel=1e-12)
     with pytest.raises(pm.errors.PerfModelError, match="flash, flash2, unfused"):
         pm.Strategy(attention="flash3")
+
+
+def test_published_tables_refuse_an_unknown_kernel_and_hold_every_row_once():
+    from perfmodel.profiles import published
+
+    with pytest.raises(pm.errors.PerfModelError, match="fa2, fa3"):
+        published.attention_rows(H100, "fa4")
+    t = published.attention_table()
+    assert not t.duplicated(["gpu", "kernel", "pass", "head_dim", "causal", "seq"]).any()
+    assert (t.batch * t.seq == 16384).all() and (t.heads * t.head_dim == 2048).all()  # the papers' setup
+    assert published.attention_rows("t4").empty

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfmodel.core.errors import unknown_name
+
 REFERENCE = Path(__file__).with_name("data") / "reference"
 ATTENTION_CSV = REFERENCE / "attention_published.csv"
 MAMF_CSV = REFERENCE / "gemm_mamf.csv"
@@ -49,6 +51,8 @@ def attention_flops(batch, heads, seq, head_dim, causal, which: str = "fwd"):
 def attention_rows(gpu: str, kernel: str = "fa2") -> pd.DataFrame:
     """Compute-table rows (op ``sdpa``: phase ``fwd`` and ``fwdbwd``, seconds per call) of ``kernel``
     on ``gpu``, in the schema :class:`perfmodel.fit.compute.ComputeFitter` reads; empty if none."""
+    if kernel not in ATTENTION_KERNELS:
+        raise unknown_name("published attention kernel", kernel, ATTENTION_KERNELS)
     t = attention_table()
     t = t[(t.gpu == gpu) & (t.kernel == kernel)]
     if t.empty:
