@@ -451,7 +451,7 @@ def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, 
     """(pipeline sends, exposed data-parallel seconds over the dp × cp ranks, optimizer seconds, the
     engine's exposed host seconds) per step."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
-                            wire_bytes(precision, dpc.framework))
+                            wire_bytes(precision, dpc.framework), HostCosts.of(profile).overlap_compute_slowdown)
     dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),

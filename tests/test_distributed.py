@@ -340,7 +340,8 @@ def test_ddp_adds_three_passes_over_its_gradient_buckets():
     c = StepConfig.from_strategy(pm.Strategy(dp=8, micro_batch=1))
     t = compose.compute_times(model, prof, c, precision="bf16-mixed", recompute="none").wall
     back = model.layers * t.layer_b + t.embed_b + t.head_b
-    expected = float(data_parallel.ddp_time(comm, lay, c, model.params, back, 4.0)) + 3 * copy_s
+    slowdown = prof.host["overlap_compute_slowdown"]  # compute beside NCCL runs slower (published)
+    expected = float(data_parallel.ddp_time(comm, lay, c, model.params, back, 4.0, slowdown=slowdown)) + 3 * copy_s
     assert ddp.breakdown["dp_comm"] == pytest.approx(expected, rel=1e-6)
 
 

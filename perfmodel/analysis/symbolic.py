@@ -28,6 +28,7 @@ from perfmodel.core.algebra import to_sympy, where
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.costs.comm import ring_formula
 from perfmodel.costs.compute import kernel_time, phase_time
+from perfmodel.costs.host import HostCosts
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.data import ddp_exposed
 from perfmodel.hardware import as_cluster
@@ -119,4 +120,5 @@ def _ddp_expr(cluster, prof, c: StepConfig, s, params, backward):
 
     window = where(c.dp_overlap, backward, 0.0)
     return to_sympy(ddp_exposed(coll, lay, c, params, window, wire_bytes(s.precision, c.framework),
-                                bucket_costs(prof), price=price))
+                                bucket_costs(prof), price=price,
+                                slowdown=HostCosts.of(prof).overlap_compute_slowdown))

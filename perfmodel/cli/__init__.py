@@ -114,7 +114,7 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies; torchtitan: "
                         "FSDP2 with its defaults; fsdp1: FSDP1 as HF accelerate / llm-foundry (docs/stacks.md)")
     p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
-    p.add_argument("--attention", default="flash", choices=["flash", "unfused"])
+    p.add_argument("--attention", default="flash", choices=["flash", "flash2", "unfused"])
     p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
                    help="gradient reduction after the backward pass (Megatron-LM local DDP, DeepSpeed pipeline); with --zero 3, gathers and reduce-scatters serialized with compute (DeepSpeed ZeRO-3, early 2021)")

@@ -89,7 +89,10 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
         entry = profile.entry(gemm_key(profile, kern.dtype))
         return _gpu(entry, symbolic, **aligned_view(kern)), _cpu(profile, entry)
     if cls == "sdpa":
-        entry = profile.entry(f"sdpa:{kern.variant}")
+        key = f"sdpa:{kern.variant}"
+        if not profile.has(key):  # a kernel choice (``fa2.fwd``) the profile has no curve for: its own attention
+            key = f"sdpa:{kern.variant.rsplit('.', 1)[-1]}"
+        entry = profile.entry(key)
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}
         t = _gpu(entry, symbolic, **size)
         fast = next((f"gemm:{d}" for d in ("bf16", "fp16") if profile.has(f"gemm:{d}")), None)

@@ -20,7 +20,8 @@ class HostCosts:
     ``in_step_compute_factor`` scales each GEMM's compute (cold operands), ``side_by_side_factor``
     scales every kernel (the host's other training processes computing at once),
     ``step_extra_s`` is the step's own host work (zero_grad, optimizer bookkeeping) and
-    ``ddp_bucket_extra_s`` a cost per DDP bucket.
+    ``ddp_bucket_extra_s`` a cost per DDP bucket. ``overlap_compute_slowdown``: the fraction by
+    which compute slows while NCCL collectives run beside it (published, perfmodel/fit/published.py).
     """
 
     serial: bool = False
@@ -30,6 +31,7 @@ class HostCosts:
     side_by_side_factor: float = 1.0
     step_extra_s: float = 0.0
     ddp_bucket_extra_s: float = 0.0
+    overlap_compute_slowdown: float = 0.0
 
     @classmethod
     def of(cls, profile) -> HostCosts:
@@ -51,7 +53,9 @@ class HostCosts:
                    in_step_compute_factor=float(h.get("in_step_compute_factor", 1.0)) if serial else 1.0,
                    side_by_side_factor=side,
                    step_extra_s=float(h.get("step_extra_s", 0.0)) if serial else 0.0,
-                   ddp_bucket_extra_s=float(h.get("ddp_bucket_extra_s", 0.0)) if serial else 0.0)
+                   ddp_bucket_extra_s=float(h.get("ddp_bucket_extra_s", 0.0)) if serial else 0.0,
+                   # a serial host overlaps nothing (dp_backward_windows)
+                   overlap_compute_slowdown=0.0 if serial else float(h.get("overlap_compute_slowdown", 0.0)))
 
 
 _HOST = IdentityMemo(256)  # the host costs of a profile object (profiles are read-only)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
+from perfmodel.fit.published import with_published
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.core.readers import read_csv_file, read_json_file
 from perfmodel.fit.tables import COMPUTE_COLUMNS, read_compute_table
@@ -75,8 +76,11 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     derive_missing_gemm(compute, spec, spec)
     fitter.report_ = _fill_from_datasheet(compute, gpu, fitter.report_, fill=fill)
     for dtype in GEMM_DTYPES:  # derived dtypes only: fitted ones already match this GPU's tables
-        if compute.get(f"gemm:{dtype}", {}).get("n_points") == 0:
-            calibrate_gemm({f"gemm:{dtype}": compute[f"gemm:{dtype}"]}, spec.name)
+        key = f"gemm:{dtype}"
+        if compute.get(key, {}).get("n_points") == 0:
+            one = {key: compute[key]}
+            calibrate_gemm(one, spec.name)  # replaces the entry in the mapping it is given
+            compute[key] = one[key]
     coll = dict(collectives or {})
     fitted_coll = []
     for folder in folders:
@@ -159,13 +163,13 @@ def bundled_profiles() -> dict[str, Profile]:
 
     h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb", fill=False,
                             collectives=intra_collectives("h200-sxm-141gb"))
-    out = {h200.gpu: h200}
     calibrated, _ = build_profile([CALIBRATED_H200_TABLES], gpu="h200-sxm-141gb", name=CALIBRATED_H200_PROFILE,
                                   fill=False, collectives=intra_collectives("h200-sxm-141gb"))
-    out[CALIBRATED_H200_PROFILE] = calibrated
+    # the datasheet profiles are scaled from the H200's fits as measured, before published terms join it
+    out = {h200.gpu: with_published(h200), CALIBRATED_H200_PROFILE: with_published(calibrated)}
     for gpu in list_gpus():
         if gpu not in out:
-            out[gpu] = datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))
+            out[gpu] = with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu)))
     return out
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.core.algebra import is_symbolic, maximum, where
+from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage
@@ -28,7 +28,9 @@ class DataParallelWork:
     """What each pipeline stage's data-parallel group reduces, and the compute that can hide it.
 
     ``times``: seconds of one micro-batch by part, tensor-parallel communication included;
-    ``backward_s[i]``: stage i's backward seconds per micro-batch that the reduction can overlap.
+    ``backward_s[i]``: stage i's backward seconds per micro-batch that the reduction can overlap;
+    ``overlap_slowdown``: the fraction by which that compute slows while the collectives run beside
+    it (their kernels take SMs and memory bandwidth; ``overlapped_cost``).
     """
 
     params: ParamCounts
@@ -36,6 +38,7 @@ class DataParallelWork:
     times: PhaseTimes
     backward_s: tuple
     wire: WireBytes
+    overlap_slowdown: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -111,17 +114,27 @@ def ddp_buckets(total_bytes, bucket):
     return (head > 0) + full + (rem > 0)
 
 
-def _overlapped(all_s, last_s, first_share, window_s):
+def overlapped_cost(comm_s, window_s, slowdown=0.0):
+    """Seconds communication adds to a step when it runs beside ``window_s`` of compute: the
+    part the compute cannot hide, plus the compute's own slowdown over the seconds both run,
+    max(c - w, 0) + slowdown · min(c, w) (NCCL's kernels take SMs and memory bandwidth from the
+    compute beside them; Lee et al. 2025, arXiv 2507.03114, measure the slowdown)."""
+    return maximum(comm_s - window_s, 0.0) + slowdown * minimum(comm_s, window_s)
+
+
+def _overlapped(all_s, last_s, first_share, window_s, slowdown=0.0):
     """Exposed seconds of bucketed communication issued while ``window_s`` of compute runs.
 
     PyTorch DDP (Li et al. 2020, VLDB, §3.2): a bucket leaves when its gradients are
     ready, so communication starts after the first bucket's share of backward and the
-    last bucket always waits for the end of backward.
+    last bucket always waits for the end of backward. ``slowdown``: see ``overlapped_cost``.
     """
-    return maximum(last_s, all_s - window_s * (1.0 - first_share))
+    window = window_s * (1.0 - first_share)
+    hidden = all_s - last_s  # every bucket but the last can run beside the backward
+    return maximum(last_s, all_s - window) + slowdown * minimum(hidden, window)
 
 
-def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, price=None):
+def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, price=None, slowdown=0.0):
     """PyTorch DDP: bucketed all-reduce of fp32 gradients, once per step (no_sync before).
 
     Gradient accumulation communicates only in the last micro-batch's backward
@@ -132,7 +145,7 @@ def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, pric
     price = price or ring_pricer(coll, *lay["dp"])
     all_s, last_s, share = _bucketed(price, "all_reduce", params * grad_bytes, c.bucket_bytes,
                                      first=DDP_FIRST_BUCKET_BYTES)
-    return _overlapped(all_s, last_s, share, window_s)
+    return _overlapped(all_s, last_s, share, window_s, slowdown)
 
 
 # PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
@@ -149,7 +162,7 @@ def ddp_bucket_passes(copy_s, params, framework="pytorch"):
     return DDP_BUCKET_PASSES.get(framework, 3) * copy_s(params)
 
 
-def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, param_bytes=4.0):
+def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, param_bytes=4.0, slowdown=0.0):
     """ZeRO-1/2: reduce-scatter gradients, update the shard, all-gather the parameters.
 
     Rajbhandari et al. 2020, §7.2.1: Ψ (reduce-scatter) + Ψ (all-gather) = the DDP
@@ -160,7 +173,7 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
     rpn, nodes = lay["dp"]
     all_s, last_s, share = _bucketed(ring_pricer(coll, rpn, nodes), "reduce_scatter", params * grad_bytes,
                                      c.bucket_bytes)
-    per_mb = _overlapped(all_s, last_s, share, window_s)
+    per_mb = _overlapped(all_s, last_s, share, window_s, slowdown)
     reduce = np.where(c.shard_stage >= 2, c.micro_batches * per_mb, per_mb)
     gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
     return reduce + gather
@@ -185,7 +198,7 @@ def fsdp_reduce_bytes(framework: str, lo: float) -> float:
     return st.reduce_bytes if st.sharding in ("fsdp1", "fsdp2") else lo
 
 
-def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding):
+def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowdown=0.0):
     """ZeRO-3 / FSDP: per-unit all-gathers (forward, backward) and reduce-scatters, per micro-batch.
 
     Rajbhandari et al. 2020, §7.2.2: all-gather Ψ forward, Ψ again backward,
@@ -225,8 +238,8 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding):
         ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")
         rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", grads, rpn, nodes, algorithm="ring") + np.where(
             hybrid, hierarchical_time(coll, "all_reduce", grads / dp_rpn, 1.0, dp_nodes), 0.0))
-        fwd = fwd + count * np.maximum(ag[name] - hide * f_s, 0.0)
-        bwd = bwd + count * np.maximum(ag[name] + rs[name] - hide * b_s, 0.0)
+        fwd = fwd + count * overlapped_cost(ag[name], hide * f_s, slowdown)
+        bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hide * b_s, slowdown)
     # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
     # without overlap they are already counted in full above
     first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
@@ -252,10 +265,11 @@ def ps_time(c: StepConfig, params, window_s, links, grad_bytes=4.0):
     return push + one_way
 
 
-def ddp_exposed(coll, lay, c: StepConfig, params, window_s, nb: WireBytes, buckets: BucketCosts, *, price=None):
+def ddp_exposed(coll, lay, c: StepConfig, params, window_s, nb: WireBytes, buckets: BucketCosts, *, price=None,
+                slowdown=0.0):
     """PyTorch DDP's exposed seconds: its bucketed all-reduce (``ddp_time``), a host's cost per
     bucket and the reducer's passes over the buckets (``ddp_bucket_passes``)."""
-    return (ddp_time(coll, lay, c, params, window_s, nb.grad, price=price)
+    return (ddp_time(coll, lay, c, params, window_s, nb.grad, price=price, slowdown=slowdown)
             + buckets.extra_s * ddp_buckets(params * nb.grad, c.bucket_bytes)
             + (0.0 if buckets.copy_s is None else ddp_bucket_passes(buckets.copy_s, params, c.framework)))
 
@@ -269,10 +283,11 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),
              "embed": (np.where(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
              "head": (np.where(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
-    ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets)
-    shard = np.where(c.shard_stage >= 3, zero3_time(coll, lay, c, units, nb.activation, st.embed),
-                     np.where(c.shard_stage >= 1, zero12_time(coll, lay, c, params, window, nb.grad, nb.param),
-                              ddp))
+    slow = work.overlap_slowdown
+    ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets, slowdown=slow)
+    shard = np.where(c.shard_stage >= 3, zero3_time(coll, lay, c, units, nb.activation, st.embed, slow),
+                     np.where(c.shard_stage >= 1,
+                              zero12_time(coll, lay, c, params, window, nb.grad, nb.param, slow), ddp))
     out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
 

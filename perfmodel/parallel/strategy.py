@@ -72,7 +72,7 @@ class Strategy:
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
     framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
     #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
-    attention: str = "flash"            # "flash": FlashAttention (SDPA); "unfused": softmax over s² scores
+    attention: str = "flash"            # "flash": SDPA's attention; "flash2": FlashAttention-2; "unfused": s² scores
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
     # --overlap-grad-reduce); False: it starts after the backward pass (Megatron-LM's "local" DDP,
@@ -215,9 +215,9 @@ class Strategy:
         if self.schedule == "interleaved" and self.pp == 1:
             raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
                                     "use schedule='1f1b' or pp >= 2")
-        if self.cp > 1 and self.attention != "flash":
+        if self.cp > 1 and self.attention not in ("flash", "flash2"):
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
-                                    f"blocks: use attention='flash' (got {self.attention!r})")
+                                    f"blocks: use attention='flash' or 'flash2' (got {self.attention!r})")
         if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it
             return
         if self.ep > 1 and (self.dp * self.cp) % self.ep:

@@ -1,18 +1,22 @@
-"""Where a profile's numbers come from, in words: measured (fitted to tables) or datasheet-derived."""
+"""Where a profile's numbers come from, in words: measured (fitted to tables) or datasheet-derived,
+and which classes were fitted to a GPU's published microbenchmarks instead (``meta["published_fits"]``)."""
 
 from __future__ import annotations
 
 
 def profile_origin(profile) -> str:
-    """"measured (fitted to <tables>)", "datasheet (scaled from <reference>)" or "origin not recorded"."""
+    """"measured (fitted to <tables>)", "datasheet (scaled from <reference>)" or "origin not recorded",
+    followed by the classes fitted to published measurements, if any."""
     meta = profile.meta
+    published = meta.get("published_fits") or {}
+    extra = f"; published measurements: {', '.join(sorted(published))}" if published else ""
     if meta.get("fitted_from"):
         fallback = meta.get("fallback_classes")
         rest = f"; {fallback} classes from the bundled profile" if fallback else ""
-        return "measured: fitted to " + ", ".join(map(str, meta["fitted_from"])) + rest
+        return "measured: fitted to " + ", ".join(map(str, meta["fitted_from"])) + rest + extra
     if meta.get("derived_from"):
-        return f"datasheet: {meta['derived_from']}'s fits scaled by datasheet FLOP/s and bandwidth"
-    return "origin not recorded"
+        return f"datasheet: {meta['derived_from']}'s fits scaled by datasheet FLOP/s and bandwidth" + extra
+    return "origin not recorded" + extra
 
 
 def origin_word(profile) -> str:

@@ -42,6 +42,11 @@ def _table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def microbench_rows() -> pd.DataFrame:
+    """Every published row of ``gpu_microbench_measured.csv``, once per catalog GPU it describes."""
+    return _table()
+
+
 def _shape(param: str):
     m = re.fullmatch(r"(\d+)\^3", param)
     if m:

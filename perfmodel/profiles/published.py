@@ -1,0 +1,101 @@
+"""Published kernel microbenchmarks of GPUs this project has not measured itself.
+
+Three digitised tables under ``data/reference/`` (source and date on every row):
+
+* ``attention_published.csv``: FlashAttention-2, FlashAttention-3 and cuDNN attention on an
+  H100 SXM5, forward (causal and not) and backward (not causal), head dims 64 and 128,
+  sequence 512..16k (Shah et al. 2024, arXiv 2407.08608, Figs. 5-6). The figures fix
+  batch x seq = 16k tokens and heads x head_dim = 2048; FLOPs = 4·b·heads·s²·d forward,
+  halved when causal, 2.5x that backward (the papers' convention).
+* ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
+  (Maximum Achievable Matmul FLOPS, stas00/ml-engineering), used as a check, not fitted.
+* ``overlap_slowdown.csv``: how much slower compute runs while NCCL kernels run beside it
+  (Lee et al. 2025, arXiv 2507.03114).
+
+This module only reads the tables; :mod:`perfmodel.fit.published` fits them into profiles.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.core.errors import unknown_name
+
+REFERENCE = Path(__file__).with_name("data") / "reference"
+ATTENTION_CSV = REFERENCE / "attention_published.csv"
+MAMF_CSV = REFERENCE / "gemm_mamf.csv"
+OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
+ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
+BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (FlashAttention-2 paper, §4.1)
+
+
+@lru_cache(maxsize=1)
+def attention_table() -> pd.DataFrame:
+    """Every digitised attention row: gpu, kernel, pass, head_dim, causal, seq, batch, heads, tflops."""
+    df = pd.read_csv(ATTENTION_CSV)
+    df["causal"] = df["causal"].astype(str).str.lower().eq("true")
+    return df
+
+
+def attention_flops(batch, heads, seq, head_dim, causal, which: str = "fwd"):
+    """FLOPs the papers divide by: 4·b·heads·s²·d (fwd), halved when causal, x2.5 backward."""
+    fwd = 4.0 * np.asarray(batch, float) * heads * np.asarray(seq, float) ** 2 * head_dim
+    fwd = np.where(np.asarray(causal, bool), 0.5 * fwd, fwd)
+    return fwd * (BWD_FLOPS_FACTOR if which == "bwd" else 1.0)
+
+
+def attention_rows(gpu: str, kernel: str = "fa2") -> pd.DataFrame:
+    """Compute-table rows (op ``sdpa``: phase ``fwd`` and ``fwdbwd``, seconds per call) of ``kernel``
+    on ``gpu``, in the schema :class:`perfmodel.fit.compute.ComputeFitter` reads; empty if none."""
+    if kernel not in ATTENTION_KERNELS:
+        raise unknown_name("published attention kernel", kernel, ATTENTION_KERNELS)
+    t = attention_table()
+    t = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    if t.empty:
+        return pd.DataFrame()
+    t = t.assign(time_s=attention_flops(t.batch, t.heads, t.seq, t.head_dim, t.causal, "fwd")
+                 / (t.tflops * 1e12))
+    keys = ["head_dim", "causal", "seq", "batch", "heads"]
+    fwd, bwd = t[t["pass"] == "fwd"].set_index(keys), t[t["pass"] == "bwd"].set_index(keys)
+    # a backward row times 2.5x the forward FLOPs at its own rate
+    bwd_s = BWD_FLOPS_FACTOR * bwd.time_s
+    both = (fwd.time_s + bwd_s).dropna()
+    rows = [_rows(fwd.time_s, "fwd"), _rows(both, "fwdbwd")]
+    return pd.concat(rows, ignore_index=True)
+
+
+def _rows(series: pd.Series, phase: str) -> pd.DataFrame:
+    idx = series.index.to_frame(index=False)
+    return pd.DataFrame({"op": "sdpa", "phase": phase, "timing": "eager", "dtype": "bf16",
+                         "batch": idx.batch.astype(float), "heads": idx.heads.astype(float),
+                         "kv_heads": idx.heads.astype(float), "seq": idx.seq.astype(float),
+                         "head_dim": idx.head_dim.astype(float), "causal": idx.causal.astype(bool),
+                         "time_s": series.to_numpy(float)})
+
+
+def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
+    t = attention_table()
+    t = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    return None if t.empty else str(t.source.iloc[0])
+
+
+@lru_cache(maxsize=1)
+def mamf_table() -> pd.DataFrame:
+    """Maximum Achievable Matmul FLOPS rows: gpu, dtype, m, n, k, tflops, torch, source."""
+    return pd.read_csv(MAMF_CSV)
+
+
+@lru_cache(maxsize=1)
+def _overlap() -> pd.DataFrame:
+    return pd.read_csv(OVERLAP_CSV)
+
+
+def overlap_slowdown(gpu: str, statistic: str = "mean") -> tuple[float, str] | None:
+    """(fraction by which compute slows while NCCL runs beside it, source) for ``gpu``, if published."""
+    t = _overlap()
+    hit = t[(t.statistic == statistic) & t.gpus.str.split().apply(lambda names: gpu in names)]
+    return None if hit.empty else (float(hit.compute_slowdown.iloc[0]), str(hit.source.iloc[0]))

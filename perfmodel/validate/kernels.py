@@ -1,0 +1,124 @@
+"""Bundled GPU profiles against published kernel microbenchmarks and published runs.
+
+    python -m perfmodel.validate.kernels            # prints three tables
+
+1. attention: each profile's ``sdpa`` classes against the digitised FlashAttention-2 rows
+   (fitted: the error is in-sample) and the Azure AI-benchmarking-guide FlashAttention-2
+   point (not fitted: a check);
+2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows (not fitted: a check);
+3. runs: TorchTitan (Liang et al. 2024, arXiv 2410.06511) Tables 1-2, Llama 3.1 8B on 8 H100,
+   tokens/s per GPU predicted against published (not fitted: a check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+import perfmodel as pm
+from perfmodel.costs.compute import kernel_time
+from perfmodel.profiles.published import attention_flops, attention_table, mamf_table
+from perfmodel.profiles.reference import microbench_rows
+from perfmodel.workload.ops import Kernel
+
+# TorchTitan paper, Table 1 (local batch 2, seq 8192, per-op selective checkpointing) and Table 2
+# (local batch 1, full checkpointing, compile + float8, context parallel): (options, batch, seq, cp, TPS/GPU)
+TORCHTITAN_TPS = [
+    ({"recompute": "selective-op"}, 2, 8192, 1, 5762),
+    ({"recompute": "selective-op", "compile": True, "loss": "eager"}, 2, 8192, 1, 6667),
+    ({"recompute": "selective-op", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 2, 8192, 1, 8532),
+    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 32768, 1, 3890),
+    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 65536, 2, 2540),
+    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 131072, 4, 1071),
+    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 262144, 8, 548),
+]
+
+
+def sdpa_tflops(profile, batch, heads, seq, head_dim, causal, which="fwd", kernel="fa2") -> float:
+    """TFLOP/s of ``profile``'s attention class (``kernel``: "fa2" for ``attention="flash2"``, None for
+    the profile's own), FLOPs counted as the FlashAttention papers do."""
+    variant = f"{kernel}.{which}" if kernel else which
+    size = {"batch": float(batch), "heads": float(heads), "kv_heads": float(heads), "seq": float(seq),
+            "head_dim": float(head_dim), "causal": float(causal)}
+    gpu, _ = kernel_time(profile, Kernel("attn", "sdpa", which, size, 1, 0.0, variant, "bf16"))
+    return float(attention_flops(batch, heads, seq, head_dim, causal, which) / float(gpu) / 1e12)
+
+
+def attention_errors(gpu: str = "h100-sxm5-80gb", kernel: str = "fa2") -> pd.DataFrame:
+    """Predicted vs published TFLOP/s of every digitised ``kernel`` row of ``gpu``."""
+    profile = pm.load_profile(gpu)
+    t = attention_table()
+    t = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    pred = [sdpa_tflops(profile, r.batch, r.heads, r.seq, r.head_dim, r.causal, r["pass"], kernel)
+            for _, r in t.iterrows()]
+    return t.assign(predicted=pred, error=np.asarray(pred) / t.tflops.to_numpy() - 1)
+
+
+def azure_flash_check(gpu: str) -> tuple[float, float] | None:
+    """(predicted, published) fwd+bwd TFLOP/s at the Azure guide's FlashAttention-2 point (batch 2,
+    seq 8192; taken as head_dim 128, 16 heads, not causal, as flash-attn's benchmark script runs)."""
+    t = microbench_rows()
+    t = t[(t.catalog == gpu) & t.benchmark.str.startswith("FlashAttention-2") & (t.param == "flash")]
+    if t.empty:
+        return None
+    p = pm.load_profile(gpu)
+    fwd, bwd = (attention_flops(2, 16, 8192, 128, False, w) / sdpa_tflops(p, 2, 16, 8192, 128, False, w, "fa2")
+                for w in ("fwd", "bwd"))
+    total = attention_flops(2, 16, 8192, 128, False, "fwd") * (1 + 2.5)
+    return float(total / (fwd + bwd)), float(t.value.iloc[0])
+
+
+def gemm_checks() -> pd.DataFrame:
+    """Predicted vs published TFLOP/s at each Maximum Achievable Matmul FLOPS shape."""
+    rows = []
+    for _, r in mamf_table().iterrows():
+        p = pm.load_profile(r.gpu)
+        k = Kernel("mm", "gemm", "fwd", {"m": float(r.m), "n": float(r.n), "k": float(r.k)}, 1,
+                   2.0 * r.m * r.n * r.k, "fwd", r["dtype"])
+        t, _ = kernel_time(p, k)
+        pred = 2.0 * r.m * r.n * r.k / float(t) / 1e12
+        rows.append({"gpu": r.gpu, "dtype": r["dtype"], "shape": f"{r.m}x{r.n}x{r.k}", "published": r.tflops,
+                     "predicted": pred, "error": pred / r.tflops - 1})
+    return pd.DataFrame(rows)
+
+
+def torchtitan_checks(attention: str = "flash2") -> pd.DataFrame:
+    """Predicted vs published tokens/s per GPU of the TorchTitan paper's Llama 3.1 8B rows. The paper's
+    torchtitan (October 2024) let context-parallel SDPA use only the FLASH and EFFICIENT backends
+    (torchtitan/distributed/utils.py before commit 5cfe514b6, 2025-03-20), hence FlashAttention-2."""
+    rows = []
+    for options, batch, seq, cp, tps in TORCHTITAN_TPS:
+        m = dataclasses.replace(pm.preset("llama-3-8b"), seq=seq)
+        s = pm.Strategy(dp=8 // cp, cp=cp, micro_batch=batch, framework="torchtitan", attention=attention,
+                        **options)
+        p = pm.predict(m, pm.cluster("dgx-h100"), s)
+        pred = p.tokens_per_second / 8
+        rows.append({"seq": seq, "cp": cp, "options": ",".join(f"{k}={v}" for k, v in options.items()),
+                     "published": tps, "predicted": pred, "error": pred / tps - 1})
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    pd.set_option("display.width", 160)
+    att = attention_errors()
+    print("attention, h100 FlashAttention-2 rows (fitted):")
+    print(att[["pass", "head_dim", "causal", "seq", "tflops", "predicted", "error"]].round(3).to_string(index=False))
+    print(f"median |error| {att.error.abs().median():.1%}")
+    for gpu in ("a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb"):
+        hit = azure_flash_check(gpu)
+        if hit:
+            print(f"{gpu}: Azure FlashAttention-2 fwd+bwd {hit[1]:.0f} TFLOP/s, predicted {hit[0]:.0f} "
+                  f"({hit[0] / hit[1] - 1:+.1%}, check)")
+    print("\nGEMM at the Maximum Achievable Matmul FLOPS shapes (check):")
+    print(gemm_checks().round(3).to_string(index=False))
+    for attention in ("flash2", "flash"):
+        tt = torchtitan_checks(attention)
+        print(f"\nTorchTitan paper, Llama 3.1 8B on 8 H100, tokens/s per GPU, attention={attention!r} (check):")
+        print(tt.round(3).to_string(index=False))
+        print(f"median |error| {tt.error.abs().median():.1%}")
+
+
+if __name__ == "__main__":
+    main()
