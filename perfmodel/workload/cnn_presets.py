@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, unknown_name
+from perfmodel.workload.graph import GraphModel
 
 GRAPHS_DIR = Path(__file__).resolve().parent / "data" / "graphs"
 TV = "torchvision.models"
@@ -48,8 +49,6 @@ def list_graph_presets() -> list[str]:
 @cache
 def _load(key: str):
     import json
-
-    from perfmodel.workload.graph import GraphModel
 
     text = (resources.files("perfmodel.workload") / "data" / "graphs" / f"{key}.json").read_text()
     return GraphModel.from_dict(json.loads(text), origin=f"bundled graph {key!r}")
