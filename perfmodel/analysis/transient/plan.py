@@ -35,6 +35,8 @@ from perfmodel.analysis.transient.prices import SECONDS_PER_HOUR, load_prices, s
 from perfmodel.analysis.transient.revocation import load_revocation, revocation_model
 from perfmodel.core.checks import check_int, check_positive
 from perfmodel.workload.presets import as_model
+from perfmodel.interval import check_level
+from perfmodel.predict import predict
 
 BYTES_PER_PARAM = 12  # fp32 weights + two fp32 Adam moments (Kingma & Ba 2015)
 COLUMNS = ["scenario", "gpu", "workers", "interval_s", "expected_time_s", "p50_s", "p90_s",
@@ -136,12 +138,9 @@ def _spot_row(name, sim, *, mode, work, prices_per_worker, gpw, wait_s, on_deman
 
 def _step_interval(model, cluster, strategy, step_time_s, profile=None, level=0.9):
     """(step seconds, interval low / step, interval high / step, regime); no interval for a given step."""
-    from perfmodel.interval import check_level
-
     level = check_level(level)
     if step_time_s is not None:
         return check_positive("step_time_s", step_time_s), math.nan, math.nan, "step time given"
-    from perfmodel.predict import predict  # the step-time predictor; optional here
 
     p = predict(model, cluster, strategy, profile=profile, level=level)
     step = check_positive("predicted step_time", float(p.step_time))
