@@ -7,6 +7,7 @@ docs/stacks.md gives the source of each term in the frameworks' code.
 from __future__ import annotations
 
 import numpy as np
+
 from perfmodel.workload.stacks import stack
 
 PARAM_BYTES = 2.0   # MixedPrecisionPolicy / MixedPrecision param_dtype=bf16: unsharded parameters
