@@ -33,6 +33,7 @@ from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.hardware import as_cluster
 
 # sortable columns: True where larger is better
 SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_per_gpu": True, "mfu": True,
@@ -45,8 +46,6 @@ STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_over
 
 
 def _clusters(cluster) -> list:
-    from perfmodel.hardware import as_cluster
-
     items = cluster if isinstance(cluster, (list, tuple)) else [cluster]
     if not items:
         raise InvalidInputError("'cluster' must name at least one cluster: got an empty list")
