@@ -175,7 +175,6 @@ def complete_profile(profile, table: pd.DataFrame, gpu=None):
             "aliased_classes": sorted(k for k in extra if k.startswith("gemm:"))}
     done = Profile(profile.name, profile.gpu, compute, profile.collectives, dict(profile.host), meta)
     if gpu is not None and "cpu_extra_per_kernel_s" not in done.host:  # needed the classes added here
-
         done = replace(done, host={**done.host, **fit_step_overhead(done, table, gpu)})
     return done
 
