@@ -293,12 +293,17 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
               "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp}
     jobs, rejected, detail, capacity = _jobs(model, cluster, global_batch, opts, limits, profile, prices)
     best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, larger_is_better), chunk=chunk, workers=workers)
-    rejected["memory"] = best.evaluated - best.feasible
     if best.rows is None:
         raise InfeasibleError(_memory_message(best.closest, best.evaluated, " / ".join(capacity), opts))
+    return _ranked_table(best, rejected, detail, int(global_batch), sort_by, t0)
+
+
+def _ranked_table(best, rejected: dict, detail, global_batch: int, sort_by: str, t0: float) -> pd.DataFrame:
+    """The kept rows as ``search`` returns them, best first, ties marked, the counts in ``attrs``."""
+    rejected["memory"] = best.evaluated - best.feasible
     rows = best.rows
     rows.pop("order")
-    df = mark_ties(_table(rows, np.arange(rows["dp"].size), int(global_batch)), 0, sort_by)
+    df = mark_ties(_table(rows, np.arange(rows["dp"].size), global_batch), 0, sort_by)
     df.attrs.update(rejected=rejected, rejected_detail=detail, evaluated=best.evaluated, feasible=best.feasible,
                     sort_by=sort_by, seconds=time.perf_counter() - t0)
     return df
