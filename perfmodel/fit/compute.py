@@ -20,7 +20,7 @@ from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.fit.tables import bound_rows, clean_rows, twin_rows
 from perfmodel.core.units import DTYPE_BYTES
-from perfmodel.fit.conv import fit_conv
+from perfmodel.fit.conv import fit_conv  # conv2d: implicit GEMMs + a fitted overhead class
 
 # operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
 RAW_OPERANDS = {"copy": 2, "add": 3, "scale": 2, "sum": 1}
