@@ -19,10 +19,12 @@ from perfmodel.parallel.fabric import cluster_collectives, parameter_server_link
 from perfmodel.parallel.ps_async import AsyncPS, async_ps, server_count, server_spec
 from perfmodel.workload.variables import model_variables
 from perfmodel.profiles.origin import profile_origin
-from perfmodel.profiles.profile import Profile, load_profile
+from perfmodel.profiles.profile import Profile, list_profiles, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.kernels import gemm_dtype
+from perfmodel.hardware import as_cluster
+from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
 
 BREAKDOWN_KEYS = ("forward", "backward", "optimizer", "host_overhead", "tp_comm", "dp_comm",
                   "pipeline_bubble", "p2p")
@@ -102,8 +104,6 @@ def default_profile(cluster) -> Profile:
     """The bundled profile of the cluster's GPU (fitted where measured, datasheet-scaled otherwise); a GPU
     described in a TOML of one's own gets the measured reference profile scaled by its datasheet figures,
     named '<gpu> (datasheet)' so the prediction says so."""
-    from perfmodel.profiles.profile import list_profiles
-
     if cluster.gpu.name in list_profiles():
         return _bundled_profile(cluster.gpu.name)
     return _datasheet_profile(cluster.gpu)
@@ -118,8 +118,6 @@ def _bundled_profile(name: str) -> Profile:
 @cache
 def _datasheet_profile(gpu) -> Profile:
     """The reference profile scaled to ``gpu``'s datasheet, once per GPU (sweeps price it many times)."""
-    from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
-
     return datasheet_profile(gpu, load_profile(REFERENCE_PROFILE))
 
 
@@ -196,8 +194,6 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     ``interval`` holds the measured step with probability ``level`` in its calibrated regime
     (docs/accuracy.md).
     """
-    from perfmodel.hardware import as_cluster
-
     level = check_level(level)
 
     cluster = as_cluster(cluster)

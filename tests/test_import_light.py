@@ -29,3 +29,11 @@ def test_symbolic_formula_still_loads_sympy_on_use():
             "e = pm.load_profile('h100-sxm5-80gb').formula('gemm', dtype='bf16')\n"
             "assert e.free_symbols")
     assert "sympy" in _loaded_after(code)
+
+
+
+def test_cli_help_loads_no_scipy():
+    # why the fit/validate/plan/sites back ends are imported when their command runs (tests/test_imports.py)
+    probe = "import sys\nfrom perfmodel.cli import build_parser\nbuild_parser()\nprint('scipy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]

@@ -7,6 +7,18 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perfmodel"
 OPTIONAL = ("torch", "matplotlib", "huggingface_hub")  # extras: imported inside the functions that need them
+# The only perfmodel modules imported inside a function: CLI commands whose back ends load scipy, so that
+# `perfmodel --help` and `perfmodel predict` do not (the package root's lazy names use importlib in
+# __getattr__ and are no import statement). (file, function, module imported) -> why.
+SCIPY_AT_HELP = "loads scipy, which perfmodel --help need not pay for"
+FUNCTION_LEVEL_ALLOWED = {
+    ("perfmodel/cli/__init__.py", "cmd_fit", "perfmodel.fit.build"): "fitting " + SCIPY_AT_HELP,
+    ("perfmodel/cli/__init__.py", "_fit_notes", "perfmodel.fit.compute"): "fitting " + SCIPY_AT_HELP,
+    ("perfmodel/cli/__init__.py", "_fit_device", "perfmodel.validate.host"): "fitting " + SCIPY_AT_HELP,
+    ("perfmodel/cli/validate.py", "cmd_validate", "perfmodel.validate.loop"): "validation " + SCIPY_AT_HELP,
+    ("perfmodel/cli/transient.py", "cmd_plan", "perfmodel.analysis.transient.plan"): "planning " + SCIPY_AT_HELP,
+    ("perfmodel/cli/sites.py", "cmd_sites", "perfmodel.analysis.multisite_inverse"): "a root finder " + SCIPY_AT_HELP,
+}
 
 
 def _cycles(graph) -> list[list[str]]:
@@ -62,3 +74,37 @@ def test_optional_dependencies_are_not_imported_at_module_level():
             if name.split(".")[0] in OPTIONAL:
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}: {name}")
     assert offenders == []
+
+
+def _function_level_perfmodel_imports(tree: ast.Module):
+    """(function, module) of every import of a perfmodel module (absolute or relative) inside a function."""
+    def walk(node, function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield from walk(child, child.name)
+                continue
+            if function is not None and isinstance(child, ast.ImportFrom):
+                if child.level or (child.module or "").split(".")[0] == "perfmodel":
+                    yield function, "." * child.level + (child.module or "")
+            elif function is not None and isinstance(child, ast.Import):
+                yield from ((function, a.name) for a in child.names if a.name.split(".")[0] == "perfmodel")
+            yield from walk(child, function)
+    yield from walk(tree, None)
+
+
+def test_perfmodel_modules_are_imported_at_module_level():
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        found |= {(rel, fn, mod) for fn, mod in _function_level_perfmodel_imports(ast.parse(path.read_text()))}
+    unexpected = sorted(found - set(FUNCTION_LEVEL_ALLOWED))
+    assert not unexpected, ("import these at module level (a cycle means a shared piece belongs in a lower "
+                            f"layer): {unexpected}")
+    assert found == set(FUNCTION_LEVEL_ALLOWED), f"allowed but gone (remove): {set(FUNCTION_LEVEL_ALLOWED) - found}"
+
+
+def test_function_level_check_sees_nested_and_relative_imports():
+    tree = ast.parse("import perfmodel\n"
+                     "def f():\n    if x:\n        from perfmodel.predict import predict\n"
+                     "class C:\n    def m(self):\n        from . import units\n        import numpy\n")
+    assert sorted(_function_level_perfmodel_imports(tree)) == [("f", "perfmodel.predict"), ("m", ".")]

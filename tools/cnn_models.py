@@ -11,6 +11,7 @@ predictions read the JSON graphs only.
 from __future__ import annotations
 
 import argparse
+import types
 from functools import lru_cache
 from pathlib import Path
 
@@ -87,8 +88,6 @@ def loss_for(name: str):
 @lru_cache(maxsize=1)
 def _nets():
     """Module classes, defined on first use so that importing this file does not import torch."""
-    import types
-
     import torch
     from torch import nn
     import torch.nn.functional as F
@@ -136,9 +135,10 @@ def _nets():
     return ns
 
 
-def _inception_classes(ns) -> None:
-    """torchvision.models.inception: BasicConv2d (conv + BN eps 1e-3 + ReLU) and blocks A-E, Aux."""
-    nn, F, torch = ns.nn, ns.F, ns.torch
+def _inception_convs(ns):
+    """torchvision.models.inception.BasicConv2d (conv + BN eps 1e-3 + ReLU), and ``seq(*specs)``: a
+    Sequential of them, each spec (cin, cout, kernel[, keyword arguments])."""
+    nn, F = ns.nn, ns.F
 
     class BC(nn.Module):
         def __init__(self, cin, cout, kernel, stride=1, padding=0):
@@ -151,7 +151,13 @@ def _inception_classes(ns) -> None:
 
     def seq(*specs):
         return nn.Sequential(*(BC(*s[:3], **(s[3] if len(s) > 3 else {})) for s in specs))
+    return seq
 
+
+def _inception_blocks(ns, seq) -> types.SimpleNamespace:
+    """torchvision.models.inception's InceptionA-E as builders ``a(c, pool)``, ``b(c)``, ``c(c, c7)``,
+    ``d(c)``, ``e(c)``: parallel branches concatenated on channels."""
+    nn, F, torch = ns.nn, ns.F, ns.torch
     p1, p2 = {"padding": 1}, {"padding": 2}
     row, col = {"padding": (0, 3)}, {"padding": (3, 0)}
 
@@ -201,6 +207,16 @@ def _inception_classes(ns) -> None:
                   seq((384, 384, (1, 3), a)), seq((384, 384, (3, 1), b))]
         return Mixed([seq((c, 320, 1)), seq((c, 384, 1)), seq((c, 448, 1), (448, 384, 3, p1)), seq((c, 192, 1))],
                      [None, None, None, avg], splits)
+    return types.SimpleNamespace(a=block_a, b=block_b, c=block_c, d=block_d, e=block_e)
+
+
+def _inception_classes(ns) -> None:
+    """torchvision.models.inception.Inception3 (stem, blocks A-E, the auxiliary head) as ``ns.Inception3``."""
+    nn, F, torch = ns.nn, ns.F, ns.torch
+    seq = _inception_convs(ns)
+    blocks = _inception_blocks(ns, seq)
+    block_a, block_b, block_c, block_d, block_e = blocks.a, blocks.b, blocks.c, blocks.d, blocks.e
+    p1 = {"padding": 1}
 
     class Aux(nn.Module):
         def __init__(self, c, num_classes):

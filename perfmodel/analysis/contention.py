@@ -30,6 +30,8 @@ from perfmodel.analysis.interference import CLASSES, load_interference
 from perfmodel.analysis.load import job_load
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.checks import check_choice
+from perfmodel.hardware import as_cluster
+from perfmodel.predict import default_profile, profile_for
 
 MODES = ("time-slice", "mps", "mig")
 ITERATIONS = 400
@@ -127,9 +129,6 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     ``background_load``: other always-ready work sharing the device (runnable threads on a CPU host),
     in jobs' worth; the slowdowns are then against each job alone with that same load.
     """
-    from perfmodel.hardware import as_cluster
-    from perfmodel.predict import default_profile, profile_for
-
     check_choice("mode", mode, MODES)
     cluster = as_cluster(gpu_or_cluster)
     jobs = list(jobs) if isinstance(jobs, (list, tuple)) else None
@@ -189,8 +188,6 @@ def _instances(gpu, n: int, mig_profile) -> list:
 
 def _predict_mig(jobs, cluster, profile, mig_profile) -> SharedPrediction:
     """Each job alone on its MIG instance: no interference (MIG isolates SMs, L2 and DRAM)."""
-    from perfmodel.predict import default_profile, profile_for
-
     if cluster.n_gpus != 1:
         raise UnsupportedError(f"mode='mig' splits one GPU: got a cluster of {cluster.n_gpus} GPUs")
     gpu = cluster.gpu

@@ -18,7 +18,7 @@ from perfmodel.costs import memory as mem
 from perfmodel.costs.compute import time_by_class
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.hardware.common import FrozenMap
-from perfmodel.predict import Prediction, predict
+from perfmodel.predict import Prediction, default_profile, predict, profile_for
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.presets import as_model
@@ -81,8 +81,6 @@ def compute_share(model, s: Strategy, profile) -> float:
 
 def job_load(item, cluster, profile=None, *, launch_on_device: bool = False) -> JobLoad:
     """The per-class load of one job on ``cluster`` (priced alone, with ``profile`` or the GPU's own)."""
-    from perfmodel.predict import default_profile, profile_for
-
     model, s, label, given = as_job(item, cluster)
     p = given if given is not None else predict(model, cluster, s, profile=profile)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)

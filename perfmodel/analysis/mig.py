@@ -19,6 +19,8 @@ from functools import cache
 from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, UnsupportedError, unknown_name
+from perfmodel.hardware import gpu_node
+from perfmodel.hardware.node import Cluster
 
 MIG_TABLE = Path(__file__).resolve().parent / "data" / "mig_profiles.csv"
 MEMORY_SLICES = 8  # memory eighths per GPU (MIG User Guide, "Supported MIG Profiles")
@@ -147,7 +149,4 @@ def slice_profile(profile, gpu, mig: MigProfile):
 
 def slice_cluster(gpu, mig: MigProfile):
     """A one-GPU cluster whose GPU is the MIG instance."""
-    from perfmodel.hardware import gpu_node
-    from perfmodel.hardware.node import Cluster
-
     return Cluster(node=gpu_node(slice_gpu(gpu, mig), 1), nodes=1)

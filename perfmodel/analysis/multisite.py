@@ -44,9 +44,20 @@ from perfmodel.costs.comm import datasheet_entry, hierarchical_time, lookup_entr
 from perfmodel.costs.wan import SITE_ALGORITHMS, ring_edges, three_level_time, wan_time
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.hardware.common import FrozenMap
-from perfmodel.hardware.sites import MultiCluster
+from perfmodel.hardware.sites import MultiCluster, multi_cluster
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.core.checks import check_choice, check_int
+from perfmodel.hardware.node import Cluster
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.data import DDP_FIRST_BUCKET_BYTES, _overlapped, _split, ddp_bucket_passes
+from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.parallel.pipeline import p2p_time
+from perfmodel.parallel.placement import layout
+from perfmodel.parallel.wire import activation_bytes, wire_bytes
+from perfmodel.predict import default_profile, predict
+from perfmodel.profiles.profile import load_profile
+from perfmodel.step import _copy_pricer
+from perfmodel.workload.presets import as_model
 
 SYNCS = ("sync", "diloco")
 ACROSS = ("dp", "pp")
@@ -168,11 +179,6 @@ def _site_profile(profile, site):
 
 def site_steps(model, multi: MultiCluster, strategy: MultiSiteStrategy, profile=None) -> tuple[SiteStep, ...]:
     """Each site's own step, from :func:`perfmodel.predict` (its kernels, in-site communication)."""
-    from perfmodel.parallel.fabric import cluster_collectives
-    from perfmodel.parallel.placement import layout
-    from perfmodel.predict import default_profile, predict
-    from perfmodel.profiles.profile import load_profile
-
     for given, what in ((profile, "profile"), (strategy.site, "site")):
         unknown = sorted(set(given) - set(multi.names)) if isinstance(given, Mapping) else []
         if unknown:
@@ -196,8 +202,6 @@ def _params_per_rank(model, s: Strategy) -> float:
 
 
 def _grad_bytes(s: Strategy) -> float:
-    from perfmodel.parallel.wire import wire_bytes
-
     return wire_bytes(s.precision, s.framework).grad
 
 
@@ -227,8 +231,6 @@ def _sync_reduce_s(model, multi, steps, algorithm) -> tuple[float, float, float]
     DDP buckets (1 MiB first, then ``bucket_mib``; Li et al. 2020 §3.2) each pay every level's
     latency; the tensor x pipeline shards' groups cross the WAN together.
     """
-    from perfmodel.parallel.data import DDP_FIRST_BUCKET_BYTES, _overlapped, _split
-
     s = steps[0].strategy
     for st in steps:
         if st.strategy.shard or st.strategy.ps_servers:
@@ -263,9 +265,6 @@ def _sync_reduce_s(model, multi, steps, algorithm) -> tuple[float, float, float]
 def _bucket_passes_s(model, st: SiteStep) -> float:
     """DDP's memory passes over its buckets (``perfmodel.parallel.data.ddp_bucket_passes``): the
     site's ``dp_comm`` held them with its in-site reduction, which the three-level one replaces."""
-    from perfmodel.step import _copy_pricer
-    from perfmodel.parallel.data import ddp_bucket_passes
-
     copy_s = None if st.profile is None else _copy_pricer(st.profile)
     if copy_s is None:  # a profile without a copy class: the passes are not priced, as in predict
         return 0.0
@@ -291,14 +290,6 @@ def _pp_across(model, multi, strategy, profile) -> tuple[dict, tuple]:
     sends then cost what the WAN charges instead of what the network between nodes charges:
     ``perfmodel.parallel.pipeline.p2p_time`` is called with both fabrics and the difference added.
     """
-    from perfmodel.parallel.config import StepConfig
-    from perfmodel.parallel.pipeline import p2p_time
-    from perfmodel.parallel.wire import activation_bytes
-    from perfmodel.parallel.fabric import cluster_collectives
-    from perfmodel.hardware.node import Cluster
-    from perfmodel.predict import default_profile, predict
-    from perfmodel.profiles.profile import load_profile
-
     nodes = {site.cluster.node for site in multi.sites}
     if len(nodes) != 1 or len({site.cluster.nodes for site in multi.sites}) != 1:
         raise UnsupportedError("pipeline stages across sites need the same node type and node count in every "
@@ -424,9 +415,6 @@ def predict_multisite(model, sites, strategy=None, *, profile=None, **changes) -
     algorithm's fields as keywords (``sync="diloco", inner_steps=100, outer_precision="int8"``).
     ``profile``: one profile for every site, or ``{site name: profile}``.
     """
-    from perfmodel.hardware.sites import multi_cluster
-    from perfmodel.workload.presets import as_model
-
     multi = sites if isinstance(sites, MultiCluster) else multi_cluster(sites)
     model = as_model(model)
     s = as_multisite_strategy(strategy, changes)

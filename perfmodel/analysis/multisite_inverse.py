@@ -30,6 +30,7 @@ from perfmodel.core.errors import InfeasibleError, InvalidInputError
 from perfmodel.hardware.sites import MultiCluster, WanLink, multi_cluster
 from perfmodel.core.checks import check_int, check_positive
 from perfmodel.workload.presets import as_model
+from perfmodel.analysis.transient.plan import plan_training
 
 BANDWIDTH_BOUNDS = (1e3, 1e15)  # bytes/s searched: 8 kb/s to 8 Pb/s
 HINTS = {"diloco": "more inner_steps or overlap_steps would help",
@@ -144,8 +145,6 @@ def plan_multisite(model, sites, strategy=None, steps: int = 1, *, prices=None, 
     ``all sites`` rows add the costs and take the longest time: revocations are simulated per
     site, not their coupling (a revoked site stalls a synchronous run; DiLoCo's others go on).
     """
-    from perfmodel.analysis.transient.plan import plan_training
-
     steps = check_int("steps", steps)
     multi = sites if isinstance(sites, MultiCluster) else multi_cluster(sites)
     model = as_model(model)

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.analysis.load import as_job
+from perfmodel.hardware import as_cluster, part_of_node
+from perfmodel.hardware.node import Cluster
+from perfmodel.predict import predict
 
 STEPS = 24          # simulated steps of the slowest job; the first WARMUP are dropped
 WARMUP = 4
@@ -146,11 +150,6 @@ def _placed(item, cluster):
 
 def _job_phases(job, nodes, cluster, profile, racks):
     """The job priced alone on its nodes and its phases on the shared links."""
-    from perfmodel.analysis.load import as_job
-    from perfmodel.hardware import part_of_node
-    from perfmodel.hardware.node import Cluster
-    from perfmodel.predict import predict
-
     model, s, label, given = as_job(job, Cluster(node=cluster.node, nodes=len(nodes)))
     per_node = s.gpus // len(nodes)
     if per_node * len(nodes) != s.gpus or per_node > cluster.gpus_per_node:
@@ -191,8 +190,6 @@ def predict_cluster(jobs_with_placements, cluster, *, profile=None, offsets=None
     first; ``search_offsets``: choose offsets on a grid (the first job fixed at 0) for the lowest mean
     slowdown. ``nodes_per_rack`` with ``oversubscription``: rack uplinks of nodes_per_rack NICs' worth / it.
     """
-    from perfmodel.hardware import as_cluster
-
     cluster = as_cluster(cluster)
     items = list(jobs_with_placements) if isinstance(jobs_with_placements, (list, tuple)) else []
     if not items:
@@ -222,8 +219,6 @@ def predict_cluster(jobs_with_placements, cluster, *, profile=None, offsets=None
 
 
 def _check_gpus(placed, cluster) -> None:
-    from perfmodel.analysis.load import as_job
-
     for job, _ in placed:
         as_job(job, cluster)  # names and strategies checked before any pricing
     counts = {}

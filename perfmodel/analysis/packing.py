@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from perfmodel.parallel.strategy import fill_dp
 from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelError, UnsupportedError
 from perfmodel.core.checks import check_choice
+from perfmodel.analysis.contention import MODES, predict_shared
+from perfmodel.analysis.load import as_job
+from perfmodel.analysis.network import predict_cluster
+from perfmodel.hardware import as_cluster, part_of_node
+from perfmodel.hardware.node import Cluster
 
 OBJECTIVES = ("throughput", "slowest")
 MAX_JOBS = 7  # Bell(7) = 877 groupings: priced in seconds; beyond, the count explodes
@@ -56,11 +61,6 @@ def advise_packing(jobs, cluster, *, objective: str = "throughput", modes=("time
     ``jobs``: ``(model, strategy, label)`` with distinct labels (or models / ``(model, strategy)``);
     ``steps``: steps each job must run (default 1 each) for the completion times.
     """
-    from perfmodel.analysis.contention import MODES, predict_shared
-    from perfmodel.analysis.load import as_job
-    from perfmodel.hardware import as_cluster, part_of_node
-    from perfmodel.hardware.node import Cluster
-
     check_choice("objective", objective, OBJECTIVES)
     for m in modes:
         check_choice("mode", m, MODES)
@@ -113,8 +113,6 @@ def advise_packing(jobs, cluster, *, objective: str = "throughput", modes=("time
 def rank_placements(candidates, cluster, *, objective: str = "throughput", **options) -> list:
     """``[(index, ClusterPrediction)]`` of alternative placements (each a ``predict_cluster`` job list),
     best first: by total throughput (sum of 1/slowdown) or the slowest job's shared step."""
-    from perfmodel.analysis.network import predict_cluster
-
     check_choice("objective", objective, OBJECTIVES)
     if not isinstance(candidates, (list, tuple)) or not candidates:
         raise InvalidInputError("'candidates' must be a non-empty list of placements (predict_cluster job lists)")

@@ -21,6 +21,22 @@ import sys
 from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError
+from perfmodel import __version__
+from perfmodel.cli.listing import listing
+from perfmodel.core.extras import require_installed
+from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
+from perfmodel.fit.nccl_tests import import_logs
+from perfmodel.fit.tables import read_compute_table
+from perfmodel.hardware import cluster, load_gpu
+from perfmodel.parallel.strategy import Strategy, parse_stage_layers
+from perfmodel.predict import predict
+from perfmodel.profiles.origin import profile_origin
+from perfmodel.report.fit_plots import write_residual_plots
+from perfmodel.report.tables import REPORT_WIDTH, fit_report_table, fit_target_summary, prediction_table
+from perfmodel.workload.hf import from_hf_config
+from perfmodel.workload.hf_hub import from_hf_hub
+from perfmodel.workload.presets import model_from_toml, preset
+from perfmodel.workload.stacks import FRAMEWORKS
 
 # Modules that add their own sub-commands (compare/sweep/search, validate, plan).
 EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient", "perfmodel.cli.sites")
@@ -108,7 +124,6 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too."""
     p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
     p.add_argument("--ep", type=POSITIVE_INT, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
-    from perfmodel.workload.stacks import FRAMEWORKS
 
     p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS),
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies; torchtitan: "
@@ -121,24 +136,14 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_model(args):
-    from perfmodel.workload.presets import preset
-
     spec = args.model
     if Path(spec).is_dir():  # a folder holding a config.json (a Hugging Face snapshot)
-        from perfmodel.workload.hf import from_hf_config
-
         model = from_hf_config(spec)
     elif not spec.endswith((".json", ".toml")) and "/" in spec and not Path(spec).exists():
-        from perfmodel.workload.hf_hub import from_hf_hub
-
         model = from_hf_hub(spec)  # a Hub id such as meta-llama/Meta-Llama-3-8B (the 'hf' extra)
     elif spec.endswith(".json"):
-        from perfmodel.workload.hf import from_hf_config
-
         model = from_hf_config(spec)
     elif spec.endswith(".toml"):
-        from perfmodel.workload.presets import model_from_toml
-
         model = model_from_toml(spec)
     else:
         model = preset(spec)
@@ -148,14 +153,10 @@ def load_model(args):
 
 
 def load_cluster(args):
-    from perfmodel.hardware import cluster
-
     return cluster(args.gpu or "h200", nodes=args.nodes, gpus_per_node=args.gpus_per_node)
 
 
 def strategy_from_args(args, n_gpus: int):
-    from perfmodel.parallel.strategy import Strategy, parse_stage_layers
-
     dp = args.dp or max(1, n_gpus // (args.tp * args.pp * args.cp))
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
                     zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
@@ -168,9 +169,6 @@ def strategy_from_args(args, n_gpus: int):
 
 
 def cmd_predict(args) -> int:
-    from perfmodel.predict import predict
-    from perfmodel.report.tables import prediction_table
-
     model, cl = load_model(args), load_cluster(args)
     p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile, level=args.level)
     print(json.dumps(p.to_dict(), indent=1, default=str) if args.json else prediction_table(p))
@@ -189,19 +187,17 @@ def _fit_progress(done: int, total: int, key: str) -> None:
 def _fit_device(args):
     """(gpu, profile name) of a fit: the device the tables' metadata names, a CPU host written as a TOML
     beside the profile, or --gpu as given (refused when it contradicts the tables)."""
-    from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
-
     measured = measured_device(args.tables)
     gpu = choose_gpu(measured, args.gpu, allow_mismatch=args.allow_gpu_mismatch)
     if gpu != CPU:
         return gpu, args.name
-    from perfmodel.fit.tables import read_compute_table
-    from perfmodel.validate.host import write_host_gpu
 
     tables = [read_compute_table(f) for f in args.tables if (Path(f) / "compute.csv").exists()]
     if not tables:
         raise InvalidInputError("--gpu cpu describes the host from its compute.csv: the tables have none")
     import pandas as pd
+
+    from perfmodel.validate.host import write_host_gpu  # on use: fitting loads scipy, which `perfmodel --help` need not pay for
 
     slug = host_slug(measured.device_name)
     meta = measured.meta or {}
@@ -213,7 +209,7 @@ def _fit_device(args):
 
 def _fit_notes(profile) -> list[str]:
     """Lines on terms fitted from these tables only (fallback classes carry the reference GPU's)."""
-    from perfmodel.fit.compute import POWER_ONSET_S
+    from perfmodel.fit.compute import POWER_ONSET_S  # on use: fitting loads scipy, which `perfmodel --help` need not pay for
 
     lines = []
     if profile.meta.get("rejected_rows"):
@@ -236,9 +232,7 @@ def _fit_notes(profile) -> list[str]:
 def cmd_fit(args) -> int:
     import textwrap
 
-    from perfmodel.fit.build import build_profile
-    from perfmodel.profiles.origin import profile_origin
-    from perfmodel.report.tables import REPORT_WIDTH, fit_report_table, fit_target_summary
+    from perfmodel.fit.build import build_profile  # on use: fitting loads scipy, which `perfmodel --help` need not pay for
 
     gpu, name = _fit_device(args)
     profile, report = build_profile(args.tables, gpu=gpu, name=name, progress=_fit_progress)
@@ -248,13 +242,10 @@ def cmd_fit(args) -> int:
         print(textwrap.fill(line, REPORT_WIDTH, subsequent_indent="  "))
     profile.save(args.output)
     print(f"wrote {args.output}: profile {profile.name!r} of {profile.gpu} ({profile_origin(profile)})")
-    from perfmodel.hardware import load_gpu
 
     fp32 = "" if "bf16" in load_gpu(gpu).peak_flops else " --precision fp32"  # a CPU host measures fp32 only
     print(f"predict with it: perfmodel predict --gpu {gpu} --profile {args.output}{fp32} ...")
     if args.plots:
-        from perfmodel.report.fit_plots import write_residual_plots
-
         paths = write_residual_plots(report.attrs["points"], args.plots)
         print(f"wrote {len(paths)} residual plots to {args.plots}")
     return 0
@@ -314,8 +305,6 @@ def _run_child(cmd: list[str]) -> int:
 
 
 def cmd_import_nccl(args) -> int:
-    from perfmodel.fit.nccl_tests import import_logs
-
     table = import_logs(args.logs, args.out)
     print(f"imported {len(table)} rows into {args.out}/collectives.csv")
     if table.attrs.get("bad_lines"):
@@ -324,8 +313,6 @@ def cmd_import_nccl(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from perfmodel.cli.listing import listing
-
     print(listing(args.what))
     return 0
 
@@ -357,8 +344,6 @@ def _add_calibrate_parser(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from perfmodel import __version__
-
     parser = Parser(prog="perfmodel", description="Predict distributed training speed and memory.")
     parser.add_argument("--version", action="version", version=f"perfmodel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -436,8 +421,6 @@ def check_outputs(args) -> None:
             continue
         flag, path = "--" + attr.replace("_", "-"), Path(value)
         if attr in ("plot", "plots"):  # the extra is missing: say so before the work, not after it
-            from perfmodel.core.extras import require_installed
-
             require_installed("matplotlib", extra="plot", feature=f"{flag}'s plots")
         if attr in FOLDER_OUTPUTS.get(args.command, ()):
             if path.exists() and not path.is_dir():

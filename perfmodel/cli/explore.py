@@ -15,6 +15,15 @@ from pathlib import Path
 from perfmodel import cli
 from perfmodel.cli import POSITIVE_FLOAT, POSITIVE_INT
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.readers import read_json_file, read_toml_file
+from perfmodel.explore.caveats import search_intervals
+from perfmodel.explore.compare import _value, compare
+from perfmodel.explore.output import FLOPS_NOTE, format_table, write_table
+from perfmodel.explore.search import search
+from perfmodel.explore.sweep import AXES, SCALE_AXES, sweep
+from perfmodel.explore.ties import tie_line
+from perfmodel.predict import INTERVAL_KIND
+from perfmodel.report.plots import compare_figure, save_figure, sweep_figure
 
 
 def _strategies(items: list[str]):
@@ -30,8 +39,6 @@ def load_strategies(path):
     TOML: ``[[strategy]]`` tables, or one table per label (``[fsdp] zero = 3``).
     JSON: a list of objects, or an object label -> object.
     """
-    from perfmodel.core.readers import read_json_file, read_toml_file
-
     path = Path(path)
     if path.suffix.lower() == ".json":
         data = read_json_file(path, field="strategies", expect="a JSON list of strategies")
@@ -45,28 +52,18 @@ def load_strategies(path):
 
 def _notes(df) -> str:
     """What the interval column is and how TFLOP/s differs from MFU, below a table."""
-    from perfmodel.explore.output import FLOPS_NOTE
-    from perfmodel.predict import INTERVAL_KIND
-
     kind = df.attrs.get("interval_kind") or INTERVAL_KIND
     return f"\ninterval: {kind}\n{FLOPS_NOTE}"
 
 
 def _out(df, args, figure=None) -> None:
-    from perfmodel.explore.output import write_table
-
     if args.out:
         print(f"wrote {write_table(df, args.out)}")
     if args.plot and figure is not None:
-        from perfmodel.report.plots import save_figure
-
         print(f"wrote {save_figure(figure(df), args.plot)}")
 
 
 def cmd_compare(args) -> int:
-    from perfmodel.explore.compare import compare
-    from perfmodel.explore.output import format_table
-
     defaults = {k: getattr(args, k) for k in ("global_batch", "micro_batch", "precision", "recompute")
                 if getattr(args, k) is not None}
     model, cl = cli.load_model(args), cli.load_cluster(args)
@@ -75,10 +72,8 @@ def cmd_compare(args) -> int:
     print(format_table(df, ("label", "global_batch", "step_time", "interval", "tokens_per_second", "tflops_per_gpu",
                             "mfu", "peak_memory", "fits", "bottleneck", "caveat")))
     print(_notes(df))
-    from perfmodel.explore.ties import tie_line
 
     print(tie_line(df, df.loc[df["tie"], "label"]))
-    from perfmodel.report.plots import compare_figure
 
     title = f"{getattr(model, 'name', '')} on {cl.n_gpus} × {cl.gpu.name} ({cl.name})"
     _out(df, args, lambda d: compare_figure(d, title=title))
@@ -86,9 +81,6 @@ def cmd_compare(args) -> int:
 
 
 def _sweep_values(over: str, values: list[str]):
-    from perfmodel.explore.compare import _value
-    from perfmodel.explore.sweep import SCALE_AXES
-
     if over in (*SCALE_AXES, "global_batch", "micro_batch", "seq"):
         try:
             return [int(v) for v in values]
@@ -100,10 +92,6 @@ def _sweep_values(over: str, values: list[str]):
 
 
 def cmd_sweep(args) -> int:
-    from perfmodel.explore.output import format_table
-    from perfmodel.explore.sweep import sweep
-    from perfmodel.report.plots import sweep_figure
-
     model, cl = cli.load_model(args), cli.load_cluster(args)
     s = cli.strategy_from_args(args, cl.n_gpus)
     df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
@@ -136,9 +124,6 @@ def _bool(text: str) -> bool:
 
 
 def cmd_search(args) -> int:
-    from perfmodel.explore.output import format_table
-    from perfmodel.explore.search import search
-
     model, cl = cli.load_model(args), cli.load_cluster(args)
     df = search(model, cl, args.global_batch, top_k=args.top_k, sort_by=args.sort_by, prices=args.price,
                 profile=args.profile, max_micro_batch=args.max_micro_batch,
@@ -156,7 +141,6 @@ def cmd_search(args) -> int:
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs{with_cp}), global batch {args.global_batch}: "
           f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms, {a['feasible']:,} fit; "
           f"rejected: {rejected}; sorted by {a['sort_by']}\n")
-    from perfmodel.explore.caveats import search_intervals
 
     df = search_intervals(df, model, cl, profile=args.profile)
     df.attrs.update(a, model=getattr(model, "name", ""), gpu=cl.gpu.name)
@@ -166,7 +150,6 @@ def cmd_search(args) -> int:
                             "tflops_per_gpu", "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck", "caveat"),
                        best_column=None))
     print(_notes(df))
-    from perfmodel.explore.ties import tie_line
 
     print(tie_line(df, [f"rank {r}" for r in df.loc[df["tie"], "rank"]]))
     _out(df, args)
@@ -190,8 +173,6 @@ def add_parsers(sub) -> None:
     _common(p)
     p.add_argument("--plot", default=None, help="draw throughput, time and memory: FILE.png, .svg or .pdf")
     p.set_defaults(func=cmd_compare)
-
-    from perfmodel.explore.sweep import AXES
 
     p = sub.add_parser("sweep", help="one strategy across node counts, batch sizes, sequence lengths or GPUs")
     cli.add_model_args(p)

@@ -3,6 +3,11 @@ tells them apart (parameters, memory, measured or datasheet)."""
 
 from __future__ import annotations
 
+from perfmodel.hardware import list_gpus, list_nodes, load_gpu, load_node
+from perfmodel.profiles.origin import origin_word, profile_origin
+from perfmodel.profiles.profile import list_profiles, load_profile
+from perfmodel.workload.presets import list_presets, preset
+
 # bytes per parameter of mixed-precision AdamW training state: fp32 weights, gradients and two moments,
 # plus the 16-bit copy (Rajbhandari et al. 2020, ZeRO §3: 16 bytes per parameter)
 TRAIN_STATE_BYTES_PER_PARAM = 16
@@ -21,8 +26,6 @@ def _count(n: float) -> str:
 
 
 def _models():
-    from perfmodel.workload.presets import list_presets, preset
-
     rows = []
     for name in list_presets():
         m = preset(name)
@@ -34,10 +37,6 @@ def _models():
 
 
 def _gpus():
-    from perfmodel.hardware import list_gpus, load_gpu
-    from perfmodel.profiles.origin import origin_word
-    from perfmodel.profiles.profile import list_profiles, load_profile
-
     profiles = set(list_profiles())
     rows = []
     for name in list_gpus():
@@ -50,8 +49,6 @@ def _gpus():
 
 
 def _nodes():
-    from perfmodel.hardware import list_nodes, load_node
-
     rows = []
     for name in list_nodes():
         n = load_node(name)
@@ -61,9 +58,6 @@ def _nodes():
 
 
 def _profiles():
-    from perfmodel.profiles.origin import origin_word, profile_origin
-    from perfmodel.profiles.profile import list_profiles, load_profile
-
     rows = []
     for name in list_profiles():
         p = load_profile(name)

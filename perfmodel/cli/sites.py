@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 
-from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
+from perfmodel.cli import (NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, add_strategy_args, load_model,
+                           strategy_from_args)
+from perfmodel.analysis.multisite import (ACROSS, MultiSiteStrategy, OUTER_PRECISION_BYTES, SYNCS,
+                                          predict_multisite)
+from perfmodel.costs.wan import SITE_ALGORITHMS
+from perfmodel.hardware.sites import load_multi_cluster
 
 
 def add_parsers(subparsers) -> None:
-    from perfmodel.analysis.multisite import ACROSS, OUTER_PRECISION_BYTES, SYNCS
-    from perfmodel.cli import add_strategy_args
-    from perfmodel.costs.wan import SITE_ALGORITHMS
-
     p = subparsers.add_parser("sites", help="predict a run spanning datacenters joined by a WAN")
     p.add_argument("--sites", required=True, metavar="FILE.toml", help="[[sites]] and [wan] (docs/datacenters.md)")
     p.add_argument("--model", default="gpt2-small", help="preset name, HF config.json path, or a model TOML")
@@ -37,10 +38,7 @@ def add_parsers(subparsers) -> None:
 
 
 def cmd_sites(args) -> int:
-    from perfmodel.analysis.multisite import MultiSiteStrategy, predict_multisite
-    from perfmodel.analysis.multisite_inverse import inner_steps_for, required_wan_bandwidth
-    from perfmodel.cli import load_model, strategy_from_args
-    from perfmodel.hardware.sites import load_multi_cluster
+    from perfmodel.analysis.multisite_inverse import inner_steps_for, required_wan_bandwidth  # on use: the root finder loads scipy, which `perfmodel --help` need not pay for
 
     sites = load_multi_cluster(args.sites)
     model = load_model(args)

@@ -7,8 +7,11 @@
 
 from __future__ import annotations
 
-from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
+from perfmodel.cli import (NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, add_model_args, add_strategy_args,
+                           load_cluster, load_model, strategy_from_args)
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.analysis.hetero import predict_mixed
+from perfmodel.report.transient_plots import plot_cost_vs_mix
 
 TABLE_COLUMNS = ["scenario", "interval_s", "expected_time_s", "p50_s", "p90_s", "p99_s",
                  "expected_cost_usd", "on_demand_cost_usd", "savings_pct", "revocations_expected"]
@@ -28,8 +31,6 @@ def parse_workers(text: str) -> list[tuple[str, int]]:
 
 
 def add_parsers(subparsers) -> None:
-    from perfmodel.cli import add_model_args, add_strategy_args
-
     p = subparsers.add_parser("plan", help="time and cost of a run on spot vs on-demand servers")
     add_model_args(p)
     add_strategy_args(p)
@@ -49,8 +50,6 @@ def add_parsers(subparsers) -> None:
 
 def _mixed(model, args, strategy):
     """(cluster description, step time, note) of a mixed cluster: the faster batch-split policy."""
-    from perfmodel.analysis.hetero import predict_mixed
-
     workers = parse_workers(args.workers)
     out = predict_mixed(model, workers, strategy, servers=args.servers, profile=args.profile)
     best = out.sort_values("step_time_s").iloc[0]
@@ -61,8 +60,7 @@ def _mixed(model, args, strategy):
 
 
 def cmd_plan(args) -> int:
-    from perfmodel.cli import load_cluster, load_model, strategy_from_args
-    from perfmodel.analysis.transient.plan import plan_training
+    from perfmodel.analysis.transient.plan import plan_training  # on use: planning loads scipy, which `perfmodel --help` need not pay for
 
     model = load_model(args)
     if args.workers is not None:  # parse_workers refuses an empty list too
@@ -84,8 +82,6 @@ def cmd_plan(args) -> int:
         plan.to_csv(args.out, index=False)
         print(f"wrote {args.out}")
     if args.plot:
-        from perfmodel.report.transient_plots import plot_cost_vs_mix
-
         spot = plan[plan.scenario != "on-demand"].assign(on_demand_time_s=float(first.expected_time_s))
         plot_cost_vs_mix(spot, args.plot, label="scenario", title=f"{model.name}: {note}")
         print(f"wrote {args.plot}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.profiles.profile import load_profile
 
 
 def add_parsers(subparsers) -> None:
@@ -37,12 +38,10 @@ def add_parsers(subparsers) -> None:
 
 
 def cmd_validate(args) -> int:
-    from perfmodel.validate.loop import results_table, summarize, validate_measured, validate_runs
+    from perfmodel.validate.loop import results_table, summarize, validate_measured, validate_runs  # on use: validation loads scipy, which `perfmodel --help` need not pay for
 
     notes: tuple = ()
     if args.profile and not Path(args.profile).exists():  # a name: check it now, not once per row or after calibrating
-        from perfmodel.profiles.profile import load_profile
-
         load_profile(args.profile)
     if args.measured and args.quick:
         raise InvalidInputError("--measured compares rows measured elsewhere; --quick runs and measures its own: "

@@ -3,7 +3,9 @@
 ``sympy`` below is a stand-in for the module: the first attribute looked up on it
 imports sympy (about a second on a busy machine) and delegates every later lookup.
 Predictions never touch it; symbolic formulas (``Profile.formula``,
-``perfmodel.analysis.symbolic``) do.
+``perfmodel.analysis.symbolic``) do. ``pandas`` likewise: the package root reaches
+the datasheet derivation (``profiles/reference.py`` reads its table with pandas),
+which runs only for a GPU without a bundled profile.
 """
 
 from __future__ import annotations
@@ -33,3 +35,4 @@ class LazyModule:
 
 
 sympy = LazyModule("sympy")
+pandas = LazyModule("pandas")

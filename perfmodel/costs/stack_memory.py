@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.workload.stacks import stack
+
 PARAM_BYTES = 2.0   # MixedPrecisionPolicy / MixedPrecision param_dtype=bf16: unsharded parameters
 GRAD_BYTES = 2.0    # the unsharded gradient autograd writes, in param_dtype
 ALLOCATOR_RESERVE = 0.05  # caching-allocator fragmentation: reserved / allocated - 1 (docs/memory.md)
@@ -98,8 +100,6 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
     LM head's and the embedding's on this stage; ``c``: the ``StepConfig`` priced. torchtitan keeps ``[norm, output]`` unsharded
     after forward; FSDP1 the root FlatParameter (embedding and head, the blocks being wrapped).
     """
-    from perfmodel.workload.stacks import stack
-
     st = stack(framework)
     if st.sharding not in ("fsdp1", "fsdp2"):
         return terms

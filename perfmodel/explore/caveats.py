@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from perfmodel.explore.search import strategy_of
+from perfmodel.hardware import as_cluster
+from perfmodel.predict import predict
+
 # dp at which ZeRO-3 without model parallelism is known to rank optimistically (docs/explore.md: the
 # published ZeRO-3 runs at 384-2240 A100s were slower than the PTD-P runs beside them)
 ZERO3_OPTIMISTIC_DP = 16
@@ -34,10 +38,6 @@ def add_uncertainty(df: pd.DataFrame) -> pd.DataFrame:
 
 def search_intervals(df: pd.DataFrame, model, clusters, *, profile=None) -> pd.DataFrame:
     """Search rows with their Prediction's interval (each top row priced once by ``pm.predict``)."""
-    from perfmodel.explore.search import strategy_of
-    from perfmodel.hardware import as_cluster
-    from perfmodel.predict import predict
-
     by_name = {}
     for c in clusters if isinstance(clusters, (list, tuple)) else [clusters]:
         c = as_cluster(c)

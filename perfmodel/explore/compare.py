@@ -17,6 +17,9 @@ from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
 from perfmodel.parallel.strategy import Strategy, parse_stage_layers
 from perfmodel.core.checks import check_flag, check_int
 from perfmodel.workload.presets import as_model
+from perfmodel.explore.caveats import add_uncertainty
+from perfmodel.explore.ties import mark_ties
+from perfmodel.hardware import as_cluster
 
 ALIASES = {"mb": "micro_batch", "gb": "global_batch", "sp": "sequence_parallel", "v": "virtual_stages",
            "vp": "virtual_stages", "ps": "ps_servers"}
@@ -133,8 +136,6 @@ def prediction_row(p: Prediction, label: str | None = None) -> dict:
 def mark_best(df: pd.DataFrame, column: str = "tokens_per_second") -> pd.DataFrame:
     """Add a boolean ``best`` column: the largest ``column`` among rows that fit; and ``tie``: the fitting
     rows whose interval of ``column`` overlaps the best's (``explore.ties``)."""
-    from perfmodel.explore.ties import mark_ties
-
     df["best"] = False
     fitting = df.index[df["fits"].astype(bool)]
     best = df.loc[fitting, column].idxmax() if len(fitting) else None
@@ -150,8 +151,6 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
     label -> strategy. ``defaults`` (e.g. ``{"global_batch": 512}``) fill fields a
     string or mapping leaves unset.
     """
-    from perfmodel.hardware import as_cluster
-
     cl = as_cluster(cluster)
     model = as_model(model)
     if isinstance(strategies, (str, Strategy)):
@@ -173,7 +172,6 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
             rows.append(prediction_row(predict(model, cl, s, profile=profile), shown))
         except PerfModelError as exc:
             raise type(exc)(f"strategy {shown or spec!r}: {exc}") from None
-    from perfmodel.explore.caveats import add_uncertainty
 
     df = add_uncertainty(mark_best(pd.DataFrame(rows)))
     df.attrs.update(model=getattr(model, "name", ""), cluster=cl.name, gpu=cl.gpu.name, n_gpus=cl.n_gpus)

@@ -33,6 +33,7 @@ from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.hardware import as_cluster
 
 # sortable columns: True where larger is better
 SORT_COLUMNS = {"tokens_per_second": True, "samples_per_second": True, "tflops_per_gpu": True, "mfu": True,
@@ -45,8 +46,6 @@ STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_over
 
 
 def _clusters(cluster) -> list:
-    from perfmodel.hardware import as_cluster
-
     items = cluster if isinstance(cluster, (list, tuple)) else [cluster]
     if not items:
         raise InvalidInputError("'cluster' must name at least one cluster: got an empty list")
@@ -318,12 +317,17 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
               "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}
     jobs, rejected, detail, capacity = _jobs(model, cluster, global_batch, opts, limits, profile, prices)
     best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, larger_is_better), chunk=chunk, workers=workers)
-    rejected["memory"] = best.evaluated - best.feasible
     if best.rows is None:
         raise InfeasibleError(_memory_message(best.closest, best.evaluated, " / ".join(capacity), opts))
+    return _ranked_table(best, rejected, detail, int(global_batch), sort_by, t0)
+
+
+def _ranked_table(best, rejected: dict, detail, global_batch: int, sort_by: str, t0: float) -> pd.DataFrame:
+    """The kept rows as ``search`` returns them, best first, ties marked, the counts in ``attrs``."""
+    rejected["memory"] = best.evaluated - best.feasible
     rows = best.rows
     rows.pop("order")
-    df = mark_ties(_table(rows, np.arange(rows["dp"].size), int(global_batch)), 0, sort_by)
+    df = mark_ties(_table(rows, np.arange(rows["dp"].size), global_batch), 0, sort_by)
     df.attrs.update(rejected=rejected, rejected_detail=detail, evaluated=best.evaluated, feasible=best.feasible,
                     sort_by=sort_by, seconds=time.perf_counter() - t0)
     return df

@@ -21,6 +21,8 @@ from perfmodel.predict import predict
 from perfmodel.parallel.strategy import Strategy, fill_dp
 from perfmodel.core.checks import check_choice, check_int
 from perfmodel.workload.presets import as_model
+from perfmodel.hardware import Cluster, as_cluster, cluster as make_cluster
+from perfmodel.hardware.build import part_of_node
 
 SCALE_AXES = ("nodes", "gpus")
 OTHER_AXES = ("global_batch", "micro_batch", "seq", "gpu")
@@ -31,9 +33,6 @@ SCALINGS = ("weak", "strong")
 
 def _resize(cl, over: str, value):
     """The cluster with ``value`` nodes, or ``value`` GPUs (part of one node or whole nodes)."""
-    from perfmodel.hardware import Cluster
-    from perfmodel.hardware.build import part_of_node
-
     value = check_int(over, value)
     if over == "nodes":
         return Cluster(node=cl.node, nodes=value)
@@ -59,8 +58,6 @@ def _rescaled(s: Strategy, n_gpus: int, scaling: str, base_batch: int) -> Strate
 
 def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: int):
     """(model, cluster, strategy) of one sweep point."""
-    from perfmodel.hardware import cluster as make_cluster
-
     if over in SCALE_AXES:
         cl = _resize(cl, over, value)
         return model, cl, _rescaled(s, cl.n_gpus, scaling, base_batch)
@@ -89,8 +86,6 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     global batch; ``df.attrs["batch_note"]`` says it in words. Speed-up and scaling
     efficiency are relative to the first point that fits, NaN where a point does not.
     """
-    from perfmodel.hardware import as_cluster
-
     check_choice("over", over, AXES)
     check_choice("scaling", scaling, SCALINGS)
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):

@@ -28,7 +28,10 @@ from perfmodel.profiles.datasheet import (
     intra_collectives,
 )
 from perfmodel.profiles.reference import calibrate_gemm
-from perfmodel.profiles.profile import Profile
+from perfmodel.profiles.profile import Profile, load_profile
+from perfmodel.fit.comm import fit_collectives
+from perfmodel.fit.overhead import fit_step_overhead
+from perfmodel.hardware import list_gpus, load_gpu
 
 BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-11-29"
 # The same kind of GPU measured by this project's own calibration suite (calibration.compute)
@@ -38,8 +41,6 @@ PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 
 
 def _gpu(name):
-    from perfmodel.hardware import load_gpu
-
     return load_gpu(name)
 
 
@@ -86,8 +87,6 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
     for folder in folders:
         path = Path(folder) / "collectives.csv"
         if path.exists():
-            from perfmodel.fit.comm import fit_collectives
-
             table = read_csv_file(path, field="collectives", expect="a collectives.csv")
             for level, entries in fit_collectives(table, source=f"measured: {path.parent.name}").items():
                 coll.setdefault(level, {}).update(entries)
@@ -102,7 +101,6 @@ def build_profile(folders, *, gpu: str, name: str | None = None, folds: int = 5,
         # no launch queue on a CPU: dispatch and compute of each op run one after the other
         host["serial"] = True
     profile = Profile(name or spec.name, spec.name, compute, coll, host, meta)
-    from perfmodel.fit.overhead import fit_step_overhead
 
     profile = replace(profile, host={**profile.host, **fit_step_overhead(profile, fitter.table_, gpu)})
     report = fitter.report_
@@ -135,8 +133,6 @@ def _metadata(folder) -> dict:
 def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame, *, fill: bool = True) -> pd.DataFrame:
     """Classes the tables could not fit come from the datasheet-scaled bundled reference profile
     (on the reference GPU itself, from that bundled profile as it is)."""
-    from perfmodel.profiles.profile import load_profile
-
     if not fill:  # the bundled profiles are built from their own tables alone
         return report
     reference = load_profile(REFERENCE_PROFILE)
@@ -159,8 +155,6 @@ def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame, *, fill: bool
 
 def bundled_profiles() -> dict[str, Profile]:
     """Every bundled profile, by name: the fitted H200 ones and datasheet-scaled ones for the other GPUs."""
-    from perfmodel.hardware import list_gpus
-
     h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb", fill=False,
                             collectives=intra_collectives("h200-sxm-141gb"))
     calibrated, _ = build_profile([CALIBRATED_H200_TABLES], gpu="h200-sxm-141gb", name=CALIBRATED_H200_PROFILE,

@@ -20,6 +20,7 @@ from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.fit.tables import bound_rows, clean_rows, twin_rows
 from perfmodel.core.units import DTYPE_BYTES
+from perfmodel.fit.conv import fit_conv  # conv2d: implicit GEMMs + a fitted overhead class
 
 # operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
 RAW_OPERANDS = {"copy": 2, "add": 3, "scale": 2, "sum": 1}
@@ -217,7 +218,6 @@ class ComputeFitter:
         for fused, sub in table[table.op == "adamw"].groupby("fused"):
             name = "fused" if str(fused).lower() in ("true", "1", "1.0") else "foreach"
             yield f"adamw:{name}", lambda sub=sub: self._fit_per_param(sub)
-        from perfmodel.fit.conv import fit_conv  # conv2d: implicit GEMMs + a fitted overhead class
         for dtype, sub in table[table.op == "conv2d"].groupby("dtype"):
             for variant in ("fwd", "bwd"):
                 yield f"conv2d:{dtype}:{variant}", lambda sub=sub, dtype=dtype, variant=variant: fit_conv(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, UnknownNameError
+from perfmodel.hardware import list_gpus, load_gpu
 
 CPU = "cpu"
 
@@ -50,8 +51,6 @@ def read_metadata(folder) -> dict:
 def catalog_gpu(device_name: str, memory_bytes: float | None = None) -> str | None:
     """The catalog GPU a CUDA device name describes: the longest leading run of its words that is a
     catalog name or alias ("NVIDIA H100 80GB HBM3" -> h100...), the closest memory size breaking ties."""
-    from perfmodel.hardware import list_gpus, load_gpu
-
     words = [w for w in re.split(r"[^a-z0-9]+", str(device_name).lower()) if w and w not in ("nvidia", "tesla")]
     for n in range(len(words), 0, -1):
         key = "-".join(words[:n])
@@ -108,8 +107,6 @@ def choose_gpu(measured: Measured, gpu: str | None, *, allow_mismatch: bool = Fa
     if gpu == CPU:
         mismatch = measured.kind != CPU
     else:
-        from perfmodel.hardware import load_gpu
-
         mismatch = measured.kind == CPU or (measured.gpu is not None and load_gpu(gpu).name != measured.gpu)
     if mismatch:
         what = measured.gpu or measured.device_name

@@ -39,6 +39,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from perfmodel import hardware
+from perfmodel.core.errors import PerfModelError
+from perfmodel.costs.compute import phase_time
+from perfmodel.hardware import as_cluster
+from perfmodel.parallel.data import ddp_buckets
+from perfmodel.parallel.strategy import Strategy, fill_dp
+from perfmodel.parallel.wire import wire_bytes
+from perfmodel.predict import predict
+from perfmodel.workload.kernels import step_kernels
+from perfmodel.workload.model import transformer
+
 STEP_OP = "train_step"
 MIN_SIZES = 2  # distinct block counts needed for a slope
 
@@ -56,8 +67,6 @@ def step_rows(table: pd.DataFrame) -> pd.DataFrame:
 def kernel_count(model, micro_batch: int, precision: str, kernels=None) -> float:
     """Kernels of one micro-batch's forward and backward as the step list holds them
     (``kernels``: that list, when the caller has it already)."""
-    from perfmodel.workload.kernels import step_kernels
-
     fwd, bwd = kernels or step_kernels(model, micro_batch, precision=precision)
     return float(sum(np.asarray(k.count, float).sum() for k in fwd + bwd))
 
@@ -68,23 +77,17 @@ def fit_step_overhead(profile, table: pd.DataFrame, gpu) -> dict:
 
     ``gpu``: the hardware the rows were measured on (catalog name or TOML path).
     """
-    import perfmodel as pm
-    from perfmodel.costs.compute import phase_time
-    from perfmodel.core.errors import PerfModelError
-    from perfmodel.parallel.strategy import Strategy
-    from perfmodel.workload.kernels import step_kernels
-
     rows = step_rows(table)
     if rows["layers"].nunique() < MIN_SIZES:
         return {}
-    cluster = pm.cluster(str(gpu))
+    cluster = hardware.cluster(str(gpu))
     n, t, r = [], [], []
     for _, row in rows.iterrows():
-        model = pm.transformer(layers=int(row.layers), hidden=int(row.hidden), heads=int(row.heads),
+        model = transformer(layers=int(row.layers), hidden=int(row.hidden), heads=int(row.heads),
                                seq=int(row.seq), vocab=int(row.vocab))
         precision = precision_of(str(row["dtype"]))
         try:
-            predicted = pm.predict(model, cluster, Strategy(dp=1, micro_batch=int(row.batch), precision=precision),
+            predicted = predict(model, cluster, Strategy(dp=1, micro_batch=int(row.batch), precision=precision),
                                    profile=profile).step_time
             fwd, bwd = step_kernels(model, int(row.batch), precision=precision)
             t.append(sum(float(phase_time(profile, [k for k in ks if k.cls == "gemm"])[1]) for ks in (fwd, bwd)))
@@ -149,12 +152,6 @@ def fit_ddp_overhead(profile, cases) -> dict:
     the median over the steps of (measured − predicted) / N_buckets, clipped at
     zero; ``host["ddp_bucket_extra_s"]`` then adds it per bucket on that host.
     """
-    from perfmodel.hardware import as_cluster
-    from perfmodel.parallel.wire import wire_bytes
-    from perfmodel.parallel.data import ddp_buckets
-    from perfmodel.parallel.strategy import fill_dp
-    from perfmodel.predict import predict
-
     per_bucket = []
     for case in cases:
         s = fill_dp(case.strategy, as_cluster(case.cluster).n_gpus)  # dp=None: the cluster's, as predict

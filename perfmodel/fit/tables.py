@@ -137,6 +137,28 @@ def _dtype(value: str) -> str:
     return {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(value, value)
 
 
+def _fwd_fwdbwd(common: dict, rec: dict):
+    """The forward and forward+backward rows of one record (``fwd_sec``, ``fwdbwd_sec``)."""
+    yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
+    yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+
+
+def _token_op_rows(op: str, rec: dict):
+    """Rows of an ``<name>[_<dtype>]_<phase>`` record over tokens x hidden (norms, activations)."""
+    base, phase = op.rsplit("_", 1)
+    parts = base.split("_")
+    dtype = parts[-1] if parts[-1] in ("fp32", "bf16") else _dtype(rec.get("dtype", "bf16"))
+    name = "_".join(p for p in parts if p not in ("fp32", "bf16"))
+    common = {"op": name, "phase": phase, "dtype": dtype, "tokens": rec["tokens"], "hidden": rec["hidden"]}
+    if "eager_sec" in rec:
+        yield {**common, "timing": "eager", "time_s": rec["eager_sec"]}
+        if rec.get("graph_sec") is not None:
+            yield {**common, "timing": "graph", "time_s": rec["graph_sec"]}
+    else:
+        yield {**common, "timing": "eager", "time_s": rec["sec"], "time_min_s": rec.get("sec_min"),
+               "inner": rec.get("inner")}
+
+
 def _rows_from_legacy(rec: dict):
     op = rec.get("op")
     if op is None or op in ("bmm", "gemm_misaligned"):  # gemm.jsonl rows carry no op
@@ -153,18 +175,7 @@ def _rows_from_legacy(rec: dict):
         yield {"op": kind, "phase": "fwd", "timing": "eager", "dtype": pin, "bytes": rec["bytes"],
                "time_s": rec["sec"]}
     elif op.endswith(("_fwd", "_fwdbwd")) and "tokens" in rec:
-        base, phase = op.rsplit("_", 1)
-        parts = base.split("_")
-        dtype = parts[-1] if parts[-1] in ("fp32", "bf16") else _dtype(rec.get("dtype", "bf16"))
-        name = "_".join(p for p in parts if p not in ("fp32", "bf16"))
-        common = {"op": name, "phase": phase, "dtype": dtype, "tokens": rec["tokens"], "hidden": rec["hidden"]}
-        if "eager_sec" in rec:
-            yield {**common, "timing": "eager", "time_s": rec["eager_sec"]}
-            if rec.get("graph_sec") is not None:
-                yield {**common, "timing": "graph", "time_s": rec["graph_sec"]}
-        else:
-            yield {**common, "timing": "eager", "time_s": rec["sec"], "time_min_s": rec.get("sec_min"),
-                   "inner": rec.get("inner")}
+        yield from _token_op_rows(op, rec)
     elif op == "residual_add_fp32":
         common = {"op": "residual_add", "phase": "fwd", "dtype": "fp32", "tokens": rec["tokens"], "hidden": rec["hidden"]}
         yield {**common, "timing": "eager", "time_s": rec["eager_sec"]}
@@ -173,13 +184,11 @@ def _rows_from_legacy(rec: dict):
         common = {"op": "sdpa", "timing": "eager", "dtype": "bf16", "batch": rec["batch"],
                   "heads": rec["heads"], "kv_heads": rec.get("kv_heads", rec["heads"]),
                   "seq": rec["seq"], "head_dim": rec["head_dim"], "causal": bool(rec["causal"])}
-        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
-        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+        yield from _fwd_fwdbwd(common, rec)
     elif op == "conv2d":
         common = {"op": "conv2d", "timing": "eager", "dtype": "bf16", "batch": rec["batch"], "cin": rec["cin"],
                   "cout": rec["cout"], "hw": rec["hw"], "kernel": rec["k"], "stride": rec["stride"]}
-        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
-        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+        yield from _fwd_fwdbwd(common, rec)
     elif op == "adamw_step":
         yield {"op": "adamw", "phase": "step", "timing": "eager", "dtype": "fp32", "params": rec["params"],
                "fused": bool(rec["fused"]), "time_s": rec["sec"]}
@@ -197,13 +206,11 @@ def _rows_from_legacy(rec: dict):
     elif op == "rope":
         common = {"op": "rope", "timing": "eager", "dtype": "bf16", "batch": rec["batch"], "heads": rec["heads"],
                   "seq": rec["seq"], "head_dim": rec["head_dim"]}
-        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
-        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+        yield from _fwd_fwdbwd(common, rec)
     elif op == "embedding":
         common = {"op": "embedding", "timing": "eager", "dtype": "fp32", "tokens": rec["tokens"],
                   "vocab": rec["vocab"], "hidden": rec["hidden"]}
-        yield {**common, "phase": "fwd", "time_s": rec["fwd_sec"]}
-        yield {**common, "phase": "fwdbwd", "time_s": rec["fwdbwd_sec"]}
+        yield from _fwd_fwdbwd(common, rec)
     elif op in ("add_tiny", "mm_tiny"):
         name = "launch_add" if op == "add_tiny" else "launch_mm"
         yield {"op": name, "phase": "fwd", "timing": "eager", "time_s": rec["eager_sec"]}

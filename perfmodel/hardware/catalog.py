@@ -22,6 +22,7 @@ from perfmodel.hardware.link import Link
 from perfmodel.hardware.node import Node
 from perfmodel.core.units import parse_bandwidth, parse_bytes, parse_duration, parse_flops
 from perfmodel.core.checks import check_int
+from perfmodel.core.readers import parse_toml, read_text_file
 
 GPU_REQUIRED = ("peak_flops", "memory_bandwidth", "memory", "sm_count")
 GPU_OPTIONAL = (
@@ -106,8 +107,6 @@ def _check_fields(data, required, optional, where: str) -> None:
 
 
 def _parse_toml(text: str, where: str) -> dict:
-    from perfmodel.core.readers import parse_toml
-
     return parse_toml(text, where)
 
 
@@ -121,8 +120,6 @@ def existing_file(path, kind: str) -> Path:
 
 def read_toml_file(path: Path, shown: str) -> dict:
     """The table in a user's TOML file; ``shown`` is how errors name the file."""
-    from perfmodel.core.readers import read_text_file
-
     return _parse_toml(read_text_file(path, field=None, expect="a TOML file"), shown)
 
 

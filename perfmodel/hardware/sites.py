@@ -28,6 +28,8 @@ from perfmodel.hardware.common import FrozenMap, check_name
 from perfmodel.hardware.node import Cluster
 from perfmodel.core.units import format_rate, format_seconds, parse_bandwidth, parse_duration
 from perfmodel.core.checks import check_positive
+from perfmodel.hardware import catalog
+from perfmodel.hardware.build import cluster
 
 SITES_FIELDS = ("name", "sites", "wan", "description")
 SITE_FIELDS = ("name", "cluster", "nodes", "gpus_per_node", "price_usd_per_gpu_hour", "provider",
@@ -240,8 +242,6 @@ def _wan_from_dict(data: Mapping, where: str, base: Path | None = None, fields=W
 
 
 def _site_from_dict(data: Mapping, where: str, base: Path) -> Site:
-    from perfmodel.hardware.build import cluster
-
     _check_fields(data, SITE_FIELDS, where, required=("name", "cluster"))
     spec = data["cluster"]
     if isinstance(spec, str) and spec.endswith(".toml") and not Path(spec).expanduser().is_absolute():
@@ -252,8 +252,6 @@ def _site_from_dict(data: Mapping, where: str, base: Path) -> Site:
 
 def load_multi_cluster(path) -> MultiCluster:
     """Sites and WAN from a TOML file: ``[[sites]]`` tables and a ``[wan]`` table (docs/datacenters.md)."""
-    from perfmodel.hardware import catalog
-
     resolved = catalog.existing_file(path, "sites")
     shown = str(path)
     data = catalog.read_toml_file(resolved, shown)

@@ -20,8 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from perfmodel.core.lazy import pandas as pd  # imported on first use: keeps `import perfmodel` light
 from perfmodel.forms.registry import get_form
 
 REFERENCE_CSV = Path(__file__).with_name("data") / "reference" / "gpu_microbench_measured.csv"

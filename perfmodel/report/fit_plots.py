@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel.core.extras import optional_import
+
 
 def write_residual_plots(points: dict, folder: str | Path) -> list[Path]:
     """One PNG per class in ``folder``: fitted vs measured (log-log) and the relative residual."""
-    from perfmodel.core.extras import optional_import
-
     matplotlib = optional_import("matplotlib", extra="plot", feature="residual plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.extras import optional_import
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -18,8 +19,6 @@ def plot_time_distribution(trials, path, *, on_demand_s=None, title=None) -> Pat
     when ``on_demand_s`` is given. Renders with matplotlib's Agg canvas
     (no display, no change to the global backend); the format follows the suffix.
     """
-    from perfmodel.core.extras import optional_import
-
     optional_import("matplotlib", extra="plot", feature="plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -59,8 +58,6 @@ def plot_cost_vs_mix(df, path, *, label="mix", title=None) -> Path:
     (with a ``mix`` column added) plots directly. Costs in US dollars, times in
     hours. Agg canvas; the format follows the suffix. Returns the path.
     """
-    from perfmodel.core.extras import optional_import
-
     optional_import("matplotlib", extra="plot", feature="plots")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -26,6 +26,12 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.costs.comm import BUSBW_FACTOR
+from perfmodel.fit.comm import fit_params
+from perfmodel.fit.compute import MEM_OPS, mem_elements, without_autograd_call
+from perfmodel.fit.overhead import fit_step_overhead
+from perfmodel.fit.tables import twin_rows
+from perfmodel.profiles.profile import Profile
 
 LARGE_MOVE_BYTES = 32 * 2**20  # beyond the last-level cache of a typical server core
 LAUNCH_FALLBACK_S = 5e-6
@@ -80,9 +86,6 @@ def write_host_gpu(path: str | Path, table: pd.DataFrame, meta: dict, threads: i
 
 def loopback_link(collectives: pd.DataFrame) -> dict:
     """Bus bandwidth (bytes/s) and latency (s) of an alpha-beta fit to the all_reduce rows."""
-    from perfmodel.costs.comm import BUSBW_FACTOR
-    from perfmodel.fit.comm import fit_params
-
     rows = collectives[(collectives.collective == "all_reduce") & (collectives.time_s > 0)]
     if rows["size_bytes"].nunique() < 2:
         raise InvalidInputError("collectives.csv needs all_reduce rows of at least 2 sizes to describe the link")
@@ -129,8 +132,6 @@ def few_point_entries(profile, table: pd.DataFrame) -> dict:
     Backward = the forward+backward row minus the forward row of the same shape and minus the
     autograd engine's per-call cost (``host["autograd_call_s"]``).
     """
-    from perfmodel.fit.compute import MEM_OPS, mem_elements, without_autograd_call
-
     table = without_autograd_call(table, profile.host.get("autograd_call_s", 0.0))
     launch = _launch_s(table)
     out = {}
@@ -164,8 +165,6 @@ def complete_profile(profile, table: pd.DataFrame, gpu=None):
     model rescales fp32 attention by the bf16/fp32 GEMM rate ratio, which is
     1 here). The host description lists no bf16 peak, so no bf16 step is priced.
     """
-    from perfmodel.profiles.profile import Profile
-
     extra = few_point_entries(profile, table)
     if "gemm:bf16" not in profile.compute and "gemm:fp32" in profile.compute:
         alias = copy.deepcopy(profile.compute["gemm:fp32"])
@@ -176,8 +175,6 @@ def complete_profile(profile, table: pd.DataFrame, gpu=None):
             "aliased_classes": sorted(k for k in extra if k.startswith("gemm:"))}
     done = Profile(profile.name, profile.gpu, compute, profile.collectives, dict(profile.host), meta)
     if gpu is not None and "cpu_extra_per_kernel_s" not in done.host:  # needed the classes added here
-        from perfmodel.fit.overhead import fit_step_overhead
-
         done = replace(done, host={**done.host, **fit_step_overhead(done, table, gpu)})
     return done
 
@@ -195,8 +192,6 @@ def side_by_side_factor(alone: pd.DataFrame, shared: list[pd.DataFrame]) -> dict
     alone, whose own fitting noise (its in-step factor moved 1.03-1.39 between
     calibrations of this kind) would land in every multi-process prediction.
     """
-    from perfmodel.fit.tables import twin_rows
-
     pairs = []
     for table in shared:
         both = twin_rows(alone, table, suffix="_shared")

@@ -24,6 +24,15 @@ import pandas as pd
 
 from perfmodel.analysis.interference import CLASSES
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.analysis.load import job_load
+from perfmodel.fit.build import build_profile
+from perfmodel.fit.interference import COLUMN, fit_interference, predicted_slowdown, read_rows, row_sides
+from perfmodel.fit.tables import read_compute_table
+from perfmodel.hardware import cluster
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.profiles.profile import load_profile
+from perfmodel.validate import host
+from perfmodel.workload.model import transformer
 
 BASELINE = {"wall": "k jobs, each k times slower", "cpu": "no interference"}
 SLOTS = 2  # cores of the host the bundled set was measured on, one torch thread per process
@@ -32,10 +41,6 @@ SLOTS = 2  # cores of the host the bundled set was measured on, one torch thread
 def build_host(folder) -> None:
     """Describe the host (``cpu-host.toml``) and fit its profile (``host-profile.json``) from the
     calibration tables in ``folder/host`` (``calibration.compute --device cpu``, one thread)."""
-    from perfmodel.fit.build import build_profile
-    from perfmodel.fit.tables import read_compute_table
-    from perfmodel.validate import host
-
     folder = Path(folder)
     table = read_compute_table(folder / "host")
     meta = json.loads((folder / "host" / "metadata.json").read_text())
@@ -46,12 +51,6 @@ def build_host(folder) -> None:
 
 def job_seconds(folder: Path) -> dict[str, list[float]]:
     """Device seconds per class of each training job, from its prediction on the host profile."""
-    from perfmodel.analysis.load import job_load
-    from perfmodel.hardware import cluster
-    from perfmodel.profiles.profile import load_profile
-    from perfmodel.parallel.strategy import Strategy
-    from perfmodel.workload.model import transformer
-
     jobs = json.loads((folder / "jobs.json").read_text())
     profile = load_profile(folder / "host-profile.json")
     host = cluster(str(folder / "cpu-host.toml"))
@@ -67,8 +66,6 @@ def job_seconds(folder: Path) -> dict[str, list[float]]:
 def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float]:
     """(rows with 'predicted' and 'error', median |error| over per-job medians) of ``train.csv``;
     ``metric``: "wall" (step time) or "cpu" (CPU time per step: interference without waits)."""
-    from perfmodel.fit.interference import COLUMN, fit_interference, predicted_slowdown, read_rows, row_sides
-
     folder = Path(folder)
     if not (folder / "train.csv").is_file():
         raise InvalidInputError(f"{folder} holds no train.csv (measure it with python -m calibration.interference train)")
@@ -94,7 +91,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.build_host:
         build_host(args.folder)
-    from perfmodel.fit.interference import COLUMN, fit_interference
 
     fit = fit_interference(Path(args.folder) / "kernels.csv", slots=SLOTS, metric="cpu")
     print(fit)

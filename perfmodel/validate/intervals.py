@@ -33,7 +33,12 @@ import numpy as np
 from perfmodel import interval as iv
 from perfmodel.validate import conformal
 from perfmodel.validate.measured import Case, read_measured
+from perfmodel.hardware import cluster
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.predict import default_profile, predict
+from perfmodel.profiles.profile import load_profile
 from perfmodel.validate.published import CUDA_CONTEXT_BYTES, read_published, read_published_stacks
+from perfmodel.workload.model import transformer
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 TRAIN_DEV = DATA / "h200-2026-11-29" / "train_dev.jsonl"
@@ -81,10 +86,6 @@ class Scored:
 
 def read_train_dev(path: Path = TRAIN_DEV) -> list[Case]:
     """The H200 development steps (GPT-style, untied head, eager bf16 autocast, fused AdamW, one GPU)."""
-    from perfmodel.hardware import cluster
-    from perfmodel.parallel.strategy import Strategy
-    from perfmodel.workload.model import transformer
-
     cases = []
     for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         r = json.loads(text)
@@ -113,9 +114,6 @@ def validation_cases() -> list[tuple[str, Case]]:
 
 def score(source: str, case: Case) -> Scored:
     """Predict one case and score it."""
-    from perfmodel.predict import default_profile, predict
-    from perfmodel.profiles.profile import load_profile
-
     p = predict(case.model, case.cluster, case.strategy, profile=case.profile)
     prof = load_profile(case.profile) if case.profile else default_profile(case.cluster)
     share, host = iv.shares(p.step_time, p.breakdown)

@@ -29,6 +29,15 @@ import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.validate.measured import BadRow, Case, read_measured
+from perfmodel.fit.build import build_profile
+from perfmodel.fit.comm import fit_collectives
+from perfmodel.fit.overhead import fit_ddp_overhead
+from perfmodel.fit.tables import read_compute_table
+from perfmodel.hardware import list_gpus
+from perfmodel.predict import predict
+from perfmodel.profiles.profile import Profile
+from perfmodel.validate import host
+from perfmodel.validate.host import OtherLoad
 
 # gradient all-reduces follow compute that has swept the caches: time them so (8x a core's L2 here)
 COLD_BYTES = "32MiB"
@@ -218,9 +227,6 @@ def _run_side_by_side(folders: list[Path], quick: bool, budget_s, threads: int, 
 
 def _fit(folder: Path, table: pd.DataFrame, gpu_toml: Path, out: Path):
     """The lone profile: fitted to ``folder`` (its compute table is ``table``), completed, saved."""
-    from perfmodel.fit.build import build_profile
-    from perfmodel.validate import host
-
     fitted, _ = build_profile([folder], gpu=str(gpu_toml), name=gpu_toml.stem)
     profile = host.complete_profile(fitted, table, gpu_toml)
     profile.save(out)
@@ -231,10 +237,6 @@ def _shared_profile(profile, alone: pd.DataFrame, shared: list[pd.DataFrame], co
                     shared_gpu: Path, source: str):
     """The host's profile for processes side by side: the forms fitted alone, every op scaled by the
     measured side-by-side factor, and the gloo link fitted to the collectives measured together."""
-    from perfmodel.fit.comm import fit_collectives
-    from perfmodel.profiles.profile import Profile
-    from perfmodel.validate import host
-
     factor = host.side_by_side_factor(alone, shared)
     coll = fit_collectives(collectives, source=f"measured: {source}")
     meta = {**profile.meta, "fitted_from": [*profile.meta.get("fitted_from", []), source]}
@@ -244,8 +246,6 @@ def _shared_profile(profile, alone: pd.DataFrame, shared: list[pd.DataFrame], co
 
 def _ddp_overhead(profile, out_csv: Path, node: Path, procs: int, threads: int, log) -> dict:
     """Time the tiny DDP calibration steps (once: a rerun reuses ``out_csv``) and fit the per-bucket cost."""
-    from perfmodel.fit.overhead import fit_ddp_overhead
-
     if not out_csv.exists():
         runs = [replace(r, procs=procs) for r in DDP_CALIBRATION_RUNS]
         failures = measure_runs(runs, out_csv, target=lambda run: (str(node.resolve()), None), threads=threads,
@@ -260,8 +260,6 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
                    budget_s: float | None = None, log=print) -> Host:
     """Measure this CPU host alone, with ``procs`` processes side by side, its gloo all-reduce and
     tiny DDP steps; fit the lone profile and derive the side-by-side one from it."""
-    from perfmodel.validate import host
-
     work = Path(work_dir)
     solo = work / "tables"
     for cmd in _compute_commands(solo, quick, budget_s):
@@ -274,7 +272,6 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
     log(_checked(coll, threads, "calibration.collectives").strip())
     files = {k: work / v for k, v in HOST_FILES.items()}
     meta = json.loads((solo / "metadata.json").read_text())
-    from perfmodel.fit.tables import read_compute_table
 
     alone, side_by_side = read_compute_table(solo), [read_compute_table(f) for f in shared]
     collectives = pd.read_csv(shared[0] / "collectives.csv")
@@ -306,8 +303,6 @@ def _predicted(p, metric: str) -> tuple[float, float, float]:
 
 def compare_case(case: Case, profile=None) -> dict:
     """One result row: measured, predicted, error and whether the interval holds the measurement."""
-    from perfmodel.predict import predict
-
     s = case.strategy
     row = {"line": case.line, "model": case.label, "gpu": case.cluster.gpu.name, "gpus": case.cluster.n_gpus,
            "dp": s.dp, "tp": s.tp, "pp": s.pp, "micro_batch": s.micro_batch, "global_batch": s.batch,
@@ -442,8 +437,6 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
     the runs are predicted with ``profile`` (default: the bundled one of ``gpu``,
     default the catalog GPU torch reports).
     """
-    from perfmodel.validate.host import OtherLoad
-
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     device = _device()
@@ -474,8 +467,6 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
 
 def _cuda_gpu_name() -> str:
     import torch
-
-    from perfmodel.hardware import list_gpus
 
     name = torch.cuda.get_device_name(0).lower().replace(" ", "-")
     found = [g for g in list_gpus() if g.split("-")[0] in name]

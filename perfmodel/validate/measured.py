@@ -31,10 +31,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.core.errors import InvalidInputError, PerfModelError
-from perfmodel.parallel.strategy import parse_stage_layers
+from perfmodel.core.errors import InvalidInputError, PerfModelError, unknown_name
+from perfmodel.parallel.strategy import Strategy, parse_stage_layers
 from perfmodel.core.checks import read_text_file
 from perfmodel.core.readers import MAX_TABLE_BYTES
+from perfmodel.hardware import cluster
+from perfmodel.predict import check_strategy
+from perfmodel.workload.model import transformer
+from perfmodel.workload.presets import list_presets, preset
 
 MODEL_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "kv_heads", "ffn_hidden", "activation",
                 "norm", "bias", "tied_embeddings", "position", "causal")
@@ -123,9 +127,6 @@ def _given(row: dict, names) -> dict:
 
 def model_of(row: dict):
     """The model a row describes: a preset, a preset with overrides, or the fields alone."""
-    from perfmodel.workload.model import transformer
-    from perfmodel.workload.presets import list_presets, preset
-
     fields = _given(row, MODEL_FIELDS)
     name = (row.get("model") or "").strip()
     if name and name in list_presets():
@@ -134,8 +135,6 @@ def model_of(row: dict):
     missing = [f for f in REQUIRED_WITHOUT_PRESET if f not in fields]
     if missing:
         if name:
-            from perfmodel.core.errors import unknown_name
-
             raise InvalidInputError(f"{unknown_name('model preset', name, list_presets())} "
                                     f"(or give the model fields {', '.join(missing)})")
         raise InvalidInputError(f"no 'model' preset and model fields {missing} missing")
@@ -144,9 +143,6 @@ def model_of(row: dict):
 
 def cluster_and_strategy(row: dict):
     """The cluster and the strategy of a row (GPU count from dp × tp × pp)."""
-    from perfmodel.hardware import cluster
-    from perfmodel.parallel.strategy import Strategy
-
     gpu = (row.get("gpu") or "").strip()
     if not gpu:
         raise InvalidInputError("'gpu' is blank (a GPU or node name, or a TOML file)")
@@ -179,8 +175,6 @@ def metric_of(row: dict) -> tuple[str, float]:
 
 def case_of(row: dict, line: int) -> Case:
     """A :class:`Case` from one CSV row (a dict of strings); raises PerfModelError when bad."""
-    from perfmodel.predict import check_strategy
-
     model = model_of(row)
     cl, strategy = cluster_and_strategy(row)
     check_strategy(model, cl, strategy)

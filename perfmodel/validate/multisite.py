@@ -24,6 +24,11 @@ from pathlib import Path
 import pandas as pd
 from scipy.optimize import brentq
 
+from perfmodel.analysis.multisite import MultiSiteStrategy, diloco_period
+from perfmodel.costs.wan import wan_time
+from perfmodel.hardware import cluster
+from perfmodel.hardware.sites import WanLink, multi_cluster, wan_link
+
 TARGETS = (0.5, 0.8, 0.9, 0.95, 0.99)
 BACKWARD_SHARE = 2.0 / 3.0
 FRAGMENT_LAYERS = 3
@@ -34,8 +39,6 @@ def _table() -> pd.DataFrame:
 
 
 def _strategy(method: str, layers: int):
-    from perfmodel.analysis.multisite import MultiSiteStrategy
-
     if method == "data-parallel":
         return MultiSiteStrategy(sync="diloco", inner_steps=1, overlap_backward=True), 2.0
     fragments = layers // FRAGMENT_LAYERS if method.startswith("streaming") else 1
@@ -48,18 +51,12 @@ def _strategy(method: str, layers: int):
 @cache
 def _two_sites():
     """Two replicas; their own hardware does not enter (the step time is given)."""
-    import perfmodel as pm
-
-    one = pm.cluster("h100")
-    return pm.multi_cluster([one, one], wan=pm.wan_link("1Gb/s", 0.0))
+    one = cluster("h100")
+    return multi_cluster([one, one], wan=wan_link("1Gb/s", 0.0))
 
 
 def utilisation(params: float, step_s: float, strategy, wire_bytes: float, bw_bytes_per_s: float) -> float:
     """Compute utilisation of two replicas joined by a WAN of ``bw_bytes_per_s``, no latency."""
-    from perfmodel.analysis.multisite import diloco_period
-    from perfmodel.costs.wan import wan_time
-    from perfmodel.hardware.sites import WanLink
-
     sites = _two_sites().with_wan(WanLink(bw_bytes_per_s, 0.0, None, "simulated WAN"))
     sync = float(wan_time(sites, "all_reduce", params * wire_bytes / strategy.streaming_fragments))
     period, _ = diloco_period(step_s, sync, strategy, BACKWARD_SHARE * step_s)

@@ -19,6 +19,10 @@ from pathlib import Path
 from perfmodel.core.checks import read_text_file
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.validate.measured import Case
+from perfmodel.hardware import cluster, load_link
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.workload.model import transformer
+from perfmodel.workload.presets import preset
 
 PUBLISHED_CSV = Path(__file__).resolve().parent.parent / "data" / "published_runs.csv"
 
@@ -29,8 +33,6 @@ def _yes(text: str) -> bool:
 
 def model_of(r: dict):
     """The transformer of one published row."""
-    from perfmodel.workload.model import transformer
-
     return transformer(int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq"]), int(r["vocab"]),
                        kv_heads=int(r["kv_heads"]), ffn_hidden=int(r["ffn_hidden"]), activation=r["activation"],
                        norm=r["norm"], bias=_yes(r["bias"]), tied_embeddings=_yes(r["tied"]),
@@ -39,8 +41,6 @@ def model_of(r: dict):
 
 def cluster_of(r: dict):
     """The cluster of one published row (its NICs where the site's differ from the preset's)."""
-    from perfmodel.hardware import cluster, load_link
-
     c = cluster(r["node"], nodes=int(r["nodes"]))
     if r["nic"]:  # a site whose NICs differ from the preset's
         node = dataclasses.replace(c.node, nic=load_link(r["nic"]), nics_per_node=int(r["nics_per_node"]))
@@ -50,8 +50,6 @@ def cluster_of(r: dict):
 
 def strategy_of(r: dict):
     """The strategy of one published row."""
-    from perfmodel.parallel.strategy import Strategy
-
     stages = tuple(int(x) for x in r["stage_layers"].split()) if r["stage_layers"] else None
     return Strategy(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), micro_batch=int(r["micro_batch"]),
                     global_batch=int(r["global_batch"]), zero=int(r["zero"]), fsdp=r["fsdp"] or None,
@@ -100,10 +98,6 @@ def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
     the step is micro_batch x seq / (cp x rate); its memory (``published_memory_gib``, what the stack
     logs: max reserved) is kept as ``extra["reserved_memory_bytes"]``.
     """
-    from perfmodel.hardware import cluster
-    from perfmodel.parallel.strategy import Strategy
-    from perfmodel.workload.presets import preset
-
     text = read_text_file(Path(path), field="published", expect="the published stack-runs CSV")
     cases = []
     for line, r in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):

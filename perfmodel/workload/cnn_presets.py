@@ -2,10 +2,10 @@
 
 ``graph_preset("resnet50")`` (what ``pm.preset("resnet50")`` returns) reads
 ``data/graphs/resnet50.json``: no torch needed. The JSON files are written by
-``python -m perfmodel.workload.torch_import --write-presets``, which builds the
-models below (their layer structure follows torchvision.models exactly, so the
-parameter counts equal torchvision's; written here so that neither the
-generator nor the tests need torchvision) and traces them with ``from_torch``.
+``python -m tools.cnn_models --write-presets`` (a checkout's build-time tool), which
+builds the plain-torch models (their layer structure follows torchvision.models
+exactly, so the parameter counts equal torchvision's, and neither the generator
+nor the tests need torchvision) and traces them with ``from_torch``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, unknown_name
+from perfmodel.workload.graph import GraphModel
 
 GRAPHS_DIR = Path(__file__).resolve().parent / "data" / "graphs"
 TV = "torchvision.models"
@@ -58,8 +59,6 @@ def list_graph_presets() -> list[str]:
 @cache
 def _load(key: str):
     import json
-
-    from perfmodel.workload.graph import GraphModel
 
     text = (resources.files("perfmodel.workload") / "data" / "graphs" / f"{key}.json").read_text()
     return GraphModel.from_dict(json.loads(text), origin=f"bundled graph {key!r}")

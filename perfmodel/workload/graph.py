@@ -26,6 +26,7 @@ from perfmodel.core.errors import ProfileError, UnsupportedError
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.core.checks import check_choice, read_json_file
 from perfmodel.workload.ops import Kernel
+from perfmodel.workload.kernels import PRECISIONS, gemm_dtype, is_mixed
 
 SCHEMA_VERSION = 1
 # Cost classes an op can carry: priced by perfmodel.costs.compute.kernel_time ("bytes" -> the
@@ -125,8 +126,6 @@ def _num(v: float):
 
 def _dtypes(precision: str) -> dict:
     """Element dtype of each kind under ``precision`` (autocast keeps fp32 master weights)."""
-    from perfmodel.workload.kernels import gemm_dtype, is_mixed
-
     low = ("fp16" if precision == "fp16-mixed" else "bf16") if is_mixed(precision) else "fp32"
     return {"gemm": gemm_dtype(precision), "low": low, "f32": "fp32"}
 
@@ -196,8 +195,6 @@ class GraphModel:
 
     # -- kernels ------------------------------------------------------------------
     def _kernels(self, phase: str, batch, precision: str) -> list[Kernel]:
-        from perfmodel.workload.kernels import PRECISIONS, is_mixed
-
         check_choice("precision", precision, PRECISIONS)
         dt, mixed = _dtypes(precision), is_mixed(precision)
         out = []

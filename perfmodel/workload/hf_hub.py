@@ -15,6 +15,7 @@ import re
 
 from perfmodel.core.errors import InvalidInputError, UnknownNameError
 from perfmodel.core.extras import optional_import
+from perfmodel.workload.hf import from_hf_config
 
 # owner/name as the Hub spells repository ids (huggingface_hub.utils.validate_repo_id)
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -53,6 +54,4 @@ def hub_config_path(repo_id: str, *, revision: str | None = None) -> str:
 
 def from_hf_hub(repo_id: str, *, revision: str | None = None, seq: int | None = None):
     """The transformer of a Hub repository's ``config.json``, named after the repository id."""
-    from perfmodel.workload.hf import from_hf_config
-
     return from_hf_config(hub_config_path(repo_id, revision=revision), seq=seq, name=repo_id)

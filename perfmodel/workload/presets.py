@@ -8,6 +8,8 @@ from importlib import resources
 
 from perfmodel.core.errors import InvalidInputError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
+from perfmodel.core.readers import read_toml_file
+from perfmodel.workload.cnn_presets import graph_preset, is_graph_preset, list_graph_presets
 
 try:
     import tomllib
@@ -25,8 +27,6 @@ def _table() -> dict:
 
 def list_presets() -> list[str]:
     """Transformer presets and the traced CNN/ViT graphs."""
-    from perfmodel.workload.cnn_presets import list_graph_presets
-
     return sorted([*_table(), *list_graph_presets()])
 
 
@@ -52,8 +52,6 @@ def _check_fields(fields) -> None:
 
 def preset(name: str, **overrides) -> Transformer:
     """A bundled model by name; keyword overrides change fields (e.g. ``seq=4096``)."""
-    from perfmodel.workload.cnn_presets import graph_preset, is_graph_preset
-
     if is_graph_preset(name):  # traced CNN/ViT workloads shipped as data (data/graphs/*.json)
         return graph_preset(name, **overrides)
     key = _key(name)
@@ -70,8 +68,6 @@ def model_from_toml(path) -> Transformer:
     """A transformer from a TOML file of its fields (``layers = 24``, ``hidden = 2048``, ...), optionally
     starting from a bundled one (``preset = "llama-3-8b"``) whose fields the others change."""
     from pathlib import Path
-
-    from perfmodel.core.readers import read_toml_file
 
     data = read_toml_file(path, field="model", expect="a TOML file of model fields")
     data = data.get("model", data)  # the fields, at the top level or under [model]

@@ -35,6 +35,8 @@ from perfmodel.analysis.transient.prices import SECONDS_PER_HOUR, load_prices, s
 from perfmodel.analysis.transient.revocation import load_revocation, revocation_model
 from perfmodel.core.checks import check_int, check_positive
 from perfmodel.workload.presets import as_model
+from perfmodel.interval import check_level
+from perfmodel.predict import predict
 
 BYTES_PER_PARAM = 12  # fp32 weights + two fp32 Adam moments (Kingma & Ba 2015)
 COLUMNS = ["scenario", "gpu", "workers", "interval_s", "expected_time_s", "p50_s", "p90_s",
@@ -119,6 +121,26 @@ def _resolve_revocation(revocation, gpus, provider, region):
     return worker_models(revocation, len(gpus)), load_revocation()
 
 
+def _spot_scenarios(checkpoint_s: float, mtbf_s: float, interval_s) -> list[tuple[str, str, float]]:
+    """(scenario, mode, checkpoint interval) of each spot run: Daly's interval, the exact optimum,
+    the given one (if any), and the asynchronous parameter server at Daly's interval."""
+    daly = young_daly_interval(checkpoint_s, mtbf_s, method="daly")
+    runs = [("spot sync, Daly interval", "sync", daly),
+            ("spot sync, optimal interval", "sync", young_daly_interval(checkpoint_s, mtbf_s, method="exact"))]
+    if interval_s is not None:
+        runs.append(("spot sync, given interval", "sync", check_positive("interval_s", interval_s)))
+    runs.append(("spot async (parameter server)", "async", daly))
+    return runs
+
+
+def _on_demand_row(work_s: float, cost_usd: float) -> dict:
+    """The on-demand scenario: no revocation, the work's time at the on-demand price."""
+    return {"scenario": "on-demand", "interval_s": math.nan, "expected_time_s": work_s,
+            "p50_s": work_s, "p90_s": work_s, "p99_s": work_s, "expected_cost_usd": cost_usd,
+            "on_demand_cost_usd": cost_usd, "savings_pct": 0.0, "revocations_expected": 0.0,
+            "mode": "-", "closed_form_time_s": work_s}
+
+
 def _spot_row(name, sim, *, mode, work, prices_per_worker, gpw, wait_s, on_demand_cost, closed):
     times, counts = sim.times_s, sim.revocations
     price = np.asarray(prices_per_worker)  # $/GPU-h of each worker
@@ -136,12 +158,9 @@ def _spot_row(name, sim, *, mode, work, prices_per_worker, gpw, wait_s, on_deman
 
 def _step_interval(model, cluster, strategy, step_time_s, profile=None, level=0.9):
     """(step seconds, interval low / step, interval high / step, regime); no interval for a given step."""
-    from perfmodel.interval import check_level
-
     level = check_level(level)
     if step_time_s is not None:
         return check_positive("step_time_s", step_time_s), math.nan, math.nan, "step time given"
-    from perfmodel.predict import predict  # the step-time predictor; optional here
 
     p = predict(model, cluster, strategy, profile=profile, level=level)
     # asynchronous parameter servers: a step is one global update, 1 / the cluster's update rate
@@ -209,18 +228,9 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
 
     od_price = sum(rows[g]["on_demand_usd_per_gpu_hour"] for g in gpus) * gpw
     od_cost = work * od_price / SECONDS_PER_HOUR
-    out = [{"scenario": "on-demand", "interval_s": math.nan, "expected_time_s": work,
-            "p50_s": work, "p90_s": work, "p99_s": work, "expected_cost_usd": od_cost,
-            "on_demand_cost_usd": od_cost, "savings_pct": 0.0, "revocations_expected": 0.0,
-            "mode": "-", "closed_form_time_s": work}]
+    out = [_on_demand_row(work, od_cost)]
     spot = [rows[g]["spot_usd_per_gpu_hour"] for g in gpus]
-    daly = young_daly_interval(delta, mtbf, method="daly")
-    runs = [("spot sync, Daly interval", "sync", daly),
-            ("spot sync, optimal interval", "sync", young_daly_interval(delta, mtbf, method="exact"))]
-    if interval_s is not None:
-        runs.append(("spot sync, given interval", "sync", check_positive("interval_s", interval_s)))
-    runs.append(("spot async (parameter server)", "async", daly))
-    for name, mode, tau in runs:
+    for name, mode, tau in _spot_scenarios(delta, mtbf, interval_s):
         sim = simulate(work, revocation=models, workers=len(models), checkpoint_s=delta,
                        restart_s=down, interval_s=tau, trials=trials, seed=seed, mode=mode)
         closed = (expected_time(work, mtbf_s=mtbf, checkpoint_s=delta, restart_s=down,
