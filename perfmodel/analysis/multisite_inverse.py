@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq
+from perfmodel.core.lazy import scipy_optimize
 
 from perfmodel.analysis.multisite import (
     MultiSiteStrategy,
@@ -88,7 +88,7 @@ def required_wan_bandwidth(model, sites, strategy=None, target: float = 0.9, *, 
                               f"({HINTS[s.sync]})")
     if gap(lo) >= 0:
         return BANDWIDTH_BOUNDS[0]
-    return float(math.exp(brentq(gap, lo, hi, xtol=1e-9, rtol=1e-10)))
+    return float(math.exp(scipy_optimize.brentq(gap, lo, hi, xtol=1e-9, rtol=1e-10)))
 
 
 def diloco_bandwidth_closed_form(inner_s: float, wan_bytes: float, n_sites: int, latency_s: float,

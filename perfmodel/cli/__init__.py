@@ -37,6 +37,9 @@ from perfmodel.workload.hf import from_hf_config
 from perfmodel.workload.hf_hub import from_hf_hub
 from perfmodel.workload.presets import model_from_toml, preset
 from perfmodel.workload.stacks import FRAMEWORKS
+from perfmodel.validate.host import write_host_gpu
+from perfmodel.fit.compute import POWER_ONSET_S
+from perfmodel.fit.build import build_profile
 
 # Modules that add their own sub-commands (compare/sweep/search, validate, plan).
 EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient", "perfmodel.cli.sites")
@@ -197,8 +200,6 @@ def _fit_device(args):
         raise InvalidInputError("--gpu cpu describes the host from its compute.csv: the tables have none")
     import pandas as pd
 
-    from perfmodel.validate.host import write_host_gpu  # on use: fitting loads scipy, which `perfmodel --help` need not pay for
-
     slug = host_slug(measured.device_name)
     meta = measured.meta or {}
     toml = write_host_gpu(Path(args.output).with_name(f"{slug}.toml"), pd.concat(tables, ignore_index=True), meta,
@@ -209,8 +210,6 @@ def _fit_device(args):
 
 def _fit_notes(profile) -> list[str]:
     """Lines on terms fitted from these tables only (fallback classes carry the reference GPU's)."""
-    from perfmodel.fit.compute import POWER_ONSET_S  # on use: fitting loads scipy, which `perfmodel --help` need not pay for
-
     lines = []
     if profile.meta.get("rejected_rows"):
         lines.append("rejected rows: " + ", ".join(f"{n} {why}" for why, n in profile.meta["rejected_rows"].items()))
@@ -231,8 +230,6 @@ def _fit_notes(profile) -> list[str]:
 
 def cmd_fit(args) -> int:
     import textwrap
-
-    from perfmodel.fit.build import build_profile  # on use: fitting loads scipy, which `perfmodel --help` need not pay for
 
     gpu, name = _fit_device(args)
     profile, report = build_profile(args.tables, gpu=gpu, name=name, progress=_fit_progress)

@@ -15,6 +15,7 @@ from perfmodel.analysis.multisite import (ACROSS, MultiSiteStrategy, OUTER_PRECI
                                           predict_multisite)
 from perfmodel.costs.wan import SITE_ALGORITHMS
 from perfmodel.hardware.sites import load_multi_cluster
+from perfmodel.analysis.multisite_inverse import inner_steps_for, required_wan_bandwidth
 
 
 def add_parsers(subparsers) -> None:
@@ -38,8 +39,6 @@ def add_parsers(subparsers) -> None:
 
 
 def cmd_sites(args) -> int:
-    from perfmodel.analysis.multisite_inverse import inner_steps_for, required_wan_bandwidth  # on use: the root finder loads scipy, which `perfmodel --help` need not pay for
-
     sites = load_multi_cluster(args.sites)
     model = load_model(args)
     site = (strategy_from_args(args, sites.n_gpus) if args.across == "pp"

@@ -12,6 +12,7 @@ from perfmodel.cli import (NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, add_mo
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.analysis.hetero import predict_mixed
 from perfmodel.report.transient_plots import plot_cost_vs_mix
+from perfmodel.analysis.transient.plan import plan_training
 
 TABLE_COLUMNS = ["scenario", "interval_s", "expected_time_s", "p50_s", "p90_s", "p99_s",
                  "expected_cost_usd", "on_demand_cost_usd", "savings_pct", "revocations_expected"]
@@ -60,8 +61,6 @@ def _mixed(model, args, strategy):
 
 
 def cmd_plan(args) -> int:
-    from perfmodel.analysis.transient.plan import plan_training  # on use: planning loads scipy, which `perfmodel --help` need not pay for
-
     model = load_model(args)
     if args.workers is not None:  # parse_workers refuses an empty list too
         n = sum(c for _, c in parse_workers(args.workers))

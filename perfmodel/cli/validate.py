@@ -15,6 +15,7 @@ from pathlib import Path
 from perfmodel.cli import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.profiles.profile import load_profile
+from perfmodel.validate.loop import results_table, summarize, validate_measured, validate_runs
 
 
 def add_parsers(subparsers) -> None:
@@ -38,8 +39,6 @@ def add_parsers(subparsers) -> None:
 
 
 def cmd_validate(args) -> int:
-    from perfmodel.validate.loop import results_table, summarize, validate_measured, validate_runs  # on use: validation loads scipy, which `perfmodel --help` need not pay for
-
     notes: tuple = ()
     if args.profile and not Path(args.profile).exists():  # a name: check it now, not once per row or after calibrating
         load_profile(args.profile)

@@ -5,7 +5,9 @@ imports sympy (about a second on a busy machine) and delegates every later looku
 Predictions never touch it; symbolic formulas (``Profile.formula``,
 ``perfmodel.analysis.symbolic``) do. ``pandas`` likewise: the package root reaches
 the datasheet derivation (``profiles/reference.py`` reads its table with pandas),
-which runs only for a GPU without a bundled profile.
+which runs only for a GPU without a bundled profile. ``scipy_optimize`` and
+``scipy_special``: the fits, root finders and revocation laws (about 0.6 s of import
+that ``perfmodel --help`` and ``perfmodel predict`` need not pay).
 """
 
 from __future__ import annotations
@@ -36,3 +38,5 @@ class LazyModule:
 
 sympy = LazyModule("sympy")
 pandas = LazyModule("pandas")
+scipy_optimize = LazyModule("scipy.optimize")
+scipy_special = LazyModule("scipy.special")

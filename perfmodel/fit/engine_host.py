@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
+from perfmodel.core.lazy import scipy_optimize
 
 
 def fit_deepspeed_host(path) -> dict[int, tuple[float, float]]:
@@ -19,7 +19,7 @@ def fit_deepspeed_host(path) -> dict[int, tuple[float, float]]:
     out = {}
     for stage, g in t.groupby("stage"):
         x = np.column_stack([np.ones(len(g)), g["tensors"] * g["accumulation"]])
-        coef, _ = nnls(x, g["extra_s"].to_numpy(float))
+        coef, _ = scipy_optimize.nnls(x, g["extra_s"].to_numpy(float))
         out[int(stage)] = (float(coef[0]), float(coef[1]))
     return out
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
+from perfmodel.core.lazy import scipy_optimize
 
 from perfmodel.analysis.contention import solve_sharing
 from perfmodel.analysis.interference import CLASSES, InterferenceTable
@@ -108,7 +108,7 @@ def fit_balance(rows, cores: float) -> tuple[float, float]:
         together = [host_slots(cores, s, k, x[0]) / k for s, k in zip(rows["sessions_together"], jobs)]
         return np.log(np.r_[alone, together]) - share
 
-    x = least_squares(residual, [0.5], bounds=([0.0], [1.0]), loss="soft_l1", f_scale=0.05).x
+    x = scipy_optimize.least_squares(residual, [0.5], bounds=([0.0], [1.0]), loss="soft_l1", f_scale=0.05).x
     return float(x[0]), float(np.median(np.abs(residual(x))))
 
 
@@ -157,7 +157,7 @@ def _fit_params(rows: pd.DataFrame, slots: float, metric: str, balance: float = 
 
     x0 = np.r_[np.full(len(PAIRS), 0.1), 0.02]
     upper = np.r_[np.full(len(PAIRS), MAX_COEFFICIENT), MAX_SWITCH]
-    return least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05,
+    return scipy_optimize.least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05,
                          ftol=1e-6, xtol=1e-6, gtol=1e-6).x
 
 

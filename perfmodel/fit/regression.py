@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
+from perfmodel.core.lazy import scipy_optimize
 
 from perfmodel.forms.registry import Form
 
@@ -46,7 +46,7 @@ def fit_form(form: Form, X: Mapping[str, np.ndarray], y: np.ndarray, free: Mappi
         pred = np.asarray(evaluate(params, X), dtype=float)
         return w * (np.log(np.maximum(pred, 1e-15)) - logy)
 
-    sol = least_squares(residual, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, max_nfev=4000)
+    sol = scipy_optimize.least_squares(residual, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, max_nfev=4000)
     return {**fixed, **dict(zip(names, map(float, np.exp(sol.x))))}
 
 

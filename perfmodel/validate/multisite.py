@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 
 import pandas as pd
-from scipy.optimize import brentq
+from perfmodel.core.lazy import scipy_optimize
 
 from perfmodel.analysis.multisite import MultiSiteStrategy, diloco_period
 from perfmodel.costs.wan import wan_time
@@ -67,7 +67,7 @@ def _required_gbps(params, step_s, strategy, wire_bytes, target) -> float:
     def gap(log_bw):
         return utilisation(params, step_s, strategy, wire_bytes, math.exp(log_bw)) - target
 
-    return math.exp(brentq(gap, math.log(1e3), math.log(1e15))) * 8 / 1e9
+    return math.exp(scipy_optimize.brentq(gap, math.log(1e3), math.log(1e15))) * 8 / 1e9
 
 
 def compare(wire_bytes: float | None = None) -> pd.DataFrame:

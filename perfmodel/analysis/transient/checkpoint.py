@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
+from perfmodel.core.lazy import scipy_special as special
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.checks import check_choice

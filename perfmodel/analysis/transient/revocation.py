@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import special
+from perfmodel.core.lazy import scipy_special as special
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.analysis.transient._tables import check_rate, load_table
