@@ -277,6 +277,17 @@ BYTES_OPS = {  # data movement, pooling, dropout, losses, fills: priced by bytes
     "binary_cross_entropy_with_logits", "kl_div", "hardtanh_backward", "leaky_relu_backward",
     "hardswish_backward", "hardsigmoid_backward", "elu_backward", "softplus_backward", "mish_backward",
 } | BATCH_NORM
+# CNN layers with a class of their own (perfmodel/costs/cnn.py): (class, pass)
+CNN_MEM_OPS = {
+    **{n: ("batchnorm", "bwd" if n.endswith("backward") else "fwd") for n in BATCH_NORM
+       if n != "_native_batch_norm_legit_no_training"},
+    "relu": ("relu", "fwd"), "relu_": ("relu", "fwd"), "threshold_backward": ("relu", "bwd"),
+    "silu": ("silu", "fwd"), "silu_": ("silu", "fwd"), "silu_backward": ("silu", "bwd"),
+    "sigmoid": ("sigmoid", "fwd"), "sigmoid_": ("sigmoid", "fwd"), "sigmoid_backward": ("sigmoid", "bwd"),
+    "max_pool2d_with_indices": ("maxpool", "fwd"), "max_pool2d_with_indices_backward": ("maxpool", "bwd"),
+    "avg_pool2d": ("avgpool", "fwd"), "avg_pool2d_backward": ("avgpool", "bwd"),
+    "_adaptive_avg_pool2d": ("se_pool", "fwd"), "_adaptive_avg_pool2d_backward": ("se_pool", "bwd"),
+}
 FREE = {"detach", "alias", "lift_fresh", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
         "_unsafe_view", "_reshape_alias", "resize_", "set_", "_local_scalar_dense", "sym_size", "sym_stride",
         "sym_numel", "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"}
@@ -431,6 +442,10 @@ class Classifier:
                      "size": {"x": grad.numel(), "y": b["num_weights"] * grad.shape[-1]}}]
         if name in REDUCTIONS and main is not None:
             return [{"op": op, "cls": "sum", "dtype": dkind, "size": {"x": main.numel()}}]
+        if name in CNN_MEM_OPS:  # batch norm, activations, pooling: their own class over the bytes moved
+            cls, variant = CNN_MEM_OPS[name]
+            return [{"op": op, "cls": cls, "variant": variant,
+                     "size": self._moved(ins, outs, kinds, 2 if name in BATCH_NORM else 1)}]
         if name not in BYTES_OPS and not _pointwise(func):
             self.unknown.append(name)
         return [{"op": op, "cls": "bytes", "size": self._moved(ins, outs, kinds, 2 if name in BATCH_NORM else 1)}]
@@ -525,11 +540,14 @@ def _conv_records(op, name, b, outs, flops) -> list:
     shapes = conv_gemm_shapes(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups)
     gemm = [(p, shapes[p]) for p in parts]
     total = sum(2.0 * m * n * k for _, (m, n, k) in gemm) or 1.0
-    recs = [{"op": f"{op}.{p}" if p != "fwd" else op, "cls": "gemm", "dtype": "gemm",
-             "flops": flops * 2.0 * m * n * k / total, "size": {"m": m, "n": n, "k": k}} for p, (m, n, k) in gemm]
-    variant = "fwd" if name != "convolution_backward" else "bwd"
-    moved = conv_elements(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups, passes=len(gemm))
-    recs.append({"op": f"{op}.overhead", "cls": "conv2d", "variant": variant, "dtype": "low", "size": {"x": moved}})
+    # one record per pass, classed by kind, kernel and stride (perfmodel/costs/cnn.py)
+    stride = max(int(v) for v in b.get("stride", (1,)))
+    kh, kw = (int(w.shape[2]), int(w.shape[3])) if w.dim() == 4 else (int(kernel), 1)
+    moved = conv_elements(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups)
+    recs = [{"op": f"{op}.{p}" if p != "fwd" else op, "cls": "conv", "variant": p, "dtype": "gemm",
+             "flops": flops * 2.0 * m * n * k / total,
+             "size": {"m": m, "n": n, "k": k, "x": moved, "kh": kh, "kw": kw, "stride": stride, "groups": groups,
+                      "cin": cin}} for p, (m, n, k) in gemm]
     if name == "convolution_backward" and b["output_mask"][2]:  # bias gradient: a reduction of dY
         recs.append({"op": f"{op}.bias_grad", "cls": "sum", "dtype": "low", "size": {"x": prod(y_shape)}})
     return recs
