@@ -56,8 +56,12 @@ def conv_gemm_shapes(batch, cin, cout, in_spatial, out_spatial, kernel, groups=1
     ``in_spatial`` is kept for the element count of the lowered input's source.
     """
     del in_spatial
-    if groups == 1:  # NHWC tensor-core kernels pad channels to a multiple of 8 (cuDNN developer guide)
-        cin, cout = _pad8(cin), _pad8(cout)
+    if np.ndim(groups) == 0:
+        if groups == 1:  # NHWC tensor-core kernels pad channels to a multiple of 8 (cuDNN developer guide)
+            cin, cout = _pad8(cin), _pad8(cout)
+    else:  # rows of a table: pad the ungrouped ones
+        dense = np.asarray(groups) == 1
+        cin, cout = np.where(dense, _pad8(cin), cin), np.where(dense, _pad8(cout), cout)
     rows = np.multiply(batch, out_spatial)
     return {"fwd": (rows, cout, np.multiply(cin / groups, kernel)),
             "dgrad": (rows, np.multiply(cin, kernel), cout / groups),
