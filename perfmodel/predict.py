@@ -15,6 +15,7 @@ from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.profiles.origin import profile_origin
+from perfmodel.costs.cnn import cnn_caveats
 from perfmodel.profiles.profile import Profile, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
@@ -63,6 +64,7 @@ class Prediction:
     # what ``interval`` is, in words the outputs print beside it
     interval_kind: str = INTERVAL_KIND
     profile_origin: str = ""            # measured (fitted to tables) or datasheet-derived, in words
+    caveats: tuple = ()                 # what the prediction priced without a measurement, in words
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -81,6 +83,7 @@ class Prediction:
         out["interval_level"], out["interval_regime"] = self.interval_level, self.interval_regime
         out["interval_kind"] = self.interval_kind
         out["profile_origin"] = self.profile_origin
+        out["caveats"] = list(self.caveats)
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -206,6 +209,6 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         model_flops=float(derived["model_flops"]), interval=(iv.low, iv.high),
         interval_level=level, interval_regime=iv.regime,
         reserved_memory=float(derived["reserved_memory"]),
-        profile_origin=profile_origin(prof),
+        profile_origin=profile_origin(prof), caveats=cnn_caveats(model, prof, s.precision),
     )
 

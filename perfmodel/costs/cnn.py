@@ -134,3 +134,16 @@ def unmeasured(profile, kernels) -> list[str]:
         if kern.cls in CNN_CLASSES and class_entry(profile, kern)[0] is None:
             out.add(f"{kernel_label(kern)}:{kern.dtype}:{kern.variant}")
     return sorted(out)
+
+
+def cnn_caveats(model, profile, precision: str) -> tuple[str, ...]:
+    """One sentence naming the CNN classes of ``model`` that ``profile`` prices unmeasured (c = 1);
+    empty for workloads without CNN kernels."""
+    if not any(getattr(op, "cls", "") in CNN_CLASSES for op in getattr(model, "ops", ())):
+        return ()
+    fwd, bwd = model.layer_kernels(1, precision=precision)
+    missing = unmeasured(profile, fwd + bwd)
+    if not missing:
+        return ()
+    return (f"{len(missing)} CNN kernel classes not measured on {profile.gpu}, priced at their reference "
+            f"time (implicit GEMM, or bytes at copy bandwidth): {', '.join(missing)}",)

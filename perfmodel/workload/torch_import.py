@@ -440,6 +440,9 @@ class Classifier:
             grad = b["grad_output"]
             return [{"op": op, "cls": "embedding", "variant": "bwd", "dtype": "f32",
                      "size": {"x": grad.numel(), "y": b["num_weights"] * grad.shape[-1]}}]
+        if name == "mean" and main is not None and main.dim() == 4 and outs[0].numel() == prod(main.shape[:2]):
+            # a spatial mean: squeeze-excitation's squeeze, global average pooling
+            return [{"op": op, "cls": "se_pool", "variant": "fwd", "size": self._moved(ins, outs, kinds, 1)}]
         if name in REDUCTIONS and main is not None:
             return [{"op": op, "cls": "sum", "dtype": dkind, "size": {"x": main.numel()}}]
         if name in CNN_MEM_OPS:  # batch norm, activations, pooling: their own class over the bytes moved
