@@ -25,6 +25,7 @@ from collections import Counter
 from math import prod
 
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.workload.cnn_ops import CNN_MEM_OPS
 from perfmodel.workload.graph import GraphModel, GraphOp, conv_elements, conv_gemm_shapes
 
 FORWARD_HINT = ("perfmodel.from_torch: the module's forward failed on the example inputs while tracing "
@@ -277,17 +278,6 @@ BYTES_OPS = {  # data movement, pooling, dropout, losses, fills: priced by bytes
     "binary_cross_entropy_with_logits", "kl_div", "hardtanh_backward", "leaky_relu_backward",
     "hardswish_backward", "hardsigmoid_backward", "elu_backward", "softplus_backward", "mish_backward",
 } | BATCH_NORM
-# CNN layers with a class of their own (perfmodel/costs/cnn.py): (class, pass)
-CNN_MEM_OPS = {
-    **{n: ("batchnorm", "bwd" if n.endswith("backward") else "fwd") for n in BATCH_NORM
-       if n != "_native_batch_norm_legit_no_training"},
-    "relu": ("relu", "fwd"), "relu_": ("relu", "fwd"), "threshold_backward": ("relu", "bwd"),
-    "silu": ("silu", "fwd"), "silu_": ("silu", "fwd"), "silu_backward": ("silu", "bwd"),
-    "sigmoid": ("sigmoid", "fwd"), "sigmoid_": ("sigmoid", "fwd"), "sigmoid_backward": ("sigmoid", "bwd"),
-    "max_pool2d_with_indices": ("maxpool", "fwd"), "max_pool2d_with_indices_backward": ("maxpool", "bwd"),
-    "avg_pool2d": ("avgpool", "fwd"), "avg_pool2d_backward": ("avgpool", "bwd"),
-    "_adaptive_avg_pool2d": ("se_pool", "fwd"), "_adaptive_avg_pool2d_backward": ("se_pool", "bwd"),
-}
 FREE = {"detach", "alias", "lift_fresh", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
         "_unsafe_view", "_reshape_alias", "resize_", "set_", "_local_scalar_dense", "sym_size", "sym_stride",
         "sym_numel", "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"}
