@@ -212,7 +212,7 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
             "reference": "bytes moved at copy:fp32:fwd" if bandwidth else f"implicit GEMM on gemm:{kern.dtype}",
             "reference_only_mape": mape(X["t_ref"], y), "dtype": str(kern.dtype),
             "candidates": {k: round(v, 4) for k, v in scores.items()},
-            "classes": sorted(set(sub.key)) if key not in set(sub.key) else [key]}
+            "classes": ", ".join(sorted(set(sub.key)) if key not in set(sub.key) else [key])}
 
 
 def _class_starts() -> dict:
