@@ -125,3 +125,9 @@ def test_the_v100_profile_is_seeded_from_deepbench():
     assert entry["source"] == "measured (published): deepbench-v100"
     assert entry["n_points"] >= 20 and 0 < entry["cv_mape"] < entry["reference_only_mape"]
     assert v100.meta["seeded_from"] == "deepbench-v100"
+
+
+def test_a_conv_op_without_its_sizes_is_refused_by_name(h200):
+    kern = Kernel("aten.convolution", "conv", "fwd", {"m": 8.0, "n": 8.0, "k": 8.0}, 1, 0.0, "fwd", "bf16")
+    with pytest.raises(pm.UnsupportedError, match=r"lacks sizes \['x', 'kh', 'kw', 'stride', 'groups', 'cin'\]"):
+        cnn_kernel_time(h200, kern)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfmodel.core.algebra import to_sympy
+from perfmodel.core.errors import UnsupportedError
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.forms.registry import get_form
 from perfmodel.workload.graph import CNN_MEM_CLASSES, conv_gemm_shapes
@@ -35,6 +36,7 @@ MEM_CLASSES = CNN_MEM_CLASSES
 CNN_CLASSES = frozenset(("conv",) + MEM_CLASSES)
 COPY_KEY = "copy:fp32:fwd"  # the bandwidth curve: x = bytes / 8 (a copy reads and writes 4 bytes each)
 BANDWIDTH_KINDS = ("depthwise",)
+CONV_SIZE = ("m", "n", "k", "x", "kh", "kw", "stride", "groups", "cin")  # what a 'conv' kernel carries
 
 
 def conv_kind(groups, cin) -> str:
@@ -73,6 +75,10 @@ def kernel_label(kern: Kernel) -> str:
     if kern.cls != "conv":
         return kern.cls
     s = kern.size
+    missing = [k for k in CONV_SIZE if k not in s]
+    if missing:
+        raise UnsupportedError(f"convolution kernel {kern.name!r} lacks sizes {missing} (a 'conv' op needs "
+                               f"{', '.join(CONV_SIZE)}; trace it again with perfmodel.from_torch)")
     return "conv." + conv_label(_scalar(s["kh"]), _scalar(s["kw"]), _scalar(s["stride"]), _scalar(s["groups"]),
                                 _scalar(s["cin"]))
 
