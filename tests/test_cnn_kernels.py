@@ -131,3 +131,10 @@ def test_a_conv_op_without_its_sizes_is_refused_by_name(h200):
     kern = Kernel("aten.convolution", "conv", "fwd", {"m": 8.0, "n": 8.0, "k": 8.0}, 1, 0.0, "fwd", "bf16")
     with pytest.raises(pm.UnsupportedError, match=r"lacks sizes \['x', 'kh', 'kw', 'stride', 'groups', 'cin'\]"):
         cnn_kernel_time(h200, kern)
+
+
+def test_the_prediction_table_prints_the_caveat():
+    from perfmodel.report.tables import prediction_table
+
+    text = prediction_table(pm.predict("efficientnet-b0", "h200", pm.Strategy(micro_batch=32)))
+    assert "caveat     " in text and "CNN kernel classes not measured on h200-sxm-141gb" in text
