@@ -28,10 +28,13 @@ except ModuleNotFoundError:  # installed with torch by perfmodel's calibration e
 
 from calibration import grids
 from calibration.env import available_memory_bytes, device_name, machine_metadata
-from calibration.ops import BUILDERS, copies_for
+from calibration.cnn_ops import CNN_BUILDERS
+from calibration.ops import BUILDERS as OP_BUILDERS, copies_for
 from calibration.tables import COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS, TableWriter, update_metadata
 from calibration.timing import Plan, measure
 from perfmodel.core.errors import PerfModelError, unknown_name
+
+BUILDERS = {**OP_BUILDERS, **CNN_BUILDERS}  # every op a case can name
 
 
 def _positive_seconds(text: str) -> float:

@@ -175,6 +175,56 @@ def conv_cases(req: Request) -> list[dict]:
             for dtype in dtypes for b, ci, hw, co, k, s in configs for phase in ("fwd", "fwdbwd")]
 
 
+# (batch, cin, hw, cout, kernel, stride, groups): the layer shapes of the CNN presets, each pass alone
+CNN_CONV_GPU = [
+    # ResNet-50 (dense; stride 2 on the 3x3 and the projection shortcut) and the stem
+    (64, 64, 56, 256, 1, 1, 1), (64, 256, 56, 128, 1, 1, 1), (64, 128, 56, 128, 3, 2, 1), (64, 256, 56, 512, 1, 2, 1),
+    (64, 256, 28, 256, 3, 2, 1), (64, 512, 28, 1024, 1, 2, 1), (64, 1024, 14, 2048, 1, 2, 1),
+    (64, 512, 14, 512, 3, 2, 1), (64, 2048, 7, 512, 1, 1, 1), (64, 512, 7, 2048, 1, 1, 1), (64, 3, 224, 64, 7, 2, 1),
+    (128, 256, 14, 256, 3, 1, 1), (128, 128, 28, 512, 1, 1, 1),
+    # ResNeXt-50 32x4d (32 groups)
+    (64, 128, 56, 128, 3, 1, 32), (64, 256, 56, 256, 3, 2, 32), (64, 256, 28, 256, 3, 1, 32),
+    (64, 512, 28, 512, 3, 2, 32), (64, 512, 14, 512, 3, 1, 32), (64, 1024, 14, 1024, 3, 2, 32),
+    (64, 1024, 7, 1024, 3, 1, 32),
+    # EfficientNet-B0: stem, 1x1 expand/project, depthwise 3x3 and 5x5 at strides 1 and 2
+    (64, 3, 224, 32, 3, 2, 1), (64, 16, 112, 96, 1, 1, 1), (64, 144, 56, 24, 1, 1, 1), (64, 240, 28, 40, 1, 1, 1),
+    (64, 480, 14, 80, 1, 1, 1), (64, 1152, 7, 192, 1, 1, 1), (64, 320, 7, 1280, 1, 1, 1),
+    (64, 32, 112, 32, 3, 1, 32), (64, 96, 112, 96, 3, 2, 96), (64, 144, 56, 144, 3, 1, 144),
+    (64, 144, 56, 144, 5, 2, 144), (64, 240, 28, 240, 5, 1, 240), (64, 240, 28, 240, 3, 2, 240),
+    (64, 480, 14, 480, 3, 1, 480), (64, 480, 14, 480, 5, 1, 480), (64, 672, 14, 672, 5, 2, 672),
+    (64, 1152, 7, 1152, 5, 1, 1152), (64, 1152, 7, 1152, 3, 1, 1152), (128, 384, 14, 384, 7, 1, 384),
+    (128, 144, 56, 144, 3, 1, 144), (128, 480, 14, 480, 5, 1, 480),
+    # Inception-v3 (square kernels): stem, 1x1, 3x3, 5x5 branches, stride-2 reductions
+    (64, 3, 299, 32, 3, 2, 1), (64, 32, 149, 64, 3, 1, 1), (64, 192, 35, 64, 1, 1, 1), (64, 48, 35, 64, 5, 1, 1),
+    (64, 64, 35, 96, 3, 1, 1), (64, 288, 35, 384, 3, 2, 1), (64, 768, 17, 192, 1, 1, 1),
+    (64, 192, 17, 320, 3, 2, 1), (64, 1280, 8, 448, 1, 1, 1), (64, 128, 5, 768, 5, 1, 1),
+]
+CNN_CONV_CPU = [(2, 32, 28, 32, 3, 1, 1), (2, 32, 28, 64, 1, 2, 1), (2, 64, 14, 64, 3, 1, 32),
+                (2, 64, 28, 64, 3, 1, 64), (2, 64, 28, 64, 5, 2, 64), (4, 3, 56, 16, 7, 2, 1)]
+CNN_CONV_QUICK = [(1, 8, 8, 8, 3, 2, 1), (1, 8, 8, 8, 3, 1, 8)]  # one dense, one depthwise: the code paths only
+# (batch, channels, hw): activations the CNN layers run on
+CNN_LAYER_GPU = [(64, 64, 112), (64, 256, 56), (64, 512, 28), (64, 1024, 14), (64, 2048, 7), (64, 96, 112),
+                 (64, 144, 56), (64, 480, 14), (64, 1152, 7), (128, 256, 56), (64, 288, 35)]
+CNN_LAYER_CPU = [(2, 32, 28), (2, 64, 28), (4, 64, 14), (2, 128, 14)]
+CNN_LAYER_QUICK = [(2, 8, 8)]
+CNN_LAYERS = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool")
+
+
+def cnn_cases(req: Request) -> list[dict]:
+    """Convolution passes (fwd, dgrad, wgrad) of the CNN presets' layers in every requested precision
+    (channels-last), and batch norm, activations and pooling forward and backward in the autocast one."""
+    convs = CNN_CONV_QUICK if req.quick else CNN_CONV_GPU if req.gpu else CNN_CONV_CPU
+    dtypes = [d for d in req.dtypes if d in ("fp32", "tf32", "bf16", "fp16")]
+    cases = [_case("conv2d", phase, dtype, batch=b, cin=ci, hw=hw, cout=co, kernel=k, stride=s, groups=g)
+             for dtype in dtypes for b, ci, hw, co, k, s, g in convs for phase in ("fwd", "dgrad", "wgrad")]
+    layers = CNN_LAYER_QUICK if req.quick else CNN_LAYER_GPU if req.gpu else CNN_LAYER_CPU
+    act = _act_dtype(req)
+    for op in CNN_LAYERS:
+        phases = ("fwd",) if op == "se_pool" else ("fwd", "bwd")
+        cases += [_case(op, p, act, batch=b, cin=c, hw=hw) for b, c, hw in layers for p in phases]
+    return cases
+
+
 def layer_cases(req: Request) -> list[dict]:
     """Norms, activations, residual add, rope, cross-entropy, casts, embedding."""
     if req.quick:
@@ -272,7 +322,7 @@ def _graph_ok(case: dict) -> bool:
 def cases(req: Request) -> list[dict]:
     """Every case to measure, with its timing and 'bytes', in the order they run."""
     planned = (launch_cases(req) + gemm_cases(req) + sdpa_cases(req) + layer_cases(req)
-               + memory_cases(req) + optimizer_cases(req) + conv_cases(req) + step_cases(req))
+               + memory_cases(req) + optimizer_cases(req) + conv_cases(req) + cnn_cases(req) + step_cases(req))
     out, seen = [], set()
     for case in planned:
         if tuple(sorted(case.items())) in seen:  # the same shape from two families (e.g. square and

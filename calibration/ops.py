@@ -128,20 +128,36 @@ def sdpa(case, device, copies) -> Bench:
     return Bench(_rotate(make, copies))
 
 
+CONV_PASS_MASKS = {"dgrad": [True, False, False], "wgrad": [False, True, False]}  # convolution_backward
+
+
 def conv2d(case, device, copies) -> Bench:
-    """NCHW shapes in channels-last memory; padding k//2; cuDNN autotuning on GPU."""
+    """NCHW shapes in channels-last memory; padding k//2; cuDNN autotuning on GPU. Phase 'dgrad' /
+    'wgrad' times one gradient alone (aten.convolution_backward with one output, as autograd calls it)."""
     nb, cin, cout, hw, ks, stride = (case[c] for c in ("batch", "cin", "cout", "hw", "kernel", "stride"))
+    groups = int(case.get("groups") or 1)
     dtype, grad = DTYPES[case["dtype"]], case["phase"] == "fwdbwd"
 
     def make():
         x = _randn((nb, cin, hw, hw), device, dtype).to(memory_format=torch.channels_last)
-        w = _randn((cout, cin, ks, ks), device, dtype).to(memory_format=torch.channels_last)
+        w = _randn((cout, cin // groups, ks, ks), device, dtype).to(memory_format=torch.channels_last)
+        fwd = partial(F.conv2d, x, w, stride=stride, padding=ks // 2, groups=groups)
+        if case["phase"] in CONV_PASS_MASKS:
+            dy = torch.randn_like(fwd()).contiguous(memory_format=torch.channels_last)
+            return partial(torch.ops.aten.convolution_backward, dy, x, w, None, [stride] * 2, [ks // 2] * 2,
+                           [1, 1], False, [0, 0], groups, CONV_PASS_MASKS[case["phase"]])
         x.requires_grad_(grad)
         w.requires_grad_(grad)
-        fwd = partial(F.conv2d, x, w, stride=stride, padding=ks // 2)
         return _phase(fwd, (x, w), case["phase"])
-    context = _cudnn_benchmark if device.startswith("cuda") else contextlib.nullcontext
+    context = partial(_conv_context, case["dtype"] == "tf32") if device.startswith("cuda") else contextlib.nullcontext
     return Bench(_rotate(make, copies), context)
+
+
+@contextlib.contextmanager
+def _conv_context(tf32: bool):
+    """cuDNN autotuning, with TF32 on (dtype 'tf32') or off (strict 'fp32')."""
+    with _cudnn_benchmark(), _math_mode(tf32):
+        yield
 
 
 # --- memory-bound layers (tokens x hidden) --------------------------------------------------
@@ -374,7 +390,10 @@ BUILDERS: dict[str, Callable[[dict, str, int], Bench]] = {
     "h2d": transfer, "d2h": transfer, "adamw": adamw, "sgd": sgd,
     "launch_add": launch_add, "launch_mm": launch_mm, "train_step": train_step,
 }
-ROTATE = frozenset(BUILDERS) - {"h2d", "d2h", "adamw", "sgd", "launch_add", "launch_mm", "train_step"}
+# CNN layers (calibration/cnn_ops.py): shapes batch x cin x hw x hw, channels-last
+CNN_LAYER_OPS = frozenset({"batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool"})
+ROTATE = (frozenset(BUILDERS) | CNN_LAYER_OPS) - {"h2d", "d2h", "adamw", "sgd", "launch_add", "launch_mm",
+                                                   "train_step"}
 
 
 def input_bytes(case: dict) -> int:
@@ -389,6 +408,8 @@ def input_bytes(case: dict) -> int:
         return g("batch") * g("seq") * g("head_dim") * (g("heads") + 2 * g("kv_heads")) * e
     if op == "conv2d":
         return (g("batch") * g("cin") * g("hw") ** 2 + g("cout") * g("cin") * g("kernel") ** 2) * e
+    if op in CNN_LAYER_OPS:
+        return g("batch") * g("cin") * g("hw") ** 2 * e
     if op in ("cross_entropy", "cast_bf16_to_fp32", "cast_fp32_to_bf16") and g("tokens"):
         return g("tokens") * g("vocab") * 4
     if op == "embedding":
@@ -437,4 +458,21 @@ def moved_bytes(case: dict) -> int | None:
         return 20 * g("params")  # fp32 p, g, momentum read; p, momentum written
     if op == "launch_add":
         return 8
+    if op in CNN_LAYER_OPS:
+        return layer_bytes(case)
     return g("bytes")
+
+
+def layer_bytes(case: dict) -> int:
+    """Bytes a CNN layer reads and writes, counted as perfmodel/workload/torch_import.py counts the traced
+    op (inputs read once, batch norm's twice; int64 pooling indices 8 bytes each)."""
+    x = case["batch"] * case["cin"] * case["hw"] ** 2
+    e, op, bwd = DTYPE_BYTES.get(case["dtype"], 4), case["op"], case["phase"] == "bwd"
+    if op == "batchnorm":
+        return (5 if bwd else 3) * x * e  # fwd: x twice, y; bwd: x and dy twice, dx
+    if op == "maxpool":  # 3x3 stride 2: y = x/4, with int64 indices
+        y = x // 4
+        return (y + x + x) * e + 8 * y if bwd else (x + y) * e + 8 * y
+    if op == "se_pool":  # spatial mean: read x, write N x C
+        return x * e + case["batch"] * case["cin"] * e
+    return (3 if bwd else 2) * x * e  # pointwise (and 3x3 stride-1 average pooling): fwd x, y; bwd + dy

@@ -19,6 +19,7 @@ from perfmodel.parallel.fabric import cluster_collectives, parameter_server_link
 from perfmodel.parallel.ps_async import AsyncPS, async_ps, server_count, server_spec
 from perfmodel.workload.variables import model_variables
 from perfmodel.profiles.origin import profile_origin
+from perfmodel.costs.cnn import cnn_caveats
 from perfmodel.profiles.profile import Profile, list_profiles, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
@@ -73,6 +74,7 @@ class Prediction:
     # peak-memory bounds (bytes) at interval_level, calibrated on measured memory (docs/accuracy.md)
     memory_interval: tuple = field(default=(np.nan, np.nan))
     memory_interval_regime: str = ""
+    caveats: tuple = ()                 # what the prediction priced without a measurement, in words
 
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
@@ -92,6 +94,7 @@ class Prediction:
         out["interval_kind"] = self.interval_kind
         out["profile_origin"] = self.profile_origin
         out["memory_interval"], out["memory_interval_regime"] = list(self.memory_interval), self.memory_interval_regime
+        out["caveats"] = list(self.caveats)
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -233,6 +236,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
         interval_level=level, interval_regime=iv.regime,
         reserved_memory=float(derived["reserved_memory"]),
         profile_origin=profile_origin(prof), memory_interval=(mem.low, mem.high), memory_interval_regime=mem.regime,
+        caveats=cnn_caveats(model, prof, s.precision),
     )
 
 

@@ -55,8 +55,9 @@ def test_loading_a_preset_does_not_import_torch():
 
 
 def test_preset_names_and_errors():
-    assert list_graph_presets() == ["inception-v3", "resnet-cifar15", "resnet-cifar32", "resnet101", "resnet50",
-                                    "shake-shake-big", "shake-shake-small", "vgg16", "vit-b-16"]
+    assert list_graph_presets() == ["efficientnet-b0", "inception-v3", "resnet-cifar15", "resnet-cifar32", "resnet101",
+                                    "resnet50", "resnext50-32x4d", "shake-shake-big", "shake-shake-small", "vgg16",
+                                    "vit-b-16"]
     assert pm.preset("VIT_B_16").name == "vit-b-16"
     assert graph_preset("resnet50").with_name("rn50").name == "rn50"
     with pytest.raises(pm.InvalidInputError, match="is a traced graph and takes no overrides: got seq"):

@@ -121,14 +121,15 @@ def test_saved_activation_bytes_by_hand():
 def test_kernels_scale_with_batch_and_casts_follow_precision():
     g = pm.from_torch(small_cnn(), torch.randn(2, 3, 32, 32))
     fwd, _ = g.layer_kernels(np.array([8.0, 64.0]))
-    conv = next(k for k in fwd if k.name == "aten.convolution" and k.cls == "gemm")
+    conv = next(k for k in fwd if k.name == "aten.convolution" and k.cls == "conv")
+    assert conv.variant == "fwd" and conv.size["kh"][0] == 3 and conv.size["groups"][0] == 1
     assert list(conv.size["m"]) == [8 * 32 * 32, 64 * 32 * 32]   # implicit-GEMM M = N·P·Q
     assert list(conv.size["n"]) == [8, 8] and list(conv.size["k"]) == [8 * 9, 8 * 9]  # Cout; Cin 3 -> 8, x 3x3
     weight_cast = next(k for k in fwd if k.name.endswith("weight_cast") and np.all(k.size["x"] == 216))
     assert weight_cast.cls == "cast_fp32_to_bf16"                  # 8x3x3x3 weights, batch-independent
     fwd32, _ = g.layer_kernels(8, precision="fp32")
     assert not any(k.cls.startswith("cast_") for k in fwd32)
-    assert {k.dtype for k in fwd32 if k.cls == "gemm"} == {"fp32"}
+    assert {k.dtype for k in fwd32 if k.cls in ("gemm", "conv")} == {"fp32"}
 
 
 def test_json_round_trip(tmp_path):

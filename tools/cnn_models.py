@@ -61,6 +61,10 @@ def build(name: str, *, num_classes: int = 1000, device="meta"):
         return build_cifar(key, device=device)
     nets = _nets()
     with torch.device(device):
+        if key == "resnext50-32x4d":
+            return nets.resnet((3, 4, 6, 3), num_classes, groups=32, group_width=4)
+        if key == "efficientnet-b0":
+            return nets.efficientnet_b0(num_classes)
         if key.startswith("resnet"):
             return nets.resnet({"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3)}[key], num_classes)
         if key == "vgg16":
@@ -92,28 +96,29 @@ def _nets():
     from torch import nn
     import torch.nn.functional as F
 
-    def bn_conv(cin, cout, kernel, stride=1, padding=0, eps=1e-5):
-        return [nn.Conv2d(cin, cout, kernel, stride, padding, bias=False), nn.BatchNorm2d(cout, eps=eps)]
+    def bn_conv(cin, cout, kernel, stride=1, padding=0, eps=1e-5, groups=1):
+        return [nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, bias=False),
+                nn.BatchNorm2d(cout, eps=eps)]
 
     class Bottleneck(nn.Module):  # torchvision.models.resnet.Bottleneck (expansion 4, stride on conv2)
-        def __init__(self, cin, width, stride):
+        def __init__(self, cin, width, stride, groups=1, group_width=64):
             super().__init__()
-            out = width * 4
-            self.body = nn.Sequential(*bn_conv(cin, width, 1), nn.ReLU(inplace=True),
-                                      *bn_conv(width, width, 3, stride, 1), nn.ReLU(inplace=True),
-                                      *bn_conv(width, out, 1))
+            out, inner = width * 4, int(width * group_width / 64) * groups  # ResNeXt: C groups of d channels
+            self.body = nn.Sequential(*bn_conv(cin, inner, 1), nn.ReLU(inplace=True),
+                                      *bn_conv(inner, inner, 3, stride, 1, groups=groups), nn.ReLU(inplace=True),
+                                      *bn_conv(inner, out, 1))
             self.down = nn.Sequential(*bn_conv(cin, out, 1, stride)) if stride != 1 or cin != out else None
 
         def forward(self, x):
             identity = x if self.down is None else self.down(x)
             return F.relu(self.body(x) + identity)
 
-    def resnet(blocks, num_classes):
+    def resnet(blocks, num_classes, groups=1, group_width=64):
         layers, cin = [*bn_conv(3, 64, 7, 2, 3), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)], 64
         for stage, count in enumerate(blocks):
             width = 64 * 2 ** stage
             for i in range(count):
-                layers.append(Bottleneck(cin, width, 2 if stage > 0 and i == 0 else 1))
+                layers.append(Bottleneck(cin, width, 2 if stage > 0 and i == 0 else 1, groups, group_width))
                 cin = width * 4
         return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, num_classes))
 
@@ -129,10 +134,58 @@ def _nets():
                 nn.Dropout(), nn.Linear(4096, num_classes)]
         return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(7), nn.Flatten(), *head)
 
-    ns = types.SimpleNamespace(resnet=resnet, vgg16=vgg16, torch=torch, nn=nn, F=F)
+    ns = types.SimpleNamespace(resnet=resnet, vgg16=vgg16, torch=torch, nn=nn, F=F, bn_conv=bn_conv)
+    _efficientnet_classes(ns)
     _inception_classes(ns)
     _vit_classes(ns)
     return ns
+
+
+# torchvision.models.efficientnet _efficientnet_conf("efficientnet_b0"): (expand, kernel, stride, in, out, layers)
+EFFICIENTNET_B0 = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+                   (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
+
+
+def _efficientnet_classes(ns) -> None:
+    """torchvision.models.efficientnet: MBConv (expand 1x1, depthwise kxk, squeeze-excitation, project 1x1),
+    SiLU, stochastic depth left out (an identity in the step's kernels at inference of the count)."""
+    nn, F = ns.nn, ns.F
+
+    def conv_bn_act(cin, cout, kernel, stride=1, groups=1, act=True):
+        layers = ns.bn_conv(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups)
+        return layers + ([nn.SiLU(inplace=True)] if act else [])
+
+    class SE(nn.Module):  # torchvision.ops.SqueezeExcitation: avg pool, 1x1 conv, SiLU, 1x1 conv, sigmoid, scale
+        def __init__(self, channels, squeeze):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Conv2d(channels, squeeze, 1), nn.Conv2d(squeeze, channels, 1)
+
+        def forward(self, x):
+            s = F.adaptive_avg_pool2d(x, 1)
+            return x * self.fc2(F.silu(self.fc1(s))).sigmoid()
+
+    class MBConv(nn.Module):
+        def __init__(self, expand, kernel, stride, cin, cout):
+            super().__init__()
+            mid = cin * expand
+            layers = conv_bn_act(cin, mid, 1) if expand != 1 else []
+            layers += conv_bn_act(mid, mid, kernel, stride, groups=mid) + [SE(mid, max(1, cin // 4))]
+            self.body = nn.Sequential(*layers, *conv_bn_act(mid, cout, 1, act=False))
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            return x + self.body(x) if self.residual else self.body(x)
+
+    def efficientnet_b0(num_classes):
+        layers = conv_bn_act(3, 32, 3, 2)
+        for expand, kernel, stride, cin, cout, count in EFFICIENTNET_B0:
+            layers += [MBConv(expand, kernel, stride if i == 0 else 1, cin if i == 0 else cout, cout)
+                       for i in range(count)]
+        layers += conv_bn_act(320, 1280, 1)
+        return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2),
+                             nn.Linear(1280, num_classes))
+
+    ns.efficientnet_b0 = efficientnet_b0
 
 
 def _inception_convs(ns):

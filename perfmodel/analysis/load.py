@@ -24,7 +24,7 @@ from perfmodel.workload import kernels as steps
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.stack import adapt_kernels
 
-COMPUTE_CLASSES = ("gemm", "sdpa", "conv2d")  # bound by the SMs (cores on a CPU) rather than bandwidth
+COMPUTE_CLASSES = ("gemm", "sdpa", "conv2d", "conv")  # bound by the SMs (cores on a CPU) rather than bandwidth
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import numpy as np
 
 from perfmodel.core.algebra import maximum, to_sympy
 from perfmodel.core.errors import UnsupportedError
+from perfmodel.costs.cnn import CNN_CLASSES, cnn_kernel_time
 from perfmodel.core.memo import IdentityMemo, scalar
 from perfmodel.costs.host import DEFAULT_CPU_PER_KERNEL_S, HostCosts  # noqa: F401 (re-exported)
 from perfmodel.forms.registry import get_form
@@ -99,6 +100,9 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
         if kern.dtype in ("fp32", "tf32") and fast:  # no FlashAttention in fp32: scale by the GEMM rate ratio
             t = t * profile.entry(fast)["params"]["R"] / profile.entry(gemm_key(profile, kern.dtype))["params"]["R"]
         return t, _cpu(profile, entry)
+    if cls in CNN_CLASSES:  # convolutions by kind/kernel/stride, batch norm, activations, pooling
+        gpu, entry = cnn_kernel_time(profile, kern, symbolic)
+        return gpu, _cpu(profile, entry)
     if cls in ("adamw", "sgd"):
         entry, scale = _optimizer_entry(profile, cls)
         return _gpu(entry, symbolic, params=_number(kern.size["params"], symbolic) * scale), _cpu(profile, entry)

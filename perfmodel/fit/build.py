@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
+from perfmodel.fit.conv import fit_classes
 from perfmodel.fit.published import with_published
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.core.readers import read_csv_file, read_json_file
@@ -38,6 +39,10 @@ BUNDLED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-2026-
 CALIBRATED_H200_TABLES = Path(__file__).resolve().parents[1] / "data" / "h200-calibration-2026-11-30"
 CALIBRATED_H200_PROFILE = "h200-sxm-141gb-calibrated"
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
+# Public convolution benchmarks that seed the CNN classes of GPUs this project has not measured:
+# baidu-research/DeepBench results/train/DeepBench_NV_V100.xlsx (commit da81ba7; CUDA 10.1, cuDNN 7.6.2,
+# NCHW), converted by tools/deepbench_conv.py
+SEED_TABLES = {"v100-sxm2-32gb": Path(__file__).resolve().parents[1] / "data" / "deepbench-v100"}
 
 
 def _gpu(name):
@@ -163,8 +168,20 @@ def bundled_profiles() -> dict[str, Profile]:
     out = {h200.gpu: with_published(h200), CALIBRATED_H200_PROFILE: with_published(calibrated)}
     for gpu in list_gpus():
         if gpu not in out:
-            out[gpu] = with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu)))
+            out[gpu] = seeded(with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))))
     return out
+
+
+def seeded(profile: Profile) -> Profile:
+    """``profile`` with the CNN classes its GPU's public benchmark table (:data:`SEED_TABLES`) fits,
+    each a correction of that profile's own GEMM and copy fits; unchanged for other GPUs."""
+    folder = SEED_TABLES.get(profile.gpu)
+    if folder is None:
+        return profile
+    name = folder.name
+    entries = fit_classes(read_compute_table(folder), profile, source=f"measured (published): {name}")
+    return replace(profile, compute={**profile.compute, **entries},
+                   meta={**profile.meta, "seeded_from": name})
 
 
 def main() -> None:

@@ -19,6 +19,8 @@ import pandas as pd
 from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.fit.tables import bound_rows, clean_rows, twin_rows
+from perfmodel.fit.conv import class_keys, class_rows, fit_class
+from perfmodel.profiles.profile import Profile
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.fit.conv import fit_conv  # conv2d: implicit GEMMs + a fitted overhead class
 
@@ -224,6 +226,14 @@ class ComputeFitter:
                     sub, variant=variant, gemm_entry=self.entries_.get(f"gemm:{dtype}"),
                     fwd_entry=self.entries_.get(f"conv2d:{dtype}:fwd"), folds=self.folds, seed=self.seed,
                     source=self.source)
+        cnn = class_rows(table)  # CNN classes: corrections of the GEMM and copy fits above
+        for key in class_keys(cnn):
+            yield key, lambda key=key: fit_class(cnn, key, self._reference(), folds=self.folds, seed=self.seed,
+                                                 source=self.source)
+
+    def _reference(self) -> Profile:
+        """The classes fitted so far as a Profile: what the CNN classes' reference times are priced on."""
+        return Profile("fitted so far", "", dict(self.entries_))
 
     def _entry(self, form, params, cv, n, fit_err, candidates=None, **extra):
         return {"form": form, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,

@@ -1,4 +1,12 @@
-"""Fit the ``conv2d`` overhead class from convolution rows of a compute table.
+"""Fit convolutions from a compute table: the CNN classes, and the older ``conv2d`` overhead class.
+
+CNN classes (:func:`fit_classes`, priced by :mod:`perfmodel.costs.cnn`): rows of op
+``conv2d`` timed one pass at a time (phase fwd, dgrad, wgrad; column ``groups``) and of
+the bandwidth-bound layers (batchnorm, relu, silu, sigmoid, maxpool, avgpool, se_pool;
+phase fwd or bwd; ``bytes`` moved) fit t = max(t_cpu, t0 + c · t_ref) per class and,
+pooled, per convolution kind, each with k-fold CV (leave-one-out below five rows).
+
+The ``conv2d`` overhead class (:func:`fit_conv`, priced by :mod:`perfmodel.costs.conv`):
 
 A measured convolution time is modelled as its implicit GEMMs priced by the
 already fitted ``gemm:<dtype>`` entry plus an overhead in the elements it moves
@@ -14,10 +22,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from perfmodel.core.errors import PerfModelError
+from perfmodel.costs.cnn import CONV_PASSES, MEM_CLASSES, conv_label, conv_pass_kernel, reference_seconds
 from perfmodel.costs.conv import conv_output_size, gemm_part_seconds
 from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.workload.graph import conv_elements
+from perfmodel.workload.ops import Kernel
 
 SHAPE = ["batch", "cin", "cout", "hw", "kernel", "stride"]
 MIN_POINTS = 4
@@ -123,3 +134,103 @@ def _forward_seconds(rows: pd.DataFrame, gemm_entry: dict, fwd_entry: dict) -> n
     X = _features(rows, gemm_entry, "fwd")
     own = {**fwd_entry["params"], "t_cpu": 0.0}
     return X["t_gemm"] + get_form(fwd_entry["form"]).evaluate(own, x=X["x"])
+
+
+# -- CNN kernel classes: a correction of a reference time per class (perfmodel/costs/cnn.py) ----------
+CLASS_FORM = "scaled_ref"
+MEM_CLASS_PASSES = ("fwd", "bwd")
+
+
+def _as_int(col: pd.Series, default: float) -> pd.Series:
+    return pd.to_numeric(col, errors="coerce").fillna(default)
+
+
+def class_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows the CNN classes are fitted on, each with its profile key (``key``) and kind-level key
+    (``kind_key``): convolution passes timed alone (phase fwd, dgrad or wgrad) and the bandwidth-bound
+    layers (phase fwd or bwd, 'bytes' = bytes moved)."""
+    conv = table[(table.op == "conv2d") & table.phase.isin(CONV_PASSES)].copy()
+    conv["groups"] = _as_int(conv["groups"], 1.0) if "groups" in conv else 1.0
+    for col in SHAPE:
+        conv[col] = pd.to_numeric(conv[col], errors="coerce")
+    conv = conv.dropna(subset=SHAPE + ["time_s"])
+    labels = [conv_label(k, k, s, g, c) for k, s, g, c in zip(conv.kernel, conv.stride, conv.groups, conv.cin)]
+    conv["key"] = [f"conv.{lb}:{d}:{p}" for lb, d, p in zip(labels, conv.dtype, conv.phase)]
+    conv["kind_key"] = [f"conv.{lb.split('-')[0]}:{d}:{p}" for lb, d, p in zip(labels, conv.dtype, conv.phase)]
+    mem = table[table.op.isin(MEM_CLASSES) & table.phase.isin(MEM_CLASS_PASSES)].copy()
+    mem["bytes"] = pd.to_numeric(mem["bytes"], errors="coerce")
+    mem = mem.dropna(subset=["bytes", "time_s"])
+    mem["key"] = [f"{o}:{d}:{p}" for o, d, p in zip(mem.op, mem.dtype, mem.phase)]
+    mem["kind_key"] = mem["key"]
+    return pd.concat([conv, mem], ignore_index=True)
+
+
+def class_keys(rows: pd.DataFrame) -> list[str]:
+    """Every class key with enough rows: per class, then each convolution kind pooled."""
+    counts = rows.groupby("key").size()
+    kinds = rows[rows.op == "conv2d"].groupby("kind_key").size()
+    return [k for k, n in counts.items() if n >= MIN_POINTS] + [k for k, n in kinds.items() if n >= MIN_POINTS]
+
+
+def _row_kernel(rows: pd.DataFrame) -> Kernel:
+    """One Kernel over the rows of one class (sizes as arrays; kind, dtype and pass shared)."""
+    op, phase, dtype = (str(rows.iloc[0][c]) for c in ("op", "phase", "dtype"))
+    if op != "conv2d":
+        return Kernel(op, op, "fwd", {"bytes": rows["bytes"].to_numpy(float)}, 1, 0.0, phase, dtype)
+    r = {c: rows[c].to_numpy(float) for c in SHAPE + ["groups"]}
+    return conv_pass_kernel("conv", "fwd", phase, r["batch"], r["cin"], r["cout"], r["hw"], r["kernel"],
+                            r["stride"], groups=r["groups"], dtype=dtype)
+
+
+def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: int = 0,
+              source: str = "") -> dict | None:
+    """Profile entry of one CNN class: t = max(t_cpu, t0 + c · t_ref) fitted in log space, k-fold CV.
+
+    ``reference`` is the Profile whose GEMM and copy-bandwidth fits price t_ref (the same GPU's);
+    None when it lacks them. ``key`` is a class key or a kind-level key of :func:`class_keys`.
+    """
+    sub = rows[(rows.key == key) | (rows.kind_key == key)]
+    if len(sub) < MIN_POINTS or reference is None:
+        return None
+    kern = _row_kernel(sub)
+    try:
+        t_ref, _ = reference_seconds(reference, kern)
+    except PerfModelError:  # the reference profile has no GEMM of this dtype or no copy curve
+        return None
+    X, y = {"t_ref": np.asarray(t_ref, float)}, sub.time_s.to_numpy(float)
+    form = get_form(CLASS_FORM)
+    scores, fits = {}, {}
+    for label, free in _class_starts().items():  # the log-space fit is local: several starts, best CV kept
+        scores[label] = cross_validate(form, X, y, free, {}, folds=min(folds, len(y)), seed=seed)
+        fits[label] = fit_form(form, X, y, free, {})
+    finite = {k: v for k, v in scores.items() if np.isfinite(v)}
+    best = min(finite, key=finite.get) if finite else next(iter(fits))
+    params, cv = fits[best], scores[best]
+    bandwidth = kern.cls != "conv" or "depthwise" in key
+    return {"form": CLASS_FORM, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
+            "fit_mape": mape(form.evaluate(params, **X), y), "n_points": int(len(y)), "source": source,
+            "reference": "bytes moved at copy:fp32:fwd" if bandwidth else f"implicit GEMM on gemm:{kern.dtype}",
+            "reference_only_mape": mape(X["t_ref"], y), "dtype": str(kern.dtype),
+            "candidates": {k: round(v, 4) for k, v in scores.items()},
+            "classes": ", ".join(sorted(set(sub.key)) if key not in set(sub.key) else [key])}
+
+
+def _class_starts() -> dict:
+    """Starting points of the class fit. A kernel's own latency t0 stays within a few µs; what an
+    eager loop adds beyond it is the CPU floor t_cpu (dropped from the GPU time, as for other classes)."""
+    out = {}
+    for t0, t_cpu in ((1e-6, 1e-5), (1e-6, 3e-5), (1e-8, 1e-4)):
+        out[f"t0 {t0:g}, t_cpu {t_cpu:g}"] = {"t0": Free(t0, 1e-9, 5e-6), "c": Free(1.0, 0.05, 50.0),
+                                               "t_cpu": Free(t_cpu, 1e-7, 5e-4)}
+    return out
+
+
+def fit_classes(table: pd.DataFrame, reference, *, folds: int = 5, seed: int = 0, source: str = "") -> dict:
+    """Every CNN class entry fittable from ``table`` against ``reference`` (key -> entry)."""
+    rows = class_rows(table)
+    out = {}
+    for key in class_keys(rows):
+        entry = fit_class(rows, key, reference, folds=folds, seed=seed, source=source)
+        if entry is not None:
+            out[key] = entry
+    return out

@@ -21,7 +21,7 @@ from perfmodel.core.readers import MAX_TABLE_BYTES
 COMPUTE_COLUMNS = (
     "op", "phase", "timing", "dtype", "m", "n", "k", "batch", "tokens", "hidden", "vocab",
     "heads", "kv_heads", "seq", "head_dim", "causal", "params", "fused", "bytes", "cin",
-    "cout", "hw", "kernel", "stride", "layers", "time_s", "time_min_s", "time_p90_s", "reps", "inner",
+    "cout", "hw", "kernel", "stride", "groups", "layers", "time_s", "time_min_s", "time_p90_s", "reps", "inner",
     "start_s", "device",
 )
 # start_s: seconds from the start of the run to this case's first call (after its cool-down), so the

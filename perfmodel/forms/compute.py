@@ -20,6 +20,8 @@ Attention (``sdpa_flash``): FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/
     ``sdpa_tiles`` counts T×T blocks instead: n = ⌈s/T⌉, n² tiles (n(n+1)/2 + p_diag·n when
     causal) per (batch, head), plus the tail of the longest program (n tiles on one SM).
 Per-parameter (``per_param``): t = t0 + params·beta (fused AdamW, SGD).
+CNN classes (``scaled_ref``): t = max(t_cpu, t0 + c · t_ref), t_ref = the implicit GEMM
+    or the bytes moved at the measured copy bandwidth (perfmodel/costs/cnn.py).
 """
 
 from __future__ import annotations
@@ -346,6 +348,17 @@ _define(Form(
     lambda p, /, params: p["t0"] + params * p["beta"],
     lambda p, /, params: p["t0"] + params * p["beta"],
     "optimizer step: latency + parameters × bytes-per-parameter / bandwidth",
+))
+
+# CNN kernel classes (perfmodel/costs/cnn.py): a per-class correction of a reference time the
+# profile already prices -- the implicit GEMM of a dense or grouped convolution (M = N·P·Q,
+# N = K, K = C/g·R·S; Chetlur et al. 2014), or the measured copy-bandwidth time of the bytes a
+# bandwidth-bound kernel moves (depthwise convolution, batch norm, activations, pooling; roofline)
+_define(Form(
+    "scaled_ref", ("t_ref",), ("t0", "c", "t_cpu"),
+    lambda p, t_ref: np.maximum(p["t_cpu"], p["t0"] + p["c"] * t_ref),
+    lambda p, t_ref: sp.Max(p["t_cpu"], p["t0"] + p["c"] * t_ref),
+    "fitted per-class correction c of a reference time (implicit GEMM or bytes at copy bandwidth) + latency",
 ))
 
 FORMS: tuple[Form, ...] = tuple(_DEFINED)  # every compute form, in definition order

@@ -50,6 +50,7 @@ def prediction_table(p) -> str:
         f"zero={s.shard} recompute={s.recompute} precision={s.precision} optimizer={s.optimizer}"
         + _non_default(s),
         f"profile    {_profile_words(p)}",
+        *(f"caveat     {c}" for c in getattr(p, "caveats", ())),
         "",
         f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])}, "
         f"{p.interval_level:.0%}, {p.interval_regime}) — {p.interval_kind}",

@@ -25,6 +25,11 @@ GRAPH_PRESETS = {
                  "source": f"He et al. 2016, ResNet-50 (v1.5: stride on the 3x3 conv); {TV}.resnet50, 25,557,032 parameters"},
     "resnet101": {"image": 224, "published_params": 44_549_160,
                   "source": f"He et al. 2016, ResNet-101 (v1.5); {TV}.resnet101, 44,549,160 parameters"},
+    "resnext50-32x4d": {"image": 224, "published_params": 25_028_904,
+                        "source": f"Xie et al. 2017, ResNeXt-50 (32x4d); {TV}.resnext50_32x4d, 25,028,904 parameters"},
+    "efficientnet-b0": {"image": 224, "published_params": 5_288_548,
+                        "source": f"Tan & Le 2019, EfficientNet-B0; {TV}.efficientnet_b0, 5,288,548 parameters "
+                                  "(stochastic depth not traced)"},
     "vgg16": {"image": 224, "published_params": 138_357_544,
               "source": f"Simonyan & Zisserman 2015, VGG-16 (config D); {TV}.vgg16, 138,357,544 parameters"},
     "inception-v3": {"image": 299, "published_params": 27_161_264,

@@ -31,8 +31,11 @@ from perfmodel.workload.kernels import PRECISIONS, gemm_dtype, is_mixed
 SCHEMA_VERSION = 1
 # Cost classes an op can carry: priced by perfmodel.costs.compute.kernel_time ("bytes" -> the
 # 'copy' bandwidth curve; "conv2d" -> its implicit GEMMs are separate 'gemm' ops, this is the rest).
+# "conv" -> one convolution pass (fwd/dgrad/wgrad) priced by its class (perfmodel/costs/cnn.py); the
+# bandwidth-bound CNN layers below -> their own classes over the bytes they move
+CNN_MEM_CLASSES = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool")
 OP_CLASSES = ("gemm", "sdpa", "conv2d", "layernorm", "gelu", "softmax", "cross_entropy", "embedding",
-              "sum", "bytes", "cast_fp32_to_bf16", "cast_bf16_to_fp32")
+              "sum", "bytes", "cast_fp32_to_bf16", "cast_bf16_to_fp32", "conv") + CNN_MEM_CLASSES
 OP_PHASES = ("fwd", "bwd", "loss_fwd", "loss_bwd")
 # element width of an op's tensors: "gemm" = the precision's GEMM dtype, "low" = activations
 # (bf16/fp16 under autocast, fp32 otherwise), "f32" = fp32 whatever the precision
@@ -54,8 +57,12 @@ def conv_gemm_shapes(batch, cin, cout, in_spatial, out_spatial, kernel, groups=1
     ``in_spatial`` is kept for the element count of the lowered input's source.
     """
     del in_spatial
-    if groups == 1:  # NHWC tensor-core kernels pad channels to a multiple of 8 (cuDNN developer guide)
-        cin, cout = _pad8(cin), _pad8(cout)
+    if np.ndim(groups) == 0:
+        if groups == 1:  # NHWC tensor-core kernels pad channels to a multiple of 8 (cuDNN developer guide)
+            cin, cout = _pad8(cin), _pad8(cout)
+    else:  # rows of a table: pad the ungrouped ones
+        dense = np.asarray(groups) == 1
+        cin, cout = np.where(dense, _pad8(cin), cin), np.where(dense, _pad8(cout), cout)
     rows = np.multiply(batch, out_spatial)
     return {"fwd": (rows, cout, np.multiply(cin / groups, kernel)),
             "dgrad": (rows, np.multiply(cin, kernel), cout / groups),
@@ -311,6 +318,12 @@ def _kernel(op: GraphOp, batch, dt: dict) -> Kernel:
     if op.cls == "bytes":  # generic memory-bound op: bytes moved at the 'copy' bandwidth (8 B per x)
         moved = op.at("low", batch) * DTYPE_BYTES[dt["low"]] + op.at("f32", batch) * 4.0
         return Kernel(op.op, "copy", _phase(op), {"x": moved / 8.0}, op.count, flops, "fwd", "fp32")
+    if op.cls in CNN_MEM_CLASSES:  # batch norm, activations, pooling: their class over the bytes moved
+        moved = op.at("low", batch) * DTYPE_BYTES[dt["low"]] + op.at("f32", batch) * 4.0
+        return Kernel(op.op, op.cls, _phase(op), {"bytes": moved}, op.count, flops, op.variant, dt["low"])
+    if op.cls == "conv":  # one pass of a convolution, classed by kind, kernel and stride
+        size = {k: op.at(k, batch) for k in op.size}
+        return Kernel(op.op, "conv", _phase(op), size, op.count, flops, op.variant, dt["gemm"])
     size = {k: op.at(k, batch) for k in op.size}
     return Kernel(op.op, op.cls, _phase(op), size, op.count, flops, op.variant, dtype)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
+from perfmodel.workload.cnn_ops import CNN_MEM_OPS
 from perfmodel.workload.graph import conv_elements, conv_gemm_shapes
 
 
@@ -207,8 +208,15 @@ class Classifier:
             grad = b["grad_output"]
             return [{"op": op, "cls": "embedding", "variant": "bwd", "dtype": "f32",
                      "size": {"x": grad.numel(), "y": b["num_weights"] * grad.shape[-1]}}]
+        if name == "mean" and main is not None and main.dim() == 4 and outs[0].numel() == prod(main.shape[:2]):
+            # a spatial mean: squeeze-excitation's squeeze, global average pooling
+            return [{"op": op, "cls": "se_pool", "variant": "fwd", "size": self._moved(ins, outs, kinds, 1)}]
         if name in REDUCTIONS and main is not None:
             return [{"op": op, "cls": "sum", "dtype": dkind, "size": {"x": main.numel()}}]
+        if name in CNN_MEM_OPS:  # batch norm, activations, pooling: their own class over the bytes moved
+            cls, variant = CNN_MEM_OPS[name]
+            return [{"op": op, "cls": cls, "variant": variant,
+                     "size": self._moved(ins, outs, kinds, 2 if name in BATCH_NORM else 1)}]
         if name not in BYTES_OPS and not _pointwise(func):
             self.unknown.append(name)
         return [{"op": op, "cls": "bytes", "size": self._moved(ins, outs, kinds, 2 if name in BATCH_NORM else 1)}]
@@ -287,7 +295,7 @@ def _flops(func, args, kwargs, out) -> float:
 
 
 def _conv_records(op, name, b, outs, flops) -> list:
-    """A convolution as its implicit GEMMs (priced by the GEMM fit) plus a conv2d overhead op."""
+    """A convolution as one record per pass (fwd, dgrad, wgrad), its implicit GEMM shape and its class."""
     x, w = b.get("input", b.get("self")), b["weight"]
     groups, transposed = int(b.get("groups", 1) or 1), bool(b.get("transposed", False))
     if name == "convolution_backward":
@@ -303,11 +311,14 @@ def _conv_records(op, name, b, outs, flops) -> list:
     shapes = conv_gemm_shapes(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups)
     gemm = [(p, shapes[p]) for p in parts]
     total = sum(2.0 * m * n * k for _, (m, n, k) in gemm) or 1.0
-    recs = [{"op": f"{op}.{p}" if p != "fwd" else op, "cls": "gemm", "dtype": "gemm",
-             "flops": flops * 2.0 * m * n * k / total, "size": {"m": m, "n": n, "k": k}} for p, (m, n, k) in gemm]
-    variant = "fwd" if name != "convolution_backward" else "bwd"
-    moved = conv_elements(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups, passes=len(gemm))
-    recs.append({"op": f"{op}.overhead", "cls": "conv2d", "variant": variant, "dtype": "low", "size": {"x": moved}})
+    # one record per pass, classed by kind, kernel and stride (perfmodel/costs/cnn.py)
+    stride = max(int(v) for v in b.get("stride", (1,)))
+    kh, kw = (int(w.shape[2]), int(w.shape[3])) if w.dim() == 4 else (int(kernel), 1)
+    moved = conv_elements(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups)
+    recs = [{"op": f"{op}.{p}" if p != "fwd" else op, "cls": "conv", "variant": p, "dtype": "gemm",
+             "flops": flops * 2.0 * m * n * k / total,
+             "size": {"m": m, "n": n, "k": k, "x": moved, "kh": kh, "kw": kw, "stride": stride, "groups": groups,
+                      "cin": cin}} for p, (m, n, k) in gemm]
     if name == "convolution_backward" and b["output_mask"][2]:  # bias gradient: a reduction of dY
         recs.append({"op": f"{op}.bias_grad", "cls": "sum", "dtype": "low", "size": {"x": prod(y_shape)}})
     return recs

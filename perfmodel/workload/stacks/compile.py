@@ -17,7 +17,7 @@ from perfmodel.core.algebra import equal, maximum, minimum, where
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.workload.ops import Kernel, mem
 
-LIBRARY = ("gemm", "sdpa", "embedding", "conv2d")  # cuBLAS / FlashAttention / ATen kernels Inductor calls
+LIBRARY = ("gemm", "sdpa", "embedding", "conv2d", "conv")  # cuBLAS / FlashAttention / ATen kernels Inductor calls
 # tensors read and written per output element, (forward, backward): a norm reads x (and dy), a
 # residual add two inputs, SwiGLU gate and up (backward: both and dy, writing two gradients)
 TENSORS = {"residual_add": ((2, 1), (2, 1)), "layernorm": ((1, 1), (2, 1)), "rmsnorm": ((1, 1), (2, 1)),

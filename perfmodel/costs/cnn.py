@@ -1,0 +1,155 @@
+"""Time of CNN kernels by class: convolutions by kind, kernel and stride; batch norm, activations, pooling.
+
+A convolution pass (forward, data gradient or weight gradient) is classed by its
+kind -- ``dense`` (groups 1), ``grouped`` (1 < groups, C/g > 1), ``depthwise``
+(C/g = 1) -- its kernel (R×S) and its stride: ``conv.dense-k3-s1``,
+``conv.depthwise-k5-s2``. Each class is priced as a fitted correction of a
+reference time the profile already knows (form ``scaled_ref``: t = t0 + c · t_ref):
+
+- dense and grouped: t_ref = the implicit GEMM (Chetlur et al. 2014, cuDNN §3:
+  M = N·P·Q, N = K, K = C/g·R·S; shapes in :func:`perfmodel.workload.graph.conv_gemm_shapes`)
+  on the profile's ``gemm:<dtype>`` fit;
+- depthwise, and the bandwidth-bound layers (``batchnorm``, ``relu``, ``silu``, ``sigmoid``,
+  ``maxpool``, ``avgpool``, ``se_pool``): t_ref = the bytes the kernel moves at the
+  profile's measured copy-bandwidth curve (``copy:fp32:fwd``; roofline, Williams et al. 2009).
+
+Entries are looked up most specific first: ``conv.<kind>-k<R>x<S>-s<stride>:<dtype>:<pass>``,
+the same class in another dtype (c is a ratio to a reference priced in the kernel's own
+dtype), the kind's pooled entry ``conv.<kind>:<dtype>:<pass>``, then c = 1: an unmeasured
+class runs at exactly its reference time, and :func:`unmeasured` names it so a prediction says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.core.algebra import to_sympy
+from perfmodel.core.errors import UnsupportedError
+from perfmodel.core.units import DTYPE_BYTES
+from perfmodel.forms.registry import get_form
+from perfmodel.workload.graph import CNN_MEM_CLASSES, conv_gemm_shapes
+from perfmodel.workload.ops import Kernel
+
+CONV_KINDS = ("dense", "grouped", "depthwise")
+CONV_PASSES = ("fwd", "dgrad", "wgrad")
+MEM_CLASSES = CNN_MEM_CLASSES
+CNN_CLASSES = frozenset(("conv",) + MEM_CLASSES)
+COPY_KEY = "copy:fp32:fwd"  # the bandwidth curve: x = bytes / 8 (a copy reads and writes 4 bytes each)
+BANDWIDTH_KINDS = ("depthwise",)
+CONV_SIZE = ("m", "n", "k", "x", "kh", "kw", "stride", "groups", "cin")  # what a 'conv' kernel carries
+
+
+def conv_kind(groups, cin) -> str:
+    """``dense`` (one group), ``depthwise`` (one input channel per group) or ``grouped``."""
+    groups, cin = int(groups), int(cin)
+    if groups <= 1:
+        return "dense"
+    return "depthwise" if cin // groups == 1 else "grouped"
+
+
+def conv_label(kh, kw, stride, groups, cin) -> str:
+    """Class label of a convolution, e.g. ``dense-k3x3-s1``, ``depthwise-k5x5-s2``."""
+    return f"{conv_kind(groups, cin)}-k{int(kh)}x{int(kw)}-s{int(stride)}"
+
+
+def conv_pass_kernel(name: str, phase: str, part: str, batch, cin, cout, hw, kernel, stride=1, *, groups=1,
+                     out_hw=None, dtype="bf16", count=1) -> Kernel:
+    """The ``conv`` kernel of one pass (``fwd``, ``dgrad`` or ``wgrad``) of a square convolution."""
+    out_hw = np.floor_divide(np.add(hw, 2 * np.floor_divide(kernel, 2)) - kernel, stride) + 1 if out_hw is None \
+        else out_hw
+    ksz, out_sp = np.square(kernel), np.square(out_hw)
+    m, n, k = conv_gemm_shapes(batch, cin, cout, np.square(hw), out_sp, ksz, groups)[part]
+    x = np.multiply(batch, np.multiply(cin, np.square(hw))) + np.multiply(batch, np.multiply(cout, out_sp)) \
+        + np.multiply(cout, np.multiply(np.divide(cin, groups), ksz))
+    size = {"m": m, "n": n, "k": k, "x": x, "kh": kernel, "kw": kernel, "stride": stride, "groups": groups,
+            "cin": cin}
+    return Kernel(name, "conv", phase, size, count, 2.0 * np.multiply(np.multiply(m, n), k), part, dtype)
+
+
+def _scalar(v) -> float:
+    return float(np.ravel(np.asarray(v, dtype=float))[0])
+
+
+def kernel_label(kern: Kernel) -> str:
+    """The profile class of a CNN kernel (without dtype and pass)."""
+    if kern.cls != "conv":
+        return kern.cls
+    s = kern.size
+    missing = [k for k in CONV_SIZE if k not in s]
+    if missing:
+        raise UnsupportedError(f"convolution kernel {kern.name!r} lacks sizes {missing} (a 'conv' op needs "
+                               f"{', '.join(CONV_SIZE)}; trace it again with perfmodel.from_torch)")
+    return "conv." + conv_label(_scalar(s["kh"]), _scalar(s["kw"]), _scalar(s["stride"]), _scalar(s["groups"]),
+                                _scalar(s["cin"]))
+
+
+def class_entry(profile, kern: Kernel):
+    """(entry, key) of the most specific class fitted for ``kern``; (None, None) when none is."""
+    label = kernel_label(kern)
+    candidates = [f"{label}:{kern.dtype}:{kern.variant}"]
+    candidates += [k for k in sorted(profile.compute) if k.startswith(label + ":") and k.endswith(":" + kern.variant)]
+    if kern.cls == "conv":
+        kind = label.split("-")[0]
+        candidates.append(f"{kind}:{kern.dtype}:{kern.variant}")
+        candidates += [k for k in sorted(profile.compute) if k.startswith(kind + ":") and k.endswith(":" + kern.variant)]
+    for key in candidates:
+        if key in profile.compute:
+            return profile.compute[key], key
+    return None, None
+
+
+def _evaluate(entry: dict, symbolic: bool, **variables):
+    params = {**entry["params"], "t_cpu": 0.0}
+    form = get_form(entry["form"])
+    if symbolic:
+        return form.expression(params, **{k: to_sympy(v) for k, v in variables.items()})
+    return form.evaluate(params, **variables)
+
+
+def moved_bytes(kern: Kernel):
+    """Bytes a bandwidth-bound CNN kernel reads and writes (a conv pass: input + weight + output)."""
+    if kern.cls == "conv":
+        return np.multiply(kern.size["x"], DTYPE_BYTES.get(kern.dtype, 4))
+    return kern.size["bytes"]
+
+
+def reference_seconds(profile, kern: Kernel, symbolic: bool = False):
+    """(t_ref, the entry that priced it): implicit GEMM for dense/grouped convs, else bytes at copy bandwidth."""
+    if kern.cls == "conv" and kernel_label(kern).split("-")[0].removeprefix("conv.") not in BANDWIDTH_KINDS:
+        entry = profile.entry(f"gemm:{kern.dtype}")
+        return _evaluate(entry, symbolic, m=kern.size["m"], n=kern.size["n"], k=kern.size["k"]), entry
+    entry, factor = profile.mem_entry("copy", "fp32", "fwd")
+    x = np.multiply(moved_bytes(kern), factor / 8.0) if not symbolic else to_sympy(moved_bytes(kern)) * factor / 8
+    return _evaluate(entry, symbolic, x=x), entry
+
+
+def cnn_kernel_time(profile, kern: Kernel, symbolic: bool = False):
+    """(GPU seconds, the entry whose CPU floor applies) of one launch of a CNN kernel."""
+    t_ref, ref_entry = reference_seconds(profile, kern, symbolic)
+    entry, _ = class_entry(profile, kern)
+    if entry is None:
+        return t_ref, ref_entry
+    # the CPU floor stays the reference's: a class fitted on GPU-timed rows (DeepBench) has no CPU term
+    return _evaluate(entry, symbolic, t_ref=t_ref), ref_entry
+
+
+def unmeasured(profile, kernels) -> list[str]:
+    """CNN classes among ``kernels`` that ``profile`` has no fitted entry for (priced at c = 1)."""
+    out = set()
+    for kern in kernels:
+        if kern.cls in CNN_CLASSES and class_entry(profile, kern)[0] is None:
+            out.add(f"{kernel_label(kern)}:{kern.dtype}:{kern.variant}")
+    return sorted(out)
+
+
+def cnn_caveats(model, profile, precision: str) -> tuple[str, ...]:
+    """One sentence naming the CNN classes of ``model`` that ``profile`` prices unmeasured (c = 1);
+    empty for workloads without CNN kernels."""
+    if not any(getattr(op, "cls", "") in CNN_CLASSES for op in getattr(model, "ops", ())):
+        return ()
+    fwd, bwd = model.layer_kernels(1, precision=precision)
+    missing = unmeasured(profile, fwd + bwd)
+    if not missing:
+        return ()
+    return (f"{len(missing)} CNN kernel classes not measured on {profile.gpu}, priced at their reference "
+            f"time (implicit GEMM, or bytes at copy bandwidth): {', '.join(missing)}",)

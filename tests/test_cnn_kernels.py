@@ -1,0 +1,140 @@
+"""CNN kernel classes: classification, pricing against hand-computed reference times, fitting, seeds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel.costs.cnn import (
+    class_entry,
+    cnn_kernel_time,
+    conv_kind,
+    conv_label,
+    conv_pass_kernel,
+    reference_seconds,
+    unmeasured,
+)
+from perfmodel.fit.conv import fit_classes
+from perfmodel.forms.registry import get_form
+from perfmodel.workload.ops import Kernel
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return pm.load_profile("h200-sxm-141gb")
+
+
+def test_convolutions_are_classed_by_kind_kernel_and_stride():
+    assert conv_kind(1, 64) == "dense"
+    assert conv_kind(32, 128) == "grouped"  # ResNeXt: 4 channels per group
+    assert conv_kind(144, 144) == "depthwise"
+    assert conv_label(5, 5, 2, 144, 144) == "depthwise-k5x5-s2"
+    assert conv_label(1, 7, 1, 1, 768) == "dense-k1x7-s1"
+
+
+def _gemm_seconds(profile, m, n, k, dtype="bf16"):
+    entry = profile.entry(f"gemm:{dtype}")
+    return float(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, m=m, n=n, k=k))
+
+
+def _copy_seconds(profile, nbytes):
+    entry = profile.entry("copy:fp32:fwd")
+    return float(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, x=nbytes / 8.0))
+
+
+def test_an_unmeasured_dense_pass_is_its_implicit_gemm(h200):
+    # 3x3, 64 -> 64 channels, 56x56, batch 32: dgrad GEMM m = 32*56*56, n = 64*9, k = 64
+    kern = conv_pass_kernel("c", "bwd", "dgrad", 32, 64, 64, 56, 3, 1, dtype="bf16")
+    assert class_entry(h200, kern) == (None, None)
+    gpu, _ = cnn_kernel_time(h200, kern)
+    assert float(gpu) == pytest.approx(_gemm_seconds(h200, 32 * 56 * 56, 64 * 9, 64), rel=1e-12)
+    assert unmeasured(h200, [kern]) == ["conv.dense-k3x3-s1:bf16:dgrad"]
+
+
+def test_a_depthwise_conv_is_bandwidth_bound_not_a_k9_gemm(h200):
+    # depthwise 3x3 over 144 channels at 56x56, batch 64: moves X + W + Y = 2*64*144*56*56 + 144*9 elements
+    kern = conv_pass_kernel("dw", "fwd", "fwd", 64, 144, 144, 56, 3, 1, groups=144, dtype="bf16")
+    moved = (2 * 64 * 144 * 56 * 56 + 144 * 9) * 2
+    t_ref, _ = reference_seconds(h200, kern)
+    assert float(t_ref) == pytest.approx(_copy_seconds(h200, moved), rel=1e-12)
+    as_gemm = _gemm_seconds(h200, 64 * 56 * 56, 144, 9)  # k = 9: the misaligned-GEMM price it used to get
+    assert float(t_ref) < as_gemm
+
+
+def test_a_fitted_class_corrects_its_reference(h200):
+    kern = conv_pass_kernel("c", "fwd", "fwd", 64, 256, 256, 14, 3, 1, dtype="bf16")
+    entry = {"form": "scaled_ref", "params": {"t0": 2e-6, "c": 0.5, "t_cpu": 0.0}, "cv_mape": 0.1,
+             "n_points": 5, "source": "test"}
+    prof = dataclasses.replace(h200, compute={**h200.compute, "conv.dense-k3x3-s1:bf16:fwd": entry})
+    t_ref, _ = reference_seconds(prof, kern)
+    gpu, _ = cnn_kernel_time(prof, kern)
+    assert float(gpu) == pytest.approx(2e-6 + 0.5 * float(t_ref), rel=1e-12)
+    # a kind-level entry serves classes of that kind fitted nowhere else; another kind is untouched
+    pooled = dataclasses.replace(h200, compute={**h200.compute, "conv.depthwise:bf16:fwd": entry})
+    dw = conv_pass_kernel("dw", "fwd", "fwd", 64, 96, 96, 112, 3, 2, groups=96, dtype="bf16")
+    assert class_entry(pooled, dw)[1] == "conv.depthwise:bf16:fwd"
+    assert class_entry(pooled, kern)[1] != "conv.depthwise:bf16:fwd"
+
+
+def test_batch_norm_is_priced_by_its_bytes_at_copy_bandwidth(h200):
+    kern = Kernel("bn", "batchnorm", "fwd", {"bytes": 3 * 64 * 256 * 56 * 56 * 2.0}, 1, 0.0, "fwd", "bf16")
+    gpu, _ = cnn_kernel_time(h200, kern)
+    assert float(gpu) == pytest.approx(_copy_seconds(h200, kern.size["bytes"]), rel=1e-12)
+
+
+def test_fit_recovers_a_known_correction(h200):
+    """Rows timed at 0.6 x their implicit GEMM + 3 µs: the fit finds c and the CV error is small."""
+    rng = np.random.default_rng(0)
+    shapes = [(b, c, hw) for b in (32, 64, 128) for c, hw in ((64, 56), (128, 28), (256, 14), (512, 7))]
+    rows = []
+    for b, c, hw in shapes:
+        kern = conv_pass_kernel("c", "bwd", "wgrad", b, c, c, hw, 3, 1, dtype="bf16")
+        t = 3e-6 + 0.6 * float(reference_seconds(h200, kern)[0])
+        rows.append({"op": "conv2d", "phase": "wgrad", "timing": "eager", "dtype": "bf16", "batch": b, "cin": c,
+                     "cout": c, "hw": hw, "kernel": 3, "stride": 1, "groups": 1,
+                     "bytes": np.nan, "time_s": t * rng.uniform(0.98, 1.02)})
+    entries = fit_classes(pd.DataFrame(rows), h200)
+    entry = entries["conv.dense-k3x3-s1:bf16:wgrad"]
+    assert entry["params"]["c"] == pytest.approx(0.6, rel=0.05)
+    assert entry["cv_mape"] < 0.03
+    assert "conv.dense:bf16:wgrad" in entries  # pooled per kind as well
+
+
+def test_cnn_presets_have_torchvision_parameter_counts_and_their_classes():
+    b0, rx = pm.preset("efficientnet-b0"), pm.preset("resnext50-32x4d")
+    assert b0.params == 5_288_548 and rx.params == 25_028_904
+    kinds = {op.op: op for op in b0.ops if op.cls == "conv"}
+    assert any(op.size["groups"][0] > 1 and op.size["cin"][0] == op.size["groups"][0] for op in kinds.values())
+    assert {"silu", "sigmoid", "batchnorm", "se_pool"} <= {op.cls for op in b0.ops}
+    assert any(1 < op.size["groups"][0] < op.size["cin"][0] for op in rx.ops if op.cls == "conv")
+
+
+def test_predictions_name_unmeasured_cnn_classes(h200):
+    p = pm.predict("efficientnet-b0", "h200", pm.Strategy(micro_batch=32))
+    assert len(p.caveats) == 1 and "conv.depthwise-k3x3-s1:bf16:fwd" in p.caveats[0]
+    assert pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=4)).caveats == ()
+
+
+def test_the_v100_profile_is_seeded_from_deepbench():
+    v100 = pm.load_profile("v100-sxm2-32gb")
+    entry = v100.entry("conv.dense-k3x3-s1:fp16:fwd")
+    assert entry["source"] == "measured (published): deepbench-v100"
+    assert entry["n_points"] >= 20 and 0 < entry["cv_mape"] < entry["reference_only_mape"]
+    assert v100.meta["seeded_from"] == "deepbench-v100"
+
+
+def test_a_conv_op_without_its_sizes_is_refused_by_name(h200):
+    kern = Kernel("aten.convolution", "conv", "fwd", {"m": 8.0, "n": 8.0, "k": 8.0}, 1, 0.0, "fwd", "bf16")
+    with pytest.raises(pm.UnsupportedError, match=r"lacks sizes \['x', 'kh', 'kw', 'stride', 'groups', 'cin'\]"):
+        cnn_kernel_time(h200, kern)
+
+
+def test_the_prediction_table_prints_the_caveat():
+    from perfmodel.report.tables import prediction_table
+
+    text = prediction_table(pm.predict("efficientnet-b0", "h200", pm.Strategy(micro_batch=32)))
+    assert "caveat     " in text and "CNN kernel classes not measured on h200-sxm-141gb" in text

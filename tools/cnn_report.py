@@ -1,0 +1,47 @@
+"""Print the CNN kernel classes of bundled profiles: points, CV error, reference-only error, c.
+
+    python -m tools.cnn_report h200-sxm-141gb h200-sxm-141gb-calibrated v100-sxm2-32gb
+    python -m tools.cnn_report --steps      # step times of the CNN presets, batch 256, SGD, one GPU
+"""
+
+from __future__ import annotations
+
+import sys
+
+import perfmodel as pm
+
+PREFIXES = ("conv.", "batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool")
+
+
+def rows(name: str) -> list[str]:
+    prof = pm.load_profile(name)
+    out = []
+    for key, e in sorted(prof.compute.items()):
+        if key.startswith(PREFIXES) and e.get("n_points"):
+            out.append(f"| {name} | `{key}` | {e['n_points']} | {e['cv_mape']:.1%} | "
+                       f"{e['reference_only_mape']:.1%} | {e['params']['c']:.2f} |")
+    return out
+
+
+def steps() -> None:
+    for name in ("resnet50", "efficientnet-b0", "resnext50-32x4d"):
+        for gpu, precision in (("h200-sxm-141gb", "bf16-mixed"), ("a100-sxm4-80gb", "bf16-mixed"),
+                               ("v100-sxm2-32gb", "fp16-mixed")):
+            p = pm.predict(name, gpu, pm.Strategy(micro_batch=256, precision=precision, optimizer="sgd"))
+            print(f"{name:16s} {gpu:16s} {precision:10s} {p.step_time * 1e3:7.1f} ms")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--steps"]:
+        steps()
+        return 0
+    print("| profile | class | rows | CV error | reference alone | c |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in argv or ["h200-sxm-141gb", "v100-sxm2-32gb"]:
+        print("\n".join(rows(name)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
