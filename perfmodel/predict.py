@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cache
 
 import numpy as np
 
 from perfmodel import step as compose
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import ChainMemo, IdentityMemo
 from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level, memory_bounds
 from perfmodel.parallel.config import StepConfig
@@ -76,6 +77,16 @@ class Prediction:
     memory_interval_regime: str = ""
     caveats: tuple = ()                 # what the prediction priced without a measurement, in words
 
+    @classmethod
+    def of(cls, values: dict) -> Prediction:
+        """The record of ``values``, one per field: the same as ``Prediction(**values)`` without the
+        frozen ``__init__``'s ``object.__setattr__`` per field (a repeated ``predict`` builds one per call)."""
+        if values.keys() != _FIELD_NAMES:
+            return cls(**values)  # a missing or unknown field: the constructor's own error
+        record = object.__new__(cls)
+        record.__dict__.update(values)
+        return record
+
     def __repr__(self) -> str:
         mem = f"{self.peak_memory / 2**30:.1f} GiB of {self.memory_capacity / 2**30:.0f} GiB"
         rate = (f"{self.samples_per_second:,.0f} samples/s" if self.tokens_per_second == self.samples_per_second
@@ -103,6 +114,9 @@ class Prediction:
         return out
 
 
+_FIELD_NAMES = {f.name for f in fields(Prediction)}
+
+
 def default_profile(cluster) -> Profile:
     """The bundled profile of the cluster's GPU (fitted where measured, datasheet-scaled otherwise); a GPU
     described in a TOML of one's own gets the measured reference profile scaled by its datasheet figures,
@@ -127,7 +141,11 @@ def _datasheet_profile(gpu) -> Profile:
 _COLLECTIVES = IdentityMemo(256)
 _SAME_CLUSTER = ChainMemo(256)  # the same cluster object: no hash of its description
 _BOUNDS = ChainMemo(1024)  # the interval of a step by its time and breakdown (the shipped table is read once)
-_CONFIGS = ChainMemo(1024)  # StepConfig of a Strategy, by value: the step's memo keys read it by identity
+# a Strategy checked against (model, cluster) with dp filled, and its StepConfig, by value: the step's
+# memo keys read the StepConfig by identity
+_CHECKED = ChainMemo(1024)
+# a Prediction's numbers from the step's quantities (by identity) and the strategy fields they read
+_NUMBERS = ChainMemo(1024)
 
 
 def _collectives(cluster, prof: Profile) -> dict:
@@ -204,18 +222,31 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     s = strategy or Strategy()
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
-    n_gpus = cluster.n_gpus
-    s = fill_dp(s, n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
-    check_strategy(model, cluster, s)
+    s, c = _CHECKED((model, cluster), s, lambda: _checked(model, cluster, s))
     prof = _SAME_CLUSTER((cluster,), "profile", lambda: default_profile(cluster)) if profile is None \
         else profile_for(cluster, profile)
     if s.ps_async:
         return async_prediction(model, cluster, s, prof, level)
     coll = _collectives(cluster, prof)
-    c = _CONFIGS((), s, lambda: StepConfig.from_strategy(s))
-    out = compose.evaluate(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
-                           optimizer=s.optimizer, placement=s.placement)
-    out["micro_batch"] = float(s.micro_batch)
+    out = compose.step_quantities(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
+                                  optimizer=s.optimizer, placement=s.placement)
+    got = _NUMBERS((prof, cluster, model, out),
+                   (s.batch, s.micro_batch, s.precision, s.recompute, s.framework, s.attention, level),
+                   lambda: _numbers(model, cluster, prof, s, out, level))
+    return Prediction.of({**got, "strategy": s, "breakdown": dict(got["breakdown"]), "memory": dict(got["memory"])})
+
+
+def _checked(model, cluster, s: Strategy) -> tuple:
+    """(``s`` with dp filled, its StepConfig), or a clear error when it cannot run here."""
+    s = fill_dp(s, cluster.n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
+    check_strategy(model, cluster, s)
+    return s, None if s.ps_async else StepConfig.from_strategy(s)
+
+
+def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: float) -> FrozenDict:
+    """Every field of a Prediction but its strategy, from ``compose.step_quantities``' mapping."""
+    n_gpus = cluster.n_gpus
+    out = {**quantities, "micro_batch": float(s.micro_batch)}
     derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, n_gpus)
     breakdown = {k: float(out[k]) for k in BREAKDOWN_KEYS}
     worst = max(breakdown, key=breakdown.get)
@@ -225,18 +256,18 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
                  lambda: bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
                                 attention=s.attention, precision=s.precision, level=level))
     mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=n_gpus, level=level)
-    return Prediction(
-        model=getattr(model, "name", type(model).__name__), cluster=cluster.name, strategy=s, profile=prof.name,
-        step_time=step, breakdown=breakdown, tokens_per_second=float(derived["tokens_per_second"]),
+    return FrozenDict(
+        model=getattr(model, "name", type(model).__name__), cluster=cluster.name, profile=prof.name,
+        step_time=step, breakdown=FrozenDict(breakdown), tokens_per_second=float(derived["tokens_per_second"]),
         samples_per_second=float(derived["samples_per_second"]), tflops_per_gpu=float(derived["tflops_per_gpu"]),
-        mfu=float(derived["mfu"]), peak_memory=float(out["peak_memory"]), memory=memory,
+        mfu=float(derived["mfu"]), peak_memory=float(out["peak_memory"]), memory=FrozenDict(memory),
         memory_capacity=float(derived["memory_capacity"]), fits=bool(derived["fits"]),
         over_capacity=float(derived["over_capacity"]), bottleneck=BOTTLENECK_WORDS[worst],
         model_flops=float(derived["model_flops"]), interval=(iv.low, iv.high),
         interval_level=level, interval_regime=iv.regime,
-        reserved_memory=float(derived["reserved_memory"]),
-        profile_origin=profile_origin(prof), memory_interval=(mem.low, mem.high), memory_interval_regime=mem.regime,
-        caveats=cnn_caveats(model, prof, s.precision),
+        reserved_memory=float(derived["reserved_memory"]), interval_kind=INTERVAL_KIND,
+        profile_origin=profile_origin(prof), ps=None, memory_interval=(mem.low, mem.high),
+        memory_interval_regime=mem.regime, caveats=cnn_caveats(model, prof, s.precision),
     )
 
 

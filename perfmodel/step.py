@@ -21,10 +21,11 @@ import numpy as np
 
 from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
 from perfmodel.costs import memory as mem, stack_memory
-from perfmodel.costs.compute import kernel_time, phase_time
-from perfmodel.costs.engine_host import deepspeed_host_time, stage_tensors
+from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
+from perfmodel.costs.engine_host import engine_host_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
+from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_attention
@@ -39,7 +40,7 @@ from perfmodel.parallel.wire import activation_bytes, wire_bytes
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
 from perfmodel.workload.stack import adapt_kernels
-from perfmodel.workload.stacks import megatron_code, stack
+from perfmodel.workload.stacks import megatron_code
 
 PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
 
@@ -318,21 +319,9 @@ def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, r
 # --- the step ----------------------------------------------------------------------------------------
 
 
-def _copy_pricer(profile):
-    """Seconds of one fp32 copy of ``elements`` elements (the profile's copy class), or None."""
-    try:
-        profile.mem_entry("copy", "fp32", "fwd")
-    except PerfModelError:
-        return None
-
-    def copy_s(elements):
-        return phase_time(profile, [mem_kernel("ddp.bucket_copy", "copy", "fwd", elements, variant="fwd")])[0]
-    return copy_s
-
-
 def bucket_costs(profile) -> BucketCosts:
     """DDP's bucket costs on this profile's host: its copy passes and, on a CPU, the measured extra."""
-    return BucketCosts(copy_s=_copy_pricer(profile), extra_s=HostCosts.of(profile).ddp_bucket_extra_s)
+    return BucketCosts(copy_s=copy_pricer(profile), extra_s=HostCosts.of(profile).ddp_bucket_extra_s)
 
 
 def dp_backward_windows(profile, timed: PhaseTimes, sts):
@@ -353,10 +342,19 @@ def _critical_comm(local, coll, lay, c, t: ComputeTimes, *, precision, recompute
 
 def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompute, optimizer,
              placement="tp-pp-dp"):
-    """All step quantities for the configurations ``c``.
+    """All step quantities for the configurations ``c`` (``step_quantities``), as a dict the caller may change."""
+    out = step_quantities(model, cluster, profile, coll, c, precision=precision, recompute=recompute,
+                          optimizer=optimizer, placement=placement)
+    return {**out, "memory": dict(out["memory"])}
+
+
+def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, recompute, optimizer,
+                    placement="tp-pp-dp"):
+    """All step quantities for the configurations ``c``, as one read-only mapping.
 
     One configuration (0-d fields, ``predict``) prices each piece once per what it depends on
-    (``_PIECES``: the pieces before it by identity, the StepConfig fields it reads by value);
+    (``_PIECES``: the pieces before it by identity, the StepConfig fields it reads by value), the
+    mapping included: the same object while its pieces stand (``predict`` keys on its identity);
     arrays of configurations (``search``) run straight through the same functions.
     """
     if not isinstance(c, StepConfig):
@@ -376,24 +374,31 @@ def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompu
     t = _PIECES((local, profile), fields_key(one, COMPUTE_FIELDS, "compute", precision, recompute),
                 lambda: compute_times(local, profile, c, precision=precision, recompute=recompute))
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
-    comm, timed, pipe, worst, parts = _PIECES(
+    critical = _PIECES(
         (coll, lay, t, sts, local, model), fields_key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
         lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms))
-    p2p, dp_exposed, opt, engine = _PIECES(
-        (coll, lay, lay_dp, p, sts, timed, local, profile, cluster),
+    exposed = _PIECES(
+        (coll, lay, lay_dp, p, sts, timed := critical[1], local, profile, cluster),
         fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
         lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
                          precision=precision, optimizer=optimizer))
-    peak, terms = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
-                                                        optimizer, local.seq),
-                          lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
-                                               recompute=recompute, optimizer=optimizer, seq=local.seq))
+    memory = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
+                                                         optimizer, local.seq),
+                     lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
+                                          recompute=recompute, optimizer=optimizer, seq=local.seq))
+    return _PIECES((critical, exposed, memory), fields_key(one, STEP_FIELDS, "step"),
+                   lambda: _assemble(c, critical, exposed, memory))
+
+
+def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
+    """The step from its pieces: the pipeline, its sends, the exposed data-parallel and optimizer seconds."""
+    (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms) = critical, exposed, memory
     out = {"step_time": pipe + p2p + dp_exposed + opt + engine, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
            "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
-           "peak_memory": peak, "memory": dict(terms), "cp": float(c.cp)}
+           "peak_memory": peak, "memory": FrozenDict(terms), "cp": float(c.cp)}
     out.update(parts)
     out["host_overhead"] = out["host_overhead"] + engine
-    return out
+    return FrozenDict(out)
 
 
 # The StepConfig fields each memoised piece of ``evaluate`` reads (beyond the pieces it is given);
@@ -405,6 +410,7 @@ CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework")
+STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
                  "framework", "attention", "compile", "loss")
@@ -457,18 +463,6 @@ def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, 
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
                                 optimizer=optimizer, precision=precision)
     return p2p, dp_exposed, opt, engine_host_time(local, c, sts, work.backward_s)
-
-
-def engine_host_time(model, c: StepConfig, sts, backward_s):
-    """The training engine's exposed host seconds per step, the slowest stage's (DeepSpeed only)."""
-    if stack(c.framework).engine != "deepspeed":
-        return 0.0
-    worst = 0.0
-    for st, back in zip(sts, backward_s):
-        this = deepspeed_host_time(c.shard_stage, stage_tensors(model, st.layers, st.embed, st.head),
-                                   c.micro_batches, back)
-        worst = np.maximum(worst, np.where(st.valid, this, 0.0))
-    return worst
 
 
 def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute) -> dict:

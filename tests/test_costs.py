@@ -107,3 +107,21 @@ def test_gemm_tiles_prices_partial_tiles_and_split_k():
     assert past / short == pytest.approx(7 / 6, rel=0.02)  # 6 -> 7 tiles of 128 along n
     no_split = {**p, "t_split": 1.0}  # a split that costs a second: never chosen
     assert gemm_tiles_gpu(p, 128.0, 128.0, 65536.0) < 0.5 * gemm_tiles_gpu(no_split, 128.0, 128.0, 65536.0)
+
+
+def test_one_gemm_on_floats_is_bitwise_the_array_path():
+    """``gemm_tiles_gpu`` of one GEMM (Python floats) equals the same GEMM priced inside an array, bit
+    for bit, over aligned and misaligned sizes of every alignment class and sizes of zero."""
+    from perfmodel.forms.compute import gemm_tiles_gpu
+
+    p = {"R": 8e14, "k_half": 150.0, "e16": 0.9, "e8": 0.7, "e4": 0.5, "t_split": 2e-6, "p16": 0.95,
+         "R_mis": 3e14, "k_half_mis": 200.0, "mn_half_mis": 4e5, "p4": 0.6, "p2": 0.5, "t0": 3e-6,
+         "bw": 4e12, "elem_bytes": 2.0, "sms": 132.0}
+    rng = np.random.default_rng(3)
+    sizes = np.concatenate([rng.integers(1, 70000, (300, 3)), [[0, 64, 64], [4096, 4095, 4096], [1, 1, 1],
+                                                              [8192, 8190, 4097], [65536, 8, 2]]]).astype(float)
+    m, n, k = sizes.T
+    with np.errstate(divide="ignore", invalid="ignore"):  # as Form.evaluate calls it (a size of 0: 0/0)
+        together = gemm_tiles_gpu(p, m, n, k)
+        alone = [gemm_tiles_gpu(p, np.asarray(a), np.asarray(b), np.asarray(c)) for a, b, c in sizes]
+    assert np.array_equal(np.asarray(alone, float), together, equal_nan=True)

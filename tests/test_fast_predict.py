@@ -217,10 +217,10 @@ def test_memo_keys_cover_the_fields_each_piece_reads(groups, monkeypatch):
         step.evaluate(model, cluster, prof, predict_module._collectives(cluster, prof), c, precision=s.precision,
                       recompute=s.recompute, optimizer=s.optimizer, placement=s.placement)
     declared = {"shape": step.SHAPE_FIELDS, "compute": step.COMPUTE_FIELDS, "critical": step.CRITICAL_FIELDS,
-                "exposed": step.EXPOSED_FIELDS, "memory": step.MEMORY_FIELDS, "local": ("cp",)}
+                "exposed": step.EXPOSED_FIELDS, "memory": step.MEMORY_FIELDS, "local": ("cp",), "step": step.STEP_FIELDS}
     by_identity = {"values", "dpc"}  # keyed by the configuration object itself
     assert set(_Recorded.reads) - by_identity <= set(declared)
     for piece, read in _Recorded.reads.items():
         if piece not in by_identity:
             assert read <= set(declared[piece]), (piece, sorted(read - set(declared[piece])))
-    assert {"shape", "compute", "critical", "exposed", "memory"} <= set(_Recorded.reads)
+    assert {"shape", "compute", "critical", "exposed", "memory", "step"} <= set(_Recorded.reads)

@@ -9,6 +9,7 @@ path) and once in a shuffled order with the caches warm, sharing entries across 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -16,7 +17,10 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.core.errors import PerfModelError
+from perfmodel import step
 from perfmodel.core.memo import clear_memos
+from perfmodel.parallel.config import StepConfig
+from perfmodel.predict import Prediction, _collectives, default_profile
 from test_published_runs import cluster_of, load_rows, model_of, strategy_of
 from test_random_configurations import NODES, _model, _strategy
 
@@ -79,3 +83,28 @@ def test_same_micro_batch_and_tp_share_kernel_times_but_not_results():
     b_cold = pm.predict(model, cluster, pm.Strategy(dp=4, tp=4, pp=2, micro_batch=1, global_batch=64))
     assert a.step_time != b.step_time
     _same(b_cold, b)
+
+
+def test_repeated_predictions_are_separate_records():
+    """A repeated call shares the step's numbers, not the record: changing one prediction's breakdown
+    or one ``evaluate`` result leaves the next call's untouched, and the record equals one built field by field."""
+    model, cluster = pm.preset("llama-3-8b"), pm.cluster("dgx-h100", nodes=2)
+    s = pm.Strategy(dp=4, tp=4, micro_batch=1, global_batch=32)
+    first = pm.predict(model, cluster, s)
+    first.breakdown["forward"] = -1.0
+    first.memory.clear()
+    again = pm.predict(model, cluster, s)
+    assert again.breakdown["forward"] > 0 and again.memory and again is not first
+    assert again == Prediction(**{f.name: getattr(again, f.name) for f in dataclasses.fields(Prediction)})
+    prof = default_profile(cluster)
+    c = StepConfig.from_strategy(s)
+    out = step.evaluate(model, cluster, prof, _collectives(cluster, prof), c, precision=s.precision,
+                        recompute=s.recompute, optimizer=s.optimizer)
+    out["step_time"], out["memory"]["weights"] = -1.0, -1.0
+    shared = step.step_quantities(model, cluster, prof, _collectives(cluster, prof), c, precision=s.precision,
+                                  recompute=s.recompute, optimizer=s.optimizer)
+    assert shared["step_time"] == again.step_time and shared["memory"].get("weights", 0.0) != -1.0
+    with pytest.raises(TypeError, match="read-only"):
+        shared["step_time"] = 0.0
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        Prediction.of({"step_time": 1.0, "nonsense": 2})

@@ -56,7 +56,7 @@ from perfmodel.parallel.placement import layout
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
-from perfmodel.step import _copy_pricer
+from perfmodel.costs.compute import copy_pricer
 from perfmodel.workload.presets import as_model
 
 SYNCS = ("sync", "diloco")
@@ -265,7 +265,7 @@ def _sync_reduce_s(model, multi, steps, algorithm) -> tuple[float, float, float]
 def _bucket_passes_s(model, st: SiteStep) -> float:
     """DDP's memory passes over its buckets (``perfmodel.parallel.data.ddp_bucket_passes``): the
     site's ``dp_comm`` held them with its in-site reduction, which the three-level one replaces."""
-    copy_s = None if st.profile is None else _copy_pricer(st.profile)
+    copy_s = None if st.profile is None else copy_pricer(st.profile)
     if copy_s is None:  # a profile without a copy class: the passes are not priced, as in predict
         return 0.0
     return float(ddp_bucket_passes(copy_s, _params_per_rank(model, st.strategy), st.strategy.framework))

@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from perfmodel.core.algebra import maximum, to_sympy
-from perfmodel.core.errors import UnsupportedError
+from perfmodel.core.errors import PerfModelError, UnsupportedError
 from perfmodel.costs.cnn import CNN_CLASSES, cnn_kernel_time
 from perfmodel.core.memo import IdentityMemo, scalar
 from perfmodel.costs.host import DEFAULT_CPU_PER_KERNEL_S, HostCosts  # noqa: F401 (re-exported)
 from perfmodel.forms.registry import get_form
 from perfmodel.profiles.profile import Profile
-from perfmodel.workload.ops import Kernel, aligned_view
+from perfmodel.workload.ops import Kernel, aligned_view, mem as mem_kernel
 
 
 def _gpu(entry: dict, symbolic: bool = False, **variables):
@@ -164,3 +164,15 @@ def time_by_class(profile: Profile, kernels: list[Kernel]) -> dict[str, np.ndarr
         g, _ = kernel_time(profile, kern)
         out[kern.cls] = out.get(kern.cls, 0.0) + g * np.asarray(kern.count, float)
     return out
+
+
+def copy_pricer(profile):
+    """Seconds of one fp32 copy of ``elements`` elements (the profile's copy class), or None."""
+    try:
+        profile.mem_entry("copy", "fp32", "fwd")
+    except PerfModelError:
+        return None
+
+    def copy_s(elements):
+        return phase_time(profile, [mem_kernel("ddp.bucket_copy", "copy", "fwd", elements, variant="fwd")])[0]
+    return copy_s

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.workload.stacks import stack
+
 # ZeRO stage -> (seconds per optimizer step, seconds per parameter tensor per micro-step)
 DEEPSPEED_HOST_S = {0: (0.0, 4.185e-05), 1: (1.091e-02, 1.490e-06), 2: (0.0, 1.810e-04)}
 
@@ -50,3 +52,16 @@ def deepspeed_host_time(zero, tensors, micro_batches, backward_s):
                    DEEPSPEED_HOST_S[0][1])
     hooks = per * np.asarray(tensors, float)
     return step_s + micro_batches * np.maximum(hooks - backward_s, 0.0)
+
+
+def engine_host_time(model, c, sts, backward_s):
+    """The training engine's exposed host seconds per step, the slowest stage's (DeepSpeed only);
+    ``c`` is the StepConfig priced, ``sts`` its pipeline stages, ``backward_s`` each stage's backward seconds."""
+    if stack(c.framework).engine != "deepspeed":
+        return 0.0
+    worst = 0.0
+    for st, back in zip(sts, backward_s):
+        this = deepspeed_host_time(c.shard_stage, stage_tensors(model, st.layers, st.embed, st.head),
+                                   c.micro_batches, back)
+        worst = np.maximum(worst, np.where(st.valid, this, 0.0))
+    return worst

@@ -179,9 +179,11 @@ def _tile_terms(p, m, n, k, sym=False):
 def gemm_tiles_gpu(p, m, n, k):
     """Aligned GEMMs: the fastest of the tile shapes and split-K factors (cuBLAS's heuristic picks
     per shape); misaligned ones: ``gemm_two``'s second family on C padded to 128x128 tiles."""
+    one = np.ndim(m) == 0 and np.ndim(n) == 0 and np.ndim(k) == 0  # one GEMM: its 24 terms on Python floats
+    if one and m > 0 and n > 0 and k > 0:
+        return _gemm_tiles_one(p, float(m), float(n), float(k))
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
     a = np.minimum(an, ak)
-    one = np.ndim(m) == 0 and np.ndim(n) == 0 and np.ndim(k) == 0  # one GEMM: its 24 terms on Python floats
     terms = _tile_terms(p, float(m), float(n), float(k)) if one else _tile_terms(p, m, n, k)
     t_al = np.minimum.reduce(terms) / np.where(a >= 32, 1.0, p["p16"])
     mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
@@ -190,6 +192,25 @@ def gemm_tiles_gpu(p, m, n, k):
     t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * level)
     bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
     return np.maximum(p["t0"] + np.where(a >= 16, t_al, t_mis), bytes_moved / p["bw"])
+
+
+def _row_align_one(elements: float, elem_bytes) -> int:
+    """``_align_bytes`` of one row length."""
+    b = int(elements * elem_bytes)
+    return min(b & -b if b > 0 else 32, 32)
+
+
+def _gemm_tiles_one(p, m: float, n: float, k: float):
+    """``gemm_tiles_gpu`` of one GEMM of positive sizes on Python floats: the same operations in the
+    same order (a cold prediction prices hundreds of them one by one)."""
+    a = min(_row_align_one(n, p["elem_bytes"]), _row_align_one(k, p["elem_bytes"]))
+    t_al = min(_tile_terms(p, m, n, k)) / (1.0 if a >= 32 else p["p16"])
+    mp, np_ = _float_ceil(m / MIS_TILE) * MIS_TILE, _float_ceil(n / MIS_TILE) * MIS_TILE
+    q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+    level = 1.0 if a >= 8 else p["p4"] if a >= 4 else p["p2"]
+    t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * level)
+    bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
+    return np.float64(max(p["t0"] + (t_al if a >= 16 else t_mis), bytes_moved / p["bw"]))
 
 
 def _sym_gemm_tiles(p, m, n, k):
