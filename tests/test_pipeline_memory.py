@@ -69,8 +69,11 @@ def test_llama_405b_as_published_fits(llama405):
 def test_llama_405b_search_finds_fast_plans(llama405):
     df = pm.search(llama405.model, llama405.cluster, 2048, top_k=3, framework=("megatron",), cp=(1,))
     best = df.iloc[0]
-    assert best["recompute"] != "full" and best["mfu"] > 0.3
-    assert best["step_time"] <= pm.predict(llama405.model, llama405.cluster, llama405.strategy).step_time
+    published = pm.predict(llama405.model, llama405.cluster, llama405.strategy)
+    # a plan at least as fast as the published one (not in the grid: 126 layers do not split over 16
+    # equal stages), without full recomputation (the old memory model's 18%-MFU plan recomputed all)
+    assert best["recompute"] != "full" and best["fits"]
+    assert best["step_time"] <= published.step_time and best["mfu"] >= published.mfu
 
 
 def test_fsdp_reduce_scatter_dtype_per_stack():
