@@ -54,7 +54,7 @@ from calibration.tables import (
     format_value,
     update_metadata,
 )
-from perfmodel.core.errors import PerfModelError, unknown_name
+from perfmodel.errors import PerfModelError, unknown_name
 from perfmodel.core.choices import COLLECTIVES
 from perfmodel.fit.nccl_tests import busbw_factor
 from perfmodel.core.units import parse_bytes

@@ -32,7 +32,7 @@ from calibration.cnn_ops import CNN_BUILDERS
 from calibration.ops import BUILDERS as OP_BUILDERS, copies_for
 from calibration.tables import COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS, TableWriter, update_metadata
 from calibration.timing import Plan, measure
-from perfmodel.core.errors import PerfModelError, unknown_name
+from perfmodel.errors import PerfModelError, unknown_name
 
 BUILDERS = {**OP_BUILDERS, **CNN_BUILDERS}  # every op a case can name
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibration.env import identity
-from perfmodel.core.errors import InvalidInputError
+from perfmodel.errors import InvalidInputError
 from perfmodel.fit.nccl_tests import COLLECTIVE_KEY_COLUMNS
 from perfmodel.fit.tables import COLLECTIVE_COLUMNS, COMPUTE_COLUMNS, COMPUTE_KEY_COLUMNS
 

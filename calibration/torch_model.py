@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from perfmodel.core.errors import UnsupportedError
+from perfmodel.errors import UnsupportedError
 
 RECOMPUTE = ("none", "selective", "full")
 

@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from calibration.env import dist_env
 from calibration.torch_model import build_module
-from perfmodel.core.errors import InvalidInputError, PerfModelError, UnsupportedError
+from perfmodel.errors import InvalidInputError, PerfModelError, UnsupportedError
 from perfmodel import Strategy
 from perfmodel.validate.measured import COLUMNS, MODEL_FIELDS, RUN_COLUMNS
 
