@@ -25,10 +25,11 @@ creates, in creation order (kernel, bias; BN gamma, beta, moving_mean, moving_va
 
 from __future__ import annotations
 
-import argparse
 import json
 from functools import lru_cache
 from pathlib import Path
+
+from tools.presets_cli import presets_main
 
 CIFAR = {"resnet-cifar15": ("resnet", (2, 2, 2)), "resnet-cifar32": ("resnet", (5, 5, 5)),
          "shake-shake-small": ("shake", 32), "shake-shake-big": ("shake", 96)}
@@ -192,16 +193,7 @@ def write_presets(folder=None, names=None) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write-presets", action="store_true", help="regenerate the CIFAR graph presets")
-    parser.add_argument("--out", default=None, help="folder to write to (default: the package's data/graphs)")
-    args = parser.parse_args(argv)
-    if not args.write_presets:
-        parser.print_help()
-        return 0
-    for path in write_presets(args.out):
-        print(f"wrote {path}")
-    return 0
+    return presets_main(write_presets, __doc__.splitlines()[0], "the CIFAR graph presets", argv)
 
 
 if __name__ == "__main__":

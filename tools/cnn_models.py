@@ -10,7 +10,6 @@ predictions read the JSON graphs only.
 
 from __future__ import annotations
 
-import argparse
 import types
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from perfmodel.core.errors import unknown_name
 from perfmodel.workload.cnn_presets import GRAPH_PRESETS, GRAPHS_DIR, _key
 from tools.cifar_models import CIFAR
+from tools.presets_cli import presets_main
 
 
 def write_presets(folder=None, names=None) -> list:
@@ -336,16 +336,7 @@ def _vit_classes(ns) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write-presets", action="store_true", help="regenerate data/graphs/*.json")
-    parser.add_argument("--out", default=None, help="folder to write to (default: the package's data/graphs)")
-    args = parser.parse_args(argv)
-    if not args.write_presets:
-        parser.print_help()
-        return 0
-    for path in write_presets(args.out):
-        print(f"wrote {path}")
-    return 0
+    return presets_main(write_presets, __doc__.splitlines()[0], "data/graphs/*.json", argv)
 
 
 if __name__ == "__main__":

@@ -113,13 +113,18 @@ def server_vm(vcpus=None, nic=None, *, provider=None, machine=None, family=None,
                     name=str(name), latency_s=float(latency_s), source=source or f"nic {nic!r} as given")
 
 
+def _check_table(data, where: str, table: str, fields) -> None:
+    """A cluster TOML's ``[table]`` is a table of known ``fields``, or an error naming ``where``."""
+    if not isinstance(data, Mapping):
+        raise InvalidInputError(f"{where}: [{table}] must be a table: got {data!r}")
+    for key in data:
+        if key not in fields:
+            raise InvalidInputError(f"{where} [{table}]: {unknown_name('field', key, fields)}")
+
+
 def servers_from_dict(data: Mapping, where: str) -> ServerVM:
     """A ``[servers]`` table of a cluster TOML; errors name ``where`` and the field."""
-    if not isinstance(data, Mapping):
-        raise InvalidInputError(f"{where}: [servers] must be a table: got {data!r}")
-    for key in data:
-        if key not in SERVER_FIELDS:
-            raise InvalidInputError(f"{where} [servers]: {unknown_name('field', key, SERVER_FIELDS)}")
+    _check_table(data, where, "servers", SERVER_FIELDS)
     kw = {k: data[k] for k in ("vcpus", "nic", "provider", "machine", "family", "count", "name") if k in data}
     if "latency" in data:
         kw["latency_s"] = parse_duration(data["latency"], "latency")
@@ -143,11 +148,7 @@ def vm_nic(vcpus=None, nic=None, *, provider=None, machine=None, family=None) ->
 
 def workers_from_dict(data: Mapping, where: str) -> Link:
     """A ``[workers]`` table of a cluster TOML (the worker VMs' network cap); errors name ``where``."""
-    if not isinstance(data, Mapping):
-        raise InvalidInputError(f"{where}: [workers] must be a table: got {data!r}")
-    for key in data:
-        if key not in WORKER_FIELDS:
-            raise InvalidInputError(f"{where} [workers]: {unknown_name('field', key, WORKER_FIELDS)}")
+    _check_table(data, where, "workers", WORKER_FIELDS)
     try:
         return vm_nic(**dict(data))
     except InvalidInputError as err:
