@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import perfmodel as pm
@@ -51,10 +52,12 @@ def test_host_copy_uses_the_profiles_fit_else_the_link():
     fitted = replace(profile, host={"d2h_latency_s": 3e-6, "d2h_s_per_byte": 2e-11})
     assert host_copy_seconds(fitted, link, 1e8, "d2h") == pytest.approx(3e-6 + 2e-3)
     assert host_link(pm.cluster("h200")).name == "pcie5"
+    # the bundled H200 profile holds its measured pinned copies; a datasheet-scaled one does not keep them
+    assert 1 / profile.host["d2h_s_per_byte"] == pytest.approx(54.8e9, rel=0.01)
+    assert "d2h_s_per_byte" not in load_profile("a100-sxm4-80gb").host
 
 
 def test_fit_recovers_a_known_line():
-    import pandas as pd
     size = np.array([2**20, 2**24, 2**28, 2**30], float)
     rows = pd.DataFrame({"op": "d2h", "dtype": "pinned", "bytes": size, "time_s": 4e-6 + size / 50e9})
     got = fit_host_copies(rows)
