@@ -3,13 +3,12 @@
 Rows ``op`` = ``h2d`` / ``d2h`` with ``dtype`` = ``pinned`` (the calibration's ``h2d.jsonl``:
 ``tensor.to(device, non_blocking=True)`` from and into pinned host memory) are fitted to
 t = latency + bytes · s_per_byte (Hockney 1994) by non-negative least squares on relative
-errors, so small and large copies weigh alike. Read by ``perfmodel.costs.offload.host_copy_seconds``.
+errors, so small and large copies weigh alike (numpy only: the command line stays free of scipy). Read by ``perfmodel.costs.offload.host_copy_seconds``.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import nnls
 
 MIN_COPY_POINTS = 2
 
@@ -25,7 +24,9 @@ def fit_host_copies(table) -> dict:
             continue
         # relative least squares: each row divided by its own time
         a = np.stack([np.ones_like(size), size], axis=1) / secs[:, None]
-        (latency, per_byte), _ = nnls(a, np.ones_like(secs))
+        latency, per_byte = np.linalg.lstsq(a, np.ones_like(secs), rcond=None)[0]
+        if latency < 0:  # the constraint latency >= 0 binds: the line through the origin
+            latency, per_byte = 0.0, float(np.linalg.lstsq(a[:, 1:], np.ones_like(secs), rcond=None)[0][0])
         out[f"{direction}_latency_s"] = float(latency)
         out[f"{direction}_s_per_byte"] = float(per_byte)
     return out
