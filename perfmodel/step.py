@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
-from perfmodel.costs import memory as mem, stack_memory
+from perfmodel.costs import memory as mem, offload, stack_memory
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
 from perfmodel.costs.engine_host import engine_host_time
 from perfmodel.costs.host import HostCosts
@@ -277,7 +277,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
                                             head=np.where(st.head, p.head, 0.0) / tp,
                                             embed=np.where(st.embed, p.embed, 0.0) / tp)
-    saved = tokens * acts["layer"] * st.layers * in_flight(c, st.index)
+    saved = tokens * acts["layer"] * (st.layers - c.offload_layers) * in_flight(c, st.index)  # offloaded blocks leave
     saved = saved + np.where(st.head, acts["final"], 0.0) + np.where(st.embed, tokens * 4.0 * model.hidden, 0.0)
     cache = terms["weight_copies"]
     transient = 0.0
@@ -287,6 +287,8 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     if recompute == "full" or recompute == "selective-op" or recompute.startswith("every-"):
         # one block's forward is rebuilt in backward
         transient = np.where(st.layers > 0, tokens * acts["full_layer"] + per_copy * p.gemm_layer / tp, 0.0)
+    if c.offload_layers:  # the block reloaded in backward is in flight; save_on_cpu took the blocks' weight casts
+        transient, terms["weight_copies"] = tokens * acts["layer"], cache - c.offload_layers * per_copy * p.gemm_layer / tp
     peak, terms = mem.peak_terms(terms, saved, np.where(st.head, acts["loss"], 0.0), c.micro_batches > 1,
                                  cache=cache, loss_forward=np.where(st.head, acts["loss_fwd"], 0.0),
                                  transient=transient)
@@ -375,8 +377,8 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
                 lambda: compute_times(local, profile, c, precision=precision, recompute=recompute))
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
     critical = _PIECES(
-        (coll, lay, t, sts, local, model), fields_key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
-        lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms))
+        (coll, lay, t, sts, local, model, profile, cluster, p), fields_key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
+        lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms, (profile, cluster, p)))
     exposed = _PIECES(
         (coll, lay, lay_dp, p, sts, timed := critical[1], local, profile, cluster),
         fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
@@ -406,14 +408,14 @@ def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
 ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
 SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework")
 CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
-                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp")
+                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp", "offload_layers")
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework")
 STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
-                 "framework", "attention", "compile", "loss")
+                 "framework", "attention", "compile", "loss", "offload_layers")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
 
@@ -445,10 +447,15 @@ def _shape(model, c: StepConfig, gpn, placement):
     return lay, {**lay, "dp": lay["dp_cp"]}, stages(model, c), param_counts(model, c, c.ep)
 
 
-def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, recompute, sms):
+def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, recompute, sms, host=None):
     """(critical-path communication, compute + that communication per micro-batch, the pipeline's
     seconds, its bottleneck stage's seconds, the bottleneck stage's breakdown and FLOPs)."""
     comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
+    if c.offload_layers:  # the compute stream waits for the copies it cannot hide (costs/offload.py)
+        acts = _activation_terms(local, c, precision=precision, recompute=recompute, seq=local.seq)["layer"]
+        off = PhaseTimes(*offload.offload_seconds(*host, c, acts, c.micro_batch * local.seq, local.layers, t.wall,
+                                                     precision=precision))
+        t = replace(t, wall=t.wall + off, gpu=t.gpu + off)
     timed = t.wall + comm
     return (comm, timed, *pipeline_time(model, timed, sts, c), _outputs(model, c, t, comm, sts, recompute))
 

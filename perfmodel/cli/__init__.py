@@ -120,6 +120,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="cross-entropy: eager fp32 logits, Inductor-compiled, or chunked (default: the framework's)")
     p.add_argument("--tp-comm-overlap", default=None, choices=["userbuffers", "async"],
                    help="tensor-parallel collectives beside their GEMMs: TE userbuffers (megatron), async TP (torchtitan)")
+    p.add_argument("--offload-layers", type=NONNEGATIVE_INT, default=0,
+                   help="activation CPU offload of the first k blocks: save_on_cpu (pytorch), --cpu-offloading-num-layers (megatron)")
     add_stack_args(p)
 
 
@@ -168,7 +170,8 @@ def strategy_from_args(args, n_gpus: int):
                     bucket_mib=args.bucket_mib, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
-                    tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False))
+                    tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False),
+                    offload_layers=getattr(args, "offload_layers", 0))
 
 
 def cmd_predict(args) -> int:

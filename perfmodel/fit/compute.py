@@ -22,6 +22,7 @@ from perfmodel.fit.tables import bound_rows, clean_rows, twin_rows
 from perfmodel.fit.conv import class_keys, class_rows, fit_class
 from perfmodel.profiles.profile import Profile
 from perfmodel.core.units import DTYPE_BYTES
+from perfmodel.fit.host_copy import fit_host_copies
 from perfmodel.fit.conv import fit_conv  # conv2d: implicit GEMMs + a fitted overhead class
 
 # operands touched per element by the raw memory ops (mem table 'bytes' is read + written)
@@ -446,4 +447,5 @@ class ComputeFitter:
         gemm = self.entries_.get("gemm:bf16")
         if gemm:
             self.host_["gemm_cpu_floor_s"] = gemm["params"]["t_cpu"]
+        self.host_.update(fit_host_copies(table))  # pinned h2d / d2h copies (activation offload)
 

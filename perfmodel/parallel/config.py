@@ -39,7 +39,8 @@ class Schedule(IntEnum):
 FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "shard_stage",
                 "ps_servers", "bucket_bytes", "schedule")
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
-SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap")
+SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
+                 "offload_layers")
 
 
 def _frozen(value, dtype):
@@ -67,7 +68,8 @@ class StepConfig:
     reduction overlaps backward. Shared by every configuration: ``stage_layers`` (layers per
     pipeline stage, or None for the even split), ``framework``, ``attention``, ``cp``, ``ep``,
     ``compile`` (torch.compile), ``loss`` (eager, compiled, fused, chunked) and
-    ``tp_comm_overlap`` ("" none, "userbuffers", "async").
+    ``tp_comm_overlap`` ("" none, "userbuffers", "async") and ``offload_layers`` (blocks whose
+    activations go to host memory; 0 when a caller builds a configuration without it).
     """
 
     dp: np.ndarray
@@ -94,6 +96,7 @@ class StepConfig:
     compile: bool
     loss: str
     tp_comm_overlap: str
+    offload_layers: int = 0
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -106,6 +109,7 @@ class StepConfig:
         object.__setattr__(self, "ep", int(self.ep))
         object.__setattr__(self, "compile", bool(self.compile))
         object.__setattr__(self, "tp_comm_overlap", self.tp_comm_overlap or "")
+        object.__setattr__(self, "offload_layers", int(self.offload_layers))
 
     @classmethod
     def from_strategy(cls, s) -> StepConfig:
@@ -116,7 +120,7 @@ class StepConfig:
                    fsdp=s.fsdp is not None, reshard=s.fsdp != "shard-grad-op", schedule=float(Schedule.named(s.schedule)), tp_overlap=s.tp_overlap,
                    dp_overlap=s.dp_overlap, stage_layers=s.stage_layers, framework=s.framework,
                    attention=s.attention, cp=s.cp, ep=s.ep, compile=s.compile, loss=s.loss,
-                   tp_comm_overlap=s.tp_comm_overlap or "")
+                   tp_comm_overlap=s.tp_comm_overlap or "", offload_layers=s.offload_layers)
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

@@ -23,6 +23,7 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
 
@@ -100,6 +101,9 @@ class Strategy:
     # how variables are spread over the servers: "greedy" by bytes (GreedyLoadBalancingStrategy) or
     # "round-robin" in creation order (replica_device_setter's default); None: the framework's
     ps_placement: str | None = None
+    # activation CPU offload of the first k blocks (workload/stacks/offload.py: PyTorch save_on_cpu,
+    # Megatron-Core --cpu-offloading-num-layers); 0: off
+    offload_layers: int = 0
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -142,6 +146,8 @@ class Strategy:
         self._check_combinations()
         self._check_ps()
         check_stack_options(self.framework, recompute=self.recompute, compile=self.compile)
+        object.__setattr__(self, "offload_layers", check_int("offload_layers", self.offload_layers, minimum=0))
+        check_offload(self.framework, self.offload_layers, pp=self.pp, recompute=self.recompute)
         self._check_tp_comm_overlap()
 
     def _check_ps(self):
@@ -352,6 +358,7 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
                                 f"GPU count {n_gpus} (e.g. {hint})")
     if s.framework == "tensorflow":
         check_tensorflow(model, s)
+    check_offload_layers(s.framework, s.offload_layers, getattr(model, "layers", 0))
     if s.ep > 1:
         _check_experts(model, s.ep)
     if s.cp > 1:

@@ -60,6 +60,15 @@ def derive_missing_gemm(compute: dict, target, reference) -> None:
         compute[key] = entry
 
 
+HOST_LINK_KEYS = ("h2d_", "d2h_")  # host copies measured over the reference machine's own PCIe link
+
+
+def host_of_target(host) -> dict:
+    """The reference's host costs a scaled profile keeps: not its measured host copies (another GPU
+    has its own PCIe generation: ``costs.offload`` then prices the catalog's link)."""
+    return {k: v for k, v in host.items() if not k.startswith(HOST_LINK_KEYS)}
+
+
 def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None) -> Profile:
     """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth."""
     target, ref = _gpu(gpu), _gpu(reference.gpu)
@@ -97,7 +106,7 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
     meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
             "method": "reference fits scaled by datasheet peak FLOP/s and memory bandwidth"}
     return Profile(f"{target.name} (datasheet)", target.name, compute, dict(collectives or {}),
-                   dict(reference.host), meta)
+                   host_of_target(reference.host), meta)
 
 
 # GPU -> the 8-GPU NVSwitch all-reduce curve fitted to its published nccl-tests numbers
