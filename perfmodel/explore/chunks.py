@@ -136,12 +136,12 @@ class Best:
         self.evaluated += n
         i = int(np.argmin(cols["over_capacity"]))
         self._closest(_with(extra, {k: v[i:i + 1] for k, v in cols.items()}))
-        fits = np.asarray(cols["fits"], bool)
-        self.feasible += int(fits.sum())
-        if fits.any():
-            rows = {k: np.asarray(v)[fits] for k, v in cols.items()}
-            best = self._best(rows)  # the chunk's own top_k first: the ranking is a total order
-            self._keep(_with(extra, {k: v[best] for k, v in rows.items()}))
+        fits = np.flatnonzero(np.asarray(cols["fits"], bool))
+        self.feasible += int(fits.size)
+        if fits.size:  # the chunk's own top_k first (the ranking is a total order), ranked on its key columns
+            r = self.ranking
+            best = fits[self._best({k: np.asarray(cols[k])[fits] for k in {r.sort_by, "peak_memory", "order"}})]
+            self._keep(_with(extra, {k: np.asarray(v)[best] for k, v in cols.items()}))
 
     def merge(self, other: Best) -> None:
         self.evaluated += other.evaluated

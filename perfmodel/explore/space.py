@@ -83,8 +83,29 @@ class Factored:
         return out
 
     def flat(self, value) -> np.ndarray:
-        """``value`` (an array that broadcasts to the grid, or a number) at the valid cells, in order."""
-        return np.broadcast_to(value, self.mask.shape)[self.mask]
+        """``value`` (an array that broadcasts to the grid, or a number) at the valid cells, in order.
+
+        The same elements as ``np.broadcast_to(value, mask.shape)[mask]``, gathered from ``value``
+        itself by the cells' flat indices into it (one per shape of value, kept with the grid)."""
+        v = np.asarray(value)
+        grid = self.mask.shape
+        shape = (1,) * (len(grid) - v.ndim) + v.shape
+        if len(shape) != len(grid) or any(n not in (1, g) for n, g in zip(shape, grid)):
+            return np.broadcast_to(value, grid)[self.mask]  # not a grid-shaped value: numpy's own rules
+        return v.reshape(-1)[self._index(shape)]
+
+    def _index(self, shape: tuple) -> np.ndarray:
+        """Flat indices into an array of ``shape`` (1 or the grid's size along each axis) of the valid cells."""
+        cache = self.__dict__.setdefault("_indices", {})  # derived from the frozen fields, so safe to keep
+        if shape not in cache:
+            at = np.nonzero(self.mask)
+            index, stride = np.zeros(at[0].size, np.intp), 1
+            for axis in reversed(range(len(shape))):
+                if shape[axis] > 1:
+                    index += at[axis] * stride
+                stride *= shape[axis]
+            cache[shape] = index
+        return cache[shape]
 
 
 @dataclass(frozen=True)
