@@ -140,7 +140,6 @@ def _datasheet_profile(gpu) -> Profile:
 
 _COLLECTIVES = IdentityMemo(256)
 _SAME_CLUSTER = ChainMemo(256)  # the same cluster object: no hash of its description
-_BOUNDS = ChainMemo(1024)  # the interval of a step by its time and breakdown (the shipped table is read once)
 # a Strategy checked against (model, cluster) with dp filled, and its StepConfig, by value: the step's
 # memo keys read the StepConfig by identity
 _CHECKED = ChainMemo(1024)
@@ -252,9 +251,8 @@ def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: floa
     worst = max(breakdown, key=breakdown.get)
     memory = {k: float(v) for k, v in out["memory"].items()}
     step = float(out["step_time"])
-    iv = _BOUNDS((prof, cluster, model), (step, *breakdown.values(), s.framework, s.attention, s.precision, level),
-                 lambda: bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
-                                attention=s.attention, precision=s.precision, level=level))
+    iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
+                attention=s.attention, precision=s.precision, level=level)
     mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=n_gpus, level=level)
     return FrozenDict(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, profile=prof.name,
