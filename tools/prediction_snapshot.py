@@ -7,7 +7,7 @@
 A snapshot holds 100 seeded random configurations (model, node, nodes, tp, pp, micro-batch, ZeRO,
 recompute, framework, sequence parallelism, TP overlap, schedule) priced with the bundled profiles
 (step time, peak memory, breakdown, interval, MFU; or the error's class and message), the top rows
-of three searches, one spot-training plan, the tidy H200 microbenchmark table and, with torch, three
+and rejection counts of seven searches, one spot-training plan, the tidy H200 microbenchmark table and, with torch, three
 small traced modules. ``--compare`` reports the entries that differ (floats compared exactly).
 """
 
@@ -27,8 +27,15 @@ from perfmodel.fit.tables import legacy_h200_to_tidy
 MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large", "bert-base", "llama-2-7b", "llama-3-8b", "llama-2-13b",
           "llama-3-70b", "mixtral-8x7b", "resnet50", "inception-v3", "vgg16", "vit-b-16")
 NODES = ("dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-1-v100", "dgx-a100-40gb")
-SEARCHES = {"llama-3-8b": ("dgx-h100", 2, 256), "gpt2-small": ("hgx-h200", 1, 64),
-            "resnet50": ("dgx-a100-80gb", 2, 256)}
+# searches: name -> (preset, node, nodes, global batch, options); the last four are the default
+# spaces a search-speed change must leave as they were (top-20 rows and the rejection counts)
+SEARCHES = {"llama-3-8b": ("llama-3-8b", "dgx-h100", 2, 256, {}), "gpt2-small": ("gpt2-small", "hgx-h200", 1, 64, {}),
+            "resnet50": ("resnet50", "dgx-a100-80gb", 2, 256, {}),
+            "llama-3-405b": ("llama-3-405b", "dgx-h100", 2048, 2048, {}),
+            "llama-3-70b": ("llama-3-70b", "dgx-h100", 64, 512, {}),
+            "gpt2-small 2 nodes": ("gpt2-small", "dgx-h100", 2, 256, {}),
+            "llama-3-8b torchtitan": ("llama-3-8b", "dgx-h100", 8, 256, {"framework": "torchtitan"})}
+COUNTS = ("rejected", "rejected_detail", "evaluated", "feasible")
 H200_TABLES = Path(pm.__file__).parent / "data" / "h200-2026-11-29"
 
 
@@ -78,9 +85,10 @@ def snapshot(seed: int = 1234) -> dict:
         kw = _random_strategy(rng)
         out[f"{i} {model} {node}x{nodes} {sorted(kw.items())}"] = _priced(
             pm.preset(model), pm.cluster(node, nodes=nodes), pm.Strategy(**kw))
-    for model, (node, nodes, batch) in SEARCHES.items():
-        df = pm.search(pm.preset(model), pm.cluster(node, nodes=nodes), batch, top_k=20)
-        out[f"search {model}"] = df.to_csv(float_format="%.17g")
+    for name, (model, node, nodes, batch, options) in SEARCHES.items():
+        df = pm.search(pm.preset(model), pm.cluster(node, nodes=nodes), batch, top_k=20, **options)
+        out[f"search {name}"] = df.to_csv(float_format="%.17g")
+        out[f"search {name} counts"] = json.loads(json.dumps({k: df.attrs[k] for k in COUNTS}, default=str))
     plan = pm.plan_training(pm.preset("gpt2-small"), pm.cluster("h100-sxm5-80gb", nodes=4),
                             pm.Strategy(micro_batch=8), 1000, trials=200)
     out["plan gpt2-small"] = plan.to_csv(float_format="%.17g")
