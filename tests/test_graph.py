@@ -15,7 +15,11 @@ from perfmodel.workload.graph import GraphModel, conv_gemm_shapes
 
 # torchvision.models documentation (weights tables), parameter counts
 TORCHVISION_PARAMS = {"resnet50": 25_557_032, "resnet101": 44_549_160, "vgg16": 138_357_544,
-                      "inception-v3": 27_161_264, "vit-b-16": 86_567_656}
+                      "inception-v3": 27_161_264, "vit-b-16": 86_567_656, "resnet152": 60_192_808,
+                      "efficientnet-b2": 9_109_994, "efficientnet-b3": 12_233_232, "efficientnet-b4": 19_341_616}
+# timm's results/benchmark-train-*.csv list these in millions to two decimals: 44.18, 27.56, 48.96
+TIMM_PARAMS_M = {"resnext101-32x4d": (44_177_704, 44.18), "seresnext50-32x4d": (27_559_896, 27.56),
+                 "seresnext101-32x4d": (48_955_416, 48.96)}
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_PARAMS))
@@ -24,6 +28,13 @@ def test_preset_parameter_counts_are_torchvisions(name):
     assert isinstance(g, GraphModel)
     assert g.params == TORCHVISION_PARAMS[name] == GRAPH_PRESETS[name]["published_params"]
     assert (g.layers, g.seq, g.hidden, g.vocab) == (1, 1, 0, 1000)
+
+
+@pytest.mark.parametrize("name", sorted(TIMM_PARAMS_M))
+def test_timm_preset_parameter_counts(name):
+    exact, millions = TIMM_PARAMS_M[name]
+    assert pm.preset(name).params == exact == GRAPH_PRESETS[name]["published_params"]
+    assert round(exact / 1e6, 2) == millions
 
 
 def test_plain_torch_models_match_torchvision_counts():
@@ -55,9 +66,10 @@ def test_loading_a_preset_does_not_import_torch():
 
 
 def test_preset_names_and_errors():
-    assert list_graph_presets() == ["efficientnet-b0", "inception-v3", "resnet-cifar15", "resnet-cifar32", "resnet101",
-                                    "resnet50", "resnext50-32x4d", "shake-shake-big", "shake-shake-small", "vgg16",
-                                    "vit-b-16"]
+    assert list_graph_presets() == ["efficientnet-b0", "efficientnet-b2", "efficientnet-b3", "efficientnet-b4",
+                                    "inception-v3", "resnet-cifar15", "resnet-cifar32", "resnet101", "resnet152",
+                                    "resnet50", "resnext101-32x4d", "resnext50-32x4d", "seresnext101-32x4d",
+                                    "seresnext50-32x4d", "shake-shake-big", "shake-shake-small", "vgg16", "vit-b-16"]
     assert pm.preset("VIT_B_16").name == "vit-b-16"
     assert graph_preset("resnet50").with_name("rn50").name == "rn50"
     with pytest.raises(pm.InvalidInputError, match="is a traced graph and takes no overrides: got seq"):

@@ -33,6 +33,7 @@ CATALOG_GPUS = [
     "k80",
     "l4",
     "p100-pcie-16gb",
+    "rtx-3090",
     "t4",
     "v100-sxm2-32gb",
 ]

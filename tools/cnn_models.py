@@ -10,6 +10,7 @@ predictions read the JSON graphs only.
 
 from __future__ import annotations
 
+import math
 import types
 from functools import lru_cache
 from pathlib import Path
@@ -47,6 +48,15 @@ def write_presets(folder=None, names=None) -> list:
     return written
 
 
+RESNET_BLOCKS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet152": (3, 8, 36, 3)}
+# ResNeXt 32x4d: (blocks per stage, squeeze-excitation) -- timm resnet.py resnext*/seresnext* (SE after bn3)
+RESNEXT = {"resnext50-32x4d": ((3, 4, 6, 3), False), "resnext101-32x4d": ((3, 4, 23, 3), False),
+           "seresnext50-32x4d": ((3, 4, 6, 3), True), "seresnext101-32x4d": ((3, 4, 23, 3), True)}
+# torchvision.models.efficientnet: (width_mult, depth_mult, dropout) of efficientnet_b0 .. b4
+EFFICIENTNET_SCALE = {"efficientnet-b0": (1.0, 1.0, 0.2), "efficientnet-b2": (1.1, 1.2, 0.3),
+                      "efficientnet-b3": (1.2, 1.4, 0.3), "efficientnet-b4": (1.4, 1.8, 0.4)}
+
+
 # -- the models, in plain torch (torch imported only when building) ---------------------------------
 def build(name: str, *, num_classes: int = 1000, device="meta"):
     """A freshly built model by preset name (parameters on ``device``; meta by default)."""
@@ -61,12 +71,13 @@ def build(name: str, *, num_classes: int = 1000, device="meta"):
         return build_cifar(key, device=device)
     nets = _nets()
     with torch.device(device):
-        if key == "resnext50-32x4d":
-            return nets.resnet((3, 4, 6, 3), num_classes, groups=32, group_width=4)
-        if key == "efficientnet-b0":
-            return nets.efficientnet_b0(num_classes)
+        if key in RESNEXT:
+            blocks, se = RESNEXT[key]
+            return nets.resnet(blocks, num_classes, groups=32, group_width=4, se=se)
+        if key in EFFICIENTNET_SCALE:
+            return nets.efficientnet(num_classes, *EFFICIENTNET_SCALE[key])
         if key.startswith("resnet"):
-            return nets.resnet({"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3)}[key], num_classes)
+            return nets.resnet(RESNET_BLOCKS[key], num_classes)
         if key == "vgg16":
             return nets.vgg16(num_classes)
         if key == "inception-v3":
@@ -100,25 +111,34 @@ def _nets():
         return [nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, bias=False),
                 nn.BatchNorm2d(cout, eps=eps)]
 
+    class SEModule(nn.Module):  # timm layers/squeeze_excite.py SEModule: mean, 1x1 (C/16, to 8), ReLU, 1x1, sigmoid
+        def __init__(self, channels):
+            super().__init__()
+            rd = max(8, int(channels / 16 + 4) // 8 * 8)
+            self.fc1, self.fc2 = nn.Conv2d(channels, rd, 1), nn.Conv2d(rd, channels, 1)
+
+        def forward(self, x):
+            return x * self.fc2(F.relu(self.fc1(x.mean((2, 3), keepdim=True)))).sigmoid()
+
     class Bottleneck(nn.Module):  # torchvision.models.resnet.Bottleneck (expansion 4, stride on conv2)
-        def __init__(self, cin, width, stride, groups=1, group_width=64):
+        def __init__(self, cin, width, stride, groups=1, group_width=64, se=False):
             super().__init__()
             out, inner = width * 4, int(width * group_width / 64) * groups  # ResNeXt: C groups of d channels
             self.body = nn.Sequential(*bn_conv(cin, inner, 1), nn.ReLU(inplace=True),
                                       *bn_conv(inner, inner, 3, stride, 1, groups=groups), nn.ReLU(inplace=True),
-                                      *bn_conv(inner, out, 1))
+                                      *bn_conv(inner, out, 1), *([SEModule(out)] if se else []))
             self.down = nn.Sequential(*bn_conv(cin, out, 1, stride)) if stride != 1 or cin != out else None
 
         def forward(self, x):
             identity = x if self.down is None else self.down(x)
             return F.relu(self.body(x) + identity)
 
-    def resnet(blocks, num_classes, groups=1, group_width=64):
+    def resnet(blocks, num_classes, groups=1, group_width=64, se=False):
         layers, cin = [*bn_conv(3, 64, 7, 2, 3), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)], 64
         for stage, count in enumerate(blocks):
             width = 64 * 2 ** stage
             for i in range(count):
-                layers.append(Bottleneck(cin, width, 2 if stage > 0 and i == 0 else 1, groups, group_width))
+                layers.append(Bottleneck(cin, width, 2 if stage > 0 and i == 0 else 1, groups, group_width, se))
                 cin = width * 4
         return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, num_classes))
 
@@ -176,16 +196,24 @@ def _efficientnet_classes(ns) -> None:
         def forward(self, x):
             return x + self.body(x) if self.residual else self.body(x)
 
-    def efficientnet_b0(num_classes):
-        layers = conv_bn_act(3, 32, 3, 2)
+    def efficientnet(num_classes, width=1.0, depth=1.0, dropout=0.2):
+        ch = lambda c: _make_divisible(c * width)  # noqa: E731  (torchvision _MBConvConfig.adjust_channels)
+        layers = conv_bn_act(3, ch(32), 3, 2)
         for expand, kernel, stride, cin, cout, count in EFFICIENTNET_B0:
-            layers += [MBConv(expand, kernel, stride if i == 0 else 1, cin if i == 0 else cout, cout)
-                       for i in range(count)]
-        layers += conv_bn_act(320, 1280, 1)
-        return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2),
-                             nn.Linear(1280, num_classes))
+            layers += [MBConv(expand, kernel, stride if i == 0 else 1, ch(cin) if i == 0 else ch(cout), ch(cout))
+                       for i in range(math.ceil(count * depth))]  # adjust_depth
+        last = 4 * ch(320)
+        layers += conv_bn_act(ch(320), last, 1)
+        return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout),
+                             nn.Linear(last, num_classes))
 
-    ns.efficientnet_b0 = efficientnet_b0
+    ns.efficientnet = efficientnet
+
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    """torchvision.models._utils._make_divisible: round to a multiple of 8, never below 90% of ``v``."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
 
 
 def _inception_convs(ns):

@@ -19,17 +19,38 @@ from perfmodel.workload.graph import GraphModel
 
 GRAPHS_DIR = Path(__file__).resolve().parent / "data" / "graphs"
 TV = "torchvision.models"
+TIMM = "timm (huggingface/pytorch-image-models) timm/models"
 T2T = "tensor2tensor v1.9.0 tensor2tensor/models"
 GRAPH_PRESETS = {
     "resnet50": {"image": 224, "published_params": 25_557_032,
                  "source": f"He et al. 2016, ResNet-50 (v1.5: stride on the 3x3 conv); {TV}.resnet50, 25,557,032 parameters"},
     "resnet101": {"image": 224, "published_params": 44_549_160,
                   "source": f"He et al. 2016, ResNet-101 (v1.5); {TV}.resnet101, 44,549,160 parameters"},
+    "resnet152": {"image": 224, "published_params": 60_192_808,
+                  "source": f"He et al. 2016, ResNet-152 (v1.5); {TV}.resnet152, 60,192,808 parameters"},
+    "resnext101-32x4d": {"image": 224, "published_params": 44_177_704,
+                         "source": f"Xie et al. 2017, ResNeXt-101 (32x4d); {TIMM}/resnet.py resnext101_32x4d, "
+                                   "44,177,704 parameters (timm lists 44.18 M)"},
+    "seresnext50-32x4d": {"image": 224, "published_params": 27_559_896,
+                          "source": f"Hu et al. 2018, SE-ResNeXt-50 (32x4d); {TIMM}/resnet.py seresnext50_32x4d "
+                                    "(SE after the third BN, C/16 rounded to 8), 27,559,896 parameters (timm: 27.56 M)"},
+    "seresnext101-32x4d": {"image": 224, "published_params": 48_955_416,
+                           "source": f"Hu et al. 2018, SE-ResNeXt-101 (32x4d); {TIMM}/resnet.py seresnext101_32x4d, "
+                                     "48,955,416 parameters (timm: 48.96 M)"},
     "resnext50-32x4d": {"image": 224, "published_params": 25_028_904,
                         "source": f"Xie et al. 2017, ResNeXt-50 (32x4d); {TV}.resnext50_32x4d, 25,028,904 parameters"},
     "efficientnet-b0": {"image": 224, "published_params": 5_288_548,
                         "source": f"Tan & Le 2019, EfficientNet-B0; {TV}.efficientnet_b0, 5,288,548 parameters "
                                   "(stochastic depth not traced)"},
+    "efficientnet-b2": {"image": 256, "published_params": 9_109_994,
+                        "source": f"Tan & Le 2019, EfficientNet-B2; {TV}.efficientnet_b2, 9,109,994 parameters; "
+                                  "traced at 256 px, timm's training resolution (stochastic depth not traced)"},
+    "efficientnet-b3": {"image": 288, "published_params": 12_233_232,
+                        "source": f"Tan & Le 2019, EfficientNet-B3; {TV}.efficientnet_b3, 12,233,232 parameters; "
+                                  "traced at 288 px, timm's training resolution (stochastic depth not traced)"},
+    "efficientnet-b4": {"image": 320, "published_params": 19_341_616,
+                        "source": f"Tan & Le 2019, EfficientNet-B4; {TV}.efficientnet_b4, 19,341,616 parameters; "
+                                  "traced at 320 px, timm's training resolution (stochastic depth not traced)"},
     "vgg16": {"image": 224, "published_params": 138_357_544,
               "source": f"Simonyan & Zisserman 2015, VGG-16 (config D); {TV}.vgg16, 138,357,544 parameters"},
     "inception-v3": {"image": 299, "published_params": 27_161_264,
