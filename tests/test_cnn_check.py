@@ -1,0 +1,85 @@
+"""The published CNN check set (perfmodel/data/published_cnn_runs.csv) and its scorer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.costs.cnn import cnn_kernel_time, conv_pass_kernel
+from perfmodel.validate.cnn import CNN_RUNS_CSV, class_breakdown, main, read_cnn_runs, relative_errors, score, summary
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return score()
+
+
+def test_every_row_names_its_source_and_a_known_preset_and_gpu():
+    rows = read_cnn_runs()
+    assert len(rows) == 24
+    for r in rows:
+        assert r["source"].startswith("huggingface/pytorch-image-models@")
+        assert pm.preset(r["model"]).params / 1e6 == pytest.approx(float(r["param_count_m"]), abs=0.006)
+        assert pm.load_profile(r["gpu"]).gpu == "rtx-3090"
+
+
+def test_the_scorer_prices_every_row(scored):
+    assert len(scored) == 24
+    assert all(np.isfinite(r.predicted) and r.predicted > 0 for r in scored)
+    # published: timm results/benchmark-train-amp-nhwc-pt112-cu113-rtx3090.csv, resnet50 at batch 512
+    r50 = next(r for r in scored if r.model == "resnet50" and r.layout == "nhwc")
+    assert r50.measured == 1218.01 and r50.error == pytest.approx(r50.predicted / 1218.01 - 1)
+
+
+def test_relative_errors_divide_out_resnet50(scored):
+    rel = relative_errors(scored)
+    r50 = {r.layout: r for r in scored if r.model == "resnet50"}
+    b0 = next(r for r in scored if r.model == "efficientnet-b0" and r.layout == "nhwc")
+    expected = (b0.predicted / r50["nhwc"].predicted) / (b0.measured / r50["nhwc"].measured) - 1
+    assert rel[b0] == pytest.approx(expected)
+    assert r50["nhwc"] not in rel
+    table = summary(scored)
+    assert table[("rtx-3090", "nhwc", "efficientnet")][0] == 4
+
+
+def test_breakdown_sums_to_the_kernels_of_a_step():
+    parts = class_breakdown("efficientnet-b0", "rtx-3090", 32)
+    assert {"conv.depthwise:wgrad", "silu:bwd", "batchnorm:fwd", "se_pool:fwd"} <= set(parts)
+    assert list(parts.values()) == sorted(parts.values(), reverse=True)
+    step = pm.predict("efficientnet-b0", "rtx-3090", pm.Strategy(micro_batch=32, precision="fp16-mixed",
+                                                                 optimizer="sgd")).step_time
+    assert sum(parts.values()) < step
+
+
+def test_the_command_prints_the_tables(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "| rtx-3090 | nhwc | efficientnet | 4 |" in out
+
+
+def test_a_table_without_the_columns_is_refused(tmp_path):
+    bad = tmp_path / "runs.csv"
+    bad.write_text("model,gpu\nresnet50,rtx-3090\n")
+    with pytest.raises(InvalidInputError, match="missing family, precision, layout"):
+        read_cnn_runs(bad)
+
+
+def test_a_class_fitted_from_deepbench_reproduces_its_published_points():
+    # DeepBench conv_bench V100 fp16 (perfmodel/data/deepbench-v100): 3x3 stride 1 forward, 24 rows;
+    # the bundled class was fitted on them, so its in-sample error must be within its CV error
+    v100 = pm.load_profile("v100-sxm2-32gb")
+    entry = v100.entry("conv.dense-k3x3-s1:fp16:fwd")
+    t = pd.read_csv(CNN_RUNS_CSV.parent / "deepbench-v100" / "compute.csv")
+    rows = t[(t.dtype == "fp16") & (t.kernel == 3) & (t.stride == 1) & (t.phase == "fwd") & (t.groups == 1)]
+    errors = []
+    for r in rows.itertuples():
+        kern = conv_pass_kernel("c", "fwd", "fwd", r.batch, r.cin, r.cout, r.hw, 3, 1, dtype="fp16")
+        errors.append(abs(float(cnn_kernel_time(v100, kern)[0]) / r.time_s - 1))
+    assert len(errors) == entry["n_points"] == 24
+    assert np.median(errors) <= entry["cv_mape"]
+    # one published point: batch 16, 256 -> 512 channels, 28x28: 310 us
+    kern = conv_pass_kernel("c", "fwd", "fwd", 16, 256, 512, 28, 3, 1, dtype="fp16")
+    assert float(cnn_kernel_time(v100, kern)[0]) == pytest.approx(310e-6, rel=entry["cv_mape"])
