@@ -94,3 +94,14 @@ def test_the_check_stays_within_its_recorded_errors(scored):
     n, err, rel = table[("rtx-3090", "nhwc", "efficientnet")]
     assert err < 0.45 and rel < 0.25
     assert all(r.predicted < r.measured for r in scored if r.layout == "nhwc")  # the scale is too slow, as documented
+
+
+def test_increments_pair_models_on_the_same_gpu_and_layout(scored):
+    from perfmodel.validate.cnn import increments
+
+    inc = {(where, pair): (measured, predicted) for where, pair, _, measured, predicted in increments(scored)}
+    measured, predicted = inc[("rtx-3090 nhwc", "seresnext50-32x4d - resnext50-32x4d")]
+    by = {r.model: r for r in scored if r.layout == "nhwc"}
+    assert measured == pytest.approx(1 / 814.69 - 1 / 1001.03)  # timm: 814.69 and 1001.03 samples/s
+    assert predicted == pytest.approx(1 / by["seresnext50-32x4d"].predicted - 1 / by["resnext50-32x4d"].predicted)
+    assert len(inc) == 10

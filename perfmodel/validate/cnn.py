@@ -101,6 +101,28 @@ def summary(scored: list[CnnRow]) -> dict[tuple[str, str, str], tuple[int, float
     return out
 
 
+# (model, the model it extends, what the difference adds): the step time one adds per image isolates a part
+INCREMENTS = (("seresnext50-32x4d", "resnext50-32x4d", "squeeze-excitation (16 blocks)"),
+              ("seresnext101-32x4d", "resnext101-32x4d", "squeeze-excitation (33 blocks)"),
+              ("resnext50-32x4d", "resnet50", "grouped 3x3 (32 groups) for dense, wider 1x1"),
+              ("resnet101", "resnet50", "17 dense bottlenecks at 14x14"),
+              ("resnet152", "resnet101", "4 at 28x28 and 13 at 14x14 dense bottlenecks"))
+
+
+def increments(scored: list[CnnRow]) -> list[tuple[str, str, str, float, float]]:
+    """(layout, pair, what it adds, measured, predicted seconds per image) of each :data:`INCREMENTS` pair
+    on the same GPU, layout and stack: a part's own cost, measured without a kernel benchmark."""
+    rows = {(r.model, r.gpu, r.layout, r.source): r for r in scored}
+    out = []
+    for (model, gpu, layout, source), r in rows.items():
+        for big, small, what in INCREMENTS:
+            base = rows.get((small, gpu, layout, source))
+            if model == big and base is not None:
+                out.append((f"{gpu} {layout}", f"{big} - {small}", what, 1 / r.measured - 1 / base.measured,
+                            1 / r.predicted - 1 / base.predicted))
+    return out
+
+
 def _label(kern) -> str:
     if kern.cls in CNN_CLASSES:
         label = kernel_label(kern)
@@ -135,6 +157,11 @@ def report(scored: list[CnnRow]) -> str:
     for (gpu, layout, family), (n, err, rel_err) in summary(scored).items():
         rel_text = "-" if rel_err is None else f"{rel_err:.1%}"
         lines.append(f"| {gpu} | {layout} | {family} | {n} | {err:.1%} | {rel_text} |")
+    lines += ["", "| GPU, layout | pair | adds | measured ms/image | predicted ms/image | predicted / measured |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for where, pair, what, measured, predicted in increments(scored):
+        lines.append(f"| {where} | {pair} | {what} | {measured * 1e3:.3f} | {predicted * 1e3:.3f} | "
+                     f"{predicted / measured:.2f} |")
     return "\n".join(lines)
 
 
