@@ -111,10 +111,20 @@ def cell(kind: str, share):
     return np.where(np.asarray(share) >= COMM_SHARE, f"{kind}/high-comm", f"{kind}/low-comm")
 
 
+# stacks priced by one model code and sharding share a regime (workload/stacks): DeepSpeed runs are
+# Megatron-LM's layers plus the engine's host work; FSDP1 and torchtitan (FSDP2) shard the torch model code
+REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "torchtitan": "fsdp"}
+
+
+def regime_framework(framework: str) -> str:
+    """The framework part of a regime name (``REGIME_FRAMEWORK``)."""
+    return REGIME_FRAMEWORK.get(framework, framework)
+
+
 def regime_name(kind: str, share: float, framework: str, step: float) -> str:
     """The calibrated regime of one step: profile kind, communication share, framework, short or not."""
     comm = "high-comm" if share >= COMM_SHARE else "low-comm"
-    return f"{kind}/{comm}/{framework}" + ("/short-step" if step < SHORT_STEP_S else "")
+    return f"{kind}/{comm}/{regime_framework(framework)}" + ("/short-step" if step < SHORT_STEP_S else "")
 
 
 def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
@@ -159,7 +169,7 @@ def fallback_half_width(table: dict, level: float) -> float:
 def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", step=1.0) -> np.ndarray:
     """The regime name of each step (arrays of shares and steps broadcast)."""
     share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
-    names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{framework}"),
+    names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{regime_framework(framework)}"),
                                    np.where(step < SHORT_STEP_S, "/short-step", "")), dtype=object)
     if reason is not None:
         names[...] = f"{UNCALIBRATED}: {reason}"

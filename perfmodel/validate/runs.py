@@ -99,7 +99,7 @@ def report(results: pd.DataFrame, n_worst: int = 8) -> str:
              by_group(results, "stack").to_string(formatters=pct), "", "per GPU:",
              by_group(results, "gpu").to_string(formatters=pct), "", f"worst {n_worst} (terms: shares of the "
              "predicted step):", worst(results, n_worst).to_string(index=False, formatters=share)]
-    unfit = results.name[~results.fits].tolist()
+    unfit = results["name"][~results["fits"]].tolist()
     if unfit:
         lines.append(f"predicted not to fit in memory although they ran: {', '.join(unfit)}")
     return "\n".join(lines)
