@@ -262,8 +262,8 @@ def nearest_width(table: dict, name: str, level: float) -> float:
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
     """One regime's log half-width. A datasheet profile is the measured fits rescaled, so it inherits
-    their error: its width is at least that of every measured regime of the same communication share
-    and step class (any framework)."""
+    their error: its width is at least that of the measured regime of the same communication share,
+    framework and step class."""
     entry = table["regimes"].get(name)
     q = scaled_width(entry, level) if entry else math.nan
     if math.isnan(q):
@@ -273,9 +273,10 @@ def regime_width(table: dict, name: str, level: float, fallback: float) -> float
 
 
 def _twins(name: str, other: str) -> bool:
-    """Whether ``other`` is a measured regime of datasheet regime ``name``'s communication share and step class."""
+    """Whether ``other`` is a measured regime of datasheet regime ``name``'s communication share, framework and
+    step class (another framework's error is its stack's, which a datasheet profile does not inherit)."""
     a, b = name.split("/"), other.split("/")
-    return a[0] == "datasheet" and b[0] == "measured" and a[1] == b[1] and a[3:] == b[3:]
+    return a[0] == "datasheet" and b[0] == "measured" and a[1:] == b[1:]
 
 
 _SHARE_KEYS = ("tp_comm", "dp_comm", "p2p", "pipeline_bubble", "host_overhead")

@@ -35,7 +35,7 @@ def test_every_validation_source_is_scored_once(rows):
         counts[r.source] = counts.get(r.source, 0) + 1
     # measured_sample.csv repeats train_dev.jsonl and published_runs.csv rows: none are counted twice
     assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45, "published stacks": 7,
-                      "published checks": 15}
+                      "published checks": 28}
     assert all(math.isfinite(r.log_ratio) for r in rows)
 
 
@@ -210,7 +210,11 @@ def test_other_regimes_without_data_are_labelled():
     assert names.tolist() == ["measured/low-comm/pytorch", "measured/high-comm/pytorch", "uncalibrated: host-bound"]
     assert iv.relabel(table, names, 0.9)[1] == "uncalibrated: no validation rows in measured/high-comm/pytorch"
     c, w = iv.log_interval(table, names, 0.9)
-    assert w[1] == w[2] == pytest.approx(iv.fallback_half_width(table, 0.9)) and w[0] < w[1]
+    # no measured high-comm pytorch rows: twice its nearest calibrated regime's (measured/high-comm/fsdp's);
+    # host-bound: the fallback
+    near = iv.FALLBACK_FACTOR * iv.nearest_width(table, "measured/high-comm/pytorch", 0.9)
+    assert w[1] == pytest.approx(min(near, iv.fallback_half_width(table, 0.9))) and w[0] < w[1]
+    assert w[2] == pytest.approx(iv.fallback_half_width(table, 0.9)) and w[1] < w[2]
     assert c[1] == c[2] == 0.0 and c[0] == table["regimes"]["measured/low-comm/pytorch"]["centre"]
     small = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=1)).interval_regime
     assert small == "measured/low-comm/pytorch/short-step"

@@ -118,13 +118,15 @@ CHECK_RUNS_CSV = PUBLISHED_CSV.parent / "published_check_runs.csv"
 
 def read_published_checks(path: str | Path = CHECK_RUNS_CSV) -> list[Case]:
     """The published check-set runs (``published_check_runs.csv``: several stacks and GPUs, columns as
-    ``published_runs.csv`` plus ``compile`` and ``published_tokens_per_s_per_gpu``) as Cases measuring
+    ``published_runs.csv`` plus ``gpus_per_node``, ``compile`` and ``published_tokens_per_s_per_gpu``) as Cases measuring
     ``step_time_s``. A row gives its iteration time, or tokens per second per GPU (then the step is
     micro_batch x seq / (cp x rate), no gradient accumulation)."""
     text = read_text_file(Path(path), field="published", expect="the published check-runs CSV")
     cases = []
     for line, r in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):
         m, c = model_of(r), cluster_of(r)
+        if r["gpus_per_node"]:  # a site whose nodes hold fewer GPUs than the preset's
+            c = dataclasses.replace(c, node=dataclasses.replace(c.node, gpus_per_node=int(r["gpus_per_node"])))
         s = dataclasses.replace(strategy_of(r), compile=_yes(r["compile"]))
         if r["published_step_s"]:
             step = float(r["published_step_s"])
