@@ -111,10 +111,20 @@ def cell(kind: str, share):
     return np.where(np.asarray(share) >= COMM_SHARE, f"{kind}/high-comm", f"{kind}/low-comm")
 
 
+# stacks priced by one model code and sharding share a regime (workload/stacks): DeepSpeed runs are
+# Megatron-LM's layers plus the engine's host work; FSDP1 and torchtitan (FSDP2) shard the torch model code
+REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "torchtitan": "fsdp"}
+
+
+def regime_framework(framework: str) -> str:
+    """The framework part of a regime name (``REGIME_FRAMEWORK``)."""
+    return REGIME_FRAMEWORK.get(framework, framework)
+
+
 def regime_name(kind: str, share: float, framework: str, step: float) -> str:
     """The calibrated regime of one step: profile kind, communication share, framework, short or not."""
     comm = "high-comm" if share >= COMM_SHARE else "low-comm"
-    return f"{kind}/{comm}/{framework}" + ("/short-step" if step < SHORT_STEP_S else "")
+    return f"{kind}/{comm}/{regime_framework(framework)}" + ("/short-step" if step < SHORT_STEP_S else "")
 
 
 def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
@@ -159,7 +169,7 @@ def fallback_half_width(table: dict, level: float) -> float:
 def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", step=1.0) -> np.ndarray:
     """The regime name of each step (arrays of shares and steps broadcast)."""
     share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
-    names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{framework}"),
+    names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{regime_framework(framework)}"),
                                    np.where(step < SHORT_STEP_S, "/short-step", "")), dtype=object)
     if reason is not None:
         names[...] = f"{UNCALIBRATED}: {reason}"
@@ -252,8 +262,8 @@ def nearest_width(table: dict, name: str, level: float) -> float:
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:
     """One regime's log half-width. A datasheet profile is the measured fits rescaled, so it inherits
-    their error: its width is at least that of every measured regime of the same communication share
-    and step class (any framework)."""
+    their error: its width is at least that of the measured regime of the same communication share,
+    framework and step class."""
     entry = table["regimes"].get(name)
     q = scaled_width(entry, level) if entry else math.nan
     if math.isnan(q):
@@ -263,9 +273,10 @@ def regime_width(table: dict, name: str, level: float, fallback: float) -> float
 
 
 def _twins(name: str, other: str) -> bool:
-    """Whether ``other`` is a measured regime of datasheet regime ``name``'s communication share and step class."""
+    """Whether ``other`` is a measured regime of datasheet regime ``name``'s communication share, framework and
+    step class (another framework's error is its stack's, which a datasheet profile does not inherit)."""
     a, b = name.split("/"), other.split("/")
-    return a[0] == "datasheet" and b[0] == "measured" and a[1] == b[1] and a[3:] == b[3:]
+    return a[0] == "datasheet" and b[0] == "measured" and a[1:] == b[1:]
 
 
 _SHARE_KEYS = ("tp_comm", "dp_comm", "p2p", "pipeline_bubble", "host_overhead")

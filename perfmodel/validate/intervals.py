@@ -7,7 +7,8 @@ Rows (each predicted with its GPU's bundled profile): the H200 development steps
 (``data/h200-2026-11-29/train_dev.jsonl``), the H200 validation runs
 (``data/h200-calibration-2026-11-30/gpu_runs.csv``), the published large runs
 (``data/published_runs.csv``), the published runs of other stacks
-(``data/published_stack_runs.csv``: torchtitan) and ``examples/measured_sample.csv`` (rows
+(``data/published_stack_runs.csv``: torchtitan), the published check set
+(``data/published_check_runs.csv``: FSDP1, FSDP2, Megatron-Core) and ``examples/measured_sample.csv`` (rows
 another source already gives are dropped). A row's log-ratio is r = ln(measured / predicted
 step); per regime (:func:`perfmodel.interval.regime_name`) the table keeps the median r (the
 centre), a scale and the scores (:mod:`perfmodel.validate.conformal`). Rows with a measured
@@ -37,7 +38,8 @@ from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
-from perfmodel.validate.published import CUDA_CONTEXT_BYTES, read_published, read_published_stacks
+from perfmodel.validate.published import (CUDA_CONTEXT_BYTES, read_published, read_published_checks,
+                                          read_published_stacks)
 from perfmodel.workload.model import transformer
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -49,6 +51,7 @@ SOURCE_FILES = {"h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.json
                 "h200 gpu_runs": "perfmodel/data/h200-calibration-2026-11-30/gpu_runs.csv",
                 "published": "perfmodel/data/published_runs.csv (sources: published_runs.md)",
                 "published stacks": "perfmodel/data/published_stack_runs.csv",
+                "published checks": "perfmodel/data/published_check_runs.csv (sources: published_runs.md)",
                 "measured_sample": "examples/measured_sample.csv"}
 QUANTILES = (0.5, 0.8, 0.9, 0.95)
 HELD_BACK = 0.2  # share of configurations each split holds back (the table to ship calibrates on all)
@@ -104,6 +107,7 @@ def validation_cases() -> list[tuple[str, Case]]:
     found += [("h200 gpu_runs", c) for c in read_measured(GPU_RUNS)[0]]
     found += [("published", c) for c in read_published()]
     found += [("published stacks", c) for c in read_published_stacks()]
+    found += [("published checks", c) for c in read_published_checks()]
     seen = {(c.label, round(math.log(c.measured), 3)) for _, c in found}
     if SAMPLE.is_file():
         for c in read_measured(SAMPLE)[0]:

@@ -111,3 +111,31 @@ def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
                           source=f"published_stack_runs.csv ({r['certainty']}, {r['date']}): {r['source']}",
                           extra={"reserved_memory_bytes": float(r["published_memory_gib"]) * 2**30}))
     return cases
+
+
+CHECK_RUNS_CSV = PUBLISHED_CSV.parent / "published_check_runs.csv"
+
+
+def read_published_checks(path: str | Path = CHECK_RUNS_CSV) -> list[Case]:
+    """The published check-set runs (``published_check_runs.csv``: several stacks and GPUs, columns as
+    ``published_runs.csv`` plus ``gpus_per_node``, ``compile`` and ``published_tokens_per_s_per_gpu``) as Cases measuring
+    ``step_time_s``. A row gives its iteration time, or tokens per second per GPU (then the step is
+    micro_batch x seq / (cp x rate), no gradient accumulation)."""
+    text = read_text_file(Path(path), field="published", expect="the published check-runs CSV")
+    cases = []
+    for line, r in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):
+        m, c = model_of(r), cluster_of(r)
+        if r["gpus_per_node"]:  # a site whose nodes hold fewer GPUs than the preset's
+            c = dataclasses.replace(c, node=dataclasses.replace(c.node, gpus_per_node=int(r["gpus_per_node"])))
+        s = dataclasses.replace(strategy_of(r), compile=_yes(r["compile"]))
+        if r["published_step_s"]:
+            step = float(r["published_step_s"])
+        elif r["published_tokens_per_s_per_gpu"]:
+            step = s.micro_batch * m.seq / (s.cp * float(r["published_tokens_per_s_per_gpu"]))
+        else:
+            raise InvalidInputError(f"row {line} ({r['name']!r}) of {Path(path).name} needs 'published_step_s' or "
+                                    f"'published_tokens_per_s_per_gpu': both are blank")
+        cases.append(Case(line=line, label=r["name"], model=m, cluster=c, strategy=s, metric="step_time_s",
+                          measured=step, source=f"published_check_runs.csv ({r['certainty']}, {r['date']}): "
+                                                f"{r['source']}"))
+    return cases

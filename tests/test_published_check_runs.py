@@ -1,0 +1,84 @@
+"""The published check set (perfmodel/data/published_check_runs.csv) and the per-stack scoring of every
+published run (perfmodel.validate.runs). Sources of each row: perfmodel/data/published_runs.md."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.cli import main
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.validate import runs
+from perfmodel.validate.published import CHECK_RUNS_CSV, read_published_checks
+
+CHECK_MEDIAN_LIMIT = 0.20  # median |error| of the check rows (measured: 13.0%); nothing is fitted to them
+
+
+@pytest.fixture(scope="module")
+def results():
+    return runs.score_runs()
+
+
+def test_every_check_row_is_expressible_sourced_and_fits():
+    with open(CHECK_RUNS_CSV, newline="") as f:
+        raw = list(csv.DictReader(f))
+    cases = read_published_checks()
+    assert len(cases) == len(raw) >= 15
+    for r, c in zip(raw, cases):
+        assert r["source"].strip() and r["date"].strip() and r["certainty"] in ("published", "partly assumed")
+        assert None not in r, f"{r['name']}: more fields than columns"
+        p = pm.predict(c.model, c.cluster, c.strategy)
+        assert math.isfinite(p.step_time) and p.step_time > 0 and c.measured > 0
+        assert p.fits, f"{c.label} ran, so it must fit"
+        assert c.strategy.framework == r["framework"] and c.cluster.n_gpus == c.strategy.gpus
+
+
+def test_a_rate_is_turned_into_the_step_it_logs():
+    c = next(c for c in read_published_checks() if c.label == "fms-fsdp-llama2-7b-128")
+    assert c.measured == pytest.approx(2 * 4096 / 3760)  # batch 2 x seq 4096 / 3760 tokens/s per GPU
+    n = next(c for c in read_published_checks() if c.label == "nemotron4-340B-6144")
+    assert n.measured == 8.0 and n.strategy.global_batch == 2304 and n.cluster.n_gpus == 6144
+
+
+def test_a_row_without_a_measurement_is_refused(tmp_path):
+    with open(CHECK_RUNS_CSV, newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows = [dict(rows[0], published_tokens_per_s_per_gpu="", published_step_s="")]
+    path = tmp_path / "checks.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(InvalidInputError, match="needs 'published_step_s' or 'published_tokens_per_s_per_gpu'"):
+        read_published_checks(path)
+
+
+def test_scoring_reports_every_stack_and_gpu(results):
+    assert set(results["stack"]) >= {"megatron", "deepspeed", "fsdp1", "torchtitan"}
+    assert set(results["gpu"]) == {"a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb"}
+    stacks = runs.by_group(results, "stack")
+    assert stacks.rows.sum() == len(results) == 45 + 7 + len(read_published_checks())
+    assert (stacks.median_abs_error >= 0).all() and (stacks.min_error <= stacks.max_error).all()
+    # the terms are shares of the predicted step: with the bubble and host they add up to it
+    total = results[list(runs.TERMS)].sum(axis=1)
+    assert np.allclose(total, 1.0, atol=1e-6)
+    text = runs.report(results, 5)
+    for word in ("per stack:", "per GPU:", "deepspeed", "fsdp1", "torchtitan", "exposed_comm", "bubble"):
+        assert word in text
+    assert len(runs.worst(results, 5)) == 5
+
+
+def test_check_rows_within_the_stated_tolerance(results):
+    checks = results[results.file == "published_check_runs.csv"]
+    assert np.median(checks.error.abs()) < CHECK_MEDIAN_LIMIT
+
+
+def test_cli_validate_published(capsys):
+    assert main(["validate", "--published", "--max-error", "90"]) == 0
+    out = capsys.readouterr().out
+    assert "per stack:" in out and "worst 8" in out
+    assert main(["validate", "--published", "--max-error", "0.01"]) == 1
