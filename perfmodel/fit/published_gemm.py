@@ -2,8 +2,9 @@
 
 A datasheet-scaled entry is the H200's measured curve times the ratio of datasheet peaks. Where a
 GPU's own GEMMs were measured over shapes (:func:`perfmodel.profiles.published.gemm_rows`), the
-aligned kernel family of that curve is refitted to them: rate ``R``, the saturation in m, n, k and
-the launch latency ``t0``, in the entry's own form, by the fitting routine of
+aligned kernel family of that curve is refitted to them: rate ``R`` (at most the datasheet peak), the
+saturation in k (and m, n, or the tile efficiencies) and the launch latency ``t0``, in the better by CV
+of the entry's own form and ``gemm_tiles``, by the fitting routine of
 :class:`perfmodel.fit.compute.ComputeFitter` (robust log-space least squares, 5-fold CV). What the
 published rows cannot identify keeps the scaled entry's values: they are GPU time of aligned shapes
 (every dimension a multiple of 256), so the misaligned family (``R_mis``, ``p16`` ...) and the eager
