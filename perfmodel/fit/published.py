@@ -9,6 +9,7 @@ replace the copy, fitted by the same :class:`ComputeFitter` as this project's ow
   ``Strategy(attention="flash2")`` prices. ``sdpa:fwd``/``sdpa:bwd`` stay the profile's own attention
   (on Hopper the H200's measured SDPA, cuDNN attention at torch 2.11, as torchtitan v0.2.2 asks for first:
   torchtitan/models/attention.py, ``ScaledDotProductAttentionWrapper``);
+* GEMM over shapes where a GPU's own are published (:mod:`perfmodel.fit.published_gemm`);
 * ``host["overlap_compute_slowdown"]``: compute slowed while NCCL runs beside it
   (Lee et al. 2025), which data-parallel pricing applies to the overlapped seconds.
 
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.fit.compute import ComputeFitter
+from perfmodel.fit.published_gemm import fit_published_gemm
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.fit.tables import COMPUTE_COLUMNS
 from perfmodel.forms.registry import get_form
@@ -94,6 +96,7 @@ def with_published(profile: Profile, *, kernel: str = DEFAULT_ATTENTION_KERNEL) 
     """``profile`` with its classes replaced by fits to its GPU's published microbenchmarks."""
     fitted = {f"sdpa:{kernel}.{key.split(':')[1]}": _keep_unmeasured(entry, profile.compute.get(key))
               for key, entry in fit_published_attention(SAME_COMPUTE.get(profile.gpu, profile.gpu), kernel).items()}
+    fitted.update(fit_published_gemm(profile.gpu, profile.compute))  # GEMM over shapes, where published
     notes = {k: v["source"] for k, v in fitted.items()}
     host = dict(profile.host)
     slowdown = overlap_slowdown(profile.gpu)

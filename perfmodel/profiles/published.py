@@ -1,6 +1,6 @@
 """Published kernel microbenchmarks of GPUs this project has not measured itself.
 
-Three digitised tables under ``data/reference/`` (source and date on every row):
+Tables under ``data/reference/`` (source and date on every row):
 
 * ``attention_published.csv``: FlashAttention-2, FlashAttention-3 and cuDNN attention on an
   H100 SXM5, forward (causal and not) and backward (not causal), head dims 64 and 128,
@@ -9,6 +9,9 @@ Three digitised tables under ``data/reference/`` (source and date on every row):
   halved when causal, 2.5x that backward (the papers' convention).
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
   (Maximum Achievable Matmul FLOPS, stas00/ml-engineering), used as a check, not fitted.
+* ``gemm_published.csv``: GEMM rates over shapes (m, n, k from 256 to 4096) of a GPU's own kernels,
+  GPU time alone (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16), fitted into
+  the H100's ``gemm`` entries by :func:`perfmodel.fit.published.fit_published_gemm`.
 * ``overlap_slowdown.csv``: how much slower compute runs while NCCL kernels run beside it
   (Lee et al. 2025, arXiv 2507.03114).
 
@@ -28,6 +31,7 @@ from perfmodel.core.errors import unknown_name
 REFERENCE = Path(__file__).with_name("data") / "reference"
 ATTENTION_CSV = REFERENCE / "attention_published.csv"
 MAMF_CSV = REFERENCE / "gemm_mamf.csv"
+GEMM_CSV = REFERENCE / "gemm_published.csv"
 OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
 ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (FlashAttention-2 paper, §4.1)
@@ -87,6 +91,23 @@ def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
 def mamf_table() -> pd.DataFrame:
     """Maximum Achievable Matmul FLOPS rows: gpu, dtype, m, n, k, tflops, torch, source."""
     return pd.read_csv(MAMF_CSV)
+
+
+@lru_cache(maxsize=1)
+def gemm_table() -> pd.DataFrame:
+    """Every published GEMM row: gpu, dtype, batch, m, n, k, tflops, timing, source."""
+    return pd.read_csv(GEMM_CSV)
+
+
+def gemm_rows(gpu: str) -> pd.DataFrame:
+    """Published GEMM rows of ``gpu`` with their seconds per call (2·batch·m·n·k FLOPs at the published
+    rate): dtype, m, n, k, time_s, source; empty if none are published. A batched product of ``batch``
+    (m x k)·(k x n) GEMMs is read as one of batch·m rows: it launches batch·⌈m/TM⌉·⌈n/TN⌉ tiles, the
+    same waves when TM divides m (every published m is a multiple of 256)."""
+    t = gemm_table()
+    t = t[t.gpu == gpu]
+    t = t.assign(m=t.batch * t.m, time_s=2.0 * t.batch * t.m * t.n * t.k / (t.tflops * 1e12))
+    return t[["dtype", "m", "n", "k", "time_s", "source"]].reset_index(drop=True)
 
 
 @lru_cache(maxsize=1)

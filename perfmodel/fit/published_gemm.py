@@ -1,0 +1,111 @@
+"""Fit a GPU's published GEMM rates over shapes into its datasheet-scaled ``gemm`` entries.
+
+A datasheet-scaled entry is the H200's measured curve times the ratio of datasheet peaks. Where a
+GPU's own GEMMs were measured over shapes (:func:`perfmodel.profiles.published.gemm_rows`), the
+aligned kernel family of that curve is refitted to them: rate ``R`` (at most the datasheet peak), the
+saturation in k (and m, n, or the tile efficiencies) and the launch latency ``t0``, in the better by CV
+of the entry's own form and ``gemm_tiles``, by the fitting routine of
+:class:`perfmodel.fit.compute.ComputeFitter` (robust log-space least squares, 5-fold CV). What the
+published rows cannot identify keeps the scaled entry's values: they are GPU time of aligned shapes
+(every dimension a multiple of 256), so the misaligned family (``R_mis``, ``p16`` ...) and the eager
+CPU floor ``t_cpu`` stay as scaled. A dtype with no published rows keeps its scaled entry.
+
+    python -m perfmodel.fit.published_gemm     # prints the fit of each published GPU and dtype
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
+from perfmodel.forms.registry import get_form
+from perfmodel.hardware import load_gpu
+from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
+from perfmodel.profiles.profile import load_profile
+from perfmodel.profiles.published import gemm_rows, gemm_table
+
+MIN_ROWS = 8  # fewer published shapes than this do not pin down five parameters
+BIG_FLOPS = 1e9  # CV is scored on GEMMs of at least 1 GFLOP, as ComputeFitter scores its GEMM fits
+SMALL_WEIGHT = 0.3  # smaller GEMMs sit near the launch latency: they weigh less, as in ComputeFitter's memory fits
+# the aligned-family parameters each GEMM form fits (bounds as ComputeFitter's)
+SATURATION = {"k_half": Free(128, 1, 1e5), "m_half": Free(64, 1, 1e5), "n_half": Free(64, 1, 1e5)}
+ALIGNED = {
+    "gemm_smooth": ("R", "k_half", "m_half", "n_half", "t0"),
+    "gemm_two": ("R", "k_half", "m_half", "n_half", "t0"),
+    "gemm_two_levels": ("R", "k_half", "m_half", "n_half", "t0"),
+    "gemm_tiles": ("R", "k_half", "e16", "e8", "e4", "t_split", "t0"),
+}
+BOUNDS = {"R": Free(7e14, 1e12, 5e15), "t0": Free(3e-6, 1e-8, 1e-3), "e16": Free(0.9, 0.3, 1.2),
+          "e8": Free(0.75, 0.2, 1.2), "e4": Free(0.6, 0.1, 1.2), "t_split": Free(3e-6, 1e-8, 1e-3), **SATURATION}
+
+
+def fit_gemm_entry(rows, before: dict, *, peak_flops: float | None = None, folds: int = 5,
+                   seed: int = 0) -> dict:
+    """``before`` (a scaled ``gemm`` entry) with its aligned family fitted to ``rows`` (m, n, k, time_s:
+    GPU time alone); the fit's CV and in-sample MAPE are over rows of at least ``BIG_FLOPS``."""
+    form_name = before["form"]
+    form = get_form(form_name)
+    X = {d: rows[d].to_numpy(float) for d in ("m", "n", "k")}
+    y = rows.time_s.to_numpy(float)
+    names = ALIGNED[form_name]
+    fixed = {k: float(v) for k, v in before["params"].items() if k not in names}
+    fixed["t_cpu"] = 0.0  # GPU time alone: no eager floor in these rows
+    free = {k: Free(min(max(float(before["params"].get(k, BOUNDS[k].init)), BOUNDS[k].lo), BOUNDS[k].hi),
+                    BOUNDS[k].lo, BOUNDS[k].hi) for k in names}
+    if peak_flops is not None:  # the asymptotic rate cannot pass the tensor cores' peak
+        free["R"] = Free(min(free["R"].init, peak_flops), free["R"].lo, peak_flops)
+    big = 2.0 * X["m"] * X["n"] * X["k"] >= BIG_FLOPS
+    weights = np.where(big, 1.0, SMALL_WEIGHT)
+    cv = cross_validate(form, X, y, free, fixed, folds=folds, seed=seed, score_mask=big, weights=weights)
+    params = fit_form(form, X, y, free, fixed, weights=weights)
+    fit_err = mape(np.asarray(form.evaluate(params, **X), float)[big], y[big])
+    params["t_cpu"] = float(before["params"]["t_cpu"])  # the eager floor of the scaled entry
+    source = (f"published: {rows.source.iloc[0]}; aligned family fitted to {len(y)} shapes, "
+              f"misaligned family and t_cpu from the datasheet-scaled entry")
+    return {**before, "params": {k: float(v) for k, v in params.items()}, "cv_mape": float(cv),
+            "fit_mape": float(fit_err), "n_points": len(y), "source": source}
+
+
+def as_tiles(entry: dict) -> dict:
+    """``entry`` in the ``gemm_tiles`` form: its misaligned family as it is (``gemm_tiles`` prices
+    misaligned GEMMs as ``gemm_two``'s second family), the tile efficiencies at their starting values."""
+    if entry["form"] == "gemm_tiles":
+        return entry
+    params = {k: v for k, v in entry["params"].items() if k not in ("m_half", "n_half", "p8", "p_both")}
+    params = {"p4": 1.0, "p2": 1.0, "R_mis": params["R"], "k_half_mis": params["k_half"], "mn_half_mis": 1e5,
+              **params, **{k: BOUNDS[k].init for k in ("e16", "e8", "e4", "t_split")}}
+    return {**entry, "form": "gemm_tiles", "params": params}
+
+
+def fit_published_gemm(gpu: str, compute, *, folds: int = 5, seed: int = 0) -> dict:
+    """``{"gemm:<dtype>": entry}`` for each dtype of ``gpu`` with at least ``MIN_ROWS`` published rows
+    whose ``compute`` entry is datasheet-scaled (``n_points == 0``); empty when none apply. As
+    ComputeFitter does, the form is the better by CV of the entry's own and ``gemm_tiles`` (cuBLAS
+    picks a tile per shape: a smooth saturation misses the plateau of large GEMMs)."""
+    table = gemm_rows(gpu)
+    out = {}
+    for dtype, rows in table.groupby("dtype"):
+        before = compute.get(f"gemm:{dtype}")
+        if before is None or before.get("n_points") or len(rows) < MIN_ROWS or before["form"] not in ALIGNED:
+            continue  # measured by this project, too few rows, or a form without an aligned family
+        peak = load_gpu(gpu).peak_flops.get(dtype)
+        fits = [fit_gemm_entry(rows, start, peak_flops=peak, folds=folds, seed=seed)
+                for start in {before["form"]: before, "gemm_tiles": as_tiles(before)}.values()]
+        best = min(fits, key=lambda e: e["cv_mape"])
+        candidates = {e["form"]: round(e["cv_mape"], 4) for e in fits}
+        out[f"gemm:{dtype}"] = {**best, "candidates": candidates}
+    return out
+
+
+def main() -> None:
+    reference = load_profile(REFERENCE_PROFILE)
+    for gpu in sorted(gemm_table().gpu.unique()):
+        scaled = datasheet_profile(gpu, reference).compute
+        for key, entry in fit_published_gemm(gpu, scaled).items():
+            r0, r1 = scaled[key]["params"]["R"], entry["params"]["R"]
+            print(f"{gpu} {key}: {entry['form']}, {entry['n_points']} shapes, CV {entry['cv_mape']:.1%}, "
+                  f"in-sample {entry['fit_mape']:.1%}; R {r0 / 1e12:.0f} -> {r1 / 1e12:.0f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()

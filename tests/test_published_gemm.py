@@ -1,0 +1,97 @@
+"""H100 GEMM curve fitted to published rates over shapes; GPUs without them keep the scaled curve.
+
+Fitted: XLA's measured sm_90 matmul table (``perfmodel/profiles/data/reference/gemm_published.csv``).
+``python -m perfmodel.fit.published_gemm`` prints the fit; docs/hardware.md has its numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.fit.published import with_published
+from perfmodel.fit.published_gemm import as_tiles, fit_gemm_entry, fit_published_gemm
+from perfmodel.forms.registry import get_form
+from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
+from perfmodel.profiles.published import gemm_rows, gemm_table
+
+H100, A100 = "h100-sxm5-80gb", "a100-sxm4-80gb"
+
+
+@pytest.fixture(scope="module")
+def scaled():
+    return datasheet_profile(H100, pm.load_profile(REFERENCE_PROFILE))
+
+
+@pytest.fixture(scope="module")
+def fitted(scaled):
+    return fit_published_gemm(H100, scaled.compute)
+
+
+def tflops(entry, m, n, k):
+    t = get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, m=np.array([float(m)]),
+                                          n=np.array([float(n)]), k=np.array([float(k)]))
+    return 2.0 * m * n * k / float(t[0]) / 1e12
+
+
+def test_batched_rows_are_read_as_batch_times_m_rows():
+    t = gemm_table()
+    row = t[(t.batch == 4) & (t.m == 4096) & (t.n == 4096) & (t.k == 4096)].iloc[0]
+    assert row.tflops == pytest.approx(793.13)
+    rows = gemm_rows(H100)
+    hit = rows[(rows.m == 16384) & (rows.n == 4096) & (rows.k == 4096)]
+    # 2·4·4096³ FLOPs at 793.13 TFLOP/s = 0.6932 ms
+    assert hit.time_s.iloc[0] == pytest.approx(2 * 4 * 4096**3 / 793.13e12)
+    assert len(rows) == len(t[t.gpu == H100]) and gemm_rows(A100).empty
+
+
+def test_fitted_curve_reproduces_a_published_point_within_its_cv_error(fitted):
+    entry = fitted["gemm:bf16"]
+    assert entry["n_points"] == 375 and entry["cv_mape"] < 0.05
+    assert entry["form"] == "gemm_tiles"   # the better by CV of gemm_two and gemm_tiles
+    assert entry["candidates"]["gemm_tiles"] < entry["candidates"]["gemm_two"]
+    # 4096^3, b = 1: 783.3 TFLOP/s published
+    assert abs(tflops(entry, 4096, 4096, 4096) / 783.33 - 1) < entry["cv_mape"]
+    # the rate stays under the datasheet peak wherever it is extrapolated (16384^3: no published row)
+    assert tflops(entry, 16384, 16384, 16384) < pm.load_gpu(H100).peak_flops["bf16"] / 1e12
+
+
+def test_the_published_fit_keeps_what_its_rows_cannot_identify(scaled, fitted):
+    before, after = scaled.compute["gemm:bf16"]["params"], fitted["gemm:bf16"]["params"]
+    for name in ("R_mis", "k_half_mis", "mn_half_mis", "p16", "t_cpu", "bw", "sms"):
+        assert after[name] == before[name], name
+    assert "fp16" not in set(gemm_rows(H100).dtype) and "gemm:fp16" not in fitted
+
+
+def test_profiles_without_published_gemm_rows_keep_their_scaled_curve(scaled):
+    a100 = datasheet_profile(A100, pm.load_profile(REFERENCE_PROFILE))
+    assert fit_published_gemm(A100, a100.compute) == {}
+    assert with_published(a100).compute["gemm:bf16"] == a100.compute["gemm:bf16"]
+    assert pm.load_profile(A100).compute["gemm:bf16"]["params"] == pytest.approx(a100.compute["gemm:bf16"]["params"])
+    # a measured entry is never replaced: the H200's own bf16 fit has rows of its own
+    assert fit_published_gemm(H100, pm.load_profile(REFERENCE_PROFILE).compute) == {}
+    fp16 = pm.load_profile(H100).compute["gemm:fp16"]  # no published fp16 rows: still the scaled curve
+    assert fp16["source"].startswith("datasheet-scaled") and fp16["params"] == pytest.approx(
+        scaled.compute["gemm:fp16"]["params"])
+
+
+def test_bundled_h100_profile_holds_the_published_fit(fitted):
+    entry = pm.load_profile(H100).compute["gemm:bf16"]
+    assert entry["form"] == "gemm_tiles" and entry["n_points"] == 375
+    assert "matmul_interpolator_data.h" in entry["source"]
+    assert entry["params"]["R"] == pytest.approx(fitted["gemm:bf16"]["params"]["R"])
+
+
+def test_batched_rows_are_predicted_by_a_fit_to_the_unbatched_ones(scaled):
+    # held out: fitted on the 125 batch-1 rows, checked on the 250 batched ones read as batch·m rows
+    table = gemm_table()
+    rows = gemm_rows(H100)
+    single = (table[table.gpu == H100].batch == 1).to_numpy()
+    entry = fit_gemm_entry(rows[single], as_tiles(scaled.compute["gemm:bf16"]),
+                           peak_flops=pm.load_gpu(H100).peak_flops["bf16"])
+    held = rows[~single]
+    held = held[2.0 * held.m * held.n * held.k >= 1e9]
+    predicted = np.array([tflops(entry, m, n, k) for m, n, k in zip(held.m, held.n, held.k)])
+    published = 2.0 * held.m * held.n * held.k / held.time_s / 1e12
+    assert np.median(np.abs(predicted / published.to_numpy() - 1)) < 0.05   # measured: 2.3%
