@@ -5,8 +5,11 @@ were measured and published (:mod:`perfmodel.profiles.published`), those measure
 replace the copy, fitted by the same :class:`ComputeFitter` as this project's own tables:
 
 * attention as FlashAttention-2 (``sdpa:fa2.fwd``, ``sdpa:fa2.bwd``) on the H100 SXM5 (Shah et al.
-  2024, Figs. 5-6): the kernel of flash-attn 2.x and of PyTorch's ``FLASH_ATTENTION`` backend, which
-  ``Strategy(attention="flash2")`` prices. ``sdpa:fwd``/``sdpa:bwd`` stay the profile's own attention
+  2024, Figs. 5-6; causal forward+backward: Dao 2023, Fig. 7) and the A100 (Dao 2023, Fig. 4, forward+
+  backward only: split by the H100's published forward share, ``FORWARD_SHARE_FROM``): the kernel of
+  flash-attn 2.x and of PyTorch's ``FLASH_ATTENTION`` backend, which ``Strategy(attention="flash2")``
+  prices; FlashAttention-3 (``sdpa:fa3.*``, Hopper only, ``attention="flash3"``) on the H100 SXM5
+  (Shah et al. 2024, Figs. 5-6). ``sdpa:fwd``/``sdpa:bwd`` stay the profile's own attention
   (on Hopper the H200's measured SDPA, cuDNN attention at torch 2.11, as torchtitan v0.2.2 asks for first:
   torchtitan/models/attention.py, ``ScaledDotProductAttentionWrapper``);
 * ``host["overlap_compute_slowdown"]``: compute slowed while NCCL runs beside it
@@ -34,9 +37,16 @@ from perfmodel.profiles.profile import Profile
 from perfmodel.profiles.published import attention_rows, attention_source, overlap_slowdown
 
 DEFAULT_ATTENTION_KERNEL = "fa2"
+PUBLISHED_KERNELS = ("fa2", "fa3")  # fitted into every profile whose GPU has rows of them
 # GPUs whose attention is another's published curve: the H200 SXM has the H100 SXM5's compute
-# (GH100, 132 SMs at 1980 MHz, 700 W; only memory differs), and attention is compute-bound
-SAME_COMPUTE = {"h200-sxm-141gb": "h100-sxm5-80gb"}
+# (GH100, 132 SMs at 1980 MHz, 700 W; only memory differs), the A100 40GB the A100 80GB's (GA100,
+# 108 SMs at 1410 MHz), and attention is compute-bound
+SAME_COMPUTE = {"h200-sxm-141gb": "h100-sxm5-80gb", "a100-sxm4-40gb": "a100-sxm4-80gb"}
+# GPUs with forward+backward rows only, and the GPU whose published forward and backward of the same
+# kernel split them: flash-attn 2.x builds one CUDA source (csrc/flash_attn/src, Ampere mma tiles)
+# for sm_80 and sm_90 (setup.py), so the forward's share of the time is taken as the H100's at the same
+# shape (an assumption: the forward+backward total is what the A100 rows measure)
+FORWARD_SHARE_FROM = {"a100-sxm4-80gb": "h100-sxm5-80gb"}
 
 
 def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *, folds: int = 5,
@@ -46,21 +56,36 @@ def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *,
     table = attention_rows(gpu, kernel)
     if table.empty:
         return {}
-    table = table.reindex(columns=list(dict.fromkeys([*COMPUTE_COLUMNS, *table.columns])))
     source = f"published: {kernel} {attention_source(gpu, kernel)}"
-    fitter = ComputeFitter(sms=load_gpu(gpu).sm_count, folds=folds, seed=seed, source=source).fit(table)
-    out = {k: v for k, v in fitter.entries_.items() if k.startswith("sdpa:")}
-    bwd_causal = table[(table.phase == "fwdbwd") & table.causal.astype(bool)]
-    if "sdpa:fwd" in out and bwd_causal.empty:
+    if not (table.phase == "fwd").any() and gpu in FORWARD_SHARE_FROM:
+        table = _split_by_forward_share(table, FORWARD_SHARE_FROM[gpu], kernel, folds=folds, seed=seed)
+        source = f"{source}; forward share of the time from the {FORWARD_SHARE_FROM[gpu]} fit"
+    table = table.reindex(columns=list(dict.fromkeys([*COMPUTE_COLUMNS, *table.columns])))
+    fitter = ComputeFitter(sms=load_gpu(gpu).sm_count, folds=folds, seed=seed, source=source)
+    out = {k: v for k, v in fitter.fit(table[table.phase == "fwd"]).entries_.items() if k.startswith("sdpa:")}
+    if "sdpa:fwd" in out:
         out["sdpa:bwd"] = _bwd_by_blocks(table, out["sdpa:fwd"], folds=folds, seed=seed, source=source)
     return out
 
 
+def _split_by_forward_share(table: pd.DataFrame, donor: str, kernel: str, *, folds: int, seed: int) -> pd.DataFrame:
+    """``table`` (forward+backward rows only) with forward rows added: each forward+backward time times
+    the forward's share t_f / (t_f + t_b) of ``donor``'s fitted curves at the same shape."""
+    fits = fit_published_attention(donor, kernel, folds=folds, seed=seed)
+    both = table[table.phase == "fwdbwd"]
+    X = {c: both[c].to_numpy(float) for c in ("batch", "heads", "seq", "head_dim", "causal")}
+    t_f, t_b = (np.asarray(get_form(fits[k]["form"]).evaluate(fits[k]["params"], **X), float)
+                for k in ("sdpa:fwd", "sdpa:bwd"))
+    fwd = both.assign(phase="fwd", time_s=both.time_s.to_numpy(float) * t_f / (t_f + t_b))
+    return pd.concat([fwd, table], ignore_index=True)
+
+
 def _bwd_by_blocks(table: pd.DataFrame, fwd: dict, *, folds: int, seed: int, source: str) -> dict:
-    """Backward by query x key blocks (``sdpa_tiles``) when only non-causal backward rows are published:
-    the causal block skipping and diagonal cost (``p_diag``), the misaligned-dim factor and the launch
-    latency are taken from the forward fit, whose rows include causal ones (FlashAttention-2, Dao 2023,
-    Alg. 2: the backward sweeps the same blocks the forward does)."""
+    """Backward by query x key blocks (``sdpa_tiles``), the forward+backward rows minus the forward.
+    The misaligned-dim factor and the launch latency are the forward fit's (the published rows fix
+    batch x seq, so a constant is not told apart from the per-row cost); the diagonal blocks' cost
+    (``p_diag``) is fitted where causal backward rows are published, else the forward's (FlashAttention-2,
+    Dao 2023, Alg. 2: the backward sweeps the same blocks the forward does)."""
     cols = ["batch", "heads", "seq", "head_dim", "causal"]
     f = table[table.phase == "fwd"].set_index(cols).time_s
     both = table[table.phase == "fwdbwd"].set_index(cols).time_s
@@ -73,13 +98,18 @@ def _bwd_by_blocks(table: pd.DataFrame, fwd: dict, *, folds: int, seed: int, sou
              "p_diag": p.get("p_diag", 0.0), "p_mis": p.get("p_mis", 1.0), "t0": p.get("t0", 0.0)}
     free = {"R": Free(2e14, 1e12, 5e15), "d_half": Free(32.0, 1.0, 1e4), "k_tail": Free(0.5, 1e-3, 5.0),
             "c_row": Free(1e-10, 1e-14, 1e-6)}  # per query row: the backward's dQ/dK/dV row traffic
+    causal_rows = bool(X["causal"].any())
+    if causal_rows:
+        free["p_diag"] = Free(0.5, 1e-3, 5.0)
+        del fixed["p_diag"]
     form = get_form("sdpa_tiles")
     cv = cross_validate(form, X, y, free, fixed, folds=folds, seed=seed)
     params = fit_form(form, X, y, free, fixed)
     fitted = np.asarray(form.evaluate(params, **X), float)
     return {"form": "sdpa_tiles", "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
             "fit_mape": mape(fitted, y), "n_points": len(y),
-            "source": f"{source}; causal block terms from the forward fit"}
+            "source": f"{source}; " + ("causal backward fitted" if causal_rows else
+                                          "causal block terms from the forward fit")}
 
 
 def _keep_unmeasured(entry: dict, before: dict | None) -> dict:
@@ -90,10 +120,12 @@ def _keep_unmeasured(entry: dict, before: dict | None) -> dict:
     return {**entry, "params": {**entry["params"], "p_mis": float(before["params"]["p_mis"])}}
 
 
-def with_published(profile: Profile, *, kernel: str = DEFAULT_ATTENTION_KERNEL) -> Profile:
-    """``profile`` with its classes replaced by fits to its GPU's published microbenchmarks."""
+def with_published(profile: Profile, *, kernels: tuple = PUBLISHED_KERNELS) -> Profile:
+    """``profile`` with its classes replaced by fits to its GPU's published microbenchmarks
+    (``sdpa:<kernel>.fwd|bwd`` for each of ``kernels`` published for it)."""
+    gpu = SAME_COMPUTE.get(profile.gpu, profile.gpu)
     fitted = {f"sdpa:{kernel}.{key.split(':')[1]}": _keep_unmeasured(entry, profile.compute.get(key))
-              for key, entry in fit_published_attention(SAME_COMPUTE.get(profile.gpu, profile.gpu), kernel).items()}
+              for kernel in kernels for key, entry in fit_published_attention(gpu, kernel).items()}
     notes = {k: v["source"] for k, v in fitted.items()}
     host = dict(profile.host)
     slowdown = overlap_slowdown(profile.gpu)
