@@ -28,9 +28,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from perfmodel.fit.compute import ComputeFitter
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
-from perfmodel.fit.tables import COMPUTE_COLUMNS
 from perfmodel.forms.registry import get_form
 from perfmodel.hardware import load_gpu
 from perfmodel.profiles.profile import Profile
@@ -47,6 +45,13 @@ SAME_COMPUTE = {"h200-sxm-141gb": "h100-sxm5-80gb", "a100-sxm4-40gb": "a100-sxm4
 # for sm_80 and sm_90 (setup.py), so the forward's share of the time is taken as the H100's at the same
 # shape (an assumption: the forward+backward total is what the A100 rows measure)
 FORWARD_SHARE_FROM = {"a100-sxm4-80gb": "h100-sxm5-80gb"}
+# the longest program's tail: at most one sweep of n key blocks per SM (the last wave's programs); the
+# figures fix batch x seq, so they hold the tail's share constant and cannot bound it themselves
+TAIL_MAX = 1.0
+# FlashAttention-2's head-dim-256 kernel runs slower per FLOP than its 128 one (Shah et al. 2024, Fig. 5e-f:
+# 326 vs 370 TFLOP/s), which the saturating head-dim term of ``sdpa_tiles`` cannot follow: its fit keeps
+# head dims up to 128, where models are, and the 256 rows stay in the table as a check (docs/hardware.md)
+MAX_FITTED_HEAD_DIM = {"fa2": 128}
 
 
 def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *, folds: int = 5,
@@ -56,16 +61,16 @@ def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *,
     table = attention_rows(gpu, kernel)
     if table.empty:
         return {}
+    table = table[table.head_dim <= MAX_FITTED_HEAD_DIM.get(kernel, np.inf)]
     source = f"published: {kernel} {attention_source(gpu, kernel)}"
     if not (table.phase == "fwd").any() and gpu in FORWARD_SHARE_FROM:
         table = _split_by_forward_share(table, FORWARD_SHARE_FROM[gpu], kernel, folds=folds, seed=seed)
         source = f"{source}; forward share of the time from the {FORWARD_SHARE_FROM[gpu]} fit"
-    table = table.reindex(columns=list(dict.fromkeys([*COMPUTE_COLUMNS, *table.columns])))
-    fitter = ComputeFitter(sms=load_gpu(gpu).sm_count, folds=folds, seed=seed, source=source)
-    out = {k: v for k, v in fitter.fit(table[table.phase == "fwd"]).entries_.items() if k.startswith("sdpa:")}
-    if "sdpa:fwd" in out:
-        out["sdpa:bwd"] = _bwd_by_blocks(table, out["sdpa:fwd"], folds=folds, seed=seed, source=source)
-    return out
+    if not (table.phase == "fwd").any():
+        return {}
+    sms = float(load_gpu(gpu).sm_count)
+    fwd = _fit_blocks(table, None, sms=sms, folds=folds, seed=seed, source=source)
+    return {"sdpa:fwd": fwd, "sdpa:bwd": _fit_blocks(table, fwd, sms=sms, folds=folds, seed=seed, source=source)}
 
 
 def _split_by_forward_share(table: pd.DataFrame, donor: str, kernel: str, *, folds: int, seed: int) -> pd.DataFrame:
@@ -80,36 +85,40 @@ def _split_by_forward_share(table: pd.DataFrame, donor: str, kernel: str, *, fol
     return pd.concat([fwd, table], ignore_index=True)
 
 
-def _bwd_by_blocks(table: pd.DataFrame, fwd: dict, *, folds: int, seed: int, source: str) -> dict:
-    """Backward by query x key blocks (``sdpa_tiles``), the forward+backward rows minus the forward.
-    The misaligned-dim factor and the launch latency are the forward fit's (the published rows fix
-    batch x seq, so a constant is not told apart from the per-row cost); the diagonal blocks' cost
-    (``p_diag``) is fitted where causal backward rows are published, else the forward's (FlashAttention-2,
-    Dao 2023, Alg. 2: the backward sweeps the same blocks the forward does)."""
+def _fit_blocks(table: pd.DataFrame, fwd: dict | None, *, sms: float, folds: int, seed: int, source: str) -> dict:
+    """The forward (``fwd`` None) or the backward (forward+backward rows minus the forward) by query x
+    key blocks (``sdpa_tiles``, 128-row blocks: FlashAttention-2, Dao 2023, Alg. 1-2; the backward sweeps
+    the blocks the forward does). The tail of the longest program is at most one sweep of n blocks per
+    SM (``TAIL_MAX``). The backward keeps the forward's launch latency (the figures fix batch x seq, so
+    a constant is not told apart from the per-row cost); the diagonal blocks' cost (``p_diag``) is
+    fitted where causal rows of the pass are published, else the forward's."""
     cols = ["batch", "heads", "seq", "head_dim", "causal"]
     f = table[table.phase == "fwd"].set_index(cols).time_s
     both = table[table.phase == "fwdbwd"].set_index(cols).time_s
-    y_series = (both - f).dropna()
+    y_series = f if fwd is None else (both - f).dropna()
+    y_series = y_series[y_series > 0]
     idx = y_series.index.to_frame(index=False)
     X = {c: idx[c].to_numpy(float) for c in cols}
     y = y_series.to_numpy(float)
-    p = fwd["params"]
-    fixed = {"t_cpu": 0.0, "T": p.get("T", 128.0), "sms": p.get("sms", 132.0),
-             "p_diag": p.get("p_diag", 0.0), "p_mis": p.get("p_mis", 1.0), "t0": p.get("t0", 0.0)}
-    free = {"R": Free(2e14, 1e12, 5e15), "d_half": Free(32.0, 1.0, 1e4), "k_tail": Free(0.5, 1e-3, 5.0),
-            "c_row": Free(1e-10, 1e-14, 1e-6)}  # per query row: the backward's dQ/dK/dV row traffic
+    fixed = {"t_cpu": 0.0, "T": 128.0, "sms": sms, "p_mis": 1.0}  # no misaligned head dim published
+    free = {"R": Free(3e14, 1e12, 5e15), "d_half": Free(32.0, 1.0, 1e4), "k_tail": Free(0.5, 1e-3, TAIL_MAX),
+            "c_row": Free(1e-10, 1e-14, 1e-6)}  # per query row: Q, O and log-sum-exp (dQ, dK, dV backward)
+    if fwd is None:
+        free["t0"] = Free(5e-6, 1e-8, 1e-3)
+    else:
+        fixed["t0"] = fwd["params"]["t0"]
     causal_rows = bool(X["causal"].any())
     if causal_rows:
         free["p_diag"] = Free(0.5, 1e-3, 5.0)
-        del fixed["p_diag"]
+    else:
+        fixed["p_diag"] = fwd["params"]["p_diag"] if fwd else 0.0
     form = get_form("sdpa_tiles")
     cv = cross_validate(form, X, y, free, fixed, folds=folds, seed=seed)
     params = fit_form(form, X, y, free, fixed)
     fitted = np.asarray(form.evaluate(params, **X), float)
+    note = "" if fwd is None else ("; causal backward fitted" if causal_rows else "; causal block terms from the forward fit")
     return {"form": "sdpa_tiles", "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
-            "fit_mape": mape(fitted, y), "n_points": len(y),
-            "source": f"{source}; " + ("causal backward fitted" if causal_rows else
-                                          "causal block terms from the forward fit")}
+            "fit_mape": mape(fitted, y), "n_points": len(y), "source": source + note}
 
 
 def _keep_unmeasured(entry: dict, before: dict | None) -> dict:

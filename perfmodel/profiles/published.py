@@ -92,9 +92,11 @@ def _rows(series: pd.Series, phase: str) -> pd.DataFrame:
 
 
 def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
+    """The figures ``kernel``'s rows on ``gpu`` come from, each named once (None if there are none)."""
     t = attention_table()
     t = t[(t.gpu == gpu) & (t.kernel == kernel)]
-    return None if t.empty else str(t.source.iloc[0])
+    figures = t.source.str.split(r"; (?:bar labels|label hidden)", regex=True).str[0]
+    return None if t.empty else " + ".join(dict.fromkeys(figures)) + " (bar labels digitised 2026-12-01)"
 
 
 @lru_cache(maxsize=1)
