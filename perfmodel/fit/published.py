@@ -35,7 +35,7 @@ from perfmodel.profiles.profile import Profile
 from perfmodel.profiles.published import attention_rows, attention_source, overlap_slowdown
 
 DEFAULT_ATTENTION_KERNEL = "fa2"
-PUBLISHED_KERNELS = ("fa2", "fa3")  # fitted into every profile whose GPU has rows of them
+PUBLISHED_KERNELS = ("fa2", "fa3", "cudnn")  # fitted into every profile whose GPU has rows of them
 # GPUs whose attention is another's published curve: the H200 SXM has the H100 SXM5's compute
 # (GH100, 132 SMs at 1980 MHz, 700 W; only memory differs), the A100 40GB the A100 80GB's (GA100,
 # 108 SMs at 1410 MHz), and attention is compute-bound
@@ -51,7 +51,9 @@ TAIL_MAX = 1.0
 # FlashAttention-2's head-dim-256 kernel runs slower per FLOP than its 128 one (Shah et al. 2024, Fig. 5e-f:
 # 326 vs 370 TFLOP/s), which the saturating head-dim term of ``sdpa_tiles`` cannot follow: its fit keeps
 # head dims up to 128, where models are, and the 256 rows stay in the table as a check (docs/hardware.md)
-MAX_FITTED_HEAD_DIM = {"fa2": 128}
+MAX_FITTED_HEAD_DIM = {"fa2": 128, "cudnn": 128}  # cuDNN: 581 at 256 against 595-617 at 128
+# flash-attn instantiates head dims in steps of 32; cuDNN on Hopper runs as if padded to steps of 64
+BLOCK_FORM = {"fa2": "sdpa_tiles", "fa3": "sdpa_tiles", "cudnn": "sdpa_tiles64"}
 
 
 def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *, folds: int = 5,
@@ -68,9 +70,10 @@ def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *,
         source = f"{source}; forward share of the time from the {FORWARD_SHARE_FROM[gpu]} fit"
     if not (table.phase == "fwd").any():
         return {}
-    sms = float(load_gpu(gpu).sm_count)
-    fwd = _fit_blocks(table, None, sms=sms, folds=folds, seed=seed, source=source)
-    return {"sdpa:fwd": fwd, "sdpa:bwd": _fit_blocks(table, fwd, sms=sms, folds=folds, seed=seed, source=source)}
+    opts = {"sms": float(load_gpu(gpu).sm_count), "form_name": BLOCK_FORM[kernel], "folds": folds, "seed": seed,
+            "source": source}
+    fwd = _fit_blocks(table, None, **opts)
+    return {"sdpa:fwd": fwd, "sdpa:bwd": _fit_blocks(table, fwd, **opts)}
 
 
 def _split_by_forward_share(table: pd.DataFrame, donor: str, kernel: str, *, folds: int, seed: int) -> pd.DataFrame:
@@ -85,7 +88,8 @@ def _split_by_forward_share(table: pd.DataFrame, donor: str, kernel: str, *, fol
     return pd.concat([fwd, table], ignore_index=True)
 
 
-def _fit_blocks(table: pd.DataFrame, fwd: dict | None, *, sms: float, folds: int, seed: int, source: str) -> dict:
+def _fit_blocks(table: pd.DataFrame, fwd: dict | None, *, sms: float, form_name: str, folds: int, seed: int,
+                source: str) -> dict:
     """The forward (``fwd`` None) or the backward (forward+backward rows minus the forward) by query x
     key blocks (``sdpa_tiles``, 128-row blocks: FlashAttention-2, Dao 2023, Alg. 1-2; the backward sweeps
     the blocks the forward does). The tail of the longest program is at most one sweep of n blocks per
@@ -112,12 +116,12 @@ def _fit_blocks(table: pd.DataFrame, fwd: dict | None, *, sms: float, folds: int
         free["p_diag"] = Free(0.5, 1e-3, 5.0)
     else:
         fixed["p_diag"] = fwd["params"]["p_diag"] if fwd else 0.0
-    form = get_form("sdpa_tiles")
+    form = get_form(form_name)
     cv = cross_validate(form, X, y, free, fixed, folds=folds, seed=seed)
     params = fit_form(form, X, y, free, fixed)
     fitted = np.asarray(form.evaluate(params, **X), float)
     note = "" if fwd is None else ("; causal backward fitted" if causal_rows else "; causal block terms from the forward fit")
-    return {"form": "sdpa_tiles", "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
+    return {"form": form_name, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
             "fit_mape": mape(fitted, y), "n_points": len(y), "source": source + note}
 
 

@@ -73,7 +73,8 @@ class Strategy:
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
     framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
     #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
-    # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "unfused": s² scores;
+    # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "cudnn": cuDNN's as published;
+    # "unfused": s² scores;
     # None: the framework's default (workload/stacks: fsdp1 "flash2", the others "flash")
     attention: str | None = None
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
@@ -225,9 +226,9 @@ class Strategy:
         if self.schedule == "interleaved" and self.pp == 1:
             raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
                                     "use schedule='1f1b' or pp >= 2")
-        if self.cp > 1 and self.attention not in ("flash", "flash2", "flash3"):
+        if self.cp > 1 and self.attention == "unfused":
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
-                                    f"blocks: use attention='flash', 'flash2' or 'flash3' (got {self.attention!r})")
+                                    f"blocks: use attention='flash', 'flash2', 'flash3' or 'cudnn' (got {self.attention!r})")
         if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it
             return
         if self.ep > 1 and (self.dp * self.cp) % self.ep:

@@ -20,10 +20,12 @@ from perfmodel.workload.stacks.float8 import torchao_float8
 # "flash": the profile's attention class as measured (PyTorch SDPA's pick; cuDNN attention on Hopper at
 # torch 2.11, also Transformer Engine's fused attention); "flash2": FlashAttention-2 (flash-attn 2.x, or
 # SDPA's FLASH_ATTENTION backend), priced by the profile's ``sdpa:fa2.*`` classes where it has them, else
-# the profile's own; "flash3": FlashAttention-3 (flash-attn's hopper/ build), ``sdpa:fa3.*``, Hopper only
-ATTENTIONS = ("flash", "flash2", "flash3", "unfused")
+# the profile's own; "flash3": FlashAttention-3 (flash-attn's hopper/ build), ``sdpa:fa3.*``, Hopper only;
+# "cudnn": cuDNN's fused attention as published in 2024 (``sdpa:cudnn.*``, else the profile's own)
+ATTENTIONS = ("flash", "flash2", "flash3", "cudnn", "unfused")
 FLASH2_VARIANT = "fa2"
-KERNEL_VARIANTS = {"flash2": FLASH2_VARIANT, "flash3": "fa3"}  # attention -> the profile's sdpa:<variant>.*
+# attention -> the profile's sdpa:<variant>.* classes
+KERNEL_VARIANTS = {"flash2": FLASH2_VARIANT, "flash3": "fa3", "cudnn": "cudnn"}
 _RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
 
 
