@@ -2,14 +2,16 @@
 
 A datasheet-scaled profile copies the reference GPU's curves. Where a GPU's own kernels
 were measured and published (:mod:`perfmodel.profiles.published`), those measurements
-replace the copy, fitted by the same :class:`ComputeFitter` as this project's own tables:
+replace the copy, fitted with the forms and regression of this project's own tables:
 
-* attention as FlashAttention-2 (``sdpa:fa2.fwd``, ``sdpa:fa2.bwd``) on the H100 SXM5 (Shah et al.
+* attention by query x key blocks (``sdpa_tiles``; ``_fit_blocks``), as FlashAttention-2
+  (``sdpa:fa2.fwd``, ``sdpa:fa2.bwd``) on the H100 SXM5 (Shah et al.
   2024, Figs. 5-6; causal forward+backward: Dao 2023, Fig. 7) and the A100 (Dao 2023, Fig. 4, forward+
   backward only: split by the H100's published forward share, ``FORWARD_SHARE_FROM``): the kernel of
   flash-attn 2.x and of PyTorch's ``FLASH_ATTENTION`` backend, which ``Strategy(attention="flash2")``
-  prices; FlashAttention-3 (``sdpa:fa3.*``, Hopper only, ``attention="flash3"``) on the H100 SXM5
-  (Shah et al. 2024, Figs. 5-6). ``sdpa:fwd``/``sdpa:bwd`` stay the profile's own attention
+  prices; FlashAttention-3 (``sdpa:fa3.*``, Hopper only, ``attention="flash3"``) and cuDNN attention
+  (``sdpa:cudnn.*``, ``attention="cudnn"``) on the H100 SXM5 (Shah et al. 2024, Figs. 5-6).
+  ``sdpa:fwd``/``sdpa:bwd`` stay the profile's own attention
   (on Hopper the H200's measured SDPA, cuDNN attention at torch 2.11, as torchtitan v0.2.2 asks for first:
   torchtitan/models/attention.py, ``ScaledDotProductAttentionWrapper``);
 * ``host["overlap_compute_slowdown"]``: compute slowed while NCCL runs beside it
