@@ -90,6 +90,9 @@ def test_each_framework_defaults_to_the_kernel_its_code_calls():
     named = pm.predict(m, c, pm.Strategy(dp=1, micro_batch=1, framework="fsdp1", attention="flash2"))
     default = pm.predict(m, c, pm.Strategy(dp=1, micro_batch=1, framework="fsdp1"))
     assert default.step_time == pytest.approx(named.step_time, rel=1e-12)
+    small = pm.transformer(layers=2, hidden=512, heads=8, seq=2048, vocab=8192)
+    rows = pm.search(small, pm.cluster("dgx-h100", nodes=1), 16, framework="fsdp1", cp=1, top_k=2)
+    assert set(rows.attention) == {"flash2"}  # search prices each framework's own kernel too
 
 
 def test_flash3_needs_a_hopper_curve():

@@ -131,7 +131,7 @@ def cmd_search(args) -> int:
                 recompute=_csv(args.recompute, str) if args.recompute else None,
                 zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
                 precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
-                framework=args.framework, attention=args.attention or "flash", tp_overlap=args.tp_overlap,
+                framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                 dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
                 bucket_mib=_csv(args.bucket_mib, float))
     a = df.attrs
