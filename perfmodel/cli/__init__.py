@@ -37,6 +37,7 @@ from perfmodel.workload.hf import from_hf_config
 from perfmodel.workload.hf_hub import from_hf_hub
 from perfmodel.workload.presets import model_from_toml, preset
 from perfmodel.workload.stacks import FRAMEWORKS
+from perfmodel.workload.stack import ATTENTIONS
 from perfmodel.validate.host import write_host_gpu
 from perfmodel.fit.compute import POWER_ONSET_S
 from perfmodel.fit.build import build_profile
@@ -134,7 +135,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies; torchtitan: "
                         "FSDP2 with its defaults; fsdp1: FSDP1 as HF accelerate / llm-foundry (docs/stacks.md)")
     p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
-    p.add_argument("--attention", default="flash", choices=["flash", "flash2", "unfused"])
+    p.add_argument("--attention", default=None, choices=list(ATTENTIONS),
+                   help="attention kernel (default: the framework's; docs/hardware.md)")
     p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
                    help="gradient reduction after the backward pass (Megatron-LM local DDP, DeepSpeed pipeline); with --zero 3, gathers and reduce-scatters serialized with compute (DeepSpeed ZeRO-3, early 2021)")

@@ -119,6 +119,10 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
     if cls == "sdpa":
         key = f"sdpa:{kern.variant}"
         if not profile.has(key):  # a kernel choice (``fa2.fwd``) the profile has no curve for: its own attention
+            if kern.variant.startswith("fa3."):  # FlashAttention-3 runs on Hopper only (flash-attn hopper/)
+                raise UnsupportedError(f"attention='flash3' (FlashAttention-3) has no curve in the profile of "
+                                       f"{profile.gpu!r}: it runs on Hopper GPUs only and is published for the "
+                                       f"H100 SXM5 (also priced for the H200); use attention='flash2' or 'flash'")
             key = f"sdpa:{kern.variant.rsplit('.', 1)[-1]}"
         entry = profile.entry(key)
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}

@@ -96,7 +96,8 @@ def _stacks(model, cl, opts) -> list[dict]:
         choices = st[name]
         return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if c == plain)
 
-    return [{"framework": fw, "attention": st["attention"], "tp_overlap": overlap(fw, "tp_overlap", False),
+    return [{"framework": fw, "attention": st["attention"] or stacks.stack(fw).default_attention,  # None: its own
+             "tp_overlap": overlap(fw, "tp_overlap", False),
              "dp_overlap": overlap(fw, "dp_overlap", True), "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
 
 
@@ -152,7 +153,7 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     if not cp_fixed:  # a list of cp sizes keeps those the stack can run (context parallelism needs flash
         # attention; with expert parallelism the layout places ep inside dp, so cp stays 1 unless asked for)
         stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1
-                            or (stack["attention"] == "flash" and stack["ep"] == 1))
+                            or (stack["attention"] != "unfused" and stack["ep"] == 1))
     for fw, cp, overlap in product(stack["framework"], stack["cp"], stack["tp_overlap"]):
         one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap,
                "dp_overlap": stack["dp_overlap"][0]}
@@ -266,7 +267,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            recompute=None, zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
            sequence_parallel=(False, True),
            precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
-           max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str = "flash", tp_overlap=(False, True),
+           max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str | None = None, tp_overlap=(False, True),
            dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile: bool = False) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
@@ -278,7 +279,8 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
     "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
     ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
-    (``pm.Strategy`` fields); ``framework``, ``tp_overlap`` and ``dp_overlap`` may list
+    (``pm.Strategy`` fields; ``attention`` None: each framework's own kernel, as ``pm.Strategy``
+    takes it); ``framework``, ``tp_overlap`` and ``dp_overlap`` may list
     choices (the default: both frameworks, Megatron-LM's overlapped tensor-parallel
     communication and gradient reduction each on or off; plain PyTorch has neither switch,
     so it is searched with its own behaviour unless one value is asked for). ``bucket_mib``

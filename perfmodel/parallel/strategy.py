@@ -73,7 +73,10 @@ class Strategy:
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
     framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
     #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
-    attention: str = "flash"            # "flash": SDPA's attention; "flash2": FlashAttention-2; "unfused": s² scores
+    # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "cudnn": cuDNN's as published;
+    # "unfused": s² scores;
+    # None: the framework's default (workload/stacks: fsdp1 "flash2", the others "flash")
+    attention: str | None = None
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
     # --overlap-grad-reduce); False: it starts after the backward pass (Megatron-LM's "local" DDP,
@@ -192,6 +195,8 @@ class Strategy:
         st = stack(self.framework)
         if self.recompute is None:
             object.__setattr__(self, "recompute", st.default_recompute)
+        if self.attention is None:
+            object.__setattr__(self, "attention", st.default_attention)
         if self.loss is None:  # torchtitan compiles the loss with the blocks (compile.components)
             object.__setattr__(self, "loss", "compiled" if self.compile and st.compiles_loss else "eager")
         check_choice("loss", self.loss, LOSSES)
@@ -221,9 +226,9 @@ class Strategy:
         if self.schedule == "interleaved" and self.pp == 1:
             raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
                                     "use schedule='1f1b' or pp >= 2")
-        if self.cp > 1 and self.attention not in ("flash", "flash2"):
+        if self.cp > 1 and self.attention == "unfused":
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
-                                    f"blocks: use attention='flash' or 'flash2' (got {self.attention!r})")
+                                    f"blocks: use attention='flash', 'flash2', 'flash3' or 'cudnn' (got {self.attention!r})")
         if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it
             return
         if self.ep > 1 and (self.dp * self.cp) % self.ep:
@@ -290,11 +295,12 @@ class Strategy:
         """Whether field ``name`` holds what it would hold if left unset (the framework's default)."""
         f = next(f for f in fields(self) if f.name == name)
         value = getattr(self, name)
-        if f.default is not None or name not in ("recompute", "loss", "fsdp"):
+        if f.default is not None or name not in ("recompute", "loss", "fsdp", "attention"):
             return value == f.default
         st = stack(self.framework)
         unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
-                 "loss": "compiled" if self.compile and st.compiles_loss else "eager"}
+                 "loss": "compiled" if self.compile and st.compiles_loss else "eager",
+                 "attention": st.default_attention}
         return value == unset[name]
 
     def replace(self, **changes) -> Strategy:

@@ -3,10 +3,12 @@
 Tables under ``data/reference/`` (source and date on every row):
 
 * ``attention_published.csv``: FlashAttention-2, FlashAttention-3 and cuDNN attention on an
-  H100 SXM5, forward (causal and not) and backward (not causal), head dims 64 and 128,
-  sequence 512..16k (Shah et al. 2024, arXiv 2407.08608, Figs. 5-6). The figures fix
+  H100 SXM5, forward (causal and not; head dims 64, 128, 256) and backward (not causal; head
+  dims 64 and 128), sequence 512..16k (Shah et al. 2024, arXiv 2407.08608, Figs. 5-6), and
+  FlashAttention-2 forward+backward (pass ``fwdbwd``, causal and not, head dims 64 and 128) on
+  the A100 80GB and the H100 (Dao 2023, arXiv 2307.08691, Figs. 4 and 7). The figures fix
   batch x seq = 16k tokens and heads x head_dim = 2048; FLOPs = 4·b·heads·s²·d forward,
-  halved when causal, 2.5x that backward (the papers' convention).
+  halved when causal, 2.5x that backward, 3.5x forward+backward (the papers' convention).
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
   (Maximum Achievable Matmul FLOPS, stas00/ml-engineering), used as a check, not fitted.
 * ``gemm_published.csv``: GEMM rates over shapes (m, n, k from 256 to 4096) of a GPU's own kernels,
@@ -68,8 +70,20 @@ def attention_rows(gpu: str, kernel: str = "fa2") -> pd.DataFrame:
     # a backward row times 2.5x the forward FLOPs at its own rate
     bwd_s = BWD_FLOPS_FACTOR * bwd.time_s
     both = (fwd.time_s + bwd_s).dropna()
+    # a forward+backward row times 3.5x the forward FLOPs; used where forward and backward are not
+    # both published (the causal backward, and GPUs with forward+backward only)
+    whole = (1.0 + BWD_FLOPS_FACTOR) * t[t["pass"] == "fwdbwd"].set_index(keys).time_s
+    both = pd.concat([both, whole[~whole.index.isin(both.index)]])
     rows = [_rows(fwd.time_s, "fwd"), _rows(both, "fwdbwd")]
-    return pd.concat(rows, ignore_index=True)
+    return pd.concat([r for r in rows if len(r)], ignore_index=True)
+
+
+def attention_pass_flops(batch, heads, seq, head_dim, causal, which: str):
+    """FLOPs a published row of pass ``which`` ("fwd", "bwd" or "fwdbwd": 1 + 2.5 times the forward's)
+    is divided by."""
+    if which == "fwdbwd":
+        return (1.0 + BWD_FLOPS_FACTOR) * attention_flops(batch, heads, seq, head_dim, causal, "fwd")
+    return attention_flops(batch, heads, seq, head_dim, causal, which)
 
 
 def _rows(series: pd.Series, phase: str) -> pd.DataFrame:
@@ -82,9 +96,11 @@ def _rows(series: pd.Series, phase: str) -> pd.DataFrame:
 
 
 def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
+    """The figures ``kernel``'s rows on ``gpu`` come from, each named once (None if there are none)."""
     t = attention_table()
     t = t[(t.gpu == gpu) & (t.kernel == kernel)]
-    return None if t.empty else str(t.source.iloc[0])
+    figures = t.source.str.split(r"; (?:bar labels|label hidden)", regex=True).str[0]
+    return None if t.empty else " + ".join(dict.fromkeys(figures)) + " (bar labels digitised 2026-12-01)"
 
 
 @lru_cache(maxsize=1)

@@ -2,7 +2,7 @@
 
     python -m perfmodel.validate.kernels            # prints three tables
 
-1. attention: each profile's ``sdpa`` classes against the digitised FlashAttention-2 rows
+1. attention: each profile's ``sdpa:fa2``/``sdpa:fa3`` classes against the digitised FlashAttention-2/-3 rows
    (fitted: the error is in-sample) and the Azure AI-benchmarking-guide FlashAttention-2
    point (not fitted: a check);
 2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows (not fitted: a check);
@@ -19,7 +19,7 @@ import pandas as pd
 
 import perfmodel as pm
 from perfmodel.costs.compute import kernel_time
-from perfmodel.profiles.published import attention_flops, attention_table, mamf_table
+from perfmodel.profiles.published import attention_flops, attention_pass_flops, attention_table, mamf_table
 from perfmodel.profiles.reference import microbench_rows
 from perfmodel.workload.ops import Kernel
 
@@ -37,21 +37,27 @@ TORCHTITAN_TPS = [
 
 
 def sdpa_tflops(profile, batch, heads, seq, head_dim, causal, which="fwd", kernel="fa2") -> float:
-    """TFLOP/s of ``profile``'s attention class (``kernel``: "fa2" for ``attention="flash2"``, None for
-    the profile's own), FLOPs counted as the FlashAttention papers do."""
-    variant = f"{kernel}.{which}" if kernel else which
+    """TFLOP/s of ``profile``'s attention class (``kernel``: "fa2" for ``attention="flash2"``, "fa3" for
+    "flash3", None for the profile's own), FLOPs counted as the FlashAttention papers do; ``which``
+    "fwd", "bwd" or "fwdbwd" (3.5x the forward's FLOPs over both passes' time)."""
     size = {"batch": float(batch), "heads": float(heads), "kv_heads": float(heads), "seq": float(seq),
             "head_dim": float(head_dim), "causal": float(causal)}
-    gpu, _ = kernel_time(profile, Kernel("attn", "sdpa", which, size, 1, 0.0, variant, "bf16"))
-    return float(attention_flops(batch, heads, seq, head_dim, causal, which) / float(gpu) / 1e12)
+    seconds = 0.0
+    for phase in (("fwd", "bwd") if which == "fwdbwd" else (which,)):
+        variant = f"{kernel}.{phase}" if kernel else phase
+        gpu, _ = kernel_time(profile, Kernel("attn", "sdpa", phase, size, 1, 0.0, variant, "bf16"))
+        seconds += float(gpu)
+    return float(attention_pass_flops(batch, heads, seq, head_dim, causal, which) / seconds / 1e12)
 
 
-def attention_errors(gpu: str = "h100-sxm5-80gb", kernel: str = "fa2") -> pd.DataFrame:
-    """Predicted vs published TFLOP/s of every digitised ``kernel`` row of ``gpu``."""
+def attention_errors(gpu: str = "h100-sxm5-80gb", kernel: str = "fa2", priced_as: str | None = "") -> pd.DataFrame:
+    """Predicted vs published TFLOP/s of every digitised ``kernel`` row of ``gpu`` (fitted: in-sample),
+    priced by the profile's ``sdpa:<kernel>`` classes, or by ``priced_as`` (None: the profile's own)."""
     profile = pm.load_profile(gpu)
     t = attention_table()
     t = t[(t.gpu == gpu) & (t.kernel == kernel)]
-    pred = [sdpa_tflops(profile, r.batch, r.heads, r.seq, r.head_dim, r.causal, r["pass"], kernel)
+    by = kernel if priced_as == "" else priced_as
+    pred = [sdpa_tflops(profile, r.batch, r.heads, r.seq, r.head_dim, r.causal, r["pass"], by)
             for _, r in t.iterrows()]
     return t.assign(predicted=pred, error=np.asarray(pred) / t.tflops.to_numpy() - 1)
 
@@ -102,10 +108,17 @@ def torchtitan_checks(attention: str = "flash2") -> pd.DataFrame:
 
 def main() -> None:
     pd.set_option("display.width", 160)
-    att = attention_errors()
-    print("attention, h100 FlashAttention-2 rows (fitted):")
-    print(att[["pass", "head_dim", "causal", "seq", "tflops", "predicted", "error"]].round(3).to_string(index=False))
-    print(f"median |error| {att.error.abs().median():.1%}")
+    for gpu, kernel in (("h100-sxm5-80gb", "fa2"), ("h100-sxm5-80gb", "fa3"), ("h100-sxm5-80gb", "cudnn"),
+                        ("a100-sxm4-80gb", "fa2")):
+        att = attention_errors(gpu, kernel)
+        print(f"attention, {gpu} {kernel} rows (fitted):")
+        print(att[["pass", "head_dim", "causal", "seq", "tflops", "predicted", "error"]].round(3)
+              .to_string(index=False))
+        print(f"median |error| {att.error.abs().median():.1%}, max {att.error.abs().max():.1%}\n")
+    own = attention_errors("h100-sxm5-80gb", "cudnn", priced_as=None)
+    print(f"the profile's own attention (attention='flash': the H200's measured SDPA, torch 2.11) against the "
+          f"published cuDNN rows (check): median error {own.error.median():+.1%}, |error| "
+          f"{own.error.abs().median():.1%}")
     for gpu in ("a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb"):
         hit = azure_flash_check(gpu)
         if hit:

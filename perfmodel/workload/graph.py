@@ -27,6 +27,7 @@ from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.core.checks import check_choice, read_json_file
 from perfmodel.workload.ops import Kernel
 from perfmodel.workload.kernels import PRECISIONS, gemm_dtype, is_mixed
+from perfmodel.workload.stacks import stack
 
 SCHEMA_VERSION = 1
 # Cost classes an op can carry: priced by perfmodel.costs.compute.kernel_time ("bytes" -> the
@@ -190,7 +191,8 @@ class GraphModel:
             raise UnsupportedError(
                 f"{self.name!r} is a traced graph: only data parallelism is modelled for it "
                 f"(got tp={strategy.tp}, pp={strategy.pp}, cp={cp}); use tp=1, pp=1, cp=1 and scale with dp")
-        if strategy.attention != "flash":  # the builder's choice of attention kernels; a graph keeps its own
+        # the builder's choice of attention kernels; a graph keeps its own (the framework's default passes)
+        if strategy.attention not in ("flash", stack(strategy.framework).default_attention):
             raise UnsupportedError(
                 f"{self.name!r} is a traced graph: it runs the attention kernels it was traced with, so "
                 f"'attention'={strategy.attention!r} does not apply; use attention='flash' (the default)")

@@ -19,9 +19,13 @@ from perfmodel.workload.stacks.compile import fuse_memory_bound
 from perfmodel.workload.stacks.float8 import torchao_float8
 # "flash": the profile's attention class as measured (PyTorch SDPA's pick; cuDNN attention on Hopper at
 # torch 2.11, also Transformer Engine's fused attention); "flash2": FlashAttention-2 (flash-attn 2.x, or
-# SDPA's FLASH_ATTENTION backend), priced by the profile's ``sdpa:fa2.*`` classes where it has them
-ATTENTIONS = ("flash", "flash2", "unfused")
+# SDPA's FLASH_ATTENTION backend), priced by the profile's ``sdpa:fa2.*`` classes where it has them, else
+# the profile's own; "flash3": FlashAttention-3 (flash-attn's hopper/ build), ``sdpa:fa3.*``, Hopper only;
+# "cudnn": cuDNN's fused attention as published in 2024 (``sdpa:cudnn.*``, else the profile's own)
+ATTENTIONS = ("flash", "flash2", "flash3", "cudnn", "unfused")
 FLASH2_VARIANT = "fa2"
+# attention -> the profile's sdpa:<variant>.* classes
+KERNEL_VARIANTS = {"flash2": FLASH2_VARIANT, "flash3": "fa3", "cudnn": "cudnn"}
 _RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
 
 
@@ -98,7 +102,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     per-micro-batch weight and input casts disappear, and layer norms and residual
     adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``;
-    ``attention="flash2"``: it is priced as FlashAttention-2 (variant ``fa2.fwd`` / ``fa2.bwd``).
+    ``attention="flash2"``/``"flash3"``: it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``,
+    ``fa3.bwd``, ...).
     ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``;
     ``compiled``: Inductor's fused groups (``perfmodel.workload.stacks.compile``);
     ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
@@ -122,8 +127,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
         if attention == "unfused" and k.cls == "sdpa":
             out.extend(unfused_attention(k))
             continue
-        if attention == "flash2" and k.cls == "sdpa":
-            k = replace(k, variant=f"{FLASH2_VARIANT}.{k.variant}")
+        if attention in KERNEL_VARIANTS and k.cls == "sdpa":
+            k = replace(k, variant=f"{KERNEL_VARIANTS[attention]}.{k.variant}")
         if framework == "megatron" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
             out.extend(transformer_engine_fp8(k))
             continue

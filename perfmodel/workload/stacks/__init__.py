@@ -33,6 +33,7 @@ class Stack:
     searched: tuple = ("none", "selective", "full")  # the policies pm.search tries by default
     model_code: str = "torch"   # "megatron": Megatron-LM's layers, fp32 main_grad, vocabulary padding
     engine: str | None = None   # "deepspeed": the DeepSpeed engine's host work per step (costs/engine_host.py)
+    default_attention: str = "flash"  # the attention kernel its model code calls when the user names none
 
 
 STACKS = {
@@ -67,7 +68,10 @@ STACKS = {
                    "(torch 2.4), as accelerate FullyShardedDataParallelPlugin and Composer configure it",
                    weights16=True, sharding="fsdp1", default_fsdp="full", reduce_bytes=2.0,
                    default_recompute="none", recompute=("none", "full", "every-k"),
-                   compiles=True, rope_saves=False, swiglu_saved=4, searched=("none", "full")),
+                   compiles=True, rope_saves=False, swiglu_saved=4, searched=("none", "full"),
+                   # llm-foundry llmfoundry/models/layers/attention.py: attn_impl='flash' calls flash-attn 2's
+                   # flash_attn_varlen_func (flash_attn_fn) when flash-attn 2 is installed
+                   default_attention="flash2"),
     # TensorFlow 1.x graph mode with parameter servers (perfmodel/workload/stacks/tensorflow.py):
     # fp32 variables on the servers, the update there, no activation checkpointing or compilation
     "tensorflow": Stack("tensorflow", "tensorflow v1.10 python/training/device_setter.py, core/kernels/"
