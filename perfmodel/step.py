@@ -296,8 +296,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
 
 
 def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, recompute, optimizer, seq=None):
-    """Peak bytes over the pipeline stages; returns (peak, terms of the fullest stage, reserved bytes,
-    bytes the allocator needs before an OOM).
+    """Peak bytes over the pipeline stages: (peak, terms of the fullest stage, reserved, required bytes).
 
     ``p``: the parameter counts of ``param_counts``; ``seq``: the tokens of a sequence one rank
     holds (s/cp under context parallelism).
@@ -316,11 +315,7 @@ def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, r
             better = peak > best
             best_terms = {k: np.where(better, terms[k], best_terms[k]) for k in terms}
             best = np.maximum(best, peak)
-    # what the caching allocator holds beyond the tensors (costs/stack_memory.py, docs/memory.md)
-    sharded = (np.asarray(c.dp) > 1) & (np.asarray(c.shard_stage) >= 3)
-    held = np.where(sharded, stack_memory.held_bytes(c.framework, p.layer / c.tp), 0.0)
-    reserved = stack_memory.reserved_bytes(best, c.framework, held)
-    return best, best_terms, reserved, stack_memory.required_bytes(best, c.framework, held)
+    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp))
 
 
 # --- the step ----------------------------------------------------------------------------------------
@@ -399,13 +394,11 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
 
 def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
     """The step from its pieces: the pipeline, its sends, the exposed data-parallel and optimizer seconds."""
-    (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms, reserved, required) = \
-        critical, exposed, memory
+    (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms, *held) = critical, exposed, memory
     out = {"step_time": pipe + p2p + dp_exposed + opt + engine, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
            "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
-           "peak_memory": peak, "memory": FrozenDict(terms), "cp": float(c.cp), "reserved_memory": reserved,
-           "required_memory": required}
-    out.update(parts)
+           "peak_memory": peak, "memory": FrozenDict(terms), "cp": float(c.cp)}
+    out.update(parts, reserved_memory=held[0], required_memory=held[1])  # the caching allocator's bytes
     out["host_overhead"] = out["host_overhead"] + engine
     return FrozenDict(out)
 

@@ -149,6 +149,14 @@ def required_bytes(allocated, framework: str = "pytorch", held=0.0):
     return reserved_bytes(allocated, framework, held)
 
 
+def allocator_bytes(allocated, c, unit):
+    """(reserved, required) bytes for a peak of ``allocated`` under ``StepConfig`` ``c``; ``unit``: one
+    block's parameters per GPU, which FSDP1 gathers when data-parallel ranks shard them."""
+    sharded = (np.asarray(c.dp) > 1) & (np.asarray(c.shard_stage) >= 3)
+    held = np.where(sharded, held_bytes(c.framework, unit), 0.0)
+    return reserved_bytes(allocated, c.framework, held), required_bytes(allocated, c.framework, held)
+
+
 def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c, *, optimizer="adamw",
                        head=0.0, embed=0.0) -> dict:
     """The model-state terms of a stage as an FSDP stack keeps them (other stacks: ``terms`` as given).
