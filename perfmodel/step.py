@@ -32,8 +32,8 @@ from perfmodel.parallel.context import cp_comm_times, ring_attention
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.expert import ep_comm_times, expert_shard_ranks, sharded
 from perfmodel.parallel.fabric import parameter_server_links
-from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, p2p_time, pipeline_time,
-                                         stages)
+from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, layer_batches, p2p_time,
+                                         pipeline_time, stages)
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.tensor import tp_comm_times
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
@@ -277,7 +277,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
                                             head=np.where(st.head, p.head, 0.0) / tp,
                                             embed=np.where(st.embed, p.embed, 0.0) / tp)
-    saved = tokens * acts["layer"] * (st.layers - c.offload_layers) * in_flight(c, st.index)  # offloaded blocks leave
+    saved = tokens * acts["layer"] * (layer_batches(c, st) - c.offload_layers * in_flight(c, st.index))  # offloaded
     saved = saved + np.where(st.head, acts["final"], 0.0) + np.where(st.embed, tokens * 4.0 * model.hidden, 0.0)
     cache = terms["weight_copies"]
     transient = 0.0
