@@ -197,8 +197,9 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     hw_flops = out["hw_flops_mb"] * scale
     peak = _SAME_CLUSTER((cluster,), ("peak", precision), lambda: cluster.gpu.peak(gemm_dtype(precision)))
     capacity = cluster.gpu.mem_bytes
-    reserved = compose.stack_memory.reserved_bytes(out["peak_memory"])  # caching allocator: reserved >= allocated
-    need = reserved + compose.mem.CUDA_CONTEXT_BYTES
+    # caching allocator: what it holds (reserved >= allocated) and what it needs before an OOM, per stack
+    reserved = out.get("reserved_memory", compose.stack_memory.reserved_bytes(out["peak_memory"]))
+    need = out.get("required_memory", reserved) + compose.mem.CUDA_CONTEXT_BYTES
     return {
         "tokens_per_second": tokens / step, "samples_per_second": s_batch / step,
         "tflops_per_gpu": hw_flops / step / n_gpus / 1e12, "mfu": model_flops / step / n_gpus / peak,

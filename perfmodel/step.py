@@ -32,8 +32,8 @@ from perfmodel.parallel.context import cp_comm_times, ring_attention
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.expert import ep_comm_times, expert_shard_ranks, sharded
 from perfmodel.parallel.fabric import parameter_server_links
-from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, p2p_time, pipeline_time,
-                                         stages)
+from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, layer_batches, p2p_time,
+                                         pipeline_time, stages)
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.tensor import tp_comm_times
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
@@ -277,7 +277,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
                                             head=np.where(st.head, p.head, 0.0) / tp,
                                             embed=np.where(st.embed, p.embed, 0.0) / tp)
-    saved = tokens * acts["layer"] * (st.layers - c.offload_layers) * in_flight(c, st.index)  # offloaded blocks leave
+    saved = tokens * acts["layer"] * (layer_batches(c, st) - c.offload_layers * in_flight(c, st.index))  # offloaded
     saved = saved + np.where(st.head, acts["final"], 0.0) + np.where(st.embed, tokens * 4.0 * model.hidden, 0.0)
     cache = terms["weight_copies"]
     transient = 0.0
@@ -296,7 +296,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
 
 
 def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, recompute, optimizer, seq=None):
-    """Peak bytes over the pipeline stages; returns (peak, terms of the fullest stage).
+    """Peak bytes over the pipeline stages: (peak, terms of the fullest stage, reserved, required bytes).
 
     ``p``: the parameter counts of ``param_counts``; ``seq``: the tokens of a sequence one rank
     holds (s/cp under context parallelism).
@@ -315,7 +315,7 @@ def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, r
             better = peak > best
             best_terms = {k: np.where(better, terms[k], best_terms[k]) for k in terms}
             best = np.maximum(best, peak)
-    return best, best_terms
+    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp))
 
 
 # --- the step ----------------------------------------------------------------------------------------
@@ -394,11 +394,11 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
 
 def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
     """The step from its pieces: the pipeline, its sends, the exposed data-parallel and optimizer seconds."""
-    (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms) = critical, exposed, memory
+    (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms, *held) = critical, exposed, memory
     out = {"step_time": pipe + p2p + dp_exposed + opt + engine, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
            "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
            "peak_memory": peak, "memory": FrozenDict(terms), "cp": float(c.cp)}
-    out.update(parts)
+    out.update(parts, reserved_memory=held[0], required_memory=held[1])  # the caching allocator's bytes
     out["host_overhead"] = out["host_overhead"] + engine
     return FrozenDict(out)
 
@@ -415,7 +415,7 @@ EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "
 STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
-                 "framework", "attention", "compile", "loss", "offload_layers")
+                 "framework", "attention", "compile", "loss", "offload_layers", "stage_layers")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
 

@@ -9,7 +9,7 @@ import perfmodel as pm
 from perfmodel.costs import memory as mem
 from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.data import fsdp_reduce_bytes
-from perfmodel.parallel.pipeline import in_flight
+from perfmodel.parallel.pipeline import in_flight, layer_batches, stages
 from perfmodel.validate.published import read_published
 
 
@@ -85,3 +85,18 @@ def test_fsdp_reduce_scatter_dtype_per_stack():
     comm = {fw: pm.predict(m, c, pm.Strategy(dp=64, micro_batch=1, framework=fw, recompute="full")).breakdown["dp_comm"]
             for fw in ("torchtitan", "fsdp1")}
     assert comm["torchtitan"] > 1.2 * comm["fsdp1"]    # the same gathers, reduce-scatters of twice the bytes
+
+
+def test_first_and_last_chunks_hold_the_embedding_and_the_loss(llama405):
+    # Llama 3 §3.3.2: the first chunk of the first stage holds only the embedding, the last chunk of the last
+    # stage only the loss. 8,192 GPUs: m = 32, p = 16, v = 8 one-layer chunks; Megatron's schedule table runs
+    # groups of 16 micro-batches per chunk. Stage 0: 2·15 + 7·16 + 1 = 143 chunk forwards alive, 31 of them
+    # (16 + 15) of the embedding chunk: 112 layer-forwards, not 7/8 of 143. Stage 1: 141, all layers.
+    s = dataclasses.replace(llama405.strategy, dp=64)
+    c = StepConfig.from_strategy(s)
+    sts = stages(llama405.model, c)
+    held = [float(layer_batches(c, st)) for st in sts]
+    assert held[:3] == [143 - 31, 141, 139] and held[-1] == 113 - 1   # last: 112 chunk forwards + 1 of the loss
+    even = dataclasses.replace(c, stage_layers=None)                    # an even split: in_flight x layers
+    assert [float(layer_batches(even, st)) for st in stages(llama405.model, even)][1] == \
+        pytest.approx(float(in_flight(even, 1.0)) * 8)

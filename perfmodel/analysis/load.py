@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.costs import memory as mem
+from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.compute import time_by_class
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.hardware.common import FrozenMap
@@ -90,5 +90,5 @@ def job_load(item, cluster, profile=None, *, launch_on_device: bool = False) -> 
     seconds = {"compute": kernels * share, "memory": kernels * (1 - share) + b["optimizer"],
                "launch": b["host_overhead"]}
     device = seconds["compute"] + seconds["memory"] + (seconds["launch"] if launch_on_device else 0.0)
-    need = p.peak_memory * (1 + mem.ALLOCATOR_RESERVE) + mem.CUDA_CONTEXT_BYTES
+    need = float(stack_memory.required_bytes(p.peak_memory, p.strategy.framework)) + mem.CUDA_CONTEXT_BYTES
     return JobLoad(label, p, model, FrozenMap(seconds), max(p.step_time - device, 0.0), float(need), source)

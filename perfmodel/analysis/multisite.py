@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.costs import memory as mem
+from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.comm import datasheet_entry, hierarchical_time, lookup_entry
 from perfmodel.costs.wan import SITE_ALGORITHMS, ring_edges, three_level_time, wan_time
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
@@ -369,8 +369,8 @@ def _fits(model, strategy, steps) -> bool:
     extra = OUTER_STATE_BYTES if strategy.sync == "diloco" else 0.0
     for st in steps:
         p = st.prediction
-        need = ((p.peak_memory + extra * _params_per_rank(model, st.strategy)) * (1 + mem.ALLOCATOR_RESERVE)
-                + mem.CUDA_CONTEXT_BYTES)
+        need = (stack_memory.required_bytes(p.peak_memory + extra * _params_per_rank(model, st.strategy),
+                                            st.strategy.framework) + mem.CUDA_CONTEXT_BYTES)
         if need > p.memory_capacity:
             return False
     return True

@@ -6,6 +6,8 @@ docs/stacks.md gives the source of each term in the frameworks' code.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from perfmodel.workload.stacks import stack
@@ -87,9 +89,72 @@ def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, f
     return 12.0, 10.0 if lo == 2.0 else 8.0
 
 
-def reserved_bytes(allocated):
-    """What the caching allocator reserves for a peak of ``allocated`` bytes (``memory_reserved``)."""
-    return np.asarray(allocated, float) * (1.0 + ALLOCATOR_RESERVE)
+@dataclass(frozen=True)
+class Allocator:
+    """How a stack runs PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp, torch 2.4+).
+
+    ``expandable``: launched with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; before it
+    reports an OOM the allocator frees cached memory and retries (``release_cached_blocks``), and an
+    expandable segment unmaps the pages of its free blocks, so only the allocated bytes must fit;
+    fixed segments can give back whole free segments only, not the free blocks split off inside
+    segments that still hold tensors. ``held_units``: 16-bit gathered blocks a ``record_stream``
+    keeps from reuse after they are freed.
+    """
+
+    expandable: bool
+    held_units: float
+    source: str
+
+
+ALLOCATORS = {
+    "pytorch": Allocator(False, 0.0, "torch defaults: fixed segments"),
+    "megatron": Allocator(False, 0.0, "Megatron-LM core_v0.12.0 pretrain_gpt.py launch: fixed segments; gradients "
+                          "reduced in place in the contiguous buffer; deallocate_pipeline_outputs=True"),
+    "deepspeed": Allocator(False, 0.0, "DeepSpeed 0.16.4 launcher: fixed segments"),
+    # torchtitan run_train.sh: PYTORCH_(CUDA_)ALLOC_CONF="expandable_segments:True"; FSDP2
+    # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) frees with events, no record_stream
+    "torchtitan": Allocator(True, 0.0, "pytorch/torchtitan run_train.sh; FSDP2 avoids record_stream"),
+    # FSDP1 FlatParamHandle._free_unsharded_flat_param: _no_dispatch_record_stream(unsharded, current
+    # stream): the block, allocated on the unshard stream, returns to that stream's pool only once the
+    # compute stream has passed the free; the limiter (limit_all_gathers, PR #83917) bounds it to one unit
+    "fsdp1": Allocator(False, 1.0, "torch 2.13 torch/distributed/fsdp/_flat_param.py _free_unsharded_flat_param"),
+    "tensorflow": Allocator(False, 0.0, "TensorFlow BFC allocator, priced as fixed segments"),
+}
+
+
+def held_bytes(framework: str, unit):
+    """Bytes a stack's ``record_stream`` keeps out of reuse: ``held_units`` 16-bit copies of one
+    FSDP unit of ``unit`` parameters per GPU (FSDP1: one gathered FlatParameter)."""
+    return ALLOCATORS[stack(framework).name].held_units * PARAM_BYTES * np.asarray(unit, float)
+
+
+def reserved_bytes(allocated, framework: str = "pytorch", held=0.0):
+    """What the caching allocator holds for a peak of ``allocated`` bytes (``max_memory_reserved``).
+
+    reserved = allocated · (1 + 0.05) + held: split-block fragmentation (assumed 5%, as logged in
+    runs with room to spare; expandable segments keep freed pages mapped too) plus the blocks a
+    ``record_stream`` holds (``held_bytes``).
+    """
+    return np.asarray(allocated, float) * (1.0 + ALLOCATOR_RESERVE) + held
+
+
+def required_bytes(allocated, framework: str = "pytorch", held=0.0):
+    """Bytes the allocator needs before it raises an OOM, for a peak of ``allocated`` bytes.
+
+    Expandable segments: allocated + held (free pages are unmapped and the allocation retried);
+    fixed segments: ``reserved_bytes`` (free blocks inside live segments cannot be given back).
+    """
+    if ALLOCATORS[stack(framework).name].expandable:
+        return np.asarray(allocated, float) + held
+    return reserved_bytes(allocated, framework, held)
+
+
+def allocator_bytes(allocated, c, unit):
+    """(reserved, required) bytes for a peak of ``allocated`` under ``StepConfig`` ``c``; ``unit``: one
+    block's parameters per GPU, which FSDP1 gathers when data-parallel ranks shard them."""
+    sharded = (np.asarray(c.dp) > 1) & (np.asarray(c.shard_stage) >= 3)
+    held = np.where(sharded, held_bytes(c.framework, unit), 0.0)
+    return reserved_bytes(allocated, c.framework, held), required_bytes(allocated, c.framework, held)
 
 
 def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c, *, optimizer="adamw",

@@ -168,3 +168,34 @@ def in_flight(c: StepConfig, index):
     chunks = np.minimum(2.0 * (pp - index - 1.0) + (v - 1.0) * pp + 1.0, m * v)
     interleaved = np.where(m == pp, m * v, chunks) / v
     return np.where(c.schedule == Schedule.GPIPE, m, np.where(v > 1, interleaved, f1b))
+
+
+def _chunk_forwards(chunks, pp, v, chunk):
+    """How many of a rank's first ``chunks`` forwards run model chunk ``chunk``: Megatron-LM's schedule
+    table (core_r0.10.0 ``forward_backward_pipelining_with_interleaving``) runs groups of p micro-batches
+    per chunk, chunk 0 to v−1, then the next group."""
+    group = pp * v
+    rest = chunks - np.floor(chunks / group) * group
+    return np.floor(chunks / group) * pp + np.clip(rest - chunk * pp, 0.0, pp)
+
+
+def layer_batches(c: StepConfig, st: Stage):
+    """Layers × micro-batches whose activations a stage holds at its peak.
+
+    ``in_flight`` micro-batches of the stage's layers, except where an explicit ``c.stage_layers``
+    gives the first (last) stage d layers fewer than the fullest one, d at most a chunk's: there the
+    embedding (loss) takes the slots of the first (last) chunk (Megatron-LM
+    ``account_for_embedding/loss_in_pipeline_split``, ``transformer_block.get_num_layers_to_build``),
+    which holds d layers fewer in each of its forwards in flight, not an even share of them.
+    """
+    held = st.layers * in_flight(c, st.index)
+    v = np.asarray(c.virtual_stages, float)
+    if c.stage_layers is None or c.schedule == Schedule.GPIPE:
+        return held
+    full = float(max(c.stage_layers))
+    d, per_chunk = full - st.layers, full / v
+    chunks = in_flight(c, st.index) * v                       # chunk forwards alive at the peak
+    slot = 0.0 if st.embed else v - 1.0                       # the chunk the embedding or the loss takes
+    exact = chunks * per_chunk - _chunk_forwards(chunks, np.asarray(c.pp, float), v, slot) * d
+    short = (v > 1) & (d > 0) & (d <= per_chunk) & (np.asarray(st.embed) | np.asarray(st.head))
+    return np.where(short, exact, held)
