@@ -6,16 +6,31 @@ import numpy as np
 
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.data import overlapped_cost
 from perfmodel.parallel.pipeline import PhaseTimes
 from perfmodel.parallel.tp_overlap import overlapped_layer
 from perfmodel.parallel.wire import activation_bytes
 from perfmodel.workload.stacks.checkpointing import checkpointed_share
 
 _UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
+REGATHERS = {"megatron": 2, "torchtitan": 0}  # SP all-gathers per block backward re-done for the weight gradients
+
+
+def sp_regathers(framework) -> int:
+    """All-gathers a sequence-parallel block repeats in backward to rebuild the column-parallel GEMMs'
+    inputs for their weight gradients.
+
+    Megatron-LM (``tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``,
+    Korthikanti et al. 2022 §4.2.2) saves the sequence-sharded input and gathers it again: 2 per
+    block (qkv, fc1). torchtitan v0.2.2 (``models/llama3/infra/parallelize.py`` ``apply_tp``:
+    ``PrepareModuleInput(Shard(1) -> Replicate())`` before attention and the feed-forward) gathers
+    once in a DTensor redistribute whose output autograd saves for wq/wk/wv and w1/w3: none.
+    """
+    return REGATHERS.get(framework, REGATHERS["megatron"])
 
 
 def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidden_by=0.0, gemms=None,
-                  sms=132) -> PhaseTimes:
+                  sms=132, slowdown=0.0) -> PhaseTimes:
     """Tensor-parallel seconds per micro-batch on the critical path: per layer fwd/bwd, embedding, head.
 
     Megatron-LM (Shoeybi et al. 2019, §3): the attention and the MLP each end in an
@@ -35,7 +50,11 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     computes; a weight-gradient GEMM takes as long as the layer's forward GEMMs
     (``hidden_by``: a layer's forward GPU seconds), so each hides behind up to one
     forward's worth of compute. Only the gradient of the forward reduce-scatter (an
-    all-gather) stays exposed under SP.
+    all-gather) stays exposed under SP. The GEMMs beside those NCCL kernels run ``slowdown``
+    slower while both run (``overlapped_cost``; Lee et al. 2025).
+
+    torchtitan's DTensor plan (``sp_regathers``) saves the gathered inputs: under SP its
+    backward is the 2 all-gathers of dy and the 2 reduce-scatters of dx, no re-gather.
 
     ``c.tp_comm_overlap`` (TE userbuffers, torchtitan async TP) overlaps the SP collectives
     with the linears' GEMMs chunk by chunk (``perfmodel.parallel.tp_overlap``); ``gemms``: the
@@ -51,9 +70,10 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     one = np.where(on, np.where(sp, rs + ag, ar), 0.0)
     fwd = 2 * one
     hidden_by = np.asarray(hidden_by, float)
-    plain = np.where(sp, 2 * (ag + rs + ag), 2 * ar)
-    overlapped = np.where(sp, 2 * ag + np.maximum(2 * (rs + ag) - 2 * hidden_by, 0.0),
-                          np.maximum(2 * ar - hidden_by, 0.0))
+    regather = sp_regathers(c.framework) * ag
+    plain = np.where(sp, 2 * (ag + rs) + regather, 2 * ar)
+    overlapped = np.where(sp, 2 * ag + overlapped_cost(2 * rs + regather, 2 * hidden_by, slowdown),
+                          overlapped_cost(2 * ar, hidden_by, slowdown))
     bwd = np.where(on, np.where(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
     if c.tp_comm_overlap and gemms is not None:
         ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
