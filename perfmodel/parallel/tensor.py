@@ -80,5 +80,23 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
                                       method=c.tp_comm_overlap)
         fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
-    return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=np.where(on, np.where(sp, rs, ar), 0.0),
-                      head_f=np.where(on & sp, ag, 0.0), head_b=np.where(on, np.where(sp, rs, ar), 0.0))
+    # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back
+    embed = np.where(on, np.where(sp, rs + ag, ar), 0.0)  # (Megatron: the inverse's backward; DTensor: Shard->Replicate)
+    return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=embed,
+                      head_f=np.where(on, np.where(sp, ag, 0.0) + loss_parallel_time(model, coll, lay, c), 0.0),
+                      head_b=np.where(on, np.where(sp, rs, ar), 0.0))
+
+
+def loss_parallel_time(model, coll, lay, c: StepConfig):
+    """Seconds of the loss's own collectives over vocabulary-sharded logits, per micro-batch.
+
+    torchtitan v0.2.2 keeps the output layer's logits sharded (``Shard(-1)``; ``disable_loss_parallel``
+    defaults to False, ``config/job_config.py``) and computes the loss under
+    ``torch.distributed.tensor.parallel.loss_parallel``, whose forward all-reduces the row max, the
+    sum of exponentials and the target logit (torch ``distributed/tensor/parallel/loss.py``): three
+    all-reduces of b·s fp32 values, latency-bound; its backward is local. Megatron-Core
+    core_v0.16.0 ``tensor_parallel/cross_entropy.py`` (``VocabParallelCrossEntropy``) does the same three.
+    """
+    rpn, nodes = lay["tp"]
+    size = c.micro_batch * model.seq * 4.0  # one fp32 value per token
+    return 3 * hierarchical_time(coll, "all_reduce", size, rpn, nodes, algorithm="ring")
