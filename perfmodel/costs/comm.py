@@ -196,6 +196,7 @@ def formula(entry: Mapping, collective: str, *, size=None, n=None) -> sp.Expr:
 
 
 NVLINK4_RING_BUSBW = 370e9  # NCCL's busbw on NVLink4 off NVLS (ring, all-gather, reduce-scatter): nccl-tests#212
+NVLS_TAG = "NCCL algorithm NVLS"  # how the bundled nccl-tests fits (profiles/data/nvlink_allreduce_*.json) name it
 _RING_ENTRIES: dict = {}  # id(NVLS entry) -> (that entry, its ring entry): one object per entry, as the memos key
 
 
@@ -207,7 +208,7 @@ def ring_entry(entry: Mapping) -> Mapping:
     (NCCL's maintainer, NVIDIA/nccl-tests#212). The NVLS curve's latency and shape, its height scaled so
     that its busbw at the largest fitted size is 370 GB/s. Any other entry is returned as it is.
     """
-    if "NVLS" not in str(entry.get("source", "")) or entry.get("form") != "comm_logistic":
+    if NVLS_TAG not in str(entry.get("source", "")) or entry.get("form") != "comm_logistic":
         return entry
     hit = _RING_ENTRIES.get(id(entry))
     if hit is not None and hit[0] is entry:
@@ -215,7 +216,9 @@ def ring_entry(entry: Mapping) -> Mapping:
     params = dict(entry["params"])
     top = float((entry.get("range_bytes") or [0.0, 8 * 2.0**30])[1])
     reached = params["busbw_bytes_per_s"] / (1 + (params["half_size_bytes"] / top) ** params["exponent"])
-    params["busbw_bytes_per_s"] *= min(NVLINK4_RING_BUSBW / reached, 1.0)
+    if reached <= NVLINK4_RING_BUSBW:
+        return entry
+    params["busbw_bytes_per_s"] *= NVLINK4_RING_BUSBW / reached
     ring = {**entry, "params": params, "source": f"ring busbw 370 GB/s (NVIDIA/nccl-tests#212) on: {entry['source']}"}
     _RING_ENTRIES[id(entry)] = (entry, ring)
     return ring
