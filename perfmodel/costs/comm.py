@@ -195,42 +195,12 @@ def formula(entry: Mapping, collective: str, *, size=None, n=None) -> sp.Expr:
 # --- across nodes ---------------------------------------------------------------------------
 
 
-NVLINK4_RING_BUSBW = 370e9  # NCCL's busbw on NVLink4 off NVLS (ring, all-gather, reduce-scatter): nccl-tests#212
-NVLS_TAG = "NCCL algorithm NVLS"  # how the bundled nccl-tests fits (profiles/data/nvlink_allreduce_*.json) name it
-_RING_ENTRIES: dict = {}  # id(NVLS entry) -> (that entry, its ring entry): one object per entry, as the memos key
-
-
-def ring_entry(entry: Mapping) -> Mapping:
-    """The curve NCCL's ring collectives follow beside an all_reduce fitted under NVLink SHARP (NVLS).
-
-    NVLS reduces inside the NVSwitch, so its all-reduce busbw (480 GB/s on 8 H100, up to 555 fitted on
-    H200) is no wire speed; all-gather, reduce-scatter and ring all-reduce reach ~370 GB/s on NVLink4
-    (NCCL's maintainer, NVIDIA/nccl-tests#212). The NVLS curve's latency and shape, its height scaled so
-    that its busbw at the largest fitted size is 370 GB/s. Any other entry is returned as it is.
-    """
-    if NVLS_TAG not in str(entry.get("source", "")) or entry.get("form") != "comm_logistic":
-        return entry
-    hit = _RING_ENTRIES.get(id(entry))
-    if hit is not None and hit[0] is entry:
-        return hit[1]
-    params = dict(entry["params"])
-    top = float((entry.get("range_bytes") or [0.0, 8 * 2.0**30])[1])
-    reached = params["busbw_bytes_per_s"] / (1 + (params["half_size_bytes"] / top) ** params["exponent"])
-    if reached <= NVLINK4_RING_BUSBW:
-        return entry
-    params["busbw_bytes_per_s"] *= NVLINK4_RING_BUSBW / reached
-    ring = {**entry, "params": params, "source": f"ring busbw 370 GB/s (NVIDIA/nccl-tests#212) on: {entry['source']}"}
-    _RING_ENTRIES[id(entry)] = (entry, ring)
-    return ring
-
-
 def lookup_entry(collectives: Mapping[str, Mapping[str, dict]], level: str, collective: str) -> dict:
     """Entry of ``collective`` at ``level``, else that level's all_reduce entry.
 
     The fallback reads busbw as the fabric's speed whatever the collective
-    (nccl-tests doc/PERFORMANCE.md), except that an NVLS-fitted all_reduce, which
-    overstates the others by about 480/370 on NVLink4 (NVIDIA/nccl-tests#212),
-    lends them its ring curve (``ring_entry``).
+    (nccl-tests doc/PERFORMANCE.md); an NVLS-fitted all_reduce overstates the
+    others by about 480/370 on NVLink4 (NVIDIA/nccl-tests#212).
     """
     _check_collective(collective)
     check_choice("level", level, LEVELS)
@@ -240,11 +210,9 @@ def lookup_entry(collectives: Mapping[str, Mapping[str, dict]], level: str, coll
             f"add a fitted entry or datasheet_entry(bw, latency, source=...)"
         )
     entries = collectives[level]
-    if collective in entries:
-        return entries[collective]
-    if "all_reduce" in entries:
-        return ring_entry(entries["all_reduce"]) if collective in ("all_gather", "reduce_scatter") else \
-            entries["all_reduce"]
+    for name in (collective, "all_reduce"):
+        if name in entries:
+            return entries[name]
     raise ProfileError(
         f"profile has no {level!r} entry for {collective!r} nor 'all_reduce' "
         f"(has: {', '.join(sorted(entries)) or 'none'})"
