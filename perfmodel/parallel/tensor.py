@@ -10,15 +10,13 @@ from perfmodel.parallel.data import overlapped_cost
 from perfmodel.parallel.pipeline import PhaseTimes
 from perfmodel.parallel.tp_overlap import overlapped_layer
 from perfmodel.parallel.wire import activation_bytes
+from perfmodel.workload.stacks import stack
 from perfmodel.workload.stacks.checkpointing import checkpointed_share
 
 _UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
-REGATHERS = {"megatron": 2, "torchtitan": 0}  # SP all-gathers per block backward re-done for the weight gradients
-
-
 def sp_regathers(framework) -> int:
     """All-gathers a sequence-parallel block repeats in backward to rebuild the column-parallel GEMMs'
-    inputs for their weight gradients.
+    inputs for their weight gradients (``Stack.tp_regathers``).
 
     Megatron-LM (``tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``,
     Korthikanti et al. 2022 §4.2.2) saves the sequence-sharded input and gathers it again: 2 per
@@ -26,7 +24,7 @@ def sp_regathers(framework) -> int:
     ``PrepareModuleInput(Shard(1) -> Replicate())`` before attention and the feed-forward) gathers
     once in a DTensor redistribute whose output autograd saves for wq/wk/wv and w1/w3: none.
     """
-    return REGATHERS.get(framework, REGATHERS["megatron"])
+    return stack(framework).tp_regathers
 
 
 def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidden_by=0.0, gemms=None,
