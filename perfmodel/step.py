@@ -480,7 +480,7 @@ def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recom
         fwd_gpu = t.gpu.on(st, "f")
         bwd_gpu = t.gpu.on(st, "b")
         wall = t.wall.on(st)
-        tp_share = st.layers * (comm.layer_f + comm.layer_b) + np.where(st.embed, comm.embed_f, 0.0) + np.where(
+        tp_share = st.layers * (comm.layer_f + comm.layer_b) + np.where(st.embed, comm.embed_f + comm.embed_b, 0.0) + np.where(
             st.head, comm.head_f + comm.head_b, 0.0)
         this = {"fb": np.where(st.valid, wall + tp_share, -1.0), "forward": fwd_gpu, "backward": bwd_gpu,
                 "host_overhead": np.maximum(wall - fwd_gpu - bwd_gpu, 0.0), "tp_comm": tp_share}

@@ -79,8 +79,9 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
         fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back
-    embed = np.where(on, np.where(sp, rs + ag, ar), 0.0)  # (Megatron: the inverse's backward; DTensor: Shard->Replicate)
-    return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=embed,
+    # (Megatron: reduce_scatter_to_sequence_parallel_region's backward; DTensor: Shard(1) -> Replicate)
+    return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=np.where(on, np.where(sp, rs, ar), 0.0),
+                      embed_b=np.where(on & sp, ag, 0.0),
                       head_f=np.where(on, np.where(sp, ag, 0.0) + loss_parallel_time(model, coll, lay, c), 0.0),
                       head_b=np.where(on, np.where(sp, rs, ar), 0.0))
 
