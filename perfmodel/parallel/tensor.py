@@ -1,4 +1,5 @@
-"""Tensor parallelism (Megatron-LM): the all-reduces, gathers and reduce-scatters on the critical path."""
+"""Tensor parallelism (Megatron-LM, torchtitan's DTensor plan): the all-reduces, gathers and reduce-scatters
+on the critical path, per stack (docs/distributed.md, docs/stacks.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from perfmodel.workload.stacks import stack
 from perfmodel.workload.stacks.checkpointing import checkpointed_share
 
 _UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
+
+
 def sp_regathers(framework) -> int:
     """All-gathers a sequence-parallel block repeats in backward to rebuild the column-parallel GEMMs'
     inputs for their weight gradients (``Stack.tp_regathers``).
