@@ -334,10 +334,10 @@ def dp_backward_windows(profile, timed: PhaseTimes, sts):
     return tuple(timed.on(st, "b") if hides else 0.0 for st in sts)
 
 
-def _critical_comm(local, coll, lay, c, t: ComputeTimes, *, precision, recompute, sms) -> PhaseTimes:
+def _critical_comm(local, coll, lay, c, t: ComputeTimes, *, precision, recompute, sms, slowdown=0.0) -> PhaseTimes:
     """Tensor-, context- and expert-parallel seconds on the critical path, per micro-batch."""
     comm = tp_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, hidden_by=t.gpu.layer_f,
-                         gemms=t, sms=sms)
+                         gemms=t, sms=sms, slowdown=slowdown)
     comm = comm + cp_comm_times(local, coll, lay, c, precision=precision, recompute=recompute, ring_gpu_s=t.ring_gpu)
     return comm + ep_comm_times(local, coll, lay, c, precision=precision, recompute=recompute)
 
@@ -450,7 +450,8 @@ def _shape(model, c: StepConfig, gpn, placement):
 def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, recompute, sms, host=None):
     """(critical-path communication, compute + that communication per micro-batch, the pipeline's
     seconds, its bottleneck stage's seconds, the bottleneck stage's breakdown and FLOPs)."""
-    comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms)
+    comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms,
+                          slowdown=HostCosts.of(host[0]).overlap_compute_slowdown if host else 0.0)
     if c.offload_layers:  # the compute stream waits for the copies it cannot hide (costs/offload.py)
         acts = _activation_terms(local, c, precision=precision, recompute=recompute, seq=local.seq)["layer"]
         off = PhaseTimes(*offload.offload_seconds(*host, c, acts, c.micro_batch * local.seq, local.layers, t.wall,
@@ -479,7 +480,7 @@ def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recom
         fwd_gpu = t.gpu.on(st, "f")
         bwd_gpu = t.gpu.on(st, "b")
         wall = t.wall.on(st)
-        tp_share = st.layers * (comm.layer_f + comm.layer_b) + np.where(st.embed, comm.embed_f, 0.0) + np.where(
+        tp_share = st.layers * (comm.layer_f + comm.layer_b) + np.where(st.embed, comm.embed_f + comm.embed_b, 0.0) + np.where(
             st.head, comm.head_f + comm.head_b, 0.0)
         this = {"fb": np.where(st.valid, wall + tp_share, -1.0), "forward": fwd_gpu, "backward": bwd_gpu,
                 "host_overhead": np.maximum(wall - fwd_gpu - bwd_gpu, 0.0), "tp_comm": tp_share}

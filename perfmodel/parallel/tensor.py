@@ -1,4 +1,5 @@
-"""Tensor parallelism (Megatron-LM): the all-reduces, gathers and reduce-scatters on the critical path."""
+"""Tensor parallelism (Megatron-LM, torchtitan's DTensor plan): the all-reduces, gathers and reduce-scatters
+on the critical path, per stack (docs/distributed.md, docs/stacks.md)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,31 @@ import numpy as np
 
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.data import overlapped_cost
 from perfmodel.parallel.pipeline import PhaseTimes
 from perfmodel.parallel.tp_overlap import overlapped_layer
 from perfmodel.parallel.wire import activation_bytes
+from perfmodel.workload.stacks import stack
 from perfmodel.workload.stacks.checkpointing import checkpointed_share
 
 _UB_GEMMS = tuple(f"{n}{s}" for n in ("qkv", "proj", "fc1", "fc2") for s in ("", ".dgrad", ".wgrad"))
 
 
+def sp_regathers(framework) -> int:
+    """All-gathers a sequence-parallel block repeats in backward to rebuild the column-parallel GEMMs'
+    inputs for their weight gradients (``Stack.tp_regathers``).
+
+    Megatron-LM (``tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``,
+    Korthikanti et al. 2022 §4.2.2) saves the sequence-sharded input and gathers it again: 2 per
+    block (qkv, fc1). torchtitan v0.2.2 (``models/llama3/infra/parallelize.py`` ``apply_tp``:
+    ``PrepareModuleInput(Shard(1) -> Replicate())`` before attention and the feed-forward) gathers
+    once in a DTensor redistribute whose output autograd saves for wq/wk/wv and w1/w3: none.
+    """
+    return stack(framework).tp_regathers
+
+
 def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidden_by=0.0, gemms=None,
-                  sms=132) -> PhaseTimes:
+                  sms=132, slowdown=0.0) -> PhaseTimes:
     """Tensor-parallel seconds per micro-batch on the critical path: per layer fwd/bwd, embedding, head.
 
     Megatron-LM (Shoeybi et al. 2019, §3): the attention and the MLP each end in an
@@ -35,7 +51,11 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     computes; a weight-gradient GEMM takes as long as the layer's forward GEMMs
     (``hidden_by``: a layer's forward GPU seconds), so each hides behind up to one
     forward's worth of compute. Only the gradient of the forward reduce-scatter (an
-    all-gather) stays exposed under SP.
+    all-gather) stays exposed under SP. The GEMMs beside those NCCL kernels run ``slowdown``
+    slower while both run (``overlapped_cost``; Lee et al. 2025).
+
+    torchtitan's DTensor plan (``sp_regathers``) saves the gathered inputs: under SP its
+    backward is the 2 all-gathers of dy and the 2 reduce-scatters of dx, no re-gather.
 
     ``c.tp_comm_overlap`` (TE userbuffers, torchtitan async TP) overlaps the SP collectives
     with the linears' GEMMs chunk by chunk (``perfmodel.parallel.tp_overlap``); ``gemms``: the
@@ -51,14 +71,34 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     one = np.where(on, np.where(sp, rs + ag, ar), 0.0)
     fwd = 2 * one
     hidden_by = np.asarray(hidden_by, float)
-    plain = np.where(sp, 2 * (ag + rs + ag), 2 * ar)
-    overlapped = np.where(sp, 2 * ag + np.maximum(2 * (rs + ag) - 2 * hidden_by, 0.0),
-                          np.maximum(2 * ar - hidden_by, 0.0))
+    regather = sp_regathers(c.framework) * ag
+    plain = np.where(sp, 2 * (ag + rs) + regather, 2 * ar)
+    overlapped = np.where(sp, 2 * ag + overlapped_cost(2 * rs + regather, 2 * hidden_by, slowdown),
+                          overlapped_cost(2 * ar, hidden_by, slowdown))
     bwd = np.where(on, np.where(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
     if c.tp_comm_overlap and gemms is not None:
         ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
                                       method=c.tp_comm_overlap)
         fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
+    # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back
+    # (Megatron: reduce_scatter_to_sequence_parallel_region's backward; DTensor: Shard(1) -> Replicate)
     return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=np.where(on, np.where(sp, rs, ar), 0.0),
-                      head_f=np.where(on & sp, ag, 0.0), head_b=np.where(on, np.where(sp, rs, ar), 0.0))
+                      embed_b=np.where(on & sp, ag, 0.0),
+                      head_f=np.where(on, np.where(sp, ag, 0.0) + loss_parallel_time(model, coll, lay, c), 0.0),
+                      head_b=np.where(on, np.where(sp, rs, ar), 0.0))
+
+
+def loss_parallel_time(model, coll, lay, c: StepConfig):
+    """Seconds of the loss's own collectives over vocabulary-sharded logits, per micro-batch.
+
+    torchtitan v0.2.2 keeps the output layer's logits sharded (``Shard(-1)``; ``disable_loss_parallel``
+    defaults to False, ``config/job_config.py``) and computes the loss under
+    ``torch.distributed.tensor.parallel.loss_parallel``, whose forward all-reduces the row max, the
+    sum of exponentials and the target logit (torch ``distributed/tensor/parallel/loss.py``): three
+    all-reduces of b·s fp32 values, latency-bound; its backward is local. Megatron-Core
+    core_v0.16.0 ``tensor_parallel/cross_entropy.py`` (``VocabParallelCrossEntropy``) does the same three.
+    """
+    rpn, nodes = lay["tp"]
+    size = c.micro_batch * model.seq * 4.0  # one fp32 value per token
+    return 3 * hierarchical_time(coll, "all_reduce", size, rpn, nodes, algorithm="ring")

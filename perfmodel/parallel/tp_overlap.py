@@ -16,7 +16,9 @@ all-gather or reduce-scatter with the GEMM beside it, by one of three methods:
 torchtitan ``enable_async_tensor_parallel`` (Inductor micro-pipelining with
 ``torch.distributed._symmetric_memory`` ``fused_all_gather_matmul`` /
 ``fused_matmul_reduce_scatter``) decomposes every all-gather + matmul and matmul +
-reduce-scatter into tp chunks moved by the copy engines: ``ring_exchange`` for all of them.
+reduce-scatter into tp chunks moved by the copy engines: ``ring_exchange`` for all of them. Its
+backward has no re-gather (torchtitan v0.2.2 ``apply_tp``: the gathered input is saved), so four
+pairs: the all-gathers of dy with proj/fc2 dgrad, the reduce-scatters of dx with qkv/fc1 dgrad.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers"):
 
     if method == "async":
         ring = [(ag_s, "qkv"), (rs_s, "proj"), (ag_s, "fc1"), (rs_s, "fc2")]
-        back = [(ag_s, "proj.dgrad"), (ag_s, "qkv.dgrad"), (rs_s, "qkv.wgrad"), (ag_s, "fc2.dgrad"),
-                (ag_s, "fc1.dgrad"), (rs_s, "fc1.wgrad")]
+        # no re-gather (DTensor saved the gathered input); each input gradient's reduce-scatter is
+        # fused with the dgrad matmul that produces it (fused_matmul_reduce_scatter)
+        back = [(ag_s, "proj.dgrad"), (rs_s, "qkv.dgrad"), (ag_s, "fc2.dgrad"), (rs_s, "fc1.dgrad")]
         fwd = sum(ring_exchange(c, g(n), tp) for c, n in ring)
         return fwd, sum(ring_exchange(c, g(n), tp) for c, n in back)
     fwd = (ring_exchange(ag_s, g("qkv"), tp) + pipeline(rs_s, g("proj"), sms)

@@ -34,6 +34,7 @@ class Stack:
     model_code: str = "torch"   # "megatron": Megatron-LM's layers, fp32 main_grad, vocabulary padding
     engine: str | None = None   # "deepspeed": the DeepSpeed engine's host work per step (costs/engine_host.py)
     default_attention: str = "flash"  # the attention kernel its model code calls when the user names none
+    tp_regathers: int = 2       # SP all-gathers a block repeats in backward for its weight gradients (parallel/tensor.py)
 
 
 STACKS = {
@@ -60,7 +61,7 @@ STACKS = {
                         weights16=True, sharding="fsdp2", default_fsdp="full", reduce_bytes=4.0,
                         default_recompute="every-2", recompute=("none", "full", "selective-op", "every-k"),
                         compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True,
-                        searched=("none", "full", "selective-op", "every-2")),
+                        searched=("none", "full", "selective-op", "every-2"), tp_regathers=0),
     # FSDP1 FullyShardedDataParallel as Hugging Face accelerate and Composer/llm-foundry wrap it:
     # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16, reduce_dtype=bf16: accelerate's
     # "bf16" mixed precision, llm-foundry's mixed_precision PURE), limit_all_gathers
