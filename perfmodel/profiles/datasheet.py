@@ -4,7 +4,9 @@
 reference profile by scaling each class with the ratio of datasheet figures
 (peak FLOP/s for GEMM and attention, memory bandwidth for memory-bound
 classes): the shape of each curve (saturation, alignment, latencies) is the
-reference GPU's, its height is the target GPU's datasheet. Published
+reference GPU's, its height is the target GPU's datasheet; within a GEMM fit each parameter
+follows the resource it stands for (:func:`scale_gemm`: rates by FLOP/s, the k at which a GEMM
+crosses the ridge point by FLOP/s over bandwidth, area saturation by SM count). Published
 microbenchmarks of the target (:mod:`perfmodel.profiles.reference`) replace the
 datasheet ratio where they exist; the 8-GPU NVSwitch all-reduce is the curve
 fitted to the GPU's published nccl-tests figures (``data/nvlink_allreduce_*.json``,
@@ -135,7 +137,8 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
     derive_missing_gemm(compute, target, target)
     calibrate_gemm(compute, target.name)
     meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
-            "method": "reference fits scaled by datasheet peak FLOP/s and memory bandwidth"}
+            "method": "reference fits scaled by datasheet peak FLOP/s, memory bandwidth and SM count "
+                      "(each GEMM parameter by the resource it stands for: scale_gemm)"}
     return Profile(f"{target.name} (datasheet)", target.name, compute, dict(collectives or {}),
                    host_of_target(reference.host), meta)
 
