@@ -86,13 +86,14 @@ def test_a_class_fitted_from_deepbench_reproduces_its_published_points():
 
 
 def test_the_check_stays_within_its_recorded_errors(scored):
-    # docs/cnn.md: channels-last medians on the RTX 3090 (datasheet-scaled profile); a regression
-    # guard with the recorded figures plus a margin, not a fitted target
+    # docs/cnn.md: channels-last medians on the RTX 3090 (datasheet-scaled profile: ResNet 38.0% / 5.3%
+    # vs ResNet-50, EfficientNet 30.3% / 15.4%); a regression guard with the recorded figures plus a
+    # margin, not a fitted target
     table = summary(scored)
     n, err, rel = table[("rtx-3090", "nhwc", "resnet")]
-    assert err < 0.50 and rel < 0.10
+    assert err < 0.42 and rel < 0.08
     n, err, rel = table[("rtx-3090", "nhwc", "efficientnet")]
-    assert err < 0.45 and rel < 0.25
+    assert err < 0.35 and rel < 0.20
     assert all(r.predicted < r.measured for r in scored if r.layout == "nhwc")  # the scale is too slow, as documented
 
 

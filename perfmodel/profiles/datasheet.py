@@ -4,7 +4,9 @@
 reference profile by scaling each class with the ratio of datasheet figures
 (peak FLOP/s for GEMM and attention, memory bandwidth for memory-bound
 classes): the shape of each curve (saturation, alignment, latencies) is the
-reference GPU's, its height is the target GPU's datasheet. Published
+reference GPU's, its height is the target GPU's datasheet; within a GEMM fit each parameter
+follows the resource it stands for (:func:`scale_gemm`: rates by FLOP/s, the k at which a GEMM
+crosses the ridge point by FLOP/s over bandwidth, area saturation by SM count). Published
 microbenchmarks of the target (:mod:`perfmodel.profiles.reference`) replace the
 datasheet ratio where they exist; the 8-GPU NVSwitch all-reduce is the curve
 fitted to the GPU's published nccl-tests figures (``data/nvlink_allreduce_*.json``,
@@ -60,6 +62,38 @@ def derive_missing_gemm(compute: dict, target, reference) -> None:
         compute[key] = entry
 
 
+RATE_KEYS = ("R", "R_mis")  # FLOP/s of the aligned and the misaligned kernel family
+EPILOGUE_KEYS = ("k_half", "k_half_mis")  # the k at which a wide GEMM crosses the ridge point
+AREA_KEYS = ("mn_half_mis",)  # output area (elements) at which the misaligned family fills half its rate
+
+
+def scale_gemm(params: dict, *, flops: float, bandwidth: float, sms: float, ref_sms: float) -> None:
+    """Carry one GEMM fit to another GPU, in place; ``flops`` and ``bandwidth`` are target/reference
+    ratios of peak FLOP/s and memory bandwidth, ``sms`` and ``ref_sms`` the two SM counts.
+
+    Each parameter follows the resource it stands for (roofline, Williams et al. 2009):
+    R, R_mis x ``flops``; bw x ``bandwidth``; k_half, k_half_mis x ``flops / bandwidth``;
+    mn_half_mis x SM ratio; ``sms`` (the waves of ``gemm_tiles``) = the target's.
+    Why k_half is a bandwidth term: with m, n >> k a GEMM's intensity is 2k/elem_bytes FLOP per byte
+    of C, so it is math-bound once k > (elem_bytes/2)·R/bw, the ridge point (NVIDIA, "Matrix
+    Multiplication Background User's Guide", arithmetic intensity); the fitted factor k/(k + k_half)
+    is that crossing, t = 2mnk/R + 2mn·k_half/R, whose second term writes C at bw. The H200 fits
+    agree (fp16 175 vs 722 TFLOP/s / 4.01 TB/s = 180; bf16 153 vs 189; fp32 33 vs 26; tf32 336 vs 176),
+    so k_half scales with the ridge point, R/bw; keeping it would price C's writes at FLOP/s.
+    """
+    for name in RATE_KEYS:
+        if name in params:
+            params[name] *= flops
+    for name in EPILOGUE_KEYS:
+        if name in params:
+            params[name] *= flops / bandwidth
+    for name in AREA_KEYS:  # a fixed fraction of the SMs busy needs an output area in proportion to them
+        if name in params:
+            params[name] *= sms / ref_sms
+    params["bw"] *= bandwidth
+    params["sms"] = sms
+
+
 HOST_LINK_KEYS = ("h2d_", "d2h_")  # host copies measured over the reference machine's own PCIe link
 
 
@@ -85,9 +119,8 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
             dtype = key.split(":")[1]
             if dtype not in target.peak_flops or dtype not in ref.peak_flops:
                 continue
-            params["R"] *= target.peak_flops[dtype] / ref.peak_flops[dtype]
-            params["sms"] = float(target.sm_count)
-            params["bw"] /= bw_ratio
+            scale_gemm(params, flops=target.peak_flops[dtype] / ref.peak_flops[dtype], bandwidth=1.0 / bw_ratio,
+                       sms=float(target.sm_count), ref_sms=float(ref.sm_count))
         elif cls == "sdpa":
             # attention runs in the first 16-bit (else wider) dtype the GPU lists; a GPU file may omit any
             peak = next(target.peak_flops[d] for d in ("bf16", "fp16", "tf32", "fp32", "fp8") if d in target.peak_flops)
@@ -104,7 +137,8 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
     derive_missing_gemm(compute, target, target)
     calibrate_gemm(compute, target.name)
     meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
-            "method": "reference fits scaled by datasheet peak FLOP/s and memory bandwidth"}
+            "method": "reference fits scaled by datasheet peak FLOP/s, memory bandwidth and SM count "
+                      "(each GEMM parameter by the resource it stands for: scale_gemm)"}
     return Profile(f"{target.name} (datasheet)", target.name, compute, dict(collectives or {}),
                    host_of_target(reference.host), meta)
 
