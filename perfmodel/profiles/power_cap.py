@@ -6,7 +6,8 @@ bundled profile holds published kernel curves. Its profile is that one with
 
 * compute-bound rates (GEMM ``R``/``R_mis``, attention ``R``) times the sustained-clock ratio
   :func:`sustained_clock_ratio`: under tensor-core load the board is power-bound, so the firmware
-  lowers the SM clock until the power fits the limit;
+  lowers the SM clock until the power fits the limit (measured at 700 W on the same die:
+  ``data/h200-calibration-2026-11-30/sustained.csv``, 686-699 W at 1470-1545 MHz of 1980);
 * memory-bound classes (``beta``-type seconds per byte, the GEMM ``bw`` and attention ``c_row``
   terms) by the ratio of the two GPUs' memory bandwidths: the limit throttles the SM clock, not
   the memory clock (Ujeniya et al. 2026, arXiv 2604.11391, measure SM and memory frequency apart);
