@@ -29,6 +29,7 @@ CATALOG_GPUS = [
     "a100-sxm4-40gb",
     "a100-sxm4-80gb",
     "h100-sxm5-80gb",
+    "h100-sxm5-96gb-hbm2e-500w",
     "h200-sxm-141gb",
     "k80",
     "l4",
@@ -253,7 +254,8 @@ def test_link_kind_is_checked():
 
 
 def test_node_presets():
-    assert list_nodes() == ["dgx-1-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200"]
+    assert list_nodes() == ["dgx-1-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "grand-teton-h100",
+                            "hgx-h200"]
     for name in list_nodes():
         node = load_node(name)
         assert node.name == name and node.gpus_per_node == 8 and node.source
@@ -265,6 +267,7 @@ def test_node_presets():
         ("dgx-a100-80gb", "a100-sxm4-80gb", "nvlink3-nvswitch", "ib-hdr", 8 * 25e9),
         ("dgx-a100-40gb", "a100-sxm4-40gb", "nvlink3-nvswitch", "ib-hdr", 8 * 25e9),
         ("dgx-h100", "h100-sxm5-80gb", "nvlink4-nvswitch", "ib-ndr", 8 * 50e9),
+        ("grand-teton-h100", "h100-sxm5-96gb-hbm2e-500w", "nvlink4-nvswitch", "eth400", 8 * 50e9),
         ("hgx-h200", "h200-sxm-141gb", "nvlink4-nvswitch", "ib-ndr", 8 * 50e9),
         ("dgx-1-v100", "v100-sxm2-32gb", "nvlink2", "ib-edr", 4 * 12.5e9),
     ],

@@ -28,6 +28,7 @@ from perfmodel.profiles.datasheet import (
     derive_missing_gemm,
     intra_collectives,
 )
+from perfmodel.profiles.power_cap import SAME_COMPUTE_AT_TDP, power_capped_profile
 from perfmodel.profiles.reference import calibrate_gemm
 from perfmodel.profiles.profile import Profile, load_profile
 from perfmodel.fit.comm import fit_collectives
@@ -167,8 +168,10 @@ def bundled_profiles() -> dict[str, Profile]:
     # the datasheet profiles are scaled from the H200's fits as measured, before published terms join it
     out = {h200.gpu: with_published(h200), CALIBRATED_H200_PROFILE: with_published(calibrated)}
     for gpu in list_gpus():
-        if gpu not in out:
+        if gpu not in out and gpu not in SAME_COMPUTE_AT_TDP:
             out[gpu] = seeded(with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))))
+    for gpu, at_tdp in SAME_COMPUTE_AT_TDP.items():  # a power-capped GPU: its die's profile at TDP, clocked down
+        out[gpu] = power_capped_profile(gpu, out[at_tdp])
     return out
 
 

@@ -38,6 +38,7 @@ GPU_OPTIONAL = (
     "nvlink_bandwidth",
     "pcie",
     "tdp_w",
+    "power_limit_w",
 )
 LINK_REQUIRED = ("kind", "bandwidth", "latency")
 LINK_OPTIONAL = (
@@ -193,6 +194,7 @@ def gpu_from_dict(data: Mapping, where: str, default_name: str = "") -> GPU:
             nvlink_bw_bytes_per_s=optional_bytes["nvlink"],
             pcie=_link_name(data, "pcie", ("pcie",)),
             tdp_w=data.get("tdp_w"),
+            power_limit_w=data.get("power_limit_w"),
             aliases=_str_tuple(data, "aliases"),
             source=str(data.get("source", "")),
             nvlink=_link_name(data, "nvlink", ("nvlink",)),

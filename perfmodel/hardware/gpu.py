@@ -54,6 +54,8 @@ class GPU:
     nvlink_bw_bytes_per_s: float | None = None  # per GPU, per direction, all links
     pcie: str | None = None  # link name of the host interface, e.g. "pcie5"
     tdp_w: float | None = None
+    # the board power limit it runs at, where set below ``tdp_w`` (W); None: at its TDP
+    power_limit_w: float | None = None
     aliases: tuple[str, ...] = ()
     source: str = ""
     nvlink: str | None = None  # link name of its NVLink generation, e.g. "nvlink4"
@@ -86,8 +88,11 @@ class GPU:
         if isinstance(sm, bool) or not isinstance(sm, numbers.Integral) or sm < 1:
             raise InvalidInputError(f"{owner}: 'sm_count' must be an integer >= 1: got {sm!r}")
         set_(self, "sm_count", int(sm))
-        for name in ("l2_bytes", "nvlink_bw_bytes_per_s", "tdp_w"):
+        for name in ("l2_bytes", "nvlink_bw_bytes_per_s", "tdp_w", "power_limit_w"):
             set_(self, name, check_number(owner, name, getattr(self, name), optional=True))
+        if self.power_limit_w is not None and self.tdp_w is not None and self.power_limit_w > self.tdp_w:
+            raise InvalidInputError(f"{owner}: 'power_limit_w' must be at most tdp_w={self.tdp_w:g}: "
+                                    f"got {self.power_limit_w:g}")
         set_(self, "aliases", tuple(self.aliases))
         set_(self, "sources", FrozenMap(self.sources))
 

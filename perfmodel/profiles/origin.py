@@ -14,6 +14,10 @@ def profile_origin(profile) -> str:
         fallback = meta.get("fallback_classes")
         rest = f"; {fallback} classes from the bundled profile" if fallback else ""
         return "measured: fitted to " + ", ".join(map(str, meta["fitted_from"])) + rest + extra
+    cap = meta.get("power_cap")
+    if cap and meta.get("derived_from"):
+        return (f"power-capped: {meta['derived_from']} at {cap['tdp_w']:g} W, compute x{cap['clock_ratio']:.3f} "
+                f"(sustained clock at {cap['power_limit_w']:g} W), memory-bound x{cap['bandwidth_ratio']:.3f}" + extra)
     if meta.get("derived_from"):
         return f"datasheet: {meta['derived_from']}'s fits scaled by datasheet FLOP/s and bandwidth" + extra
     return "origin not recorded" + extra

@@ -6,8 +6,8 @@
    (fitted: the error is in-sample) and the Azure AI-benchmarking-guide FlashAttention-2
    point (not fitted: a check);
 2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows (not fitted: a check);
-3. runs: TorchTitan (Liang et al. 2024, arXiv 2410.06511) Tables 1-2, Llama 3.1 8B on 8 H100,
-   tokens/s per GPU predicted against published (not fitted: a check).
+3. runs: TorchTitan (Liang et al. 2024, arXiv 2410.06511) Tables 1-2, Llama 3.1 8B on 8 H100 (96 GB
+   HBM2e at 500 W: ``grand-teton-h100``), tokens/s per GPU predicted against published (not fitted: a check).
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ def gemm_checks() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def torchtitan_checks(attention: str = "flash2") -> pd.DataFrame:
+TORCHTITAN_NODE = "grand-teton-h100"  # the paper's hosts (pytorch/torchtitan docs/performance.md)
+
+
+def torchtitan_checks(attention: str = "flash2", node: str = TORCHTITAN_NODE) -> pd.DataFrame:
     """Predicted vs published tokens/s per GPU of the TorchTitan paper's Llama 3.1 8B rows. The paper's
     torchtitan (October 2024) let context-parallel SDPA use only the FLASH and EFFICIENT backends
     (torchtitan/distributed/utils.py before commit 5cfe514b6, 2025-03-20), hence FlashAttention-2."""
@@ -99,7 +102,7 @@ def torchtitan_checks(attention: str = "flash2") -> pd.DataFrame:
         m = dataclasses.replace(pm.preset("llama-3-8b"), seq=seq)
         s = pm.Strategy(dp=8 // cp, cp=cp, micro_batch=batch, framework="torchtitan", attention=attention,
                         **options)
-        p = pm.predict(m, pm.cluster("dgx-h100"), s)
+        p = pm.predict(m, pm.cluster(node), s)
         pred = p.tokens_per_second / 8
         rows.append({"seq": seq, "cp": cp, "options": ",".join(f"{k}={v}" for k, v in options.items()),
                      "published": tps, "predicted": pred, "error": pred / tps - 1})
@@ -128,7 +131,8 @@ def main() -> None:
     print(gemm_checks().round(3).to_string(index=False))
     for attention in ("flash2", "flash"):
         tt = torchtitan_checks(attention)
-        print(f"\nTorchTitan paper, Llama 3.1 8B on 8 H100, tokens/s per GPU, attention={attention!r} (check):")
+        print(f"\nTorchTitan paper, Llama 3.1 8B on 8 H100 ({TORCHTITAN_NODE}), tokens/s per GPU, "
+              f"attention={attention!r} (check):")
         print(tt.round(3).to_string(index=False))
         print(f"median |error| {tt.error.abs().median():.1%}")
 

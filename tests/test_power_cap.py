@@ -1,0 +1,80 @@
+"""The power-capped H100 of the TorchTitan paper's hosts: catalog entry, node, and the clock model."""
+
+import dataclasses
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.costs.compute import kernel_time
+from perfmodel.hardware import load_gpu, load_node
+from perfmodel.hardware.catalog import gpu_from_dict
+from perfmodel.profiles.power_cap import power_capped_profile, sustained_clock_ratio
+from perfmodel.workload.ops import Kernel
+
+CAPPED = "h100-sxm5-96gb-hbm2e-500w"
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    return pm.load_profile(CAPPED), pm.load_profile("h100-sxm5-80gb")
+
+
+def test_catalog_entry_has_the_published_figures():
+    gpu = load_gpu(CAPPED)
+    assert gpu.mem_bytes == 94 * GiB and gpu.mem_bw_bytes_per_s == 2.4e12
+    assert gpu.power_limit_w == 500 and gpu.tdp_w == 700 and gpu.sm_count == 132
+    assert gpu.peak("bf16") == load_gpu("h100-sxm5-80gb").peak("bf16")
+    assert "torchtitan docs/performance.md" in gpu.source_of("power_limit_w")
+    assert "2604.11391" in gpu.source_of("memory_usable")
+    node = load_node("grand-teton-h100")
+    assert (node.gpu.name, node.gpus_per_node, node.intra.name, node.nic.name, node.nics_per_node) == \
+        (CAPPED, 8, "nvlink4-nvswitch", "eth400", 8)
+
+
+def test_sustained_clock_by_hand():
+    # (500 W / 700 W)^(1/3) = 0.8939: dynamic power ~ clock^3
+    assert sustained_clock_ratio(CAPPED) == pytest.approx(0.893904, rel=1e-6)
+    assert sustained_clock_ratio("h100-sxm5-80gb") == 1.0  # runs at its TDP
+
+
+def _gemm(profile, n=8192):
+    k = Kernel("mm", "gemm", "fwd", {"m": float(n), "n": float(n), "k": float(n)}, 1, 2.0 * n**3, "fwd", "bf16")
+    return float(kernel_time(profile, k)[0])
+
+
+def _copy(profile, elems=2**28):
+    return float(kernel_time(profile, Kernel("cp", "copy", "fwd", {"x": float(elems)}, 1, 0.0, "fwd", "fp32"))[0])
+
+
+def test_compute_bound_gemm_slower_by_the_clock_ratio(profiles):
+    capped, full = profiles
+    assert _gemm(capped) / _gemm(full) == pytest.approx(1 / sustained_clock_ratio(CAPPED), rel=0.01)
+    assert capped.meta["power_cap"]["clock_ratio"] == pytest.approx(sustained_clock_ratio(CAPPED))
+
+
+def test_memory_bound_copy_slower_by_the_bandwidth_ratio(profiles):
+    capped, full = profiles
+    assert _copy(capped) / _copy(full) == pytest.approx(3.35 / 2.4, rel=0.01)
+
+
+def test_reference_must_be_the_same_die_at_tdp():
+    with pytest.raises(InvalidInputError, match="'reference' for h100-sxm5-96gb-hbm2e-500w must be the "
+                                                "profile of 'h100-sxm5-80gb': got 'h200-sxm-141gb'"):
+        power_capped_profile(CAPPED, pm.load_profile("h200-sxm-141gb"))
+
+
+def test_power_limit_above_tdp_is_refused():
+    data = {"peak_flops": {"bf16": "989TFLOPS"}, "memory_bandwidth": "2TB/s", "memory": "80GB",
+            "sm_count": 132, "tdp_w": 700, "power_limit_w": 800}
+    with pytest.raises(InvalidInputError, match="'power_limit_w' must be at most tdp_w=700: got 800"):
+        gpu_from_dict(data, "x.toml", "x")
+
+
+def test_torchtitan_paper_row_is_slower_on_its_own_hosts():
+    m = dataclasses.replace(pm.preset("llama-3-8b"), seq=8192)
+    s = pm.Strategy(dp=8, micro_batch=2, framework="torchtitan", recompute="selective-op")
+    capped, full = (pm.predict(m, pm.cluster(n), s).step_time for n in ("grand-teton-h100", "dgx-h100"))
+    # between the compute-bound slowdown (the clock) and the memory-bound one (the bandwidth)
+    assert 0.99 / sustained_clock_ratio(CAPPED) < capped / full < 3.35 / 2.4
