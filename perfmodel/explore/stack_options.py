@@ -13,9 +13,10 @@ no recomputation: ``workload/stacks/offload.py``) and the policies the stack's `
 ``root`` is the one without recomputation or offload, compiled where it can be. Recomputation
 only adds kernels, offload only adds copies the compute stream waits for, and compilation only
 fuses memory-bound kernels (docs/explore.md), so a configuration's step is never shorter than
-the same configuration's step under its family's root: ``chunks.price_jobs`` prunes a job whose
-root's fastest configuration cannot enter the top rows (tests/test_search_stacks.py checks the
-order configuration by configuration).
+the same configuration's step under its family's root, less the root's exposed host work where
+the stack has an engine whose host work a longer backward hides (DeepSpeed: costs/engine_host.py):
+``chunks.price_jobs`` prunes a job whose root's fastest configuration cannot enter the top rows
+(tests/test_search_stacks.py checks the order configuration by configuration).
 """
 
 from __future__ import annotations
