@@ -63,7 +63,16 @@ class Ranking:
 
 
 def _parts(space: Space, chunk: int) -> list:
-    """(grid rows, their configurations' flat columns) of ``chunk`` grid cells or fewer at a time."""
+    """(grid rows, their configurations' flat columns) of ``chunk`` grid cells or fewer at a time; kept
+    with the space (derived from its frozen fields), so the jobs priced over it share them and the
+    parts' cell indices."""
+    kept = space.__dict__.setdefault("_parts", {})
+    if chunk not in kept:
+        kept[chunk] = _split(space, chunk)
+    return kept[chunk]
+
+
+def _split(space: Space, chunk: int) -> list:
     grid = space.grid()
     per_row = max(1, int(np.prod(grid.mask.shape[1:])))
     step = max(1, chunk // per_row)
