@@ -275,38 +275,33 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            prune: bool = True) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
-    ``recompute`` defaults to the checkpointing policies the frameworks have (docs/stacks.md);
-    under FSDP frameworks (torchtitan, fsdp1) ``zero`` is 3. ``compile`` (torch.compile)
-    holds for every configuration.
+    ``framework``, ``compile``, ``precision``, ``recompute`` and ``offload_layers`` left None
+    take what the stacks have (``stack_options``: every framework that runs the model, compile
+    where it compiles, fp8 where the GPU and the stack have it, activation offload at pp = 1,
+    each stack's checkpointing policies); each may name one value or a list. Under FSDP
+    frameworks (torchtitan, fsdp1) ``zero`` is 3.
 
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
-    "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
-    ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
-    (``pm.Strategy`` fields); ``framework``, ``tp_overlap`` and ``dp_overlap`` may list
-    choices (the default: both frameworks, Megatron-LM's overlapped tensor-parallel
-    communication and gradient reduction each on or off; plain PyTorch has neither switch,
-    so it is searched with its own behaviour unless one value is asked for). ``bucket_mib``
-    lists the DDP / ZeRO-1/2 gradient buckets tried (MiB; ZeRO-3 and FSDP rows, which
-    bucket nothing, take the first). ``cp``, the context-parallel size, is one value
-    or a list of them (dp × tp × pp then fill GPUs / cp; sizes the GPUs or the
-    sequence cannot take are left out); ``ep``, the expert-parallel size, is one value
-    (configurations whose dp × cp it does not divide are rejected). The space is priced
-    ``chunk`` grid cells at a time, keeping only the ``top_k`` best: memory stays
-    bounded whatever its size. ``workers`` > 1 shares a large space among that many forked
-    processes (None: the CPUs this process may use), with results identical to one; the
-    default prices in this process (forking is unsafe beside threads, and on a busy
-    machine a second process gained nothing: docs/explore.md).
+    "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``attention``,
+    ``tp_overlap`` and ``dp_overlap`` describe the software stack (``pm.Strategy`` fields;
+    the overlap switches are Megatron-LM's: plain PyTorch is searched with its own behaviour
+    unless one value is asked for). ``bucket_mib`` lists the DDP / ZeRO-1/2 gradient buckets
+    tried (MiB; ZeRO-3 and FSDP rows take the first). ``cp``, the context-parallel size, is
+    one value or a list (sizes the GPUs or the sequence cannot take are left out); ``ep``,
+    the expert-parallel size, is one value. The space is priced ``chunk`` grid cells at a
+    time, keeping only the ``top_k`` best: memory stays bounded whatever its size; with
+    ``prune`` a job whose family's root bounds it out of the top rows is not priced (the same
+    table). ``workers`` > 1 shares the jobs among that many forked processes (None: the CPUs
+    this process may use), with results identical to one (docs/explore.md).
 
-    ``cluster`` is a Cluster, a name, or a list of them (each searched whole).
-    ``sort_by`` defaults to "tokens_per_second", or "usd_per_million_tokens" when
-    ``prices`` ($/GPU-hour: a number, or a mapping keyed by cluster, node or GPU
-    name) are given. The result's ``attrs`` hold "rejected" (configurations per
-    reason: divisibility, batch, memory), "rejected_detail" (per rule),
-    "evaluated", "feasible" and "seconds".
+    ``cluster`` is a Cluster, a name, or a list of them (each searched whole). ``sort_by``
+    defaults to "tokens_per_second", or "usd_per_million_tokens" when ``prices`` ($/GPU-hour:
+    a number, or a mapping keyed by cluster, node or GPU name) are given. The result's
+    ``attrs`` hold "rejected" (configurations per reason: divisibility, batch, memory),
+    "rejected_detail" (per rule), "evaluated", "feasible", "pruned" and "seconds".
 
     Each row carries its step-time interval at ``level`` (``step_time_low``/``step_time_high``);
-    ``tie`` marks the rows whose interval of the sort column overlaps the first's, and
-    ``attrs["ties"]`` counts them: the model cannot rank those (docs/accuracy.md).
+    ``tie`` marks the rows whose interval of the sort column overlaps the first's (docs/accuracy.md).
     """
     t0 = time.perf_counter()
     top_k = check_int("top_k", top_k)
