@@ -89,7 +89,7 @@ def test_a_job_is_never_faster_than_its_root(priced):
 
 @pytest.mark.parametrize("sort_by", ["tokens_per_second", "step_time"])
 def test_pruning_loses_no_row(sort_by):
-    small = {**SMALL, "cp": 1}
+    small = {**SMALL, "cp": 1, "max_virtual_stages": 1, "bucket_mib": 25}
     full = pm.search(MODEL, H100, 16, top_k=10, prune=False, sort_by=sort_by, **small)
     pruned = pm.search(MODEL, H100, 16, top_k=10, sort_by=sort_by, **small)
     pd.testing.assert_frame_equal(pruned.reset_index(drop=True), full.reset_index(drop=True), check_exact=True)
