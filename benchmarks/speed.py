@@ -17,7 +17,7 @@ like even on a busy machine (the absolute numbers do not).
   ten (model, parallelism, micro-batch, global batch, full recomputation) on its A100 config.
 * search: ``pm.search`` of Llama-3-405B on 16,384 H100 (2,048 x dgx-h100), global batch 2,048,
   default space, caches emptied before each run; configurations priced per second, and the
-  whole enumerated space (priced + rejected by rule) per second. llm-analysis has no search: its
+  whole enumerated space (priced + pruned + rejected by rule) per second. llm-analysis has no search: its
   rate is one ``training`` call per configuration.
 
 llm-analysis 0.2.2 runs in its own virtual environment (``benchmarks/.peer-venv``, created with
@@ -156,8 +156,9 @@ def perfmodel_search(repeat: int, workers: int, warm_up: bool = True) -> dict:
         attrs = df.attrs
     wall, cpu = statistics.median(walls), statistics.median(cpus)
     rules = attrs["rejected"]["divisibility"] + attrs["rejected"]["batch"]
-    return {"wall_s": wall, "cpu_s": cpu, "priced": attrs["evaluated"], "space": attrs["evaluated"] + rules,
-            "priced_per_s": attrs["evaluated"] / wall, "space_per_s": (attrs["evaluated"] + rules) / wall}
+    space = attrs["evaluated"] + attrs["pruned"] + rules  # pruned: valid, bounded by a job priced before
+    return {"wall_s": wall, "cpu_s": cpu, "priced": attrs["evaluated"], "pruned": attrs["pruned"], "space": space,
+            "priced_per_s": attrs["evaluated"] / wall, "space_per_s": space / wall}
 
 
 def _cpu_seconds() -> float:
@@ -241,7 +242,8 @@ def main(argv=None) -> int:
         print("llm-analysis not available: perfmodel's numbers alone\n")
     s = ours["search"][1]
     print(f"search case: {SEARCH_CASE['model']} on {SEARCH_CASE['nodes'] * 8:,} H100, global batch "
-          f"{SEARCH_CASE['global_batch']:,}: {s['priced']:,} configurations priced of {s['space']:,} enumerated, "
+          f"{SEARCH_CASE['global_batch']:,}: {s['priced']:,} configurations priced and {s['pruned']:,} pruned of "
+          f"{s['space']:,} enumerated, "
           f"{s['wall_s']:.2f} s (1 process), {ours['search'][2]['wall_s']:.2f} s (2 processes); CPU seconds "
           f"{s['cpu_s']:.2f} (1 process), {ours['search'][2]['cpu_s']:.2f} (2 processes, all of them)\n")
     print("\n".join(table(ours, peer)))

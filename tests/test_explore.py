@@ -33,7 +33,10 @@ def l13b():
 
 @pytest.fixture(scope="module")
 def found(l13b, a100x8):
-    return search(l13b, a100x8, 512, top_k=100_000)
+    # the space of PyTorch and Megatron-LM alone, uncompiled, no offload (the stack axes: below and
+    # tests/test_search_stacks.py)
+    return search(l13b, a100x8, 512, top_k=100_000, framework=("pytorch", "megatron"), compile=False,
+                  offload_layers=0)
 
 
 # --- the space --------------------------------------------------------------------------------
@@ -88,6 +91,35 @@ def test_tensor_groups_stay_in_a_node_unless_allowed():
     two = enumerate_space(model, 32, 8, 32, max_micro_batch=1, max_tp_nodes=2)
     assert one.arrays["tp"].max() == 8
     assert two.arrays["tp"].max() == 16
+
+
+def _default_jobs(model):
+    """(space, jobs priced over it) of the default space of ``model`` on 64 A100s (no fp8), by hand:
+    per cp, DDP-like stacks (pytorch, deepspeed) without and Megatron-LM with and without overlapped
+    tensor-parallel communication and gradient reduction, FSDP stacks (torchtitan, fsdp1) sharding
+    all; pytorch and the FSDP stacks compiled or not, pytorch and Megatron-LM offloading 20 or all
+    (Megatron: 39) of the 40 blocks at pp = 1 without recomputation."""
+    kw = dict(fsdp=(None, "full", "hybrid"), bucket_mib=(25.0, 100.0, 400.0), empty_ok=True)
+    meg = dict(tp_overlap=(False, True), dp_overlap=(True, False))
+    out = []
+    for cp in (1, 2, 4, 8, 16):
+        n = 64 // cp
+        ddp, megatron = enumerate_space(model, n, 8, 512, cp=cp, **kw), enumerate_space(model, n, 8, 512, cp=cp, **meg, **kw)
+        fsdp = enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), **kw)
+        ddp1 = enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **kw)
+        megatron1 = enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw)
+        out += [(ddp, 2 * 3 + 3), (ddp1, 2 * 2), (megatron, 3), (megatron1, 2), (fsdp, 2 * 4 + 2 * 2)]
+    return out
+
+
+def test_the_default_space_adds_up(l13b, a100x8):
+    top = search(l13b, a100x8, 512, top_k=1)
+    jobs = _default_jobs(l13b)
+    assert top.attrs["evaluated"] + top.attrs["pruned"] == sum(len(sp) * n for sp, n in jobs)
+    assert top.attrs["pruned"] > top.attrs["evaluated"]  # most jobs are bounded by their family's root
+    r = top.attrs["rejected"]
+    assert r["divisibility"] + r["batch"] == sum((sp.rejected["divisibility"] + sp.rejected["batch"]) * n
+                                                 for sp, n in jobs)
 
 
 def test_rejections_add_up(found, l13b, a100x8):

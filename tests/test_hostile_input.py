@@ -171,7 +171,7 @@ def test_4_fit_rows_without_a_usable_size_are_rejected(tmp_path, capsys, bytes_v
 
 
 # 5. API exceptions outside perfmodel.core.errors -------------------------------------------------------
-@pytest.mark.parametrize("kwargs", [dict(zero=3.0), dict(sequence_parallel=True), dict(precision=None),
+@pytest.mark.parametrize("kwargs", [dict(zero=3.0), dict(sequence_parallel=True), dict(precision=(None,)),
                                     dict(recompute=3), dict(zero=(3,)), dict(zero="3")])
 def test_5_search_options_refused_cleanly(kwargs):
     with pytest.raises(pm.PerfModelError):

@@ -35,7 +35,7 @@ SEARCHES = {"llama-3-8b": ("llama-3-8b", "dgx-h100", 2, 256, {}), "gpt2-small": 
             "llama-3-70b": ("llama-3-70b", "dgx-h100", 64, 512, {}),
             "gpt2-small 2 nodes": ("gpt2-small", "dgx-h100", 2, 256, {}),
             "llama-3-8b torchtitan": ("llama-3-8b", "dgx-h100", 8, 256, {"framework": "torchtitan"})}
-COUNTS = ("rejected", "rejected_detail", "evaluated", "feasible")
+COUNTS = ("rejected", "rejected_detail", "evaluated", "feasible", "pruned")
 H200_TABLES = Path(pm.__file__).parent / "data" / "h200-2026-11-29"
 
 
@@ -88,7 +88,7 @@ def snapshot(seed: int = 1234) -> dict:
     for name, (model, node, nodes, batch, options) in SEARCHES.items():
         df = pm.search(pm.preset(model), pm.cluster(node, nodes=nodes), batch, top_k=20, **options)
         out[f"search {name}"] = df.to_csv(float_format="%.17g")
-        out[f"search {name} counts"] = json.loads(json.dumps({k: df.attrs[k] for k in COUNTS}, default=str))
+        out[f"search {name} counts"] = json.loads(json.dumps({k: df.attrs.get(k, 0) for k in COUNTS}, default=str))
     plan = pm.plan_training(pm.preset("gpt2-small"), pm.cluster("h100-sxm5-80gb", nodes=4),
                             pm.Strategy(micro_batch=8), 1000, trials=200)
     out["plan gpt2-small"] = plan.to_csv(float_format="%.17g")

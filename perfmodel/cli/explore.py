@@ -133,13 +133,14 @@ def cmd_search(args) -> int:
                 precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
                 framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                 dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
-                bucket_mib=_csv(args.bucket_mib, float))
+                bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int))
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
                                                                           if args.ep > 1 else "")
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs{with_cp}), global batch {args.global_batch}: "
-          f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms, {a['feasible']:,} fit; "
+          f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms "
+          f"({a['pruned']:,} more pruned: bounded by a faster one), {a['feasible']:,} fit; "
           f"rejected: {rejected}; sorted by {a['sort_by']}\n")
 
     df = search_intervals(df, model, cl, profile=args.profile)
@@ -202,6 +203,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--optimizer", default="adamw")
     p.add_argument("--bucket-mib", default="25", help="comma-separated DDP / ZeRO-1/2 gradient buckets in MiB "
                    "(default 25, as torch's bucket_cap_mb; pm.search tries 25,100,400)")
+    p.add_argument("--offload-layers", default="0", help="comma-separated activation CPU offloads tried (blocks, pp = 1, "
+                   "no recomputation; pytorch and megatron; default 0: none)")
     cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)

@@ -12,21 +12,24 @@ however the jobs were shared.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from itertools import product, repeat
+from itertools import repeat
 
 import numpy as np
 
 from perfmodel import step as compose
+from perfmodel.core.memo import IdentityMemo
 from perfmodel.explore.space import NUMERIC, Space
 from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.interval import bounds
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BREAKDOWN_KEYS, finish
+from perfmodel.workload import stacks
 
 CHUNK = 32_768  # grid cells priced per call: enough to amortise numpy's per-call cost, a few MB of columns
 PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
@@ -37,7 +40,9 @@ ORDER_STRIDE = 2**40  # enumeration order = job index × stride + row within the
 
 @dataclass(frozen=True)
 class Job:
-    """One space to price: its index (enumeration order), cluster, profile, $/hour and stack."""
+    """One space to price: its index (enumeration order), cluster, profile, $/hour, the stack's
+    columns, the space, its ``stack_options.JobSpec`` (precision, recompute, family) and the
+    ``Strategy`` whose fields the space does not vary."""
 
     index: int
     cluster: object
@@ -45,6 +50,8 @@ class Job:
     usd_per_hour: float | None
     stack: dict
     space: Space
+    spec: object
+    base: object
 
 
 @dataclass(frozen=True)
@@ -52,10 +59,20 @@ class Ranking:
     top_k: int
     sort_by: str
     larger_is_better: bool
+    per_step: tuple | None = None  # (samples, tokens) per step, for pruning jobs (price_jobs); None: no pruning
 
 
 def _parts(space: Space, chunk: int) -> list:
-    """(grid rows, their configurations' flat columns) of ``chunk`` grid cells or fewer at a time."""
+    """(grid rows, their configurations' flat columns) of ``chunk`` grid cells or fewer at a time; kept
+    with the space (derived from its frozen fields), so the jobs priced over it share them and the
+    parts' cell indices."""
+    kept = space.__dict__.setdefault("_parts", {})
+    if chunk not in kept:
+        kept[chunk] = _split(space, chunk)
+    return kept[chunk]
+
+
+def _split(space: Space, chunk: int) -> list:
     grid = space.grid()
     per_row = max(1, int(np.prod(grid.mask.shape[1:])))
     step = max(1, chunk // per_row)
@@ -73,21 +90,21 @@ def _flat_outputs(part, out: dict) -> dict:
     return flat
 
 
-def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
-    """Column dicts of ``chunk`` grid cells of ``space`` at a time, under each (precision, recompute).
+def chunks(model, job: Job, opts, chunk: int):
+    """Column dicts of ``chunk`` grid cells of the job's space at a time, under its precision and recompute.
 
     Each part is priced on its factored grid (``space.Factored``: a term is computed on the axes it
     depends on) and its valid cells are read out in enumeration order: the same arithmetic on the
     same numbers as pricing the flat configurations one by one.
     """
-    coll = cluster_collectives(cl, prof)
+    cl, space, prof, stack = job.cluster, job.space, job.profile, job.stack
+    coll = _collectives(cl, prof)
     parts = _parts(space, chunk)
-    # fields search does not vary (DDP bucket, no parameter server...) as one Strategy has them
-    shared = {"framework": stack["framework"], "attention": stack["attention"], "cp": stack["cp"], "ep": stack["ep"]}
-    configs = [replace(StepConfig.from_space(part.columns, opts["base"]), **shared,
+    # fields search does not vary (framework, compile, offload, no parameter server...) as the job's Strategy has them
+    configs = [replace(StepConfig.from_space(part.columns, job.base),
                        bucket_bytes=part.columns["bucket_mib"] * MIB, dp_overlap=part.columns["dp_overlap"])
                for part, _ in parts]
-    for precision, recompute in product(opts["precision"], opts["recompute"]):
+    for precision, recompute in ((job.spec.precision, job.spec.recompute),):
         for (part, numeric), c in zip(parts, configs):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
@@ -102,6 +119,19 @@ def chunks(model, cl, space: Space, prof, opts, stack: dict, chunk: int):
             for k, v in out["memory"].items():
                 cols["mem_" + k] = np.broadcast_to(v, (m,))
             yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"])
+
+
+_COLLECTIVES = IdentityMemo(16)
+
+
+def _collectives(cl, prof) -> dict:
+    """``cluster_collectives`` once per (cluster, profile) object: the mapping's identity keys the
+    collective prices ``costs/comm.py`` keeps, so the jobs of one search share them."""
+    hit = _COLLECTIVES.get(prof, id(cl))
+    if hit is None or hit[0] is not cl:
+        hit = (cl, cluster_collectives(cl, prof))
+        _COLLECTIVES.put(prof, id(cl), hit)
+    return hit[1]
 
 
 def _row_columns(model, cl, prof, precision, recompute, stack, level, rows: dict) -> dict:
@@ -123,17 +153,25 @@ def _row_columns(model, cl, prof, precision, recompute, stack, level, rows: dict
 class Best:
     """The ``top_k`` best feasible rows seen so far, with counts, in bounded memory."""
 
-    def __init__(self, ranking: Ranking, offset: int = 0):
-        self.ranking, self.offset = ranking, offset
+    def __init__(self, ranking: Ranking, offset: int = 0, engine: bool = False):
+        self.ranking, self.offset, self.engine = ranking, offset, engine
         self.rows: dict | None = None
         self.closest: dict | None = None  # the configuration nearest to fitting, for the error message
-        self.evaluated = self.feasible = 0
+        self.evaluated = self.feasible = self.pruned = 0
+        # the shortest step priced, fitting or not (and at pp = 1); with an engine's host work (DeepSpeed),
+        # which a longer backward hides, less the host seconds: a bound on the family's other jobs (price_jobs)
+        self.fastest = {"all": np.inf, "pp1": np.inf}
 
     def add(self, cols: dict, extra=None) -> None:
         """One chunk's priced columns; ``extra(rows)`` gives the columns of the rows kept (``_row_columns``)."""
         n = cols["dp"].size
         cols["order"] = np.arange(self.offset + self.evaluated, self.offset + self.evaluated + n)
         self.evaluated += n
+        if n:
+            step = np.asarray(cols["step_time"]) - (np.asarray(cols["host_overhead"]) if self.engine else 0.0)
+            self.fastest["all"] = min(self.fastest["all"], float(step.min()))
+            pp1 = step[np.asarray(cols["pp"]) == 1]
+            self.fastest["pp1"] = min(self.fastest["pp1"], float(pp1.min()) if pp1.size else np.inf)
         i = int(np.argmin(cols["over_capacity"]))
         self._closest(_with(extra, {k: v[i:i + 1] for k, v in cols.items()}))
         fits = np.flatnonzero(np.asarray(cols["fits"], bool))
@@ -146,6 +184,7 @@ class Best:
     def merge(self, other: Best) -> None:
         self.evaluated += other.evaluated
         self.feasible += other.feasible
+        self.pruned += other.pruned
         if other.closest is not None:
             self._closest(other.closest)
         if other.rows is not None:
@@ -176,9 +215,8 @@ def _with(extra, rows: dict) -> dict:
 
 def price_job(job: Job, model, opts, ranking: Ranking, chunk: int) -> Best:
     """Every configuration of one job, chunk by chunk; the best rows and the counts."""
-    best = Best(ranking, offset=job.index * ORDER_STRIDE)
-    cl = job.cluster
-    for cols, extra in chunks(model, cl, job.space, job.profile, opts, job.stack, chunk):
+    best = Best(ranking, offset=job.index * ORDER_STRIDE, engine=stacks.stack(job.spec.framework).engine is not None)
+    for cols, extra in chunks(model, job, opts, chunk):
         if job.usd_per_hour is not None:  # a sort column: every row has it
             cols["usd_per_million_tokens"] = job.usd_per_hour / 3600.0 / cols["tokens_per_second"] * 1e6
         best.add(cols, functools.partial(_job_columns, job, extra))
@@ -205,17 +243,82 @@ def _worker_count(workers: int | None, jobs: list[Job], combos: int) -> int:
 
 def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = CHUNK,
                workers: int | None = None) -> Best:
-    """All jobs priced (in ``workers`` processes when worth it) and their best rows merged."""
-    combos = len(opts["precision"]) * len(opts["recompute"])
-    n = _worker_count(workers, jobs, combos)
+    """All jobs priced (in ``workers`` processes when worth it) and their best rows merged.
+
+    With pruning (``ranking.per_step``) the jobs that bound others come first (``JobSpec.root``,
+    and those of a family without a root); then the others, by their root's shortest step (a
+    lower bound on theirs, configuration by configuration: ``stack_options``), ``WAVE`` at a
+    time, each skipped when that bound cannot enter the ``top_k`` rows priced so far (its
+    configurations are counted as pruned). The waves are the same however many processes price
+    them, and so are the table and the counts.
+    """
+    n = _worker_count(workers, jobs, 1)
+    best, results = Best(ranking), {}
+    with _pool(n) as pool:
+        if not ranking.per_step:
+            _wave(jobs, pool, best, results, model, opts, ranking, chunk)
+            return best
+        families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
+        first = [j for j in jobs if j.spec.root or j.spec.family + (j.cluster.name,) not in families]
+        _wave(first, pool, best, results, model, opts, ranking, chunk)
+
+        def bound(j):
+            return results[families[j.spec.family + (j.cluster.name,)]].fastest["pp1" if j.spec.offload_layers else "all"]
+
+        rest = [j for j in jobs if j.index not in results]
+        _waves(sorted(rest, key=lambda j: (bound(j), j.index)), bound, pool, best, results, model, opts, ranking,
+               chunk)
+    return best
+
+
+WAVE = 4  # jobs priced between two looks at the top rows (more: fewer looks, less pruning)
+
+
+def _waves(queue, bound, pool, best: Best, results: dict, model, opts, ranking, chunk) -> None:
+    """Price ``queue`` (ascending ``bound``) ``WAVE`` jobs at a time, skipping those ``_prunable``."""
+    i = 0
+    while i < len(queue):
+        wave = []
+        while len(wave) < WAVE and i < len(queue):
+            job, i = queue[i], i + 1
+            if _prunable(best, bound(job), job, ranking):
+                best.pruned += len(job.space)
+            else:
+                wave.append(job)
+        _wave(wave, pool, best, results, model, opts, ranking, chunk)
+
+
+def _wave(jobs, pool, best: Best, results: dict, model, opts, ranking, chunk) -> None:
     args = (repeat(model), repeat(opts), repeat(ranking), repeat(chunk))
-    if n == 1:
-        results = list(map(price_job, jobs, *args))
+    if pool is None or len(jobs) < 2:
+        done = list(map(price_job, jobs, *args))
     else:
         big_first = sorted(jobs, key=lambda j: -len(j.space))  # the longest jobs start first: even finish
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(price_job, big_first, *args))
-    best = Best(ranking)
-    for r in sorted(results, key=lambda b: b.offset):
+        done = list(pool.map(price_job, big_first, *args))
+    for r in done:  # Best's ranking is a total order: the merge order does not matter
+        results[r.offset // ORDER_STRIDE] = r
         best.merge(r)
-    return best
+
+
+@contextlib.contextmanager
+def _pool(n: int):
+    if n == 1:
+        yield None
+        return
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield pool
+
+
+def _prunable(best: Best, step_s: float, job: Job, ranking: Ranking) -> bool:
+    """Whether a configuration of ``job`` whose step is at least ``step_s`` would rank below the
+    ``top_k`` rows of ``best`` (by more than 1e-9: rounding cannot put it back in)."""
+    if best.rows is None or best.rows["dp"].size < ranking.top_k or not np.isfinite(step_s):
+        return False
+    samples, tokens = ranking.per_step
+    tokens_per_s = tokens / step_s
+    value = {"step_time": step_s, "tokens_per_second": tokens_per_s, "samples_per_second": samples / step_s,
+             "usd_per_million_tokens": (job.usd_per_hour or 0.0) / 3600.0 / tokens_per_s * 1e6}.get(ranking.sort_by)
+    if value is None or (ranking.sort_by == "usd_per_million_tokens" and job.usd_per_hour is None):
+        return False
+    last = float(best.rows[ranking.sort_by][-1])
+    return value < last * (1 - 1e-9) if ranking.larger_is_better else value > last * (1 + 1e-9)

@@ -21,13 +21,14 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelError, UnsupportedError, unknown_name
+from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking, price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
+from perfmodel.explore.stack_options import TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
-from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy, check_against
+from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy
 from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
@@ -42,7 +43,8 @@ COST_COLUMNS = {"usd_per_million_tokens": False, "usd_per_hour": False}
 LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micro_batch", "micro_batches",
         "global_batch", "zero", "bucket_mib", "recompute", "sequence_parallel", "precision")
 # Strategy fields search holds fixed: the software stack, the context- and expert-parallel sizes
-STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int}
+STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int,
+                "compile": bool, "offload_layers": int}
 
 
 def _clusters(cluster) -> list:
@@ -65,40 +67,24 @@ def price_per_gpu_hour(prices, cluster) -> float:
     raise unknown_name(f"price for cluster {cluster.name!r}; price key", cluster.gpu.name, prices)
 
 
-FRAMEWORK_CHOICES = ("pytorch", "megatron")
+FRAMEWORK_CHOICES = TRANSFORMER_FRAMEWORKS  # the default frameworks of a transformer (stack_options.py)
 # DDP / ZeRO-1/2 gradient buckets the default space tries (MiB): torch DDP's bucket_cap_mb default (25)
 # and larger ones, toward Megatron-Core's default of 40M parameters (160 MB of fp32 gradients, ~153 MiB)
 BUCKET_CHOICES = (25.0, 100.0, 400.0)
 CP_CHOICES = (1, 2, 4, 8, 16)  # context-parallel sizes the default space tries (those the GPUs and sequence allow)
-def _stacks(model, cl, opts) -> list[dict]:
-    """The (framework, cp) combinations to price on ``cl``, each with the stack fields search holds fixed.
 
-    A tuple of ``cp`` values keeps those the cluster and model allow (cp divides the GPUs, the sequence
-    splits into 2 × cp chunks), as the space keeps only the tp that divide the GPUs; a single value
-    that does not fit is an error.
-    """
+
+def _stack_of(opts, fw: str, cp: int) -> dict:
+    """The stack fields search holds fixed for framework ``fw`` at context-parallel size ``cp``."""
     st = opts["stack"]
-    cps = []
-    for cp in st["cp"]:
-        if cl.n_gpus % cp:
-            if opts["cp_fixed"]:
-                raise InvalidInputError(f"'cp'={cp} must divide the GPU count {cl.n_gpus} of {cl.name}")
-            continue
-        if cp > 1 or st["ep"] > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
-            try:
-                check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=st["ep"], micro_batch=1))
-            except PerfModelError:
-                if opts["cp_fixed"] or cp == 1:
-                    raise
-                continue
-        cps.append(cp)
-    def overlap(fw, name, plain):  # the overlap switches are Megatron-LM's; PyTorch has ``plain`` only
+
+    def overlap(name, plain):  # the overlap switches are Megatron-LM's; PyTorch has ``plain`` only
         choices = st[name]
         return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if c == plain)
 
-    return [{"framework": fw, "attention": st["attention"] or stacks.stack(fw).default_attention,  # None: its own
-             "tp_overlap": overlap(fw, "tp_overlap", False),
-             "dp_overlap": overlap(fw, "dp_overlap", True), "cp": cp, "ep": st["ep"], "compile": st["compile"]} for cp in cps for fw in st["framework"]]
+    return {"framework": fw, "attention": st["attention"] or stacks.stack(fw).default_attention,  # None: its own
+            "tp_overlap": overlap("tp_overlap", False),
+            "dp_overlap": overlap("dp_overlap", True), "cp": cp, "ep": st["ep"]}
 
 
 def _buckets(bucket_mib) -> tuple:
@@ -122,31 +108,30 @@ def _values(name: str, value, check) -> tuple:
 
 
 def _options(precision, recompute, zero, optimizer, placement, stack):
-    frameworks = _choices(stack["framework"], str)
-    specs = [stacks.stack(fw) for fw in frameworks]
-    if recompute is None:  # the policies the frameworks have (docs/stacks.md)
-        recompute = tuple(dict.fromkeys(p for spec in specs for p in spec.searched))
-    if specs and all(spec.sharding in ("fsdp1", "fsdp2") for spec in specs):  # FSDP stacks shard everything
-        zero = 3
-    precision = _values("precision", precision, lambda n, v: v)
-    recompute = _values("recompute", recompute, lambda n, v: v)
+    """The search options checked; precision, recompute, framework, compile and offload_layers stay
+    None where left to the stacks (``stack_options.job_specs`` fills them per framework and GPU)."""
+    frameworks = check_frameworks(stack["framework"])
+    if frameworks and all(stacks.stack(fw).sharding in ("fsdp1", "fsdp2") for fw in frameworks):
+        zero = 3  # FSDP stacks shard everything (a mix of stacks: per stack, in _jobs)
+    if precision is not None:
+        precision = _values("precision", precision, lambda n, v: check_choice(n, v, PRECISIONS))
+    if recompute is not None:
+        recompute = _values("recompute", recompute, lambda n, v: check_recompute(v) or v)
+    for name, values in (("precision", precision), ("recompute", recompute)):
+        if values is not None and not values:
+            raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
+    offload = stack.pop("offload_layers")
+    if offload is not None:
+        offload = _values("offload_layers", offload, lambda n, v: check_int(n, v, minimum=0))
     zero = _values("zero", zero, lambda n, v: check_int(n, v, minimum=0))
     sequence_parallel = _values("sequence_parallel", stack.pop("sequence_parallel"), check_flag)
     cp_fixed = isinstance(stack["cp"], int)
-    stack = {**stack, "framework": _choices(stack["framework"], str), "tp_overlap": _choices(stack["tp_overlap"], bool),
+    stack = {**stack, "framework": frameworks, "tp_overlap": _choices(stack["tp_overlap"], bool),
              "dp_overlap": _values("dp_overlap", stack["dp_overlap"], check_flag),
-             "cp": _choices(stack["cp"], int)}
-    for name in ("framework", "tp_overlap", "dp_overlap", "cp"):
+             "cp": _choices(stack["cp"], int), "offload_layers": offload}
+    for name in ("tp_overlap", "dp_overlap", "cp"):
         if not stack[name]:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
-    for name, values, valid in (("precision", precision, PRECISIONS), ("recompute", recompute, RECOMPUTE)):
-        if not values:
-            raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
-        for v in values:
-            check_choice(name, v, valid) if name == "precision" else check_recompute(v)
-            if name == "recompute":
-                for spec in specs:
-                    stacks.check_stack_options(spec.name, recompute=v, compile=stack.get("compile", False))
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
     # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
@@ -154,10 +139,10 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         # attention; with expert parallelism the layout places ep inside dp, so cp stays 1 unless asked for)
         stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1
                             or (stack["attention"] != "unfused" and stack["ep"] == 1))
-    for fw, cp, overlap in product(stack["framework"], stack["cp"], stack["tp_overlap"]):
-        one = {**stack, "framework": fw, "cp": check_int("cp", cp), "tp_overlap": overlap,
-               "dp_overlap": stack["dp_overlap"][0]}
-        base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, **one)
+    for cp, overlap in product(stack["cp"], stack["tp_overlap"]):
+        base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, framework=(frameworks or ("megatron",))[-1],
+                        attention=stack["attention"], cp=check_int("cp", cp), ep=stack["ep"], tp_overlap=overlap,
+                        dp_overlap=stack["dp_overlap"][0])
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
             "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed,
             "sequence_parallel": sequence_parallel}
@@ -185,7 +170,7 @@ def _memory_message(cols, evaluated, capacity_note, opts) -> str:
     at = ", ".join(f"{k}={_plain(cols[k][i])}" for k in ("dp", "tp", "pp", "micro_batch", "zero", "recompute"))
     tips = ["more GPUs or GPUs with more memory"]
     tips += [] if 3 in opts["zero"] else ["zero=3"]
-    tips += [] if "full" in opts["recompute"] else ["recompute='full'"]
+    tips += [] if opts["recompute"] is None or "full" in opts["recompute"] else ["recompute='full'"]
     return (f"no configuration fits in memory: all {evaluated:,} that pass the divisibility and batch "
             f"rules need more than {capacity_note}; the smallest needs {need:.1f} GiB per GPU ({at}); "
             f"try {' or '.join(tips)}")
@@ -235,30 +220,48 @@ def _sort_column(sort_by, prices) -> tuple[str, bool]:
 
 
 def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
-    """(jobs, rejected counts, counts per rule, capacity notes): one job per cluster and stack, its space
-    enumerated (``limits``: the keyword arguments of ``enumerate_space`` search passes through)."""
-    combos = len(opts["precision"]) * len(opts["recompute"])
+    """(jobs, rejected counts, counts per rule, capacity notes): one job per cluster and
+    ``stack_options.JobSpec``, its space enumerated (``limits``: the keyword arguments of
+    ``enumerate_space`` search passes through; one space per framework, cp and pipeline bound)."""
     rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
+    choices = {k: opts[k] for k in ("precision", "recompute")}
+    choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers")})
     for cl in _clusters(cluster):
-        _check_precisions(cl, opts["precision"])
+        if opts["precision"] is not None:
+            _check_precisions(cl, opts["precision"])
         prof = default_profile(cl) if profile is None else profile_for(cl, profile)
         price = price_per_gpu_hour(prices, cl) * cl.n_gpus if prices is not None else None
         capacity.append(f"{cl.gpu.mem_bytes / 2**30:.0f} GiB on {cl.name}")
-        stacks = _stacks(model, cl, opts)
-        for stack in stacks:
-            space_of = functools.partial(
-                enumerate_space, model, cl.n_gpus // stack["cp"], cl.gpus_per_node, global_batch, zero=opts["zero"],
-                sequence_parallel=opts["sequence_parallel"], cp=stack["cp"], tp_overlap=stack["tp_overlap"],
-                dp_overlap=stack["dp_overlap"],
-                **limits)
-            space = space_of(empty_ok=len(stacks) > 1)
-            if stack is stacks[-1] and not len(space) and not any(len(j.space) for j in jobs):
-                space_of()  # every layout emptied: the error of the last one names the rule
+        specs = job_specs(model, cl, choices, cp_sizes(model, cl, opts["stack"], opts["cp_fixed"]))
+        if not specs:
+            raise InvalidInputError("no framework of the search takes the options asked for (recompute, compile, "
+                                    "offload_layers): see docs/stacks.md")
+        spaces = {}
+        for spec in specs:
+            stack = _stack_of(opts, spec.framework, spec.cp)
+            fsdp_stack = stacks.stack(spec.framework).sharding in ("fsdp1", "fsdp2")
+            # one space per distinct enumeration (PyTorch and DeepSpeed share theirs, torchtitan and FSDP1 theirs)
+            key = ((3,) if fsdp_stack else opts["zero"], spec.cp, stack["tp_overlap"], stack["dp_overlap"],
+                   1 if spec.offload_layers else None)
+            if key not in spaces:
+                space_of = functools.partial(
+                    enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=key[0],
+                    sequence_parallel=opts["sequence_parallel"], cp=spec.cp, tp_overlap=stack["tp_overlap"],
+                    dp_overlap=stack["dp_overlap"], max_pp=key[4], **limits)
+                spaces[key], last = space_of(empty_ok=True), space_of
+            space = spaces[key]
             for k in ("divisibility", "batch"):
-                rejected[k] += space.rejected[k] * combos
+                rejected[k] += space.rejected[k]
             for k, v in space.detail.items():
-                detail[k] = detail.get(k, 0) + v * combos
-            jobs.append(Job(len(jobs), cl, prof, price, stack, space))
+                detail[k] = detail.get(k, 0) + v
+            base = Strategy(dp=opts["stack"]["ep"], optimizer=opts["optimizer"], placement=opts["placement"],
+                            framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=stack["ep"],
+                            compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
+                            precision=spec.precision)
+            stack.update(compile=spec.compile, offload_layers=spec.offload_layers)
+            jobs.append(Job(len(jobs), cl, prof, price, stack, space, spec, base))
+    if not any(len(j.space) for j in jobs):
+        last()  # every layout emptied: the error of the last one names the rule
     return jobs, rejected, detail, capacity
 
 
@@ -266,59 +269,58 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
            recompute=None, zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
            sequence_parallel=(False, True),
-           precision=("bf16-mixed",), optimizer: str = "adamw", placement: str = "tp-pp-dp",
-           max_tp_nodes: int = 1, framework=FRAMEWORK_CHOICES, attention: str | None = None, tp_overlap=(False, True),
+           precision=None, optimizer: str = "adamw", placement: str = "tp-pp-dp",
+           max_tp_nodes: int = 1, framework=None, attention: str | None = None, tp_overlap=(False, True),
            dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
-           workers: int | None = 1, level: float = DEFAULT_LEVEL, compile: bool = False) -> pd.DataFrame:
+           workers: int | None = 1, level: float = DEFAULT_LEVEL, compile=None, offload_layers=None,
+           prune: bool = True) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
-    ``recompute`` defaults to the checkpointing policies the frameworks have (docs/stacks.md);
-    under FSDP frameworks (torchtitan, fsdp1) ``zero`` is 3. ``compile`` (torch.compile)
-    holds for every configuration.
+    ``framework``, ``compile``, ``precision``, ``recompute`` and ``offload_layers`` left None
+    take what the stacks have (``stack_options``: every framework that runs the model, compile
+    where it compiles, fp8 where the GPU and the stack have it, activation offload at pp = 1,
+    each stack's checkpointing policies); each may name one value or a list. Under FSDP
+    frameworks (torchtitan, fsdp1) ``zero`` is 3.
 
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
-    "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``framework``,
-    ``attention``, ``tp_overlap`` and ``dp_overlap`` describe the software stack
-    (``pm.Strategy`` fields; ``attention`` None: each framework's own kernel, as ``pm.Strategy``
-    takes it); ``framework``, ``tp_overlap`` and ``dp_overlap`` may list
-    choices (the default: both frameworks, Megatron-LM's overlapped tensor-parallel
-    communication and gradient reduction each on or off; plain PyTorch has neither switch,
-    so it is searched with its own behaviour unless one value is asked for). ``bucket_mib``
-    lists the DDP / ZeRO-1/2 gradient buckets tried (MiB; ZeRO-3 and FSDP rows, which
-    bucket nothing, take the first). ``cp``, the context-parallel size, is one value
-    or a list of them (dp × tp × pp then fill GPUs / cp; sizes the GPUs or the
-    sequence cannot take are left out); ``ep``, the expert-parallel size, is one value
-    (configurations whose dp × cp it does not divide are rejected). The space is priced
-    ``chunk`` grid cells at a time, keeping only the ``top_k`` best: memory stays
-    bounded whatever its size. ``workers`` > 1 shares a large space among that many forked
-    processes (None: the CPUs this process may use), with results identical to one; the
-    default prices in this process (forking is unsafe beside threads, and on a busy
-    machine a second process gained nothing: docs/explore.md).
+    "hybrid") the space tries for sharding (an FSDP row shows zero=3). ``attention``,
+    ``tp_overlap`` and ``dp_overlap`` describe the software stack (``pm.Strategy`` fields; ``attention`` None: each
+    framework's own kernel, as ``pm.Strategy`` takes it;
+    the overlap switches are Megatron-LM's: plain PyTorch is searched with its own behaviour
+    unless one value is asked for). ``bucket_mib`` lists the DDP / ZeRO-1/2 gradient buckets
+    tried (MiB; ZeRO-3 and FSDP rows take the first). ``cp``, the context-parallel size, is
+    one value or a list (sizes the GPUs or the sequence cannot take are left out); ``ep``,
+    the expert-parallel size, is one value. The space is priced ``chunk`` grid cells at a
+    time, keeping only the ``top_k`` best: memory stays bounded whatever its size; with
+    ``prune`` a job whose family's root bounds it out of the top rows is not priced (the same
+    table). ``workers`` > 1 shares the jobs among that many forked processes (None: the CPUs
+    this process may use), with results identical to one (docs/explore.md).
 
-    ``cluster`` is a Cluster, a name, or a list of them (each searched whole).
-    ``sort_by`` defaults to "tokens_per_second", or "usd_per_million_tokens" when
-    ``prices`` ($/GPU-hour: a number, or a mapping keyed by cluster, node or GPU
-    name) are given. The result's ``attrs`` hold "rejected" (configurations per
-    reason: divisibility, batch, memory), "rejected_detail" (per rule),
-    "evaluated", "feasible" and "seconds".
+    ``cluster`` is a Cluster, a name, or a list of them (each searched whole). ``sort_by``
+    defaults to "tokens_per_second", or "usd_per_million_tokens" when ``prices`` ($/GPU-hour:
+    a number, or a mapping keyed by cluster, node or GPU name) are given. The result's
+    ``attrs`` hold "rejected" (configurations per reason: divisibility, batch, memory),
+    "rejected_detail" (per rule), "evaluated", "feasible", "pruned" and "seconds".
 
     Each row carries its step-time interval at ``level`` (``step_time_low``/``step_time_high``);
-    ``tie`` marks the rows whose interval of the sort column overlaps the first's, and
-    ``attrs["ties"]`` counts them: the model cannot rank those (docs/accuracy.md).
+    ``tie`` marks the rows whose interval of the sort column overlaps the first's (docs/accuracy.md).
     """
     t0 = time.perf_counter()
     top_k = check_int("top_k", top_k)
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile})
+                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile,
+                     "offload_layers": offload_layers})
     _check_graph(model, opts)
     opts["level"] = check_level(level)
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
               "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}
     jobs, rejected, detail, capacity = _jobs(model, cluster, global_batch, opts, limits, profile, prices)
-    best = price_jobs(jobs, model, opts, Ranking(top_k, sort_by, larger_is_better), chunk=chunk, workers=workers)
+    per_step = (int(global_batch), int(global_batch) * model.seq) if check_flag("prune", prune) else None
+    ranking = Ranking(top_k, sort_by, larger_is_better, per_step)
+    best = price_jobs(jobs, model, opts, ranking, chunk=chunk, workers=workers)
     if best.rows is None:
         raise InfeasibleError(_memory_message(best.closest, best.evaluated, " / ".join(capacity), opts))
     return _ranked_table(best, rejected, detail, int(global_batch), sort_by, t0)
@@ -331,5 +333,5 @@ def _ranked_table(best, rejected: dict, detail, global_batch: int, sort_by: str,
     rows.pop("order")
     df = mark_ties(_table(rows, np.arange(rows["dp"].size), global_batch), 0, sort_by)
     df.attrs.update(rejected=rejected, rejected_detail=detail, evaluated=best.evaluated, feasible=best.feasible,
-                    sort_by=sort_by, seconds=time.perf_counter() - t0)
+                    pruned=best.pruned, sort_by=sort_by, seconds=time.perf_counter() - t0)
     return df

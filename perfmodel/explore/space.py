@@ -141,9 +141,10 @@ class Space:
         return StepConfig.from_space(self.arrays, base)
 
 
-def tp_pp_pairs(n_gpus: int, max_tp: int) -> np.ndarray:
-    """Every (tp, pp) with tp × pp dividing ``n_gpus`` and tp <= ``max_tp``; shape (P, 2)."""
-    pairs = [(tp, pp) for tp in divisors(n_gpus) if tp <= max_tp for pp in divisors(n_gpus // tp) if pp <= LIMITS["pp"]]
+def tp_pp_pairs(n_gpus: int, max_tp: int, max_pp: int | None = None) -> np.ndarray:
+    """Every (tp, pp) with tp × pp dividing ``n_gpus``, tp <= ``max_tp`` and pp <= ``max_pp``; shape (P, 2)."""
+    most = LIMITS["pp"] if max_pp is None else min(max_pp, LIMITS["pp"])
+    pairs = [(tp, pp) for tp in divisors(n_gpus) if tp <= max_tp for pp in divisors(n_gpus // tp) if pp <= most]
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
@@ -223,7 +224,8 @@ def _check_options(name, values, valid=None) -> tuple:
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
-                    fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False) -> Space:
+                    fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False,
+                    max_pp: int | None = None) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
@@ -234,7 +236,8 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     one node, where it differs from "full"), ``bucket_mib`` the DDP / ZeRO-1/2 gradient buckets (MiB, as
     ``Strategy.bucket_mib``; the first one only where nothing is bucketed) and ``dp_overlap`` whether the
     gradient reduction overlaps backward (Megatron-LM --overlap-grad-reduce; values after the first only
-    where gradients are bucketed). ``cp`` and ``ep`` are the
+    where gradients are bucketed). ``max_pp`` bounds the pipeline size (1 for activation offload, which
+    Megatron-Core refuses with pipelining). ``cp`` and ``ep`` are the
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
     then the empty space comes back with its counts, for a search over several such spaces).
@@ -251,7 +254,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     if n_gpus * cp <= gpus_per_node:  # one node: hybrid sharding is full sharding
         fsdp = tuple(f for f in fsdp if f != "hybrid") or (None,)
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
-    pairs = tp_pp_pairs(n_gpus, max_tp)
+    pairs = tp_pp_pairs(n_gpus, max_tp, max_pp)
     size = (len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
             * len(bucket_mib) * len(dp_overlap))
     if size > LIMITS["search_grid"]:  # each configuration holds ~10 numbers before the rules thin them out
@@ -263,6 +266,8 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     g, alive = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
                      np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
                      np.array(tp_overlap, int), fsdp, bucket_mib, dp_overlap)
+    if not alive.any() and empty_ok:  # one of several spaces (a sharded stack on one rank): nothing to count
+        return _empty_space(g, n_gpus, global_batch)
     if not alive.any():  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
         why = [f"zero={list(zero)} needs dp > 1 (add zero=0)"] if 0 not in zero else []
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
@@ -271,6 +276,13 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
                                     None if empty_ok else (n_gpus, max_micro_batch))
     grid = _trimmed(g, alive)
     return Space(arrays=grid.columns_flat(), rejected=rejected, detail=detail, n_gpus=n_gpus,
+                 global_batch=global_batch, factored=grid)
+
+
+def _empty_space(g, n_gpus, global_batch) -> Space:
+    grid = Factored(columns={k: np.asarray(g[k])[:0] for k in NUMERIC},
+                    mask=np.zeros((0, *(1,) * len(FACTORED_AXES)), bool))
+    return Space(arrays=grid.columns_flat(), rejected=dict.fromkeys(REASONS, 0), detail={}, n_gpus=n_gpus,
                  global_batch=global_batch, factored=grid)
 
 

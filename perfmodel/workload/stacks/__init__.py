@@ -35,6 +35,7 @@ class Stack:
     engine: str | None = None   # "deepspeed": the DeepSpeed engine's host work per step (costs/engine_host.py)
     default_attention: str = "flash"  # the attention kernel its model code calls when the user names none
     tp_regathers: int = 2       # SP all-gathers a block repeats in backward for its weight gradients (parallel/tensor.py)
+    float8: bool = False        # has float8 training (precision "fp8-mixed"): workload/stack.py adapt_kernels
 
 
 STACKS = {
@@ -45,7 +46,8 @@ STACKS = {
     "megatron": Stack("megatron", "Megatron-LM core_r0.9 (megatron/core/optimizer, transformer/mlp.py)",
                       weights16=True, sharding="megatron", default_fsdp=None, reduce_bytes=4.0,
                       default_recompute="none", recompute=("none", "selective", "full"),
-                      compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron"),
+                      compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron",
+                      float8=True),  # Transformer Engine fp8 linears (workload/stack.py transformer_engine_fp8)
     # Megatron-DeepSpeed: Megatron-LM's model code trained by deepspeed.initialize (DeepSpeed 0.16.4
     # deepspeed/runtime/engine.py, zero/stage_1_and_2.py): the engine's host work is priced on top
     "deepspeed": Stack("deepspeed", "microsoft/Megatron-DeepSpeed (Megatron-LM layers) on DeepSpeed 0.16.4 "
@@ -61,7 +63,8 @@ STACKS = {
                         weights16=True, sharding="fsdp2", default_fsdp="full", reduce_bytes=4.0,
                         default_recompute="every-2", recompute=("none", "full", "selective-op", "every-k"),
                         compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True,
-                        searched=("none", "full", "selective-op", "every-2"), tp_regathers=0),
+                        searched=("none", "full", "selective-op", "every-2"), tp_regathers=0,
+                        float8=True),  # torchao Float8Linear (training.float8 converter: workload/stacks/float8.py)
     # FSDP1 FullyShardedDataParallel as Hugging Face accelerate and Composer/llm-foundry wrap it:
     # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16, reduce_dtype=bf16: accelerate's
     # "bf16" mixed precision, llm-foundry's mixed_precision PURE), limit_all_gathers

@@ -1,0 +1,165 @@
+"""The software-stack options of a search space: frameworks, torch.compile, float8, activation offload
+and each stack's checkpointing policies, as they apply to one model on one cluster.
+
+Each combination (framework, context-parallel size, compile, offload, precision, recompute) is one
+``JobSpec``: ``step.evaluate`` takes these as fields of the call, not as axes of the grid
+(``chunks.py`` prices one job per spec). By default the space holds every framework whose code
+can run the model (``workload/stacks``: not TensorFlow's parameter servers; a traced graph: the
+stacks that wrap any torch module), compile where the stack compiles, fp8 where the GPU has fp8
+tensor cores and the stack float8 training, activation offload where the stack has it (pp = 1,
+no recomputation: ``workload/stacks/offload.py``) and the policies the stack's ``searched`` lists.
+
+``JobSpec.family`` groups the specs that differ only in compile, offload and recompute; its
+``root`` is the one without recomputation or offload, compiled where it can be. Recomputation
+only adds kernels, offload only adds copies the compute stream waits for, and compilation only
+fuses memory-bound kernels (docs/explore.md), so a configuration's step is never shorter than
+the same configuration's step under its family's root, less the root's exposed host work where
+the stack has an engine whose host work a longer backward hides (DeepSpeed: costs/engine_host.py;
+DeepSpeed's jobs join Megatron-LM's family when both are searched, see ``job_specs``):
+``chunks.price_jobs`` prunes a job whose root's fastest configuration cannot enter the top rows
+(tests/test_search_stacks.py checks the order configuration by configuration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.core.checks import check_int
+from perfmodel.core.errors import InvalidInputError, PerfModelError, UnsupportedError
+from perfmodel.parallel.strategy import Strategy, check_against
+from perfmodel.workload import stacks
+from perfmodel.workload.graph import GraphModel
+from perfmodel.workload.kernels import gemm_dtype
+from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.offload import OFFLOAD_MODES, check_offload_layers
+
+# frameworks whose code runs a transformer preset (TensorFlow 1.x parameter servers are searched by
+# compare/sweep only), and those that wrap any torch module (a traced graph: eager DDP, FSDP1 as
+# accelerate applies it; Megatron-LM and torchtitan run their own model code)
+TRANSFORMER_FRAMEWORKS = tuple(n for n, s in stacks.STACKS.items() if s.sharding != "ps")
+GRAPH_FRAMEWORKS = ("pytorch", "fsdp1")
+# blocks offloaded by default besides none, as fractions of the layers (Megatron keeps one on the GPU)
+OFFLOAD_FRACTIONS = (0.5, 1.0)
+FLOAT8 = "fp8-mixed"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One (framework, cp, compile, offload, precision, recompute) to price over a space."""
+
+    framework: str
+    cp: int
+    compile: bool
+    offload_layers: int
+    precision: str
+    recompute: str
+    family: tuple   # (framework, cp, precision): the specs one root bounds
+    root: bool      # no recomputation, no offload, compiled where the stack compiles
+
+
+def default_frameworks(model) -> tuple:
+    return GRAPH_FRAMEWORKS if isinstance(model, GraphModel) else TRANSFORMER_FRAMEWORKS
+
+
+def _compile_choices(spec, compile, given: bool) -> tuple:
+    if compile is None:  # both, where the stack compiles
+        return (False, True) if spec.compiles else (False,)
+    values = (compile,) if isinstance(compile, bool) else tuple(bool(v) for v in compile)
+    if not values:
+        raise InvalidInputError("'compile' must list at least one value: got an empty list")
+    if given:
+        for v in values:
+            stacks.check_stack_options(spec.name, recompute="none", compile=v)
+    return tuple(dict.fromkeys(v for v in values if spec.compiles or not v))
+
+
+def _precision_choices(spec, gpu, precision) -> tuple:
+    if precision is not None:
+        return precision
+    fp8 = spec.float8 and gemm_dtype(FLOAT8) in gpu.peak_flops
+    return ("bf16-mixed", FLOAT8) if fp8 else ("bf16-mixed",)
+
+
+def _recompute_choices(spec, recompute, given: bool) -> tuple:
+    if recompute is None:
+        return tuple(spec.searched)
+    for r in recompute:
+        check_recompute(r)
+        if given:  # a framework asked for: a policy it lacks is an error naming the stacks that have it
+            stacks.check_stack_options(spec.name, recompute=r)
+    return tuple(r for r in recompute if ("every-k" if r.startswith("every-") else r) in spec.recompute)
+
+
+def _offload_choices(spec, model, offload, given: bool) -> tuple:
+    layers = int(getattr(model, "layers", 0) or 0)
+    if spec.name not in OFFLOAD_MODES or isinstance(model, GraphModel):
+        if given and offload is not None and any(offload):
+            raise UnsupportedError(f"'offload_layers'={list(offload)} does not apply to framework={spec.name!r}; "
+                                   f"stacks that take it: {', '.join(OFFLOAD_MODES)}")
+        return (0,)
+    if offload is None:
+        most = layers - 1 if spec.name == "megatron" else layers
+        return tuple(dict.fromkeys([0, *(min(most, max(1, round(f * layers))) for f in OFFLOAD_FRACTIONS)]))
+    for k in offload:
+        check_offload_layers(spec.name, check_int("offload_layers", k, minimum=0), layers)
+    return tuple(dict.fromkeys(int(k) for k in offload))
+
+
+def cp_sizes(model, cl, st: dict, fixed: bool) -> list:
+    """The context-parallel sizes of ``st["cp"]`` that ``cl`` and ``model`` allow.
+
+    A tuple keeps those the cluster and model allow (cp divides the GPUs, the sequence splits into
+    2 × cp chunks), as the space keeps only the tp that divide the GPUs; a single value that does
+    not fit (``fixed``) is an error.
+    """
+    cps = []
+    for cp in st["cp"]:
+        if cl.n_gpus % cp:
+            if fixed:
+                raise InvalidInputError(f"'cp'={cp} must divide the GPU count {cl.n_gpus} of {cl.name}")
+            continue
+        if cp > 1 or st["ep"] > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
+            try:
+                check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=st["ep"], micro_batch=1))
+            except PerfModelError:
+                if fixed or cp == 1:
+                    raise
+                continue
+        cps.append(cp)
+    return cps
+
+
+def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
+    """Every (framework, cp, compile, offload, precision, recompute) of the space on ``cl``, in
+    enumeration order. ``options``: framework (a tuple, or None for the default),
+    compile, precision, recompute and offload_layers as ``search`` received them (None: default)."""
+    given = options["framework"] is not None
+    frameworks = options["framework"] if given else default_frameworks(model)
+    out = []
+    for cp in cps:
+        for fw in frameworks:
+            spec = stacks.stack(fw)
+            compiles = _compile_choices(spec, options["compile"], given)
+            policies = _recompute_choices(spec, options["recompute"], given)
+            offloads = _offload_choices(spec, model, options["offload_layers"], given)
+            precisions = _precision_choices(spec, cl.gpu, options["precision"])
+            # Megatron-DeepSpeed runs Megatron-LM's step plus the DeepSpeed engine's host work: never faster
+            # than Megatron-LM's root on the same configuration, so that root bounds it when searched too
+            under = "megatron" if fw == "deepspeed" and "megatron" in frameworks else fw
+            for c, k, p in ((c, k, p) for c in compiles for k in offloads for p in precisions):
+                for r in policies if not k else [r for r in policies if r == "none"]:
+                    root = under == fw and r == "none" and not k and c == max(compiles)
+                    out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p), root))
+    return out
+
+
+def check_frameworks(framework) -> tuple | None:
+    """``framework`` as a tuple of known names (None: the default for the model)."""
+    if framework is None:
+        return None
+    values = (framework,) if isinstance(framework, str) else tuple(framework)
+    if not values:
+        raise InvalidInputError("'framework' must list at least one value: got an empty list")
+    for fw in values:
+        stacks.stack(fw)
+    return values

@@ -1,0 +1,142 @@
+"""The stack options as axes of the default search space: frameworks, compile, float8, offload,
+each stack's checkpointing policies; the rows agree with ``pm.predict``, and pruning a job by its
+family's root loses no row (``perfmodel/explore/stack_options.py``, ``chunks.price_jobs``)."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel.explore import strategy_of
+from perfmodel.explore.chunks import CHUNK, chunks
+from perfmodel.explore.space import NUMERIC
+from perfmodel.validate.published import read_published
+
+search_module = importlib.import_module("perfmodel.explore.search")  # the module (the package exports the function)
+MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
+H100 = pm.cluster("dgx-h100", nodes=1)
+SMALL = dict(max_micro_batch=2, max_virtual_stages=2, cp=(1, 2), bucket_mib=(25, 100))
+
+
+def _priced(model, cl, batch, cp, framework=None):
+    """Every job of the default space (small limits) and its priced columns, fitting or not."""
+    opts = search_module._options(None, None, (0, 1, 2, 3), "adamw", "tp-pp-dp", {
+        "framework": framework, "attention": "flash", "tp_overlap": (False, True), "dp_overlap": (True, False),
+        "cp": cp, "ep": 1, "sequence_parallel": (False, True), "compile": None, "offload_layers": None})
+    opts["level"] = 0.9
+    limits = {"max_micro_batch": 2, "max_virtual_stages": 2, "max_tp_nodes": 1, "ep": 1,
+              "fsdp": (None, "full", "hybrid"), "bucket_mib": (25.0, 100.0)}
+    jobs, *_ = search_module._jobs(model, cl, batch, opts, limits, None, None)
+    out = []
+    for job in jobs:
+        for cols, _ in chunks(model, job, opts, CHUNK):
+            out.append((job, pd.DataFrame({k: np.asarray(cols[k]) for k in (*NUMERIC, "step_time", "host_overhead")})))
+    return out
+
+
+@pytest.fixture(scope="module")
+def priced():
+    return _priced(MODEL, H100, 16, (1, 2))
+
+
+def test_default_space_holds_every_stack_option(priced):
+    specs = {j.spec for j, _ in priced}
+    assert {s.framework for s in specs} == {"pytorch", "megatron", "deepspeed", "torchtitan", "fsdp1"}
+    assert {s.framework for s in specs if s.precision == "fp8-mixed"} == {"megatron", "torchtitan"}  # H100 fp8
+    assert {s.framework for s in specs if s.compile} == {"pytorch", "torchtitan", "fsdp1"}
+    assert {(s.framework, s.offload_layers) for s in specs if s.offload_layers} == {
+        ("pytorch", 2), ("pytorch", 4), ("megatron", 2), ("megatron", 3)}  # half and all (Megatron keeps one)
+    assert {s.recompute for s in specs if s.framework == "torchtitan"} == {"none", "full", "selective-op", "every-2"}
+    assert {s.recompute for s in specs if s.framework == "fsdp1"} == {"none", "full"}
+    assert all(s.recompute == "none" for s in specs if s.offload_layers)
+    for job, rows in priced:  # offload runs without pipelining
+        assert not job.spec.offload_layers or (rows["pp"] == 1).all()
+
+
+def _never_faster_than_the_root(priced) -> tuple[int, bool]:
+    """(configurations checked, whether one beat its root's step): a job's step is at least its family
+    root's on each configuration, less the root's host seconds where the root is DeepSpeed's (its engine
+    hides more host work behind a longer backward)."""
+    roots = {j.spec.family: (j, rows) for j, rows in priced if j.spec.root}
+    checked, faster = 0, False
+    for job, rows in priced:
+        if job.spec.root or rows.empty:
+            continue
+        root, root_rows = roots[job.spec.family]
+        both = rows.merge(root_rows, on=[*NUMERIC], suffixes=("", "_root"))
+        assert len(both) == len(rows)
+        floor = both["step_time_root"] - (both["host_overhead_root"] if root.spec.framework == "deepspeed" else 0.0)
+        assert (both["step_time"] >= floor * (1 - 1e-12)).all(), job.spec
+        faster |= bool((both["step_time"] < both["step_time_root"]).any())
+        checked += len(both)
+    return checked, faster
+
+
+def test_a_job_is_never_faster_than_its_root(priced):
+    # recomputation, offload and no compilation only add time, configuration by configuration; DeepSpeed
+    # (Megatron-LM's step + the engine's host work) joins Megatron-LM's family
+    checked, _ = _never_faster_than_the_root(priced)
+    assert checked > 5_000
+    assert {j.spec.family[0] for j, _ in priced if j.spec.framework == "deepspeed"} == {"megatron"}
+    alone = _priced(MODEL, H100, 16, (1,), framework=("deepspeed",))
+    checked, faster = _never_faster_than_the_root(alone)
+    assert checked > 300 and faster  # alone, its own root, less the host seconds it hides
+
+
+@pytest.mark.parametrize("sort_by", ["tokens_per_second", "step_time"])
+def test_pruning_loses_no_row(sort_by):
+    small = {**SMALL, "cp": 1, "max_virtual_stages": 1, "bucket_mib": 25}
+    full = pm.search(MODEL, H100, 16, top_k=10, prune=False, sort_by=sort_by, **small)
+    pruned = pm.search(MODEL, H100, 16, top_k=10, sort_by=sort_by, **small)
+    pd.testing.assert_frame_equal(pruned.reset_index(drop=True), full.reset_index(drop=True), check_exact=True)
+    assert pruned.attrs["pruned"] > 0 and full.attrs["pruned"] == 0
+    assert pruned.attrs["evaluated"] + pruned.attrs["pruned"] == full.attrs["evaluated"]
+
+
+@pytest.mark.parametrize("options", [dict(framework="torchtitan", precision="fp8-mixed", compile=True),
+                                     dict(framework="deepspeed"), dict(framework="pytorch", compile=True),
+                                     dict(framework="megatron", precision="fp8-mixed"),
+                                     dict(framework="fsdp1", compile=True, recompute="full")])
+def test_stack_rows_are_what_predict_says(options):
+    top = pm.search(MODEL, H100, 16, top_k=2, **options, **SMALL)
+    for _, row in top.iterrows():
+        s = strategy_of(row)
+        assert all(getattr(s, k) == v for k, v in options.items())
+        p = pm.predict(MODEL, H100, s)
+        np.testing.assert_allclose([row["step_time"], row["peak_memory"], row["tokens_per_second"]],
+                                   [p.step_time, p.peak_memory, p.tokens_per_second], rtol=1e-9)
+
+
+def test_offload_rows_are_what_predict_says():
+    top = pm.search(MODEL, H100, 16, top_k=3, offload_layers=(2,), framework=("pytorch", "megatron"), **SMALL)
+    assert set(top["offload_layers"]) == {2} and (top["pp"] == 1).all()
+    for _, row in top.iterrows():
+        np.testing.assert_allclose(row["step_time"], pm.predict(MODEL, H100, strategy_of(row)).step_time, rtol=1e-9)
+
+
+def test_each_option_can_be_restricted():
+    top = pm.search(MODEL, H100, 16, top_k=50, framework="torchtitan", compile=False, precision="bf16-mixed",
+                    recompute="full", **SMALL)
+    assert set(top["framework"]) == {"torchtitan"} and not top["compile"].any()
+    assert set(top["precision"]) == {"bf16-mixed"} and set(top["recompute"]) == {"full"}
+    with pytest.raises(pm.UnsupportedError, match="does not apply to framework='megatron'"):
+        pm.search(MODEL, H100, 16, framework="megatron", compile=True, **SMALL)
+    with pytest.raises(pm.UnsupportedError, match="offload"):
+        pm.search(MODEL, H100, 16, framework="torchtitan", offload_layers=2, **SMALL)
+    with pytest.raises(pm.InvalidInputError, match="'offload_layers' must be at most 3"):
+        pm.search(MODEL, H100, 16, framework="megatron", offload_layers=4, **SMALL)
+
+
+def test_published_llama_405b_in_the_default_space_is_beaten():
+    # Llama 3 (arXiv:2407.21783) Table 4 on 16,384 H100: predicted to fit, and the default space (every stack)
+    # holds a plan at least as fast
+    case = {c.label: c for c in read_published()}["llama3-405B-16384"]
+    published = pm.predict(case.model, case.cluster, case.strategy)
+    assert published.fits
+    top = pm.search(case.model, case.cluster, case.strategy.global_batch, top_k=3)
+    assert top["fits"].all() and top["step_time"].iloc[0] <= published.step_time
+    assert top.attrs["evaluated"] + top.attrs["pruned"] > 350_000
