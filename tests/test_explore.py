@@ -33,7 +33,7 @@ def l13b():
 
 @pytest.fixture(scope="module")
 def found(l13b, a100x8):
-    return search(l13b, a100x8, 512, top_k=100_000)
+    return search(l13b, a100x8, 512, top_k=150_000)  # every configuration that fits
 
 
 # --- the space --------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def _brute_force(model, n_gpus, gpn, batch, max_mb, max_v, zeros):
             continue  # equal to another configuration
         if model.heads % tp or model.kv_heads % tp or pp > model.layers:
             continue
-        if v > 1 and model.layers % (pp * v):
+        if v > 1 and model.layers % (pp * v) and (model.layers + 2) % (pp * v):  # embedding + loss as layers
             continue
         if batch % (dp * mb):
             continue

@@ -196,8 +196,10 @@ def _rules(model, global_batch, g, cp=1, ep=1):
         rules.append(("divisibility", f"tp must divide heads={heads}", heads % tp != 0))
         rules.append(("divisibility", f"tp must divide kv_heads={kv}", kv % tp != 0))
     rules.append(("divisibility", f"pp must be <= layers={layers}", pp > layers))
-    rules.append(("divisibility", f"interleaving needs layers={layers} divisible by pp × virtual_stages",
-                  (v > 1) & (layers % (pp * v) != 0)))
+    # Megatron-Core may count the embedding and the loss as one layer each in the split
+    # (transformer_block.get_num_layers_to_build, account_for_embedding/loss_in_pipeline_split): layers + 2
+    rules.append(("divisibility", f"interleaving needs layers={layers} (or layers + 2) divisible by pp × "
+                  "virtual_stages", (v > 1) & (layers % (pp * v) != 0) & ((layers + 2) % (pp * v) != 0)))
     if ep > 1:  # expert-parallel ranks are data-parallel ranks; MoE with tp > 1 needs sequence parallelism
         rules.append(("divisibility", f"ep={ep} must divide dp × cp", (dp * cp) % ep != 0))
         rules.append(("divisibility", "expert parallelism with tp > 1 needs sequence parallelism",
