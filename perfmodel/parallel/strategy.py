@@ -311,6 +311,13 @@ class Strategy:
         return "Strategy(" + ", ".join(parts) + ")"
 
 
+def interleaves(layers: int, chunks: int) -> bool:
+    """Whether ``layers`` split into ``chunks`` = pp × v equal model chunks: as they are, or with the
+    embedding and the loss counted as a layer each (layers + 2; Megatron-Core
+    ``transformer_block.get_num_layers_to_build``, account_for_embedding/loss_in_pipeline_split)."""
+    return (layers % chunks == 0) | ((layers + 2) % chunks == 0)  # numbers or arrays
+
+
 def fill_dp(s: Strategy, n_gpus: int) -> Strategy:
     """``s`` with dp filled from the GPU count where it was left unset: GPUs / (tp × pp × cp), as the CLI does."""
     if s.dp is not None:
@@ -385,10 +392,7 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
         raise InvalidInputError(f"'stage_layers'={s.stage_layers} must add up to layers={layers}: "
                                 f"got {sum(s.stage_layers)}")
     if s.schedule == "interleaved":
-        # Megatron-Core may count the embedding and the loss as a layer each (account_for_embedding/loss_in_
-        # pipeline_split): layers + 2 divisible by pp × v is a split it runs
-        chunk = s.pp * s.virtual_stages
-        if s.stage_layers is None and layers % chunk and (layers + 2) % chunk:
+        if s.stage_layers is None and not interleaves(layers, s.pp * s.virtual_stages):
             valid = [v for v in divisors(layers // s.pp) if layers % (s.pp * v) == 0] if layers % s.pp == 0 else []
             hint = f"virtual_stages in {valid}" if valid else f"pp dividing {layers}"
             raise InvalidInputError(f"interleaved schedule needs layers={layers} divisible by pp × virtual_stages"
