@@ -175,7 +175,7 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
     Rajbhandari et al. 2020, §7.2.1: Ψ (reduce-scatter) + Ψ (all-gather) = the DDP
     volume. ZeRO-1 (Megatron-LM's distributed optimizer) accumulates full gradients and
     reduce-scatters once per step; ZeRO-2 keeps only its gradient shard, so it must
-    reduce-scatter in every micro-batch's backward (``reduces_per_step``). DeepSpeed waits for
+    reduce-scatter in every micro-batch's backward (``dp_collectives``). DeepSpeed waits for
     each micro-step's reduction (``stage_1_and_2.independent_gradient_partition_epilogue``
     synchronizes), so each hides only behind its own backward; ``framework="megatron"`` issues
     them asynchronously beside the rest of the step (``streamed_exposed``). The all-gather follows
@@ -184,18 +184,26 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
     """
     rpn, nodes = lay["dp"]
     price = ring_pricer(coll, rpn, nodes)
-    once = _overlapped(*_bucketed(price, "reduce_scatter", params * grad_bytes, c.bucket_bytes), window_s, slowdown)
-    if chunk_reduces(c):  # Megatron-Core: each model chunk's buffer reduced after its last backward
-        once = np.where(c.virtual_stages > 1, chunked_exposed(
-            *_bucketed(price, "reduce_scatter", params * grad_bytes / c.virtual_stages, c.bucket_bytes),
-            window_s, c, slowdown), once)
+    once = _reduce_once(price, c, params * grad_bytes, window_s, slowdown)
     per_step = c.micro_batches * once
     if stack(c.framework).name == "megatron":
         total = _bucketed(price, "reduce_scatter", params * grad_bytes, c.bucket_bytes)[0]
-        per_step = streamed_exposed(once, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
+        tail = _reduce_once(price, c, params * grad_bytes, window_s)  # its slowdown is counted over all m
+        per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
     reduce = np.where(c.shard_stage >= 2, per_step, once)
     gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
     return reduce + gather
+
+
+def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0):
+    """Exposed seconds of one bucketed reduce-scatter of ``nbytes`` behind the last backward
+    (``_overlapped``), per model chunk under Megatron's interleaved schedule (``chunked_exposed``)."""
+    once = _overlapped(*_bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes), window_s, slowdown)
+    if not chunk_reduces(c):
+        return once
+    chunked = chunked_exposed(*_bucketed(price, "reduce_scatter", nbytes / c.virtual_stages, c.bucket_bytes),
+                              window_s, c, slowdown)
+    return np.where(c.virtual_stages > 1, chunked, once)
 
 
 def chunk_reduces(c: StepConfig) -> bool:
@@ -350,9 +358,8 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     slow = work.overlap_slowdown
     ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets, slowdown=slow)
     shard = np.where(c.shard_stage >= 3, zero3_time(coll, lay, c, units, nb.activation, st.embed, slow),
-                     np.where(c.shard_stage >= 1,
-                              zero12_time(coll, lay, c, params, window, nb.grad, nb.param, slow,
-                                                          forward_s=forward, index=st.index), ddp))
+                     np.where(c.shard_stage >= 1, zero12_time(coll, lay, c, params, window, nb.grad, nb.param, slow,
+                                                              forward_s=forward, index=st.index), ddp))
     out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
 
