@@ -32,7 +32,8 @@ def test_engine_time_by_hand():
 def test_deepspeed_is_megatron_plus_its_engine():
     m = pm.transformer(layers=24, hidden=1024, heads=16, seq=1024, vocab=50304)
     c = pm.cluster("dgx-a100-80gb")
-    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 1, "precision": "fp16-mixed"}
+    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 1, "precision": "fp16-mixed",
+          "bucket_mib": 25.0}  # one bucket for both (Megatron-Core would take max(4e7, 1e6·dp) elements)
     meg = pm.predict(m, c, pm.Strategy(framework="megatron", **kw))
     ds = pm.predict(m, c, pm.Strategy(framework="deepspeed", **kw))
     assert ds.step_time - meg.step_time == pytest.approx(1.091e-2, rel=1e-6)

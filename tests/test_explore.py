@@ -35,7 +35,7 @@ def l13b():
 def found(l13b, a100x8):
     # the space of PyTorch and Megatron-LM alone, uncompiled, no offload (the stack axes: below and
     # tests/test_search_stacks.py)
-    return search(l13b, a100x8, 512, top_k=100_000, framework=("pytorch", "megatron"), compile=False,
+    return search(l13b, a100x8, 512, top_k=150_000, framework=("pytorch", "megatron"), compile=False,
                   offload_layers=0)
 
 
@@ -54,7 +54,7 @@ def _brute_force(model, n_gpus, gpn, batch, max_mb, max_v, zeros):
             continue  # equal to another configuration
         if model.heads % tp or model.kv_heads % tp or pp > model.layers:
             continue
-        if v > 1 and model.layers % (pp * v):
+        if v > 1 and model.layers % (pp * v) and (model.layers + 2) % (pp * v):  # embedding + loss as layers
             continue
         if batch % (dp * mb):
             continue

@@ -19,7 +19,7 @@ def test_from_strategy_names_every_field_and_the_schedule():
     c = StepConfig.from_strategy(s)
     assert (c.dp, c.tp, c.pp, c.micro_batch, c.micro_batches, c.virtual_stages) == (4, 2, 2, 2, 4, 2)
     assert c.shard_stage == 1 and c.sequence_parallel and not c.hybrid and not c.fsdp
-    assert c.schedule == Schedule.INTERLEAVED and c.framework == "megatron" and c.bucket_bytes == 25 * 2**20
+    assert c.schedule == Schedule.INTERLEAVED and c.framework == "megatron" and c.bucket_bytes == 4 * 40_000_000  # Megatron-Core default at dp 4
     assert StepConfig.from_strategy(pm.Strategy(fsdp="hybrid", dp=8)).hybrid
     assert Schedule.named("gpipe") is Schedule.GPIPE
 

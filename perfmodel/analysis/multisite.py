@@ -48,7 +48,7 @@ from perfmodel.hardware.sites import MultiCluster, multi_cluster
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.core.checks import check_choice, check_int
 from perfmodel.hardware.node import Cluster
-from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.config import StepConfig, bucket_bytes
 from perfmodel.parallel.data import DDP_FIRST_BUCKET_BYTES, _overlapped, _split, ddp_bucket_passes
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import p2p_time
@@ -242,7 +242,7 @@ def _sync_reduce_s(model, multi, steps, algorithm) -> tuple[float, float, float]
                                     f"site {st.name!r} has tp={st.strategy.tp}, pp={st.strategy.pp}, "
                                     f"site {steps[0].name!r} tp={s.tp}, pp={s.pp}")
     total = _params_per_rank(model, s) * _grad_bytes(s)
-    head, full, size, rem = (float(v) for v in _split(total, s.bucket_mib * 2**20, DDP_FIRST_BUCKET_BYTES))
+    head, full, size, rem = (float(v) for v in _split(total, bucket_bytes(s, s.dp), DDP_FIRST_BUCKET_BYTES))
     colls = {st.name: st.collectives for st in steps}
     lays = {st.name: st.dp_layout for st in steps}
 

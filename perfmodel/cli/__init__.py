@@ -112,8 +112,9 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ps-servers", type=NONNEGATIVE_INT, default=0)
     p.add_argument("--ps-async", action="store_true",
                    help="asynchronous parameter servers: workers push and pull without waiting (docs/parameter-servers.md)")
-    p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=25.0,
-                   help="DDP gradient bucket size in MiB (default 25, as torch's bucket_cap_mb)")
+    p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=None,
+                   help="gradient bucket size in MiB (default: the framework's; 25 as torch's bucket_cap_mb, "
+                        "Megatron-Core max(4e7, 1e6 x dp) fp32 elements)")
     p.add_argument("--bucket-mb", type=_renamed_bucket, help=argparse.SUPPRESS)
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")

@@ -187,8 +187,9 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     stack = {k: cast(row.get(k, getattr(defaults, k))) for k, cast in STACK_FIELDS.items()}
     fsdp = row.get("fsdp")
     stack["fsdp"] = fsdp if isinstance(fsdp, str) else None  # a table cell may hold NaN for None
-    if "bucket_mib" in row:  # a compare or sweep row has the Strategy's default bucket
-        stack["bucket_mib"] = float(row["bucket_mib"])
+    bucket = row.get("bucket_mib")  # a compare or sweep row may hold the Strategy's default (None, NaN)
+    if bucket is not None and bucket == bucket:
+        stack["bucket_mib"] = float(bucket)
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,

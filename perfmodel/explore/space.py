@@ -37,6 +37,7 @@ import numpy as np
 
 from perfmodel.core.errors import InfeasibleError, InvalidInputError
 from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.strategy import interleaves
 from perfmodel.core.checks import LIMITS, check_int, check_positive, check_size, divisors
 from perfmodel.workload.graph import GraphModel
 
@@ -197,8 +198,8 @@ def _rules(model, global_batch, g, cp=1, ep=1):
         rules.append(("divisibility", f"tp must divide heads={heads}", heads % tp != 0))
         rules.append(("divisibility", f"tp must divide kv_heads={kv}", kv % tp != 0))
     rules.append(("divisibility", f"pp must be <= layers={layers}", pp > layers))
-    rules.append(("divisibility", f"interleaving needs layers={layers} divisible by pp × virtual_stages",
-                  (v > 1) & (layers % (pp * v) != 0)))
+    rules.append(("divisibility", f"interleaving needs layers={layers} (or layers + 2: embedding and loss counted "
+                  "as layers) divisible by pp × virtual_stages", (v > 1) & ~interleaves(layers, pp * v)))
     if ep > 1:  # expert-parallel ranks are data-parallel ranks; MoE with tp > 1 needs sequence parallelism
         rules.append(("divisibility", f"ep={ep} must divide dp × cp", (dp * cp) % ep != 0))
         rules.append(("divisibility", "expert parallelism with tp > 1 needs sequence parallelism",

@@ -43,6 +43,7 @@ from perfmodel import hardware
 from perfmodel.core.errors import PerfModelError
 from perfmodel.costs.compute import phase_time
 from perfmodel.hardware import as_cluster
+from perfmodel.parallel.config import bucket_bytes
 from perfmodel.parallel.data import ddp_buckets
 from perfmodel.parallel.strategy import Strategy, fill_dp
 from perfmodel.parallel.wire import wire_bytes
@@ -159,7 +160,7 @@ def fit_ddp_overhead(profile, cases) -> dict:
             continue
         gap = case.measured - predict(case.model, case.cluster, s, profile=profile).step_time
         grad_bytes = wire_bytes(s.precision, s.framework).grad * case.model.params / s.tp / s.pp
-        per_bucket.append(gap / float(ddp_buckets(grad_bytes, s.bucket_mib * 2**20)))
+        per_bucket.append(gap / float(ddp_buckets(grad_bytes, bucket_bytes(s, s.dp))))
     if not per_bucket:
         return {}
     return {"ddp_bucket_extra_s": max(float(np.median(per_bucket)), 0.0),

@@ -23,6 +23,27 @@ from perfmodel.core.errors import PerfModelError
 MIB = 2**20  # Strategy.bucket_mib is in MiB, as torch DDP bucket_cap_mb (bucket_cap_mb * 1024 * 1024)
 
 
+def megatron_bucket_bytes(dp):
+    """Megatron-Core's default gradient bucket: max(40,000,000, 1,000,000 · dp) elements of the fp32
+    grad buffer when ``--ddp-bucket-size`` is unset (core_r0.9.0 distributed/distributed_data_parallel.py:
+    larger buckets at large dp keep each ring chunk bandwidth-bound)."""
+    return 4.0 * np.maximum(4e7, 1e6 * np.asarray(1 if dp is None else dp, float))
+
+
+DDP_BUCKET_MIB = 25.0  # torch DDP bucket_cap_mb default (torch/nn/parallel/distributed.py)
+
+
+def bucket_bytes(s, dp):
+    """Bytes of one gradient bucket of ``Strategy`` ``s`` over ``dp`` ranks: ``bucket_mib`` MiB when
+    given, else the framework's default: Megatron-Core's rule (``megatron_bucket_bytes``) for
+    ``framework="megatron"``, torch DDP's 25 MiB for the others."""
+    if s.bucket_mib is not None:
+        return s.bucket_mib * MIB
+    if s.framework == "megatron":
+        return megatron_bucket_bytes(dp)
+    return DDP_BUCKET_MIB * MIB
+
+
 class Schedule(IntEnum):
     """Pipeline schedules (Narayanan et al. 2021, §2.2); ``Strategy.schedule`` names them."""
 
@@ -116,7 +137,7 @@ class StepConfig:
         """The configuration of one ``Strategy`` (0-d values)."""
         return cls(dp=s.dp, tp=s.tp, pp=s.pp, micro_batch=s.micro_batch, micro_batches=s.micro_batches,
                    virtual_stages=s.virtual_stages, shard_stage=s.shard, sequence_parallel=s.sequence_parallel,
-                   ps_servers=s.ps_servers, bucket_bytes=s.bucket_mib * MIB, hybrid=s.fsdp == "hybrid",
+                   ps_servers=s.ps_servers, bucket_bytes=bucket_bytes(s, s.dp), hybrid=s.fsdp == "hybrid",
                    fsdp=s.fsdp is not None, reshard=s.fsdp != "shard-grad-op", schedule=float(Schedule.named(s.schedule)), tp_overlap=s.tp_overlap,
                    dp_overlap=s.dp_overlap, stage_layers=s.stage_layers, framework=s.framework,
                    attention=s.attention, cp=s.cp, ep=s.ep, compile=s.compile, loss=s.loss,
@@ -134,7 +155,7 @@ class StepConfig:
                        micro_batch=arrays["micro_batch"], micro_batches=arrays["micro_batches"], virtual_stages=v,
                        shard_stage=arrays["zero"], sequence_parallel=arrays["sequence_parallel"],
                        tp_overlap=arrays["tp_overlap"], fsdp=np.not_equal(fsdp, None),
-                       hybrid=np.equal(fsdp, "hybrid"),
+                       hybrid=np.equal(fsdp, "hybrid"), bucket_bytes=bucket_bytes(base, arrays["dp"]),
                        schedule=np.where(v > 1, float(Schedule.INTERLEAVED), float(Schedule.ONE_F_ONE_B)))
 
     def rows(self, lo: int, hi: int) -> StepConfig:

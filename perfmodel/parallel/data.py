@@ -15,7 +15,7 @@ import numpy as np
 from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
-from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage
+from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage, in_flight
 from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import stack
 
@@ -145,7 +145,13 @@ def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, pric
     price = price or ring_pricer(coll, *lay["dp"])
     all_s, last_s, share = _bucketed(price, "all_reduce", params * grad_bytes, c.bucket_bytes,
                                      first=DDP_FIRST_BUCKET_BYTES)
-    return _overlapped(all_s, last_s, share, window_s, slowdown)
+    plain = _overlapped(all_s, last_s, share, window_s, slowdown)
+    if not chunk_reduces(c):
+        return plain
+    # Megatron-Core's DDP over its grad buffer: one buffer per model chunk, no 1 MiB first bucket
+    chunked = chunked_exposed(*_bucketed(price, "all_reduce", params * grad_bytes / c.virtual_stages,
+                                         c.bucket_bytes), window_s, c, slowdown)
+    return np.where(c.virtual_stages > 1, chunked, plain)
 
 
 # PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
@@ -162,21 +168,86 @@ def ddp_bucket_passes(copy_s, params, framework="pytorch"):
     return DDP_BUCKET_PASSES.get(framework, 3) * copy_s(params)
 
 
-def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, param_bytes=4.0, slowdown=0.0):
+def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, param_bytes=4.0, slowdown=0.0, *,
+                forward_s=0.0, index=0.0):
     """ZeRO-1/2: reduce-scatter gradients, update the shard, all-gather the parameters.
 
     Rajbhandari et al. 2020, §7.2.1: Ψ (reduce-scatter) + Ψ (all-gather) = the DDP
-    volume. ZeRO-2 keeps only its gradient shard, so it must reduce-scatter in every
-    micro-batch's backward (DeepSpeed reduces per micro-step); ZeRO-1 accumulates
-    full gradients and reduce-scatters once. The all-gather follows the optimizer.
+    volume. ZeRO-1 (Megatron-LM's distributed optimizer) accumulates full gradients and
+    reduce-scatters once per step; ZeRO-2 keeps only its gradient shard, so it must
+    reduce-scatter in every micro-batch's backward (``dp_collectives``). DeepSpeed waits for
+    each micro-step's reduction (``stage_1_and_2.independent_gradient_partition_epilogue``
+    synchronizes), so each hides only behind its own backward; ``framework="megatron"`` issues
+    them asynchronously beside the rest of the step (``streamed_exposed``). The all-gather follows
+    the optimizer. ``forward_s``/``index``: the stage's forward per micro-batch and its position,
+    which set the compute after its first backward (``streamed_exposed``).
     """
     rpn, nodes = lay["dp"]
-    all_s, last_s, share = _bucketed(ring_pricer(coll, rpn, nodes), "reduce_scatter", params * grad_bytes,
-                                     c.bucket_bytes)
-    per_mb = _overlapped(all_s, last_s, share, window_s, slowdown)
-    reduce = np.where(c.shard_stage >= 2, c.micro_batches * per_mb, per_mb)
+    price = ring_pricer(coll, rpn, nodes)
+    once = _reduce_once(price, c, params * grad_bytes, window_s, slowdown)
+    per_step = c.micro_batches * once
+    if stack(c.framework).name == "megatron":
+        total = _bucketed(price, "reduce_scatter", params * grad_bytes, c.bucket_bytes)[0]
+        tail = _reduce_once(price, c, params * grad_bytes, window_s)  # its slowdown is counted over all m
+        per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
+    reduce = np.where(c.shard_stage >= 2, per_step, once)
     gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
     return reduce + gather
+
+
+def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0):
+    """Exposed seconds of one bucketed reduce-scatter of ``nbytes`` behind the last backward
+    (``_overlapped``), per model chunk under Megatron's interleaved schedule (``chunked_exposed``)."""
+    once = _overlapped(*_bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes), window_s, slowdown)
+    if not chunk_reduces(c):
+        return once
+    chunked = chunked_exposed(*_bucketed(price, "reduce_scatter", nbytes / c.virtual_stages, c.bucket_bytes),
+                              window_s, c, slowdown)
+    return np.where(c.virtual_stages > 1, chunked, once)
+
+
+def chunk_reduces(c: StepConfig) -> bool:
+    """Whether gradients are reduced per model chunk of the interleaved schedule: Megatron-LM
+    core_r0.9.0 (``schedules.forward_backward_pipelining_with_interleaving`` enables grad sync in
+    each chunk's last micro-batch backward; ``DistributedDataParallel`` keeps one buffer per chunk)."""
+    return stack(c.framework).name == "megatron" and bool(np.any(np.asarray(c.virtual_stages) > 1))
+
+
+def chunked_exposed(all_c, last_c, share_c, window_s, c: StepConfig, slowdown=0.0):
+    """Exposed seconds of one reduction of a stage's v model chunks under the interleaved schedule.
+
+    ``all_c``/``last_c``/``share_c``: one chunk's buckets (``_bucketed`` over 1/v of the
+    gradients); ``window_s``: the stage's backward per micro-batch, w = window/v per chunk.
+    Megatron-LM core_r0.9.0 runs the backwards of the last group of g = min(m, p) micro-batches
+    chunk by chunk, last chunk first, and starts a chunk's buckets in its last backward, so
+    chunk k leaves when k·g·w of backward remain. On one stream the reduction ends at
+    max(chunk 0 behind its own backward, 2T_c − g·w, v·T_c − (v − 1)·g·w) after the backward
+    (the FIFO finish max_k ((k+1)T_c − k·g·w) is linear in k). v = 1: ``_overlapped``.
+    """
+    v = np.maximum(c.virtual_stages, 1.0)
+    w = window_s / v
+    group = np.minimum(c.micro_batches, c.pp)
+    own = _overlapped(all_c, last_c, share_c, w)
+    queued = maximum(2.0 * all_c - group * w, v * all_c - (v - 1.0) * group * w)
+    exposed = np.where(v > 1, maximum(own, queued), own)
+    return exposed + slowdown * maximum(v * all_c - exposed, 0.0)
+
+
+def streamed_exposed(last_s, total_s, backward_s, forward_s, c: StepConfig, index, slowdown=0.0):
+    """Exposed seconds of per-micro-batch reductions issued asynchronously beside the whole step.
+
+    Llama 3 (arXiv 2407.21783, §3.3.2): FSDP shards the gradients, reduce-scatters them in fp32
+    and "can tolerate longer network latency by asynchronously ... reducing gradients". On one
+    stream the m reductions (``total_s``) can use the compute that follows the stage's first
+    backward: the forwards after its warm-up (``pipeline.in_flight`` of the m micro-batches run
+    before it) and all backwards but the first chunk's, W = (m − warm)·f + (m − 1/v)·b; the last
+    micro-batch's reduction (``last_s``) still follows the last backward: max(last, total − W).
+    """
+    m, v = c.micro_batches, np.maximum(c.virtual_stages, 1.0)
+    warm = np.minimum(in_flight(c, index), m)
+    window = (m - warm) * forward_s + (m - 1.0 / v) * backward_s
+    exposed = maximum(last_s, total_s - window)
+    return exposed + slowdown * maximum(total_s - exposed, 0.0)
 
 
 def _shard_group(lay, c):
@@ -279,6 +350,7 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     """Exposed data-parallel seconds of one stage's group, before the drain slack."""
     p, t, nb = work.params, work.times, work.wire
     window = np.where(c.dp_overlap, backward, 0.0)  # compute the reduction can hide behind
+    forward = np.where(window > 0, t.on(st, "f"), 0.0)
     params = st.params(p, c.tp)
     units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),
              "embed": (np.where(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
@@ -286,8 +358,8 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     slow = work.overlap_slowdown
     ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets, slowdown=slow)
     shard = np.where(c.shard_stage >= 3, zero3_time(coll, lay, c, units, nb.activation, st.embed, slow),
-                     np.where(c.shard_stage >= 1,
-                              zero12_time(coll, lay, c, params, window, nb.grad, nb.param, slow), ddp))
+                     np.where(c.shard_stage >= 1, zero12_time(coll, lay, c, params, window, nb.grad, nb.param, slow,
+                                                              forward_s=forward, index=st.index), ddp))
     out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
 

@@ -67,7 +67,9 @@ class Strategy:
     virtual_stages: int = 1
     sequence_parallel: bool = False
     fsdp: str | None = None
-    bucket_mib: float = 25.0            # torch DDP bucket_cap_mb default (MiB: bucket_cap_mb * 1024 * 1024 bytes)
+    # gradient bucket in MiB (bucket_cap_mb * 1024 * 1024 bytes); None: the framework's default (torch DDP's
+    # bucket_cap_mb 25 MiB; Megatron-Core max(4e7, 1e6 · dp) fp32 elements: parallel/config.bucket_bytes)
+    bucket_mib: float | None = None
     ps_servers: int = 0
     placement: str = "tp-pp-dp"
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
@@ -127,7 +129,7 @@ class Strategy:
             raise InvalidInputError(f"'bucket_mb' is now 'bucket_mib': PyTorch's bucket_cap_mb counts MiB "
                                     f"(2**20 bytes, torch/nn/parallel/distributed.py), so the bucket is given in "
                                     f"MiB; got bucket_mb={self.bucket_mb!r} (use bucket_mib={self.bucket_mb!r})")
-        if check_positive("bucket_mib", self.bucket_mib) < MIN_BUCKET_MB:
+        if self.bucket_mib is not None and check_positive("bucket_mib", self.bucket_mib) < MIN_BUCKET_MB:
             raise InvalidInputError(f"'bucket_mib' must be >= {MIN_BUCKET_MB} (1 KiB; each bucket is one collective "
                                     f"call, so smaller ones only add launches): got {self.bucket_mib!r}")
         check_choice("framework", self.framework, FRAMEWORKS)
@@ -315,6 +317,13 @@ class Strategy:
         return "Strategy(" + ", ".join(parts) + ")"
 
 
+def interleaves(layers: int, chunks: int) -> bool:
+    """Whether ``layers`` split into ``chunks`` = pp × v equal model chunks: as they are, or with the
+    embedding and the loss counted as a layer each (layers + 2; Megatron-Core
+    ``transformer_block.get_num_layers_to_build``, account_for_embedding/loss_in_pipeline_split)."""
+    return (layers % chunks == 0) | ((layers + 2) % chunks == 0)  # numbers or arrays
+
+
 def fill_dp(s: Strategy, n_gpus: int) -> Strategy:
     """``s`` with dp filled from the GPU count where it was left unset: GPUs / (tp × pp × cp), as the CLI does."""
     if s.dp is not None:
@@ -389,7 +398,7 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
         raise InvalidInputError(f"'stage_layers'={s.stage_layers} must add up to layers={layers}: "
                                 f"got {sum(s.stage_layers)}")
     if s.schedule == "interleaved":
-        if s.stage_layers is None and layers % (s.pp * s.virtual_stages):
+        if s.stage_layers is None and not interleaves(layers, s.pp * s.virtual_stages):
             valid = [v for v in divisors(layers // s.pp) if layers % (s.pp * v) == 0] if layers % s.pp == 0 else []
             hint = f"virtual_stages in {valid}" if valid else f"pp dividing {layers}"
             raise InvalidInputError(f"interleaved schedule needs layers={layers} divisible by pp × virtual_stages"
