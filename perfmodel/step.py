@@ -22,7 +22,6 @@ import numpy as np
 from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
 from perfmodel.costs import memory as mem, offload, stack_memory
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
-from perfmodel.costs.engine_host import engine_host_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
 from perfmodel.core.frozen import FrozenDict
@@ -30,6 +29,7 @@ from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, m
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_attention
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
+from perfmodel.parallel.deepspeed import engine_exposed
 from perfmodel.parallel.expert import ep_comm_times, expert_shard_ranks, sharded
 from perfmodel.parallel.fabric import parameter_server_links
 from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, layer_batches, p2p_time,
@@ -471,7 +471,7 @@ def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, 
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
                                 optimizer=optimizer, precision=precision)
-    return p2p, dp_exposed, opt, engine_host_time(local, c, sts, work.backward_s)
+    return engine_exposed(profile, coll, lay, lay_dp, c, dpc, work, local, (p2p, dp_exposed, opt), precision=precision)
 
 
 def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute) -> dict:

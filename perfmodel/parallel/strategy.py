@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.parallel.deepspeed import check_pipeline_engine
 from perfmodel.parallel.placement import ORDERS
 from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_flag, check_int, check_positive, check_size,
                                    divisors)
@@ -153,6 +154,7 @@ class Strategy:
         check_stack_options(self.framework, recompute=self.recompute, compile=self.compile)
         object.__setattr__(self, "offload_layers", check_int("offload_layers", self.offload_layers, minimum=0))
         check_offload(self.framework, self.offload_layers, pp=self.pp, recompute=self.recompute)
+        check_pipeline_engine(self.framework, pp=self.pp, zero=self.zero, schedule=self.schedule)
         self._check_tp_comm_overlap()
 
     def _check_ps(self):
