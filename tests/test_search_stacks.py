@@ -84,7 +84,8 @@ def test_a_job_is_never_faster_than_its_root(priced):
     assert {j.spec.family[0] for j, _ in priced if j.spec.framework == "deepspeed"} == {"megatron"}
     alone = _priced(MODEL, H100, 16, (1,), framework=("deepspeed",))
     checked, faster = _never_faster_than_the_root(alone)
-    assert checked > 300 and faster  # alone, its own root, less the host seconds it hides
+    assert checked > 200 and faster  # alone, its own root, less the host seconds it hides (no interleaving,
+    # no ZeRO-2/3 with pp > 1: the rows DeepSpeed's pipeline engine refuses are not searched)
 
 
 @pytest.mark.parametrize("sort_by", ["tokens_per_second", "step_time"])

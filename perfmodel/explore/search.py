@@ -241,14 +241,14 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
         for spec in specs:
             stack = _stack_of(opts, spec.framework, spec.cp)
             fsdp_stack = stacks.stack(spec.framework).sharding in ("fsdp1", "fsdp2")
-            # one space per distinct enumeration (PyTorch and DeepSpeed share theirs, torchtitan and FSDP1 theirs)
+            # one space per distinct enumeration (torchtitan and FSDP1 share theirs; DeepSpeed's pipeline engine has its own)
             key = ((3,) if fsdp_stack else opts["zero"], spec.cp, stack["tp_overlap"], stack["dp_overlap"],
-                   1 if spec.offload_layers else None)
+                   1 if spec.offload_layers else None, stacks.stack(spec.framework).engine == "deepspeed")
             if key not in spaces:
                 space_of = functools.partial(
                     enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=key[0],
                     sequence_parallel=opts["sequence_parallel"], cp=spec.cp, tp_overlap=stack["tp_overlap"],
-                    dp_overlap=stack["dp_overlap"], max_pp=key[4], **limits)
+                    dp_overlap=stack["dp_overlap"], max_pp=key[4], pipeline_engine=key[5], **limits)
                 spaces[key], last = space_of(empty_ok=True), space_of
             space = spaces[key]
             for k in ("divisibility", "batch"):

@@ -185,7 +185,7 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap
     return g, keep
 
 
-def _rules(model, global_batch, g, cp=1, ep=1):
+def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False):
     """(reason, rule text, mask of configurations breaking it), in order of application."""
     heads, kv = getattr(model, "heads", None), getattr(model, "kv_heads", None)
     layers = model.layers
@@ -204,6 +204,9 @@ def _rules(model, global_batch, g, cp=1, ep=1):
         rules.append(("divisibility", f"ep={ep} must divide dp × cp", (dp * cp) % ep != 0))
         rules.append(("divisibility", "expert parallelism with tp > 1 needs sequence parallelism",
                       (tp > 1) & (g["sequence_parallel"] == 0)))
+    if pipeline_engine:  # parallel/deepspeed.py check_pipeline_engine: what DeepSpeed's PipelineEngine refuses
+        rules.append(("divisibility", "DeepSpeed's pipeline engine: 1F1B without interleaving, zero 0 or 1 with pp > 1",
+                      (v > 1) | ((pp > 1) & (g["zero"] >= 2))))
     rules.append(("batch", f"global_batch={global_batch} must be a multiple of dp × micro_batch",
                   global_batch % (dp * mb) != 0))
     m = global_batch // (dp * mb)
@@ -226,7 +229,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
                     fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False,
-                    max_pp: int | None = None) -> Space:
+                    max_pp: int | None = None, pipeline_engine: bool = False) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
@@ -274,7 +277,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
     rejected, detail = _apply_rules(model, global_batch, g, alive, cp, ep,
-                                    None if empty_ok else (n_gpus, max_micro_batch))
+                                    None if empty_ok else (n_gpus, max_micro_batch), pipeline_engine)
     grid = _trimmed(g, alive)
     return Space(arrays=grid.columns_flat(), rejected=rejected, detail=detail, n_gpus=n_gpus,
                  global_batch=global_batch, factored=grid)
@@ -287,11 +290,11 @@ def _empty_space(g, n_gpus, global_batch) -> Space:
                  global_batch=global_batch, factored=grid)
 
 
-def _apply_rules(model, global_batch, g, alive, cp, ep, raise_empty):
+def _apply_rules(model, global_batch, g, alive, cp, ep, raise_empty, pipeline_engine=False):
     """Clear in ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
     ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space."""
     rejected, detail = dict.fromkeys(REASONS, 0), {}
-    for reason, text, bad in _rules(model, global_batch, g, cp, ep):
+    for reason, text, bad in _rules(model, global_batch, g, cp, ep, pipeline_engine):
         hit = alive & bad
         n = int(hit.sum())
         rejected[reason] += n
