@@ -463,8 +463,7 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
 
 
 def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer):
-    """(pipeline sends, exposed data-parallel seconds over the dp × cp ranks, optimizer seconds, the
-    engine's exposed host seconds) per step."""
+    """(sends, exposed dp × cp, optimizer, engine host) seconds per step, as the stack's engine runs them."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
                             wire_bytes(precision, dpc.framework), HostCosts.of(profile).overlap_compute_slowdown)
     dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
