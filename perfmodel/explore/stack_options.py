@@ -15,7 +15,7 @@ only adds kernels, offload only adds copies the compute stream waits for, and co
 fuses memory-bound kernels (docs/explore.md), so a configuration's step is never shorter than
 the same configuration's step under its family's root, less the root's exposed host work where
 the stack has an engine whose host work a longer backward hides (DeepSpeed: costs/engine_host.py;
-DeepSpeed's jobs join Megatron-LM's family when both are searched, see ``job_specs``):
+each framework is its own family, see ``job_specs``):
 ``chunks.price_jobs`` prunes a job whose root's fastest configuration cannot enter the top rows
 (tests/test_search_stacks.py checks the order configuration by configuration).
 """
@@ -143,9 +143,9 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
             policies = _recompute_choices(spec, options["recompute"], given)
             offloads = _offload_choices(spec, model, options["offload_layers"], given)
             precisions = _precision_choices(spec, cl.gpu, options["precision"])
-            # Megatron-DeepSpeed runs Megatron-LM's step plus the DeepSpeed engine's host work: never faster
-            # than Megatron-LM's root on the same configuration, so that root bounds it when searched too
-            under = "megatron" if fw == "deepspeed" and "megatron" in frameworks else fw
+            # each stack is its own family: Megatron-DeepSpeed reduces 16-bit gradients where Megatron-LM
+            # reduces fp32 ones (parallel/deepspeed.py), so Megatron-LM's root does not bound it
+            under = fw
             for c, k, p in ((c, k, p) for c in compiles for k in offloads for p in precisions):
                 for r in policies if not k else [r for r in policies if r == "none"]:
                     root = under == fw and r == "none" and not k and c == max(compiles)
