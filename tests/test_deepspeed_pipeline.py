@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
+from perfmodel.analysis.symbolic import symbolic_step_time
 from perfmodel.core.errors import UnsupportedError
 from perfmodel.costs.comm import datasheet_entry
 from perfmodel.parallel import deepspeed as ds
@@ -117,3 +118,9 @@ def test_what_the_pipeline_engine_refuses(kw, message):
     with pytest.raises(UnsupportedError, match=message):
         pm.Strategy(framework="deepspeed", **kw)
     pm.Strategy(framework="deepspeed", zero=3)  # pp = 1: any ZeRO stage
+
+
+def test_symbolic_step_times_refuse_deepspeed():
+    with pytest.raises(UnsupportedError, match="do not cover framework='deepspeed'"):
+        symbolic_step_time(pm.preset("gpt2-medium"), pm.cluster("dgx-a100-80gb"),
+                           pm.Strategy(dp=8, micro_batch=8, framework="deepspeed"), free=("micro_batch",))

@@ -77,6 +77,9 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     if strategy.pp > 1 or strategy.shard or strategy.ps_servers or strategy.ps_async:
         raise UnsupportedError("symbolic step times cover pp=1 without ZeRO/FSDP or parameter servers "
                                f"(got pp={strategy.pp}, zero={strategy.shard}, ps_servers={strategy.ps_servers})")
+    if strategy.framework == "deepspeed":  # its engine's host work and reduction (parallel/deepspeed.py)
+        raise UnsupportedError("symbolic step times do not cover framework='deepspeed' (its engine's host work, "
+                               "p2p and reduction after the last backward): use pm.predict, or framework='megatron'")
     if strategy.tp > 1 or strategy.cp > 1 or strategy.ep > 1:
         raise UnsupportedError("symbolic step times do not cover tensor, context or expert parallelism yet "
                                f"(use tp=1, cp=1, ep=1; got tp={strategy.tp}, cp={strategy.cp}, ep={strategy.ep})")
