@@ -12,7 +12,8 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.explore import strategy_of
-from perfmodel.explore.chunks import CHUNK, chunks
+from perfmodel import step as compose
+from perfmodel.explore.chunks import CHUNK, _collectives, _configs, _parts, chunks, pipeline_floor
 from perfmodel.explore.space import NUMERIC
 from perfmodel.validate.published import read_published
 
@@ -85,6 +86,25 @@ def test_a_job_is_never_faster_than_its_root(priced):
     alone = _priced(MODEL, H100, 16, (1,), framework=("deepspeed",))
     checked, faster = _never_faster_than_the_root(alone)
     assert checked > 300 and faster  # alone, its own root, less the host seconds it hides
+
+
+def test_the_pipeline_floor_bounds_every_step_of_its_job(priced):
+    # the floor a root is pruned by: never above a step of its job (all, and at pp = 1), and the
+    # pipeline seconds step.evaluate reports, not a second copy of them
+    opts = {"placement": "tp-pp-dp", "optimizer": "adamw"}
+    for job, rows in priced:
+        if rows.empty:
+            continue
+        floor = pipeline_floor(MODEL, job, opts, CHUNK)
+        assert floor["all"] <= rows["step_time"].min()
+        at_pp1 = rows.loc[rows["pp"] == 1, "step_time"]
+        assert floor["pp1"] <= (at_pp1.min() if len(at_pp1) else np.inf)
+    job = next(j for j, rows in priced if j.spec.framework == "megatron" and len(rows) > 100)
+    (part, _), = _parts(job.space, CHUNK)
+    c, = _configs(job, [(part, None)])
+    out = compose.evaluate(MODEL, H100, job.profile, _collectives(H100, job.profile), c, precision=job.spec.precision,
+                           recompute=job.spec.recompute, optimizer="adamw")
+    assert pipeline_floor(MODEL, job, opts, CHUNK)["all"] == part.flat(out["pipeline"]).min()
 
 
 @pytest.mark.parametrize("sort_by", ["tokens_per_second", "step_time"])

@@ -31,7 +31,7 @@ from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 from perfmodel.workload import stacks
 
-CHUNK = 32_768  # grid cells priced per call: enough to amortise numpy's per-call cost, a few MB of columns
+CHUNK = 65_536  # grid cells priced per call: a default space's largest job (47,376 cells) in one call, a few MB of columns
 PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
@@ -100,12 +100,8 @@ def chunks(model, job: Job, opts, chunk: int):
     cl, space, prof, stack = job.cluster, job.space, job.profile, job.stack
     coll = _collectives(cl, prof)
     parts = _parts(space, chunk)
-    # fields search does not vary (framework, compile, offload, no parameter server...) as the job's Strategy has them
-    configs = [replace(StepConfig.from_space(part.columns, job.base),
-                       bucket_bytes=part.columns["bucket_mib"] * MIB, dp_overlap=part.columns["dp_overlap"])
-               for part, _ in parts]
     for precision, recompute in ((job.spec.precision, job.spec.recompute),):
-        for (part, numeric), c in zip(parts, configs):
+        for (part, numeric), c in zip(parts, _configs(job, parts)):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
             out["micro_batch"] = c.micro_batch
@@ -119,6 +115,43 @@ def chunks(model, job: Job, opts, chunk: int):
             for k, v in out["memory"].items():
                 cols["mem_" + k] = np.broadcast_to(v, (m,))
             yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"])
+
+
+def _configs(job: Job, parts: list) -> list:
+    """The parts' configurations as ``step.evaluate`` takes them: the fields search does not vary
+    (framework, compile, offload, no parameter server...) as the job's Strategy has them."""
+    return [replace(StepConfig.from_space(part.columns, job.base),
+                    bucket_bytes=part.columns["bucket_mib"] * MIB, dp_overlap=part.columns["dp_overlap"])
+            for part, _ in parts]
+
+
+def pipeline_floor(model, job: Job, opts, chunk: int) -> dict:
+    """The job's shortest pipeline seconds, over all its configurations and over those at pp = 1.
+
+    ``step._assemble`` adds only sends, exposed data-parallel, optimizer and engine seconds (none
+    negative) to the pipeline's, so no configuration's step is shorter: a bound ``price_jobs`` can
+    prune a whole job with before it prices the data-parallel and memory pieces (half its time).
+    The pipeline is priced by the calls ``step.step_quantities`` makes (tests/test_search_stacks.py
+    holds the two equal).
+    """
+    cl, prof, spec = job.cluster, job.profile, job.spec
+    coll = _collectives(cl, prof)
+    sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
+    floor = {"all": np.inf, "pp1": np.inf}
+    parts = _parts(job.space, chunk)
+    for (part, numeric), c in zip(parts, _configs(job, parts)):
+        if not numeric["dp"].size:
+            continue
+        lay, _, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
+        local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
+        t = compose.compute_times(local, prof, c, precision=spec.precision, recompute=spec.recompute)
+        pipe = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute, sms,
+                                      (prof, cl, p))[2]
+        pipe = np.broadcast_to(part.flat(pipe), numeric["dp"].shape)
+        floor["all"] = min(floor["all"], float(pipe.min()))
+        pp1 = pipe[numeric["pp"] == 1]
+        floor["pp1"] = min(floor["pp1"], float(pp1.min()) if pp1.size else np.inf)
+    return floor
 
 
 _COLLECTIVES = IdentityMemo(16)
@@ -246,10 +279,11 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
     """All jobs priced (in ``workers`` processes when worth it) and their best rows merged.
 
     With pruning (``ranking.per_step``) the jobs that bound others come first (``JobSpec.root``,
-    and those of a family without a root); then the others, by their root's shortest step (a
-    lower bound on theirs, configuration by configuration: ``stack_options``), ``WAVE`` at a
-    time, each skipped when that bound cannot enter the ``top_k`` rows priced so far (its
-    configurations are counted as pruned). The waves are the same however many processes price
+    and those of a family without a root), by their shortest pipeline (``pipeline_floor``, a lower
+    bound on their steps); then the others, by their root's shortest step (a lower bound on theirs,
+    configuration by configuration: ``stack_options``; the root's pipeline floor where the root
+    was pruned). Both go ``WAVE`` at a time, each job skipped when its bound cannot enter the
+    ``top_k`` rows priced so far (its configurations are counted as pruned). The waves are the same however many processes price
     them, and so are the table and the counts.
     """
     n = _worker_count(workers, jobs, 1)
@@ -260,12 +294,21 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
             return best
         families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
         first = [j for j in jobs if j.spec.root or j.spec.family + (j.cluster.name,) not in families]
-        _wave(first, pool, best, results, model, opts, ranking, chunk)
+        # an engine's root bounds its family less its host seconds (Best.fastest), which its pipeline does not
+        floors = {j.index: pipeline_floor(model, j, opts, chunk) for j in first
+                  if stacks.stack(j.spec.framework).engine is None}
 
-        def bound(j):
-            return results[families[j.spec.family + (j.cluster.name,)]].fastest["pp1" if j.spec.offload_layers else "all"]
+        def own(j):
+            return floors[j.index]["all"] if j.index in floors else -np.inf
 
-        rest = [j for j in jobs if j.index not in results]
+        _waves(sorted(first, key=lambda j: (own(j), j.index)), own, pool, best, results, model, opts, ranking, chunk)
+
+        def bound(j):  # the root's shortest step, or its shortest pipeline when the root was pruned
+            i = families[j.spec.family + (j.cluster.name,)]
+            return (results[i].fastest if i in results else floors[i])["pp1" if j.spec.offload_layers else "all"]
+
+        started = {j.index for j in first}  # priced or pruned
+        rest = [j for j in jobs if j.index not in started]
         _waves(sorted(rest, key=lambda j: (bound(j), j.index)), bound, pool, best, results, model, opts, ranking,
                chunk)
     return best
