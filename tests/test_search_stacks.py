@@ -89,9 +89,9 @@ def test_a_job_is_never_faster_than_its_root(priced):
     assert checked > 300 and faster  # alone, its own root, less the host seconds it hides
 
 
-def test_the_pipeline_floor_bounds_every_step_of_its_job(priced):
-    # the floor a root is pruned by: never above a step of its job (all, and at pp = 1), and the
-    # pipeline seconds step.evaluate reports, not a second copy of them
+def test_the_floor_bounds_every_step_of_its_job(priced):
+    # the floor a root is pruned by: never above a step of its job (all, and at pp = 1), and at pp = 1
+    # (one stage) the pipeline + dp_comm seconds step.evaluate reports, not a second copy of them
     opts = {"placement": "tp-pp-dp", "optimizer": "adamw"}
     for job, rows in priced:
         if rows.empty or not job.spec.root:  # the roots are the jobs price_jobs floors
@@ -100,12 +100,15 @@ def test_the_pipeline_floor_bounds_every_step_of_its_job(priced):
         assert floor["all"] <= rows["step_time"].min()
         at_pp1 = rows.loc[rows["pp"] == 1, "step_time"]
         assert floor["pp1"] <= (at_pp1.min() if len(at_pp1) else np.inf)
-    job = next(j for j, rows in priced if j.spec.framework == "megatron" and len(rows) > 100)
-    (part, _), = _parts(job.space, CHUNK)
-    c, = _configs(job, [(part, None)])
-    out = compose.evaluate(MODEL, H100, job.profile, _collectives(H100, job.profile), c, precision=job.spec.precision,
-                           recompute=job.spec.recompute, optimizer="adamw")
-    assert pipeline_floor(MODEL, job, opts, CHUNK)["all"] == part.flat(out["pipeline"]).min()
+    for framework in ("megatron", "torchtitan"):  # DDP and ZeRO-1/2/3; FSDP2
+        job = max((j for j, _ in priced if j.spec.framework == framework and j.spec.root), key=lambda j: len(j.space))
+        (part, numeric), = _parts(job.space, CHUNK)
+        c, = _configs(job, [(part, None)])
+        out = compose.evaluate(MODEL, H100, job.profile, _collectives(H100, job.profile), c,
+                               precision=job.spec.precision, recompute=job.spec.recompute, optimizer="adamw")
+        low = part.flat(out["pipeline"] + out["dp_comm"])[numeric["pp"] == 1]
+        assert pipeline_floor(MODEL, job, opts, CHUNK)["pp1"] == low.min()
+        assert (part.flat(out["dp_comm"])[numeric["pp"] == 1] > 0).any()
 
 
 @pytest.mark.parametrize("sort_by, top_k", [("tokens_per_second", 1), ("step_time", 10)])

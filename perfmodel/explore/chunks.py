@@ -27,7 +27,10 @@ from perfmodel.core.memo import IdentityMemo
 from perfmodel.explore.space import NUMERIC, Space
 from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.interval import bounds
-from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.costs.host import HostCosts
+from perfmodel.parallel.data import DataParallelWork, _stage_exposed
+from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 from perfmodel.workload import stacks
 
@@ -126,32 +129,45 @@ def _configs(job: Job, parts: list) -> list:
 
 
 def pipeline_floor(model, job: Job, opts, chunk: int) -> dict:
-    """The job's shortest pipeline seconds, over all its configurations and over those at pp = 1.
+    """The job's shortest pipeline seconds plus its first stage's exposed data-parallel seconds,
+    over all its configurations and over those at pp = 1.
 
-    ``step._assemble`` adds only sends, exposed data-parallel, optimizer and engine seconds (none
-    negative) to the pipeline's, so no configuration's step is shorter: a bound ``price_jobs`` can
-    prune a whole job with before it prices the data-parallel and memory pieces (half its time).
-    The pipeline is priced by the calls ``step.step_quantities`` makes (tests/test_search_stacks.py
-    holds the two equal).
+    ``step._assemble`` adds sends, exposed data-parallel, optimizer and engine seconds (none
+    negative) to the pipeline's, and ``dp_comm_time`` takes the worst stage, the first (index 0,
+    no drain slack) among them; so no configuration's step is shorter: a bound ``price_jobs`` can
+    prune a whole job with before it prices the other stages' reductions and the memory. The
+    pieces are priced by the calls ``step.step_quantities`` makes (tests/test_search_stacks.py
+    holds the floor at pp = 1 equal to ``step.evaluate``'s pipeline + dp_comm there).
     """
     cl, prof, spec = job.cluster, job.profile, job.spec
     coll = _collectives(cl, prof)
-    sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
     floor = {"all": np.inf, "pp1": np.inf}
     parts = _parts(job.space, chunk)
     for (part, numeric), c in zip(parts, _configs(job, parts)):
         if not numeric["dp"].size:
             continue
-        lay, _, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
-        local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
-        t = compose.compute_times(local, prof, c, precision=spec.precision, recompute=spec.recompute)
-        pipe = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute, sms,
-                                      (prof, cl, p))[2]
-        pipe = np.broadcast_to(part.flat(pipe), numeric["dp"].shape)
-        floor["all"] = min(floor["all"], float(pipe.min()))
-        pp1 = pipe[numeric["pp"] == 1]
+        low = np.broadcast_to(part.flat(_step_floor(model, cl, prof, coll, c, spec, opts)), numeric["dp"].shape)
+        floor["all"] = min(floor["all"], float(low.min()))
+        pp1 = low[numeric["pp"] == 1]
         floor["pp1"] = min(floor["pp1"], float(pp1.min()) if pp1.size else np.inf)
     return floor
+
+
+def _step_floor(model, cl, prof, coll, c: StepConfig, spec, opts):
+    """The pipeline's seconds (``step._critical_path``) plus the first stage's exposed data-parallel
+    seconds (``step._exposed``'s ``dp_comm_time`` over that stage alone), per configuration."""
+    lay, lay_dp, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
+    local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
+    t = compose.compute_times(local, prof, c, precision=spec.precision, recompute=spec.recompute)
+    sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
+    _, timed, pipe, *_ = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute,
+                                                sms, (prof, cl, p))
+    dpc = replace(c, dp=c.dp * c.cp)
+    work = DataParallelWork(p, tuple(sts), timed, compose.dp_backward_windows(prof, timed, sts),
+                            wire_bytes(spec.precision, dpc.framework), HostCosts.of(prof).overlap_compute_slowdown)
+    first = _stage_exposed(coll, lay_dp, dpc, work, sts[0], work.backward_s[0], parameter_server_links(cl),
+                           compose.bucket_costs(prof))
+    return pipe + np.maximum(first, 0.0)
 
 
 _COLLECTIVES = IdentityMemo(16)
