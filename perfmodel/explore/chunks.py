@@ -305,7 +305,7 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
     n = _worker_count(workers, jobs, 1)
     best, results = Best(ranking), {}
     with _pool(n) as pool:
-        if not ranking.per_step:
+        if not ranking.per_step or ranking.sort_by not in PRUNABLE:  # nothing to bound: every job priced
             _wave(jobs, pool, best, results, model, opts, ranking, chunk)
             return best
         families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
@@ -330,6 +330,7 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
     return best
 
 
+PRUNABLE = ("step_time", "tokens_per_second", "samples_per_second", "usd_per_million_tokens")  # a step bounds them
 WAVE = 4  # jobs priced between two looks at the top rows (more: fewer looks, less pruning)
 
 
