@@ -12,10 +12,12 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.explore import strategy_of
-from perfmodel.explore.chunks import CHUNK, chunks
+from perfmodel import step as compose
+from perfmodel.explore.chunks import CHUNK, _collectives, _configs, _parts, chunks, pipeline_floor
 from perfmodel.explore.space import NUMERIC
 from perfmodel.validate.published import read_published
 
+chunks_module = importlib.import_module("perfmodel.explore.chunks")
 search_module = importlib.import_module("perfmodel.explore.search")  # the module (the package exports the function)
 MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
 H100 = pm.cluster("dgx-h100", nodes=1)
@@ -88,14 +90,40 @@ def test_a_job_is_never_faster_than_its_root(priced):
     # no ZeRO-2/3 with pp > 1: the rows DeepSpeed's pipeline engine refuses are not searched)
 
 
-@pytest.mark.parametrize("sort_by", ["tokens_per_second", "step_time"])
-def test_pruning_loses_no_row(sort_by):
+def test_the_floor_bounds_every_step_of_its_job(priced):
+    # the floor a root is pruned by: never above a step of its job (all, and at pp = 1), and at pp = 1
+    # (one stage) the pipeline + dp_comm seconds step.evaluate reports, not a second copy of them
+    opts = {"placement": "tp-pp-dp", "optimizer": "adamw"}
+    for job, rows in priced:
+        if rows.empty or not job.spec.root:  # the roots are the jobs price_jobs floors
+            continue
+        floor = pipeline_floor(MODEL, job, opts, CHUNK)
+        assert floor["all"] <= rows["step_time"].min()
+        at_pp1 = rows.loc[rows["pp"] == 1, "step_time"]
+        assert floor["pp1"] <= (at_pp1.min() if len(at_pp1) else np.inf)
+    for framework in ("megatron", "torchtitan"):  # DDP and ZeRO-1/2/3; FSDP2
+        job = max((j for j, _ in priced if j.spec.framework == framework and j.spec.root), key=lambda j: len(j.space))
+        (part, numeric), = _parts(job.space, CHUNK)
+        c, = _configs(job, [(part, None)])
+        out = compose.evaluate(MODEL, H100, job.profile, _collectives(H100, job.profile), c,
+                               precision=job.spec.precision, recompute=job.spec.recompute, optimizer="adamw")
+        low = part.flat(out["pipeline"] + out["dp_comm"])[numeric["pp"] == 1]
+        assert pipeline_floor(MODEL, job, opts, CHUNK)["pp1"] == low.min()
+        assert (part.flat(out["dp_comm"])[numeric["pp"] == 1] > 0).any()
+
+
+@pytest.mark.parametrize("sort_by, top_k", [("tokens_per_second", 1), ("step_time", 10)])
+def test_pruning_loses_no_row(sort_by, top_k, monkeypatch):
     small = {**SMALL, "cp": 1, "max_virtual_stages": 1, "bucket_mib": 25}
-    full = pm.search(MODEL, H100, 16, top_k=10, prune=False, sort_by=sort_by, **small)
-    pruned = pm.search(MODEL, H100, 16, top_k=10, sort_by=sort_by, **small)
+    roots, real = [], chunks_module.price_job
+    monkeypatch.setattr(chunks_module, "price_job", lambda job, *a: (roots.append(job.spec.root), real(job, *a))[1])
+    full = pm.search(MODEL, H100, 16, top_k=top_k, prune=False, sort_by=sort_by, **small)
+    every, roots[:] = sum(roots), []
+    pruned = pm.search(MODEL, H100, 16, top_k=top_k, sort_by=sort_by, **small)
     pd.testing.assert_frame_equal(pruned.reset_index(drop=True), full.reset_index(drop=True), check_exact=True)
     assert pruned.attrs["pruned"] > 0 and full.attrs["pruned"] == 0
     assert pruned.attrs["evaluated"] + pruned.attrs["pruned"] == full.attrs["evaluated"]
+    assert top_k > 1 or sum(roots) < every  # a root pruned by its pipeline floor
 
 
 @pytest.mark.parametrize("options", [dict(framework="torchtitan", precision="fp8-mixed", compile=True),
@@ -138,6 +166,6 @@ def test_published_llama_405b_in_the_default_space_is_beaten():
     case = {c.label: c for c in read_published()}["llama3-405B-16384"]
     published = pm.predict(case.model, case.cluster, case.strategy)
     assert published.fits
-    top = pm.search(case.model, case.cluster, case.strategy.global_batch, top_k=3)
+    top = pm.search(case.model, case.cluster, case.strategy.global_batch, top_k=1)
     assert top["fits"].all() and top["step_time"].iloc[0] <= published.step_time
     assert top.attrs["evaluated"] + top.attrs["pruned"] > 350_000

@@ -27,11 +27,14 @@ from perfmodel.core.memo import IdentityMemo
 from perfmodel.explore.space import NUMERIC, Space
 from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.interval import bounds
-from perfmodel.parallel.fabric import cluster_collectives
+from perfmodel.costs.host import HostCosts
+from perfmodel.parallel.data import DataParallelWork, _stage_exposed
+from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 from perfmodel.workload import stacks
 
-CHUNK = 32_768  # grid cells priced per call: enough to amortise numpy's per-call cost, a few MB of columns
+CHUNK = 65_536  # grid cells priced per call: a default space's largest job (47,376 cells) in one call, a few MB of columns
 PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
@@ -100,12 +103,8 @@ def chunks(model, job: Job, opts, chunk: int):
     cl, space, prof, stack = job.cluster, job.space, job.profile, job.stack
     coll = _collectives(cl, prof)
     parts = _parts(space, chunk)
-    # fields search does not vary (framework, compile, offload, no parameter server...) as the job's Strategy has them
-    configs = [replace(StepConfig.from_space(part.columns, job.base),
-                       bucket_bytes=part.columns["bucket_mib"] * MIB, dp_overlap=part.columns["dp_overlap"])
-               for part, _ in parts]
     for precision, recompute in ((job.spec.precision, job.spec.recompute),):
-        for (part, numeric), c in zip(parts, configs):
+        for (part, numeric), c in zip(parts, _configs(job, parts)):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
             out["micro_batch"] = c.micro_batch
@@ -119,6 +118,56 @@ def chunks(model, job: Job, opts, chunk: int):
             for k, v in out["memory"].items():
                 cols["mem_" + k] = np.broadcast_to(v, (m,))
             yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"])
+
+
+def _configs(job: Job, parts: list) -> list:
+    """The parts' configurations as ``step.evaluate`` takes them: the fields search does not vary
+    (framework, compile, offload, no parameter server...) as the job's Strategy has them."""
+    return [replace(StepConfig.from_space(part.columns, job.base),
+                    bucket_bytes=part.columns["bucket_mib"] * MIB, dp_overlap=part.columns["dp_overlap"])
+            for part, _ in parts]
+
+
+def pipeline_floor(model, job: Job, opts, chunk: int) -> dict:
+    """The job's shortest pipeline seconds plus its first stage's exposed data-parallel seconds,
+    over all its configurations and over those at pp = 1.
+
+    ``step._assemble`` adds sends, exposed data-parallel, optimizer and engine seconds (none
+    negative) to the pipeline's, and ``dp_comm_time`` takes the worst stage, the first (index 0,
+    no drain slack) among them; so no configuration's step is shorter: a bound ``price_jobs`` can
+    prune a whole job with before it prices the other stages' reductions and the memory. The
+    pieces are priced by the calls ``step.step_quantities`` makes (tests/test_search_stacks.py
+    holds the floor at pp = 1 equal to ``step.evaluate``'s pipeline + dp_comm there).
+    """
+    cl, prof, spec = job.cluster, job.profile, job.spec
+    coll = _collectives(cl, prof)
+    floor = {"all": np.inf, "pp1": np.inf}
+    parts = _parts(job.space, chunk)
+    for (part, numeric), c in zip(parts, _configs(job, parts)):
+        if not numeric["dp"].size:
+            continue
+        low = np.broadcast_to(part.flat(_step_floor(model, cl, prof, coll, c, spec, opts)), numeric["dp"].shape)
+        floor["all"] = min(floor["all"], float(low.min()))
+        pp1 = low[numeric["pp"] == 1]
+        floor["pp1"] = min(floor["pp1"], float(pp1.min()) if pp1.size else np.inf)
+    return floor
+
+
+def _step_floor(model, cl, prof, coll, c: StepConfig, spec, opts):
+    """The pipeline's seconds (``step._critical_path``) plus the first stage's exposed data-parallel
+    seconds (``step._exposed``'s ``dp_comm_time`` over that stage alone), per configuration."""
+    lay, lay_dp, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
+    local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
+    t = compose.compute_times(local, prof, c, precision=spec.precision, recompute=spec.recompute)
+    sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
+    _, timed, pipe, *_ = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute,
+                                                sms, (prof, cl, p))
+    dpc = replace(c, dp=c.dp * c.cp)
+    work = DataParallelWork(p, tuple(sts), timed, compose.dp_backward_windows(prof, timed, sts),
+                            wire_bytes(spec.precision, dpc.framework), HostCosts.of(prof).overlap_compute_slowdown)
+    first = _stage_exposed(coll, lay_dp, dpc, work, sts[0], work.backward_s[0], parameter_server_links(cl),
+                           compose.bucket_costs(prof))
+    return pipe + np.maximum(first, 0.0)
 
 
 _COLLECTIVES = IdentityMemo(16)
@@ -246,31 +295,42 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
     """All jobs priced (in ``workers`` processes when worth it) and their best rows merged.
 
     With pruning (``ranking.per_step``) the jobs that bound others come first (``JobSpec.root``,
-    and those of a family without a root); then the others, by their root's shortest step (a
-    lower bound on theirs, configuration by configuration: ``stack_options``), ``WAVE`` at a
-    time, each skipped when that bound cannot enter the ``top_k`` rows priced so far (its
-    configurations are counted as pruned). The waves are the same however many processes price
+    and those of a family without a root), by their shortest pipeline (``pipeline_floor``, a lower
+    bound on their steps); then the others, by their root's shortest step (a lower bound on theirs,
+    configuration by configuration: ``stack_options``; the root's pipeline floor where the root
+    was pruned). Both go ``WAVE`` at a time, each job skipped when its bound cannot enter the
+    ``top_k`` rows priced so far (its configurations are counted as pruned). The waves are the same however many processes price
     them, and so are the table and the counts.
     """
     n = _worker_count(workers, jobs, 1)
     best, results = Best(ranking), {}
     with _pool(n) as pool:
-        if not ranking.per_step:
+        if not ranking.per_step or ranking.sort_by not in PRUNABLE:  # nothing to bound: every job priced
             _wave(jobs, pool, best, results, model, opts, ranking, chunk)
             return best
         families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
         first = [j for j in jobs if j.spec.root or j.spec.family + (j.cluster.name,) not in families]
-        _wave(first, pool, best, results, model, opts, ranking, chunk)
+        # an engine's root bounds its family less its host seconds (Best.fastest), which its pipeline does not
+        floors = {j.index: pipeline_floor(model, j, opts, chunk) for j in first
+                  if stacks.stack(j.spec.framework).engine is None}
 
-        def bound(j):
-            return results[families[j.spec.family + (j.cluster.name,)]].fastest["pp1" if j.spec.offload_layers else "all"]
+        def own(j):
+            return floors[j.index]["all"] if j.index in floors else -np.inf
 
-        rest = [j for j in jobs if j.index not in results]
+        _waves(sorted(first, key=lambda j: (own(j), j.index)), own, pool, best, results, model, opts, ranking, chunk)
+
+        def bound(j):  # the root's shortest step, or its shortest pipeline when the root was pruned
+            i = families[j.spec.family + (j.cluster.name,)]
+            return (results[i].fastest if i in results else floors[i])["pp1" if j.spec.offload_layers else "all"]
+
+        started = {j.index for j in first}  # priced or pruned
+        rest = [j for j in jobs if j.index not in started]
         _waves(sorted(rest, key=lambda j: (bound(j), j.index)), bound, pool, best, results, model, opts, ranking,
                chunk)
     return best
 
 
+PRUNABLE = ("step_time", "tokens_per_second", "samples_per_second", "usd_per_million_tokens")  # a step bounds them
 WAVE = 4  # jobs priced between two looks at the top rows (more: fewer looks, less pruning)
 
 
