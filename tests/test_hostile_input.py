@@ -54,7 +54,9 @@ def h200_profile():
 
 @pytest.mark.parametrize("section, name, value, what", [
     ("compute", "R", 5e-324, "FLOP/s or bytes/s"), ("compute", "t0", 1e308, "seconds"),
-    ("intra", "busbw_bytes_per_s", 1e-300, "FLOP/s or bytes/s"), ("intra", "alpha_s", 1e308, "seconds")])
+    ("intra", "busbw_bytes_per_s", 1e-300, "FLOP/s or bytes/s"), ("intra", "alpha_s", 1e308, "seconds"),
+    ("compute", "T", 5.7e-267, "a count of SMs or tile rows"), ("compute", "sms", 0.5, "a count of SMs or tile rows"),
+    ("compute", "elem_bytes", 1e-30, "bytes per element")])
 def test_2_profile_parameters_bounded_by_physics(h200_profile, section, name, value, what):
     data = copy.deepcopy(h200_profile)
     entries = data["compute"].values() if section == "compute" else [data["collectives"]["intra"]["all_reduce"]]

@@ -174,7 +174,8 @@ PARAM_BOUNDS = {
     **dict.fromkeys(("beta", "beta_row", "beta_y", "c_row"), (_PER_UNIT, "seconds per FLOP, byte or row")),
     **dict.fromkeys(("R", "R_mis", "bw", "busbw_bytes_per_s"), (_RATE, "FLOP/s or bytes/s")),
     **dict.fromkeys(("gamma", "q", "exponent"), (_EXPONENT, "an exponent")),
-    **dict.fromkeys(("sms", "T", "elem_bytes"), ((0.0, 1e6), "a count")),
+    **dict.fromkeys(("sms", "T"), ((1.0, 1e6), "a count of SMs or tile rows")),
+    "elem_bytes": ((0.125, 64.0), "bytes per element"),
 }
 DEFAULT_BOUNDS = ((0.0, 1e15), "a size or a factor")
 
