@@ -23,6 +23,7 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.context import ring_plan
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
@@ -198,7 +199,7 @@ class Strategy:
         if self.recompute is None:
             object.__setattr__(self, "recompute", st.default_recompute)
         if self.attention is None:
-            object.__setattr__(self, "attention", st.default_attention)
+            object.__setattr__(self, "attention", self._default_attention())
         if self.loss is None:  # torchtitan compiles the loss with the blocks (compile.components)
             object.__setattr__(self, "loss", "compiled" if self.compile and st.compiles_loss else "eager")
         check_choice("loss", self.loss, LOSSES)
@@ -302,8 +303,13 @@ class Strategy:
         st = stack(self.framework)
         unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
                  "loss": "compiled" if self.compile and st.compiles_loss else "eager",
-                 "attention": st.default_attention}
+                 "attention": self._default_attention()}
         return value == unset[name]
+
+    def _default_attention(self) -> str:
+        """The attention kernel the framework calls: under context parallelism, the one its ring runs."""
+        ring = ring_plan(self.framework).attention if self.cp > 1 else None
+        return ring or stack(self.framework).default_attention
 
     def replace(self, **changes) -> Strategy:
         return replace(self, **changes)
