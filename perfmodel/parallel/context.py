@@ -43,6 +43,16 @@ def ring_attention(kernels, cp: int, causal: bool, plan: RingPlan | None = None)
     return out
 
 
+def ring_kernels(lf, lb, cp: int, causal: bool, framework: str) -> tuple:
+    """(the ring's later steps forward, backward; the rank's own attention blocks forward, backward)
+    of a layer whose kernels are ``lf``, ``lb``, as ``framework``'s ring runs them (``ring_plan``)."""
+    if cp <= 1:
+        return [], [], [], []
+    plan = ring_plan(framework)
+    return (ring_attention(lf, cp, causal, plan), ring_attention(lb, cp, causal, plan),
+            [k for k in lf if k.cls == "sdpa"], [k for k in lb if k.cls == "sdpa"])
+
+
 def ring_merges(k: Kernel, cp: int, plan: RingPlan) -> list[Kernel]:
     """The merges of one ring pass of ``k`` (forward or backward), priced as fp32 copies (8 B per element).
 
