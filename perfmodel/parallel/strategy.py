@@ -23,7 +23,7 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack
 from perfmodel.workload.stacks.checkpointing import check_recompute
-from perfmodel.workload.stacks.context import ring_plan
+from perfmodel.workload.stacks.context import default_attention
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
@@ -308,8 +308,7 @@ class Strategy:
 
     def _default_attention(self) -> str:
         """The attention kernel the framework calls: under context parallelism, the one its ring runs."""
-        ring = ring_plan(self.framework).attention if self.cp > 1 else None
-        return ring or stack(self.framework).default_attention
+        return default_attention(self.framework, self.cp)
 
     def replace(self, **changes) -> Strategy:
         return replace(self, **changes)

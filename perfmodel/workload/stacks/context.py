@@ -15,9 +15,10 @@ Two implementations are priced (``RING_PLANS``); ``ring_plan(framework)`` names 
   each waited one step later and the last one right after the loop.
 - ``"te"``: Transformer Engine v2.1 ``AttnFuncWithCPAndKVP2P`` (``transformer_engine/pytorch/
   attention.py``, as Megatron-Core calls it): the same load-balanced steps, cuDNN fused attention
-  each step, K/V passed by ``batch_isend_irecv`` while the step computes, the output corrected in
-  the 16-bit output dtype by one fused kernel per step (``flash_attn_fwd_out_correction``) on a
-  second stream; backward passes K/V and the 16-bit dK/dV together.
+  each step (on two alternating streams), K/V passed by ``batch_isend_irecv`` while the step
+  computes, the output corrected in the 16-bit output dtype by one fused kernel per step after the
+  loop (``flash_attn_fwd_out_correction``); backward passes K/V and the 16-bit dK/dV together and
+  adds each step's dQ and dK/dV in place.
 """
 
 from __future__ import annotations
@@ -55,14 +56,22 @@ TORCH_RING = RingPlan(
     "torchtitan/distributed/context_parallel.py, config/job_config.py context_parallel_rotate_method",
     rotate="allgather", attention="flash2", merge_fwd=32.5, merge_fwd_kv=4.0, merge_once=12.0,
     merge_bwd=10.0, merge_bwd_kv=10.0 + 8.0 + 4.0, grad_kv_bytes=4.0)
-# TE: out (bf16) += out_step · exp(lse_step − lse), one fused kernel: 2 B read of out_step, 2 + 2 of out
+# TE: after the steps, out (bf16) += out_step · exp(lse_step − lse) per step, one fused kernel (2 B read of
+# out_step, 2 + 2 of out); backward dq.add_(dq_) and dkv.add_(dkv_) per step in the 16-bit dtype (2 + 2 + 2 B)
 TE_RING = RingPlan(
     "te", "TransformerEngine v2.1 (450146a) transformer_engine/pytorch/attention.py AttnFuncWithCPAndKVP2P",
     rotate="p2p", attention=None, merge_fwd=6.0, merge_fwd_kv=0.0, merge_once=0.0,
-    merge_bwd=0.0, merge_bwd_kv=0.0, grad_kv_bytes=2.0)
+    merge_bwd=6.0, merge_bwd_kv=6.0, grad_kv_bytes=2.0)
 RING_PLANS = {"torch": TORCH_RING, "te": TE_RING}
 
 
 def ring_plan(framework: str) -> RingPlan:
     """The ring-attention implementation a framework's context parallelism runs."""
     return TE_RING if stack(framework).model_code == "megatron" else TORCH_RING
+
+
+def default_attention(framework: str, cp: int = 1) -> str:
+    """The attention kernel a framework calls when the user names none: under context parallelism
+    (cp > 1) the one its ring runs (``RingPlan.attention``), else the stack's own."""
+    ring = ring_plan(framework).attention if cp > 1 else None
+    return ring or stack(framework).default_attention
