@@ -78,7 +78,8 @@ class Strategy:
     #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
     # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "cudnn": cuDNN's as published;
     # "unfused": s² scores;
-    # None: the framework's default (workload/stacks: fsdp1 "flash2", the others "flash")
+    # None: the framework's default (workload/stacks: fsdp1 "flash2", the others "flash"; with cp > 1 the
+    # kernel its ring runs, workload/stacks/context.py: "flash2" under torch's context parallelism)
     attention: str | None = None
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
