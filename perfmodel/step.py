@@ -27,7 +27,7 @@ from perfmodel.core.errors import PerfModelError
 from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
 from perfmodel.parallel.config import StepConfig
-from perfmodel.parallel.context import cp_comm_times, ring_attention
+from perfmodel.parallel.context import cp_comm_times, ring_kernels
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.deepspeed import engine_exposed
 from perfmodel.parallel.expert import ep_comm_times, expert_shard_ranks, sharded
@@ -84,7 +84,7 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
 @dataclass(frozen=True)
 class ComputeTimes:
     """Per-micro-batch compute of a layer, the embedding and the head: wall and GPU seconds by
-    part and phase, the ring-attention blocks' GPU seconds (forward, backward) and FLOPs."""
+    part and phase, the ring-attention GPU seconds (as ``ring_kernels`` lists them) and FLOPs."""
 
     wall: PhaseTimes
     gpu: PhaseTimes
@@ -105,20 +105,19 @@ def _flops(kernels):
 
 
 def kernel_lists(model, c: StepConfig, precision, recompute):
-    """Kernels of a layer, the embedding and the head (forward, backward), and the ring's blocks."""
+    """Kernels of a layer, the embedding and the head (forward, backward), and the ring's (``ring_kernels``)."""
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
              "loss": "eager" if c.loss == "chunked" else c.loss}
     multiple = _vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
-    causal = bool(getattr(model, "causal", True))
-    ring_f, ring_b = ring_attention(lf, c.cp, causal), ring_attention(lb, c.cp, causal)
+    ring = ring_kernels(lf, lb, c.cp, bool(getattr(model, "causal", True)), c.framework)
     ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
         model, c.micro_batch, tp=c.tp, precision=precision, vocab_multiple=multiple))
     hf, hb = (adapt_kernels(ks, **stack) for ks in steps.head_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, vocab_multiple=multiple))
-    return {"layer_f": lf + ring_f, "layer_b": lb + ring_b, "embed_f": ef, "embed_b": eb, "head_f": hf,
-            "head_b": hb}, (ring_f, ring_b)
+    return {"layer_f": lf + ring[0], "layer_b": lb + ring[1], "embed_f": ef, "embed_b": eb, "head_f": hf,
+            "head_b": hb}, ring
 
 
 # the StepConfig fields kernel_lists reads

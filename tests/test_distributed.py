@@ -382,7 +382,9 @@ def test_ring_attention_prices_one_cp_th_of_the_attention_per_rank():
         own = sum(k.flops * k.count for k in sdpa)
         whole = 4.0 * model.heads * 8192 ** 2 * model.head_dim  # full-s² convention, whole sequence
         assert own + sum(k.flops * k.count for k in ring) == pytest.approx(whole / cp)
-        assert [k.size["causal"] for k in ring] == [0.0] and ring[0].count == pytest.approx((cp - 1) / 2)
+        # cp − 1 later steps, each two non-causal (s/2cp)² blocks (head-tail load balancing)
+        assert [k.size["causal"] for k in ring] == [0.0] and ring[0].count == pytest.approx(2 * (cp - 1))
+        assert ring[0].size["seq"] == 8192 / (2 * cp)
 
 
 def test_ring_exchange_is_exposed_only_where_the_blocks_cannot_hide_it():
@@ -391,7 +393,7 @@ def test_ring_exchange_is_exposed_only_where_the_blocks_cannot_hide_it():
     cl = pm.cluster("dgx-h100", nodes=2)
     coll = cluster_collectives(cl, default_profile(cl))
     local = dataclasses.replace(_llama(), seq=2048)                 # cp = 4: 2048 of 8192 tokens per rank
-    c = cfg(tp=4, cp=4)
+    c = cfg(tp=4, cp=4, framework="megatron")                       # Transformer Engine's p2p ring
     kv = 2 * 2048 * (8 / 4) * 128 * 2                               # K and V of the chunk, bf16
     lay = placement.layout(1, 4, 1, 8, cp=4)                        # tp·cp = 16: the ring spans both nodes
     assert lay["cp"] == (2.0, 2.0)

@@ -34,6 +34,7 @@ from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.context import default_attention
 from perfmodel.hardware import as_cluster
 
 # sortable columns: True where larger is better
@@ -82,7 +83,7 @@ def _stack_of(opts, fw: str, cp: int) -> dict:
         choices = st[name]
         return choices if fw == "megatron" or len(choices) == 1 else tuple(c for c in choices if c == plain)
 
-    return {"framework": fw, "attention": st["attention"] or stacks.stack(fw).default_attention,  # None: its own
+    return {"framework": fw, "attention": st["attention"] or default_attention(fw, cp),  # None: its own (its ring's)
             "tp_overlap": overlap("tp_overlap", False),
             "dp_overlap": overlap("dp_overlap", True), "cp": cp, "ep": st["ep"]}
 

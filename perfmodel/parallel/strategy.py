@@ -24,6 +24,7 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.context import default_attention
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
@@ -78,7 +79,8 @@ class Strategy:
     #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
     # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "cudnn": cuDNN's as published;
     # "unfused": s² scores;
-    # None: the framework's default (workload/stacks: fsdp1 "flash2", the others "flash")
+    # None: the framework's default (workload/stacks: fsdp1 "flash2", the others "flash"; with cp > 1 the
+    # kernel its ring runs, workload/stacks/context.py: "flash2" under torch's context parallelism)
     attention: str | None = None
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
@@ -200,7 +202,7 @@ class Strategy:
         if self.recompute is None:
             object.__setattr__(self, "recompute", st.default_recompute)
         if self.attention is None:
-            object.__setattr__(self, "attention", st.default_attention)
+            object.__setattr__(self, "attention", self._default_attention())
         if self.loss is None:  # torchtitan compiles the loss with the blocks (compile.components)
             object.__setattr__(self, "loss", "compiled" if self.compile and st.compiles_loss else "eager")
         check_choice("loss", self.loss, LOSSES)
@@ -304,8 +306,12 @@ class Strategy:
         st = stack(self.framework)
         unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
                  "loss": "compiled" if self.compile and st.compiles_loss else "eager",
-                 "attention": st.default_attention}
+                 "attention": self._default_attention()}
         return value == unset[name]
+
+    def _default_attention(self) -> str:
+        """The attention kernel the framework calls: under context parallelism, the one its ring runs."""
+        return default_attention(self.framework, self.cp)
 
     def replace(self, **changes) -> Strategy:
         return replace(self, **changes)

@@ -1,0 +1,72 @@
+"""Ring attention as each stack's code runs it: per-step chunk kernels, merges, K/V traffic, the kernel."""
+
+import dataclasses
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.costs.comm import hierarchical_time
+from perfmodel.parallel import context, placement
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.pipeline import sendrecv_time
+from perfmodel.predict import cluster_collectives, default_profile
+from perfmodel.workload import kernels as steps
+from perfmodel.workload.stacks.context import TE_RING, TORCH_RING, ring_plan
+
+
+def _llama(seq):  # Llama 3 8B shapes: 32 heads, 8 K/V heads, head_dim 128
+    return dataclasses.replace(pm.preset("llama-3-8b"), seq=seq)
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_chunk_kernels_and_merge_bytes_by_hand(cp):
+    """s = 8192: a rank holds 8192/cp tokens; each of the cp − 1 later steps is two non-causal
+    (8192/2cp)² blocks; torch's merges move 32.5 B per output element and 4 B per K/V element per step
+    (plus 12 B once) forward, 10 B and 22 B per step backward."""
+    local = _llama(8192 // cp)
+    fwd, bwd = steps.layer_kernels(local, 1, precision="bf16-mixed")
+    ring = context.ring_attention(fwd + bwd, cp, causal=True, plan=TORCH_RING)
+    blocks = [k for k in ring if k.cls == "sdpa"]
+    assert [k.size["seq"] for k in blocks] == [4096 / cp, 4096 / cp]
+    assert [float(k.count) for k in blocks] == [2.0 * (cp - 1)] * 2
+    n = 32 * (8192 / cp) * 128      # output elements b·heads·(s/cp)·d
+    n_kv = 8 * (8192 / cp) * 128    # one of K, V
+    merge_f, merge_b = (k for k in ring if k.cls == "copy")
+    assert merge_f.size["x"] * 8 == pytest.approx((cp - 1) * (32.5 * n + 2 * 4.0 * n_kv) + 12.0 * n)
+    assert merge_b.size["x"] * 8 == pytest.approx((cp - 1) * (10.0 * n + 2 * 22.0 * n_kv))
+    te = context.ring_attention(fwd, cp, causal=True, plan=TE_RING)
+    assert [k.size["x"] * 8 for k in te if k.cls == "copy"] == [pytest.approx((cp - 1) * 6.0 * n)]
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_torch_ring_traffic_by_hand(cp):
+    """torch's ring: forward all-gathers cp K/V chunks (2·b·(s/cp)·kv_heads·d bf16 each) behind the
+    own causal block; backward gathers again and permutes the fp32 dK/dV cp times, the last exposed."""
+    cl = pm.cluster("dgx-h100", nodes=1)
+    coll = cluster_collectives(cl, default_profile(cl))
+    local = _llama(8192 // cp)
+    c = dataclasses.replace(StepConfig.from_strategy(pm.Strategy(micro_batch=1)), cp=cp)
+    lay = placement.layout(1, 1, 1, 8, cp=cp)
+    kv = 2 * (8192 / cp) * 8 * 128 * 2
+    gather = hierarchical_time(coll, "all_gather", cp * kv, *lay["cp"], algorithm="ring")
+    grad = sendrecv_time(coll, "intra", 2 * kv)   # fp32 dK/dV: twice the bf16 bytes
+    quick = (0.0, 0.0, 0.0, 0.0)                  # blocks hide nothing
+    got = context.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", ring_gpu_s=quick)
+    assert got.layer_f == pytest.approx(gather)
+    assert got.layer_b == pytest.approx(gather + (cp - 2) * grad + grad)
+    slow = (1.0, 1.0, 1.0, 1.0)                   # one-second blocks hide all but the last permute
+    hid = context.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="none", ring_gpu_s=slow)
+    assert (hid.layer_f, hid.layer_b) == (0.0, pytest.approx(grad))
+    again = context.cp_comm_times(local, coll, lay, c, precision="bf16-mixed", recompute="full", ring_gpu_s=quick)
+    assert again.layer_b == pytest.approx(got.layer_b + got.layer_f)  # full recompute gathers again
+
+
+def test_kernel_chosen_under_cp_per_stack():
+    """torch's context parallelism calls flash/efficient SDPA (priced as FlashAttention-2); Megatron's
+    ring runs Transformer Engine's fused attention, the profile's own; a named kernel is kept."""
+    assert ring_plan("torchtitan") is TORCH_RING and ring_plan("megatron") is TE_RING
+    assert pm.Strategy(framework="torchtitan", cp=2).attention == "flash2"
+    assert pm.Strategy(framework="torchtitan").attention == "flash"
+    assert pm.Strategy(framework="megatron", cp=2).attention == "flash"
+    assert pm.Strategy(framework="torchtitan", cp=2, attention="flash").attention == "flash"
+    assert pm.Strategy(framework="torchtitan", cp=2).is_default("attention")
