@@ -58,3 +58,15 @@ def test_floats_arrays_and_sympy_agree_on_stream_k_shapes():
         assert float(gemm_tiles_gpu(P, m, n, k)) == t
         symbolic = float(form.expression(P, m=sp.Integer(int(m)), n=sp.Integer(int(n)), k=sp.Integer(int(k))))
         assert symbolic == pytest.approx(t, rel=1e-9)
+
+
+def test_stream_k_off_for_simt_kernels():
+    """``stream_k`` = 0 (fp32 entries: SIMT kernels) prices the wgrad shape with the split terms only,
+    as slow as split 4 allows; the fitter sets it from the dtype."""
+    m, n, k = 256.0, 64.0, 512.0 * 56 * 56
+    off = {**P, "stream_k": 0.0}
+    slow = float(gemm_tiles_gpu(off, m, n, k))
+    assert slow > 2.0 * float(gemm_tiles_gpu(P, m, n, k))
+    assert float(gemm_tiles_gpu(off, np.array([m]), np.array([n]), np.array([k]))[0]) == slow
+    form = get_form("gemm_tiles")
+    assert float(form.expression(off, m=sp.Integer(256), n=sp.Integer(64), k=sp.Integer(int(k)))) == pytest.approx(slow)

@@ -191,7 +191,10 @@ def _stream_k(p, m, n, k, tm, tn, e, ceil, sym):
     tiles·k reduction steps are spread evenly over units = min(SMs, ⌊tiles·k / (8·BK)⌋) persistent
     CTAs, each a K range of tiles·k/units; the partial fp32 tiles (8·TM·TN bytes per unit, written
     and read) are reduced in the kernel at split-K's fixed cost ``t_split``. Infinite elsewhere
-    (data-parallel tiles: the split terms price them)."""
+    (data-parallel tiles: the split terms price them), and where ``stream_k`` is 0 (fp32 without
+    tensor cores: SIMT kernels, which that scheduler does not serve; absent means 1)."""
+    if not p.get("stream_k", 1.0):
+        return sp.oo if sym else math.inf if type(m) is float else np.full(np.broadcast(m, n, k).shape, np.inf)
     tiles = ceil(m / tm) * ceil(n / tn)
     k_min = STREAM_K_MIN_ITERS * STREAM_K_TILE_BYTES / p["elem_bytes"]  # elements of K per unit at least
     if sym:
