@@ -12,7 +12,8 @@ GEMM (``gemm_smooth``; ``gemm_two``, ``gemm_two_levels`` and ``gemm_tiles`` belo
     max(GPU time, CPU issue time) (the launch queue drains otherwise).
     ``gemm_two`` fits aligned and misaligned rows as two kernel families;
     ``gemm_tiles`` prices an aligned GEMM as the fastest of several tile shapes
-    and split-K factors, each quantised into waves on the SMs.
+    and split-K factors, each quantised into waves on the SMs, and (one under-half wave of tiles)
+    stream-K over all SMs (Osama et al. 2023).
 Memory-bound (``mem_affine``): t = max(t_cpu, t0 + x·beta), x = elements,
     beta = bytes per element / bandwidth (roofline, Williams et al. 2009).
 Attention (``sdpa_flash``): FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/(s+s_half)
@@ -219,7 +220,7 @@ def _stream_k_time(p, tiles, k, tm, tn, e, units):
 def gemm_tiles_gpu(p, m, n, k):
     """Aligned GEMMs: the fastest of the tile shapes and split-K factors (cuBLAS's heuristic picks
     per shape); misaligned ones: ``gemm_two``'s second family on C padded to 128x128 tiles."""
-    one = np.ndim(m) == 0 and np.ndim(n) == 0 and np.ndim(k) == 0  # one GEMM: its 24 terms on Python floats
+    one = np.ndim(m) == 0 and np.ndim(n) == 0 and np.ndim(k) == 0  # one GEMM: its 32 terms on Python floats
     if one and m > 0 and n > 0 and k > 0:
         return _gemm_tiles_one(p, float(m), float(n), float(k))
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
