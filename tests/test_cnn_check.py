@@ -79,22 +79,25 @@ def test_a_class_fitted_from_deepbench_reproduces_its_published_points():
         kern = conv_pass_kernel("c", "fwd", "fwd", r.batch, r.cin, r.cout, r.hw, 3, 1, dtype="fp16")
         errors.append(abs(float(cnn_kernel_time(v100, kern)[0]) / r.time_s - 1))
     assert len(errors) == entry["n_points"] == 24
-    assert np.median(errors) <= entry["cv_mape"]
+    # the recorded in-sample MAPE is reproduced, and like the CV MAPE it is a mean of |errors|
+    assert np.mean(errors) == pytest.approx(entry["fit_mape"], rel=1e-9)
+    assert np.mean(errors) <= entry["cv_mape"]
     # one published point: batch 16, 256 -> 512 channels, 28x28: 310 us
     kern = conv_pass_kernel("c", "fwd", "fwd", 16, 256, 512, 28, 3, 1, dtype="fp16")
     assert float(cnn_kernel_time(v100, kern)[0]) == pytest.approx(310e-6, rel=entry["cv_mape"])
 
 
 def test_the_check_stays_within_its_recorded_errors(scored):
-    # docs/cnn.md: channels-last medians on the RTX 3090 (datasheet-scaled profile: ResNet 38.0% / 5.3%
-    # vs ResNet-50, EfficientNet 30.3% / 15.4%); a regression guard with the recorded figures plus a
-    # margin, not a fitted target
+    # docs/cnn.md: channels-last medians on the RTX 3090 (datasheet-scaled profile, stream-K weight
+    # gradients: ResNet 25.4% / 1.4% vs ResNet-50, EfficientNet 3.8% / 30.4%); a regression guard with
+    # the recorded figures plus a margin, not a fitted target
     table = summary(scored)
     n, err, rel = table[("rtx-3090", "nhwc", "resnet")]
-    assert err < 0.42 and rel < 0.08
+    assert err < 0.29 and rel < 0.05
     n, err, rel = table[("rtx-3090", "nhwc", "efficientnet")]
-    assert err < 0.35 and rel < 0.20
-    assert all(r.predicted < r.measured for r in scored if r.layout == "nhwc")  # the scale is too slow, as documented
+    assert err < 0.08 and rel < 0.34
+    # the shared dense work is still priced too slow, as documented; EfficientNet-B0 alone is now too fast
+    assert all(r.predicted < r.measured for r in scored if r.layout == "nhwc" and "efficientnet" not in r.model)
 
 
 def test_increments_pair_models_on_the_same_gpu_and_layout(scored):

@@ -272,7 +272,9 @@ class ComputeFitter:
         candidates["gemm_two"] = ("gemm_two", fixed, two)
         candidates["gemm_two_levels"] = ("gemm_two_levels", fixed,
                                          {**two, "p4": Free(0.7, 0.05, 1.0), "p2": Free(0.5, 0.05, 1.0)})
-        candidates["gemm_tiles"] = ("gemm_tiles", fixed, {
+        # CUTLASS's sm90 stream-K scheduler serves tensor-core kernels; fp32 runs SIMT kernels
+        tiles_fixed = {**fixed, "stream_k": 0.0 if dtype == "fp32" else 1.0}
+        candidates["gemm_tiles"] = ("gemm_tiles", tiles_fixed, {
             **{k: two[k] for k in ("R", "k_half", "p16", "R_mis", "k_half_mis", "mn_half_mis", "t0", "t_cpu")},
             "e16": Free(0.9, 0.3, 1.2), "e8": Free(0.75, 0.2, 1.2), "e4": Free(0.6, 0.1, 1.2),
             "t_split": Free(3e-6, 1e-8, 1e-3), "p4": Free(0.7, 0.05, 1.0), "p2": Free(0.5, 0.05, 1.0)})

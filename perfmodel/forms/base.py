@@ -44,7 +44,9 @@ class Form:
         if params is None:
             params = {p: sp.Symbol(p, positive=True) for p in self.params}
         else:
-            params = {p: sp.Float(params[p]) if isinstance(params[p], float) else params[p] for p in self.params}
+            # a form's optional parameters (``stream_k`` of ``gemm_tiles``) pass through as the numpy body sees them
+            params = {**params, **{p: sp.Float(params[p]) if isinstance(params[p], float) else params[p]
+                                   for p in self.params}}
         return self.sympy_fn(params, **syms)
 
     def _check(self, params, variables) -> None:

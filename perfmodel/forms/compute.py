@@ -12,7 +12,8 @@ GEMM (``gemm_smooth``; ``gemm_two``, ``gemm_two_levels`` and ``gemm_tiles`` belo
     max(GPU time, CPU issue time) (the launch queue drains otherwise).
     ``gemm_two`` fits aligned and misaligned rows as two kernel families;
     ``gemm_tiles`` prices an aligned GEMM as the fastest of several tile shapes
-    and split-K factors, each quantised into waves on the SMs.
+    and split-K factors, each quantised into waves on the SMs, and (one under-half wave of tiles)
+    stream-K over all SMs (Osama et al. 2023).
 Memory-bound (``mem_affine``): t = max(t_cpu, t0 + x·beta), x = elements,
     beta = bytes per element / bandwidth (roofline, Williams et al. 2009).
 Attention (``sdpa_flash``): FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/(s+s_half)
@@ -160,7 +161,8 @@ def _float_ceil(x):
 def _tile_terms(p, m, n, k, sym=False):
     """(tile shape, split) -> time of the aligned kernel: ⌈tiles·s/SMs⌉ waves of one tile's
     2·TM·TN·(k/s) FLOPs at the per-SM rate; split-K adds a reduction of s fp32 partial C
-    (written and read: 8·m·n·s bytes) and its launch (CUTLASS split-K, "parallel reduction")."""
+    (written and read: 8·m·n·s bytes) and its launch (CUTLASS split-K, "parallel reduction").
+    Each tile shape also has its stream-K term (``_stream_k``)."""
     ceil = sp.ceiling if sym else _float_ceil if type(m) is float else np.ceil
     out = []
     for tm, tn in GEMM_TILE_SHAPES:
@@ -173,13 +175,52 @@ def _tile_terms(p, m, n, k, sym=False):
             if s > 1:
                 t = t + p["t_split"] + 8 * m * n * s / p["bw"]
             out.append(t)
+        out.append(_stream_k(p, m, n, k, tm, tn, e, ceil, sym))
     return out
+
+
+# Stream-K (Osama et al., PPoPP 2023), as CUTLASS v4.7 schedules it on sm90
+# (include/cutlass/gemm/kernel/tile_scheduler_params.h, PersistentTileSchedulerSm90StreamKParams):
+# a stream-K unit takes at least 8 k-tiles (``min_iters_per_sk_unit_``) of 128 bytes of K each.
+STREAM_K_MIN_ITERS = 8
+STREAM_K_TILE_BYTES = 128
+
+
+def _stream_k(p, m, n, k, tm, tn, e, ceil, sym):
+    """Time of one tile shape under stream-K: when fewer than half the SMs hold an output tile
+    (CUTLASS's heuristic: a tail wave under half full is stream-K, here the only wave), the
+    tiles·k reduction steps are spread evenly over units = min(SMs, ⌊tiles·k / (8·BK)⌋) persistent
+    CTAs, each a K range of tiles·k/units; the partial fp32 tiles (8·TM·TN bytes per unit, written
+    and read) are reduced in the kernel at split-K's fixed cost ``t_split``. Infinite elsewhere
+    (data-parallel tiles: the split terms price them), and where ``stream_k`` is 0 (fp32 without
+    tensor cores: SIMT kernels, which that scheduler does not serve; absent means 1)."""
+    if not p.get("stream_k", 1.0):
+        return sp.oo if sym else math.inf if type(m) is float else np.full(np.broadcast(m, n, k).shape, np.inf)
+    tiles = ceil(m / tm) * ceil(n / tn)
+    k_min = STREAM_K_MIN_ITERS * STREAM_K_TILE_BYTES / p["elem_bytes"]  # elements of K per unit at least
+    if sym:
+        units = sp.Min(p["sms"], sp.floor(tiles * k / k_min))
+        return sp.Piecewise((_stream_k_time(p, tiles, k, tm, tn, e, units), sp.And(2 * tiles < p["sms"], units > tiles)),
+                            (sp.oo, True))
+    if type(m) is float:  # one GEMM on Python floats (``_gemm_tiles_one``)
+        units = min(p["sms"], math.floor(tiles * k / k_min))
+        return _stream_k_time(p, tiles, k, tm, tn, e, units) if 2 * tiles < p["sms"] and units > tiles else math.inf
+    units = np.minimum(p["sms"], np.floor(tiles * k / k_min))
+    applies = (2 * tiles < p["sms"]) & (units > tiles)
+    return np.where(applies, _stream_k_time(p, tiles, k, tm, tn, e, np.maximum(units, 1.0)), np.inf)
+
+
+def _stream_k_time(p, tiles, k, tm, tn, e, units):
+    """One stream-K unit's K range (tiles·k/units) at the per-SM rate, plus the in-kernel fixup."""
+    ku = tiles * k / units
+    return (2 * tm * tn * ku / (p["R"] / p["sms"] * e * ku / (ku + p["k_half"])) + p["t_split"]
+            + 8 * tm * tn * units / p["bw"])
 
 
 def gemm_tiles_gpu(p, m, n, k):
     """Aligned GEMMs: the fastest of the tile shapes and split-K factors (cuBLAS's heuristic picks
     per shape); misaligned ones: ``gemm_two``'s second family on C padded to 128x128 tiles."""
-    one = np.ndim(m) == 0 and np.ndim(n) == 0 and np.ndim(k) == 0  # one GEMM: its 24 terms on Python floats
+    one = np.ndim(m) == 0 and np.ndim(n) == 0 and np.ndim(k) == 0  # one GEMM: its 32 terms on Python floats
     if one and m > 0 and n > 0 and k > 0:
         return _gemm_tiles_one(p, float(m), float(n), float(k))
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
