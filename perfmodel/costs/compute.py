@@ -169,6 +169,10 @@ def phase_time(profile: Profile, kernels: list[Kernel], *, symbolic: bool = Fals
     ``symbolic``: the kernels' sizes may hold sympy symbols; the times are sympy expressions.
     """
     host = HostCosts.of(profile)
+    if not symbolic and not host.serial:
+        one = _one_phase(profile, kernels, host)
+        if one is not None:
+            return one
     extra = host.cpu_extra_per_kernel_s  # module/autograd
     in_step = host.in_step_compute_factor  # cold operands
     gpu = 0.0
@@ -186,6 +190,28 @@ def phase_time(profile: Profile, kernels: list[Kernel], *, symbolic: bool = Fals
         return (wall if host.serial else maximum(gpu, cpu)), gpu, cpu
     gpu, cpu = np.asarray(gpu, float), np.asarray(cpu, float)
     return (np.asarray(wall, float) if host.serial else np.maximum(gpu, cpu)), gpu, cpu
+
+
+_ONE = frozenset((float, int, np.float64))  # one number, summed on Python floats
+
+
+def _one_phase(profile: Profile, kernels: list[Kernel], host: HostCosts):
+    """``phase_time`` of one configuration on a GPU (a launch queue) on Python floats, the same
+    operations in the same order; None when a count or a kernel's time is an array (a search)."""
+    gpu = cpu = 0.0
+    extra, in_step = host.cpu_extra_per_kernel_s, host.in_step_compute_factor
+    for kern in kernels:
+        count = kern.count
+        if type(count) not in _ONE:
+            return None
+        g, c = kernel_time(profile, kern)
+        if type(g) not in _ONE or type(c) not in _ONE:
+            return None
+        g = float(g) * in_step if kern.cls == "gemm" else float(g)
+        gpu = gpu + g * float(count)
+        cpu = cpu + (float(c) + extra) * float(count)
+    gpu, cpu = np.asarray(gpu, float), np.asarray(cpu, float)
+    return np.maximum(gpu, cpu), gpu, cpu
 
 
 def time_by_class(profile: Profile, kernels: list[Kernel]) -> dict[str, np.ndarray]:
