@@ -136,7 +136,7 @@ def _array_key(collective, size, rpn, nodes, algorithm):
 
 def _scalar_key(*values):
     """A memo key of one-number arguments, or None when any of them is an array."""
-    key = tuple(v if type(v) in PLAIN_TYPES else scalar(v) for v in values)
+    key = tuple([v if type(v) in PLAIN_TYPES else scalar(v) for v in values])
     return None if None in key else key
 
 

@@ -38,6 +38,11 @@ class Form:
     doc: str = ""
     scalar_fn: Callable | None = None
 
+    def __post_init__(self):
+        # the names as sets, for the check every evaluation makes
+        object.__setattr__(self, "_param_set", frozenset(self.params))
+        object.__setattr__(self, "_variable_set", frozenset(self.variables))
+
     def evaluate(self, params: Mapping[str, float], /, **variables):
         self._check(params, variables)
         if self.scalar_fn is not None:
@@ -62,6 +67,8 @@ class Form:
         return self.sympy_fn(params, **syms)
 
     def _check(self, params, variables) -> None:
+        if params.keys() >= self._param_set and variables.keys() <= self._variable_set:
+            return
         missing = [p for p in self.params if p not in params]
         if missing:
             raise ProfileError(f"form {self.name!r} lacks parameters {missing} (needs {list(self.params)})")
