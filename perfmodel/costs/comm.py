@@ -108,7 +108,7 @@ def collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> 
     if key is not None:
         hit = _COLLECTIVE_MEMO.get(entry, key)
         if hit is None:
-            hit = _collective_time(entry, collective, size_bytes, group_size)
+            hit = _one_collective(entry, collective, size_bytes, group_size)
             _COLLECTIVE_MEMO.put(entry, key, hit)
         return hit.copy()
     return _collective_time(entry, collective, size_bytes, group_size)
@@ -136,7 +136,7 @@ def _array_key(collective, size, rpn, nodes, algorithm):
 
 def _scalar_key(*values):
     """A memo key of one-number arguments, or None when any of them is an array."""
-    key = tuple(v if type(v) in PLAIN_TYPES else scalar(v) for v in values)
+    key = tuple([v if type(v) in PLAIN_TYPES else scalar(v) for v in values])
     return None if None in key else key
 
 
@@ -147,6 +147,17 @@ def _collective_time(entry: Mapping, collective: str, size_bytes, group_size) ->
     n = _array("group_size", group_size, integer=True, minimum=1)
     t = form.evaluate(entry["params"], size=size, n=n, factor=factor)
     return np.where((size > 0) & (n > 1), t, 0.0)  # one rank or no bytes: nothing to send
+
+
+def _one_collective(entry: Mapping, collective: str, size_bytes, group_size) -> np.ndarray:
+    """``_collective_time`` of one size and group on Python floats (the same operations); bad
+    input goes the checked way, to its error."""
+    form, size, n = comm_form(entry), float(size_bytes), float(group_size)
+    if collective not in BUSBW_FACTOR or not (0 <= size < math.inf and 1 <= n < math.inf and n == round(n)):
+        return _collective_time(entry, collective, size_bytes, group_size)
+    if size > 0 and n > 1:
+        return np.asarray(form.evaluate(entry["params"], size=size, n=n, factor=BUSBW_FACTOR[collective](n)), float)
+    return np.asarray(0.0)  # one rank or no bytes: nothing to send
 
 
 def datasheet_entry(bw_bytes_per_s: float, latency_s: float, *, source: str) -> dict:

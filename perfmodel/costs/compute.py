@@ -18,7 +18,7 @@ import numpy as np
 from perfmodel.core.algebra import maximum, to_sympy
 from perfmodel.core.errors import PerfModelError, UnsupportedError
 from perfmodel.costs.cnn import CNN_CLASSES, cnn_kernel_time
-from perfmodel.core.memo import IdentityMemo, scalar
+from perfmodel.core.memo import PLAIN_TYPES, IdentityMemo, scalar
 from perfmodel.costs.host import DEFAULT_CPU_PER_KERNEL_S, HostCosts  # noqa: F401 (re-exported)
 from perfmodel.forms.registry import get_form
 from perfmodel.profiles.profile import Profile
@@ -26,7 +26,10 @@ from perfmodel.workload.ops import Kernel, aligned_view, mem as mem_kernel
 
 
 def _gpu(entry: dict, symbolic: bool = False, **variables):
-    params = {**entry["params"], "t_cpu": 0.0}
+    params = _ZEROED.get(entry, "t_cpu")
+    if params is None:  # the entry's parameters without the eager CPU floor, built once per entry
+        params = {**entry["params"], "t_cpu": 0.0}
+        _ZEROED.put(entry, "t_cpu", params)
     if symbolic:
         return get_form(entry["form"]).expression(params, **{k: to_sympy(v) for k, v in variables.items()})
     return get_form(entry["form"]).evaluate(params, **variables)
@@ -77,6 +80,7 @@ def kernel_time(profile: Profile, kern: Kernel, *, symbolic: bool = False) -> tu
 
 
 _KERNEL_MEMO = IdentityMemo(8192)
+_ZEROED = IdentityMemo(1024)  # entry -> its parameters with t_cpu = 0 (never handed out: not changed)
 # a search's kernels: Llama-3-70B on 512 H100 keeps 583 (3.4 MB, size arrays of up to 1,494 rows)
 _ARRAY_KERNEL_MEMO = IdentityMemo(2048)
 ARRAY_KERNEL_MAX = 2048  # elements of a size array beyond which a kernel is priced without the memo
@@ -105,10 +109,13 @@ def _read_only(x):
 def _kernel_key(kern: Kernel):
     """A memo key of what one launch's price reads (class, dtype, variant, sizes), or None when a
     size is an array (a search) or a symbol."""
-    sizes = tuple((name, scalar(v)) for name, v in kern.size.items())
-    if any(v is None for _, v in sizes):
-        return None
-    return kern.cls, kern.dtype, kern.variant, sizes
+    sizes = []
+    for name, v in kern.size.items():
+        v = v if type(v) in PLAIN_TYPES else scalar(v)
+        if v is None:
+            return None
+        sizes.append((name, v))
+    return kern.cls, kern.dtype, kern.variant, tuple(sizes)
 
 
 def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
@@ -169,6 +176,10 @@ def phase_time(profile: Profile, kernels: list[Kernel], *, symbolic: bool = Fals
     ``symbolic``: the kernels' sizes may hold sympy symbols; the times are sympy expressions.
     """
     host = HostCosts.of(profile)
+    if not symbolic and not host.serial:
+        one = _one_phase(profile, kernels, host)
+        if one is not None:
+            return one
     extra = host.cpu_extra_per_kernel_s  # module/autograd
     in_step = host.in_step_compute_factor  # cold operands
     gpu = 0.0
@@ -186,6 +197,28 @@ def phase_time(profile: Profile, kernels: list[Kernel], *, symbolic: bool = Fals
         return (wall if host.serial else maximum(gpu, cpu)), gpu, cpu
     gpu, cpu = np.asarray(gpu, float), np.asarray(cpu, float)
     return (np.asarray(wall, float) if host.serial else np.maximum(gpu, cpu)), gpu, cpu
+
+
+_ONE = frozenset((float, int, np.float64))  # one number, summed on Python floats
+
+
+def _one_phase(profile: Profile, kernels: list[Kernel], host: HostCosts):
+    """``phase_time`` of one configuration on a GPU (a launch queue) on Python floats, the same
+    operations in the same order; None when a count or a kernel's time is an array (a search)."""
+    gpu = cpu = 0.0
+    extra, in_step = host.cpu_extra_per_kernel_s, host.in_step_compute_factor
+    for kern in kernels:
+        count = kern.count
+        if type(count) not in _ONE:
+            return None
+        g, c = kernel_time(profile, kern)
+        if type(g) not in _ONE or type(c) not in _ONE:
+            return None
+        g = float(g) * in_step if kern.cls == "gemm" else float(g)
+        gpu = gpu + g * float(count)
+        cpu = cpu + (float(c) + extra) * float(count)
+    gpu, cpu = np.asarray(gpu, float), np.asarray(cpu, float)
+    return np.maximum(gpu, cpu), gpu, cpu
 
 
 def time_by_class(profile: Profile, kernels: list[Kernel]) -> dict[str, np.ndarray]:

@@ -225,7 +225,7 @@ def gemm_tiles_gpu(p, m, n, k):
         return _gemm_tiles_one(p, float(m), float(n), float(k))
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
     a = np.minimum(an, ak)
-    terms = _tile_terms(p, float(m), float(n), float(k)) if one else _tile_terms(p, m, n, k)
+    terms = _tile_terms(p, m, n, k)  # arrays (an empty GEMM too: numpy's inf, not a ZeroDivisionError)
     t_al = np.minimum.reduce(terms) / np.where(a >= 32, 1.0, p["p16"])
     mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
     q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
