@@ -43,7 +43,9 @@ def test_default_space_spans_context_parallelism_stacks_and_sharding(whole):
     assert {1, 2, 4, 8, 16} == set(search(MODEL, CLUSTER, 64, top_k=100_000, recompute="full")["cp"])
     assert set(whole["framework"]) <= {"pytorch", "megatron", "deepspeed", "torchtitan", "fsdp1"}
     narrow = search(MODEL, CLUSTER, 64, top_k=1, cp=1, framework="pytorch", tp_overlap=False, fsdp=(None,))
-    assert narrow.attrs["evaluated"] * 5 < whole.attrs["evaluated"]
+    # the valid configurations of each space: priced, or left unpriced because their job's bound missed the top rows
+    valid = lambda df: df.attrs["evaluated"] + df.attrs["pruned"]  # noqa: E731
+    assert valid(narrow) * 5 < valid(whole)
 
 
 def test_a_cp_list_leaves_out_sizes_the_sequence_cannot_take():
