@@ -21,20 +21,8 @@ import perfmodel as pm
 from perfmodel.costs.compute import kernel_time
 from perfmodel.profiles.published import attention_flops, attention_pass_flops, attention_table, mamf_table
 from perfmodel.profiles.reference import microbench_rows
+from perfmodel.validate.published import read_published_stacks
 from perfmodel.workload.ops import Kernel
-
-# TorchTitan paper, Table 1 (local batch 2, seq 8192, per-op selective checkpointing) and Table 2
-# (local batch 1, full checkpointing, compile + float8, context parallel): (options, batch, seq, cp, TPS/GPU)
-TORCHTITAN_TPS = [
-    ({"recompute": "selective-op"}, 2, 8192, 1, 5762),
-    ({"recompute": "selective-op", "compile": True, "loss": "eager"}, 2, 8192, 1, 6667),
-    ({"recompute": "selective-op", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 2, 8192, 1, 8532),
-    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 32768, 1, 3890),
-    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 65536, 2, 2540),
-    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 131072, 4, 1071),
-    ({"recompute": "full", "compile": True, "loss": "eager", "precision": "fp8-mixed"}, 1, 262144, 8, 548),
-]
-
 
 def sdpa_tflops(profile, batch, heads, seq, head_dim, causal, which="fwd", kernel="fa2") -> float:
     """TFLOP/s of ``profile``'s attention class (``kernel``: "fa2" for ``attention="flash2"``, "fa3" for
@@ -98,13 +86,13 @@ def torchtitan_checks(attention: str = "flash2", node: str = TORCHTITAN_NODE) ->
     torchtitan (October 2024) let context-parallel SDPA use only the FLASH and EFFICIENT backends
     (torchtitan/distributed/utils.py before commit 5cfe514b6, 2025-03-20), hence FlashAttention-2."""
     rows = []
-    for options, batch, seq, cp, tps in TORCHTITAN_TPS:
-        m = dataclasses.replace(pm.preset("llama-3-8b"), seq=seq)
-        s = pm.Strategy(dp=8 // cp, cp=cp, micro_batch=batch, framework="torchtitan", attention=attention,
-                        **options)
-        p = pm.predict(m, pm.cluster(node), s)
-        pred = p.tokens_per_second / 8
-        rows.append({"seq": seq, "cp": cp, "options": ",".join(f"{k}={v}" for k, v in options.items()),
+    for case in read_published_stacks():  # the paper's rows, as bundled (published_stack_runs.csv)
+        s = dataclasses.replace(case.strategy, attention=attention)
+        p = pm.predict(case.model, pm.cluster(node), s)
+        tps = s.micro_batch * case.model.seq / (s.cp * case.measured)
+        pred = p.tokens_per_second / pm.cluster(node).n_gpus
+        options = {"recompute": s.recompute, "compile": s.compile, "precision": s.precision}
+        rows.append({"seq": case.model.seq, "cp": s.cp, "options": ",".join(f"{k}={v}" for k, v in options.items()),
                      "published": tps, "predicted": pred, "error": pred / tps - 1})
     return pd.DataFrame(rows)
 
