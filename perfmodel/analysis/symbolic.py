@@ -42,6 +42,7 @@ from perfmodel.step import kernel_lists, bucket_costs, dp_backward_windows, opti
 from perfmodel.workload.ops import Kernel
 from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
+from perfmodel.workload.stacks import stack
 
 FREE = ("micro_batch", "dp", "micro_batches")
 
@@ -77,9 +78,10 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     if strategy.pp > 1 or strategy.shard or strategy.ps_servers or strategy.ps_async:
         raise UnsupportedError("symbolic step times cover pp=1 without ZeRO/FSDP or parameter servers "
                                f"(got pp={strategy.pp}, zero={strategy.shard}, ps_servers={strategy.ps_servers})")
-    if strategy.framework == "deepspeed":  # its engine's host work and reduction (parallel/deepspeed.py)
-        raise UnsupportedError("symbolic step times do not cover framework='deepspeed' (its engine's host work, "
-                               "p2p and reduction after the last backward): use pm.predict, or framework='megatron'")
+    if stack(strategy.framework).engine:  # its engine's host work and reduction (parallel/deepspeed.py)
+        raise UnsupportedError(f"symbolic step times do not cover framework={strategy.framework!r} (its engine's "
+                               "host work, p2p and reduction after the last backward): use pm.predict, or "
+                               "framework='megatron'")
     if strategy.tp > 1 or strategy.cp > 1 or strategy.ep > 1:
         raise UnsupportedError("symbolic step times do not cover tensor, context or expert parallelism yet "
                                f"(use tp=1, cp=1, ep=1; got tp={strategy.tp}, cp={strategy.cp}, ep={strategy.ep})")

@@ -186,7 +186,7 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
     price = ring_pricer(coll, rpn, nodes)
     once = _reduce_once(price, c, params * grad_bytes, window_s, slowdown)
     per_step = c.micro_batches * once
-    if stack(c.framework).name == "megatron":
+    if stack(c.framework).grad_buffer:
         total = _bucketed(price, "reduce_scatter", params * grad_bytes, c.bucket_bytes)[0]
         tail = _reduce_once(price, c, params * grad_bytes, window_s)  # its slowdown is counted over all m
         per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
@@ -210,7 +210,7 @@ def chunk_reduces(c: StepConfig) -> bool:
     """Whether gradients are reduced per model chunk of the interleaved schedule: Megatron-LM
     core_r0.9.0 (``schedules.forward_backward_pipelining_with_interleaving`` enables grad sync in
     each chunk's last micro-batch backward; ``DistributedDataParallel`` keeps one buffer per chunk)."""
-    return stack(c.framework).name == "megatron" and bool(np.any(np.asarray(c.virtual_stages) > 1))
+    return stack(c.framework).grad_buffer and bool(np.any(np.asarray(c.virtual_stages) > 1))
 
 
 def chunked_exposed(all_c, last_c, share_c, window_s, c: StepConfig, slowdown=0.0):

@@ -36,6 +36,7 @@ class Stack:
     default_attention: str = "flash"  # the attention kernel its model code calls when the user names none
     tp_regathers: int = 2       # SP all-gathers a block repeats in backward for its weight gradients (parallel/tensor.py)
     float8: bool = False        # has float8 training (precision "fp8-mixed"): workload/stack.py adapt_kernels
+    grad_buffer: bool = False   # Megatron-Core DDP: one grad buffer per model chunk, reduced asynchronously (parallel/data.py)
 
 
 STACKS = {
@@ -47,7 +48,7 @@ STACKS = {
                       weights16=True, sharding="megatron", default_fsdp=None, reduce_bytes=4.0,
                       default_recompute="none", recompute=("none", "selective", "full"),
                       compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron",
-                      float8=True),  # Transformer Engine fp8 linears (workload/stack.py transformer_engine_fp8)
+                      float8=True, grad_buffer=True),  # Transformer Engine fp8 linears (workload/stack.py transformer_engine_fp8)
     # Megatron-DeepSpeed: Megatron-LM's model code trained by deepspeed.initialize (DeepSpeed 0.16.4
     # deepspeed/runtime/engine.py, zero/stage_1_and_2.py): the engine's host work is priced on top
     "deepspeed": Stack("deepspeed", "microsoft/Megatron-DeepSpeed (Megatron-LM layers) on DeepSpeed 0.16.4 "
