@@ -31,7 +31,7 @@ def maximum(a, b):
     if is_symbolic(a) or is_symbolic(b):
         import sympy as sp
 
-        return sp.Max(to_sympy(a), to_sympy(b))
+        return _unsimplified(sp.Max, to_sympy(a), to_sympy(b))
     return np.maximum(a, b)
 
 
@@ -40,8 +40,17 @@ def minimum(a, b):
     if is_symbolic(a) or is_symbolic(b):
         import sympy as sp
 
-        return sp.Min(to_sympy(a), to_sympy(b))
+        return _unsimplified(sp.Min, to_sympy(a), to_sympy(b))
     return np.minimum(a, b)
+
+
+def _unsimplified(func, *args):
+    """``sympy.Min``/``Max`` evaluated on numbers, left as written on expressions: sympy's search for
+    redundant arguments (``_find_localzeros``) takes seconds to minutes on a step's expressions, and
+    substituting numbers evaluates them anyway."""
+    if all(getattr(a, "is_number", False) for a in args):
+        return func(*args)
+    return func(*args, evaluate=False)
 
 
 def equal(a, b):

@@ -199,7 +199,7 @@ def _stream_k(p, m, n, k, tm, tn, e, ceil, sym):
     tiles = ceil(m / tm) * ceil(n / tn)
     k_min = STREAM_K_MIN_ITERS * STREAM_K_TILE_BYTES / p["elem_bytes"]  # elements of K per unit at least
     if sym:
-        units = sp.Min(p["sms"], sp.floor(tiles * k / k_min))
+        units = _sym_min(p["sms"], sp.floor(tiles * k / k_min))
         return sp.Piecewise((_stream_k_time(p, tiles, k, tm, tn, e, units), sp.And(2 * tiles < p["sms"], units > tiles)),
                             (sp.oo, True))
     if type(m) is float:  # one GEMM on Python floats (``_gemm_tiles_one``)
@@ -254,20 +254,37 @@ def _gemm_tiles_one(p, m: float, n: float, k: float):
     return np.float64(max(p["t0"] + (t_al if a >= 16 else t_mis), bytes_moved / p["bw"]))
 
 
+def _sym_min(*terms):
+    """``sympy.Min`` of the tile terms, left unsimplified while sizes are symbols: sympy's pairwise
+    elimination of redundant arguments (``Min._find_localzeros``) takes minutes over 32 terms, and
+    substituting numbers evaluates the minimum anyway."""
+    return _lazy(sp.Min, [t for t in terms if t is not sp.oo])
+
+
+def _sym_max(*terms):
+    """``sympy.Max``, unsimplified while sizes are symbols (``_sym_min``)."""
+    return _lazy(sp.Max, terms)
+
+
+def _lazy(func, terms):
+    terms = [sp.sympify(t) for t in terms]
+    return func(*terms) if all(t.is_number for t in terms) else func(*terms, evaluate=False)
+
+
 def _sym_gemm_tiles(p, m, n, k):
     eb = p["elem_bytes"]
 
     def aligned(b):
         return sp.And(sp.Eq(sp.Mod(n * eb, b), 0), sp.Eq(sp.Mod(k * eb, b), 0))
 
-    t_al = sp.Min(*_tile_terms(p, m, n, k, sym=True))
+    t_al = _sym_min(*_tile_terms(p, m, n, k, sym=True))
     mp, np_ = sp.ceiling(m / MIS_TILE) * MIS_TILE, sp.ceiling(n / MIS_TILE) * MIS_TILE
     q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
     t_mis = 2 * mp * np_ * k / (p["R_mis"] * q_mis)
     t = sp.Piecewise((t_al, aligned(32)), (t_al / p["p16"], aligned(16)), (t_mis, aligned(8)),
                      (t_mis / p["p4"], aligned(4)), (t_mis / p["p2"], True))
     bytes_moved = eb * (m * k + k * n + m * n)
-    return sp.Max(p["t_cpu"], sp.Max(p["t0"] + t, bytes_moved / p["bw"]))
+    return _sym_max(p["t_cpu"], _sym_max(p["t0"] + t, bytes_moved / p["bw"]))
 
 
 _define(Form(
