@@ -174,6 +174,7 @@ def _skip_if_busy(found, record_property):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_quick_validation_median_error(quick_validation, record_property):
     found = quick_validation
     assert [b for b in found.bad if b.skipped] == [], found.bad
@@ -188,6 +189,7 @@ def test_quick_validation_median_error(quick_validation, record_property):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_ddp_step_matches_prediction(quick_validation, record_property):
     results = quick_validation.results
     ddp = results[results.dp == 2].set_index("model")["error_pct"]
@@ -200,6 +202,7 @@ def test_ddp_step_matches_prediction(quick_validation, record_property):
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_calibrate_fit_predict_example_runs(quick_validation):
     work = quick_validation.work_dir  # already calibrated: the example's calibration resumes and ends at once
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "calibrate_fit_predict.py"), "--work-dir",

@@ -240,7 +240,7 @@ class OtherLoad:
         import os
         import time
 
-        self.fraction = None
+        self.fraction, self.wall = None, 0.0
         self._t0, self._start, self._cores = time.monotonic(), _cpu_seconds(), os.cpu_count() or 1
         return self
 
@@ -248,7 +248,7 @@ class OtherLoad:
         import time
 
         end = _cpu_seconds()
-        wall = time.monotonic() - self._t0
+        wall = self.wall = time.monotonic() - self._t0
         if self._start is None or end is None or wall <= 0:
             return
         other = (end[0] - self._start[0]) - (end[1] - self._start[1])

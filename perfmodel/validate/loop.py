@@ -440,7 +440,7 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     device = _device()
-    with OtherLoad() as load:
+    with OtherLoad() as calibrating:
         if device == "cpu":
             host = Host.from_folder(profile) if profile else calibrate_host(work, threads=threads, procs=procs,
                                                                             quick=quick, log=log)
@@ -455,14 +455,24 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
 
             def target(run):
                 return name, profile
+    with OtherLoad() as running:
         out_csv = work / "measured.csv"
         failures = measure_runs(_runs(runs, device, quick), out_csv, target=target, device=device,
                                 threads=threads, steps=steps, warmup=warmup, log=log)
     notes = notes + tuple(f"run failed: {f}" for f in failures)
-    if load.fraction is not None:
-        notes += (f"other processes used {load.fraction:.0%} of this machine's CPU time meanwhile",)
+    # the busier phase counts: a burst while calibrating skews the fits as much as one while training
+    # (a phase under 1 s, e.g. loading a calibrated host, is too short for /proc/stat's 10 ms ticks)
+    loads = [x.fraction for x in (calibrating, running) if x.fraction is not None and x.wall >= 1.0]
+    other_load = max(loads) if loads else None
+    if other_load is not None:
+        notes += (f"other processes used up to {other_load:.0%} of this machine's CPU time meanwhile "
+                  f"(calibration {_share(calibrating.fraction)}, runs {_share(running.fraction)})",)
     results, bad = validate_measured(out_csv) if out_csv.exists() else (pd.DataFrame(), [])
-    return Validation(results, bad, notes, load.fraction, work)
+    return Validation(results, bad, notes, other_load, work)
+
+
+def _share(fraction) -> str:
+    return "unknown" if fraction is None else f"{fraction:.0%}"
 
 
 def _cuda_gpu_name() -> str:
