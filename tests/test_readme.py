@@ -19,5 +19,6 @@ def test_readme_shows_both_commands():
     text = README.read_text()
     assert "pip install . && perfmodel predict --model gpt2-small --gpu h200 --micro-batch 8" in text
     ci = (README.parent / ".ci" / "run").read_text()
-    command = 'pip install ".[test,torch]" && python -m ruff check . && lint-imports && python -m pytest'
+    command = ('pip install ".[test,torch]" && python -m ruff check . && lint-imports && '
+               'python -m pytest -n auto --dist loadfile -m "not timing" && python -m pytest -m timing')
     assert command in text and command in ci
