@@ -74,7 +74,8 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     rows = read_rows(folder / "train.csv")
     balance = float(table.meta.get("balance", 0.0))  # fitted with the table, on the kernel rows' CPU shares
     pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot),
-                               row_sides(r, SLOTS, metric, balance), metric=metric) for r in rows.itertuples()]
+                               row_sides(r, SLOTS, metric, balance), metric=metric, cores=SLOTS)
+            for r in rows.itertuples()]
     rows["predicted"] = pred
     per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
     per_job["error"] = per_job["predicted"] / per_job[COLUMN[metric]] - 1.0
