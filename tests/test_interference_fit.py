@@ -77,7 +77,7 @@ def test_committed_cpu_set_predicted_within_its_documented_error():
     cpu, cpu_err = check(folder, table, "cpu")
     assert len(wall) == len(cpu) == 18 and wall["mix"].nunique() == 8
     assert np.isfinite(wall["error"]).all() and np.isfinite(cpu["error"]).all()
-    assert wall_err < 0.085 and cpu_err < 0.07
+    assert wall_err < 0.075 and cpu_err < 0.07  # 7.0% and 5.0% on the committed set
 
 
 def test_predict_shared_on_the_measured_cpu_host():
