@@ -6,6 +6,9 @@ Run::
     python -m calibration.interference kernels --out interference/kernels.csv --cycles 5
     # training processes (calibration.train's module and step) in mixes of two and three
     python -m calibration.interference train --out interference/train.csv --cycles 5
+    # on a host shared with other users: keep only cycles with at most one other active session
+    python -m calibration.interference train --out interference/train.csv --cycles 5 \
+        --max-other-sessions 1 --attempts 4
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
 oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
@@ -13,7 +16,10 @@ a mix build and warm up, report ready, then follow one clock started when all ar
 then one phase per job with only that job iterating (the others sleep). A job's slowdown in a
 cycle is its mean iteration time in the shared phase over its mean in its solo phase, seconds
 apart, so the drift of the host's other load largely cancels; the parent samples ``/proc/stat``
-procs_running in every phase, so the other runnable threads on each side are recorded too. Mean
+procs_running in every phase, so the other runnable threads on each side are recorded too, and
+scans /proc ``SCANS`` times a phase for the other sessions with runnable work and their runnable
+processes (``sessions_*``, ``tasks_*``); ``--max-other-sessions`` drops the cycles that saw more
+and runs the mix again until ``--cycles`` clean ones are kept (``--attempts`` runs at most). Mean
 iteration times, not medians: an iteration shorter than the scheduler's slice is rarely
 preempted, and only the mean sees the time spent waiting for a core. Cycles are the repeats.
 """
@@ -47,7 +53,8 @@ TRAIN_MIXES = (("gemm", "gemm"), ("gemm", "wide-vocab"), ("gemm", "tiny"), ("wid
                ("gemm", "wide-vocab", "tiny"))
 COLUMNS = ("mix", "job", "slot", "repeat", "wall_alone_s", "wall_together_s", "cpu_alone_s", "cpu_together_s",
            "slowdown", "cpu_slowdown", "other_alone", "other_together", "sessions_alone", "sessions_together",
-           "iterations")
+           "tasks_alone", "tasks_together", "iterations")
+SCANS = 4  # scans of /proc per phase for the other sessions (about 6 ms of CPU each)
 
 
 # --- inside one process -------------------------------------------------------------------------
@@ -129,25 +136,27 @@ def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles:
     return [{"cycle": c, "phase": ph, "wall_s": w, "cpu_s": u, "n": n} for (c, ph), (w, u, n) in sorted(sums.items())]
 
 
-def _other_sessions(own: int) -> int:
-    """Sessions other than ``own`` with a running or runnable process: under the kernel's autogroup
+def _other_load(own: int) -> tuple[int, int]:
+    """(sessions, processes) other than ``own`` running or runnable: under the kernel's autogroup
     scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) each such session gets an equal share
-    of the cores, whatever its number of processes."""
-    active = set()
+    of the cores, whatever its number of processes; the processes say how many of those sessions
+    spread over several cores (the load balancer can move a one-process session off ours, not a
+    session that holds every core)."""
+    active: dict = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if fields[0] == "R" and int(fields[3]) != own:
-            active.add(int(fields[3]))
-    return len(active)
+            active[int(fields[3])] = active.get(int(fields[3]), 0) + 1
+    return len(active), sum(active.values())
 
 
 def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, period_s: float = 0.1) -> dict:
     """Per (cycle, phase): mean /proc/stat ``procs_running`` less this sampling process, and the
-    count of other sessions with runnable work (scanned twice a phase: a scan of /proc costs tens of
-    milliseconds of this session's own share)."""
+    mean count of other sessions with runnable work and of their runnable processes (``SCANS``
+    scans a phase: a scan of /proc costs about 6 ms of this session's own share)."""
     end = start_at + cycles * (n_jobs + 1) * phase_s
     running: dict = {}
     sessions: dict = {}
@@ -159,10 +168,14 @@ def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, 
             cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs)
             running.setdefault((cycle, phase), []).append(int(line.split()[1]) - 1)
             scans = sessions.setdefault((cycle, phase), [])
-            if len(scans) < 2 and into >= phase_s * (len(scans) + 1) / 3:
-                scans.append(_other_sessions(own))
+            if len(scans) < SCANS and into >= phase_s * (len(scans) + 1) / (SCANS + 1):
+                scans.append(_other_load(own))
         time.sleep(period_s)
-    return {k: (float(np.mean(v)), float(np.mean(sessions.get(k) or [0]))) for k, v in running.items()}
+    out = {}
+    for k, v in running.items():
+        scans = np.asarray(sessions.get(k) or [(0, 0)], float)
+        out[k] = (float(np.mean(v)), float(scans[:, 0].mean()), float(scans[:, 1].mean()))
+    return out
 
 
 # --- the parent --------------------------------------------------------------------------------
@@ -203,25 +216,48 @@ def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, gu
             rows.append({"mix": "+".join(kinds), "job": k, "slot": slot, "repeat": c,
                          "wall_alone_s": wall_a, "wall_together_s": wall_t, "cpu_alone_s": cpu_a,
                          "cpu_together_s": cpu_t, "slowdown": wall_t / wall_a, "cpu_slowdown": cpu_t / cpu_a,
-                         "other_alone": round(max(running.get((c, slot + 1), (1.0, 0))[0] - 1.0, 0.0), 3),
-                         "other_together": round(max(running.get((c, 0), (n, 0))[0] - n, 0.0), 3),
-                         "sessions_alone": round(running.get((c, slot + 1), (0, 0.0))[1], 3),
-                         "sessions_together": round(running.get((c, 0), (0, 0.0))[1], 3),
+                         "other_alone": round(max(running.get((c, slot + 1), (1.0, 0, 0))[0] - 1.0, 0.0), 3),
+                         "other_together": round(max(running.get((c, 0), (n, 0, 0))[0] - n, 0.0), 3),
+                         "sessions_alone": round(running.get((c, slot + 1), (0, 0.0, 0.0))[1], 3),
+                         "sessions_together": round(running.get((c, 0), (0, 0.0, 0.0))[1], 3),
+                         "tasks_alone": round(running.get((c, slot + 1), (0, 0.0, 0.0))[2], 3),
+                         "tasks_together": round(running.get((c, 0), (0, 0.0, 0.0))[2], 3),
                          "iterations": both["n"]})
     return rows
 
 
+def loaded_cycles(rows: list[dict], max_sessions: float | None) -> set:
+    """Cycles of one mix in which any phase counted more than ``max_sessions`` other sessions on
+    average (None: none is loaded): the whole cycle goes, both sides of every job."""
+    if max_sessions is None:
+        return set()
+    return {r["repeat"] for r in rows if max(r["sessions_alone"], r["sessions_together"]) > max_sessions}
+
+
 def measure(mixes, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float,
-            log=print) -> list[dict]:
-    """Every mix of two or more jobs through ``cycles`` cycles; rows per job and cycle."""
+            max_sessions: float | None = None, attempts: int = 1, log=print) -> list[dict]:
+    """Every mix of two or more jobs through ``cycles`` cycles; rows per job and cycle. With
+    ``max_sessions``, cycles whose phases saw more other sessions are dropped and the mix run again
+    (up to ``attempts`` runs) until ``cycles`` clean cycles are kept; repeats number the kept ones."""
     rows = []
     for mix in mixes:
         if len(mix) < 2:
             continue
-        got = run_mix(mix, what, phase_s=phase_s, cycles=cycles, setup_s=setup_s, guard_s=guard_s)
-        rows += got
+        kept: list = []
+        for attempt in range(attempts):
+            got = run_mix(mix, what, phase_s=phase_s, cycles=cycles, setup_s=setup_s, guard_s=guard_s)
+            drop = loaded_cycles(got, max_sessions)
+            clean = sorted({r["repeat"] for r in got} - drop)[:cycles - len({r["repeat"] for r in kept})]
+            base = len({r["repeat"] for r in kept})
+            kept += [{**r, "repeat": base + clean.index(r["repeat"])} for r in got if r["repeat"] in clean]
+            if drop:
+                log(f"{'+'.join(mix)}: run {attempt + 1} dropped {len(drop)} cycles with over {max_sessions:g} "
+                    "other sessions")
+            if len({r["repeat"] for r in kept}) >= cycles:
+                break
+        rows += kept
         for slot, k in enumerate(mix):
-            mine = [r for r in got if r["slot"] == slot]
+            mine = [r for r in kept if r["slot"] == slot]
             med = float(np.median([r["slowdown"] for r in mine])) if mine else float("nan")
             cpu = float(np.median([r["cpu_slowdown"] for r in mine])) if mine else float("nan")
             log(f"{'+'.join(mix)}: {k} x{med:.3f} wall, x{cpu:.3f} cpu over {len(mine)} cycles")
@@ -245,6 +281,9 @@ def main(argv=None) -> int:
     p.add_argument("--cycles", type=int, default=5, help="cycles per mix (each: all together, then each alone)")
     p.add_argument("--setup", type=float, default=0.5, help="seconds between the last process ready and the first cycle")
     p.add_argument("--guard", type=float, default=None, help="seconds at each phase start left unmeasured")
+    p.add_argument("--max-other-sessions", type=float, default=None,
+                   help="drop cycles whose phases saw more other sessions with runnable work (default: keep all)")
+    p.add_argument("--attempts", type=int, default=1, help="runs of a mix to gather --cycles clean cycles")
     p.add_argument("--kind", default=None)
     p.add_argument("--what", default="kernel", choices=["kernel", "train"])
     p.add_argument("--slot", type=int, default=0)
@@ -260,14 +299,14 @@ def main(argv=None) -> int:
         p.error("--out is required")
     if args.command == "kernels":
         rows = measure(KERNEL_MIXES, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
-                       guard_s=guard)
+                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts)
     else:
         jobs = Path(args.out).with_name("jobs.json")  # the jobs' models and micro-batches, for predicting them
         jobs.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_text(json.dumps({k: {**v, "precision": "fp32", "threads": 1} for k, v in TRAIN_JOBS.items()},
                                    indent=1) + "\n")
         rows = measure(TRAIN_MIXES, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
-                       guard_s=guard)
+                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts)
     write(args.out, rows, COLUMNS)
     print(f"{len(rows)} rows -> {args.out}")
     return 0

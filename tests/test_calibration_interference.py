@@ -25,3 +25,23 @@ def test_a_pair_of_launch_storms_is_measured_together_and_alone():
         assert r["wall_alone_s"] > 0 and r["wall_together_s"] > 0 and r["iterations"] >= 1
         assert r["slowdown"] == pytest.approx(r["wall_together_s"] / r["wall_alone_s"])
         assert r["other_alone"] >= 0 and r["other_together"] >= 0
+
+
+def _row(repeat, slot, alone, together):
+    return {"mix": "a+b", "job": "a", "slot": slot, "repeat": repeat, "slowdown": 2.0, "cpu_slowdown": 1.0,
+            "sessions_alone": alone, "sessions_together": together}
+
+
+def test_loaded_cycles_are_dropped_and_the_mix_run_again(monkeypatch):
+    # run 1: cycle 1 saw 3 other sessions in job 1's solo phase; run 2: cycle 0 clean, cycle 1 loaded
+    runs = iter([[_row(0, 0, 0, 1), _row(0, 1, 1, 1), _row(1, 0, 0, 0), _row(1, 1, 3, 0)],
+                 [_row(0, 0, 0, 0), _row(0, 1, 0, 0), _row(1, 0, 2.5, 0), _row(1, 1, 0, 0)]])
+    monkeypatch.setattr(interference, "run_mix", lambda *a, **k: next(runs))
+    assert interference.loaded_cycles([_row(0, 0, 0, 1.5), _row(1, 0, 1, 1)], 1) == {0}
+    assert interference.loaded_cycles([_row(0, 0, 9, 9)], None) == set()
+    log = []
+    rows = interference.measure([("a", "b")], "kernel", phase_s=1, cycles=2, setup_s=0, guard_s=0,
+                                max_sessions=1, attempts=3, log=log.append)
+    assert [(r["repeat"], r["slot"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert max(max(r["sessions_alone"], r["sessions_together"]) for r in rows) <= 1
+    assert sum("dropped 1 cycles" in line for line in log) == 2

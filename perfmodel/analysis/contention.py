@@ -10,7 +10,10 @@ part of every job by two factors, solved together as a fixed point (docs/content
   Q_i = max(1, n_i / slots) * (1 + switch * min(1, max(0, n_i - slots)))  (processor sharing,
   Kleinrock 1967, with a context-switch loss per slice);
 - interference: while i runs, each other ready job runs beside it with weight
-  w_ij = p_j * min(1, (slots - 1) / (n_i - 1)); class a of i stretches by
+  w_ij = p_j * min(1, (slots - 1) / (n_i - 1)); on a device of more parallel ``units`` than the
+  slots the jobs get (a session's share of a shared host's cores) the others run on their own
+  units a fraction f = slots / min(n_i, units) of the time, so w_ij = p_j * min(1,
+  (min(n_i, units) - 1) * f / (n_i - 1)) (units = slots gives the first form); class a of i stretches by
   1 + sum_j w_ij * sum_b q_jb * I(a, b), q_jb the share of j's device time in class b and I the
   interference table (``perfmodel.analysis.interference``).
 
@@ -79,7 +82,7 @@ class SharedPrediction:
 
 
 def solve_sharing(seconds, free, table, slots: float, switch: float, background: float = 0.0, *,
-                  executed: bool = False):
+                  executed: bool = False, units: float | None = None):
     """Shared step seconds of jobs with device ``seconds[i, class]`` and ``free[i]`` seconds.
 
     The fixed point of the module docstring, iterated with damping from the solo state.
@@ -87,6 +90,8 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
     CPU host), counted in the queue and in the slots it takes, not in the interference.
     ``executed=True`` returns ``(step, work)``, work = sum_a t_ia * stretch_ia: the device seconds
     a job executes per step (its CPU time on a CPU host), without the time it waits for a slot.
+    ``units``: the device's parallel units (cores) when the jobs get fewer ``slots`` than that
+    (other users' sessions take the rest); None: as many as the slots.
     """
     t = np.asarray(seconds, float)
     free = np.asarray(free, float)
@@ -101,8 +106,7 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
         others = p.sum() - p
         ready = 1.0 + others + background
         queue = np.maximum(1.0, ready / slots) * (1.0 + switch * np.clip(ready - slots, 0.0, 1.0))
-        beside = np.divide(max(slots - 1.0, 0.0), others + background, out=np.ones_like(others),
-                           where=others + background > 0)
+        beside = _beside(others + background, slots, slots if units is None else max(float(units), slots))
         w = p[None, :] * np.minimum(1.0, beside)[:, None]
         np.fill_diagonal(w, 0.0)
         stretch = 1.0 + w @ mix                  # [i, a] = 1 + sum_j w_ij sum_b q_jb I(a, b)
@@ -115,6 +119,14 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
         if done:
             break
     return (step, work) if executed else step
+
+
+def _beside(others, slots: float, units: float):
+    """Jobs' worth running beside one running job, per other ready job (capped at 1): the others
+    hold min(n, units) - 1 units besides its own, each busy a fraction slots / min(n, units)."""
+    held = np.minimum(1.0 + others, units)
+    running = np.maximum(held - 1.0, 0.0) * np.minimum(1.0, slots / held)
+    return np.divide(running, others, out=np.ones_like(others), where=others > 0)
 
 
 def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profile=None, interference=None,

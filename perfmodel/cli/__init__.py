@@ -43,7 +43,8 @@ from perfmodel.fit.compute import POWER_ONSET_S
 from perfmodel.fit.build import build_profile
 
 # Modules that add their own sub-commands (compare/sweep/search, validate, plan).
-EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient", "perfmodel.cli.sites")
+EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient", "perfmodel.cli.sites",
+              "perfmodel.cli.share")
 
 
 class Parser(argparse.ArgumentParser):

@@ -126,16 +126,20 @@ def row_sides(r, cores: float, metric: str = "wall", balance: float = 0.0) -> tu
     return float(cores), float(cores), float(r.other_alone), float(r.other_together)
 
 
-def predicted_slowdown(table, mix_seconds, slot: int, sides, free=None, metric: str = "wall") -> float:
+def predicted_slowdown(table, mix_seconds, slot: int, sides, free=None, metric: str = "wall",
+                       cores: float | None = None) -> float:
     """Slowdown of job ``slot`` of a mix; ``sides`` = ``row_sides(...)`` (each side's slots and
     background); ``metric`` "wall" (step time) or "cpu" (the seconds it executes: interference
-    without the waits for a core)."""
+    without the waits for a core). ``cores``: the host's cores, where a side's slots are a
+    session's share of them (the jobs then still run beside each other, on their own cores, that
+    share of the time); None: as many as the slots."""
     check_choice("metric", metric, METRICS)
     slots_a, slots_t, bg_a, bg_t = sides
     free = [0.0] * len(mix_seconds) if free is None else list(free)
     switch = table.switch_fraction
-    together = solve_sharing(mix_seconds, free, table, slots_t, switch, bg_t, executed=True)
-    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots_a, switch, bg_a, executed=True)
+    together = solve_sharing(mix_seconds, free, table, slots_t, switch, bg_t, executed=True, units=cores)
+    alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots_a, switch, bg_a, executed=True,
+                          units=cores)
     k = 0 if metric == "wall" else 1
     return float(together[k][slot] / alone[k][0])
 
@@ -145,7 +149,7 @@ def _predict(table, rows: pd.DataFrame, slots: float, metric: str, balance: floa
     for r in rows.itertuples():
         mix = [row_seconds(k) for k in r.mix.split("+")]
         out.append(predicted_slowdown(table, mix, int(r.slot), row_sides(r, slots, metric, balance),
-                                      metric=metric))
+                                      metric=metric, cores=slots))
     return np.asarray(out)
 
 

@@ -26,7 +26,8 @@ from perfmodel.analysis.interference import CLASSES
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.analysis.load import job_load
 from perfmodel.fit.build import build_profile
-from perfmodel.fit.interference import COLUMN, fit_interference, predicted_slowdown, read_rows, row_sides
+from perfmodel.fit.interference import (COLUMN, fit_interference, host_slots, predicted_slowdown, read_rows,
+                                        row_sides)
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
@@ -74,13 +75,32 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     rows = read_rows(folder / "train.csv")
     balance = float(table.meta.get("balance", 0.0))  # fitted with the table, on the kernel rows' CPU shares
     pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot),
-                               row_sides(r, SLOTS, metric, balance), metric=metric) for r in rows.itertuples()]
+                               row_sides(r, SLOTS, metric, balance), metric=metric, cores=SLOTS)
+            for r in rows.itertuples()]
     rows["predicted"] = pred
     per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
     per_job["error"] = per_job["predicted"] / per_job[COLUMN[metric]] - 1.0
     # the simplest rule to beat: each job k times slower among k (wall), not slower at all (CPU time)
     per_job["baseline"] = per_job["mix"].str.count(r"\+") + 1.0 if metric == "wall" else 1.0
     return per_job, float(np.median(np.abs(per_job["error"])))
+
+
+def share_parts(folder, table) -> pd.DataFrame:
+    """Per job of ``train.csv``, its wall slowdown split as measured = CPU-time part x core-share part
+    (share = CPU seconds / wall seconds per step, alone over together), each with the share
+    ``host_slots`` gives it from the sessions counted on that side: where the wall error comes from."""
+    rows = read_rows(Path(folder) / "train.csv")
+    balance = float(table.meta.get("balance", 0.0))
+    jobs = rows["mix"].str.count(r"\+").to_numpy() + 1
+    rows["share_alone"] = rows["cpu_alone_s"] / rows["wall_alone_s"]
+    rows["share_together"] = rows["cpu_together_s"] / rows["wall_together_s"]
+    rows["model_alone"] = [host_slots(SLOTS, s, 1, balance) for s in rows["sessions_alone"]]
+    rows["model_together"] = [host_slots(SLOTS, s, k, balance) / k for s, k in zip(rows["sessions_together"], jobs)]
+    cols = ["share_alone", "model_alone", "share_together", "model_together", "slowdown", "cpu_slowdown"]
+    out = rows.groupby(["mix", "slot", "job"], as_index=False)[cols].median()
+    out["share_part"] = out["slowdown"] / out["cpu_slowdown"]
+    out["model_share_part"] = out["model_alone"] / out["model_together"]
+    return out
 
 
 def main(argv=None) -> int:
@@ -105,6 +125,9 @@ def main(argv=None) -> int:
         base = float(np.median(np.abs(rows["baseline"] / rows[COLUMN[metric]] - 1.0)))
         print(f"{metric}: median |error| of predicted slowdowns over {len(rows)} jobs in "
               f"{rows['mix'].nunique()} mixes: {err:.1%} (baseline {BASELINE[metric]}: {base:.1%})")
+    parts = share_parts(args.folder, fit.table)
+    print("wall slowdown = CPU-time part x core-share part (measured CPU share per side against host_slots):")
+    print(parts.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     return 0
 
 
