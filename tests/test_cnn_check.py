@@ -89,15 +89,20 @@ def test_a_class_fitted_from_deepbench_reproduces_its_published_points():
 
 def test_the_check_stays_within_its_recorded_errors(scored):
     # docs/cnn.md: channels-last medians on the RTX 3090 (datasheet-scaled profile, stream-K weight
-    # gradients: ResNet 25.4% / 1.4% vs ResNet-50, EfficientNet 3.8% / 30.4%); a regression guard with
-    # the recorded figures plus a margin, not a fitted target
+    # gradients, tensor-core rate matched to the card's published torch.mm rate: ResNet 8.7% / 1.5% vs
+    # ResNet-50, EfficientNet 6.3% / 16.5%); a regression guard with the recorded figures plus a margin,
+    # not a fitted target
     table = summary(scored)
     n, err, rel = table[("rtx-3090", "nhwc", "resnet")]
-    assert err < 0.29 and rel < 0.05
+    assert err < 0.12 and rel < 0.05
     n, err, rel = table[("rtx-3090", "nhwc", "efficientnet")]
-    assert err < 0.08 and rel < 0.34
-    # the shared dense work is still priced too slow, as documented; EfficientNet-B0 alone is now too fast
-    assert all(r.predicted < r.measured for r in scored if r.layout == "nhwc" and "efficientnet" not in r.model)
+    assert err < 0.10 and rel < 0.20
+    # the residual families are still priced too slow (batch norm, ReLU and adds at the scaled copy curve);
+    # VGG (convolutions alone) and EfficientNet-B0 too fast, as documented
+    nhwc = {r.model: r for r in scored if r.layout == "nhwc"}
+    assert all(r.predicted < r.measured for r in nhwc.values() if r.family in ("resnet", "resnext", "se-resnext"))
+    assert nhwc["vgg16"].predicted > nhwc["vgg16"].measured
+    assert nhwc["efficientnet-b0"].predicted > nhwc["efficientnet-b0"].measured
 
 
 def test_increments_pair_models_on_the_same_gpu_and_layout(scored):

@@ -103,8 +103,10 @@ def host_of_target(host) -> dict:
     return {k: v for k, v in host.items() if not k.startswith(HOST_LINK_KEYS)}
 
 
-def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None) -> Profile:
-    """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth."""
+def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None,
+                      published: bool = True) -> Profile:
+    """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth;
+    ``published``: GEMM rates then matched to ``gpu``'s published GEMM benchmarks (``reference.calibrate_gemm``)."""
     target, ref = _gpu(gpu), _gpu(reference.gpu)
     bw_ratio = ref.mem_bw_bytes_per_s / target.mem_bw_bytes_per_s
     measured_ref, measured_target = stream_copy_bw(ref.name), stream_copy_bw(target.name)
@@ -135,7 +137,8 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
                      cv_mape=None, n_points=0)
         compute[key] = entry
     derive_missing_gemm(compute, target, target)
-    calibrate_gemm(compute, target.name)
+    if published:
+        calibrate_gemm(compute, target.name)
     meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
             "method": "reference fits scaled by datasheet peak FLOP/s, memory bandwidth and SM count "
                       "(each GEMM parameter by the resource it stands for: scale_gemm)"}
