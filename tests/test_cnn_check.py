@@ -89,20 +89,20 @@ def test_a_class_fitted_from_deepbench_reproduces_its_published_points():
 
 def test_the_check_stays_within_its_recorded_errors(scored):
     # docs/cnn.md: channels-last medians on the RTX 3090 (datasheet-scaled profile, stream-K weight
-    # gradients, tensor-core rate matched to the card's published torch.mm rate: ResNet 8.7% / 1.5% vs
-    # ResNet-50, EfficientNet 6.3% / 16.5%); a regression guard with the recorded figures plus a margin,
-    # not a fitted target
+    # gradients, tensor-core rate and copy bandwidth from the card's published microbenchmarks: ResNet
+    # 4.8% / 1.4% vs ResNet-50, EfficientNet 12.6% / 18.2%, all 12 rows 7.0%); a regression guard with the
+    # recorded figures plus a margin, not a fitted target
     table = summary(scored)
     n, err, rel = table[("rtx-3090", "nhwc", "resnet")]
-    assert err < 0.12 and rel < 0.05
+    assert err < 0.07 and rel < 0.04
     n, err, rel = table[("rtx-3090", "nhwc", "efficientnet")]
-    assert err < 0.10 and rel < 0.20
-    # the residual families are still priced too slow (batch norm, ReLU and adds at the scaled copy curve);
-    # VGG (convolutions alone) and EfficientNet-B0 too fast, as documented
+    assert err < 0.16 and rel < 0.22
     nhwc = {r.model: r for r in scored if r.layout == "nhwc"}
-    assert all(r.predicted < r.measured for r in nhwc.values() if r.family in ("resnet", "resnext", "se-resnext"))
-    assert nhwc["vgg16"].predicted > nhwc["vgg16"].measured
-    assert nhwc["efficientnet-b0"].predicted > nhwc["efficientnet-b0"].measured
+    assert np.median([abs(r.predicted / r.measured - 1) for r in nhwc.values()]) < 0.09
+    # the residual families are still priced slow; VGG (3x3 convolutions with the H200's correction) and
+    # the EfficientNets (depthwise, SiLU and SE classes unmeasured) fast, as documented
+    assert all(r.predicted < r.measured for r in nhwc.values() if r.family in ("resnet", "resnext"))
+    assert all(r.predicted > r.measured for r in nhwc.values() if r.family in ("vgg", "efficientnet"))
 
 
 def test_increments_pair_models_on_the_same_gpu_and_layout(scored):

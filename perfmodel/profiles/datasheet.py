@@ -106,11 +106,12 @@ def host_of_target(host) -> dict:
 def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None,
                       published: bool = True) -> Profile:
     """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth;
-    ``published``: GEMM rates then matched to ``gpu``'s published GEMM benchmarks (``reference.calibrate_gemm``)."""
+    ``published``: published copy bandwidths replace the datasheet ratio and GEMM rates are matched to
+    ``gpu``'s published GEMM benchmarks (``profiles/reference.py``); False: the datasheet figures alone."""
     target, ref = _gpu(gpu), _gpu(reference.gpu)
     bw_ratio = ref.mem_bw_bytes_per_s / target.mem_bw_bytes_per_s
     measured_ref, measured_target = stream_copy_bw(ref.name), stream_copy_bw(target.name)
-    if measured_ref and measured_target:  # published STREAM figures beat the datasheet ratio
+    if published and measured_ref and measured_target:  # published copy figures beat the datasheet ratio
         bw_ratio = measured_ref / measured_target
     compute: dict = {}
     for key, entry in reference.compute.items():

@@ -10,7 +10,9 @@ Azure/AI-benchmarking-guide), they replace that assumption:
   measured time over the published square-ish shapes of at least 4096³ (small
   shapes measure launch overhead of a different harness);
 * memory bandwidth: classes are scaled by the ratio of STREAM Copy bandwidths
-  (reference GPU / target GPU) instead of the ratio of datasheet figures.
+  (reference GPU / target GPU) instead of the ratio of datasheet figures; a GPU without
+  STREAM rows takes its published same-device copy bandwidth
+  (``data/reference/copy_bandwidth_published.csv``, counted as STREAM counts: read + write).
 
 Where only a harness's best rate over square sizes is published
 (``data/reference/gemm_best_square.csv``: ``torch.mm`` on GeForce cards), the rate
@@ -34,6 +36,7 @@ from perfmodel.forms.registry import get_form
 
 REFERENCE_CSV = Path(__file__).with_name("data") / "reference" / "gpu_microbench_measured.csv"
 BEST_SQUARE_CSV = REFERENCE_CSV.with_name("gemm_best_square.csv")
+COPY_CSV = REFERENCE_CSV.with_name("copy_bandwidth_published.csv")
 BEST_SQUARE_DTYPES = ("fp16", "bf16")  # its fp32 column may be TF32 or not (the harness leaves it to torch)
 GPU_NAMES = {"A100-SXM4-80GB": ("a100-sxm4-80gb", "a100-sxm4-40gb"), "H100 80GB HBM3": ("h100-sxm5-80gb",),
              "H200 141GB": ("h200-sxm-141gb",)}
@@ -82,10 +85,19 @@ def measured_gemms(gpu: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+@lru_cache(maxsize=1)
+def _copy_table() -> pd.DataFrame:
+    return pd.read_csv(COPY_CSV)
+
+
 def stream_copy_bw(gpu: str) -> float | None:
-    """Published STREAM Copy bandwidth (bytes/s) of ``gpu``'s HBM, if any."""
+    """Published copy bandwidth (bytes/s, read and write both counted, as STREAM Copy counts them) of
+    ``gpu``'s memory, if any: Azure's STREAM Copy for the HBM GPUs, else the median of
+    ``copy_bandwidth_published.csv`` (same-device copies of CUDA samples' p2pBandwidthLatencyTest)."""
     if gpu not in SAME_HBM:
-        return None
+        rows = _copy_table()
+        rows = rows[rows.gpu == gpu]
+        return float(np.median(rows.copy_gbps)) * 1e9 if len(rows) else None
     t = _table()
     t = t[(t.catalog == gpu) & (t.benchmark == "HBM stream") & (t.param == "Copy")]
     return float(t.value.iloc[0]) * 1e12 if len(t) else None
