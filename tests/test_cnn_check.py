@@ -19,24 +19,26 @@ def scored():
 
 def test_every_row_names_its_source_and_a_known_preset_and_gpu():
     rows = read_cnn_runs()
-    assert len(rows) == 24
+    assert len(rows) == 26
+    sources = {"rtx-3090": "huggingface/pytorch-image-models@", "v100-sxm2-32gb": "sandeepkumar-skb/pytorch_experiments@"}
     for r in rows:
-        assert r["source"].startswith("huggingface/pytorch-image-models@")
+        assert r["source"].startswith(sources[r["gpu"]])
         assert pm.preset(r["model"]).params / 1e6 == pytest.approx(float(r["param_count_m"]), abs=0.006)
-        assert pm.load_profile(r["gpu"]).gpu == "rtx-3090"
+        assert pm.load_profile(r["gpu"]).gpu == r["gpu"]
+    assert sum(r["gpu"] == "rtx-3090" for r in rows) == 24
 
 
 def test_the_scorer_prices_every_row(scored):
-    assert len(scored) == 24
+    assert len(scored) == 26
     assert all(np.isfinite(r.predicted) and r.predicted > 0 for r in scored)
     # published: timm results/benchmark-train-amp-nhwc-pt112-cu113-rtx3090.csv, resnet50 at batch 512
-    r50 = next(r for r in scored if r.model == "resnet50" and r.layout == "nhwc")
+    r50 = next(r for r in scored if r.model == "resnet50" and r.layout == "nhwc" and r.gpu == "rtx-3090")
     assert r50.measured == 1218.01 and r50.error == pytest.approx(r50.predicted / 1218.01 - 1)
 
 
 def test_relative_errors_divide_out_resnet50(scored):
     rel = relative_errors(scored)
-    r50 = {r.layout: r for r in scored if r.model == "resnet50"}
+    r50 = {r.layout: r for r in scored if r.model == "resnet50" and r.gpu == "rtx-3090"}
     b0 = next(r for r in scored if r.model == "efficientnet-b0" and r.layout == "nhwc")
     expected = (b0.predicted / r50["nhwc"].predicted) / (b0.measured / r50["nhwc"].measured) - 1
     assert rel[b0] == pytest.approx(expected)
@@ -89,15 +91,31 @@ def test_a_class_fitted_from_deepbench_reproduces_its_published_points():
 
 def test_the_check_stays_within_its_recorded_errors(scored):
     # docs/cnn.md: channels-last medians on the RTX 3090 (datasheet-scaled profile, stream-K weight
-    # gradients: ResNet 25.4% / 1.4% vs ResNet-50, EfficientNet 3.8% / 30.4%); a regression guard with
-    # the recorded figures plus a margin, not a fitted target
+    # gradients, tensor-core rate and copy bandwidth from the card's published microbenchmarks: ResNet
+    # 4.8% / 1.4% vs ResNet-50, EfficientNet 12.6% / 18.2%, all 12 rows 7.0%); a regression guard with the
+    # recorded figures plus a margin, not a fitted target
     table = summary(scored)
     n, err, rel = table[("rtx-3090", "nhwc", "resnet")]
-    assert err < 0.29 and rel < 0.05
+    assert err < 0.07 and rel < 0.04
     n, err, rel = table[("rtx-3090", "nhwc", "efficientnet")]
-    assert err < 0.08 and rel < 0.34
-    # the shared dense work is still priced too slow, as documented; EfficientNet-B0 alone is now too fast
-    assert all(r.predicted < r.measured for r in scored if r.layout == "nhwc" and "efficientnet" not in r.model)
+    assert err < 0.16 and rel < 0.22
+    nhwc = {r.model: r for r in scored if r.layout == "nhwc" and r.gpu == "rtx-3090"}
+    assert np.median([abs(r.predicted / r.measured - 1) for r in nhwc.values()]) < 0.09
+    # the residual families are still priced slow; VGG (3x3 convolutions with the H200's correction) and
+    # the EfficientNets (depthwise, SiLU and SE classes unmeasured) fast, as documented
+    assert all(r.predicted < r.measured for r in nhwc.values() if r.family in ("resnet", "resnext"))
+    assert all(r.predicted > r.measured for r in nhwc.values() if r.family in ("vgg", "efficientnet"))
+
+
+def test_the_v100_rows_are_checked_apart(scored):
+    # sandeepkumar-skb/pytorch_experiments: torchvision ResNet-50, batch 128, AMP, 110.93 ms channels-last
+    # (152.20 ms NCHW); the V100 profile's convolution classes come from DeepBench, not from these rows
+    v100 = {r.layout: r for r in scored if r.gpu == "v100-sxm2-32gb"}
+    assert v100["nhwc"].measured == pytest.approx(128 / 0.11093, rel=1e-4)
+    assert abs(v100["nhwc"].error) < 0.08  # recorded: +4.9%
+    assert v100["nchw"].error > 0.3  # NCHW runs slower than the channels-last kernels priced
+    assert v100["nhwc"] not in relative_errors(scored)  # no other model on that GPU to divide by
+    assert summary(scored)[("v100-sxm2-32gb", "nhwc", "resnet")][2] is None
 
 
 def test_increments_pair_models_on_the_same_gpu_and_layout(scored):

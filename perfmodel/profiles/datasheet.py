@@ -103,12 +103,15 @@ def host_of_target(host) -> dict:
     return {k: v for k, v in host.items() if not k.startswith(HOST_LINK_KEYS)}
 
 
-def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None) -> Profile:
-    """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth."""
+def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None = None,
+                      published: bool = True) -> Profile:
+    """A profile for ``gpu`` scaled from ``reference`` by datasheet peak FLOP/s and memory bandwidth;
+    ``published``: published copy bandwidths replace the datasheet ratio and GEMM rates are matched to
+    ``gpu``'s published GEMM benchmarks (``profiles/reference.py``); False: the datasheet figures alone."""
     target, ref = _gpu(gpu), _gpu(reference.gpu)
     bw_ratio = ref.mem_bw_bytes_per_s / target.mem_bw_bytes_per_s
     measured_ref, measured_target = stream_copy_bw(ref.name), stream_copy_bw(target.name)
-    if measured_ref and measured_target:  # published STREAM figures beat the datasheet ratio
+    if published and measured_ref and measured_target:  # published copy figures beat the datasheet ratio
         bw_ratio = measured_ref / measured_target
     compute: dict = {}
     for key, entry in reference.compute.items():
@@ -135,7 +138,8 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
                      cv_mape=None, n_points=0)
         compute[key] = entry
     derive_missing_gemm(compute, target, target)
-    calibrate_gemm(compute, target.name)
+    if published:
+        calibrate_gemm(compute, target.name)
     meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
             "method": "reference fits scaled by datasheet peak FLOP/s, memory bandwidth and SM count "
                       "(each GEMM parameter by the resource it stands for: scale_gemm)"}
