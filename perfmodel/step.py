@@ -243,7 +243,7 @@ def _activation_terms(model, c: StepConfig, *, precision, recompute, seq):
                                             recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
-    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(c.loss, lo)
+    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework))
     chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if c.loss == "chunked" else 0.0
     loss = per_logit * logits + chunked         # eager: log-softmax output, its gradient and the result, fp32
     loss_fwd = per_logit_fwd * logits + chunked  # eager: (bf16 logits +) fp32 cast + log-softmax output
@@ -255,7 +255,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     """(peak bytes, terms) of one pipeline stage."""
     tp, framework = c.tp, c.framework
     tokens = c.micro_batch * seq
-    nb = wire_bytes(precision, framework)
+    nb = wire_bytes(precision, framework, c.grad_reduce_fp32)
     # autocast caches each cast weight until its context exits (all layers during the forward);
     # under full recomputation autograd saves only the head's, and a recomputed layer casts again
     per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]
@@ -265,10 +265,14 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     gemm = (st.layers * p.gemm_layer + np.where(st.head, p.gemm_head, 0.0)) / tp
     expert = st.layers * p.expert_layer / tp  # sharded over the replicas holding the same experts
     dense = mem.static_bytes(params - expert, gemm - expert, precision=precision, optimizer=optimizer,
-                             zero=c.shard_stage, dp=shard_ranks, framework=framework)
+                             zero=c.shard_stage, dp=shard_ranks, framework=framework,
+                             grad_reduce_fp32=c.grad_reduce_fp32)
     experts = mem.static_bytes(expert, expert, precision=precision, optimizer=optimizer, zero=c.shard_stage,
-                               dp=expert_shard_ranks(shard_ranks, c.ep), framework=framework)
+                               dp=expert_shard_ranks(shard_ranks, c.ep), framework=framework,
+                               grad_reduce_fp32=c.grad_reduce_fp32)
     terms = {k: dense[k] + experts[k] for k in dense}
+    # Transformer Engine's cached fp8 weights (and transposes) of the stage's layers, kept all step
+    terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * st.layers * p.gemm_layer / tp
     unit = np.maximum(p.layer, np.where(st.embed, p.embed, 0.0)) / tp
     terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c.shard_stage, dp=c.dp, ps=c.ps_servers,
                                                   bucket=c.bucket_bytes, lo=nb.activation, prefetch=PREFETCH_UNITS,
@@ -411,11 +415,11 @@ CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",
-                  "schedule")
+                  "schedule", "grad_reduce_fp32")
 STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
-                 "framework", "attention", "compile", "loss", "offload_layers", "stage_layers")
+                 "framework", "attention", "compile", "loss", "offload_layers", "stage_layers", "grad_reduce_fp32")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
 
@@ -464,7 +468,8 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
 def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer):
     """(sends, exposed dp × cp, optimizer, engine host) seconds per step, as the stack's engine runs them."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
-                            wire_bytes(precision, dpc.framework), HostCosts.of(profile).overlap_compute_slowdown)
+                            wire_bytes(precision, dpc.framework, dpc.grad_reduce_fp32),
+                            HostCosts.of(profile).overlap_compute_slowdown)
     dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),

@@ -72,8 +72,13 @@ def op_sac_layer_bytes(model, *, tp=1, sp=False, lo=2.0):
     return block_in + wq + wv + w1 + w2 + sdpa
 
 
-def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, float]:
+def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0, megatron: bool = False) -> tuple[float, float]:
     """(backward, forward) bytes per logit alive in the cross-entropy.
+
+    Megatron-LM (``megatron=True``, its eager loss): ``vocab_parallel_cross_entropy`` (core_r0.9.0
+    tensor_parallel/cross_entropy.py) casts the 16-bit logits to fp32 once, subtracts the max,
+    exponentiates and normalises in place and saves that fp32 softmax; backward turns it into the
+    gradient in place, which autograd casts back to the logits' dtype: 4 + lo bytes both ways.
 
     Eager: ``F.cross_entropy(logits.float())`` holds the fp32 log-softmax output, its gradient
     and the result in backward (12 B), the 16-bit logits, their fp32 cast and the log-softmax
@@ -84,6 +89,8 @@ def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, f
     """
     if loss == "chunked":
         return 0.0, 0.0
+    if megatron and loss == "eager":
+        return 4.0 + lo, 4.0 + lo
     if loss in ("compiled", "fused"):  # flash-attn's kernel (loss="fused") saves and writes the same
         return 2.0 * lo, lo
     return 12.0, 10.0 if lo == 2.0 else 8.0
