@@ -247,7 +247,9 @@ def _activation_terms(model, c: StepConfig, *, precision, recompute, seq):
     chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if c.loss == "chunked" else 0.0
     loss = per_logit * logits + chunked         # eager: log-softmax output, its gradient and the result, fp32
     loss_fwd = per_logit_fwd * logits + chunked  # eager: (bf16 logits +) fp32 cast + log-softmax output
-    return {"layer": act_layer, "full_layer": full_layer, "final": final, "loss": loss, "loss_fwd": loss_fwd}
+    hole = stack_memory.loss_hole_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework)) * logits
+    return {"layer": act_layer, "full_layer": full_layer, "final": final, "loss": loss, "loss_fwd": loss_fwd,
+            "loss_hole": hole}
 
 
 def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_ranks, *, precision, recompute,
@@ -308,17 +310,21 @@ def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, r
     acts = _activation_terms(model, c, precision=precision, recompute=recompute, seq=seq)
     rpn, _ = lay["dp"]
     shard_ranks = np.where(c.hybrid, rpn, c.dp)
-    best, best_terms = None, None
+    best, best_terms, best_hole = None, None, 0.0
     for st in sts:
         peak, terms = _stage_memory(model, c, st, p, acts, shard_ranks, precision=precision, recompute=recompute,
                                     optimizer=optimizer, seq=seq)
+        # the peak is the loss backward: the freed 16-bit logits stay reserved (stack_memory.loss_hole_bytes_per_logit)
+        at_loss = np.asarray(st.head) & (acts["loss"] > 0) & np.isclose(terms["loss"], acts["loss"])
+        hole = np.where(at_loss, acts["loss_hole"], 0.0)
         if best is None:
-            best, best_terms = peak, terms
+            best, best_terms, best_hole = peak, terms, hole
         else:
             better = peak > best
             best_terms = {k: np.where(better, terms[k], best_terms[k]) for k in terms}
+            best_hole = np.where(better, hole, best_hole)
             best = np.maximum(best, peak)
-    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp))
+    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp, free=best_hole))
 
 
 # --- the step ----------------------------------------------------------------------------------------
