@@ -266,15 +266,11 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     params = (st.layers * p.layer + np.where(st.embed, p.embed, 0.0) + head_params) / tp
     gemm = (st.layers * p.gemm_layer + np.where(st.head, p.gemm_head, 0.0)) / tp
     expert = st.layers * p.expert_layer / tp  # sharded over the replicas holding the same experts
-    dense = mem.static_bytes(params - expert, gemm - expert, precision=precision, optimizer=optimizer,
-                             zero=c.shard_stage, dp=shard_ranks, framework=framework,
-                             grad_reduce_fp32=c.grad_reduce_fp32)
-    experts = mem.static_bytes(expert, expert, precision=precision, optimizer=optimizer, zero=c.shard_stage,
-                               dp=expert_shard_ranks(shard_ranks, c.ep), framework=framework,
-                               grad_reduce_fp32=c.grad_reduce_fp32)
+    states = dict(precision=precision, optimizer=optimizer, framework=framework, grad_reduce_fp32=c.grad_reduce_fp32)
+    dense = mem.static_bytes(params - expert, gemm - expert, zero=c.shard_stage, dp=shard_ranks, **states)
+    experts = mem.static_bytes(expert, expert, zero=c.shard_stage, dp=expert_shard_ranks(shard_ranks, c.ep), **states)
     terms = {k: dense[k] + experts[k] for k in dense}
-    # Transformer Engine's cached fp8 weights (and transposes) of the stage's layers, kept all step
-    terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * st.layers * p.gemm_layer / tp
+    terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * st.layers * p.gemm_layer / tp  # TE's cache
     unit = np.maximum(p.layer, np.where(st.embed, p.embed, 0.0)) / tp
     terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c.shard_stage, dp=c.dp, ps=c.ps_servers,
                                                   bucket=c.bucket_bytes, lo=nb.activation, prefetch=PREFETCH_UNITS,
@@ -303,28 +299,22 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
 def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, recompute, optimizer, seq=None):
     """Peak bytes over the pipeline stages: (peak, terms of the fullest stage, reserved, required bytes).
 
-    ``p``: the parameter counts of ``param_counts``; ``seq``: the tokens of a sequence one rank
-    holds (s/cp under context parallelism).
+    ``p``: the parameter counts of ``param_counts``; ``seq``: a sequence's tokens on one rank (s/cp under cp).
     """
     seq = model.seq if seq is None else seq
     acts = _activation_terms(model, c, precision=precision, recompute=recompute, seq=seq)
     rpn, _ = lay["dp"]
     shard_ranks = np.where(c.hybrid, rpn, c.dp)
-    best, best_terms, best_hole = None, None, 0.0
+    best, best_terms = None, None
     for st in sts:
         peak, terms = _stage_memory(model, c, st, p, acts, shard_ranks, precision=precision, recompute=recompute,
                                     optimizer=optimizer, seq=seq)
-        # the peak is the loss backward: the freed 16-bit logits stay reserved (stack_memory.loss_hole_bytes_per_logit)
-        at_loss = np.asarray(st.head) & (acts["loss"] > 0) & np.isclose(terms["loss"], acts["loss"])
-        hole = np.where(at_loss, acts["loss_hole"], 0.0)
-        if best is None:
-            best, best_terms, best_hole = peak, terms, hole
-        else:
-            better = peak > best
-            best_terms = {k: np.where(better, terms[k], best_terms[k]) for k in terms}
-            best_hole = np.where(better, hole, best_hole)
-            best = np.maximum(best, peak)
-    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp, free=best_hole))
+        better = True if best is None else peak > best
+        best_terms = terms if best is None else {k: np.where(better, terms[k], best_terms[k]) for k in terms}
+        best = peak if best is None else np.maximum(best, peak)
+    # a peak at the loss backward (only a head stage holds a loss): the freed 16-bit logits stay reserved
+    free = np.where((acts["loss"] > 0) & np.isclose(best_terms["loss"], acts["loss"]), acts["loss_hole"], 0.0)
+    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp, free=free))
 
 
 # --- the step ----------------------------------------------------------------------------------------
