@@ -142,8 +142,8 @@ def test_torchtitan_reserved_memory_within_ten_percent_of_the_paper(options, bat
     m = dataclasses.replace(pm.preset("llama-3-8b"), seq=seq)
     s = pm.Strategy(dp=8 // cp, cp=cp, micro_batch=batch, framework="torchtitan", **options)
     p = pm.predict(m, pm.cluster("grand-teton-h100"), s)  # the paper's hosts (96 GB HBM2e at 500 W)
-    reserved = (p.reserved_memory + 0.5 * GiB) / GiB  # + the CUDA context torchtitan's reading includes
-    assert abs(reserved / measured_gib - 1) < 0.10
+    reserved = p.reserved_memory / GiB  # torchtitan logs reserved_bytes.all.peak: the allocator's, no CUDA context
+    assert abs(reserved / measured_gib - 1) < 0.05
 
 
 def test_tensor_parallel_overlap_by_hand():
