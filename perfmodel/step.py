@@ -243,11 +243,13 @@ def _activation_terms(model, c: StepConfig, *, precision, recompute, seq):
                                             recompute="none", **kw)
     final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
     logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
-    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(c.loss, lo)
+    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework))
     chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if c.loss == "chunked" else 0.0
     loss = per_logit * logits + chunked         # eager: log-softmax output, its gradient and the result, fp32
     loss_fwd = per_logit_fwd * logits + chunked  # eager: (bf16 logits +) fp32 cast + log-softmax output
-    return {"layer": act_layer, "full_layer": full_layer, "final": final, "loss": loss, "loss_fwd": loss_fwd}
+    hole = stack_memory.loss_hole_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework)) * logits
+    return {"layer": act_layer, "full_layer": full_layer, "final": final, "loss": loss, "loss_fwd": loss_fwd,
+            "loss_hole": hole}
 
 
 def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_ranks, *, precision, recompute,
@@ -255,7 +257,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     """(peak bytes, terms) of one pipeline stage."""
     tp, framework = c.tp, c.framework
     tokens = c.micro_batch * seq
-    nb = wire_bytes(precision, framework)
+    nb = wire_bytes(precision, framework, c.grad_reduce_fp32)
     # autocast caches each cast weight until its context exits (all layers during the forward);
     # under full recomputation autograd saves only the head's, and a recomputed layer casts again
     per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]
@@ -264,11 +266,11 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
     params = (st.layers * p.layer + np.where(st.embed, p.embed, 0.0) + head_params) / tp
     gemm = (st.layers * p.gemm_layer + np.where(st.head, p.gemm_head, 0.0)) / tp
     expert = st.layers * p.expert_layer / tp  # sharded over the replicas holding the same experts
-    dense = mem.static_bytes(params - expert, gemm - expert, precision=precision, optimizer=optimizer,
-                             zero=c.shard_stage, dp=shard_ranks, framework=framework)
-    experts = mem.static_bytes(expert, expert, precision=precision, optimizer=optimizer, zero=c.shard_stage,
-                               dp=expert_shard_ranks(shard_ranks, c.ep), framework=framework)
+    states = dict(precision=precision, optimizer=optimizer, framework=framework, grad_reduce_fp32=c.grad_reduce_fp32)
+    dense = mem.static_bytes(params - expert, gemm - expert, zero=c.shard_stage, dp=shard_ranks, **states)
+    experts = mem.static_bytes(expert, expert, zero=c.shard_stage, dp=expert_shard_ranks(shard_ranks, c.ep), **states)
     terms = {k: dense[k] + experts[k] for k in dense}
+    terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * st.layers * p.gemm_layer / tp  # TE's cache
     unit = np.maximum(p.layer, np.where(st.embed, p.embed, 0.0)) / tp
     terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c.shard_stage, dp=c.dp, ps=c.ps_servers,
                                                   bucket=c.bucket_bytes, lo=nb.activation, prefetch=PREFETCH_UNITS,
@@ -297,8 +299,7 @@ def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_r
 def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, recompute, optimizer, seq=None):
     """Peak bytes over the pipeline stages: (peak, terms of the fullest stage, reserved, required bytes).
 
-    ``p``: the parameter counts of ``param_counts``; ``seq``: the tokens of a sequence one rank
-    holds (s/cp under context parallelism).
+    ``p``: the parameter counts of ``param_counts``; ``seq``: a sequence's tokens on one rank (s/cp under cp).
     """
     seq = model.seq if seq is None else seq
     acts = _activation_terms(model, c, precision=precision, recompute=recompute, seq=seq)
@@ -308,13 +309,12 @@ def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, r
     for st in sts:
         peak, terms = _stage_memory(model, c, st, p, acts, shard_ranks, precision=precision, recompute=recompute,
                                     optimizer=optimizer, seq=seq)
-        if best is None:
-            best, best_terms = peak, terms
-        else:
-            better = peak > best
-            best_terms = {k: np.where(better, terms[k], best_terms[k]) for k in terms}
-            best = np.maximum(best, peak)
-    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp))
+        better = True if best is None else peak > best
+        best_terms = terms if best is None else {k: np.where(better, terms[k], best_terms[k]) for k in terms}
+        best = peak if best is None else np.maximum(best, peak)
+    # a peak at the loss backward (only a head stage holds a loss): the freed 16-bit logits stay reserved
+    free = np.where((acts["loss"] > 0) & np.isclose(best_terms["loss"], acts["loss"]), acts["loss_hole"], 0.0)
+    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp, free=free))
 
 
 # --- the step ----------------------------------------------------------------------------------------
@@ -411,11 +411,11 @@ CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",
-                  "schedule")
+                  "schedule", "grad_reduce_fp32")
 STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
-                 "framework", "attention", "compile", "loss", "offload_layers", "stage_layers")
+                 "framework", "attention", "compile", "loss", "offload_layers", "stage_layers", "grad_reduce_fp32")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
 
@@ -464,7 +464,8 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
 def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer):
     """(sends, exposed dp × cp, optimizer, engine host) seconds per step, as the stack's engine runs them."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
-                            wire_bytes(precision, dpc.framework), HostCosts.of(profile).overlap_compute_slowdown)
+                            wire_bytes(precision, dpc.framework, dpc.grad_reduce_fp32),
+                            HostCosts.of(profile).overlap_compute_slowdown)
     dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),

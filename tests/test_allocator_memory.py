@@ -28,10 +28,12 @@ def test_fsdp1_reserves_one_gathered_block_more():
     # Llama 3 8B block: 2·4096² (q, o) + 2·4096·1024 (k, v) + 3·4096·14336 (MLP) + 2·4096 (norms) parameters
     block = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
     m = dataclasses.replace(pm.preset("llama-3-8b"), seq=4096)
+    hole = 2 * 4096 * 128256  # the freed bf16 logits at the loss backward (loss_hole_bytes_per_logit)
     p = pm.predict(m, "dgx-h100", pm.Strategy(dp=8, micro_batch=1, framework="fsdp1", recompute="full"))
-    assert p.reserved_memory - 1.05 * p.peak_memory == pytest.approx(2 * block, rel=1e-9)
+    assert p.reserved_memory - 1.05 * p.peak_memory == pytest.approx(2 * block + hole, rel=1e-9)
     one = pm.predict(m, "h100", pm.Strategy(micro_batch=1, framework="fsdp1", recompute="full"))
-    assert one.reserved_memory == pytest.approx(1.05 * one.peak_memory)   # one rank: nothing gathered
+    # one rank: nothing gathered, and the peak is the end of backward (fp32 gradients), not the loss: no hole
+    assert one.memory["loss"] == 0.0 and one.reserved_memory == pytest.approx(1.05 * one.peak_memory)
 
 
 def test_expandable_segments_fit_on_the_allocated_bytes():
@@ -39,7 +41,7 @@ def test_expandable_segments_fit_on_the_allocated_bytes():
     m = dataclasses.replace(pm.preset("llama-3-8b"), seq=12288)
     p = pm.predict(m, "dgx-h100", pm.Strategy(dp=8, micro_batch=3, framework="torchtitan", recompute="full"))
     assert 1.05 * p.peak_memory + 0.5 * GIB > p.memory_capacity >= p.peak_memory + 0.5 * GIB
-    assert p.fits and p.reserved_memory == pytest.approx(1.05 * p.peak_memory)
+    assert p.fits and p.reserved_memory == pytest.approx(1.05 * p.peak_memory + 2 * 3 * 12288 * 128256)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,8 @@ def test_published_memory_verdicts(checks):
 
 
 def test_published_reserved_readings_within_ten_percent(checks):
-    # TorchTitan paper Tables 1-2 (max reserved, which includes the CUDA context), 8 H100 96 GB
+    # TorchTitan paper Tables 1-2 (max reserved: the allocator's reserved_bytes.all.peak), 8 H100 96 GB
     readings = [c for c in checks.values() if c.outcome == "reading"]
     assert len(readings) == 7
-    assert memory_checks.summary(list(checks.values()))["median_error"] < 0.10
+    assert max(abs(c.reading_gib / c.measured_gib - 1) for c in readings) < 0.10
+    assert memory_checks.summary(list(checks.values()))["median_error"] < 0.05

@@ -130,11 +130,11 @@ def test_losses_compiled_and_chunked_hold_less(llama8b):
 # per-op selective checkpointing; Table 2: local batch 1, full checkpointing, compile + float8.
 # The torch.compile of that version compiled the blocks, not the loss (loss="eager").
 @pytest.mark.parametrize("case", read_published_stacks(), ids=lambda c: c.label)
-def test_torchtitan_reserved_memory_within_ten_percent_of_the_paper(case):
+def test_torchtitan_reserved_memory_within_five_percent_of_the_paper(case):
     # the paper's rows (published_stack_runs.csv) on its hosts (96 GB HBM2e at 500 W)
     p = pm.predict(case.model, case.cluster, case.strategy)
-    reserved = p.reserved_memory + 0.5 * GiB  # + the CUDA context torchtitan's reading includes
-    assert abs(reserved / case.extra["reserved_memory_bytes"] - 1) < 0.10
+    # torchtitan logs reserved_bytes.all.peak: the allocator's, no CUDA context
+    assert abs(p.reserved_memory / case.extra["reserved_memory_bytes"] - 1) < 0.05
 
 
 def test_tensor_parallel_overlap_by_hand():

@@ -117,23 +117,51 @@ def korthikanti_layer_bytes(seq, micro_batch, hidden, heads, *, tp=1, sp=False, 
     return sbh * (replicated + 24.0 / t + attn_scores)
 
 
-def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pytorch") -> dict[str, float]:
+def megatron_grad_bytes(precision="bf16-mixed", grad_reduce_fp32=None) -> float:
+    """Bytes per element of Megatron-Core's contiguous gradient buffer (main_grad), which is also
+    what its data-parallel reduction moves.
+
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32`` (core_r0.9.0
+    distributed/param_and_grad_buffer.py: ``grad_dtype = torch.float if grad_reduce_in_fp32 else
+    param_dtype``): Megatron-LM forces it for bf16 (arguments.py: "bfloat16 requires gradient
+    accumulation and all-reduce to be done in fp32"), so None means fp32 under bf16 and fp8 and
+    16-bit under fp16; NeMo's performance recipes turn it off (``grad_reduce_fp32=False``).
+    """
+    fp32 = precision != "fp16-mixed" if grad_reduce_fp32 is None else bool(grad_reduce_fp32)
+    return 4.0 if fp32 else 2.0
+
+
+def fp8_weight_bytes(precision="bf16-mixed", framework="pytorch") -> float:
+    """Bytes per GEMM weight of the fp8 copies Transformer Engine keeps between steps.
+
+    Under fp8 each TE linear quantizes its weight into a cached workspace, row-wise for the
+    forward GEMM and column-wise (the transpose) for the input-gradient GEMM: 1 + 1 byte
+    (TransformerEngine v2.1 pytorch/module/linear.py ``get_weight_workspace(cache_name="weight")``,
+    ``set_usage(rowwise=True, columnwise=is_grad_enabled)``). Megatron-Core passes
+    ``is_first_microbatch`` (core_r0.10.0 extensions/transformer_engine.py ``TELinear.forward``), so
+    the cache is kept, not rebuilt per micro-batch. The LM head is Megatron's own linear: bf16.
+    """
+    return 2.0 if megatron_code(framework) and precision == "fp8-mixed" else 0.0
+
+
+def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pytorch",
+                      grad_reduce_fp32=None) -> dict[str, float]:
     """Bytes per parameter of weights, 16-bit weight copies, optimizer states and gradients.
 
     pytorch (autocast over fp32 parameters): 4 + 2 (per GEMM weight, cached by
     autocast) + 8 (AdamW moments) + 4 (fp32 .grad). megatron (Micikevicius et al.
     2018; Rajbhandari et al. 2020, §3.1 "K = 12"): 16-bit weights 2, optimizer
-    fp32 master copy + moments 12, gradients 4 (fp32 main_grad, bf16) or 2 (fp16).
+    fp32 master copy + moments 12, gradients ``megatron_grad_bytes`` (4: fp32 main_grad, 2: 16-bit).
     """
     opt = 8.0 if optimizer == "adamw" else 4.0
     if megatron_code(framework) and is_mixed(precision):
         return {"weights": 2.0, "weight_copies": 0.0, "optimizer": 4.0 + opt,
-                "gradients": 2.0 if precision == "fp16-mixed" else 4.0}
+                "gradients": megatron_grad_bytes(precision, grad_reduce_fp32)}
     return {"weights": 4.0, "weight_copies": 2.0 if is_mixed(precision) else 0.0, "optimizer": opt, "gradients": 4.0}
 
 
 def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adamw", zero=0, dp=1,
-                 framework="pytorch"):
+                 framework="pytorch", grad_reduce_fp32=None):
     """Weights, autocast weight copies, optimizer states and gradients (bytes, per GPU).
 
     ``dp`` is the number of ranks sharding (the data-parallel size, or the node's
@@ -145,7 +173,7 @@ def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adam
     """
     dp = np.asarray(dp, float)
     zero = np.asarray(zero)
-    per = model_state_bytes(precision, optimizer, framework)
+    per = model_state_bytes(precision, optimizer, framework, grad_reduce_fp32)
     weights = per["weights"] * params / np.where(zero >= 3, dp, 1.0)
     copies = np.where(zero >= 3, 0.0, per["weight_copies"] * gemm_params)
     optimizer_states = per["optimizer"] * params / np.where(zero >= 1, dp, 1.0)
@@ -211,7 +239,7 @@ def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=No
     moments = [{k: m.get(k, 0.0) + zero for k in keys} for m in moments]
     totals = np.stack([sum(m.values()) for m in moments])
     pick = np.argmax(totals, axis=0)
-    base = {k: terms[k] + zero for k in ("weights", "optimizer") if k in terms}
+    base = {k: terms[k] + zero for k in ("weights", "fp8_weights", "optimizer") if k in terms}
     base["comm_buffers"] = terms.get("comm_buffers", 0.0) + zero
     alive = {**base, **{k: np.choose(pick, [m[k] for m in moments]) for k in keys}}
     return sum(alive.values()), alive

@@ -72,8 +72,13 @@ def op_sac_layer_bytes(model, *, tp=1, sp=False, lo=2.0):
     return block_in + wq + wv + w1 + w2 + sdpa
 
 
-def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, float]:
+def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0, megatron: bool = False) -> tuple[float, float]:
     """(backward, forward) bytes per logit alive in the cross-entropy.
+
+    Megatron-LM (``megatron=True``, its eager loss): ``vocab_parallel_cross_entropy`` (core_r0.9.0
+    tensor_parallel/cross_entropy.py) casts the 16-bit logits to fp32 once, subtracts the max,
+    exponentiates and normalises in place and saves that fp32 softmax; backward turns it into the
+    gradient in place, which autograd casts back to the logits' dtype: 4 + lo bytes both ways.
 
     Eager: ``F.cross_entropy(logits.float())`` holds the fp32 log-softmax output, its gradient
     and the result in backward (12 B), the 16-bit logits, their fp32 cast and the log-softmax
@@ -84,9 +89,26 @@ def loss_bytes_per_logit(loss: str = "eager", lo: float = 2.0) -> tuple[float, f
     """
     if loss == "chunked":
         return 0.0, 0.0
+    if megatron and loss == "eager":
+        return 4.0 + lo, 4.0 + lo
     if loss in ("compiled", "fused"):  # flash-attn's kernel (loss="fused") saves and writes the same
         return 2.0 * lo, lo
     return 12.0, 10.0 if lo == 2.0 else 8.0
+
+
+def loss_hole_bytes_per_logit(loss: str = "eager", lo: float = 2.0, megatron: bool = False) -> float:
+    """Bytes per logit the caching allocator holds free but reserved at the eager loss's backward.
+
+    ``F.cross_entropy(logits.float())`` frees the 16-bit logits (lo B) once cast (torchtitan v0.2.2
+    train.py ``del pred``; autograd keeps only the log-softmax output); in backward ``nll_loss_backward``
+    (``zeros_like``) and ``log_softmax_backward`` each request a new fp32 block (4 B per logit). The
+    allocator serves a request from the smallest cached block that fits (c10/cuda/CUDACachingAllocator.cpp
+    ``get_free_block``: ``pool.blocks.lower_bound``), so the first takes the freed fp32 cast and the second
+    maps new memory: the lo-byte block no request fits stays in ``max_memory_reserved``. It is a whole
+    free block the allocator releases before it reports an OOM, so the required bytes do not include it.
+    Megatron's loss works in place (no new block) and the compiled and fused losses keep no fp32 copy: 0.
+    """
+    return lo if loss == "eager" and not megatron and lo < 4.0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -128,14 +150,15 @@ def held_bytes(framework: str, unit):
     return ALLOCATORS[stack(framework).name].held_units * PARAM_BYTES * np.asarray(unit, float)
 
 
-def reserved_bytes(allocated, framework: str = "pytorch", held=0.0):
+def reserved_bytes(allocated, framework: str = "pytorch", held=0.0, free=0.0):
     """What the caching allocator holds for a peak of ``allocated`` bytes (``max_memory_reserved``).
 
-    reserved = allocated · (1 + 0.05) + held: split-block fragmentation (assumed 5%, as logged in
-    runs with room to spare; expandable segments keep freed pages mapped too) plus the blocks a
-    ``record_stream`` holds (``held_bytes``).
+    reserved = allocated · (1 + 0.05) + held + free: split-block fragmentation (assumed 5%, as logged in
+    runs with room to spare; expandable segments keep freed pages mapped too), the blocks a
+    ``record_stream`` holds (``held_bytes``) and free blocks no request at the peak fits
+    (``loss_hole_bytes_per_logit``).
     """
-    return np.asarray(allocated, float) * (1.0 + ALLOCATOR_RESERVE) + held
+    return np.asarray(allocated, float) * (1.0 + ALLOCATOR_RESERVE) + held + free
 
 
 def required_bytes(allocated, framework: str = "pytorch", held=0.0):
@@ -149,12 +172,13 @@ def required_bytes(allocated, framework: str = "pytorch", held=0.0):
     return reserved_bytes(allocated, framework, held)
 
 
-def allocator_bytes(allocated, c, unit):
+def allocator_bytes(allocated, c, unit, free=0.0):
     """(reserved, required) bytes for a peak of ``allocated`` under ``StepConfig`` ``c``; ``unit``: one
-    block's parameters per GPU, which FSDP1 gathers when data-parallel ranks shard them."""
+    block's parameters per GPU, which FSDP1 gathers when data-parallel ranks shard them; ``free``: free
+    blocks reserved at the peak that the allocator gives back before an OOM (reserved only)."""
     sharded = (np.asarray(c.dp) > 1) & (np.asarray(c.shard_stage) >= 3)
     held = np.where(sharded, held_bytes(c.framework, unit), 0.0)
-    return reserved_bytes(allocated, c.framework, held), required_bytes(allocated, c.framework, held)
+    return reserved_bytes(allocated, c.framework, held, free), required_bytes(allocated, c.framework, held)
 
 
 def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c, *, optimizer="adamw",

@@ -61,7 +61,7 @@ FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stage
                 "ps_servers", "bucket_bytes", "schedule")
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
 SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
-                 "offload_layers")
+                 "offload_layers", "grad_reduce_fp32")
 
 
 def _frozen(value, dtype):
@@ -118,6 +118,7 @@ class StepConfig:
     loss: str
     tp_comm_overlap: str
     offload_layers: int = 0
+    grad_reduce_fp32: bool | None = None  # Megatron-Core's main_grad in fp32 (None: the framework's default)
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -141,7 +142,8 @@ class StepConfig:
                    fsdp=s.fsdp is not None, reshard=s.fsdp != "shard-grad-op", schedule=float(Schedule.named(s.schedule)), tp_overlap=s.tp_overlap,
                    dp_overlap=s.dp_overlap, stage_layers=s.stage_layers, framework=s.framework,
                    attention=s.attention, cp=s.cp, ep=s.ep, compile=s.compile, loss=s.loss,
-                   tp_comm_overlap=s.tp_comm_overlap or "", offload_layers=s.offload_layers)
+                   tp_comm_overlap=s.tp_comm_overlap or "", offload_layers=s.offload_layers,
+                   grad_reduce_fp32=s.grad_reduce_fp32)
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

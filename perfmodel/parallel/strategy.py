@@ -22,7 +22,7 @@ from perfmodel.parallel.placement import ORDERS
 from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_flag, check_int, check_positive, check_size,
                                    divisors)
 from perfmodel.workload.kernels import PRECISIONS
-from perfmodel.workload.stacks import check_stack_options, stack
+from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.context import default_attention
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
@@ -112,6 +112,10 @@ class Strategy:
     # activation CPU offload of the first k blocks (workload/stacks/offload.py: PyTorch save_on_cpu,
     # Megatron-Core --cpu-offloading-num-layers); 0: off
     offload_layers: int = 0
+    # Megatron-Core's gradient buffer (main_grad) and its data-parallel reduction in fp32
+    # (DistributedDataParallelConfig.grad_reduce_in_fp32); None: the framework's default (Megatron-LM
+    # forces fp32 under bf16); NeMo's performance recipes set False (costs/memory.py megatron_grad_bytes)
+    grad_reduce_fp32: bool | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -158,6 +162,15 @@ class Strategy:
         check_offload(self.framework, self.offload_layers, pp=self.pp, recompute=self.recompute)
         check_pipeline_engine(self.framework, pp=self.pp, zero=self.zero, schedule=self.schedule)
         self._check_tp_comm_overlap()
+        self._check_grad_reduce()
+
+    def _check_grad_reduce(self):
+        if self.grad_reduce_fp32 is None:
+            return
+        object.__setattr__(self, "grad_reduce_fp32", check_flag("grad_reduce_fp32", self.grad_reduce_fp32))
+        if self.framework not in takes_main_grad():
+            raise UnsupportedError(f"'grad_reduce_fp32' sets Megatron-Core's main_grad dtype: it does not apply to "
+                                   f"framework={self.framework!r}; stacks that take it: {', '.join(takes_main_grad())}")
 
     def _check_ps(self):
         """Asynchronous servers and variable placement: only with parameter servers, data parallel only."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.costs.memory import megatron_grad_bytes
 from perfmodel.workload.kernels import is_mixed
 from perfmodel.workload.stacks import megatron_code
 
@@ -21,17 +22,18 @@ class WireBytes:
     activation: float
 
 
-def wire_bytes(precision: str, framework: str = "pytorch") -> WireBytes:
+def wire_bytes(precision: str, framework: str = "pytorch", grad_reduce_fp32: bool | None = None) -> WireBytes:
     """Bytes per element that the collectives move.
 
     pytorch: autocast over fp32 parameters, so .grad and the weights are fp32.
     megatron (Micikevicius et al. 2018 master weights): 16-bit weights; gradients
     accumulate in fp32 main_grad under bf16 and stay 16-bit under fp16
-    (Megatron-LM arguments: accumulate_allreduce_grads_in_fp32 is forced for bf16).
+    (Megatron-LM arguments: accumulate_allreduce_grads_in_fp32 is forced for bf16), unless
+    ``grad_reduce_fp32`` says otherwise (``costs.memory.megatron_grad_bytes``).
     """
     lo = 2.0 if is_mixed(precision) else 4.0
     if megatron_code(framework) and is_mixed(precision):
-        return WireBytes(grad=2.0 if precision == "fp16-mixed" else 4.0, param=lo, activation=lo)
+        return WireBytes(grad=megatron_grad_bytes(precision, grad_reduce_fp32), param=lo, activation=lo)
     return WireBytes(grad=4.0, param=4.0, activation=lo)
 
 

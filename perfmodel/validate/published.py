@@ -56,7 +56,8 @@ def strategy_of(r: dict):
                     recompute=r["recompute"], precision=r["precision"], schedule=r["schedule"],
                     virtual_stages=int(r["virtual_stages"]), sequence_parallel=_yes(r["sequence_parallel"]),
                     stage_layers=stages, framework=r["framework"], attention=r["attention"],
-                    tp_overlap=_yes(r["tp_overlap"]), dp_overlap=_yes(r["dp_overlap"]), cp=int(r["cp"] or 1))
+                    tp_overlap=_yes(r["tp_overlap"]), dp_overlap=_yes(r["dp_overlap"]), cp=int(r["cp"] or 1),
+                    grad_reduce_fp32=_yes(r["grad_reduce_fp32"]) if r.get("grad_reduce_fp32") else None)
 
 
 def formula_flops(r: dict, m) -> float:

@@ -98,6 +98,12 @@ def megatron_code(framework: str) -> bool:
     return stack(framework).model_code == "megatron"
 
 
+def takes_main_grad() -> list[str]:
+    """Frameworks whose gradient buffer dtype ``Strategy.grad_reduce_fp32`` sets: Megatron-Core's own
+    DDP (not DeepSpeed's engine, which keeps its own gradient buffers)."""
+    return [s.name for s in STACKS.values() if s.model_code == "megatron" and s.engine is None]
+
+
 def takes(option: str) -> list[str]:
     """Frameworks that take a stack option (a recompute policy or "compile")."""
     if option == "compile":
