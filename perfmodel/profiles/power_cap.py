@@ -111,7 +111,7 @@ def power_capped_profile(gpu: str, reference: Profile) -> Profile:
     bw = target.mem_bw_bytes_per_s / ref.mem_bw_bytes_per_s  # < 1: slower memory
     compute = {key: _scaled(key, entry, clock, bw) for key, entry in reference.compute.items()}
     meta = {**reference.meta, "derived_from": reference.name,
-            "method": f"{reference.name} at {ref.tdp_w:g} W: compute rates x sustained-clock ratio, "
+            "method": f"{reference.name} at {ref.tdp_w:g} W: compute rates x the capped-rate ratio, "
                       f"memory-bound classes x bandwidth ratio",
             "power_cap": {"power_limit_w": target.power_limit_w, "tdp_w": target.tdp_w, "clock_ratio": clock,
                           "bandwidth_ratio": bw, "source": ratio_source(target)}}
