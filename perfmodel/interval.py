@@ -113,7 +113,7 @@ def cell(kind: str, share):
 
 # stacks priced by one model code and sharding share a regime (workload/stacks): DeepSpeed runs are
 # Megatron-LM's layers plus the engine's host work; FSDP1 and torchtitan (FSDP2) shard the torch model code
-REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "torchtitan": "fsdp"}
+REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "torchtitan": "fsdp", "kempnerforge": "fsdp"}
 
 
 def regime_framework(framework: str) -> str:

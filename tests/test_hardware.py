@@ -255,10 +255,10 @@ def test_link_kind_is_checked():
 
 def test_node_presets():
     assert list_nodes() == ["dgx-1-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "grand-teton-h100",
-                            "hgx-h200"]
+                            "hgx-h200", "hgx-h200-4gpu"]
     for name in list_nodes():
         node = load_node(name)
-        assert node.name == name and node.gpus_per_node == 8 and node.source
+        assert node.name == name and node.gpus_per_node == (4 if name == "hgx-h200-4gpu" else 8) and node.source
 
 
 @pytest.mark.parametrize(

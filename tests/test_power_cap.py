@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import perfmodel as pm
@@ -9,7 +10,8 @@ from perfmodel.core.errors import InvalidInputError
 from perfmodel.costs.compute import kernel_time
 from perfmodel.hardware import load_gpu, load_node
 from perfmodel.hardware.catalog import gpu_from_dict
-from perfmodel.profiles.power_cap import power_capped_profile, sustained_clock_ratio
+from perfmodel.profiles.power_cap import (cube_law_ratio, measured_curves, power_capped_profile,
+                                         sustained_clock_ratio)
 from perfmodel.workload.ops import Kernel
 
 CAPPED = "h100-sxm5-96gb-hbm2e-500w"
@@ -34,9 +36,24 @@ def test_catalog_entry_has_the_published_figures():
 
 
 def test_sustained_clock_by_hand():
-    # (500 W / 700 W)^(1/3) = 0.8939: dynamic power ~ clock^3
-    assert sustained_clock_ratio(CAPPED) == pytest.approx(0.893904, rel=1e-6)
+    # Mayr et al. 2026 (arXiv 2603.16164) Table 4, H100 94 GB HBM2e: 27,705.3 tokens/s at 500 W, 30,271.0 at 700 W
+    assert sustained_clock_ratio(CAPPED) == pytest.approx(27705.3 / 30271.0, rel=1e-9)
     assert sustained_clock_ratio("h100-sxm5-80gb") == 1.0  # runs at its TDP
+    # (500 W / 700 W)^(1/3) = 0.8939: dynamic power ~ clock^3, where no curve is published
+    assert cube_law_ratio(500, 700) == pytest.approx(0.893904, rel=1e-6)
+
+
+def test_measured_curve_is_interpolated_and_cube_law_outside_it():
+    gpu = load_gpu(CAPPED)
+    at_450 = sustained_clock_ratio(dataclasses.replace(gpu, power_limit_w=450.0))
+    assert at_450 == pytest.approx((24853.4 + 27705.3) / 2 / 30271.0, rel=1e-9)  # halfway between 400 and 500 W
+    assert sustained_clock_ratio(dataclasses.replace(gpu, power_limit_w=150.0)) == pytest.approx(
+        cube_law_ratio(150, 700))  # below the lowest measured limit
+    watts, ratio, source = measured_curves()[CAPPED]
+    assert watts[-1] == 700 and ratio[-1] == 1.0 and np.all(np.diff(ratio) > 0) and "2603.16164" in source
+    # the cube law is within 2.5% of the measured curve from 400 to 700 W, far above it at 200 W (static power)
+    assert np.all(np.abs(cube_law_ratio(watts[2:], 700) / ratio[2:] - 1) < 0.025)
+    assert cube_law_ratio(200, 700) > 2 * ratio[0]
 
 
 def _gemm(profile, n=8192):

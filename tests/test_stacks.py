@@ -35,7 +35,7 @@ def test_torchtitan_alone_takes_its_defaults():
 
 def test_options_that_do_not_apply_name_the_stacks_that_take_them():
     with pytest.raises(UnsupportedError, match=r"'compile'=True does not apply to framework='megatron'.*"
-                                               r"stacks that take it: pytorch, torchtitan, fsdp1"):
+                                               r"stacks that take it: pytorch, torchtitan, kempnerforge, fsdp1"):
         pm.Strategy(framework="megatron", compile=True)
     with pytest.raises(UnsupportedError, match=r"recompute='selective-op' is not a checkpointing policy of "
                                                r"framework='pytorch'.*stacks that take it: torchtitan"):

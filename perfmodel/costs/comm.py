@@ -104,6 +104,8 @@ def collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> 
     ``entry`` is a fitted or datasheet entry of one fabric level; arrays broadcast.
     One-number calls are remembered by (entry identity, collective, size, n): see perfmodel/core/memo.py.
     """
+    if "mesh_peers" in entry:  # a switchless NVLink mesh: n ranks use n − 1 of the peers' link shares
+        size_bytes = mesh_bytes(entry["mesh_peers"], size_bytes, group_size)
     key = _scalar_key(collective, size_bytes, group_size)
     if key is not None:
         hit = _COLLECTIVE_MEMO.get(entry, key)
@@ -112,6 +114,18 @@ def collective_time(entry: Mapping, collective: str, size_bytes, group_size) -> 
             _COLLECTIVE_MEMO.put(entry, key, hit)
         return hit.copy()
     return _collective_time(entry, collective, size_bytes, group_size)
+
+
+def mesh_bytes(peers, size_bytes, group_size):
+    """Bytes at the full link rate equal to ``size_bytes`` among ``group_size`` of a fully connected
+    switchless NVLink mesh whose GPUs each split their links over ``peers`` peers: a ring (NCCL builds
+    one per peer pairing) over n ranks drives n − 1 of the peer shares, so it runs at (n − 1)/peers of the
+    rate the whole node's ring reaches (NVIDIA HGX 4-GPU: 6 of 18 NVLinks between two GPUs). S·peers/(n − 1)
+    at that rate is the same time; n − 1 ≥ peers leaves S unchanged."""
+    n = np.asarray(group_size, float)
+    share = np.minimum(np.maximum(n - 1.0, 1.0), float(peers)) / float(peers)
+    out = np.asarray(size_bytes, float) / share
+    return float(out) if out.ndim == 0 else out
 
 
 _COLLECTIVE_MEMO = IdentityMemo()

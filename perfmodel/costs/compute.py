@@ -133,7 +133,8 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
             key = f"sdpa:{kern.variant.rsplit('.', 1)[-1]}"
         entry = profile.entry(key)
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}
-        t = _gpu(entry, symbolic, **size)
+        size, longer = (size, 1.0) if symbolic else held_sequence(size, entry)
+        t = _gpu(entry, symbolic, **size) * longer
         fast = next((f"gemm:{d}" for d in ("bf16", "fp16") if profile.has(f"gemm:{d}")), None)
         if kern.dtype in ("fp32", "tf32") and fast:  # no FlashAttention in fp32: scale by the GEMM rate ratio
             t = t * profile.entry(fast)["params"]["R"] / profile.entry(gemm_key(profile, kern.dtype))["params"]["R"]
@@ -152,6 +153,29 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
     size = {v: kern.size[v] for v in needs}
     size["x"] = _number(size["x"], symbolic) * factor
     return _gpu(entry, symbolic, **size), _cpu(profile, entry)
+
+
+# the longest sequence of every attention table the bundled profiles are fitted to: Shah et al. 2024
+# (arXiv 2407.08608) Figs. 5-6 and Dao 2023 (arXiv 2307.08691) Figs. 4, 7 stop at 16k, as does this
+# project's H200 table (data/h200-2026-11-29/compute.csv); a profile entry may name its own ("seq_max")
+SDPA_SEQ_MEASURED = 16384.0
+
+
+def held_sequence(size: dict, entry) -> tuple[dict, object]:
+    """(sizes, factor) pricing attention above the measured sequence range at the rate measured at its
+    top: a sequence s > s_max runs as b·s/s_max sequences of s_max (the same query tiles, so the same
+    waves) times s/s_max, whose FLOPs (4·b·h·s²·d, halved when causal) equal the kernel's. The
+    measured curves are flat from 8k to 16k (FlashAttention-2/-3, cuDNN: within 2%, Shah et al. 2024),
+    where the fitted forms would keep rising (causal above the non-causal rate); ``factor`` is 1.0 and
+    the sizes unchanged within the range."""
+    cap = float(entry["seq_max"]) if "seq_max" in entry else SDPA_SEQ_MEASURED
+    seq = np.asarray(size["seq"], float)
+    if not np.any(seq > cap):
+        return size, 1.0
+    longer = np.maximum(seq / cap, 1.0)
+    if longer.ndim == 0:
+        longer = float(longer)
+    return {**size, "batch": size["batch"] * longer, "seq": np.minimum(seq, cap) if seq.ndim else min(float(seq), cap)}, longer
 
 
 def _optimizer_entry(profile: Profile, cls: str):

@@ -136,6 +136,8 @@ ALLOCATORS = {
     # torchtitan run_train.sh: PYTORCH_(CUDA_)ALLOC_CONF="expandable_segments:True"; FSDP2
     # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py) frees with events, no record_stream
     "torchtitan": Allocator(True, 0.0, "pytorch/torchtitan run_train.sh; FSDP2 avoids record_stream"),
+    "kempnerforge": Allocator(False, 0.0, "KempnerForge scripts/train.py launch (no allocator setting): fixed "
+                              "segments; FSDP2 avoids record_stream"),
     # FSDP1 FlatParamHandle._free_unsharded_flat_param: _no_dispatch_record_stream(unsharded, current
     # stream): the block, allocated on the unshard stream, returns to that stream's pool only once the
     # compute stream has passed the free; the limiter (limit_all_gathers, PR #83917) bounds it to one unit

@@ -49,6 +49,7 @@ LINK_OPTIONAL = (
     "sources",
     "nccl_busbw",
     "nccl_allreduce_busbw",
+    "mesh_peers",
 )
 NODE_REQUIRED = ("gpu", "gpus_per_node")
 NODE_OPTIONAL = (
@@ -223,6 +224,7 @@ def link_from_dict(data: Mapping, where: str, default_name: str = "") -> Link:
             nccl_allreduce_busbw_bytes_per_s=rate("nccl_allreduce_busbw"),
             description=str(data.get("description", "")),
             sources=_sources(data),
+            mesh_peers=data.get("mesh_peers"),
         )
 
 

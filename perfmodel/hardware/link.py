@@ -34,6 +34,9 @@ class Link:
     nccl_allreduce_busbw_bytes_per_s: float | None = None
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=FrozenMap)
+    # NVLink without a switch, every GPU wired to each of ``mesh_peers`` peers by an equal share of
+    # its links (HGX 4-GPU boards: 3); None = a switch or a shared bus
+    mesh_peers: int | None = None
 
     def __post_init__(self) -> None:
         check_name("link", self.name)
@@ -50,6 +53,9 @@ class Link:
         set_(self, "latency_s", float(latency))
         for name in ("nccl_busbw_bytes_per_s", "nccl_allreduce_busbw_bytes_per_s"):
             set_(self, name, check_number(owner, name, getattr(self, name), optional=True))
+        if self.mesh_peers is not None and (int(self.mesh_peers) != self.mesh_peers or self.mesh_peers < 1):
+            raise InvalidInputError(f"{owner}: 'mesh_peers' must be a whole number of peers, at least 1: "
+                                    f"got {self.mesh_peers!r}")
         set_(self, "aliases", tuple(self.aliases))
         set_(self, "sources", FrozenMap(self.sources))
 

@@ -336,6 +336,24 @@ def ps_time(c: StepConfig, params, window_s, links, grad_bytes=4.0):
     return push + one_way
 
 
+# FSDP2 (torch _fully_shard, pytorch/pytorch 010ae4a8 _fsdp_collectives.py; 002a76fb _fsdp_param_group.py):
+# on the compute stream, each unshard's ``foreach_all_gather_copy_out`` (split_with_sizes_copy: read the
+# bf16 all-gather output, write the unsharded parameters, 2 + 2 B per element; in ``wait_for_unshard``,
+# called by pre_forward and, after reshard_after_forward, again by pre_backward) and each backward's
+# ``foreach_reduce`` copy-in (_chunk_cat of the bf16 gradients into the fp32 reduce_dtype buffer, 2 + 4 B,
+# before ``reduce_scatter_stream.wait_stream(current_stream)``), in fp32-copy units of 8 B per element
+FSDP2_COPY_PASSES = 2 * (2 + 2) / 8 + (2 + 4) / 8
+
+
+def fsdp2_copy_passes(copy_s, params, c: StepConfig):
+    """Seconds per step of FSDP2's copies on the compute stream around its collectives (one copy-out per
+    unshard, forward and backward, and the reduce-scatter's copy-in; :data:`FSDP2_COPY_PASSES` fp32 copies
+    of the rank's parameters per micro-batch). Zero for other stacks, or when ``copy_s`` is None."""
+    if copy_s is None or stack(c.framework).sharding != "fsdp2":
+        return 0.0
+    return c.micro_batches * FSDP2_COPY_PASSES * copy_s(params)
+
+
 def ddp_exposed(coll, lay, c: StepConfig, params, window_s, nb: WireBytes, buckets: BucketCosts, *, price=None,
                 slowdown=0.0):
     """PyTorch DDP's exposed seconds: its bucketed all-reduce (``ddp_time``), a host's cost per
@@ -357,7 +375,9 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
              "head": (np.where(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
     slow = work.overlap_slowdown
     ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets, slowdown=slow)
-    shard = np.where(c.shard_stage >= 3, zero3_time(coll, lay, c, units, nb.activation, st.embed, slow),
+    zero3 = zero3_time(coll, lay, c, units, nb.activation, st.embed, slow) + fsdp2_copy_passes(buckets.copy_s,
+                                                                                                params, c)
+    shard = np.where(c.shard_stage >= 3, zero3,
                      np.where(c.shard_stage >= 1, zero12_time(coll, lay, c, params, window, nb.grad, nb.param, slow,
                                                               forward_s=forward, index=st.index), ddp))
     out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)

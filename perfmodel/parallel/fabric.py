@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 
 from perfmodel.costs.comm import datasheet_entry as _datasheet_entry
-from perfmodel.costs.comm import rail_busbw
+from perfmodel.costs.comm import busbw_factor, collective_time, rail_busbw
 from perfmodel.profiles.profile import Profile
 
 PROTOCOL_EFFICIENCY = 0.8
@@ -58,6 +58,23 @@ def _ring_shaped(entry: dict, link) -> dict:
     return out
 
 
+def _mesh_entries(allreduce: dict, link) -> dict:
+    """A switchless NVLink mesh (``link.mesh_peers``): every collective on the fitted all-reduce curve's
+    shape at the link's ring busbw (no NVLink SHARP without a switch), each entry carrying the mesh so
+    ``costs.comm.collective_time`` prices a group of n ranks on its n − 1 peers' share of the links."""
+    ring, src = _link_busbw(link, allreduce=False)
+    top = float(allreduce["range_bytes"][1]) if "range_bytes" in allreduce else 8.0 * 2**30
+    reached = top / float(collective_time(allreduce, "all_reduce", top, 8)) * busbw_factor("all_reduce", 8)
+    out = {}
+    for key in ("all_reduce", "all_gather", "reduce_scatter", "sendrecv"):
+        entry = copy.deepcopy(allreduce)
+        entry["params"]["busbw_bytes_per_s"] *= ring / reached  # the curve's largest measured busbw -> ring's
+        entry["source"] = f"{allreduce.get('source', '')}; shape only, x {ring / reached:.3f} to {link.name}'s ring busbw ({src})"
+        entry["mesh_peers"] = link.mesh_peers
+        out[key] = entry
+    return out
+
+
 def cluster_collectives(cluster, profile: Profile) -> dict[str, dict[str, dict]]:
     """``{"intra": {...}, "inter": {...}}`` collective entries for ``cluster``."""
     node = cluster.node
@@ -69,9 +86,12 @@ def cluster_collectives(cluster, profile: Profile) -> dict[str, dict[str, dict]]
         if allreduce is not None:
             for key in ("all_gather", "reduce_scatter", "sendrecv"):
                 out["intra"].setdefault(key, _ring_shaped(allreduce, node.intra))
+    elif node.intra.mesh_peers and (fitted.get("intra") or {}).get("all_reduce") is not None:
+        out["intra"].update(_mesh_entries(fitted["intra"]["all_reduce"], node.intra))
     for key in ("all_reduce", *OTHER_COLLECTIVES):
         bw, src = _link_busbw(node.intra, allreduce=key == "all_reduce")
-        out["intra"].setdefault(key, datasheet_entry(bw, node.intra.latency_s, source=f"datasheet: {src}"))
+        entry = datasheet_entry(bw, node.intra.latency_s, source=f"datasheet: {src}")
+        out["intra"].setdefault(key, {**entry, "mesh_peers": node.intra.mesh_peers} if node.intra.mesh_peers else entry)
     if fitted.get("inter"):
         out["inter"].update(fitted["inter"])
     nic_bw, src = _link_busbw(node.nic, allreduce=False)

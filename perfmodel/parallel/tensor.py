@@ -55,7 +55,10 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     slower while both run (``overlapped_cost``; Lee et al. 2025).
 
     torchtitan's DTensor plan (``sp_regathers``) saves the gathered inputs: under SP its
-    backward is the 2 all-gathers of dy and the 2 reduce-scatters of dx, no re-gather.
+    backward is the 2 all-gathers of dy and the 2 reduce-scatters of dx, no re-gather. A plan that
+    gives each column-parallel linear its own ``ColwiseParallel(input_layouts=Shard(1))``
+    (``Stack.tp_input_gathers``: KempnerForge's q, k, v, gate and up) gathers the block's input once
+    per linear forward and reduce-scatters each linear's input gradient backward.
 
     ``c.tp_comm_overlap`` (TE userbuffers, torchtitan async TP) overlaps the SP collectives
     with the linears' GEMMs chunk by chunk (``perfmodel.parallel.tp_overlap``); ``gemms``: the
@@ -68,11 +71,11 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     ag = hierarchical_time(coll, "all_gather", act, rpn, nodes, algorithm="ring")
     on = c.tp > 1
     sp = np.asarray(c.sequence_parallel, bool)
-    one = np.where(on, np.where(sp, rs + ag, ar), 0.0)
-    fwd = 2 * one
+    gathers = stack(c.framework).tp_input_gathers  # SP: the block input's gathers forward, their RS backward
+    fwd = np.where(on, np.where(sp, gathers * ag + 2 * rs, 2 * ar), 0.0)
     hidden_by = np.asarray(hidden_by, float)
     regather = sp_regathers(c.framework) * ag
-    plain = np.where(sp, 2 * (ag + rs) + regather, 2 * ar)
+    plain = np.where(sp, 2 * ag + gathers * rs + regather, 2 * ar)
     overlapped = np.where(sp, 2 * ag + overlapped_cost(2 * rs + regather, 2 * hidden_by, slowdown),
                           overlapped_cost(2 * ar, hidden_by, slowdown))
     bwd = np.where(on, np.where(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
@@ -85,8 +88,20 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     # (Megatron: reduce_scatter_to_sequence_parallel_region's backward; DTensor: Shard(1) -> Replicate)
     return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=np.where(on, np.where(sp, rs, ar), 0.0),
                       embed_b=np.where(on & sp, ag, 0.0),
-                      head_f=np.where(on, np.where(sp, ag, 0.0) + loss_parallel_time(model, coll, lay, c), 0.0),
+                      head_f=np.where(on, np.where(sp, ag, 0.0) + loss_time(model, coll, lay, c), 0.0),
                       head_b=np.where(on, np.where(sp, rs, ar), 0.0))
+
+
+def loss_time(model, coll, lay, c: StepConfig):
+    """Seconds of the loss's tensor-parallel collectives per micro-batch: ``loss_parallel_time`` where the
+    stack keeps the logits vocabulary-sharded (``Stack.loss_parallel``), else the all-gather of the
+    16-bit logits to every rank (KempnerForge 0c4eba1 ``apply_tensor_parallel``: the output head's
+    ``ColwiseParallel(..., output_layouts=Replicate())``), whose loss then runs on the whole vocabulary."""
+    if stack(c.framework).loss_parallel:
+        return loss_parallel_time(model, coll, lay, c)
+    rpn, nodes = lay["tp"]
+    logits = c.micro_batch * model.seq * model.vocab * 2.0  # b·s·V bf16 gathered
+    return hierarchical_time(coll, "all_gather", logits, rpn, nodes, algorithm="ring")
 
 
 def loss_parallel_time(model, coll, lay, c: StepConfig):

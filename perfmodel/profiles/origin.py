@@ -17,7 +17,8 @@ def profile_origin(profile) -> str:
     cap = meta.get("power_cap")
     if cap and meta.get("derived_from"):
         return (f"power-capped: {meta['derived_from']} at {cap['tdp_w']:g} W, compute x{cap['clock_ratio']:.3f} "
-                f"(sustained clock at {cap['power_limit_w']:g} W), memory-bound x{cap['bandwidth_ratio']:.3f}" + extra)
+                f"(compute-bound rate at {cap['power_limit_w']:g} W: {cap['source'].split(':')[0]}), "
+                f"memory-bound x{cap['bandwidth_ratio']:.3f}" + extra)
     if meta.get("derived_from"):
         return f"datasheet: {meta['derived_from']}'s fits scaled by datasheet FLOP/s and bandwidth" + extra
     return "origin not recorded" + extra

@@ -4,10 +4,14 @@ A catalog GPU with ``power_limit_w`` below ``tdp_w`` (the H100 SXM5 96GB HBM2e a
 Grand Teton hosts) has the compute of another catalog GPU (:data:`SAME_COMPUTE_AT_TDP`), whose
 bundled profile holds published kernel curves. Its profile is that one with
 
-* compute-bound rates (GEMM ``R``/``R_mis``, attention ``R``) times the sustained-clock ratio
-  :func:`sustained_clock_ratio`: under tensor-core load the board is power-bound, so the firmware
-  lowers the SM clock until the power fits the limit (measured at 700 W on the same die:
-  ``data/h200-calibration-2026-11-30/sustained.csv``, 686-699 W at 1470-1545 MHz of 1980);
+* compute-bound rates (GEMM ``R``/``R_mis``, attention ``R``) times :func:`sustained_clock_ratio`:
+  under tensor-core load the board is power-bound, so the firmware lowers the SM clock until the
+  power fits the limit (measured at 700 W on the same die:
+  ``data/h200-calibration-2026-11-30/sustained.csv``, 686-699 W at 1470-1545 MHz of 1980). Where
+  a training throughput of the part under power limits is published
+  (``profiles/data/reference/power_cap_published.csv``: Mayr et al. 2026, arXiv 2603.16164,
+  Table 4, Llama 3 8B pre-training on the H100 SXM 94 GB HBM2e from 200 to 700 W) the ratio is
+  that curve at the limit, interpolated linearly; else the cube law of dynamic power;
 * memory-bound classes (``beta``-type seconds per byte, the GEMM ``bw`` and attention ``c_row``
   terms) by the ratio of the two GPUs' memory bandwidths: the limit throttles the SM clock, not
   the memory clock (Ujeniya et al. 2026, arXiv 2604.11391, measure SM and memory frequency apart);
@@ -21,9 +25,16 @@ The ratio is written into ``meta["power_cap"]`` with the figures it came from.
 from __future__ import annotations
 
 import copy
+import csv
+import io
 from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.readers import read_text_file
 from perfmodel.hardware import load_gpu
 from perfmodel.profiles.profile import Profile
 
@@ -34,17 +45,59 @@ CLOCK_SOURCE = ("dynamic CMOS power a*C*V^2*f (Rabaey et al., Digital Integrated
                 "Sect. 5.5) with the supply voltage scaled with the clock (Le Sueur and Heiser, HotPower 2010): "
                 "power ~ clock^3; static power neglected; the GPU at TDP taken as power-bound under "
                 "tensor-core load")
+MEASURED_CSV = Path(__file__).with_name("data") / "reference" / "power_cap_published.csv"
 COMPUTE_RATES = {"gemm": ("R", "R_mis"), "sdpa": ("R",)}
 BYTE_TIMES = ("beta", "beta_y", "beta_row", "c_row")  # seconds per byte (or per row of bytes)
 
 
+@lru_cache(maxsize=1)
+def measured_curves() -> dict:
+    """gpu -> (power limits in W, throughput / throughput at TDP, source) of every published curve."""
+    text = read_text_file(MEASURED_CSV, field="power_cap_published", expect="the power-cap curves CSV")
+    rows: dict = {}
+    for r in csv.DictReader(io.StringIO(text, newline="")):
+        rows.setdefault(r["gpu"], []).append((float(r["power_limit_w"]), float(r["tdp_w"]), float(r["throughput"]),
+                                              r["source"]))
+    curves = {}
+    for gpu, pts in rows.items():
+        pts.sort()
+        at_tdp = [t for w, tdp, t, _ in pts if w == tdp]
+        if len(at_tdp) != 1:
+            raise InvalidInputError(f"{MEASURED_CSV.name}: the curve of {gpu!r} needs one row at its TDP: "
+                                    f"got {len(at_tdp)}")
+        curves[gpu] = (np.array([p[0] for p in pts]), np.array([p[2] for p in pts]) / at_tdp[0], pts[0][3])
+    return curves
+
+
+def cube_law_ratio(power_limit_w, tdp_w: float):
+    """Clock at ``power_limit_w`` over the clock at ``tdp_w`` when power ~ clock^3: (P_limit / P_tdp)^(1/3)
+    (:data:`CLOCK_SOURCE`); static power neglected."""
+    return (np.asarray(power_limit_w, float) / tdp_w) ** (1.0 / CLOCK_EXPONENT)
+
+
 def sustained_clock_ratio(gpu) -> float:
-    """Sustained SM clock at ``gpu.power_limit_w`` over the clock at ``gpu.tdp_w`` under tensor-core
-    load: (P_limit / P_tdp)^(1/3) (:data:`CLOCK_SOURCE`); 1.0 when no lower limit is set."""
+    """Compute-bound rate at ``gpu.power_limit_w`` over the rate at ``gpu.tdp_w`` under tensor-core load: the
+    published curve of the part at that limit (:func:`measured_curves`, linear between measured limits),
+    else :func:`cube_law_ratio`; 1.0 when no lower limit is set.
+
+    The curve is a whole training step's throughput, taken for the compute-bound rate: an upper bound of
+    it, as the step's memory-bound kernels slow less than its GEMMs."""
     gpu = load_gpu(gpu) if isinstance(gpu, str) else gpu
     if gpu.power_limit_w is None or gpu.tdp_w is None or gpu.power_limit_w >= gpu.tdp_w:
         return 1.0
-    return float((gpu.power_limit_w / gpu.tdp_w) ** (1.0 / CLOCK_EXPONENT))
+    curve = measured_curves().get(gpu.name)
+    if curve is None or not curve[0][0] <= gpu.power_limit_w <= curve[0][-1]:
+        return float(cube_law_ratio(gpu.power_limit_w, gpu.tdp_w))
+    return float(np.interp(gpu.power_limit_w, curve[0], curve[1]))
+
+
+def ratio_source(gpu) -> str:
+    """Where :func:`sustained_clock_ratio` of ``gpu`` comes from, in words."""
+    gpu = load_gpu(gpu) if isinstance(gpu, str) else gpu
+    curve = measured_curves().get(gpu.name)
+    if curve is not None and gpu.power_limit_w is not None and curve[0][0] <= gpu.power_limit_w <= curve[0][-1]:
+        return f"measured throughput under power limits, interpolated: {curve[2]}"
+    return CLOCK_SOURCE
 
 
 def power_capped_profile(gpu: str, reference: Profile) -> Profile:
@@ -58,10 +111,10 @@ def power_capped_profile(gpu: str, reference: Profile) -> Profile:
     bw = target.mem_bw_bytes_per_s / ref.mem_bw_bytes_per_s  # < 1: slower memory
     compute = {key: _scaled(key, entry, clock, bw) for key, entry in reference.compute.items()}
     meta = {**reference.meta, "derived_from": reference.name,
-            "method": f"{reference.name} at {ref.tdp_w:g} W: compute rates x sustained-clock ratio, "
+            "method": f"{reference.name} at {ref.tdp_w:g} W: compute rates x the capped-rate ratio, "
                       f"memory-bound classes x bandwidth ratio",
             "power_cap": {"power_limit_w": target.power_limit_w, "tdp_w": target.tdp_w, "clock_ratio": clock,
-                          "bandwidth_ratio": bw, "source": CLOCK_SOURCE}}
+                          "bandwidth_ratio": bw, "source": ratio_source(target)}}
     return replace(reference, name=target.name, gpu=target.name, compute=compute, meta=meta)
 
 

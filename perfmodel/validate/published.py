@@ -97,7 +97,8 @@ def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
 
     A row gives tokens per second per GPU as torchtitan logs it (local batch x seq / (step x cp)), so
     the step is micro_batch x seq / (cp x rate); its memory (``published_memory_gib``, what the stack
-    logs: max reserved) is kept as ``extra["reserved_memory_bytes"]``.
+    logs: max reserved) is kept as ``extra["reserved_memory_bytes"]``. ``attention`` names the SDPA backend
+    the run's torch picked (blank: the stack's default, under context parallelism its ring's).
     """
     text = read_text_file(Path(path), field="published", expect="the published stack-runs CSV")
     cases = []
@@ -105,7 +106,8 @@ def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
         m = dataclasses.replace(preset(r["preset"]), seq=int(r["seq"]), name=r["name"])
         cp, mb = int(r["cp"]), int(r["micro_batch"])
         s = Strategy(dp=int(r["dp"]), cp=cp, micro_batch=mb, framework=r["framework"], recompute=r["recompute"],
-                     compile=_yes(r["compile"]), loss=r["loss"], precision=r["precision"])
+                     compile=_yes(r["compile"]), loss=r["loss"], precision=r["precision"],
+                     attention=r["attention"] or None)
         step = mb * m.seq / (cp * float(r["published_tokens_per_s_per_gpu"]))
         cases.append(Case(line=line, label=r["name"], model=m, cluster=cluster(r["node"], nodes=int(r["nodes"])),
                           strategy=s, metric="step_time_s", measured=step,

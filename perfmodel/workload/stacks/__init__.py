@@ -37,6 +37,9 @@ class Stack:
     tp_regathers: int = 2       # SP all-gathers a block repeats in backward for its weight gradients (parallel/tensor.py)
     float8: bool = False        # has float8 training (precision "fp8-mixed"): workload/stack.py adapt_kernels
     grad_buffer: bool = False   # Megatron-Core DDP: one grad buffer per model chunk, reduced asynchronously (parallel/data.py)
+    tp_input_gathers: int = 2   # SP all-gathers of a block's sharded input per forward (parallel/tensor.py)
+    default_search: bool = True  # pm.search tries it when no framework is named (explore/stack_options.py)
+    loss_parallel: bool = True  # TP keeps the logits vocabulary-sharded for the loss (parallel/tensor.py loss_time)
 
 
 STACKS = {
@@ -66,6 +69,17 @@ STACKS = {
                         compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True,
                         searched=("none", "full", "selective-op", "every-2"), tp_regathers=0,
                         float8=True),  # torchao Float8Linear (training.float8 converter: workload/stacks/float8.py)
+    # KempnerForge (KempnerInstitute/KempnerForge 01b461a kempnerforge/distributed/parallel.py apply_fsdp2:
+    # FSDP2 per block, MixedPrecisionPolicy(bf16, reduce fp32), torch.compile of the model; 0c4eba1
+    # distributed/tensor_parallel.py _build_block_tp_plan: ColwiseParallel(input_layouts=Shard(1)) on each of
+    # q/k/v_proj and gate/up_proj, so each redistributes the block's sequence-sharded input by its own
+    # all-gather: 5 per block forward where torchtitan's PrepareModuleInput gathers 2)
+    "kempnerforge": Stack("kempnerforge", "KempnerInstitute/KempnerForge 01b461a kempnerforge/distributed/parallel.py, "
+                          "0c4eba1 kempnerforge/distributed/tensor_parallel.py; FSDP2 torch/distributed/fsdp/_fully_shard",
+                          weights16=True, sharding="fsdp2", default_fsdp="full", reduce_bytes=4.0,
+                          default_recompute="none", recompute=("none", "full"), compiles=True, rope_saves=False,
+                          swiglu_saved=4, searched=("none", "full"), tp_regathers=0, tp_input_gathers=5,
+                          default_search=False, loss_parallel=False),
     # FSDP1 FullyShardedDataParallel as Hugging Face accelerate and Composer/llm-foundry wrap it:
     # one FlatParameter per decoder block, MixedPrecision(param_dtype=bf16, reduce_dtype=bf16: accelerate's
     # "bf16" mixed precision, llm-foundry's mixed_precision PURE), limit_all_gathers
