@@ -279,6 +279,58 @@ def _twins(name: str, other: str) -> bool:
     return a[0] == "datasheet" and b[0] == "measured" and a[1:] == b[1:]
 
 
+# what predicts a row's difficulty before measuring (the ``normalised`` scores, validate/conformal.py):
+# profile scaled by datasheet figures, a short step (run-to-run noise), the framework's model code,
+# the exposed communication share, the GPU count (log10: collectives beyond the measured sizes) and a
+# power-capped part (its clock from a formula, profiles/power_cap.py)
+DIFFICULTY = ("datasheet", "short_step", "fsdp", "megatron", "comm_share", "log10_gpus", "power_capped")
+
+
+def difficulty_features(kind: str, share, framework: str, step, n_gpus: int, power_capped: bool) -> np.ndarray:
+    """The ``DIFFICULTY`` features of each step (last axis), shares and steps broadcast."""
+    share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
+    group = regime_framework(framework)
+    const = [float(kind == "datasheet"), None, float(group == "fsdp"), float(group == "megatron"), None,
+             math.log10(max(int(n_gpus), 1)), float(bool(power_capped))]
+    cols = [np.full(share.shape, c) if c is not None else None for c in const]
+    cols[1], cols[4] = (step < SHORT_STEP_S).astype(float), np.clip(share, 0.0, 1.0)
+    return np.stack(cols, axis=-1)
+
+
+def row_factor(table: dict, names, features) -> np.ndarray:
+    """σ(x) / σ of the regime's typical row, per step: how much wider than its regime's width a step's
+    interval is under a ``normalised`` table (1 for other scores, uncalibrated steps and regimes without rows)."""
+    names = np.asarray(names, dtype=object)
+    out = np.ones(names.shape)
+    beta = table.get("difficulty", {}).get("coef")
+    if beta is None:
+        return out
+    x = np.asarray(features, dtype=float).reshape(names.shape + (len(beta) - 1,))
+    lnsig = beta[0] + x @ np.asarray(beta[1:], dtype=float)
+    for name in set(names.ravel().tolist()):
+        entry = table["regimes"].get(name)
+        if entry is not None:
+            mask = names == name
+            out[mask] = entry.get("regime_scale", 1.0) * np.exp(lnsig[mask]) / entry["scale"]
+    return out
+
+
+def _one_factor(table: dict, name: str, kind: str, share: float, framework: str, step: float, n_gpus: int,
+                capped: bool) -> float:
+    """:func:`row_factor` of one step of a calibrated regime, on floats (predict's path)."""
+    group = regime_framework(framework)
+    x = (kind == "datasheet", step < SHORT_STEP_S, group == "fsdp", group == "megatron", min(max(share, 0.0), 1.0),
+         math.log10(max(int(n_gpus), 1)), bool(capped))
+    beta = table["difficulty"]["coef"]
+    entry = table["regimes"][name]
+    return entry.get("regime_scale", 1.0) * math.exp(beta[0] + sum(b * float(v) for b, v in zip(beta[1:], x))) / entry["scale"]
+
+
+def power_capped(profile) -> bool:
+    """Whether ``profile`` is a power-capped part's, its compute slowed by a formula (profiles/power_cap.py)."""
+    return "power_cap" in profile.meta
+
+
 _SHARE_KEYS = ("tp_comm", "dp_comm", "p2p", "pipeline_bubble", "host_overhead")
 
 
@@ -303,12 +355,19 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
         c, w = regime_log_interval(table, raw, level)
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
+        if "difficulty" in table and raw in table["regimes"] and not name.startswith(UNCALIBRATED):
+            w *= _one_factor(table, raw, kind, share, framework, step, cluster.n_gpus, power_capped(profile))
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
     raw = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework, step)
     c, w = log_interval(table, raw, level)
     names = relabel(table, raw, level)
+    if "difficulty" in table:
+        calibrated = ~np.char.startswith(names.astype(str), UNCALIBRATED)
+        factor = row_factor(table, raw, difficulty_features(kind, share, framework, step, cluster.n_gpus,
+                                                            power_capped(profile)))
+        w = np.where(calibrated, w * factor, w)
     low, high = step * np.exp(c - w), step * np.exp(c + w)
     if step.ndim == 0:
         return Interval(float(low), float(high), level, str(names.item()))

@@ -26,7 +26,9 @@ import argparse
 import datetime as _dt
 import json
 import math
+import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +79,14 @@ class Scored:
     step_s: float = 1.0  # predicted step
     memory_log_ratio: float | None = None  # ln(measured / predicted peak memory), where measured
     n_gpus: int = 1
+    power_capped: bool = False  # priced on a power-capped part's profile (profiles/power_cap.py)
+    run_source: str = ""  # the run source it comes from (:func:`run_source`): held-back splits keep it whole
+
+    @cached_property
+    def features(self) -> tuple:
+        """Its difficulty features (``perfmodel.interval.DIFFICULTY``), known before measuring."""
+        return tuple(iv.difficulty_features(self.kind, self.share, self.framework, self.step_s, self.n_gpus,
+                                            self.power_capped).tolist())
 
     @property
     def memory_regime(self) -> str:
@@ -127,7 +137,21 @@ def score(source: str, case: Case) -> Scored:
                   hidden=int(case.model.hidden), seq=int(case.model.seq), profile_gpu=prof.gpu,
                   cluster_gpu=case.cluster.gpu.name, share=float(share), host_share=float(host),
                   log_ratio=math.log(case.measured / p.step_time), framework=s.framework, step_s=p.step_time,
-                  memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus)
+                  memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus,
+                  power_capped=iv.power_capped(prof), run_source=run_source(source, case))
+
+
+OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "measured_sample")
+
+
+def run_source(source: str, case: Case) -> str:
+    """The run source of a row: the publication table (or report) of a published row, whose rows share the
+    authors' software, setup and way of measuring, so near-duplicates never sit on both sides of a split;
+    for the project's own runs (one machine, the profile's own) the configuration, each measured apart."""
+    if source in OWN_RUNS:
+        return f"{source}|{_configuration(case)}"
+    cited = re.split(r"[;:] ", case.source.split("): ", 1)[-1])[0]
+    return f"{source}|{re.sub(r', experiment [0-9]+$', '', cited)}"
 
 
 def _memory_log_ratio(case: Case, p) -> float | None:
@@ -156,18 +180,24 @@ def scored_rows() -> list[Scored]:
 def build_table(rows: list[Scored], method: str = "weighted", memory_method: str | None = None) -> dict:
     """The calibration table of ``rows``: centre, scale and scores per regime (step time and memory, each
     with its score), validated stacks, shape ranges."""
-    regimes = conformal.calibrate([conformal.Item(r.cell, r.group, r.log_ratio, r.source) for r in rows], method)
+    regimes = conformal.calibrate([conformal.Item(r.cell, r.group, r.log_ratio, r.source, r.features)
+                                   for r in rows], method)
+    difficulty = {}
+    for entry in regimes.values():  # one fit for the table, every regime carries it
+        difficulty = {"features": list(iv.DIFFICULTY), "coef": entry.pop("difficulty")} if "difficulty" in entry else {}
     for name, entry in regimes.items():  # as predict applies them (a datasheet regime never below its measured twin)
         entry["half_width_pct"] = {str(q): conformal.percent(
             entry["centre"], iv.regime_width({"regimes": regimes}, name, q, math.nan)) for q in QUANTILES}
     memory = conformal.calibrate([conformal.Item(r.memory_regime, r.group, r.memory_log_ratio, r.source)
                                   for r in rows if r.memory_log_ratio is not None], memory_method or method)
     for entry in memory.values():
+        entry.pop("difficulty", None)  # no features: one scale
         entry["half_width_pct"] = {str(q): conformal.percent(entry["centre"], iv.scaled_width(entry, q))
                                    for q in QUANTILES}
     # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
     shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
-    return {"method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
+    extra = {"difficulty": difficulty} if difficulty else {}
+    return {**extra, "method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
             "memory": {"method": memory_method or method, "regimes": memory}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
 
@@ -180,22 +210,32 @@ def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, 
     raw = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
     centre, width = iv.log_interval(table, raw, level)
     names = iv.relabel(table, raw, level)
-    return str(names.item()), float(centre.item()), float(width.item())
+    name, width = str(names.item()), float(width.item())
+    if not name.startswith(iv.UNCALIBRATED):
+        width *= float(iv.row_factor(table, raw, r.features).item())
+    return name, float(centre.item()), width
+
+
+UNITS = ("source", "configuration")  # what a held-back split keeps whole
 
 
 def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: int = 200,
               fraction: float = HELD_BACK, seed: int = 0, method: str = "weighted",
-              memory_method: str | None = None) -> dict:
-    """Coverage on held-back configurations over ``splits`` random splits (calibrate on the rest),
-    of step time per regime and of memory (scored by ``memory_method``, default ``method``)."""
-    groups = sorted({r.group for r in rows})
+              memory_method: str | None = None, unit: str = "source") -> dict:
+    """Coverage on held-back run sources (``unit="configuration"``: configurations) over ``splits`` random
+    splits (calibrate on the rest), of step time per regime and of memory (scored by ``memory_method``,
+    default ``method``)."""
+    if unit not in UNITS:
+        raise ValueError(f"'unit' must be one of {', '.join(UNITS)}: got {unit!r}")
+    key = (lambda r: r.run_source) if unit == "source" else (lambda r: r.group)
+    groups = sorted({key(r) for r in rows})
     rng = np.random.default_rng(seed)
     time, memory = _Tally(), _Tally()
     for _ in range(splits):
         cal = set(rng.permutation(groups)[: round(len(groups) * (1 - fraction))].tolist())
-        table = build_table([r for r in rows if r.group in cal], method, memory_method)
+        table = build_table([r for r in rows if key(r) in cal], method, memory_method)
         for r in rows:
-            if r.group in cal:
+            if key(r) in cal:
                 continue
             name, c, w = regime_and_width(table, r, level)
             time.add(name.split(":")[0], abs(r.log_ratio - c) <= w, math.exp(c) * math.sinh(w))
@@ -203,7 +243,7 @@ def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: in
                 c, w, name = iv.memory_log_interval(table, r.memory_regime, level)
                 memory.add(name.split(":")[0], abs(r.memory_log_ratio - c) <= w, math.exp(c) * math.sinh(w))
     return {"level": level, "splits": splits, "held_back_fraction": fraction, "seed": seed, "method": method,
-            **time.summary(), "memory": memory.summary()}
+            "unit": unit, **time.summary(), "memory": memory.summary()}
 
 
 class _Tally:
