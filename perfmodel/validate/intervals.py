@@ -14,10 +14,13 @@ step); per regime (:func:`perfmodel.interval.regime_name`) the table keeps the m
 centre), a scale and the scores (:mod:`perfmodel.validate.conformal`). Rows with a measured
 peak memory give the memory section the same way, by framework.
 The shipped table uses every row; coverage is measured by repeated random splits
-of the configurations (repeats of one configuration stay on one side): calibrate on
-one part, count the held-back rows inside their interval. Both scores (split, weighted)
-are measured so; the table ships the one with the narrower median half-width among those
-covering at least the level. docs/accuracy.md.
+of the run sources (:func:`run_source`: a publication table, or one of the project's own
+configurations; near-duplicates stay on one side): calibrate on one part, count the held-back
+rows inside their interval. Every score (``conformal.METHODS``) is measured so; the table ships
+the one with the narrowest median half-width among those covering the level (and 50%, 80%,
+per regime: :func:`choose_method`). ``--selection`` holds that choice back too. docs/accuracy.md.
+
+    python -m perfmodel.validate.intervals --selection   # ...and the choice of score held back (nested)
 """
 
 from __future__ import annotations
@@ -297,13 +300,46 @@ def choose_method(checks: dict, level: float, others: dict | None = None) -> str
     return max(checks, key=lambda m: checks[m]["coverage"])
 
 
-def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = HELD_BACK) -> dict:
-    """The table to ship: every row's scores, provenance, the held-back coverage of both scores and the
-    chosen one."""
+def compare_methods(rows: list[Scored], *, level: float, splits: int, fraction: float, unit: str,
+                    seed: int = 0) -> tuple[dict, dict]:
+    """Held-back summaries of every score at ``level`` (``splits`` splits) and at each of ``CHECK_LEVELS``
+    (a quarter of them): (method -> summary, level -> method -> summary)."""
+    checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m, unit=unit, seed=seed)
+              for m in conformal.METHODS}
+    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m,
+                                unit=unit, seed=seed) for m in conformal.METHODS} for lv in CHECK_LEVELS}
+    return checks, others
+
+
+def selection_check(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, outer: int = 20, inner: int = 8,
+                    fraction: float = HELD_BACK, unit: str = "source", seed: int = 1) -> dict:
+    """The whole rule held back: per outer split, choose the score on the calibration part alone (``inner``
+    splits of it, :func:`choose_method`), build its table there, count the held-back rows inside. Its coverage
+    against the chosen score's is the optimism of choosing the score on the rows it is checked on."""
+    key = (lambda r: r.run_source) if unit == "source" else (lambda r: r.group)
+    groups = sorted({key(r) for r in rows})
+    rng = np.random.default_rng(seed)
+    time, chosen = _Tally(), {}
+    for k in range(outer):
+        cal = set(rng.permutation(groups)[: round(len(groups) * (1 - fraction))].tolist())
+        part = [r for r in rows if key(r) in cal]
+        checks, others = compare_methods(part, level=level, splits=inner, fraction=fraction, unit=unit, seed=k)
+        method = choose_method(checks, level, others)
+        chosen[method] = chosen.get(method, 0) + 1
+        table = build_table(part, method)
+        for r in rows:
+            if key(r) not in cal:
+                name, c, w = regime_and_width(table, r, level)
+                time.add(name.split(":")[0], abs(r.log_ratio - c) <= w, math.exp(c) * math.sinh(w))
+    return {"level": level, "outer": outer, "inner": inner, "unit": unit, "chosen": chosen, **time.summary()}
+
+
+def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = HELD_BACK,
+             unit: str = "source") -> dict:
+    """The table to ship: every row's scores, provenance, the held-back coverage of every score and the
+    chosen one (splits keep ``unit`` whole), and the chosen one's with configurations held back."""
     rows = scored_rows()
-    checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m) for m in conformal.METHODS}
-    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m)
-                   for m in conformal.METHODS} for lv in CHECK_LEVELS}
+    checks, others = compare_methods(rows, level=level, splits=splits, fraction=fraction, unit=unit)
     method = choose_method(checks, level, others)
     memory_method = choose_method({m: h["memory"] for m, h in checks.items()}, level,
                                   {lv: {m: h["memory"] for m, h in o.items()} for lv, o in others.items()})
@@ -313,12 +349,15 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
     sources = {name: {"file": SOURCE_FILES[name], "rows": n} for name, n in counts.items()}
     return {"schema_version": iv.TABLE_SCHEMA, "created": _dt.date.today().isoformat(), "command": COMMAND,
             "method_note": "centre = median ln(measured / predicted) per regime; scores = |ln ratio - centre| "
-                           "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted), each "
+                           "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted; normalised: "
+                           "scale = the regime's times exp(difficulty coef . features)), each "
                            "against the other configurations of its regime; a regime without rows (or too few "
                            f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
             "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
+            "held_back_configurations": _without_memory(held_back(
+                rows, level=level, splits=splits, fraction=fraction, method=method, unit="configuration")),
             "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")}
                               | {f"coverage_at_{lv:g}": o[m]["coverage"] for lv, o in others.items()}
                               | {"every_regime_holds": _holds(h, level, 0.0)
@@ -328,15 +367,25 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
                                      for m, h in checks.items()}}
 
 
+def _without_memory(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k != "memory"}
+
+
 def report(table: dict) -> str:
     """The table and its held-back coverage as text."""
     head = f"{'regime':36s} {'rows':>5s} {'configs':>7s} " + " ".join(f"{'±' + str(q):>7s}" for q in QUANTILES)
     lines = [f"step time ({table['method']} score)", head] + _widths(table["regimes"])
     lines += [f"peak memory ({table['memory']['method']} score)", head] + _widths(table["memory"]["regimes"])
     h = table["held_back"]
+    unit = {"source": "run sources", "configuration": "configurations"}[h.get("unit", "configuration")]
     lines.append(f"held-back coverage at {h['level']:.0%} ({h['splits']} splits, {h['held_back_fraction']:.0%} of "
-                 f"configurations held back): {h['coverage']:.1%}, median half-width {h['median_half_width_pct']:.1f}%")
+                 f"{unit} held back): {h['coverage']:.1%}, median half-width {h['median_half_width_pct']:.1f}%")
     lines += _per_regime(h["per_regime"])
+    if "held_back_configurations" in table:
+        c = table["held_back_configurations"]
+        lines.append(f"  configurations held back instead: {c['coverage']:.1%}, median half-width "
+                     f"{c['median_half_width_pct']:.1f}%")
+        lines += _per_regime(c["per_regime"])
     m = h["memory"]
     if m["coverage"] is not None:
         lines.append(f"memory: coverage {m['coverage']:.1%}, median half-width {m['median_half_width_pct']:.1f}%")
@@ -368,11 +417,20 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", type=int, default=200, help="random held-back splits for the coverage check")
     ap.add_argument("--held-back", type=float, default=HELD_BACK,
                     help=f"share of configurations each split holds back (default {HELD_BACK})")
+    ap.add_argument("--unit", choices=UNITS, default="source",
+                    help="what a split keeps whole: a run source (default) or a configuration")
+    ap.add_argument("--selection", action="store_true",
+                    help="also hold the choice of score back (nested splits; its optimism; about 2 minutes)")
     args = ap.parse_args(argv)
     if not 0 < args.held_back < 1:
         ap.error(f"--held-back must be strictly between 0 and 1: got {args.held_back}")
-    table = generate(splits=args.splits, fraction=args.held_back)
+    table = generate(splits=args.splits, fraction=args.held_back, unit=args.unit)
     print(report(table))
+    if args.selection:
+        sel = selection_check(scored_rows(), fraction=args.held_back, unit=args.unit)
+        print(f"score chosen inside each split ({sel['outer']} outer x {sel['inner']} inner splits; chosen "
+              f"{sel['chosen']}): coverage {sel['coverage']:.1%}, median half-width {sel['median_half_width_pct']:.1f}%")
+        print("\n".join(_per_regime(sel["per_regime"])))
     if args.write:
         iv.TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {iv.TABLE_PATH}")
