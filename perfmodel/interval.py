@@ -279,21 +279,18 @@ def _twins(name: str, other: str) -> bool:
     return a[0] == "datasheet" and b[0] == "measured" and a[1:] == b[1:]
 
 
-# what predicts a row's difficulty before measuring (the ``normalised`` scores, validate/conformal.py):
-# profile scaled by datasheet figures, a short step (run-to-run noise), the framework's model code,
+# what predicts a row's difficulty inside its regime before measuring (the ``normalised`` scores,
+# validate/conformal.py; the regime's own scale carries its profile kind, framework and step class):
 # the exposed communication share, the GPU count (log10: collectives beyond the measured sizes) and a
 # power-capped part (its clock from a formula, profiles/power_cap.py)
-DIFFICULTY = ("datasheet", "short_step", "fsdp", "megatron", "comm_share", "log10_gpus", "power_capped")
+DIFFICULTY = ("comm_share", "log10_gpus", "power_capped")
 
 
-def difficulty_features(kind: str, share, framework: str, step, n_gpus: int, power_capped: bool) -> np.ndarray:
-    """The ``DIFFICULTY`` features of each step (last axis), shares and steps broadcast."""
-    share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
-    group = regime_framework(framework)
-    const = [float(kind == "datasheet"), None, float(group == "fsdp"), float(group == "megatron"), None,
-             math.log10(max(int(n_gpus), 1)), float(bool(power_capped))]
-    cols = [np.full(share.shape, c) if c is not None else None for c in const]
-    cols[1], cols[4] = (step < SHORT_STEP_S).astype(float), np.clip(share, 0.0, 1.0)
+def difficulty_features(share, n_gpus: int, power_capped: bool) -> np.ndarray:
+    """The ``DIFFICULTY`` features of each step's communication ``share`` (on a last axis)."""
+    share = np.asarray(share, dtype=float)
+    cols = [np.clip(share, 0.0, 1.0), np.full(share.shape, math.log10(max(int(n_gpus), 1))),
+            np.full(share.shape, float(bool(power_capped)))]
     return np.stack(cols, axis=-1)
 
 
@@ -315,12 +312,9 @@ def row_factor(table: dict, names, features) -> np.ndarray:
     return out
 
 
-def _one_factor(table: dict, name: str, kind: str, share: float, framework: str, step: float, n_gpus: int,
-                capped: bool) -> float:
+def _one_factor(table: dict, name: str, share: float, n_gpus: int, capped: bool) -> float:
     """:func:`row_factor` of one step of a calibrated regime, on floats (predict's path)."""
-    group = regime_framework(framework)
-    x = (kind == "datasheet", step < SHORT_STEP_S, group == "fsdp", group == "megatron", min(max(share, 0.0), 1.0),
-         math.log10(max(int(n_gpus), 1)), bool(capped))
+    x = (min(max(share, 0.0), 1.0), math.log10(max(int(n_gpus), 1)), float(bool(capped)))
     beta = table["difficulty"]["coef"]
     entry = table["regimes"][name]
     return entry.get("regime_scale", 1.0) * math.exp(beta[0] + sum(b * float(v) for b, v in zip(beta[1:], x))) / entry["scale"]
@@ -356,7 +350,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         c, w = regime_log_interval(table, raw, level)
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
         if "difficulty" in table and raw in table["regimes"] and not name.startswith(UNCALIBRATED):
-            w *= _one_factor(table, raw, kind, share, framework, step, cluster.n_gpus, power_capped(profile))
+            w *= _one_factor(table, raw, share, cluster.n_gpus, power_capped(profile))
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
@@ -365,8 +359,8 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     names = relabel(table, raw, level)
     if "difficulty" in table:
         calibrated = ~np.char.startswith(names.astype(str), UNCALIBRATED)
-        factor = row_factor(table, raw, difficulty_features(kind, share, framework, step, cluster.n_gpus,
-                                                            power_capped(profile)))
+        share = np.broadcast_to(share, raw.shape)
+        factor = row_factor(table, raw, difficulty_features(share, cluster.n_gpus, power_capped(profile)))
         w = np.where(calibrated, w * factor, w)
     low, high = step * np.exp(c - w), step * np.exp(c + w)
     if step.ndim == 0:

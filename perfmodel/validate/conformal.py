@@ -17,11 +17,12 @@ Two scores (docs/accuracy.md), chosen between by held-back coverage and width
 * ``hybrid``: Mondrian where the data supports it: a regime with enough rows for the level
   uses its own split-conformal quantile (``own_scores``), a smaller one the weighted q·σ.
 * ``normalised``: locally weighted with a per-row difficulty σ(x) = σ_regime·exp(β·x), σ_regime
-  as for ``weighted`` and exp(β·x) predicted from what is known before measuring (``Item.features``: profile kind, framework, short step,
-  communication share, GPU count, power-capped part; :data:`perfmodel.interval.DIFFICULTY`),
+  as for ``weighted`` (it carries the profile kind, framework and step class of the regime) and
+  exp(β·x) what varies inside a regime, known before measuring (``Item.features``: communication
+  share, GPU count, power-capped part; :data:`perfmodel.interval.DIFFICULTY`),
   β a ridge fit of ln((|r - c| + ``FLOOR``) / σ_regime) on x (:func:`fit_difficulty`); scores |r - c| / σ(x)
-  pooled. A regime of fewer than ``MIN_ROWS`` rows takes the centre of its nearest parent
-  regime with enough (:func:`lineage`). ``normalised-mondrian``: the same scores, each regime with
+  pooled. A regime of fewer than ``MIN_ROWS`` rows has its centre shrunk towards that of its
+  nearest parent regime with enough (:func:`lineage`, :func:`shrunk_centre`). ``normalised-mondrian``: the same scores, each regime with
   enough rows for the level its own quantile (``own_scores``), the others the pooled one.
 
 Each row is scored against the centre and scale of the other configurations of its regime
@@ -42,7 +43,7 @@ METHODS = ("split", "weighted", "hybrid", "normalised", "normalised-mondrian")
 NORMALISED = ("normalised", "normalised-mondrian")
 SHRINK = 3.0   # pseudo-rows of the pooled scale in a regime's scale (a regime of 3 rows is half its own)
 FLOOR = 0.01   # smallest scale (log): no regime claims better than 1% spread from a few agreeing rows
-MIN_ROWS = 8   # a regime with fewer rows takes its parent's centre (a median of 3 rows moves with each)
+MIN_ROWS = 8   # a regime with fewer rows has its centre shrunk to its parent's (a median of 3 rows moves with each)
 RIDGE = 2.0    # ridge penalty of the difficulty fit, in rows: a coefficient few rows support shrinks to 0
 
 
@@ -149,13 +150,24 @@ def lineage(name: str) -> list[str]:
 
 
 def centre_pools(names: list[str]) -> dict:
-    """Each regime's centre pool: the nearest of its :func:`lineage` holding ``MIN_ROWS`` rows or more."""
+    """Each regime's parent pool: the nearest of its :func:`lineage` beyond itself holding ``MIN_ROWS`` rows or
+    more (the kind at worst), the centre it is shrunk towards."""
     chains = [lineage(n) for n in names]
     out = {}
     for name in set(names):
-        mine = lineage(name)
+        mine = lineage(name)[1:] or [name]
         out[name] = next((p for p in mine if sum(p in c for c in chains) >= MIN_ROWS), mine[-1])
     return out
+
+
+def shrunk_centre(own: np.ndarray, parent: np.ndarray) -> float:
+    """A regime's centre: its median, shrunk towards its parent pool's by ``SHRINK`` pseudo-rows (a few rows'
+    median moves with each row; a regime of ``MIN_ROWS`` or more keeps its own)."""
+    n = len(own)
+    mid = statistics.median(parent.tolist()) if len(parent) else 0.0
+    if n >= MIN_ROWS or not n:
+        return statistics.median(own.tolist()) if n else mid
+    return (n * statistics.median(own.tolist()) + SHRINK * mid) / (n + SHRINK)
 
 
 def _normalised(items: list[Item], mondrian: bool) -> dict:
@@ -168,12 +180,12 @@ def _normalised(items: list[Item], mondrian: bool) -> dict:
     x = np.array([it.features for it in items], dtype=float).reshape(len(items), -1)
     chains = [lineage(n) for n in names]
     in_pool = {p: np.array([p in c for c in chains]) for p in set(pools.values())}
-    dev = np.empty(len(items))
-    for i, it in enumerate(items):  # against its pool's other configurations
-        others = r[in_pool[pools[it.regime]] & (g != it.group)]
-        dev[i] = r[i] - (statistics.median(others.tolist()) if len(others) else 0.0)
-    pooled = statistics.median(np.abs(dev).tolist())
     regime = {name: np.array([n == name for n in names]) for name in set(names)}
+    dev = np.empty(len(items))
+    for i, it in enumerate(items):  # against the other configurations of its regime and pool
+        others = g != it.group
+        dev[i] = r[i] - shrunk_centre(r[regime[it.regime] & others], r[in_pool[pools[it.regime]] & others])
+    pooled = statistics.median(np.abs(dev).tolist())
     base = np.empty(len(items))  # each row's regime scale (its median |r - c| shrunk to the pooled one)
     for mine in regime.values():
         base[mine] = _scale(dev[mine], pooled)
@@ -195,7 +207,7 @@ def _normalised(items: list[Item], mondrian: bool) -> dict:
         scale = float(np.exp(np.median(np.log(own_scale[mine]))))  # the regime's typical row
         entry = {"n": int(mine.sum()), "configurations": len(set(g[mine].tolist())),
                  "sources": sorted({it.source for it, m in zip(items, mine) if m}),
-                 "centre": round(float(np.median(r[in_pool[pools[name]]])), 5), "centre_from": pools[name],
+                 "centre": round(shrunk_centre(r[mine], r[in_pool[pools[name]]]), 5), "shrunk_towards": pools[name],
                  "scale": round(scale, 5), "regime_scale": round(float(base[mine][0]), 5), "scores": everything,
                  "difficulty": [round(float(b), 5) for b in beta]}
         if mondrian:  # in units of the regime's typical width, so scale x quantile is that width

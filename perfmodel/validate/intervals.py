@@ -88,8 +88,7 @@ class Scored:
     @cached_property
     def features(self) -> tuple:
         """Its difficulty features (``perfmodel.interval.DIFFICULTY``), known before measuring."""
-        return tuple(iv.difficulty_features(self.kind, self.share, self.framework, self.step_s, self.n_gpus,
-                                            self.power_capped).tolist())
+        return tuple(iv.difficulty_features(self.share, self.n_gpus, self.power_capped).tolist())
 
     @property
     def memory_regime(self) -> str:
