@@ -286,16 +286,27 @@ def _holds(summary: dict, level: float, slack: float) -> bool:
         if name != iv.UNCALIBRATED)
 
 
+def _holds_overall(summary: dict, level: float, slack: float) -> bool:
+    return summary["coverage"] >= level - slack
+
+
+def _worst(summary: dict):
+    """(regime, coverage) of the calibrated regime covering least held back."""
+    per = [(name, r["coverage"]) for name, r in summary.get("per_regime", {}).items() if name != iv.UNCALIBRATED]
+    return min(per, key=lambda t: t[1]) if per else None
+
+
 def choose_method(checks: dict, level: float, others: dict | None = None) -> str:
     """The score to ship: the narrowest median half-width among those covering at least ``level`` held back
     and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` — overall and within
-    ``REGIME_SLACK`` in every calibrated regime (the best-covering one when none does). ``checks``:
-    method -> held-back summary."""
+    ``REGIME_SLACK`` in every calibrated regime; when none does, the narrowest of those that hold overall at
+    every level; when none does either, the best-covering one. ``checks``: method -> held-back summary."""
     others = others or {}
-    covering = [m for m, h in checks.items() if _holds(h, level, 0.0)
-                and all(_holds(o[m], lv, SLACK) for lv, o in others.items())]
-    if covering:
-        return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
+    for rule in (_holds, _holds_overall):
+        covering = [m for m, h in checks.items() if rule(h, level, 0.0)
+                    and all(rule(o[m], lv, SLACK) for lv, o in others.items())]
+        if covering:
+            return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
     return max(checks, key=lambda m: checks[m]["coverage"])
 
 
@@ -355,19 +366,18 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
             "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
-            "held_back_configurations": _without_memory(held_back(
-                rows, level=level, splits=splits, fraction=fraction, method=method, unit="configuration")),
+            "held_back_configurations": held_back(rows, level=level, splits=splits, fraction=fraction, method=method,
+                                                  memory_method=memory_method, unit="configuration"),
             "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")}
                               | {f"coverage_at_{lv:g}": o[m]["coverage"] for lv, o in others.items()}
-                              | {"every_regime_holds": _holds(h, level, 0.0)
-                                 and all(_holds(o[m], lv, SLACK) for lv, o in others.items())}
+                              | {f"{name}_holds": rule(h, level, 0.0)
+                                 and all(rule(o[m], lv, SLACK) for lv, o in others.items())
+                                 for name, rule in (("every_regime", _holds), ("overall", _holds_overall))}
+                              | {f"worst_regime_at_{lv:g}": _worst(s) for lv, s in ((level, h), *(
+                                  (lv, o[m]) for lv, o in others.items()))}
                               for m, h in checks.items()},
             "memory_method_choice": {m: {k: h["memory"][k] for k in ("coverage", "median_half_width_pct")}
                                      for m, h in checks.items()}}
-
-
-def _without_memory(summary: dict) -> dict:
-    return {k: v for k, v in summary.items() if k != "memory"}
 
 
 def report(table: dict) -> str:
@@ -383,7 +393,7 @@ def report(table: dict) -> str:
     if "held_back_configurations" in table:
         c = table["held_back_configurations"]
         lines.append(f"  configurations held back instead: {c['coverage']:.1%}, median half-width "
-                     f"{c['median_half_width_pct']:.1f}%")
+                     f"{c['median_half_width_pct']:.1f}%; memory {c['memory']['coverage']:.1%}")
         lines += _per_regime(c["per_regime"])
     m = h["memory"]
     if m["coverage"] is not None:
