@@ -408,12 +408,12 @@ def test_cli_prints_level_regime_and_ties(capsys):
     assert main(["search", "--model", "gpt2-small", "--gpu", "h200", "--global-batch", "16", "--top-k", "2",
                  "--level", "0.8"]) == 0
     out = capsys.readouterr().out
-    assert "the model cannot rank them: rank 1, rank 2" in out and "interval (80%)" in out
+    assert "the model cannot rank them: rank 1, rank 2" in out and "stated at 80%" in out
     assert main(["compare", "--model", "gpt2-small", "--gpu", "h200", "--strategies", "mb=8", "--level", "0.5"]) == 0
-    assert "interval (50%)" in capsys.readouterr().out
+    assert "stated at 50%" in capsys.readouterr().out
     assert main(["sweep", "--model", "gpt2-small", "--gpu", "h200", "--over", "micro_batch", "--values", "4", "8",
                  "--level", "0.8"]) == 0
-    assert "interval (80%)" in capsys.readouterr().out
+    assert "stated at 80%" in capsys.readouterr().out
     assert main(["plan", "--model", "gpt2-small", "--steps", "100", "--workers", "a100:1,t4:1", "--micro-batch", "8",
                  "--precision", "fp16-mixed", "--trials", "20", "--level", "0.8"]) == 0
     out = capsys.readouterr().out

@@ -53,8 +53,8 @@ def load_strategies(path):
 def _notes(df) -> str:
     """What the interval column is and how TFLOP/s differs from MFU, below a table."""
     kind = df.attrs.get("interval_kind") or INTERVAL_KIND
-    level = f" ({df['interval_level'].iloc[0]:.0%})" if "interval_level" in df.columns and len(df) else ""
-    return f"\ninterval{level}: {kind}\n{FLOPS_NOTE}"
+    level = f"; stated at {df['interval_level'].iloc[0]:.0%}" if "interval_level" in df.columns and len(df) else ""
+    return f"\ninterval: {kind}{level}\n{FLOPS_NOTE}"
 
 
 def _out(df, args, figure=None) -> None:

@@ -59,8 +59,8 @@ def _mixed(model, args, strategy):
     best = out.sort_values("step_time_s").iloc[0]
     gpus = [g for g, n in workers for _ in range(n)]
     note = (f"mixed workers {args.workers}: {best.policy} batch split, step {best.step_time_s * 1e3:.1f} ms "
-            f"[{best.step_time_low_s * 1e3:.1f}, {best.step_time_high_s * 1e3:.1f}] ({best.comm}; "
-            f"{best.interval_regime})")
+            f"({best.comm}), {best.interval_level:.0%} interval {best.step_time_low_s * 1e3:.1f}-"
+            f"{best.step_time_high_s * 1e3:.1f} ms ({best.interval_regime})")
     bounds = (float(best.step_time_low_s), float(best.step_time_high_s))
     return {"worker_gpus": gpus, "gpus_per_node": 1}, float(best.step_time_s), bounds, note
 
