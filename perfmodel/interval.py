@@ -9,7 +9,9 @@ regenerates it; docs/accuracy.md). Split-conformal prediction (Vovk et al. 2005;
 Lei et al. 2018, JASA 113:1094, §2.2 and §5.2 for the locally weighted score): with n
 calibration scores, the ⌈(n+1)·level⌉-th smallest, q, gives the interval
 [step·e^(c-qσ), step·e^(c+qσ)], which holds a new step with probability ≥ level when rows are
-exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime with
+exchangeable (c is the regime's bias: the interval is centred on the corrected step). Under the
+``normalised`` score the table also holds ``difficulty`` (β of :data:`DIFFICULTY`) and a step's
+half-width is its regime's times σ(x) over the regime's typical row's (:func:`row_factor`). A regime with
 too few rows for the level gets twice the widest calibrated half-width, one without rows twice its
 nearest calibrated regimes' (at most the former), labelled "uncalibrated". The same table holds a
 memory section of the same shape (ratio of measured to predicted peak memory, by framework and by
