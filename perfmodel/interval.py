@@ -46,7 +46,7 @@ SHORT_STEP_S = 0.06
 # shapes the calibration range is checked on (transformer fields)
 SHAPE_FIELDS = ("hidden", "seq")
 UNCALIBRATED = "uncalibrated"
-TABLE_SCHEMA = 3  # raise when the table's keys change
+TABLE_SCHEMA = 4  # raise when the table's keys change (4: the normalised score's difficulty and regime scales)
 EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
                "memory": {"regimes": {}}, "fallback_floor": math.log(2.0)}  # no data at all: [step / 4, 4 x step] (2 x ln 2)
 FALLBACK_FACTOR = 2.0  # no data: twice the widest half-width measured in any calibrated regime
@@ -316,10 +316,11 @@ def row_factor(table: dict, names, features) -> np.ndarray:
 
 def _one_factor(table: dict, name: str, share: float, n_gpus: int, capped: bool) -> float:
     """:func:`row_factor` of one step of a calibrated regime, on floats (predict's path)."""
-    x = (min(max(share, 0.0), 1.0), math.log10(max(int(n_gpus), 1)), float(bool(capped)))
-    beta = table["difficulty"]["coef"]
+    b0, b_share, b_gpus, b_capped = table["difficulty"]["coef"]  # the order of DIFFICULTY
     entry = table["regimes"][name]
-    return entry.get("regime_scale", 1.0) * math.exp(beta[0] + sum(b * float(v) for b, v in zip(beta[1:], x))) / entry["scale"]
+    ln_sigma = (b0 + b_share * min(max(share, 0.0), 1.0) + b_gpus * math.log10(max(int(n_gpus), 1))
+                + (b_capped if capped else 0.0))
+    return entry.get("regime_scale", 1.0) * math.exp(ln_sigma) / entry["scale"]
 
 
 def power_capped(profile) -> bool:
