@@ -9,7 +9,9 @@ regenerates it; docs/accuracy.md). Split-conformal prediction (Vovk et al. 2005;
 Lei et al. 2018, JASA 113:1094, §2.2 and §5.2 for the locally weighted score): with n
 calibration scores, the ⌈(n+1)·level⌉-th smallest, q, gives the interval
 [step·e^(c-qσ), step·e^(c+qσ)], which holds a new step with probability ≥ level when rows are
-exchangeable (c is the regime's bias: the interval is centred on the corrected step). A regime with
+exchangeable (c is the regime's bias: the interval is centred on the corrected step). Under the
+``normalised`` score the table also holds ``difficulty`` (β of :data:`DIFFICULTY`) and a step's
+half-width is its regime's times σ(x) over the regime's typical row's (:func:`row_factor`). A regime with
 too few rows for the level gets twice the widest calibrated half-width, one without rows twice its
 nearest calibrated regimes' (at most the former), labelled "uncalibrated". The same table holds a
 memory section of the same shape (ratio of measured to predicted peak memory, by framework and by
@@ -44,7 +46,7 @@ SHORT_STEP_S = 0.06
 # shapes the calibration range is checked on (transformer fields)
 SHAPE_FIELDS = ("hidden", "seq")
 UNCALIBRATED = "uncalibrated"
-TABLE_SCHEMA = 3  # raise when the table's keys change
+TABLE_SCHEMA = 4  # raise when the table's keys change (4: the normalised score's difficulty and regime scales)
 EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
                "memory": {"regimes": {}}, "fallback_floor": math.log(2.0)}  # no data at all: [step / 4, 4 x step] (2 x ln 2)
 FALLBACK_FACTOR = 2.0  # no data: twice the widest half-width measured in any calibrated regime
@@ -279,6 +281,53 @@ def _twins(name: str, other: str) -> bool:
     return a[0] == "datasheet" and b[0] == "measured" and a[1:] == b[1:]
 
 
+# what predicts a row's difficulty inside its regime before measuring (the ``normalised`` scores,
+# validate/conformal.py; the regime's own scale carries its profile kind, framework and step class):
+# the exposed communication share, the GPU count (log10: collectives beyond the measured sizes) and a
+# power-capped part (its clock from a formula, profiles/power_cap.py)
+DIFFICULTY = ("comm_share", "log10_gpus", "power_capped")
+
+
+def difficulty_features(share, n_gpus: int, power_capped: bool) -> np.ndarray:
+    """The ``DIFFICULTY`` features of each step's communication ``share`` (on a last axis)."""
+    share = np.asarray(share, dtype=float)
+    cols = [np.clip(share, 0.0, 1.0), np.full(share.shape, math.log10(max(int(n_gpus), 1))),
+            np.full(share.shape, float(bool(power_capped)))]
+    return np.stack(cols, axis=-1)
+
+
+def row_factor(table: dict, names, features) -> np.ndarray:
+    """σ(x) / σ of the regime's typical row, per step: how much wider than its regime's width a step's
+    interval is under a ``normalised`` table (1 for other scores, uncalibrated steps and regimes without rows)."""
+    names = np.asarray(names, dtype=object)
+    out = np.ones(names.shape)
+    beta = table.get("difficulty", {}).get("coef")
+    if beta is None:
+        return out
+    x = np.asarray(features, dtype=float).reshape(names.shape + (len(beta) - 1,))
+    lnsig = beta[0] + x @ np.asarray(beta[1:], dtype=float)
+    for name in set(names.ravel().tolist()):
+        entry = table["regimes"].get(name)
+        if entry is not None:
+            mask = names == name
+            out[mask] = entry.get("regime_scale", 1.0) * np.exp(lnsig[mask]) / entry["scale"]
+    return out
+
+
+def _one_factor(table: dict, name: str, share: float, n_gpus: int, capped: bool) -> float:
+    """:func:`row_factor` of one step of a calibrated regime, on floats (predict's path)."""
+    b0, b_share, b_gpus, b_capped = table["difficulty"]["coef"]  # the order of DIFFICULTY
+    entry = table["regimes"][name]
+    ln_sigma = (b0 + b_share * min(max(share, 0.0), 1.0) + b_gpus * math.log10(max(int(n_gpus), 1))
+                + (b_capped if capped else 0.0))
+    return entry.get("regime_scale", 1.0) * math.exp(ln_sigma) / entry["scale"]
+
+
+def power_capped(profile) -> bool:
+    """Whether ``profile`` is a power-capped part's, its compute slowed by a formula (profiles/power_cap.py)."""
+    return "power_cap" in profile.meta
+
+
 _SHARE_KEYS = ("tp_comm", "dp_comm", "p2p", "pipeline_bubble", "host_overhead")
 
 
@@ -303,12 +352,19 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
         c, w = regime_log_interval(table, raw, level)
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
+        if "difficulty" in table and raw in table["regimes"] and not name.startswith(UNCALIBRATED):
+            w *= _one_factor(table, raw, share, cluster.n_gpus, power_capped(profile))
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
     raw = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework, step)
     c, w = log_interval(table, raw, level)
     names = relabel(table, raw, level)
+    if "difficulty" in table:
+        calibrated = ~np.char.startswith(names.astype(str), UNCALIBRATED)
+        share = np.broadcast_to(share, raw.shape)
+        factor = row_factor(table, raw, difficulty_features(share, cluster.n_gpus, power_capped(profile)))
+        w = np.where(calibrated, w * factor, w)
     low, high = step * np.exp(c - w), step * np.exp(c + w)
     if step.ndim == 0:
         return Interval(float(low), float(high), level, str(names.item()))

@@ -53,7 +53,8 @@ def load_strategies(path):
 def _notes(df) -> str:
     """What the interval column is and how TFLOP/s differs from MFU, below a table."""
     kind = df.attrs.get("interval_kind") or INTERVAL_KIND
-    return f"\ninterval: {kind}\n{FLOPS_NOTE}"
+    level = f"; stated at {df['interval_level'].iloc[0]:.0%}" if "interval_level" in df.columns and len(df) else ""
+    return f"\ninterval: {kind}{level}\n{FLOPS_NOTE}"
 
 
 def _out(df, args, figure=None) -> None:
@@ -67,7 +68,7 @@ def cmd_compare(args) -> int:
     defaults = {k: getattr(args, k) for k in ("global_batch", "micro_batch", "precision", "recompute")
                 if getattr(args, k) is not None}
     model, cl = cli.load_model(args), cli.load_cluster(args)
-    df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults)
+    df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults, level=args.level)
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs); * = fastest that fits\n")
     print(format_table(df, ("label", "global_batch", "step_time", "interval", "tokens_per_second", "tflops_per_gpu",
                             "mfu", "peak_memory", "fits", "bottleneck", "caveat")))
@@ -95,7 +96,7 @@ def cmd_sweep(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
     s = cli.strategy_from_args(args, cl.n_gpus)
     df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
-               profile=args.profile, scaling=args.scaling)
+               profile=args.profile, scaling=args.scaling, level=args.level)
     how = f" ({args.scaling} scaling)" if args.over in ("nodes", "gpus") else ""
     print(f"{getattr(model, 'name', '')} on {cl.gpu.name}: sweep over {args.over}{how}, strategy {df.attrs['strategy']}")
     if df.attrs.get("batch_note"):
@@ -133,7 +134,8 @@ def cmd_search(args) -> int:
                 precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
                 framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                 dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
-                bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int))
+                bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int),
+                level=args.level)
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
@@ -143,7 +145,7 @@ def cmd_search(args) -> int:
           f"({a['pruned']:,} more pruned: bounded by a faster one), {a['feasible']:,} fit; "
           f"rejected: {rejected}; sorted by {a['sort_by']}\n")
 
-    df = search_intervals(df, model, cl, profile=args.profile)
+    df = search_intervals(df, model, cl, profile=args.profile, level=args.level)
     df.attrs.update(a, model=getattr(model, "name", ""), gpu=cl.gpu.name)
     df.insert(0, "rank", range(1, len(df) + 1))
     print(format_table(df, ("rank", "dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero",
@@ -159,6 +161,8 @@ def cmd_search(args) -> int:
 
 def _common(p) -> None:
     p.add_argument("--out", default=None, help="also write the table: FILE.csv, FILE.json or FILE.md")
+    p.add_argument("--level", type=POSITIVE_FLOAT, default=0.9,
+                   help="coverage level of each row's step-time interval (default 0.9; docs/accuracy.md)")
 
 
 def add_parsers(sub) -> None:

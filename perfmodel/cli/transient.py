@@ -14,8 +14,9 @@ from perfmodel.analysis.hetero import predict_mixed
 from perfmodel.report.transient_plots import plot_cost_vs_mix
 from perfmodel.analysis.transient.plan import plan_training
 
-TABLE_COLUMNS = ["scenario", "interval_s", "expected_time_s", "p50_s", "p90_s", "p99_s",
-                 "expected_cost_usd", "on_demand_cost_usd", "savings_pct", "revocations_expected"]
+TABLE_COLUMNS = ["scenario", "interval_s", "expected_time_s", "expected_time_low_s", "expected_time_high_s", "p50_s",
+                 "p90_s", "p99_s", "expected_cost_usd", "expected_cost_low_usd", "expected_cost_high_usd",
+                 "on_demand_cost_usd", "savings_pct", "revocations_expected"]
 
 
 def parse_workers(text: str) -> list[tuple[str, int]]:
@@ -46,18 +47,22 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--servers", type=NONNEGATIVE_INT, default=0, help="parameter servers for --workers (0: ring all-reduce)")
     p.add_argument("--out", default=None, metavar="FILE.csv", help="write the whole table as CSV")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="chart of cost and time per scenario")
+    p.add_argument("--level", type=POSITIVE_FLOAT, default=0.9,
+                   help="coverage level of the step interval the time and cost bounds scale by (default 0.9)")
     p.set_defaults(func=cmd_plan)
 
 
 def _mixed(model, args, strategy):
-    """(cluster description, step time, note) of a mixed cluster: the faster batch-split policy."""
+    """(cluster description, step time, its interval, note) of a mixed cluster: the faster batch-split policy."""
     workers = parse_workers(args.workers)
-    out = predict_mixed(model, workers, strategy, servers=args.servers, profile=args.profile)
+    out = predict_mixed(model, workers, strategy, servers=args.servers, profile=args.profile, level=args.level)
     best = out.sort_values("step_time_s").iloc[0]
     gpus = [g for g, n in workers for _ in range(n)]
     note = (f"mixed workers {args.workers}: {best.policy} batch split, step {best.step_time_s * 1e3:.1f} ms "
-            f"({best.comm})")
-    return {"worker_gpus": gpus, "gpus_per_node": 1}, float(best.step_time_s), note
+            f"({best.comm}), {best.interval_level:.0%} interval {best.step_time_low_s * 1e3:.1f}-"
+            f"{best.step_time_high_s * 1e3:.1f} ms ({best.interval_regime})")
+    bounds = (float(best.step_time_low_s), float(best.step_time_high_s))
+    return {"worker_gpus": gpus, "gpus_per_node": 1}, float(best.step_time_s), bounds, note
 
 
 def cmd_plan(args) -> int:
@@ -65,17 +70,19 @@ def cmd_plan(args) -> int:
     if args.workers is not None:  # parse_workers refuses an empty list too
         n = sum(c for _, c in parse_workers(args.workers))
         strategy = strategy_from_args(args, n).replace(dp=1, ps_servers=0)
-        cluster, step_s, note = _mixed(model, args, strategy)
+        cluster, step_s, bounds, note = _mixed(model, args, strategy)
     else:
         cluster = load_cluster(args)
-        strategy, step_s = strategy_from_args(args, cluster.n_gpus), None
+        strategy, step_s, bounds = strategy_from_args(args, cluster.n_gpus), None, None
         note = f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}"
     plan = plan_training(model, cluster, strategy, args.steps, provider=args.provider, region=args.region,
                          step_time_s=step_s, interval_s=args.interval_s, trials=args.trials, seed=args.seed,
-                         profile=args.profile)
+                         profile=args.profile, level=args.level, step_interval_s=bounds)
     first = plan.iloc[0]
     print(f"{model.name}, {args.steps:,} steps on {note}; {first.provider} {first.region}, "
           f"{args.trials:,} trials")
+    print(f"time and cost bounds (_low/_high): the step's {first.interval_level:.0%} interval "
+          f"({first.interval_regime}), scaled to the run")
     print(plan[TABLE_COLUMNS].to_string(index=False, na_rep="-", float_format=lambda x: f"{x:,.4g}"))
     if args.out:
         plan.to_csv(args.out, index=False)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from perfmodel.explore.search import strategy_of
 from perfmodel.hardware import as_cluster
+from perfmodel.interval import DEFAULT_LEVEL
 from perfmodel.predict import predict
 
 # dp at which ZeRO-3 without model parallelism is known to rank optimistically (docs/explore.md: the
@@ -36,8 +37,9 @@ def add_uncertainty(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def search_intervals(df: pd.DataFrame, model, clusters, *, profile=None) -> pd.DataFrame:
-    """Search rows with their Prediction's interval (each top row priced once by ``pm.predict``)."""
+def search_intervals(df: pd.DataFrame, model, clusters, *, profile=None, level: float | None = None) -> pd.DataFrame:
+    """Search rows with their Prediction's interval (each top row priced once by ``pm.predict``), at ``level``
+    (None: the level the search stated its rows at, ``interval_level``)."""
     by_name = {}
     for c in clusters if isinstance(clusters, (list, tuple)) else [clusters]:
         c = as_cluster(c)
@@ -45,7 +47,8 @@ def search_intervals(df: pd.DataFrame, model, clusters, *, profile=None) -> pd.D
     low, high, kind = [], [], ""
     for row in df.to_dict("records"):
         cl = by_name.get(row.get("cluster"), next(iter(by_name.values())))
-        p = predict(model, cl, strategy_of(row), profile=profile)
+        p = predict(model, cl, strategy_of(row), profile=profile,
+                    level=level if level is not None else row.get("interval_level", DEFAULT_LEVEL))
         low.append(p.interval[0])
         high.append(p.interval[1])
         kind = p.interval_kind

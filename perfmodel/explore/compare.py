@@ -13,6 +13,7 @@ from dataclasses import fields
 import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError, unknown_name
+from perfmodel.interval import DEFAULT_LEVEL
 from perfmodel.predict import BREAKDOWN_KEYS, Prediction, predict
 from perfmodel.parallel.strategy import Strategy, parse_stage_layers
 from perfmodel.core.checks import check_flag, check_int
@@ -144,8 +145,10 @@ def mark_best(df: pd.DataFrame, column: str = "tokens_per_second") -> pd.DataFra
     return mark_ties(df, best, column, candidates=df["fits"].astype(bool))
 
 
-def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | None = None) -> pd.DataFrame:
+def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | None = None,
+            level: float = DEFAULT_LEVEL) -> pd.DataFrame:
     """One row per strategy (``pm.predict``), in the given order, with the best fitting one marked.
+    Each row's interval is stated at ``level``.
 
     ``strategies``: a list of Strategy objects, mappings or strings, or a mapping
     label -> strategy. ``defaults`` (e.g. ``{"global_batch": 512}``) fill fields a
@@ -169,7 +172,7 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
         shown = label or (spec if isinstance(spec, str) else None)
         try:
             s = parse_strategy(spec, cl.n_gpus, **dict(defaults or {}))
-            rows.append(prediction_row(predict(model, cl, s, profile=profile), shown))
+            rows.append(prediction_row(predict(model, cl, s, profile=profile, level=level), shown))
         except PerfModelError as exc:
             raise type(exc)(f"strategy {shown or spec!r}: {exc}") from None
 

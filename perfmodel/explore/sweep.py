@@ -17,6 +17,7 @@ import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.explore.compare import label_of, prediction_row
+from perfmodel.interval import DEFAULT_LEVEL
 from perfmodel.predict import predict
 from perfmodel.parallel.strategy import Strategy, fill_dp
 from perfmodel.core.checks import check_choice, check_int
@@ -75,8 +76,9 @@ def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: i
 
 
 def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None = None, profile=None,
-          scaling: str = "weak") -> pd.DataFrame:
-    """One row per value of ``over`` (``pm.predict`` of each point), in the given order.
+          scaling: str = "weak", level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+    """One row per value of ``over`` (``pm.predict`` of each point), in the given order, each interval
+    stated at ``level``.
 
     ``over``: "nodes", "gpus", "global_batch", "micro_batch", "seq", "gpu" (GPU or
     node preset names, same node count) or any other Strategy field ("tp", "zero",
@@ -102,7 +104,7 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     for value in values:
         try:
             m, c, st = _point(model, cl, s, over, value, scaling, s.batch)
-            p = predict(m, c, st, profile=profile)
+            p = predict(m, c, st, profile=profile, level=level)
         except PerfModelError as exc:
             raise type(exc)(f"sweep over {over}={value!r}: {exc}") from None
         row = {over: value, "cluster": c.name, "gpu": c.gpu.name, "nodes": c.nodes, "gpus": c.n_gpus,

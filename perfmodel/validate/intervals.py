@@ -14,10 +14,13 @@ step); per regime (:func:`perfmodel.interval.regime_name`) the table keeps the m
 centre), a scale and the scores (:mod:`perfmodel.validate.conformal`). Rows with a measured
 peak memory give the memory section the same way, by framework.
 The shipped table uses every row; coverage is measured by repeated random splits
-of the configurations (repeats of one configuration stay on one side): calibrate on
-one part, count the held-back rows inside their interval. Both scores (split, weighted)
-are measured so; the table ships the one with the narrower median half-width among those
-covering at least the level. docs/accuracy.md.
+of the run sources (:func:`run_source`: a publication table, or one of the project's own
+configurations; near-duplicates stay on one side): calibrate on one part, count the held-back
+rows inside their interval. Every score (``conformal.METHODS``) is measured so; the table ships
+the one with the narrowest median half-width among those covering the level (and 50%, 80%,
+per regime: :func:`choose_method`). ``--selection`` holds that choice back too. docs/accuracy.md.
+
+    python -m perfmodel.validate.intervals --selection   # ...and the choice of score held back (nested)
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import argparse
 import datetime as _dt
 import json
 import math
+import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +82,13 @@ class Scored:
     step_s: float = 1.0  # predicted step
     memory_log_ratio: float | None = None  # ln(measured / predicted peak memory), where measured
     n_gpus: int = 1
+    power_capped: bool = False  # priced on a power-capped part's profile (profiles/power_cap.py)
+    run_source: str = ""  # the run source it comes from (:func:`run_source`): held-back splits keep it whole
+
+    @cached_property
+    def features(self) -> tuple:
+        """Its difficulty features (``perfmodel.interval.DIFFICULTY``), known before measuring."""
+        return tuple(iv.difficulty_features(self.share, self.n_gpus, self.power_capped).tolist())
 
     @property
     def memory_regime(self) -> str:
@@ -127,7 +139,21 @@ def score(source: str, case: Case) -> Scored:
                   hidden=int(case.model.hidden), seq=int(case.model.seq), profile_gpu=prof.gpu,
                   cluster_gpu=case.cluster.gpu.name, share=float(share), host_share=float(host),
                   log_ratio=math.log(case.measured / p.step_time), framework=s.framework, step_s=p.step_time,
-                  memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus)
+                  memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus,
+                  power_capped=iv.power_capped(prof), run_source=run_source(source, case))
+
+
+OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "measured_sample")
+
+
+def run_source(source: str, case: Case) -> str:
+    """The run source of a row: the publication table (or report) of a published row, whose rows share the
+    authors' software, setup and way of measuring, so near-duplicates never sit on both sides of a split;
+    for the project's own runs (one machine, the profile's own) the configuration, each measured apart."""
+    if source in OWN_RUNS:
+        return f"{source}|{_configuration(case)}"
+    cited = re.split(r"[;:] ", case.source.split("): ", 1)[-1])[0]
+    return f"{source}|{re.sub(r', experiment [0-9]+$', '', cited)}"
 
 
 def _memory_log_ratio(case: Case, p) -> float | None:
@@ -156,18 +182,24 @@ def scored_rows() -> list[Scored]:
 def build_table(rows: list[Scored], method: str = "weighted", memory_method: str | None = None) -> dict:
     """The calibration table of ``rows``: centre, scale and scores per regime (step time and memory, each
     with its score), validated stacks, shape ranges."""
-    regimes = conformal.calibrate([conformal.Item(r.cell, r.group, r.log_ratio, r.source) for r in rows], method)
+    regimes = conformal.calibrate([conformal.Item(r.cell, r.group, r.log_ratio, r.source, r.features)
+                                   for r in rows], method)
+    difficulty = {}
+    for entry in regimes.values():  # one fit for the table, every regime carries it
+        difficulty = {"features": list(iv.DIFFICULTY), "coef": entry.pop("difficulty")} if "difficulty" in entry else {}
     for name, entry in regimes.items():  # as predict applies them (a datasheet regime never below its measured twin)
         entry["half_width_pct"] = {str(q): conformal.percent(
             entry["centre"], iv.regime_width({"regimes": regimes}, name, q, math.nan)) for q in QUANTILES}
     memory = conformal.calibrate([conformal.Item(r.memory_regime, r.group, r.memory_log_ratio, r.source)
                                   for r in rows if r.memory_log_ratio is not None], memory_method or method)
     for entry in memory.values():
+        entry.pop("difficulty", None)  # no features: one scale
         entry["half_width_pct"] = {str(q): conformal.percent(entry["centre"], iv.scaled_width(entry, q))
                                    for q in QUANTILES}
     # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
     shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
-    return {"method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
+    extra = {"difficulty": difficulty} if difficulty else {}
+    return {**extra, "method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
             "memory": {"method": memory_method or method, "regimes": memory}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
 
@@ -180,22 +212,32 @@ def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, 
     raw = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
     centre, width = iv.log_interval(table, raw, level)
     names = iv.relabel(table, raw, level)
-    return str(names.item()), float(centre.item()), float(width.item())
+    name, width = str(names.item()), float(width.item())
+    if not name.startswith(iv.UNCALIBRATED):
+        width *= float(iv.row_factor(table, raw, r.features).item())
+    return name, float(centre.item()), width
+
+
+UNITS = ("source", "configuration")  # what a held-back split keeps whole
 
 
 def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: int = 200,
               fraction: float = HELD_BACK, seed: int = 0, method: str = "weighted",
-              memory_method: str | None = None) -> dict:
-    """Coverage on held-back configurations over ``splits`` random splits (calibrate on the rest),
-    of step time per regime and of memory (scored by ``memory_method``, default ``method``)."""
-    groups = sorted({r.group for r in rows})
+              memory_method: str | None = None, unit: str = "source") -> dict:
+    """Coverage on held-back run sources (``unit="configuration"``: configurations) over ``splits`` random
+    splits (calibrate on the rest), of step time per regime and of memory (scored by ``memory_method``,
+    default ``method``)."""
+    if unit not in UNITS:
+        raise ValueError(f"'unit' must be one of {', '.join(UNITS)}: got {unit!r}")
+    key = (lambda r: r.run_source) if unit == "source" else (lambda r: r.group)
+    groups = sorted({key(r) for r in rows})
     rng = np.random.default_rng(seed)
     time, memory = _Tally(), _Tally()
     for _ in range(splits):
         cal = set(rng.permutation(groups)[: round(len(groups) * (1 - fraction))].tolist())
-        table = build_table([r for r in rows if r.group in cal], method, memory_method)
+        table = build_table([r for r in rows if key(r) in cal], method, memory_method)
         for r in rows:
-            if r.group in cal:
+            if key(r) in cal:
                 continue
             name, c, w = regime_and_width(table, r, level)
             time.add(name.split(":")[0], abs(r.log_ratio - c) <= w, math.exp(c) * math.sinh(w))
@@ -203,7 +245,7 @@ def held_back(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, splits: in
                 c, w, name = iv.memory_log_interval(table, r.memory_regime, level)
                 memory.add(name.split(":")[0], abs(r.memory_log_ratio - c) <= w, math.exp(c) * math.sinh(w))
     return {"level": level, "splits": splits, "held_back_fraction": fraction, "seed": seed, "method": method,
-            **time.summary(), "memory": memory.summary()}
+            "unit": unit, **time.summary(), "memory": memory.summary()}
 
 
 class _Tally:
@@ -244,26 +286,70 @@ def _holds(summary: dict, level: float, slack: float) -> bool:
         if name != iv.UNCALIBRATED)
 
 
+def _holds_overall(summary: dict, level: float, slack: float) -> bool:
+    return summary["coverage"] >= level - slack
+
+
+def _worst(summary: dict):
+    """(regime, coverage) of the calibrated regime covering least held back."""
+    per = [(name, r["coverage"]) for name, r in summary.get("per_regime", {}).items() if name != iv.UNCALIBRATED]
+    return min(per, key=lambda t: t[1]) if per else None
+
+
 def choose_method(checks: dict, level: float, others: dict | None = None) -> str:
     """The score to ship: the narrowest median half-width among those covering at least ``level`` held back
     and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` — overall and within
-    ``REGIME_SLACK`` in every calibrated regime (the best-covering one when none does). ``checks``:
-    method -> held-back summary."""
+    ``REGIME_SLACK`` in every calibrated regime; when none does, the narrowest of those that hold overall at
+    every level; when none does either, the best-covering one. ``checks``: method -> held-back summary."""
     others = others or {}
-    covering = [m for m, h in checks.items() if _holds(h, level, 0.0)
-                and all(_holds(o[m], lv, SLACK) for lv, o in others.items())]
-    if covering:
-        return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
+    for rule in (_holds, _holds_overall):
+        covering = [m for m, h in checks.items() if rule(h, level, 0.0)
+                    and all(rule(o[m], lv, SLACK) for lv, o in others.items())]
+        if covering:
+            return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
     return max(checks, key=lambda m: checks[m]["coverage"])
 
 
-def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = HELD_BACK) -> dict:
-    """The table to ship: every row's scores, provenance, the held-back coverage of both scores and the
-    chosen one."""
+def compare_methods(rows: list[Scored], *, level: float, splits: int, fraction: float, unit: str,
+                    seed: int = 0) -> tuple[dict, dict]:
+    """Held-back summaries of every score at ``level`` (``splits`` splits) and at each of ``CHECK_LEVELS``
+    (a quarter of them): (method -> summary, level -> method -> summary)."""
+    checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m, unit=unit, seed=seed)
+              for m in conformal.METHODS}
+    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m,
+                                unit=unit, seed=seed) for m in conformal.METHODS} for lv in CHECK_LEVELS}
+    return checks, others
+
+
+def selection_check(rows: list[Scored], *, level: float = iv.DEFAULT_LEVEL, outer: int = 20, inner: int = 8,
+                    fraction: float = HELD_BACK, unit: str = "source", seed: int = 1) -> dict:
+    """The whole rule held back: per outer split, choose the score on the calibration part alone (``inner``
+    splits of it, :func:`choose_method`), build its table there, count the held-back rows inside. Its coverage
+    against the chosen score's is the optimism of choosing the score on the rows it is checked on."""
+    key = (lambda r: r.run_source) if unit == "source" else (lambda r: r.group)
+    groups = sorted({key(r) for r in rows})
+    rng = np.random.default_rng(seed)
+    time, chosen = _Tally(), {}
+    for k in range(outer):
+        cal = set(rng.permutation(groups)[: round(len(groups) * (1 - fraction))].tolist())
+        part = [r for r in rows if key(r) in cal]
+        checks, others = compare_methods(part, level=level, splits=inner, fraction=fraction, unit=unit, seed=k)
+        method = choose_method(checks, level, others)
+        chosen[method] = chosen.get(method, 0) + 1
+        table = build_table(part, method)
+        for r in rows:
+            if key(r) not in cal:
+                name, c, w = regime_and_width(table, r, level)
+                time.add(name.split(":")[0], abs(r.log_ratio - c) <= w, math.exp(c) * math.sinh(w))
+    return {"level": level, "outer": outer, "inner": inner, "unit": unit, "chosen": chosen, **time.summary()}
+
+
+def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: float = HELD_BACK,
+             unit: str = "source") -> dict:
+    """The table to ship: every row's scores, provenance, the held-back coverage of every score and the
+    chosen one (splits keep ``unit`` whole), and the chosen one's with configurations held back."""
     rows = scored_rows()
-    checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m) for m in conformal.METHODS}
-    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m)
-                   for m in conformal.METHODS} for lv in CHECK_LEVELS}
+    checks, others = compare_methods(rows, level=level, splits=splits, fraction=fraction, unit=unit)
     method = choose_method(checks, level, others)
     memory_method = choose_method({m: h["memory"] for m, h in checks.items()}, level,
                                   {lv: {m: h["memory"] for m, h in o.items()} for lv, o in others.items()})
@@ -273,16 +359,22 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
     sources = {name: {"file": SOURCE_FILES[name], "rows": n} for name, n in counts.items()}
     return {"schema_version": iv.TABLE_SCHEMA, "created": _dt.date.today().isoformat(), "command": COMMAND,
             "method_note": "centre = median ln(measured / predicted) per regime; scores = |ln ratio - centre| "
-                           "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted), each "
+                           "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted; normalised: "
+                           "scale = the regime's times exp(difficulty coef . features)), each "
                            "against the other configurations of its regime; a regime without rows (or too few "
                            f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
             "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
+            "held_back_configurations": held_back(rows, level=level, splits=splits, fraction=fraction, method=method,
+                                                  memory_method=memory_method, unit="configuration"),
             "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")}
                               | {f"coverage_at_{lv:g}": o[m]["coverage"] for lv, o in others.items()}
-                              | {"every_regime_holds": _holds(h, level, 0.0)
-                                 and all(_holds(o[m], lv, SLACK) for lv, o in others.items())}
+                              | {f"{name}_holds": rule(h, level, 0.0)
+                                 and all(rule(o[m], lv, SLACK) for lv, o in others.items())
+                                 for name, rule in (("every_regime", _holds), ("overall", _holds_overall))}
+                              | {f"worst_regime_at_{lv:g}": _worst(s) for lv, s in ((level, h), *(
+                                  (lv, o[m]) for lv, o in others.items()))}
                               for m, h in checks.items()},
             "memory_method_choice": {m: {k: h["memory"][k] for k in ("coverage", "median_half_width_pct")}
                                      for m, h in checks.items()}}
@@ -294,9 +386,15 @@ def report(table: dict) -> str:
     lines = [f"step time ({table['method']} score)", head] + _widths(table["regimes"])
     lines += [f"peak memory ({table['memory']['method']} score)", head] + _widths(table["memory"]["regimes"])
     h = table["held_back"]
+    unit = {"source": "run sources", "configuration": "configurations"}[h.get("unit", "configuration")]
     lines.append(f"held-back coverage at {h['level']:.0%} ({h['splits']} splits, {h['held_back_fraction']:.0%} of "
-                 f"configurations held back): {h['coverage']:.1%}, median half-width {h['median_half_width_pct']:.1f}%")
+                 f"{unit} held back): {h['coverage']:.1%}, median half-width {h['median_half_width_pct']:.1f}%")
     lines += _per_regime(h["per_regime"])
+    if "held_back_configurations" in table:
+        c = table["held_back_configurations"]
+        lines.append(f"  configurations held back instead: {c['coverage']:.1%}, median half-width "
+                     f"{c['median_half_width_pct']:.1f}%; memory {c['memory']['coverage']:.1%}")
+        lines += _per_regime(c["per_regime"])
     m = h["memory"]
     if m["coverage"] is not None:
         lines.append(f"memory: coverage {m['coverage']:.1%}, median half-width {m['median_half_width_pct']:.1f}%")
@@ -328,11 +426,20 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", type=int, default=200, help="random held-back splits for the coverage check")
     ap.add_argument("--held-back", type=float, default=HELD_BACK,
                     help=f"share of configurations each split holds back (default {HELD_BACK})")
+    ap.add_argument("--unit", choices=UNITS, default="source",
+                    help="what a split keeps whole: a run source (default) or a configuration")
+    ap.add_argument("--selection", action="store_true",
+                    help="also hold the choice of score back (nested splits; its optimism; about 2 minutes)")
     args = ap.parse_args(argv)
     if not 0 < args.held_back < 1:
         ap.error(f"--held-back must be strictly between 0 and 1: got {args.held_back}")
-    table = generate(splits=args.splits, fraction=args.held_back)
+    table = generate(splits=args.splits, fraction=args.held_back, unit=args.unit)
     print(report(table))
+    if args.selection:
+        sel = selection_check(scored_rows(), fraction=args.held_back, unit=args.unit)
+        print(f"score chosen inside each split ({sel['outer']} outer x {sel['inner']} inner splits; chosen "
+              f"{sel['chosen']}): coverage {sel['coverage']:.1%}, median half-width {sel['median_half_width_pct']:.1f}%")
+        print("\n".join(_per_regime(sel["per_regime"])))
     if args.write:
         iv.TABLE_PATH.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {iv.TABLE_PATH}")

@@ -156,11 +156,20 @@ def _spot_row(name, sim, *, mode, work, prices_per_worker, gpw, wait_s, on_deman
             "closed_form_time_s": closed}
 
 
-def _step_interval(model, cluster, strategy, step_time_s, profile=None, level=0.9):
-    """(step seconds, interval low / step, interval high / step, regime); no interval for a given step."""
+def _step_interval(model, cluster, strategy, step_time_s, profile=None, level=0.9, step_interval_s=None):
+    """(step seconds, interval low / step, interval high / step, regime); a given step has no interval
+    unless ``step_interval_s`` = (low, high) seconds comes with it."""
     level = check_level(level)
     if step_time_s is not None:
-        return check_positive("step_time_s", step_time_s), math.nan, math.nan, "step time given"
+        step = check_positive("step_time_s", step_time_s)
+        if step_interval_s is None:
+            return step, math.nan, math.nan, "step time given"
+        low, high = (check_positive("step_interval_s", v) for v in step_interval_s)
+        if not low <= step <= high:
+            raise InvalidInputError(f"'step_interval_s' must hold step_time_s={step:g}: got ({low:g}, {high:g})")
+        return step, low / step, high / step, "step time and interval given"
+    if step_interval_s is not None:
+        raise InvalidInputError("'step_interval_s' needs 'step_time_s' (a predicted step brings its own interval)")
 
     p = predict(model, cluster, strategy, profile=profile, level=level)
     # asynchronous parameter servers: a step is one global update, 1 / the cluster's update rate
@@ -187,7 +196,8 @@ def _plan_frame(out, gpus, provider, region, factors, level, regime) -> pd.DataF
 
 def plan_training(model, cluster, strategy, steps: int, *, revocation=None, prices=None,
                   provider=None, region=None, step_time_s=None, checkpoint_bytes=None,
-                  interval_s=None, trials=10000, seed=0, profile=None, level=0.9) -> pd.DataFrame:
+                  interval_s=None, trials=10000, seed=0, profile=None, level=0.9,
+                  step_interval_s=None) -> pd.DataFrame:
     """Time and cost to train ``steps`` steps on-demand vs on transient servers.
 
     One row per scenario: ``on-demand``; ``spot sync, Daly interval`` (the
@@ -207,13 +217,15 @@ def plan_training(model, cluster, strategy, steps: int, *, revocation=None, pric
 
     ``expected_time_low_s``/``_high_s`` and the cost bounds scale the expected time and cost
     by the predicted step's interval at ``level`` (first order: revocations, checkpoints and
-    restarts grow with the run's length); NaN with a given ``step_time_s`` (docs/accuracy.md).
+    restarts grow with the run's length); NaN with a given ``step_time_s`` unless ``step_interval_s``
+    (its low and high seconds, e.g. ``predict_mixed``'s) comes with it (docs/accuracy.md).
     """
     steps = check_int("steps", steps)
     if isinstance(model, str):  # a preset by name; otherwise optional (step time and checkpoint bytes given)
         model = as_model(model)
     gpus, gpw = cluster_workers(cluster)
-    step, low_factor, high_factor, regime = _step_interval(model, cluster, strategy, step_time_s, profile, level)
+    step, low_factor, high_factor, regime = _step_interval(model, cluster, strategy, step_time_s, profile, level,
+                                                           step_interval_s)
     work = steps * step
     price_table = _table(prices, load_prices, "prices")
     rows = {g: select_row(price_table, g, provider, region, what="prices") for g in set(gpus)}
