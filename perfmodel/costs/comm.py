@@ -118,8 +118,10 @@ _COLLECTIVE_MEMO = IdentityMemo()
 _HIERARCHICAL_MEMO = IdentityMemo()
 
 
-_ARRAY_MEMO = IdentityMemo(64)  # at most 64 results of up to ARRAY_MEMO_MAX elements (a few MB)
-ARRAY_MEMO_MAX = 8192
+# array results of up to ARRAY_MEMO_MAX elements (at most 32 MB): the default Llama-3-405B search on
+# 16,384 H100 keeps ~500 (2 MB); fewer entries evict a root's collectives before its recompute variants reuse them
+_ARRAY_MEMO = IdentityMemo(1024)
+ARRAY_MEMO_MAX = 4096
 PLAIN_NUMBERS = frozenset((float, int, np.float64, np.int64))
 
 
