@@ -87,19 +87,22 @@ def _split(space: Space, chunk: int) -> list:
     return parts
 
 
-def _flat_outputs(part, out: dict) -> dict:
-    """``step.evaluate``'s arrays (shaped like the grid) at the part's configurations, one entry each."""
-    flat = {k: part.flat(v) for k, v in out.items() if k != "memory"}
-    flat["memory"] = {k: part.flat(v) for k, v in out["memory"].items()}
-    return flat
+class Columns(dict):
+    """A chunk's columns, one entry per configuration; ``rest(cells)`` gives the other columns at those
+    configurations only (the rows a ranking keeps: ``Best.add``)."""
+
+    def __init__(self, columns: dict, rest=None):
+        super().__init__(columns)
+        self.rest = rest
 
 
-def chunks(model, job: Job, opts, chunk: int):
+def chunks(model, job: Job, opts, chunk: int, eager=None):
     """Column dicts of ``chunk`` grid cells of the job's space at a time, under its precision and recompute.
 
     Each part is priced on its factored grid (``space.Factored``: a term is computed on the axes it
     depends on) and its valid cells are read out in enumeration order: the same arithmetic on the
-    same numbers as pricing the flat configurations one by one.
+    same numbers as pricing the flat configurations one by one. ``eager`` names the result columns read
+    out for every configuration (None: all); the others come from ``Columns.rest``.
     """
     cl, space, prof, stack = job.cluster, job.space, job.profile, job.stack
     coll = _collectives(cl, prof)
@@ -109,16 +112,20 @@ def chunks(model, job: Job, opts, chunk: int):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
             out["micro_batch"] = c.micro_batch
-            out = _flat_outputs(part, out)
-            derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
+            # elementwise on the grid, as on its configurations
+            grid = {**out, **finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)}
+            grid.update({"mem_" + k: v for k, v in out["memory"].items()})
+            names = [*RESULTS, *BREAKDOWN_KEYS, *("mem_" + k for k in out["memory"])]
+            now = names if eager is None else [k for k in names if k in eager]
             m = numeric["dp"].size
-            cols = dict(numeric)
-            merged = {**out, **derived}
-            for k in (*RESULTS, *BREAKDOWN_KEYS):
-                cols[k] = np.broadcast_to(merged[k], (m,))
-            for k, v in out["memory"].items():
-                cols["mem_" + k] = np.broadcast_to(v, (m,))
+            cols = Columns({**numeric, **{k: np.broadcast_to(part.flat(grid[k]), (m,)) for k in now}},
+                           functools.partial(_later_columns, part, grid, [k for k in names if k not in now]))
             yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"])
+
+
+def _later_columns(part, grid: dict, names: list, cells: np.ndarray) -> dict:
+    """The columns ``names`` of the grid's arrays at the part's configurations ``cells``."""
+    return {k: np.broadcast_to(part.at(grid[k], cells), cells.shape) for k in names}
 
 
 def _configs(job: Job, parts: list) -> list:
@@ -254,13 +261,13 @@ class Best:
             pp1 = step[np.asarray(cols["pp"]) == 1]
             self.fastest["pp1"] = min(self.fastest["pp1"], float(pp1.min()) if pp1.size else np.inf)
         i = int(np.argmin(cols["over_capacity"]))
-        self._closest(_with(extra, {k: v[i:i + 1] for k, v in cols.items()}))
+        self._closest(_with(extra, _rows(cols, np.arange(i, i + 1))))
         fits = np.flatnonzero(np.asarray(cols["fits"], bool))
         self.feasible += int(fits.size)
         if fits.size:  # the chunk's own top_k first (the ranking is a total order), ranked on its key columns
             r = self.ranking
             best = fits[self._best({k: np.asarray(cols[k])[fits] for k in {r.sort_by, "peak_memory", "order"}})]
-            self._keep(_with(extra, {k: np.asarray(v)[best] for k, v in cols.items()}))
+            self._keep(_with(extra, _rows(cols, best)))
 
     def merge(self, other: Best) -> None:
         self.evaluated += other.evaluated
@@ -289,6 +296,13 @@ class Best:
         self.rows = {k: v[order] for k, v in rows.items()}
 
 
+def _rows(cols: dict, cells: np.ndarray) -> dict:
+    """Every column of ``cols`` at ``cells`` (with those ``Columns.rest`` gives)."""
+    rows = {k: np.asarray(v)[cells] for k, v in cols.items()}
+    rest = getattr(cols, "rest", None)
+    return rows if rest is None else {**rows, **rest(cells)}
+
+
 def _with(extra, rows: dict) -> dict:
     """``rows`` with the columns ``extra`` gives them (none when it is None)."""
     return rows if extra is None else {**rows, **extra(rows)}
@@ -297,7 +311,8 @@ def _with(extra, rows: dict) -> dict:
 def price_job(job: Job, model, opts, ranking: Ranking, chunk: int) -> Best:
     """Every configuration of one job, chunk by chunk; the best rows and the counts."""
     best = Best(ranking, offset=job.index * ORDER_STRIDE, engine=stacks.stack(job.spec.framework).engine is not None)
-    for cols, extra in chunks(model, job, opts, chunk):
+    eager = ("step_time", "host_overhead", "over_capacity", "fits", "peak_memory", "tokens_per_second", ranking.sort_by)
+    for cols, extra in chunks(model, job, opts, chunk, eager):
         if job.usd_per_hour is not None:  # a sort column: every row has it
             cols["usd_per_million_tokens"] = job.usd_per_hour / 3600.0 / cols["tokens_per_second"] * 1e6
         best.add(cols, functools.partial(_job_columns, job, extra))

@@ -95,6 +95,15 @@ class Factored:
             return np.broadcast_to(value, grid)[self.mask]  # not a grid-shaped value: numpy's own rules
         return v.reshape(-1)[self._index(shape)]
 
+    def at(self, value, cells: np.ndarray) -> np.ndarray:
+        """``flat(value)[cells]``, gathering only those of the valid cells (a ranking's kept rows)."""
+        v = np.asarray(value)
+        grid = self.mask.shape
+        shape = (1,) * (len(grid) - v.ndim) + v.shape
+        if len(shape) != len(grid) or any(n not in (1, g) for n, g in zip(shape, grid)):
+            return self.flat(value)[cells]
+        return v.reshape(-1)[self._index(shape)[cells]]
+
     def _index(self, shape: tuple) -> np.ndarray:
         """Flat indices into an array of ``shape`` (1 or the grid's size along each axis) of the valid cells."""
         cache = self.__dict__.setdefault("_indices", {})  # derived from the frozen fields, so safe to keep
