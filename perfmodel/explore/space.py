@@ -108,7 +108,9 @@ class Factored:
         """Flat indices into an array of ``shape`` (1 or the grid's size along each axis) of the valid cells."""
         cache = self.__dict__.setdefault("_indices", {})  # derived from the frozen fields, so safe to keep
         if shape not in cache:
-            at = np.nonzero(self.mask)
+            at = cache.get("cells")
+            if at is None:
+                at = cache["cells"] = np.nonzero(self.mask)
             index, stride = np.zeros(at[0].size, np.intp), 1
             for axis in reversed(range(len(shape))):
                 if shape[axis] > 1:
