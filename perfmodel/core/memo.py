@@ -125,8 +125,10 @@ def _deduplicated(fn, fields, model, profile, c, options):
     """
     arrays = {f: np.asarray(getattr(c, f)) for f in fields if not isinstance(getattr(c, f), str)}
     lengths = {a.shape for a in arrays.values() if a.ndim}
-    if len(lengths) != 1 or len(next(iter(lengths))) != 1 or any(a.dtype.kind not in "biuf" for a in arrays.values()):
+    if any(a.dtype.kind not in "biuf" for a in arrays.values()):
         return fn(model, profile, c, **options)
+    if len(lengths) != 1 or len(next(iter(lengths))) != 1:
+        return _grid_deduplicated(fn, model, profile, c, options, arrays)
     n = next(iter(lengths))[0]
     names = [f for f, a in arrays.items() if a.ndim]
     first, inverse = _distinct_rows([arrays[f] for f in names])
@@ -134,6 +136,39 @@ def _deduplicated(fn, fields, model, profile, c, options):
         return fn(model, profile, c, **options)
     out = fn(model, profile, dataclasses.replace(c, **{f: arrays[f][first] for f in names}), **options)
     return _spread(out, first.size, inverse)
+
+
+def _grid_deduplicated(fn, model, profile, c, options, arrays):
+    """``fn`` over the distinct grid rows of ``c``'s fields that vary along the first axis only (a search
+    grid's rows: ``explore.space.Factored``), the other fields left as they are (varying along other
+    axes); outputs spread back along the first axis. Anything else runs through as it is."""
+    grid = [a for a in arrays.values() if a.ndim]
+    ndim = grid[0].ndim if grid else 0
+    rows = [f for f, a in arrays.items() if a.ndim and a.shape[0] > 1]
+    if (not rows or ndim < 2 or any(a.ndim != ndim for a in grid)
+            or any(a.size != a.shape[0] for f, a in arrays.items() if f in rows)
+            or any(a.shape[0] != 1 for f, a in arrays.items() if a.ndim and f not in rows)
+            or len({arrays[f].shape[0] for f in rows}) != 1):
+        return fn(model, profile, c, **options)
+    n = arrays[rows[0]].shape[0]
+    first, inverse = _distinct_rows([arrays[f].reshape(-1) for f in rows])
+    if first.size in (1, n):
+        return fn(model, profile, c, **options)
+    out = fn(model, profile, dataclasses.replace(c, **{f: arrays[f][first] for f in rows}), **options)
+    return _spread_rows(out, first.size, ndim, inverse)
+
+
+def _spread_rows(value, n: int, ndim: int, inverse):
+    """``value`` with each array of ``ndim`` dimensions and ``n`` rows (in frozen records and tuples too)
+    indexed along its first axis by ``inverse``."""
+    if isinstance(value, np.ndarray):
+        return value[inverse] if value.ndim == ndim and value.shape[0] == n else value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _spread_rows(getattr(value, f.name), n, ndim, inverse)
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, tuple):
+        return tuple(_spread_rows(v, n, ndim, inverse) for v in value)
+    return value
 
 
 def _distinct_rows(columns):

@@ -132,8 +132,10 @@ _COLLECTIVE_MEMO = IdentityMemo()
 _HIERARCHICAL_MEMO = IdentityMemo()
 
 
-_ARRAY_MEMO = IdentityMemo(64)  # at most 64 results of up to ARRAY_MEMO_MAX elements (a few MB)
-ARRAY_MEMO_MAX = 8192
+# array results of up to ARRAY_MEMO_MAX elements (at most 32 MB): the default Llama-3-405B search on
+# 16,384 H100 keeps ~500 (2 MB); fewer entries evict a root's collectives before its recompute variants reuse them
+_ARRAY_MEMO = IdentityMemo(1024)
+ARRAY_MEMO_MAX = 4096
 PLAIN_NUMBERS = frozenset((float, int, np.float64, np.int64))
 
 
@@ -160,6 +162,14 @@ def _collective_time(entry: Mapping, collective: str, size_bytes, group_size) ->
     size = _array("size_bytes", size_bytes)
     n = _array("group_size", group_size, integer=True, minimum=1)
     t = form.evaluate(entry["params"], size=size, n=n, factor=factor)
+    return np.where((size > 0) & (n > 1), t, 0.0)  # one rank or no bytes: nothing to send
+
+
+def _level_time(entry: Mapping, collective: str, size: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``_collective_time`` of float arrays ``_hierarchical_time`` has checked (sizes finite and >= 0,
+    groups whole and >= 1, and what it derives from them), without checking them again."""
+    form = comm_form(entry)
+    t = form.evaluate(entry["params"], size=size, n=n, factor=np.asarray(BUSBW_FACTOR[collective](n)))
     return np.where((size > 0) & (n > 1), t, 0.0)  # one rank or no bytes: nothing to send
 
 
@@ -244,10 +254,11 @@ def lookup_entry(collectives: Mapping[str, Mapping[str, dict]], level: str, coll
     )
 
 
-def _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm):
-    """Time of a group with ``rpn`` ranks on each of ``nodes`` nodes, both > 1."""
-    ti = lambda c, s, n: collective_time(intra(c), c, s, n)  # noqa: E731
-    tx = lambda c, s, n: collective_time(inter(c), c, s, n)  # noqa: E731
+def _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm, level=collective_time):
+    """Time of a group with ``rpn`` ranks on each of ``nodes`` nodes, both > 1 (``level``: the price of
+    one fabric level, ``_level_time`` for arrays already checked)."""
+    ti = lambda c, s, n: level(intra(c), c, s, n)  # noqa: E731
+    tx = lambda c, s, n: level(inter(c), c, s, n)  # noqa: E731
     rails = size / rpn  # after an intra reduce-scatter each rank holds S / rpn, one rail each
     if algorithm == "ring" and collective in ("all_reduce", "all_gather", "reduce_scatter"):
         # flat ring over all ranks (Gibiansky 2017): NVLink carries S f(N) per rank, each rail S f(N) / rpn
@@ -320,12 +331,12 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
     one_rank = (rpn == 1) & ~one_node
     spanning = ~one_node & ~one_rank
     if one_node.any():
-        out[one_node] = collective_time(intra(collective), collective, size[one_node], rpn[one_node])
+        out[one_node] = _level_time(intra(collective), collective, size[one_node], rpn[one_node])
     if one_rank.any():
-        out[one_rank] = collective_time(inter(collective), collective, size[one_rank], nodes[one_rank])
+        out[one_rank] = _level_time(inter(collective), collective, size[one_rank], nodes[one_rank])
     if spanning.any():
         out[spanning] = _spanning_time(
-            intra, inter, collective, size[spanning], rpn[spanning], nodes[spanning], algorithm
+            intra, inter, collective, size[spanning], rpn[spanning], nodes[spanning], algorithm, _level_time
         )
     return out
 

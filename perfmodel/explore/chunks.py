@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -86,19 +87,22 @@ def _split(space: Space, chunk: int) -> list:
     return parts
 
 
-def _flat_outputs(part, out: dict) -> dict:
-    """``step.evaluate``'s arrays (shaped like the grid) at the part's configurations, one entry each."""
-    flat = {k: part.flat(v) for k, v in out.items() if k != "memory"}
-    flat["memory"] = {k: part.flat(v) for k, v in out["memory"].items()}
-    return flat
+class Columns(dict):
+    """A chunk's columns, one entry per configuration; ``rest(cells)`` gives the other columns at those
+    configurations only (the rows a ranking keeps: ``Best.add``)."""
+
+    def __init__(self, columns: dict, rest=None):
+        super().__init__(columns)
+        self.rest = rest
 
 
-def chunks(model, job: Job, opts, chunk: int):
+def chunks(model, job: Job, opts, chunk: int, eager=None):
     """Column dicts of ``chunk`` grid cells of the job's space at a time, under its precision and recompute.
 
     Each part is priced on its factored grid (``space.Factored``: a term is computed on the axes it
     depends on) and its valid cells are read out in enumeration order: the same arithmetic on the
-    same numbers as pricing the flat configurations one by one.
+    same numbers as pricing the flat configurations one by one. ``eager`` names the result columns read
+    out for every configuration (None: all); the others come from ``Columns.rest``.
     """
     cl, space, prof, stack = job.cluster, job.space, job.profile, job.stack
     coll = _collectives(cl, prof)
@@ -108,16 +112,20 @@ def chunks(model, job: Job, opts, chunk: int):
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
                                    optimizer=opts["optimizer"], placement=opts["placement"])
             out["micro_batch"] = c.micro_batch
-            out = _flat_outputs(part, out)
-            derived = finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)
+            # elementwise on the grid, as on its configurations
+            grid = {**out, **finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)}
+            grid.update({"mem_" + k: v for k, v in out["memory"].items()})
+            names = [*RESULTS, *BREAKDOWN_KEYS, *("mem_" + k for k in out["memory"])]
+            now = names if eager is None else [k for k in names if k in eager]
             m = numeric["dp"].size
-            cols = dict(numeric)
-            merged = {**out, **derived}
-            for k in (*RESULTS, *BREAKDOWN_KEYS):
-                cols[k] = np.broadcast_to(merged[k], (m,))
-            for k, v in out["memory"].items():
-                cols["mem_" + k] = np.broadcast_to(v, (m,))
+            cols = Columns({**numeric, **{k: np.broadcast_to(part.flat(grid[k]), (m,)) for k in now}},
+                           functools.partial(_later_columns, part, grid, [k for k in names if k not in now]))
             yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"])
+
+
+def _later_columns(part, grid: dict, names: list, cells: np.ndarray) -> dict:
+    """The columns ``names`` of the grid's arrays at the part's configurations ``cells``."""
+    return {k: np.broadcast_to(part.at(grid[k], cells), cells.shape) for k in names}
 
 
 def _configs(job: Job, parts: list) -> list:
@@ -139,35 +147,66 @@ def pipeline_floor(model, job: Job, opts, chunk: int) -> dict:
     pieces are priced by the calls ``step.step_quantities`` makes (tests/test_search_stacks.py
     holds the floor at pp = 1 equal to ``step.evaluate``'s pipeline + dp_comm there).
     """
-    cl, prof, spec = job.cluster, job.profile, job.spec
-    coll = _collectives(cl, prof)
+    return Floor(model, job, opts, chunk).exact()
+
+
+class Floor:
+    """A job's ``pipeline_floor`` in two steps from the same pieces: ``low``, the pipeline's seconds
+    alone (no higher, and without any data-parallel pricing), then ``exact()``, with the first stage's
+    exposed data-parallel seconds added (computed once, when asked for)."""
+
+    def __init__(self, model, job: Job, opts, chunk: int):
+        self.job, self.coll, self._exact = job, _collectives(job.cluster, job.profile), None
+        parts = _parts(job.space, chunk)
+        self.pieces = [(part, numeric, c, *_pipeline_pieces(model, job, self.coll, c, opts))
+                       for (part, numeric), c in zip(parts, _configs(job, parts)) if numeric["dp"].size]
+        self.low = _lowest((part, numeric, pipe) for part, numeric, _, pipe, _ in self.pieces)
+
+    @property
+    def known(self) -> bool:
+        return self._exact is not None
+
+    def exact(self) -> dict:
+        if self._exact is None:
+            self._exact = _lowest((part, numeric, pipe + _first_stage_exposed(self.job, self.coll, c, pieces))
+                                  for part, numeric, c, pipe, pieces in self.pieces)
+        return self._exact
+
+
+def _lowest(parts) -> dict:
+    """The least of each part's seconds (per configuration), over all and over those at pp = 1."""
     floor = {"all": np.inf, "pp1": np.inf}
-    parts = _parts(job.space, chunk)
-    for (part, numeric), c in zip(parts, _configs(job, parts)):
-        if not numeric["dp"].size:
-            continue
-        low = np.broadcast_to(part.flat(_step_floor(model, cl, prof, coll, c, spec, opts)), numeric["dp"].shape)
+    for part, numeric, seconds in parts:
+        low = np.broadcast_to(part.flat(seconds), numeric["dp"].shape)
         floor["all"] = min(floor["all"], float(low.min()))
         pp1 = low[numeric["pp"] == 1]
         floor["pp1"] = min(floor["pp1"], float(pp1.min()) if pp1.size else np.inf)
     return floor
 
 
-def _step_floor(model, cl, prof, coll, c: StepConfig, spec, opts):
-    """The pipeline's seconds (``step._critical_path``) plus the first stage's exposed data-parallel
-    seconds (``step._exposed``'s ``dp_comm_time`` over that stage alone), per configuration."""
+def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
+    """(the pipeline's seconds (``step._critical_path``), the pieces the first stage's data-parallel
+    seconds need), per configuration."""
+    cl, prof, spec = job.cluster, job.profile, job.spec
     lay, lay_dp, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
     local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
     t = compose.compute_times(local, prof, c, precision=spec.precision, recompute=spec.recompute)
     sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
     _, timed, pipe, *_ = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute,
                                                 sms, (prof, cl, p))
+    return pipe, (lay_dp, sts, p, timed)
+
+
+def _first_stage_exposed(job: Job, coll, c: StepConfig, pieces):
+    """The first stage's exposed data-parallel seconds (``step._exposed``'s ``dp_comm_time`` over that
+    stage alone), not below zero, per configuration."""
+    (lay_dp, sts, p, timed), prof, precision = pieces, job.profile, job.spec.precision
     dpc = replace(c, dp=c.dp * c.cp)
     work = DataParallelWork(p, tuple(sts), timed, compose.dp_backward_windows(prof, timed, sts),
-                            wire_bytes(spec.precision, dpc.framework), HostCosts.of(prof).overlap_compute_slowdown)
-    first = _stage_exposed(coll, lay_dp, dpc, work, sts[0], work.backward_s[0], parameter_server_links(cl),
+                            wire_bytes(precision, dpc.framework), HostCosts.of(prof).overlap_compute_slowdown)
+    first = _stage_exposed(coll, lay_dp, dpc, work, sts[0], work.backward_s[0], parameter_server_links(job.cluster),
                            compose.bucket_costs(prof))
-    return pipe + np.maximum(first, 0.0)
+    return np.maximum(first, 0.0)
 
 
 _COLLECTIVES = IdentityMemo(16)
@@ -222,13 +261,13 @@ class Best:
             pp1 = step[np.asarray(cols["pp"]) == 1]
             self.fastest["pp1"] = min(self.fastest["pp1"], float(pp1.min()) if pp1.size else np.inf)
         i = int(np.argmin(cols["over_capacity"]))
-        self._closest(_with(extra, {k: v[i:i + 1] for k, v in cols.items()}))
+        self._closest(_with(extra, _rows(cols, np.arange(i, i + 1))))
         fits = np.flatnonzero(np.asarray(cols["fits"], bool))
         self.feasible += int(fits.size)
         if fits.size:  # the chunk's own top_k first (the ranking is a total order), ranked on its key columns
             r = self.ranking
             best = fits[self._best({k: np.asarray(cols[k])[fits] for k in {r.sort_by, "peak_memory", "order"}})]
-            self._keep(_with(extra, {k: np.asarray(v)[best] for k, v in cols.items()}))
+            self._keep(_with(extra, _rows(cols, best)))
 
     def merge(self, other: Best) -> None:
         self.evaluated += other.evaluated
@@ -257,6 +296,13 @@ class Best:
         self.rows = {k: v[order] for k, v in rows.items()}
 
 
+def _rows(cols: dict, cells: np.ndarray) -> dict:
+    """Every column of ``cols`` at ``cells`` (with those ``Columns.rest`` gives)."""
+    rows = {k: np.asarray(v)[cells] for k, v in cols.items()}
+    rest = getattr(cols, "rest", None)
+    return rows if rest is None else {**rows, **rest(cells)}
+
+
 def _with(extra, rows: dict) -> dict:
     """``rows`` with the columns ``extra`` gives them (none when it is None)."""
     return rows if extra is None else {**rows, **extra(rows)}
@@ -265,7 +311,8 @@ def _with(extra, rows: dict) -> dict:
 def price_job(job: Job, model, opts, ranking: Ranking, chunk: int) -> Best:
     """Every configuration of one job, chunk by chunk; the best rows and the counts."""
     best = Best(ranking, offset=job.index * ORDER_STRIDE, engine=stacks.stack(job.spec.framework).engine is not None)
-    for cols, extra in chunks(model, job, opts, chunk):
+    eager = ("step_time", "host_overhead", "over_capacity", "fits", "peak_memory", "tokens_per_second", ranking.sort_by)
+    for cols, extra in chunks(model, job, opts, chunk, eager):
         if job.usd_per_hour is not None:  # a sort column: every row has it
             cols["usd_per_million_tokens"] = job.usd_per_hour / 3600.0 / cols["tokens_per_second"] * 1e6
         best.add(cols, functools.partial(_job_columns, job, extra))
@@ -300,7 +347,8 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
     configuration by configuration: ``stack_options``; the root's pipeline floor where the root
     was pruned). Both go ``WAVE`` at a time, each job skipped when its bound cannot enter the
     ``top_k`` rows priced so far (its configurations are counted as pruned). The waves are the same however many processes price
-    them, and so are the table and the counts.
+    them, and so are the table and the counts. A floor is computed in full only where the order or a
+    pruning needs it (``RootQueue``).
     """
     n = _worker_count(workers, jobs, 1)
     best, results = Best(ranking), {}
@@ -311,37 +359,90 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
         families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
         first = [j for j in jobs if j.spec.root or j.spec.family + (j.cluster.name,) not in families]
         # an engine's root bounds its family less its host seconds (Best.fastest), which its pipeline does not
-        floors = {j.index: pipeline_floor(model, j, opts, chunk) for j in first
-                  if stacks.stack(j.spec.framework).engine is None}
-
-        def own(j):
-            return floors[j.index]["all"] if j.index in floors else -np.inf
-
-        _waves(sorted(first, key=lambda j: (own(j), j.index)), own, pool, best, results, model, opts, ranking, chunk)
-
-        def bound(j):  # the root's shortest step, or its shortest pipeline when the root was pruned
-            i = families[j.spec.family + (j.cluster.name,)]
-            return (results[i].fastest if i in results else floors[i])["pp1" if j.spec.offload_layers else "all"]
-
+        floors = {j.index: Floor(model, j, opts, chunk) for j in first if stacks.stack(j.spec.framework).engine is None}
+        _waves(RootQueue(first, floors), pool, best, results, model, opts, ranking, chunk)
         started = {j.index for j in first}  # priced or pruned
-        rest = [j for j in jobs if j.index not in started]
-        _waves(sorted(rest, key=lambda j: (bound(j), j.index)), bound, pool, best, results, model, opts, ranking,
-               chunk)
+        rest = {}
+        for j in jobs:
+            if j.index not in started:
+                root = families[j.spec.family + (j.cluster.name,)]
+                rest[j.index] = _family_bound(results.get(root), floors.get(root), j.spec.offload_layers)
+        for j in jobs:  # below a pruned root: pruned wherever the order puts it (_family_bound)
+            if rest.get(j.index, 0.0) is None:
+                best.pruned += len(j.space)
+        queue = sorted((j for j in jobs if rest.get(j.index) is not None), key=lambda j: (rest[j.index], j.index))
+        _waves(iter((j, rest[j.index]) for j in queue), pool, best, results, model, opts, ranking, chunk)
     return best
+
+
+def _family_bound(root: Best | None, floor: Floor | None, offload: int):
+    """The bound of a job below its family's root: the root's shortest step (at pp = 1 for an offload
+    job), or its floor where the root was pruned; None where that floor is not known: the root was
+    pruned by a lower bound already (``RootQueue``), so the floor, at least as high and finite (the
+    configurations are there), prunes this job too when its turn comes."""
+    key = "pp1" if offload else "all"
+    if root is not None:
+        return root.fastest[key]
+    if floor.known or not np.isfinite(floor.low[key]):  # no configuration at pp = 1: no bound, as the floor's
+        return floor.exact()[key] if floor.known else floor.low[key]
+    return None
+
+
+class RootQueue:
+    """The jobs ``price_jobs`` prices first, in ascending order of their floors (an engine's root:
+    -inf), ties in job order, each floor computed in full only when needed.
+
+    Each ``Floor.low`` is no higher than its floor, so the next job is the one with the lowest
+    exact floor once no lower bound of the others is below it; and a job whose lower bound is
+    prunable now is pruned now (counted in ``best``): its floor would be when its turn came, since
+    the top rows only improve."""
+
+    def __init__(self, jobs: list[Job], floors: dict):
+        self.floors, self.known = floors, []  # known: a heap of (floor, index, job)
+        self.pending = sorted(jobs, key=lambda j: (self._low(j), j.index))
+
+    def _low(self, job) -> float:
+        return self.floors[job.index].low["all"] if job.index in self.floors else -np.inf
+
+    def _exact(self, job) -> float:
+        return self.floors[job.index].exact()["all"] if job.index in self.floors else -np.inf
+
+    def next(self, best: Best):
+        """(the next job, its floor), or None when every job was handed out or pruned."""
+        kept = []
+        for j in self.pending:
+            if _prunable(best, self._low(j), j, best.ranking):
+                best.pruned += len(j.space)
+            else:
+                kept.append(j)
+        self.pending = kept
+        while self.pending and (not self.known or (self._low(self.pending[0]), self.pending[0].index) <= self.known[0][:2]):
+            j = self.pending.pop(0)
+            heapq.heappush(self.known, (self._exact(j), j.index, j))
+        if not self.known:
+            return None
+        floor, _, job = heapq.heappop(self.known)
+        return job, floor
 
 
 PRUNABLE = ("step_time", "tokens_per_second", "samples_per_second", "usd_per_million_tokens")  # a step bounds them
 WAVE = 4  # jobs priced between two looks at the top rows (more: fewer looks, less pruning)
 
 
-def _waves(queue, bound, pool, best: Best, results: dict, model, opts, ranking, chunk) -> None:
-    """Price ``queue`` (ascending ``bound``) ``WAVE`` jobs at a time, skipping those ``_prunable``."""
-    i = 0
-    while i < len(queue):
+def _waves(queue, pool, best: Best, results: dict, model, opts, ranking, chunk) -> None:
+    """Price the (job, bound) pairs ``queue`` hands out (ascending bound: an iterator, or a
+    ``RootQueue``) ``WAVE`` jobs at a time, skipping those ``_prunable``."""
+    take = queue.next if isinstance(queue, RootQueue) else (lambda _: next(queue, None))
+    more = True
+    while more:
         wave = []
-        while len(wave) < WAVE and i < len(queue):
-            job, i = queue[i], i + 1
-            if _prunable(best, bound(job), job, ranking):
+        while len(wave) < WAVE:
+            got = take(best)
+            if got is None:
+                more = False
+                break
+            job, bound = got
+            if _prunable(best, bound, job, ranking):
                 best.pruned += len(job.space)
             else:
                 wave.append(job)

@@ -95,11 +95,22 @@ class Factored:
             return np.broadcast_to(value, grid)[self.mask]  # not a grid-shaped value: numpy's own rules
         return v.reshape(-1)[self._index(shape)]
 
+    def at(self, value, cells: np.ndarray) -> np.ndarray:
+        """``flat(value)[cells]``, gathering only those of the valid cells (a ranking's kept rows)."""
+        v = np.asarray(value)
+        grid = self.mask.shape
+        shape = (1,) * (len(grid) - v.ndim) + v.shape
+        if len(shape) != len(grid) or any(n not in (1, g) for n, g in zip(shape, grid)):
+            return self.flat(value)[cells]
+        return v.reshape(-1)[self._index(shape)[cells]]
+
     def _index(self, shape: tuple) -> np.ndarray:
         """Flat indices into an array of ``shape`` (1 or the grid's size along each axis) of the valid cells."""
         cache = self.__dict__.setdefault("_indices", {})  # derived from the frozen fields, so safe to keep
         if shape not in cache:
-            at = np.nonzero(self.mask)
+            at = cache.get("cells")
+            if at is None:
+                at = cache["cells"] = np.nonzero(self.mask)
             index, stride = np.zeros(at[0].size, np.intp), 1
             for axis in reversed(range(len(shape))):
                 if shape[axis] > 1:
@@ -292,20 +303,47 @@ def _empty_space(g, n_gpus, global_batch) -> Space:
 
 def _apply_rules(model, global_batch, g, alive, cp, ep, raise_empty, pipeline_engine=False):
     """Clear in ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
-    ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space."""
+    ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space.
+    A rule on the rows alone (dp, tp, pp, micro-batch, virtual stages) is counted on each row's
+    alive cells, not cell by cell (the same counts)."""
     rejected, detail = dict.fromkeys(REASONS, 0), {}
+    rows = None  # alive cells per row while the rules read the rows only; None: ``alive`` is up to date
     for reason, text, bad in _rules(model, global_batch, g, cp, ep, pipeline_engine):
-        hit = alive & bad
-        n = int(hit.sum())
+        per_row = _row_rule(bad, alive.ndim)
+        if per_row is not None:
+            rows = alive.sum(axis=tuple(range(1, alive.ndim))) if rows is None else rows
+            per_row = np.broadcast_to(per_row, rows.shape)
+            n, left = int(rows[per_row].sum()), int(rows.sum())
+        else:
+            rows = _settle(alive, rows)
+            n = int((alive & bad).sum())
+            left = int(alive.sum()) if n else 0
         rejected[reason] += n
         if n:
             detail[text] = n
-        if n and n == alive.sum() and raise_empty:
+        if n and n == left and raise_empty:
+            rows = _settle(alive, rows)
             dps = sorted(set(np.broadcast_to(g["dp"], alive.shape)[alive].tolist()))
             n_gpus, max_micro_batch = raise_empty
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
-        alive &= ~bad
+        if per_row is not None:
+            rows = np.where(per_row, 0, rows)
+        else:
+            alive &= ~bad
+    _settle(alive, rows)
     return rejected, detail
+
+
+def _row_rule(bad, ndim: int):
+    """A rule's mask as one flag per grid row when it reads the rows alone, else None."""
+    bad = np.asarray(bad)
+    return bad.reshape(-1) if bad.ndim == ndim and all(n == 1 for n in bad.shape[1:]) else None
+
+
+def _settle(alive: np.ndarray, rows) -> None:
+    """Clear in ``alive`` the rows whose count of alive cells ``rows`` is zero (the row rules applied)."""
+    if rows is not None:
+        alive &= (rows > 0).reshape(-1, *(1,) * (alive.ndim - 1))
 
 
 def _trimmed(g: dict, alive: np.ndarray) -> Factored:

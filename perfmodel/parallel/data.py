@@ -8,7 +8,7 @@ docs/distributed.md derives every formula.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -374,14 +374,46 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
              "embed": (np.where(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
              "head": (np.where(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
     slow = work.overlap_slowdown
-    ddp = ddp_exposed(coll, lay, c, params, window, nb, buckets, slowdown=slow)
-    zero3 = zero3_time(coll, lay, c, units, nb.activation, st.embed, slow) + fsdp2_copy_passes(buckets.copy_s,
-                                                                                                params, c)
-    shard = np.where(c.shard_stage >= 3, zero3,
-                     np.where(c.shard_stage >= 1, zero12_time(coll, lay, c, params, window, nb.grad, nb.param, slow,
-                                                              forward_s=forward, index=st.index), ddp))
+    shard = by_sharding(c, (lambda cc: ddp_exposed(coll, lay, cc, params, window, nb, buckets, slowdown=slow),
+                            lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, nb.param, slow,
+                                                   forward_s=forward, index=st.index),
+                            lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow)
+                            + fsdp2_copy_passes(buckets.copy_s, params, cc)),
+                        (window, forward))
     out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
+
+
+def by_sharding(c: StepConfig, branches, others=()):
+    """``np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))`` of
+    ``branches`` (ddp, zero12, zero3: functions of a configuration); where the sharding stages lie along
+    one axis in ascending order (a search grid, ``explore/space.py``) and nothing else given (the
+    configuration's other fields, ``others``) varies along it, each branch is priced only on the
+    stages it applies to: the same numbers per configuration, without the other branches' work."""
+    ddp, zero12, zero3 = branches
+    z = np.asarray(c.shard_stage)
+    axes = [i for i, n in enumerate(z.shape) if n > 1]
+    if len(axes) != 1 or np.any(np.diff(z.reshape(-1)) < 0):
+        return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
+    a, n = axes[0], z.shape[axes[0]]
+    along = [f.name for f in fields(c) if isinstance(getattr(c, f.name), np.ndarray)
+             and getattr(c, f.name).ndim == z.ndim and getattr(c, f.name).shape[a] == n]
+    if any(np.ndim(x) == z.ndim and np.shape(x)[a] > 1 for x in others):
+        return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
+    cuts = [0, int(np.searchsorted(z.reshape(-1), 1)), int(np.searchsorted(z.reshape(-1), 3)), n]
+    parts = []
+    for (lo, hi), price in zip(zip(cuts, cuts[1:]), branches):
+        if hi > lo:
+            index = (slice(None),) * a + (slice(lo, hi),)
+            parts.append((index, np.asarray(price(replace(c, **{f: getattr(c, f)[index] for f in along})))))
+    padded = [(1,) * (z.ndim - r.ndim) + r.shape for _, r in parts]
+    shape = list(np.broadcast_shapes(*(tuple(1 if i == a else m for i, m in enumerate(p)) for p in padded),
+                                     (1,) * z.ndim))
+    shape[a] = n
+    out = np.empty(shape)
+    for index, r in parts:
+        out[index] = r
+    return out
 
 
 def dp_comm_time(coll, lay, c: StepConfig, work: DataParallelWork, links, buckets: BucketCosts | None = None):

@@ -1,0 +1,112 @@
+"""The shortcuts a large search takes give the numbers and the pruning of the plain way: GEMM tile
+terms priced at once, each sharding branch priced on its own choices, compute times once per distinct
+grid row, columns gathered at the kept rows only, and root floors computed only where needed."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel import step as compose
+from perfmodel.core import memo
+from perfmodel.explore.space import enumerate_space
+from perfmodel.forms.compute import _fastest_tile_terms, _tile_terms
+from perfmodel.parallel.config import MIB, StepConfig
+from perfmodel.parallel.data import by_sharding
+from perfmodel.predict import default_profile
+
+chunks_module = importlib.import_module("perfmodel.explore.chunks")
+MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
+H100 = pm.cluster("dgx-h100", nodes=2)
+PROFILE = default_profile(H100)
+
+
+@pytest.fixture(scope="module")
+def grid():
+    space = enumerate_space(MODEL, 16, 8, 32, max_micro_batch=2, max_virtual_stages=2, fsdp=(None, "full", "hybrid"),
+                            bucket_mib=(25.0, 100.0), dp_overlap=(True, False), tp_overlap=(False, True))
+    g = space.grid()
+    c = replace(StepConfig.from_space(g.columns, pm.Strategy(framework="megatron")),
+                bucket_bytes=g.columns["bucket_mib"] * MIB, dp_overlap=g.columns["dp_overlap"])
+    return g, c
+
+
+def test_tile_terms_at_once_equal_the_terms_one_by_one():
+    rng = np.random.default_rng(7)
+    p = {**PROFILE.entry("gemm:bf16")["params"], "t_cpu": 0.0}
+    m = rng.choice([0.0, 1.0, 64.0, 1000.0, 8192.0, 3e5], size=(40, 1))
+    n = rng.integers(0, 20_000, size=(1, 9)).astype(float)
+    k = rng.choice([0.0, 8.0, 4096.0, 53248.0], size=(40, 9))
+    for params in (p, {**p, "stream_k": 0.0}):
+        with np.errstate(all="ignore"):
+            one_by_one = np.minimum.reduce(_tile_terms(params, m, n, k))
+            at_once = _fastest_tile_terms(params, m, n, k)
+        assert np.array_equal(one_by_one, at_once, equal_nan=True)
+    ints = rng.integers(1, 300_000, size=17), rng.integers(1, 60_000, size=17), rng.integers(1, 60_000, size=17)
+    assert np.array_equal(np.minimum.reduce(_tile_terms(p, *ints)), _fastest_tile_terms(p, *ints))
+
+
+def test_each_sharding_branch_priced_on_its_own_choices_is_the_nested_where(grid):
+    _, c = grid
+    assert np.asarray(c.shard_stage).shape[1] == 6  # zero 0..3, FSDP full and hybrid along one axis
+    branches = (lambda cc: cc.dp * 1.5 + cc.bucket_bytes * np.where(cc.dp_overlap, 1.0, 2.0),
+                lambda cc: cc.shard_stage * 2.0 + cc.micro_batches,
+                lambda cc: np.where(cc.hybrid, 7.0, 3.0) * cc.micro_batches + np.where(cc.fsdp, 1.0, 0.5))
+    nested = np.where(c.shard_stage >= 3, branches[2](c), np.where(c.shard_stage >= 1, branches[1](c), branches[0](c)))
+    for others in ((), (np.ones((1, 6, 1, 1, 1, 1)),)):  # the second varies along the sharding axis: no split
+        got = by_sharding(c, branches, others)
+        assert got.shape == nested.shape and np.array_equal(got, nested)
+
+
+def test_compute_times_once_per_distinct_row_equal_every_row(grid):
+    _, c = grid
+    rows = []
+    plain = compose.compute_times.__wrapped__
+
+    def recorded(model, profile, cc, **options):
+        rows.append(np.asarray(cc.micro_batch).shape[0])
+        return plain(model, profile, cc, **options)
+
+    n = np.asarray(c.micro_batch).shape[0]
+    shared = memo._grid_deduplicated(recorded, MODEL, PROFILE, c, {"precision": "bf16-mixed", "recompute": "none"},
+                                     {f: np.asarray(getattr(c, f)) for f in compose.COMPUTE_FIELDS
+                                      if not isinstance(getattr(c, f), str)})
+    every = plain(MODEL, PROFILE, c, precision="bf16-mixed", recompute="none")
+    assert rows and rows[0] < n  # (micro-batch, tp) repeat across the grid's rows
+    for name in ("layer_f", "layer_b", "embed_f", "head_b"):
+        a, b = getattr(shared.wall, name), getattr(every.wall, name)
+        shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+        assert np.array_equal(np.broadcast_to(a, shape), np.broadcast_to(b, shape))
+    assert dict(shared.tp_gemms).keys() == dict(every.tp_gemms).keys()
+
+
+def test_columns_gathered_at_kept_rows_are_the_flat_ones(grid):
+    g, c = grid
+    cells = np.array([0, 3, 7, int(g.mask.sum()) - 1])
+    for value in (c.dp * c.bucket_bytes, np.asarray(c.shard_stage) + 0.5, 4.0):
+        assert np.array_equal(g.at(value, cells), g.flat(value)[cells])
+
+
+def test_lazy_root_floors_price_and_prune_as_all_floors_computed(monkeypatch):
+    kwargs = dict(max_micro_batch=2, max_virtual_stages=2, cp=(1, 2), bucket_mib=(25, 100), top_k=3)
+    exact, real = [], chunks_module.Floor.exact
+
+    def counted(self):
+        exact.append(self.known)
+        return real(self)
+
+    monkeypatch.setattr(chunks_module.Floor, "exact", counted)
+    lazy = pm.search(MODEL, H100, 32, **kwargs)
+    computed = exact.count(False)
+    init = chunks_module.Floor.__init__
+    monkeypatch.setattr(chunks_module.Floor, "__init__", lambda self, *a: (init(self, *a), self.exact())[0])
+    eager = pm.search(MODEL, H100, 32, **kwargs)
+    pd.testing.assert_frame_equal(lazy, eager, check_exact=True)
+    assert {k: lazy.attrs[k] for k in ("evaluated", "feasible", "pruned", "rejected")} == \
+        {k: eager.attrs[k] for k in ("evaluated", "feasible", "pruned", "rejected")}
+    assert lazy.attrs["pruned"] > 0 and computed < exact.count(False) - computed  # fewer floors in full
