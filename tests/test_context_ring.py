@@ -1,10 +1,12 @@
 """Ring attention as each stack's code runs it: per-step chunk kernels, merges, K/V traffic, the kernel."""
 
 import dataclasses
+import json
 
 import pytest
 
 import perfmodel as pm
+from perfmodel.cli import main
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel import context, placement
 from perfmodel.parallel.config import StepConfig
@@ -133,3 +135,17 @@ def test_llama3_all_gather_row_is_slower_than_its_p2p_ring():
     ring = pm.predict(case.model, case.cluster, case.strategy.replace(cp_comm="p2p"))
     assert gather.step_time > ring.step_time
     assert gather.breakdown["tp_comm"] > ring.breakdown["tp_comm"]
+
+
+def test_cli_cp_comm(capsys):
+    """`perfmodel predict --cp-comm all_gather` prices Transformer Engine's all-gather CP: slower than its p2p
+    ring, whose sends hide behind the blocks; a K/V exchange the stack lacks exits with the message."""
+    args = ["predict", "--model", "llama-3-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "2", "--gpus-per-node", "8",
+            "--tp", "8", "--cp", "2", "--seq", "16384", "--framework", "megatron", "--micro-batch", "1", "--json"]
+    steps_s = {}
+    for comm in ("p2p", "all_gather"):
+        assert main([*args, "--cp-comm", comm]) == 0
+        steps_s[comm] = json.loads(capsys.readouterr().out)["step_time"]
+    assert steps_s["all_gather"] > steps_s["p2p"]
+    assert main([*args[:-4], "torchtitan", "--micro-batch", "1", "--cp-comm", "p2p"]) != 0
+    assert "exchanges K/V by all_gather, all_to_all" in capsys.readouterr().err
