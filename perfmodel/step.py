@@ -111,7 +111,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute):
     multiple = _vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
-    ring = ring_kernels(lf, lb, c.cp, bool(getattr(model, "causal", True)), c.framework)
+    ring = ring_kernels(lf, lb, c.cp, bool(getattr(model, "causal", True)), c.framework, c.cp_comm)
     ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
         model, c.micro_batch, tp=c.tp, precision=precision, vocab_multiple=multiple))
     hf, hb = (adapt_kernels(ks, **stack) for ks in steps.head_kernels(
@@ -121,7 +121,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute):
 
 
 # the StepConfig fields kernel_lists reads
-COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep")
+COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm")
 
 
 @memo_by_fields(COMPUTE_FIELDS)
@@ -407,7 +407,7 @@ def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
 ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
 SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework")
 CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
-                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp", "offload_layers")
+                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp", "offload_layers", "cp_comm")
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",

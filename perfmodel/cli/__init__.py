@@ -125,6 +125,9 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="tensor-parallel collectives beside their GEMMs: TE userbuffers (megatron), async TP (torchtitan)")
     p.add_argument("--offload-layers", type=NONNEGATIVE_INT, default=0,
                    help="activation CPU offload of the first k blocks: save_on_cpu (pytorch), --cpu-offloading-num-layers (megatron)")
+    p.add_argument("--cp-comm", default=None, choices=["p2p", "all_gather", "all_to_all"],
+                   help="context-parallel K/V exchange: megatron p2p or all_gather (--cp-comm-type), torch all_gather "
+                        "or all_to_all (set_rotate_method); default: the framework's")
     add_stack_args(p)
 
 
@@ -175,7 +178,7 @@ def strategy_from_args(args, n_gpus: int):
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False),
-                    offload_layers=getattr(args, "offload_layers", 0))
+                    offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None))
 
 
 def cmd_predict(args) -> int:

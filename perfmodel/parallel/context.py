@@ -43,12 +43,13 @@ def ring_attention(kernels, cp: int, causal: bool, plan: RingPlan | None = None)
     return out
 
 
-def ring_kernels(lf, lb, cp: int, causal: bool, framework: str) -> tuple:
+def ring_kernels(lf, lb, cp: int, causal: bool, framework: str, cp_comm: str | None = None) -> tuple:
     """(the ring's later steps forward, backward; the rank's own attention blocks forward, backward)
-    of a layer whose kernels are ``lf``, ``lb``, as ``framework``'s ring runs them (``ring_plan``)."""
+    of a layer whose kernels are ``lf``, ``lb``, as ``framework``'s ring with K/V exchange ``cp_comm``
+    runs them (``ring_plan``)."""
     if cp <= 1:
         return [], [], [], []
-    plan = ring_plan(framework)
+    plan = ring_plan(framework, cp_comm)
     return (ring_attention(lf, cp, causal, plan), ring_attention(lb, cp, causal, plan),
             [k for k in lf if k.cls == "sdpa"], [k for k in lb if k.cls == "sdpa"])
 
@@ -83,8 +84,17 @@ def _ring_sends(model, coll, lay, c: StepConfig, plan: RingPlan, precision):
         return np.where(inter, sendrecv_time(coll, "inter", size), sendrecv_time(coll, "intra", size))
 
     gather = hierarchical_time(coll, "all_gather", c.cp * kv, *lay["cp"], algorithm="ring") \
-        if plan.rotate == "allgather" else 0.0
+        if plan.rotate.startswith("allgather") else 0.0
     return send(kv), send(kv + grad), gather, send(grad)
+
+
+def _exposed_gather(model, coll, lay, c: StepConfig, plan: RingPlan, gather):
+    """(forward, backward) seconds of an all-gather ring whose collectives no block hides (Transformer
+    Engine ``AttnFuncWithCPAndKVAllGather``): the K/V gather before the blocks; backward gathers again
+    and reduce-scatters the full-sequence dK/dV (nccl-tests S: the cp·(s/cp) K/V elements, 16-bit)."""
+    grads = 2.0 * c.micro_batch * model.seq * model.kv_heads / c.tp * model.head_dim * plan.grad_kv_bytes
+    scatter = hierarchical_time(coll, "reduce_scatter", c.cp * grads, *lay["cp"], algorithm="ring")
+    return gather, gather + scatter
 
 
 def cp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, ring_gpu_s, plan=None) -> PhaseTimes:
@@ -96,11 +106,11 @@ def cp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, ring
     the K/V chunk (2·b·(s/cp)·kv_heads·d elements) beside one block; backward passes K/V and dK/dV.
     "allgather" rings (torch): forward gathers all K/V once, hidden by the own block only; backward
     gathers again and permutes the dK/dV accumulators cp times, each hidden by the next step's block
-    and the last one exposed. Under full or selective recomputation the forward ring runs again.
+    and the last one exposed. "allgather-exposed" (TE's all-gather CP): ``_exposed_gather``. Under full or selective recomputation the forward ring runs again.
     """
     if c.cp <= 1:
         return PhaseTimes()
-    plan = plan or ring_plan(c.framework)
+    plan = plan or ring_plan(c.framework, c.cp_comm)
     ring_f, ring_b, *own = ring_gpu_s
     own_f, own_b = own if own else (0.0, 0.0)
     n = c.cp - 1.0
@@ -108,7 +118,9 @@ def cp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, ring
     block_f = np.asarray(ring_f, float) / n
     block_b = (np.asarray(ring_b, float) - (ring_f if again else 0.0)) / n
     send, both, gather, grad = _ring_sends(model, coll, lay, c, plan, precision)
-    if plan.rotate == "allgather":
+    if plan.rotate == "allgather-exposed":
+        fwd, bwd = _exposed_gather(model, coll, lay, c, plan, gather)
+    elif plan.rotate == "allgather":
         fwd = np.maximum(gather - np.asarray(own_f, float), 0.0)
         bwd = np.maximum(gather - (np.asarray(own_b, float) - (own_f if again else 0.0)), 0.0) \
             + (n - 1.0) * np.maximum(grad - block_b, 0.0) + grad

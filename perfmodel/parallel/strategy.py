@@ -24,7 +24,7 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad
 from perfmodel.workload.stacks.checkpointing import check_recompute
-from perfmodel.workload.stacks.context import default_attention
+from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
@@ -116,6 +116,10 @@ class Strategy:
     # (DistributedDataParallelConfig.grad_reduce_in_fp32); None: the framework's default (Megatron-LM
     # forces fp32 under bf16); NeMo's performance recipes set False (costs/memory.py megatron_grad_bytes)
     grad_reduce_fp32: bool | None = None
+    # the context-parallel K/V exchange (workload/stacks/context.py CP_COMMS): Megatron-Core --cp-comm-type
+    # "p2p" (its default) or "all_gather"; torch's set_rotate_method "all_gather" (its default) or
+    # "all_to_all"; None: the framework's default
+    cp_comm: str | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -163,6 +167,7 @@ class Strategy:
         check_pipeline_engine(self.framework, pp=self.pp, zero=self.zero, schedule=self.schedule)
         self._check_tp_comm_overlap()
         self._check_grad_reduce()
+        check_cp_comm(self.framework, self.cp_comm, self.cp)
 
     def _check_grad_reduce(self):
         if self.grad_reduce_fp32 is None:

@@ -57,7 +57,8 @@ def strategy_of(r: dict):
                     virtual_stages=int(r["virtual_stages"]), sequence_parallel=_yes(r["sequence_parallel"]),
                     stage_layers=stages, framework=r["framework"], attention=r["attention"],
                     tp_overlap=_yes(r["tp_overlap"]), dp_overlap=_yes(r["dp_overlap"]), cp=int(r["cp"] or 1),
-                    grad_reduce_fp32=_yes(r["grad_reduce_fp32"]) if r.get("grad_reduce_fp32") else None)
+                    grad_reduce_fp32=_yes(r["grad_reduce_fp32"]) if r.get("grad_reduce_fp32") else None,
+                    cp_comm=r.get("cp_comm") or None)
 
 
 def formula_flops(r: dict, m) -> float:

@@ -1,6 +1,7 @@
 """Context-parallel (ring) attention as each stack's code runs it: the kernel, the K/V rotation, the merges.
 
-Two implementations are priced (``RING_PLANS``); ``ring_plan(framework)`` names the one a framework uses:
+Three implementations are priced (``RING_PLANS``); ``ring_plan(framework, cp_comm)`` names the one a framework
+uses (``Strategy.cp_comm``: the K/V exchange, ``CP_COMMS`` lists each stack's, its default first):
 
 - ``"torch"``: ``torch.distributed.tensor.experimental.context_parallel`` (torch 2.13
   ``torch/distributed/tensor/experimental/_context_parallel/_attention.py``; torchtitan v0.2.2
@@ -19,12 +20,22 @@ Two implementations are priced (``RING_PLANS``); ``ring_plan(framework)`` names 
   computes, the output corrected in the 16-bit output dtype by one fused kernel per step after the
   loop (``flash_attn_fwd_out_correction``); backward passes K/V and the 16-bit dK/dV together and
   adds each step's dQ and dK/dV in place.
+- ``"te-all-gather"``: Transformer Engine v1.11 ``AttnFuncWithCPAndKVAllGather`` (Megatron-Core
+  ``--cp-comm-type all_gather``; the scheme Llama 3 describes, Llama Team 2024 §3.3.2): K and V are
+  all-gathered before any block ("KV all-gather between CP ranks is exposed", its docstring) and
+  reordered by ``index_select``; each of the two local query chunks attends to the gathered keys up to
+  its own end (the same executed work as the ring's steps); backward gathers K/V again, adds each
+  chunk's dK/dV into full-sequence buffers and reduce-scatters them in the 16-bit dtype, exposed.
+- torch's ``set_rotate_method("alltoall")`` (``_AllToAllRotater``): K/V permuted to the next rank each
+  step, waited at the next step (priced as the p2p ring's per-step sends).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from perfmodel.core.checks import check_choice
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.workload.stacks import stack
 
 
@@ -34,7 +45,8 @@ class RingPlan:
 
     name: str
     source: str
-    rotate: str                 # "allgather": K/V gathered once per pass; "p2p": one K/V chunk per step
+    rotate: str                 # "allgather": K/V gathered once per pass, waited at step 1; "p2p": one K/V chunk
+    #                             per step; "allgather-exposed": gathered before any block (and dK/dV reduce-scattered)
     attention: str | None       # the SDPA backend the ring calls (None: the stack's own default)
     merge_fwd: float            # bytes per output element (b·heads·(s/cp)·d) per step after the first
     merge_fwd_kv: float         # bytes per K/V element (b·kv_heads·(s/cp)·d, K and V each) per step
@@ -62,12 +74,47 @@ TE_RING = RingPlan(
     "te", "TransformerEngine v2.1 (450146a) transformer_engine/pytorch/attention.py AttnFuncWithCPAndKVP2P",
     rotate="p2p", attention=None, merge_fwd=6.0, merge_fwd_kv=0.0, merge_once=0.0,
     merge_bwd=6.0, merge_bwd_kv=6.0, grad_kv_bytes=2.0)
-RING_PLANS = {"torch": TORCH_RING, "te": TE_RING}
+# TE v1.11 AttnFuncWithCPAndKVAllGather: forward index_select of the gathered K and V (2 B read + 2 written per
+# gathered element, cp chunks: 4 B per local K/V element per step) and the copy of each chunk's output into out
+# (2 + 2 B once); backward index_select of K/V again (4), the full-length dK/dV zeros (2), each chunk's add_
+# (2 + 2 + 2), its movedim().contiguous() (2 + 2) and the index_select before the reduce-scatter (2 + 2): 20 B
+TE_ALLGATHER = RingPlan(
+    "te-all-gather", "TransformerEngine v1.11 transformer_engine/pytorch/attention.py AttnFuncWithCPAndKVAllGather "
+    "(Megatron-Core --cp-comm-type all_gather); Llama Team 2024 (arXiv:2407.21783) Section 3.3.2",
+    rotate="allgather-exposed", attention=None, merge_fwd=0.0, merge_fwd_kv=4.0, merge_once=4.0,
+    merge_bwd=0.0, merge_bwd_kv=20.0, grad_kv_bytes=2.0)
+RING_PLANS = {"torch": TORCH_RING, "te": TE_RING, "te-all-gather": TE_ALLGATHER}
+# Strategy.cp_comm per ring implementation, the default first: Megatron-Core --cp-comm-type (p2p, all_gather);
+# torch set_rotate_method ("allgather" default, "alltoall")
+CP_COMMS = {"te": ("p2p", "all_gather"), "torch": ("all_gather", "all_to_all")}
 
 
-def ring_plan(framework: str) -> RingPlan:
-    """The ring-attention implementation a framework's context parallelism runs."""
-    return TE_RING if stack(framework).model_code == "megatron" else TORCH_RING
+def _ring_family(framework: str) -> str:
+    return "te" if stack(framework).model_code == "megatron" else "torch"
+
+
+def check_cp_comm(framework: str, cp_comm: str | None, cp: int) -> None:
+    """Raise unless ``cp_comm`` (None: the default) is a K/V exchange ``framework``'s ring has."""
+    if cp_comm is None:
+        return
+    takes = CP_COMMS[_ring_family(framework)]
+    check_choice("cp_comm", cp_comm, tuple(dict.fromkeys(c for cs in CP_COMMS.values() for c in cs)))
+    if cp_comm not in takes:
+        raise UnsupportedError(f"cp_comm={cp_comm!r} does not apply to framework={framework!r}: its context "
+                               f"parallelism exchanges K/V by {', '.join(takes)}")
+    if cp <= 1:
+        raise InvalidInputError(f"'cp_comm'={cp_comm!r} is the context-parallel K/V exchange: it needs cp > 1 "
+                                f"(got cp={cp})")
+
+
+def ring_plan(framework: str, cp_comm: str | None = None) -> RingPlan:
+    """The ring-attention implementation a framework's context parallelism runs with K/V exchange ``cp_comm``
+    (None: the framework's default, ``CP_COMMS``)."""
+    family = _ring_family(framework)
+    comm = cp_comm or CP_COMMS[family][0]
+    if family == "te":
+        return TE_ALLGATHER if comm == "all_gather" else TE_RING
+    return replace(TORCH_RING, rotate="p2p") if comm == "all_to_all" else TORCH_RING
 
 
 def default_attention(framework: str, cp: int = 1) -> str:
