@@ -32,10 +32,12 @@ def test_engine_time_by_hand():
     assert engine_host.layer_tensors(pm.preset("llama-3-8b")) == 6   # RMSNorm, no biases
 
 
-def test_batch_sync_by_hand():
+def test_syncs_by_hand():
     # 19 launches at 15 us after each micro-batch's wait, only where micro-batches are loaded
     assert float(engine_host.batch_sync_time(1.5e-5, True)) == pytest.approx(19 * 1.5e-5)
     assert float(engine_host.batch_sync_time(1.5e-5, False)) == 0.0
+    # 12 blocks, 2 waits each, 2 launches the GPU waits for at each: 48 x 15 us = 0.72 ms per forward
+    assert float(engine_host.layer_sync_time(1.5e-5, 12)) == pytest.approx(0.72e-3)
 
 
 def test_hooks_hide_only_behind_the_backward_the_gpu_still_has_queued():
@@ -54,7 +56,7 @@ def test_hooks_hide_only_behind_the_backward_the_gpu_still_has_queued():
     slack = 4 * (t.wall.layer_b - t.cpu.layer_b) + t.wall.embed_b - t.cpu.embed_b + t.wall.head_b - t.cpu.head_b
     hooks = engine_host.DEEPSPEED_HOST_S[0][1] * float(engine_host.stage_tensors(m, 4, True, True))
     assert 0 < slack < hooks
-    sync = engine_host.BATCH_OPS * HostCosts.of(profile).cpu_per_kernel_s
+    sync = (engine_host.BATCH_OPS + 4 * 2 * 2) * HostCosts.of(profile).cpu_per_kernel_s
     assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(
         4 * (hooks - slack + sync), rel=1e-6)
 
@@ -65,7 +67,7 @@ def test_a_gpu_bound_backward_still_hides_the_hooks():
     kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 0, "precision": "bf16-mixed"}
     meg = pm.predict(m, c, pm.Strategy(framework="megatron", **kw))
     ds = pm.predict(m, c, pm.Strategy(framework="deepspeed", **kw))
-    sync = 4 * engine_host.BATCH_OPS * HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
+    sync = 4 * (engine_host.BATCH_OPS + 24 * 2 * 2) * HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
     assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(sync, rel=1e-6)
 
 
@@ -80,8 +82,9 @@ def test_deepspeed_is_megatron_plus_its_engine_and_reduction():
     # (parallel/deepspeed.py) in place of Megatron-LM's overlapped one
     reduce = ds.breakdown["dp_comm"] - meg.breakdown["dp_comm"]
     assert reduce > 0 and ds.breakdown["optimizer"] == pytest.approx(meg.breakdown["optimizer"], rel=1e-9)
-    # + each of the 4 micro-batches' ops between broadcast_data's .cpu() and the first forward kernel
-    sync = 4 * engine_host.BATCH_OPS * HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
+    # + each of the 4 micro-batches' ops between broadcast_data's .cpu() and the first forward kernel,
+    # and the GPU's idle launches around each block's two torch.tensor(0.0, device=...) waits (24 blocks)
+    sync = 4 * (engine_host.BATCH_OPS + 24 * 2 * 2) * HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
     assert ds.step_time - meg.step_time == pytest.approx(1.091e-2 + sync + reduce, rel=1e-6)
     assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(1.091e-2 + sync, rel=1e-6)
     assert ds.peak_memory == meg.peak_memory

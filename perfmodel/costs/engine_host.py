@@ -20,7 +20,13 @@ the pipeline engine's ``LoadMicroBatch`` (DeepSpeed 0.16.4 ``runtime/pipe/engine
 The host therefore starts each micro-batch with an empty queue: the ops it issues before the forward's
 first kernel (``batch_ops``) leave the GPU idle, and the engine's hooks after a backward hide only
 behind the part of that backward the GPU still has queued when the host has issued it
-(``backward_slack_s``), none where the host sets the pace.
+(``backward_slack_s``), none where the host sets the pace. Within each micro-batch's forward,
+``ParallelTransformerLayer.forward`` (``megatron/model/transformer.py``) builds ``moe_loss`` and
+``mlp_bias`` with ``torch.tensor(0.0, device=...)`` in every layer, even without experts: a blocking
+host-to-device copy, which ATen's ``copy_kernel_cuda`` runs as ``memcpy_and_sync`` (cudaMemcpyAsync then
+cudaStreamSynchronize; pytorch/pytorch#120996 shows ``torch.tensor(x, device=cuda)`` synchronising), so
+the GPU idles twice per layer while the host builds the tensor and issues the next kernel
+(``layer_sync_time``).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ DEEPSPEED_HOST_S = {0: (0.0, 4.185e-05), 1: (1.091e-02, 1.490e-06), 2: (0.0, 1.8
 # get_ltor_masks_and_position_ids (ones, tril, ones for the loss mask, arange, ``< 0.5``),
 # _exec_load_micro_batch (three ``clone``) and _exec_forward_pass (three ``clone`` of the inputs).
 BATCH_OPS = 19
+LAYER_SYNCS = 2  # torch.tensor(0.0, device=...) per ParallelTransformerLayer.forward: moe_loss, mlp_bias
 
 
 def layer_tensors(model) -> int:
@@ -61,6 +68,12 @@ def batch_sync_time(cpu_per_kernel_s, loads):
     launches at ``cpu_per_kernel_s`` each, on a stage that loads micro-batches (``loads``: the first and
     the last pipeline stage, as ``TrainSchedule`` issues ``LoadMicroBatch`` only there)."""
     return np.where(loads, BATCH_OPS * cpu_per_kernel_s, 0.0)
+
+
+def layer_sync_time(cpu_per_kernel_s, layers):
+    """GPU-idle seconds per micro-batch forward of ``layers`` Megatron-DeepSpeed blocks: at each of a
+    block's ``LAYER_SYNCS`` waits, two launches' host seconds (the tensor built, the next kernel issued)."""
+    return np.asarray(layers, float) * LAYER_SYNCS * 2.0 * cpu_per_kernel_s
 
 
 def deepspeed_host_time(zero, tensors, micro_batches, backward_slack_s):
@@ -91,6 +104,6 @@ def engine_host_time(profile, model, c, sts, backward_slack_s):
     for st, slack in zip(sts, backward_slack_s):
         this = deepspeed_host_time(c.shard_stage, stage_tensors(model, st.layers, st.embed, st.head),
                                    c.micro_batches, slack) \
-            + c.micro_batches * batch_sync_time(cpu, np.logical_or(st.embed, st.head))
+            + c.micro_batches * (batch_sync_time(cpu, np.logical_or(st.embed, st.head)) + layer_sync_time(cpu, st.layers))
         worst = np.maximum(worst, np.where(st.valid, this, 0.0))
     return worst
