@@ -83,8 +83,7 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
 
 @dataclass(frozen=True)
 class ComputeTimes:
-    """Per-micro-batch compute of a layer, the embedding and the head: wall and GPU seconds by
-    part and phase, the ring-attention GPU seconds (as ``ring_kernels`` lists them) and FLOPs."""
+    """Per-micro-batch wall, GPU and host seconds of a layer, the embedding and the head by phase; ring GPU s; FLOPs."""
 
     wall: PhaseTimes
     gpu: PhaseTimes
@@ -95,6 +94,7 @@ class ComputeTimes:
     head_flops: np.ndarray | float
     layer_recompute_flops: np.ndarray | float = 0.0  # FLOPs of the backward's recomputed kernels
     tp_gemms: tuple = ()  # (name, GPU seconds) of each tensor-parallel linear's GEMMs in one block
+    cpu: PhaseTimes | None = None  # host seconds issuing each part (None: not priced)
 
     def tp_gemm(self, name):
         return dict(self.tp_gemms).get(name, 0.0)
@@ -132,9 +132,9 @@ def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> Com
     is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
     """
     parts, ring = kernel_lists(model, c, precision, recompute)
-    wall, gpu = {}, {}
+    wall, gpu, cpu = {}, {}, {}
     for name, ks in parts.items():
-        wall[name], gpu[name], _ = phase_time(profile, ks) if ks else (0.0, 0.0, 0.0)
+        wall[name], gpu[name], cpu[name] = phase_time(profile, ks) if ks else (0.0, 0.0, 0.0)
     ring_gpu = tuple(phase_time(profile, ks)[1] if ks else 0.0 for ks in ring)
     lf = parts["layer_f"]
     return ComputeTimes(
@@ -144,7 +144,7 @@ def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> Com
         layer_flops_b=_flops(parts["layer_b"]), head_flops=_flops(parts["head_f"] + parts["head_b"]),
         layer_recompute_flops=sum(k.flops * np.asarray(k.count, float) for k in parts["layer_b"]
                                   if ".recompute" in k.name),
-        tp_gemms=_linear_gemm_times(profile, lf + parts["layer_b"]))
+        tp_gemms=_linear_gemm_times(profile, lf + parts["layer_b"]), cpu=PhaseTimes(**cpu))
 
 
 def _linear_gemm_times(profile, kernels) -> tuple:
@@ -379,10 +379,10 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
         (coll, lay, t, sts, local, model, profile, cluster, p), fields_key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
         lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms, (profile, cluster, p)))
     exposed = _PIECES(
-        (coll, lay, lay_dp, p, sts, timed := critical[1], local, profile, cluster),
+        (coll, lay, lay_dp, p, sts, timed := critical[1], local, profile, cluster, t),
         fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
         lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
-                         precision=precision, optimizer=optimizer))
+                         precision=precision, optimizer=optimizer, cpu=t.cpu))
     memory = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
                                                          optimizer, local.seq),
                      lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
@@ -461,7 +461,7 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
     return (comm, timed, *pipeline_time(model, timed, sts, c), _outputs(model, c, t, comm, sts, recompute))
 
 
-def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer):
+def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer, cpu):
     """(sends, exposed dp × cp, optimizer, engine host) seconds per step, as the stack's engine runs them."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
                             wire_bytes(precision, dpc.framework, dpc.grad_reduce_fp32),
@@ -470,7 +470,7 @@ def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, 
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
                                 optimizer=optimizer, precision=precision)
-    return engine_exposed(profile, coll, lay, lay_dp, c, dpc, work, local, (p2p, dp_exposed, opt), precision=precision)
+    return engine_exposed(profile, coll, lay, lay_dp, c, dpc, work, local, (p2p, dp_exposed, opt), precision=precision, cpu=cpu)
 
 
 def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute) -> dict:

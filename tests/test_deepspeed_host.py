@@ -7,7 +7,10 @@ import pytest
 import perfmodel as pm
 from perfmodel.costs import engine_host
 from perfmodel.core.errors import UnsupportedError
+from perfmodel.costs.host import HostCosts
 from perfmodel.explore import strategy_of
+from perfmodel.parallel.config import StepConfig
+from perfmodel.step import compute_times
 from perfmodel.fit.engine_host import fit_deepspeed_host
 
 TABLE = Path(pm.__file__).parent / "data" / "deepspeed-host-2026-12-01" / "host.csv"
@@ -29,6 +32,45 @@ def test_engine_time_by_hand():
     assert engine_host.layer_tensors(pm.preset("llama-3-8b")) == 6   # RMSNorm, no biases
 
 
+def test_syncs_by_hand():
+    # 19 launches at 15 us after each micro-batch's wait, only where micro-batches are loaded
+    assert float(engine_host.batch_sync_time(1.5e-5, True)) == pytest.approx(19 * 1.5e-5)
+    assert float(engine_host.batch_sync_time(1.5e-5, False)) == 0.0
+    # 12 blocks, 2 waits each, 2 launches the GPU waits for at each: 48 x 15 us = 0.72 ms per forward
+    assert float(engine_host.layer_sync_time(1.5e-5, 12)) == pytest.approx(0.72e-3)
+
+
+def test_hooks_hide_only_behind_the_backward_the_gpu_still_has_queued():
+    # a step whose layers the host sets the pace of (tiny layers): the GPU runs their backward kernels
+    # as soon as they are issued; BF16_Optimizer's per-tensor hooks after the backward hide only behind
+    # what is still queued when the host is done (the embedding's backward, GPU-bound): wall - host seconds
+    m = pm.transformer(layers=4, hidden=256, heads=4, seq=128, vocab=512)
+    c = pm.cluster("a100-sxm4-80gb")
+    profile = pm.load_profile("a100-sxm4-80gb")
+    kw = {"dp": 1, "micro_batch": 1, "global_batch": 4, "zero": 0, "precision": "bf16-mixed"}
+    meg = pm.predict(m, c, pm.Strategy(framework="megatron", **kw))
+    s = pm.Strategy(framework="deepspeed", **kw)
+    ds = pm.predict(m, c, s)
+    t = compute_times(m, profile, StepConfig.from_strategy(s), precision="bf16-mixed", recompute="none")
+    assert t.cpu.layer_b == pytest.approx(t.wall.layer_b)  # the layers are host-bound
+    slack = 4 * (t.wall.layer_b - t.cpu.layer_b) + t.wall.embed_b - t.cpu.embed_b + t.wall.head_b - t.cpu.head_b
+    hooks = engine_host.DEEPSPEED_HOST_S[0][1] * float(engine_host.stage_tensors(m, 4, True, True))
+    assert 0 < slack < hooks
+    sync = (engine_host.BATCH_OPS + 4 * 2 * 2) * HostCosts.of(profile).cpu_per_kernel_s
+    assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(
+        4 * (hooks - slack + sync), rel=1e-6)
+
+
+def test_a_gpu_bound_backward_still_hides_the_hooks():
+    m = pm.transformer(layers=24, hidden=2048, heads=16, seq=2048, vocab=50304)
+    c = pm.cluster("dgx-a100-80gb")
+    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 0, "precision": "bf16-mixed"}
+    meg = pm.predict(m, c, pm.Strategy(framework="megatron", **kw))
+    ds = pm.predict(m, c, pm.Strategy(framework="deepspeed", **kw))
+    sync = 4 * (engine_host.BATCH_OPS + 24 * 2 * 2) * HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
+    assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(sync, rel=1e-6)
+
+
 def test_deepspeed_is_megatron_plus_its_engine_and_reduction():
     m = pm.transformer(layers=24, hidden=1024, heads=16, seq=1024, vocab=50304)
     c = pm.cluster("dgx-a100-80gb")
@@ -40,8 +82,11 @@ def test_deepspeed_is_megatron_plus_its_engine_and_reduction():
     # (parallel/deepspeed.py) in place of Megatron-LM's overlapped one
     reduce = ds.breakdown["dp_comm"] - meg.breakdown["dp_comm"]
     assert reduce > 0 and ds.breakdown["optimizer"] == pytest.approx(meg.breakdown["optimizer"], rel=1e-9)
-    assert ds.step_time - meg.step_time == pytest.approx(1.091e-2 + reduce, rel=1e-6)
-    assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(1.091e-2, rel=1e-6)
+    # + each of the 4 micro-batches' ops between broadcast_data's .cpu() and the first forward kernel,
+    # and the GPU's idle launches around each block's two torch.tensor(0.0, device=...) waits (24 blocks)
+    sync = 4 * (engine_host.BATCH_OPS + 24 * 2 * 2) * HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
+    assert ds.step_time - meg.step_time == pytest.approx(1.091e-2 + sync + reduce, rel=1e-6)
+    assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(1.091e-2 + sync, rel=1e-6)
     assert ds.peak_memory == meg.peak_memory
     assert sum(ds.breakdown.values()) == pytest.approx(ds.step_time, rel=1e-6)
 

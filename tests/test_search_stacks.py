@@ -85,9 +85,10 @@ def test_a_job_is_never_faster_than_its_root(priced):
     assert checked > 5_000
     assert {j.spec.family[0] for j, _ in priced if j.spec.framework == "deepspeed"} == {"deepspeed"}
     alone = _priced(MODEL, H100, 16, (1,), framework=("deepspeed",))
-    checked, faster = _never_faster_than_the_root(alone)
-    assert checked > 200 and faster  # alone, its own root, less the host seconds it hides (no interleaving,
-    # no ZeRO-2/3 with pp > 1: the rows DeepSpeed's pipeline engine refuses are not searched)
+    checked, _ = _never_faster_than_the_root(alone)
+    assert checked > 200  # alone, its own root, less the host seconds it hides (no interleaving,
+    # no ZeRO-2/3 with pp > 1: the rows DeepSpeed's pipeline engine refuses are not searched); whether a
+    # job beats its root depends on the backward the GPU still has queued (costs/engine_host.py)
 
 
 def test_the_floor_bounds_every_step_of_its_job(priced):

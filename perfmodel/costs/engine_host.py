@@ -11,16 +11,41 @@ gradient-accumulation bookkeeping. ``calibration/deepspeed_host.py`` measures th
 against a plain PyTorch loop on tiny GPT-shaped blocks (perfmodel/data/deepspeed-host-2026-12-01,
 one process, ``DS_ACCELERATOR=cpu``); ``fit.engine_host.fit_deepspeed_host`` reproduces the
 coefficients below (non-negative least squares, extra = a + b · tensors · micro-steps).
+
+Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed f4157be) also stops the host once per micro-batch:
+the pipeline engine's ``LoadMicroBatch`` (DeepSpeed 0.16.4 ``runtime/pipe/engine.py``
+``_exec_load_micro_batch`` -> ``_next_batch`` -> ``batch_fn``) runs ``pretrain_gpt.get_batch_pipe``, whose
+``tensor_parallel.broadcast_data`` copies the batch sizes back with ``sizes_cuda.cpu()``
+(``megatron/core/tensor_parallel/data.py``), a device-to-host copy that waits for every queued kernel.
+The host therefore starts each micro-batch with an empty queue: the ops it issues before the forward's
+first kernel (``batch_ops``) leave the GPU idle, and the engine's hooks after a backward hide only
+behind the part of that backward the GPU still has queued when the host has issued it
+(``backward_slack_s``), none where the host sets the pace. Within each micro-batch's forward,
+``ParallelTransformerLayer.forward`` (``megatron/model/transformer.py``) builds ``moe_loss`` and
+``mlp_bias`` with ``torch.tensor(0.0, device=...)`` in every layer, even without experts: a blocking
+host-to-device copy, which ATen's ``copy_kernel_cuda`` runs as ``memcpy_and_sync`` (cudaMemcpyAsync then
+cudaStreamSynchronize; pytorch/pytorch#120996 shows ``torch.tensor(x, device=cuda)`` synchronising), so
+the GPU idles twice per layer while the host builds the tensor and issues the next kernel
+(``layer_sync_time``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.costs.host import HostCosts
 from perfmodel.workload.stacks import stack
 
 # ZeRO stage -> (seconds per optimizer step, seconds per parameter tensor per micro-step)
 DEEPSPEED_HOST_S = {0: (0.0, 4.185e-05), 1: (1.091e-02, 1.490e-06), 2: (0.0, 1.810e-04)}
+
+# Ops the host issues per micro-batch between the ``.cpu()`` wait and the forward's first kernel, counted
+# in Megatron-DeepSpeed f4157be and DeepSpeed 0.16.4: broadcast_data (sizes to the GPU, broadcast, back to
+# the host; cat, to the GPU, broadcast), get_batch_pipe (two ``contiguous`` shifts of the tokens),
+# get_ltor_masks_and_position_ids (ones, tril, ones for the loss mask, arange, ``< 0.5``),
+# _exec_load_micro_batch (three ``clone``) and _exec_forward_pass (three ``clone`` of the inputs).
+BATCH_OPS = 19
+LAYER_SYNCS = 2  # torch.tensor(0.0, device=...) per ParallelTransformerLayer.forward: moe_loss, mlp_bias
 
 
 def layer_tensors(model) -> int:
@@ -38,10 +63,24 @@ def stage_tensors(model, layers, embed, head):
     return np.asarray(layers, float) * layer_tensors(model) + np.where(embed, emb, 0.0) + np.where(head, out, 0.0)
 
 
-def deepspeed_host_time(zero, tensors, micro_batches, backward_s):
-    """Exposed engine seconds per step: the per-step part whole (fp16's ``has_overflow`` waits
-    for the GPU with ``.item()``; under bf16 an upper bound), and per micro-step the hooks'
-    b · tensors beyond the backward they run beside (``backward_s`` per micro-batch).
+def batch_sync_time(cpu_per_kernel_s, loads):
+    """Host seconds per micro-batch the GPU waits after ``broadcast_data``'s ``.cpu()``: ``BATCH_OPS``
+    launches at ``cpu_per_kernel_s`` each, on a stage that loads micro-batches (``loads``: the first and
+    the last pipeline stage, as ``TrainSchedule`` issues ``LoadMicroBatch`` only there)."""
+    return np.where(loads, BATCH_OPS * cpu_per_kernel_s, 0.0)
+
+
+def layer_sync_time(cpu_per_kernel_s, layers):
+    """GPU-idle seconds per micro-batch forward of ``layers`` Megatron-DeepSpeed blocks: at each of a
+    block's ``LAYER_SYNCS`` waits, two launches' host seconds (the tensor built, the next kernel issued)."""
+    return np.asarray(layers, float) * LAYER_SYNCS * 2.0 * cpu_per_kernel_s
+
+
+def deepspeed_host_time(zero, tensors, micro_batches, backward_slack_s):
+    """Exposed engine seconds per step: the per-step part whole (fp16's ``has_overflow`` and
+    BF16_Optimizer's ``assert all_groups_norm > 0.`` wait for the GPU), and per micro-step the hooks'
+    b · tensors beyond the backward GPU seconds still queued when the host has issued the backward
+    (``backward_slack_s`` per micro-batch: wall − host seconds, 0 when the host sets the pace).
 
     ZeRO-3 is priced with stage 2's hooks (its per-parameter work is at least that; not measured).
     """
@@ -51,17 +90,20 @@ def deepspeed_host_time(zero, tensors, micro_batches, backward_s):
     per = np.where(zero >= 1, np.where(zero >= 2, DEEPSPEED_HOST_S[2][1], DEEPSPEED_HOST_S[1][1]),
                    DEEPSPEED_HOST_S[0][1])
     hooks = per * np.asarray(tensors, float)
-    return step_s + micro_batches * np.maximum(hooks - backward_s, 0.0)
+    return step_s + micro_batches * np.maximum(hooks - backward_slack_s, 0.0)
 
 
-def engine_host_time(model, c, sts, backward_s):
+def engine_host_time(profile, model, c, sts, backward_slack_s):
     """The training engine's exposed host seconds per step, the slowest stage's (DeepSpeed only);
-    ``c`` is the StepConfig priced, ``sts`` its pipeline stages, ``backward_s`` each stage's backward seconds."""
+    ``c`` is the StepConfig priced, ``sts`` its pipeline stages, ``backward_slack_s`` each stage's
+    backward GPU seconds per micro-batch still queued when its host has issued them."""
     if stack(c.framework).engine != "deepspeed":
         return 0.0
+    cpu = HostCosts.of(profile).cpu_per_kernel_s
     worst = 0.0
-    for st, back in zip(sts, backward_s):
+    for st, slack in zip(sts, backward_slack_s):
         this = deepspeed_host_time(c.shard_stage, stage_tensors(model, st.layers, st.embed, st.head),
-                                   c.micro_batches, back)
+                                   c.micro_batches, slack) \
+            + c.micro_batches * (batch_sync_time(cpu, np.logical_or(st.embed, st.head)) + layer_sync_time(cpu, st.layers))
         worst = np.maximum(worst, np.where(st.valid, this, 0.0))
     return worst

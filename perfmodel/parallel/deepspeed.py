@@ -152,12 +152,15 @@ def accumulation_seconds(profile, c: StepConfig, params, precision):
     return np.where(bf16_optimizer(c, precision), passes, 0.0)
 
 
-def engine_exposed(profile, coll, lay, lay_dp, c: StepConfig, dpc: StepConfig, work, model, priced, *, precision):
+def engine_exposed(profile, coll, lay, lay_dp, c: StepConfig, dpc: StepConfig, work, model, priced, *, precision,
+                   cpu):
     """(p2p, exposed data-parallel, optimizer, engine host) seconds per step: ``priced`` (Megatron-LM's
     first three) unchanged for other stacks; for ``framework="deepspeed"`` the pipeline engine's p2p, and,
-    under ZeRO 0 and 1, its reduction after the last backward and BF16_Optimizer's gradient passes."""
+    under ZeRO 0 and 1, its reduction after the last backward and BF16_Optimizer's gradient passes.
+    ``cpu``: the host seconds issuing each part of one micro-batch (a ``PhaseTimes``, ``ComputeTimes.cpu``)."""
     p2p, dp_exposed, opt = priced
-    host = engine_host_time(model, c, work.stages, work.backward_s)
+    slack = tuple(np.maximum(back - cpu.on(st, "b"), 0.0) for st, back in zip(work.stages, work.backward_s))
+    host = engine_host_time(profile, model, c, work.stages, slack)
     if stack(c.framework).engine != "deepspeed":
         return p2p, dp_exposed, opt, host
     p2p = p2p_seconds(coll, lay, c, activation_bytes(model, c, precision), work.stages)
