@@ -1,0 +1,126 @@
+"""TensorFlow 1.x parameter-server training as published (``perfmodel/data/published_tf_ps_runs.csv``).
+
+    python -m perfmodel.validate.tf_ps            # errors per row, medians per setting and variable_update
+
+Each row is one tf_cnn_benchmarks run (TensorFlow's performance page of May 2017: synthetic
+ImageNet, fp32, plain SGD, K80 GPUs on GCE and EC2), priced as a user would:
+``pm.predict(preset, pm.cluster("k80", nodes, gpus_per_node, nic=...), Strategy(dp=gpus,
+micro_batch=batch, precision="fp32", optimizer="sgd", framework="tensorflow",
+ps_servers=servers))``, synchronous (tf_cnn_benchmarks applies one update per step from all
+towers; the distributed rows ran with ``cross_replica_sync=True``). Nothing in perfmodel is
+fitted to these rows: they check, they do not calibrate. Two errors per row: the absolute
+images/s, and the speed-up over the 1-GPU row of the same setting, model and batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+from pathlib import Path
+
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.readers import read_csv_file
+from perfmodel.hardware import cluster
+from perfmodel.hardware.cloud import vm_nic
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.predict import predict
+from perfmodel.workload.presets import preset
+
+TF_PS_CSV = Path(__file__).resolve().parent.parent / "data" / "published_tf_ps_runs.csv"
+COLUMNS = ("setting", "machine", "gpu", "nodes", "gpus_per_node", "gpus", "model", "batch", "variable_update",
+           "ps_servers", "images_per_s", "source")
+# The instances' network: EC2 p2.8xlarge "10 Gigabit" (AWS instance-type table); GCE 2 Gb/s per vCPU
+MACHINE_NIC = {"p2.8xlarge": {"vcpus": 32, "nic": "10Gb/s"}, "n1-standard-32-k80x8": {"vcpus": 32, "provider": "gcp"}}
+
+
+@dataclasses.dataclass(frozen=True)
+class TfPsRow:
+    """One published run, its prediction (images/s) and both speed-ups over its 1-GPU row."""
+
+    setting: str
+    model: str
+    batch: int
+    gpus: int
+    variable_update: str
+    measured: float
+    predicted: float
+    measured_speedup: float = float("nan")
+    predicted_speedup: float = float("nan")
+
+    @property
+    def error(self) -> float:
+        """Predicted / measured images/s − 1 (+: predicted too fast)."""
+        return self.predicted / self.measured - 1.0
+
+    @property
+    def speedup_error(self) -> float:
+        """Predicted / measured speed-up − 1 (NaN on the 1-GPU rows)."""
+        return self.predicted_speedup / self.measured_speedup - 1.0
+
+
+def load_rows(path=TF_PS_CSV) -> list[dict]:
+    """The published rows as dicts, checked for the columns the scorer reads."""
+    rows = read_csv_file(path, field="published_tf_ps_runs").to_dict("records")
+    missing = [c for c in COLUMNS if rows and c not in rows[0]]
+    if missing or not rows:
+        raise InvalidInputError(f"{path}: needs rows with columns {', '.join(COLUMNS)}; missing {missing}")
+    return rows
+
+
+def predict_row(r: dict) -> float:
+    """Predicted images/s of one published row."""
+    nodes, gpn, gpus = int(r["nodes"]), int(r["gpus_per_node"]), int(r["gpus"])
+    c = cluster(r["gpu"], nodes=nodes, gpus_per_node=gpn, nic=vm_nic(**MACHINE_NIC[r["machine"]]))
+    s = Strategy(dp=gpus, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework="tensorflow",
+                 ps_servers=int(r["ps_servers"]))
+    return float(predict(preset(r["model"]), c, s).samples_per_second)
+
+
+def score(rows=None) -> list[TfPsRow]:
+    """Every row priced, with speed-ups over the 1-GPU row of its setting, model and batch."""
+    rows = load_rows() if rows is None else rows
+    priced = [(r, predict_row(r)) for r in rows]
+    solo = {(r["setting"], r["model"], r["batch"]): (float(r["images_per_s"]), p)
+            for r, p in priced if int(r["gpus"]) == 1}
+    out = []
+    for r, p in priced:
+        m1, p1 = solo.get((r["setting"], r["model"], r["batch"]), (float("nan"), float("nan")))
+        gpus, meas = int(r["gpus"]), float(r["images_per_s"])
+        ms, ps = (meas / m1, p / p1) if gpus > 1 else (float("nan"), float("nan"))
+        out.append(TfPsRow(r["setting"], r["model"], int(r["batch"]), gpus, r["variable_update"], meas, p, ms, ps))
+    return out
+
+
+def _median_abs(values) -> float:
+    vals = [abs(v) for v in values if v == v]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def summary(scored: list[TfPsRow]) -> dict[str, tuple[float, float, int]]:
+    """(median |error| of images/s, median |error| of the speed-up, rows) overall, per setting and mode."""
+    groups: dict[str, list[TfPsRow]] = {"all": scored}
+    for r in scored:
+        groups.setdefault(f"setting {r.setting}", []).append(r)
+        groups.setdefault(f"variable_update {r.variable_update}", []).append(r)
+    return {k: (_median_abs(r.error for r in g), _median_abs(r.speedup_error for r in g), len(g))
+            for k, g in groups.items()}
+
+
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    scored = score()
+    print(f"{'setting':<20} {'model':<13} {'batch':>5} {'gpus':>4} {'mode':<22} {'meas':>7} {'pred':>7} "
+          f"{'err':>7} {'speedup m/p':>13} {'err':>7}")
+    for r in scored:
+        sp = "" if r.gpus == 1 else f"{r.measured_speedup:5.2f}/{r.predicted_speedup:5.2f}  {r.speedup_error:+7.1%}"
+        print(f"{r.setting:<20} {r.model:<13} {r.batch:>5} {r.gpus:>4} {r.variable_update:<22} "
+              f"{r.measured:7.1f} {r.predicted:7.1f} {r.error:+7.1%}   {sp}")
+    print("\nmedian |error|: images/s, speed-up over 1 GPU (rows)")
+    for k, (e, s, n) in summary(scored).items():
+        print(f"  {k:<40} {e:6.1%} {s:6.1%}  ({n})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
