@@ -37,6 +37,7 @@ GPU_OPTIONAL = (
     "nvlink",
     "nvlink_bandwidth",
     "pcie",
+    "gpus_per_pcie",
     "tdp_w",
     "power_limit_w",
 )
@@ -194,6 +195,7 @@ def gpu_from_dict(data: Mapping, where: str, default_name: str = "") -> GPU:
             l2_bytes=optional_bytes["l2"],
             nvlink_bw_bytes_per_s=optional_bytes["nvlink"],
             pcie=_link_name(data, "pcie", ("pcie",)),
+            gpus_per_pcie=check_int("gpus_per_pcie", data.get("gpus_per_pcie", 1), minimum=1),
             tdp_w=data.get("tdp_w"),
             power_limit_w=data.get("power_limit_w"),
             aliases=_str_tuple(data, "aliases"),

@@ -53,6 +53,7 @@ class GPU:
     l2_bytes: float | None = None
     nvlink_bw_bytes_per_s: float | None = None  # per GPU, per direction, all links
     pcie: str | None = None  # link name of the host interface, e.g. "pcie5"
+    gpus_per_pcie: int = 1  # GPUs behind one host link (a K80 board's two GK210 share its x16 through a switch)
     tdp_w: float | None = None
     # the board power limit it runs at, where set below ``tdp_w`` (W); None: at its TDP
     power_limit_w: float | None = None

@@ -19,6 +19,7 @@ import copy
 
 from perfmodel.costs.comm import datasheet_entry as _datasheet_entry
 from perfmodel.costs.comm import busbw_factor, collective_time, rail_busbw
+from perfmodel.hardware.catalog import load_link
 from perfmodel.profiles.profile import Profile
 
 PROTOCOL_EFFICIENCY = 0.8
@@ -117,6 +118,19 @@ def parameter_server_links(cluster) -> dict[str, float]:
         return {"server": min(vm.egress_bytes_per_s, vm.ingress_bytes_per_s),
                 "worker": rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node),
                 "latency": max(vm.latency_s, node.nic.latency_s)}
+    if getattr(cluster, "nodes", 1) == 1:  # one machine: the ps is its host, reached over each GPU's PCIe
+        return _local_ps_links(node)
     return {"server": nic_bw * node.nics_per_node,
             "worker": rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node),
             "latency": node.nic.latency_s}
+
+
+def _local_ps_links(node) -> dict[str, float]:
+    """Parameter-server links inside one machine: variables on the host (tf_cnn_benchmarks
+    ``local_parameter_device=cpu``, variable_mgr.py ``VariableMgrLocalFetchFromPS``; TensorFlow copies
+    tensors between host and GPU over PCIe, gpu_util.cc), no NIC. Each GPU reads and writes through its
+    own PCIe link, which GPUs on one board share (``GPU.gpus_per_pcie``); the host takes every link at once."""
+    pcie = node.intra if node.intra.kind == "pcie" else load_link(node.gpu.pcie)
+    bw, _ = _link_busbw(pcie, allreduce=False)
+    share = min(node.gpu.gpus_per_pcie, node.gpus_per_node)
+    return {"server": bw * node.gpus_per_node / share, "worker": bw / share, "latency": pcie.latency_s}

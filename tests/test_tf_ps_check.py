@@ -1,0 +1,42 @@
+"""The TensorFlow parameter-server check set and the single-machine parameter-server links."""
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.parallel.fabric import parameter_server_links
+from perfmodel.validate import tf_ps
+
+
+@pytest.fixture(scope="module")
+def gce_resnet50():
+    rows = [r for r in tf_ps.load_rows() if r["setting"] == "gce-k80" and r["model"] == "resnet50"
+            and r["batch"] == 64 and r["gpus"] in (1, 8)]
+    return tf_ps.score(rows)
+
+
+def test_check_set_rows_are_complete():
+    rows = tf_ps.load_rows()
+    assert len(rows) == 73
+    assert {r["variable_update"] for r in rows} == {"parameter_server", "replicated", "distributed_replicated"}
+    assert all(r["nodes"] * r["gpus_per_node"] == r["gpus"] for r in rows)
+
+
+def test_speedup_is_over_the_one_gpu_row(gce_resnet50):
+    one, eight = sorted(gce_resnet50, key=lambda r: r.gpus)
+    assert one.speedup_error != one.speedup_error  # NaN on the 1-GPU row
+    assert eight.measured_speedup == pytest.approx(387.0 / 51.9)
+    assert eight.predicted_speedup == pytest.approx(eight.predicted / one.predicted)
+    assert 1.0 < eight.predicted_speedup < 8.0
+    e, s, n = tf_ps.summary(gce_resnet50)["all"]
+    assert n == 2 and s == pytest.approx(abs(eight.speedup_error))
+
+
+def test_one_machine_parameter_server_runs_over_pcie():
+    # K80: two GK210 share the board's x16 link; the host takes all links at once
+    links = parameter_server_links(pm.cluster("k80", nodes=1, gpus_per_node=8))
+    assert links["worker"] == pytest.approx(0.8 * 15.75e9 / 2, rel=0.01)
+    assert links["server"] == pytest.approx(4 * 0.8 * 15.75e9, rel=0.01)
+    solo = parameter_server_links(pm.cluster("k80", nodes=1, gpus_per_node=1))
+    assert solo["worker"] == pytest.approx(0.8 * 15.75e9, rel=0.01)
+    multi = parameter_server_links(pm.cluster("k80", nodes=2, gpus_per_node=8))
+    assert multi["worker"] < links["worker"]  # across machines: the NIC, shared by the node's GPUs
