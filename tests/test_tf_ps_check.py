@@ -40,3 +40,22 @@ def test_one_machine_parameter_server_runs_over_pcie():
     assert solo["worker"] == pytest.approx(0.8 * 15.75e9, rel=0.01)
     multi = parameter_server_links(pm.cluster("k80", nodes=2, gpus_per_node=8))
     assert multi["worker"] < links["worker"]  # across machines: the NIC, shared by the node's GPUs
+
+
+def test_local_reduce_pushes_once_per_machine():
+    from perfmodel.parallel.config import StepConfig
+    from perfmodel.parallel.data import ps_time
+
+    links = {"server": 1e9, "worker": 0.125e9, "node": 1e9, "local": 4e9, "gpus_per_node": 8, "latency": 0.0}
+    base = pm.Strategy(dp=32, micro_batch=8, ps_servers=4)
+    per_gpu = ps_time(StepConfig.from_strategy(base), 1e8, 0.0, links)
+    per_machine = ps_time(StepConfig.from_strategy(base.replace(ps_local_reduce=True)), 1e8, 0.0, links)
+    # 4e8 B each way: each GPU through 1/8 of the NIC (3.2 s) vs 4 machines' sums over 4 servers (0.4 s)
+    assert per_gpu == pytest.approx(2 * 4e8 / 0.125e9)
+    assert per_machine == pytest.approx(2 * 4e8 / 1e9)
+
+
+@pytest.mark.parametrize("kw", [{"ps_local_reduce": True}, {"ps_local_reduce": True, "ps_servers": 2, "ps_async": True}])
+def test_local_reduce_needs_synchronous_servers(kw):
+    with pytest.raises(pm.errors.InvalidInputError, match="ps_local_reduce"):
+        pm.Strategy(dp=8, **kw)

@@ -61,7 +61,7 @@ FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stage
                 "ps_servers", "bucket_bytes", "schedule")
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
 SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
-                 "offload_layers", "grad_reduce_fp32", "cp_comm")
+                 "offload_layers", "grad_reduce_fp32", "cp_comm", "ps_local_reduce")
 
 
 def _frozen(value, dtype):
@@ -120,6 +120,7 @@ class StepConfig:
     offload_layers: int = 0
     grad_reduce_fp32: bool | None = None  # Megatron-Core's main_grad in fp32 (None: the framework's default)
     cp_comm: str | None = None  # the context-parallel K/V exchange (None: the framework's; stacks/context.py)
+    ps_local_reduce: bool = False  # a machine's GPUs sum their gradients before one push (Strategy)
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -144,7 +145,7 @@ class StepConfig:
                    dp_overlap=s.dp_overlap, stage_layers=s.stage_layers, framework=s.framework,
                    attention=s.attention, cp=s.cp, ep=s.ep, compile=s.compile, loss=s.loss,
                    tp_comm_overlap=s.tp_comm_overlap or "", offload_layers=s.offload_layers,
-                   grad_reduce_fp32=s.grad_reduce_fp32, cp_comm=s.cp_comm)
+                   grad_reduce_fp32=s.grad_reduce_fp32, cp_comm=s.cp_comm, ps_local_reduce=s.ps_local_reduce)
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

@@ -331,6 +331,9 @@ def ps_time(c: StepConfig, params, window_s, links, grad_bytes=4.0):
     workers, servers = c.dp, np.maximum(c.ps_servers, 1.0)
     size = params * grad_bytes
     one_way = size * np.maximum(workers / (servers * links["server"]), 1.0 / links["worker"]) + links["latency"]
+    if c.ps_local_reduce:  # one push per machine through its NICs, after the GPUs' sum over PCIe
+        one_way = size * np.maximum(workers / (links["gpus_per_node"] * servers * links["server"]),
+                                    np.maximum(1.0 / links["node"], 1.0 / links["local"])) + links["latency"]
     share = np.minimum(1.0, c.bucket_bytes / np.maximum(size, 1.0))
     push = _overlapped(one_way, one_way * share, share, window_s)
     return push + one_way

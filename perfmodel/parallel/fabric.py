@@ -113,16 +113,19 @@ def parameter_server_links(cluster) -> dict[str, float]:
     """
     node = cluster.node
     nic_bw, _ = _link_busbw(node.nic, allreduce=False)
+    local = _local_ps_links(node)
+    # for Strategy.ps_local_reduce: a machine's whole NIC share and its GPUs' PCIe (ps_time)
+    machine = {"node": nic_bw * node.nics_per_node, "local": local["worker"], "gpus_per_node": node.gpus_per_node}
     vm = getattr(cluster, "servers", None)
     if vm is not None:  # CPU-only server VMs of their own (hardware/servers.py): their NIC, the slower way
         return {"server": min(vm.egress_bytes_per_s, vm.ingress_bytes_per_s),
                 "worker": rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node),
-                "latency": max(vm.latency_s, node.nic.latency_s)}
+                "latency": max(vm.latency_s, node.nic.latency_s), **machine}
     if getattr(cluster, "nodes", 1) == 1:  # one machine: the ps is its host, reached over each GPU's PCIe
-        return _local_ps_links(node)
+        return {**local, **machine, "node": local["server"], "gpus_per_node": 1}
     return {"server": nic_bw * node.nics_per_node,
             "worker": rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node),
-            "latency": node.nic.latency_s}
+            "latency": node.nic.latency_s, **machine}
 
 
 def _local_ps_links(node) -> dict[str, float]:

@@ -73,6 +73,9 @@ class Strategy:
     # bucket_cap_mb 25 MiB; Megatron-Core max(4e7, 1e6 · dp) fp32 elements: parallel/config.bucket_bytes)
     bucket_mib: float | None = None
     ps_servers: int = 0
+    # synchronous ps: each machine sums its GPUs' gradients and pushes once, pulls once for all of them
+    # (tf_cnn_benchmarks variable_update=distributed_replicated); False: every GPU pushes its own
+    ps_local_reduce: bool = False
     placement: str = "tp-pp-dp"
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
     framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
@@ -235,6 +238,10 @@ class Strategy:
                                     f"'zero' must be 0 or 3 with it: got {self.zero}")
 
     def _check_combinations(self):
+        if self.ps_local_reduce and (not self.ps_servers or self.ps_async):
+            raise InvalidInputError("'ps_local_reduce'=True sums each machine's gradients before a synchronous "
+                                    f"push: it needs ps_servers > 0 and ps_async=False (got ps_servers="
+                                    f"{self.ps_servers}, ps_async={self.ps_async})")
         if self.ps_servers and (self.zero or self.fsdp):
             raise InvalidInputError("a parameter server ('ps_servers' > 0) cannot be combined with 'zero' "
                                     f"or 'fsdp' sharding: got zero={self.zero}, fsdp={self.fsdp!r} (use zero=0, fsdp=None)")

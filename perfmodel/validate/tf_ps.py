@@ -73,7 +73,7 @@ def predict_row(r: dict) -> float:
     nodes, gpn, gpus = int(r["nodes"]), int(r["gpus_per_node"]), int(r["gpus"])
     c = cluster(r["gpu"], nodes=nodes, gpus_per_node=gpn, nic=vm_nic(**MACHINE_NIC[r["machine"]]))
     s = Strategy(dp=gpus, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework="tensorflow",
-                 ps_servers=int(r["ps_servers"]))
+                 ps_servers=int(r["ps_servers"]), ps_local_reduce=r["variable_update"] == "distributed_replicated")
     return float(predict(preset(r["model"]), c, s).samples_per_second)
 
 
