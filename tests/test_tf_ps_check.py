@@ -59,3 +59,13 @@ def test_local_reduce_pushes_once_per_machine():
 def test_local_reduce_needs_synchronous_servers(kw):
     with pytest.raises(pm.errors.InvalidInputError, match="ps_local_reduce"):
         pm.Strategy(dp=8, **kw)
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "two"])
+def test_gpus_per_pcie_must_be_a_positive_integer(bad):
+    from perfmodel.hardware.catalog import gpu_from_dict
+
+    data = {"name": "x", "memory_bandwidth": "240GB/s", "memory": "12GiB", "sm_count": 13,
+            "peak_flops": {"fp32": "4TFLOPS"}, "gpus_per_pcie": bad}
+    with pytest.raises(pm.errors.InvalidInputError, match="gpus_per_pcie"):
+        gpu_from_dict(data, "test")
