@@ -22,7 +22,8 @@ from pathlib import Path
 from perfmodel.fit.tables import COMPUTE_COLUMNS
 
 NS = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
-SHEET_DTYPES = {"Results FP32": "fp32", "Results - FP16 ip, Mixed math": "fp16"}  # 16-bit inputs, fp32 sums
+# 16-bit inputs with fp32 sums (V100), 16-bit inputs with fp32 products and sums (P100)
+SHEET_DTYPES = {"Results FP32": "fp32", "Results - FP16 ip, Mixed math": "fp16", "Results - Psuedo FP16": "fp16"}
 
 
 def _sheets(path) -> dict[str, list[list]]:
@@ -47,6 +48,20 @@ def _sheets(path) -> dict[str, list[list]]:
     return out
 
 
+def is_number(text) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def data_cells(cells: list) -> list:
+    """A result row's cells from its first number on: some workbooks (V100) lead each row with the
+    application's name, others (P100) do not."""
+    return cells if cells and is_number(cells[0]) else cells[1:]
+
+
 def conv_rows(rows: list[list], dtype: str, device: str) -> list[dict]:
     """compute.csv rows of one sheet's convolution block."""
     out, inside = [], False
@@ -57,15 +72,16 @@ def conv_rows(rows: list[list], dtype: str, device: str) -> list[dict]:
             continue
         if not inside or head is None or head == "W" or len(cells) < 15:
             continue
+        cells = data_cells(cells)
         try:
-            w, h, c, n, k, s, r, pw, ph, sh, sv = (int(float(x)) for x in cells[1:12])
+            w, h, c, n, k, s, r, pw, ph, sh, sv = (int(float(x)) for x in cells[0:11])
         except (TypeError, ValueError):  # the end of the block (another benchmark's header)
             break
         if w != h or r != s or pw != ph or pw != r // 2 or sh != sv:
             continue
         shape = {"op": "conv2d", "timing": "eager", "dtype": dtype, "batch": n, "cin": c, "cout": k, "hw": w,
                  "kernel": r, "stride": sh, "groups": 1, "device": device}
-        for phase, ms in zip(("fwd", "dgrad", "wgrad"), cells[12:15]):
+        for phase, ms in zip(("fwd", "dgrad", "wgrad"), cells[11:14]):
             try:
                 out.append({**shape, "phase": phase, "time_s": float(ms) / 1e3})
             except (TypeError, ValueError):  # "N/A*": no input gradient for a first layer
