@@ -11,9 +11,10 @@ Tables under ``data/reference/`` (source and date on every row):
   halved when causal, 2.5x that backward, 3.5x forward+backward (the papers' convention).
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
   (Maximum Achievable Matmul FLOPS, stas00/ml-engineering), used as a check, not fitted.
-* ``gemm_published.csv``: GEMM rates over shapes (m, n, k from 256 to 4096) of a GPU's own kernels,
-  GPU time alone (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16), fitted into
-  the H100's ``gemm`` entries by :func:`perfmodel.fit.published.fit_published_gemm`.
+* ``gemm_published.csv``: GEMM rates over shapes of a GPU's own kernels, GPU time alone
+  (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16; m, n, k from 256 to 4096) and
+  DeepBench's P100 training GEMMs (fp32 and 16-bit inputs; tools/deepbench_gemm.py), fitted into
+  those GPUs' ``gemm`` entries by :func:`perfmodel.fit.published.fit_published_gemm`.
 * ``overlap_slowdown.csv``: how much slower compute runs while NCCL kernels run beside it
   (Lee et al. 2025, arXiv 2507.03114).
 
@@ -119,7 +120,7 @@ def gemm_rows(gpu: str) -> pd.DataFrame:
     """Published GEMM rows of ``gpu`` with their seconds per call (2·batch·m·n·k FLOPs at the published
     rate): dtype, m, n, k, time_s, source; empty if none are published. A batched product of ``batch``
     (m x k)·(k x n) GEMMs is read as one of batch·m rows: it launches batch·⌈m/TM⌉·⌈n/TN⌉ tiles, the
-    same waves when TM divides m (every published m is a multiple of 256)."""
+    same waves when TM divides m (every batched row's m is a multiple of 256)."""
     t = gemm_table()
     t = t[t.gpu == gpu]
     t = t.assign(m=t.batch * t.m, time_s=2.0 * t.batch * t.m * t.n * t.k / (t.tflops * 1e12))
