@@ -22,7 +22,7 @@ from perfmodel.forms.registry import get_form
 from perfmodel.hardware import load_gpu
 from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
 from perfmodel.profiles.profile import load_profile
-from perfmodel.profiles.published import gemm_rows, gemm_table
+from perfmodel.profiles.published import gemm_rows, gemm_table, same_architecture_table
 
 MIN_ROWS = 8  # fewer published shapes than this do not pin down five parameters
 BIG_FLOPS = 1e9  # CV is scored on GEMMs of at least 1 GFLOP, as ComputeFitter scores its GEMM fits
@@ -99,7 +99,7 @@ def fit_published_gemm(gpu: str, compute, *, folds: int = 5, seed: int = 0) -> d
 
 def main() -> None:
     reference = load_profile(REFERENCE_PROFILE)
-    for gpu in sorted(gemm_table().gpu.unique()):
+    for gpu in sorted(set(gemm_table().gpu) | set(same_architecture_table().gpu)):
         scaled = datasheet_profile(gpu, reference).compute
         for key, entry in fit_published_gemm(gpu, scaled).items():
             r0, r1 = scaled[key]["params"]["R"], entry["params"]["R"]

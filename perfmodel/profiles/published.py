@@ -15,6 +15,8 @@ Tables under ``data/reference/`` (source and date on every row):
   (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16; m, n, k from 256 to 4096) and
   DeepBench's P100 training GEMMs (fp32 and 16-bit inputs; tools/deepbench_gemm.py), fitted into
   those GPUs' ``gemm`` entries by :func:`perfmodel.fit.published.fit_published_gemm`.
+* ``gemm_same_architecture.csv``: GEMM rates of a sibling die for a GPU with none published: cuBLAS
+  7.0 sgemm on a Tesla K40 (GK110B, Kepler) for the K80's GK210, carried at the same fraction of peak.
 * ``overlap_slowdown.csv``: how much slower compute runs while NCCL kernels run beside it
   (Lee et al. 2025, arXiv 2507.03114).
 
@@ -30,11 +32,13 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import unknown_name
+from perfmodel.hardware import load_gpu
 
 REFERENCE = Path(__file__).with_name("data") / "reference"
 ATTENTION_CSV = REFERENCE / "attention_published.csv"
 MAMF_CSV = REFERENCE / "gemm_mamf.csv"
 GEMM_CSV = REFERENCE / "gemm_published.csv"
+SAME_ARCH_CSV = REFERENCE / "gemm_same_architecture.csv"
 OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
 ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (FlashAttention-2 paper, §4.1)
@@ -116,13 +120,37 @@ def gemm_table() -> pd.DataFrame:
     return pd.read_csv(GEMM_CSV)
 
 
+@lru_cache(maxsize=1)
+def same_architecture_table() -> pd.DataFrame:
+    """GEMM rows measured on a sibling die of the same architecture, for a GPU without its own:
+    gpu (the target), measured_on, measured_peak_tflops, dtype, batch, m, n, k, tflops, timing, source."""
+    return pd.read_csv(SAME_ARCH_CSV)
+
+
+def same_architecture_rows(gpu: str) -> pd.DataFrame:
+    """``gpu``'s sibling-die rows (gemm_published.csv's columns), each rate carried at the same fraction of
+    peak: tflops x the target's datasheet peak / the measured die's (rates follow peak FLOP/s, as
+    datasheet scaling carries them; ``scale_gemm``)."""
+    t = same_architecture_table()
+    t = t[t.gpu == gpu]
+    if t.empty:
+        return t
+    peak = load_gpu(gpu).peak_flops
+    ratio = t.dtype.map(lambda d: peak[d] / 1e12) / t.measured_peak_tflops
+    source = t.source + "; measured on " + t.measured_on + ", carried at the same fraction of peak"
+    return t.assign(tflops=t.tflops * ratio, source=source)
+
+
 def gemm_rows(gpu: str) -> pd.DataFrame:
     """Published GEMM rows of ``gpu`` with their seconds per call (2·batch·m·n·k FLOPs at the published
     rate): dtype, m, n, k, time_s, source; empty if none are published. A batched product of ``batch``
     (m x k)·(k x n) GEMMs is read as one of batch·m rows: it launches batch·⌈m/TM⌉·⌈n/TN⌉ tiles, the
-    same waves when TM divides m (every batched row's m is a multiple of 256)."""
+    same waves when TM divides m (every batched row's m is a multiple of 256). A GPU with no rows of its
+    own takes its sibling die's (:func:`same_architecture_rows`)."""
     t = gemm_table()
     t = t[t.gpu == gpu]
+    if t.empty:
+        t = same_architecture_rows(gpu)
     t = t.assign(m=t.batch * t.m, time_s=2.0 * t.batch * t.m * t.n * t.k / (t.tflops * 1e12))
     return t[["dtype", "m", "n", "k", "time_s", "source"]].reset_index(drop=True)
 
