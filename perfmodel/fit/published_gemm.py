@@ -35,19 +35,21 @@ ALIGNED = {
     "gemm_two_levels": ("R", "k_half", "m_half", "n_half", "t0"),
     "gemm_tiles": ("R", "k_half", "e16", "e8", "e4", "t_split", "t0"),
 }
+CUBE_ONLY = ("R", "t0")  # what rows with m = n = k identify without confounding m, n and k
 BOUNDS = {"R": Free(7e14, 1e12, 5e15), "t0": Free(3e-6, 1e-8, 1e-3), "e16": Free(0.9, 0.3, 1.2),
           "e8": Free(0.75, 0.2, 1.2), "e4": Free(0.6, 0.1, 1.2), "t_split": Free(3e-6, 1e-8, 1e-3), **SATURATION}
 
 
 def fit_gemm_entry(rows, before: dict, *, peak_flops: float | None = None, folds: int = 5,
-                   seed: int = 0) -> dict:
-    """``before`` (a scaled ``gemm`` entry) with its aligned family fitted to ``rows`` (m, n, k, time_s:
-    GPU time alone); the fit's CV and in-sample MAPE are over rows of at least ``BIG_FLOPS``."""
+                   seed: int = 0, names: tuple | None = None) -> dict:
+    """``before`` (a scaled ``gemm`` entry) with its aligned family (or ``names`` of it) fitted to ``rows``
+    (m, n, k, time_s: GPU time alone); the fit's CV and in-sample MAPE are over rows of at least
+    ``BIG_FLOPS``."""
     form_name = before["form"]
     form = get_form(form_name)
     X = {d: rows[d].to_numpy(float) for d in ("m", "n", "k")}
     y = rows.time_s.to_numpy(float)
-    names = ALIGNED[form_name]
+    names = ALIGNED[form_name] if names is None else names
     fixed = {k: float(v) for k, v in before["params"].items() if k not in names}
     fixed["t_cpu"] = 0.0  # GPU time alone: no eager floor in these rows
     free = {k: Free(min(max(float(before["params"].get(k, BOUNDS[k].init)), BOUNDS[k].lo), BOUNDS[k].hi),
@@ -89,8 +91,13 @@ def fit_published_gemm(gpu: str, compute, *, folds: int = 5, seed: int = 0) -> d
         if before is None or before.get("n_points") or len(rows) < MIN_ROWS or before["form"] not in ALIGNED:
             continue  # measured by this project, too few rows, or a form without an aligned family
         peak = load_gpu(gpu).peak_flops.get(dtype)
-        fits = [fit_gemm_entry(rows, start, peak_flops=peak, folds=folds, seed=seed)
-                for start in {before["form"]: before, "gemm_tiles": as_tiles(before)}.values()]
+        if ((rows.m == rows.n) & (rows.n == rows.k)).all():
+            # cubes vary one size: they identify the rate and the latency, not how saturation splits over
+            # m, n and k (freed, the three halves trade freely), nor tile shapes: those keep the scaled entry's
+            fits = [fit_gemm_entry(rows, before, peak_flops=peak, folds=folds, seed=seed, names=CUBE_ONLY)]
+        else:
+            fits = [fit_gemm_entry(rows, start, peak_flops=peak, folds=folds, seed=seed)
+                    for start in {before["form"]: before, "gemm_tiles": as_tiles(before)}.values()]
         best = min(fits, key=lambda e: e["cv_mape"])
         candidates = {e["form"]: round(e["cv_mape"], 4) for e in fits}
         out[f"gemm:{dtype}"] = {**best, "candidates": candidates}

@@ -1,9 +1,10 @@
-"""The P100's GEMM and convolution classes seeded from DeepBench's published P100 training results.
+"""The P100 and K80 GEMM and convolution classes seeded from public kernel benchmarks.
 
 Fitted: ``perfmodel/profiles/data/reference/gemm_published.csv`` (the P100 rows) and
 ``perfmodel/data/deepbench-p100/compute.csv``, both converted from baidu-research/DeepBench
 ``results/train/DeepBench_NV_P100.xlsx`` @da81ba7 by ``tools/deepbench_gemm.py`` and
-``tools/deepbench_conv.py``. The K80 has no such table: it keeps the datasheet scaling.
+``tools/deepbench_conv.py``. The K80 has no kernel table of its own: its ``gemm:fp32`` is fitted to
+cuBLAS 7.0 sgemm on a Tesla K40 (``gemm_same_architecture.csv``), its convolutions stay scaled.
 """
 
 from __future__ import annotations
@@ -77,3 +78,19 @@ def test_the_one_gpu_tensorflow_p100_runs_are_checked_within_20_percent():
     errors = sorted(abs(pred / meas - 1) for _, _, meas, pred in score())
     assert len(errors) == 8
     assert errors[len(errors) // 2] < 0.20
+
+
+def test_the_k80_takes_its_kepler_sibling_gemms_at_the_same_fraction_of_peak():
+    # cuBLAS 7.0 sgemm on a Tesla K40 (5.04 TFLOP/s at 875 MHz); one GK210 of a K80: 4.37
+    rows = gemm_rows("k80")
+    assert len(rows) == 180 and "measured on tesla-k40" in rows.source.iloc[0]
+    big = rows[rows.m == 4096].iloc[0]
+    assert 2.0 * 4096**3 / big.time_s == pytest.approx(3.27529e12 * 4.37e12 / 5.04e12, rel=1e-3)
+    assert gemm_rows("a100-sxm4-80gb").empty  # no rows of its own and no sibling's
+
+
+def test_the_k80_gemm_is_fitted_to_the_kepler_rows():
+    entry = pm.load_profile("k80").entry("gemm:fp32")
+    assert entry["n_points"] == 180 and "Tesla_K40/sgemm.csv" in entry["source"]
+    assert entry["cv_mape"] < 0.05
+    assert entry["params"]["R"] < 0.75 * pm.load_gpu("k80").peak_flops["fp32"]
