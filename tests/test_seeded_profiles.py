@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 import perfmodel as pm
+from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
 from perfmodel.profiles.published import gemm_rows
 from tools.deepbench_conv import conv_rows, data_cells
 from tools.deepbench_gemm import gemm_rows as workbook_gemm_rows
@@ -94,3 +95,7 @@ def test_the_k80_gemm_is_fitted_to_the_kepler_rows():
     assert entry["n_points"] == 180 and "Tesla_K40/sgemm.csv" in entry["source"]
     assert entry["cv_mape"] < 0.05
     assert entry["params"]["R"] < 0.75 * pm.load_gpu("k80").peak_flops["fp32"]
+    # cubes cannot split saturation over m, n and k: the split stays the scaled entry's
+    scaled = datasheet_profile("k80", pm.load_profile(REFERENCE_PROFILE)).compute["gemm:fp32"]["params"]
+    assert {k: entry["params"][k] for k in ("k_half", "m_half", "n_half")} == pytest.approx(
+        {k: scaled[k] for k in ("k_half", "m_half", "n_half")})
