@@ -30,7 +30,9 @@ from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.interval import bounds
 from perfmodel.costs.host import HostCosts
 from perfmodel.parallel.data import DataParallelWork, _stage_exposed
+from perfmodel.parallel.deepspeed import reduce_seconds
 from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.pipeline import Stage
 from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 from perfmodel.workload import stacks
@@ -146,6 +148,11 @@ def pipeline_floor(model, job: Job, opts, chunk: int) -> dict:
     prune a whole job with before it prices the other stages' reductions and the memory. The
     pieces are priced by the calls ``step.step_quantities`` makes (tests/test_search_stacks.py
     holds the floor at pp = 1 equal to ``step.evaluate``'s pipeline + dp_comm there).
+
+    A stack with an engine (DeepSpeed) bounds its family by its step less its host seconds
+    (``Best.fastest``), so its floor bounds that: the pipeline less the host seconds inside it
+    (``step._outputs``' ``host_overhead``; the engine's own host seconds are in both the step and
+    what it subtracts), plus the first stage's reduction as the engine runs it (``_engine_exposed``).
     """
     return Floor(model, job, opts, chunk).exact()
 
@@ -185,15 +192,17 @@ def _lowest(parts) -> dict:
 
 
 def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
-    """(the pipeline's seconds (``step._critical_path``), the pieces the first stage's data-parallel
-    seconds need), per configuration."""
+    """(the pipeline's seconds (``step._critical_path``; less the host seconds inside it under an
+    engine, ``pipeline_floor``), the pieces the first stage's data-parallel seconds need), per configuration."""
     cl, prof, spec = job.cluster, job.profile, job.spec
     lay, lay_dp, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
     local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
     t = compose.compute_times(local, prof, c, precision=spec.precision, recompute=spec.recompute)
     sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
-    _, timed, pipe, *_ = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute,
-                                                sms, (prof, cl, p))
+    _, timed, pipe, _, parts = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision,
+                                                      spec.recompute, sms, (prof, cl, p))
+    if stacks.stack(c.framework).engine is not None:
+        pipe = pipe - parts["host_overhead"]
     return pipe, (lay_dp, sts, p, timed)
 
 
@@ -206,7 +215,19 @@ def _first_stage_exposed(job: Job, coll, c: StepConfig, pieces):
                             wire_bytes(precision, dpc.framework), HostCosts.of(prof).overlap_compute_slowdown)
     first = _stage_exposed(coll, lay_dp, dpc, work, sts[0], work.backward_s[0], parameter_server_links(job.cluster),
                            compose.bucket_costs(prof))
+    if stacks.stack(c.framework).engine == "deepspeed":
+        first = _engine_exposed(coll, lay_dp, c, dpc, sts[0], p, precision, first)
     return np.maximum(first, 0.0)
+
+
+def _engine_exposed(coll, lay_dp, c: StepConfig, dpc: StepConfig, first: Stage, p, precision, megatron):
+    """The first stage's exposed data-parallel seconds as DeepSpeed's pipeline engine runs them: under
+    ZeRO 0 and 1 (no parameter server) its reduction after the last backward (``deepspeed.reduce_seconds``,
+    no drain slack on the first stage: ``deepspeed.engine_exposed`` takes the worst stage), else
+    Megatron-LM's (``megatron``)."""
+    pipelined = (c.shard_stage <= 1) & (c.ps_servers == 0)
+    reduce = reduce_seconds(coll, lay_dp, dpc, first.params(p, c.tp), precision)
+    return np.where(first.valid, np.where(pipelined, reduce, megatron), 0.0)
 
 
 _COLLECTIVES = IdentityMemo(16)
@@ -358,8 +379,7 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
             return best
         families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
         first = [j for j in jobs if j.spec.root or j.spec.family + (j.cluster.name,) not in families]
-        # an engine's root bounds its family less its host seconds (Best.fastest), which its pipeline does not
-        floors = {j.index: Floor(model, j, opts, chunk) for j in first if stacks.stack(j.spec.framework).engine is None}
+        floors = {j.index: Floor(model, j, opts, chunk) for j in first}
         _waves(RootQueue(first, floors), pool, best, results, model, opts, ranking, chunk)
         started = {j.index for j in first}  # priced or pruned
         rest = {}
@@ -389,7 +409,7 @@ def _family_bound(root: Best | None, floor: Floor | None, offload: int):
 
 
 class RootQueue:
-    """The jobs ``price_jobs`` prices first, in ascending order of their floors (an engine's root:
+    """The jobs ``price_jobs`` prices first, in ascending order of their floors (a job without one:
     -inf), ties in job order, each floor computed in full only when needed.
 
     Each ``Floor.low`` is no higher than its floor, so the next job is the one with the lowest
