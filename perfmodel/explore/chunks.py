@@ -391,8 +391,35 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
             if rest.get(j.index, 0.0) is None:
                 best.pruned += len(j.space)
         queue = sorted((j for j in jobs if rest.get(j.index) is not None), key=lambda j: (rest[j.index], j.index))
-        _waves(iter((j, rest[j.index]) for j in queue), pool, best, results, model, opts, ranking, chunk)
+        _waves(FamilyQueue(queue, rest, lambda j: Floor(model, j, opts, chunk)), pool, best, results, model, opts,
+               ranking, chunk)
     return best
+
+
+class FamilyQueue:
+    """The jobs below a root, in ascending order of their family's bound (``_family_bound``); a job
+    that bound cannot prune is handed out with its own floor where that is higher (``Floor.low``,
+    then ``Floor.exact``: a bound on each of its steps, as a root's), which may prune it (full
+    recomputation adds a forward to every configuration of the root). The floor's compute times are
+    the ones pricing then reads (``step.compute_times`` keeps them per row)."""
+
+    def __init__(self, jobs: list[Job], bounds: dict, floor_of):
+        self.jobs, self.bounds, self.floor_of = list(jobs), bounds, floor_of
+
+    def next(self, best: Best):
+        """(the next job, its bound), or None when every job was handed out."""
+        if not self.jobs:
+            return None
+        job = self.jobs.pop(0)
+        bound = self.bounds[job.index]
+        if _prunable(best, bound, job, best.ranking) or not _full(best):
+            return job, bound
+        floor = self.floor_of(job)
+        for own in (lambda: floor.low["all"], lambda: floor.exact()["all"]):
+            bound = max(bound, own())
+            if _prunable(best, bound, job, best.ranking):
+                break
+        return job, bound
 
 
 def _family_bound(root: Best | None, floor: Floor | None, offload: int):
@@ -452,7 +479,7 @@ WAVE = 4  # jobs priced between two looks at the top rows (more: fewer looks, le
 def _waves(queue, pool, best: Best, results: dict, model, opts, ranking, chunk) -> None:
     """Price the (job, bound) pairs ``queue`` hands out (ascending bound: an iterator, or a
     ``RootQueue``) ``WAVE`` jobs at a time, skipping those ``_prunable``."""
-    take = queue.next if isinstance(queue, RootQueue) else (lambda _: next(queue, None))
+    take = queue.next if isinstance(queue, (RootQueue, FamilyQueue)) else (lambda _: next(queue, None))
     more = True
     while more:
         wave = []
@@ -488,6 +515,11 @@ def _pool(n: int):
         return
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
         yield pool
+
+
+def _full(best: Best) -> bool:
+    """Whether ``best`` holds its ``top_k`` rows (before that no bound prunes)."""
+    return best.rows is not None and best.rows["dp"].size >= best.ranking.top_k
 
 
 def _prunable(best: Best, step_s: float, job: Job, ranking: Ranking) -> bool:
