@@ -1,6 +1,6 @@
 """The stack options as axes of the default search space: frameworks, compile, float8, offload,
 each stack's checkpointing policies; the rows agree with ``pm.predict``, and pruning a job by its
-family's root loses no row (``perfmodel/explore/stack_options.py``, ``chunks.price_jobs``)."""
+family's root loses no row (``perfmodel/explore/stack_options.py``, ``pruning.price_jobs``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from perfmodel.explore.chunks import CHUNK, _collectives, _configs, _parts, chun
 from perfmodel.explore.space import NUMERIC
 from perfmodel.validate.published import read_published
 
-chunks_module = importlib.import_module("perfmodel.explore.chunks")
+pruning_module = importlib.import_module("perfmodel.explore.pruning")
 search_module = importlib.import_module("perfmodel.explore.search")  # the module (the package exports the function)
 MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
 H100 = pm.cluster("dgx-h100", nodes=1)
@@ -122,8 +122,8 @@ def test_the_floor_bounds_every_step_of_its_job(priced):
 @pytest.mark.parametrize("sort_by, top_k", [("tokens_per_second", 1), ("step_time", 10)])
 def test_pruning_loses_no_row(sort_by, top_k, monkeypatch):
     small = {**SMALL, "cp": 1, "max_virtual_stages": 1, "bucket_mib": 25}
-    roots, real = [], chunks_module.price_job
-    monkeypatch.setattr(chunks_module, "price_job", lambda job, *a: (roots.append(job.spec.root), real(job, *a))[1])
+    roots, real = [], pruning_module.price_job
+    monkeypatch.setattr(pruning_module, "price_job", lambda job, *a: (roots.append(job.spec.root), real(job, *a))[1])
     full = pm.search(MODEL, H100, 16, top_k=top_k, prune=False, sort_by=sort_by, **small)
     every, roots[:] = sum(roots), []
     pruned = pm.search(MODEL, H100, 16, top_k=top_k, sort_by=sort_by, **small)
