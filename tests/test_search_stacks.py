@@ -17,6 +17,7 @@ from perfmodel.explore.chunks import CHUNK, _collectives, _configs, _parts, chun
 from perfmodel.explore.space import NUMERIC
 from perfmodel.validate.published import read_published
 
+chunks_module = importlib.import_module("perfmodel.explore.chunks")
 pruning_module = importlib.import_module("perfmodel.explore.pruning")
 search_module = importlib.import_module("perfmodel.explore.search")  # the module (the package exports the function)
 MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
@@ -131,6 +132,17 @@ def test_pruning_loses_no_row(sort_by, top_k, monkeypatch):
     assert pruned.attrs["pruned"] > 0 and full.attrs["pruned"] == 0
     assert pruned.attrs["evaluated"] + pruned.attrs["pruned"] == full.attrs["evaluated"]
     assert top_k > 1 or sum(roots) < every  # a root pruned by its pipeline floor
+
+
+def test_deepspeed_roots_and_jobs_below_a_root_are_floored(monkeypatch):
+    # DeepSpeed's roots are bounded before they are priced, and so is a job its root's bound cannot
+    # prune (test_pruning_loses_no_row: the same table as prune=False)
+    floored, init = [], chunks_module.Floor.__init__
+    monkeypatch.setattr(chunks_module.Floor, "__init__",
+                        lambda self, model, job, *a: (floored.append(job.spec), init(self, model, job, *a))[1])
+    pm.search(MODEL, H100, 16, top_k=10, sort_by="step_time", **{**SMALL, "cp": 1, "max_virtual_stages": 1})
+    assert any(s.framework == "deepspeed" and s.root for s in floored)
+    assert any(not s.root for s in floored)
 
 
 @pytest.mark.parametrize("options", [dict(framework="torchtitan", precision="fp8-mixed", compile=True),
