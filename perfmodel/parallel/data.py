@@ -389,9 +389,14 @@ def by_sharding(c: StepConfig, branches, others=()):
     ``branches`` (ddp, zero12, zero3: functions of a configuration); where the sharding stages lie along
     one axis in ascending order (a search grid, ``explore/space.py``) and nothing else given (the
     configuration's other fields, ``others``) varies along it, each branch is priced only on the
-    stages it applies to: the same numbers per configuration, without the other branches' work."""
+    stages it applies to: the same numbers per configuration, without the other branches' work. One
+    configuration (``predict``) prices its own branch alone."""
     ddp, zero12, zero3 = branches
     z = np.asarray(c.shard_stage)
+    if z.ndim == 0 and z.dtype.kind in "iubf" and not any(np.ndim(x) for x in others):
+        one = np.asarray((zero3 if z >= 3 else zero12 if z >= 1 else ddp)(c))
+        if one.ndim == 0:  # what np.where picks for it (the other branches' shapes would not widen it)
+            return one
     axes = [i for i, n in enumerate(z.shape) if n > 1]
     if len(axes) != 1 or np.any(np.diff(z.reshape(-1)) < 0):
         return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
