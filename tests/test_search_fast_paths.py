@@ -67,7 +67,10 @@ def test_one_configuration_prices_its_own_sharding_branch_alone():
     # predict's configuration (0-d fields): only the branch np.where would pick runs, and gives its number
     strategy = pm.Strategy(dp=4, tp=2, micro_batch=2, global_batch=64)
     ran = []
-    branches = tuple((lambda i: lambda cc: (ran.append(i), cc.micro_batches * (i + 1.5))[1])(i) for i in range(3))
+    def branch_of(i):
+        return lambda cc: (ran.append(i), cc.micro_batches * (i + 1.5))[1]
+
+    branches = tuple(branch_of(i) for i in range(3))
     for zero, branch in ((0, 0), (1, 1), (2, 1), (3, 2)):
         c = StepConfig.from_strategy(replace(strategy, zero=zero))
         ran.clear()
