@@ -342,21 +342,21 @@ def _critical_comm(local, coll, lay, c, t: ComputeTimes, *, precision, recompute
 
 
 def evaluate(model, cluster, profile, coll, c: StepConfig, *, precision, recompute, optimizer,
-             placement="tp-pp-dp"):
+             placement="tp-pp-dp", known=None):
     """All step quantities for the configurations ``c`` (``step_quantities``), as a dict the caller may change."""
     out = step_quantities(model, cluster, profile, coll, c, precision=precision, recompute=recompute,
-                          optimizer=optimizer, placement=placement)
+                          optimizer=optimizer, placement=placement, known=known)
     return {**out, "memory": dict(out["memory"])}
 
 
 def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, recompute, optimizer,
-                    placement="tp-pp-dp"):
+                    placement="tp-pp-dp", known=None):
     """All step quantities for the configurations ``c``, as one read-only mapping.
 
     One configuration (0-d fields, ``predict``) prices each piece once per what it depends on
     (``_PIECES``: the pieces before it by identity, the StepConfig fields it reads by value), the
     mapping included: the same object while its pieces stand (``predict`` keys on its identity);
-    arrays of configurations (``search``) run straight through the same functions.
+    arrays of configurations (``search``) run straight through the same functions, but for the pieces ``known`` holds (shape, compute, critical, first_dp: those calls' results for these very configurations, explore/chunks.py's floors).
     """
     if not isinstance(c, StepConfig):
         raise PerfModelError(f"'c' must be a perfmodel.parallel.config.StepConfig: got {type(c).__name__}")
@@ -366,23 +366,23 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
         one = one_dp = None
     else:
         model = same
-    gpn = cluster.gpus_per_node
+    gpn, known = cluster.gpus_per_node, known or {}
     lay, lay_dp, sts, p = _PIECES((model,), fields_key(one, SHAPE_FIELDS, "shape", gpn, placement),
-                                  lambda: _shape(model, c, gpn, placement))
+                                  lambda: known.get("shape") or _shape(model, c, gpn, placement))
     # what one rank computes: with context parallelism its s/cp tokens of each sequence
     local = _PIECES((model,), fields_key(one, (), "local", c.cp), lambda: replace(model, seq=model.seq // c.cp)) \
         if c.cp > 1 else model
     t = _PIECES((local, profile), fields_key(one, COMPUTE_FIELDS, "compute", precision, recompute),
-                lambda: compute_times(local, profile, c, precision=precision, recompute=recompute))
+                lambda: known.get("compute") or compute_times(local, profile, c, precision=precision, recompute=recompute))
     sms = getattr(getattr(cluster, "gpu", None), "sm_count", 132)
     critical = _PIECES(
         (coll, lay, t, sts, local, model, profile, cluster, p), fields_key(one, CRITICAL_FIELDS, "critical", precision, recompute, sms),
-        lambda: _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms, (profile, cluster, p)))
+        lambda: known.get("critical") or _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms, (profile, cluster, p)))
     exposed = _PIECES(
         (coll, lay, lay_dp, p, sts, timed := critical[1], local, profile, cluster, t),
         fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
         lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
-                         precision=precision, optimizer=optimizer, cpu=t.cpu))
+                         precision=precision, optimizer=optimizer, cpu=t.cpu, first=known.get("first_dp")))
     memory = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
                                                          optimizer, local.seq),
                      lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
@@ -461,12 +461,12 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
     return (comm, timed, *pipeline_time(model, timed, sts, c), _outputs(model, c, t, comm, sts, recompute))
 
 
-def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer, cpu):
-    """(sends, exposed dp × cp, optimizer, engine host) seconds per step, as the stack's engine runs them."""
+def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer, cpu, first=None):
+    """(sends, exposed dp × cp, optimizer, engine host) seconds per step, as the stack's engine runs them (``first``: ``dp_comm_time``'s)."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
                             wire_bytes(precision, dpc.framework, dpc.grad_reduce_fp32),
                             HostCosts.of(profile).overlap_compute_slowdown)
-    dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile))
+    dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile), first)
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
                                 optimizer=optimizer, precision=precision)

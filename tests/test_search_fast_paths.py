@@ -63,6 +63,22 @@ def test_each_sharding_branch_priced_on_its_own_choices_is_the_nested_where(grid
         assert got.shape == nested.shape and np.array_equal(got, nested)
 
 
+def test_one_configuration_prices_its_own_sharding_branch_alone():
+    # predict's configuration (0-d fields): only the branch np.where would pick runs, and gives its number
+    strategy = pm.Strategy(dp=4, tp=2, micro_batch=2, global_batch=64)
+    ran = []
+    def branch_of(i):
+        return lambda cc: (ran.append(i), cc.micro_batches * (i + 1.5))[1]
+
+    branches = tuple(branch_of(i) for i in range(3))
+    for zero, branch in ((0, 0), (1, 1), (2, 1), (3, 2)):
+        c = StepConfig.from_strategy(replace(strategy, zero=zero))
+        ran.clear()
+        got = by_sharding(c, branches, (np.float64(1.0),))
+        nested = np.where(c.shard_stage >= 3, 8 * 3.5, np.where(c.shard_stage >= 1, 8 * 2.5, 8 * 1.5))
+        assert ran == [branch] and got.shape == () and got == nested
+
+
 def test_compute_times_once_per_distinct_row_equal_every_row(grid):
     _, c = grid
     rows = []

@@ -1,6 +1,6 @@
 """The stack options as axes of the default search space: frameworks, compile, float8, offload,
 each stack's checkpointing policies; the rows agree with ``pm.predict``, and pruning a job by its
-family's root loses no row (``perfmodel/explore/stack_options.py``, ``chunks.price_jobs``)."""
+family's root loses no row (``perfmodel/explore/stack_options.py``, ``pruning.price_jobs``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from perfmodel.explore.space import NUMERIC
 from perfmodel.validate.published import read_published
 
 chunks_module = importlib.import_module("perfmodel.explore.chunks")
+pruning_module = importlib.import_module("perfmodel.explore.pruning")
 search_module = importlib.import_module("perfmodel.explore.search")  # the module (the package exports the function)
 MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
 H100 = pm.cluster("dgx-h100", nodes=1)
@@ -95,13 +96,19 @@ def test_the_floor_bounds_every_step_of_its_job(priced):
     # the floor a root is pruned by: never above a step of its job (all, and at pp = 1), and at pp = 1
     # (one stage) the pipeline + dp_comm seconds step.evaluate reports, not a second copy of them
     opts = {"placement": "tp-pp-dp", "optimizer": "adamw"}
+    tight = {False: 0.0, True: 0.0}  # the highest floor / shortest step, without and with an engine
     for job, rows in priced:
         if rows.empty or not job.spec.root:  # the roots are the jobs price_jobs floors
             continue
         floor = pipeline_floor(MODEL, job, opts, CHUNK)
-        assert floor["all"] <= rows["step_time"].min()
-        at_pp1 = rows.loc[rows["pp"] == 1, "step_time"]
+        # DeepSpeed's root bounds its family by its step less its host seconds: its floor bounds that
+        steps = rows["step_time"] - (rows["host_overhead"] if job.spec.framework == "deepspeed" else 0.0)
+        assert floor["all"] <= steps.min()
+        at_pp1 = steps[rows["pp"] == 1]
         assert floor["pp1"] <= (at_pp1.min() if len(at_pp1) else np.inf)
+        tight[job.spec.framework == "deepspeed"] = max(tight[job.spec.framework == "deepspeed"],
+                                                       floor["all"] / steps.min())
+    assert tight[True] > 0.9  # DeepSpeed's floor holds its first stage's reduction, not the pipeline alone
     for framework in ("megatron", "torchtitan"):  # DDP and ZeRO-1/2/3; FSDP2
         job = max((j for j, _ in priced if j.spec.framework == framework and j.spec.root), key=lambda j: len(j.space))
         (part, numeric), = _parts(job.space, CHUNK)
@@ -116,8 +123,8 @@ def test_the_floor_bounds_every_step_of_its_job(priced):
 @pytest.mark.parametrize("sort_by, top_k", [("tokens_per_second", 1), ("step_time", 10)])
 def test_pruning_loses_no_row(sort_by, top_k, monkeypatch):
     small = {**SMALL, "cp": 1, "max_virtual_stages": 1, "bucket_mib": 25}
-    roots, real = [], chunks_module.price_job
-    monkeypatch.setattr(chunks_module, "price_job", lambda job, *a: (roots.append(job.spec.root), real(job, *a))[1])
+    roots, real = [], pruning_module.price_job
+    monkeypatch.setattr(pruning_module, "price_job", lambda job, *a: (roots.append(job.spec.root), real(job, *a))[1])
     full = pm.search(MODEL, H100, 16, top_k=top_k, prune=False, sort_by=sort_by, **small)
     every, roots[:] = sum(roots), []
     pruned = pm.search(MODEL, H100, 16, top_k=top_k, sort_by=sort_by, **small)
@@ -125,6 +132,17 @@ def test_pruning_loses_no_row(sort_by, top_k, monkeypatch):
     assert pruned.attrs["pruned"] > 0 and full.attrs["pruned"] == 0
     assert pruned.attrs["evaluated"] + pruned.attrs["pruned"] == full.attrs["evaluated"]
     assert top_k > 1 or sum(roots) < every  # a root pruned by its pipeline floor
+
+
+def test_deepspeed_roots_and_jobs_below_a_root_are_floored(monkeypatch):
+    # DeepSpeed's roots are bounded before they are priced, and so is a job its root's bound cannot
+    # prune (test_pruning_loses_no_row: the same table as prune=False)
+    floored, init = [], chunks_module.Floor.__init__
+    monkeypatch.setattr(chunks_module.Floor, "__init__",
+                        lambda self, model, job, *a: (floored.append(job.spec), init(self, model, job, *a))[1])
+    pm.search(MODEL, H100, 16, top_k=10, sort_by="step_time", **{**SMALL, "cp": 1, "max_virtual_stages": 1})
+    assert any(s.framework == "deepspeed" and s.root for s in floored)
+    assert any(not s.root for s in floored)
 
 
 @pytest.mark.parametrize("options", [dict(framework="torchtitan", precision="fp8-mixed", compile=True),

@@ -5,21 +5,15 @@ of numeric configurations, held as a factored grid (``space.Factored``). Each jo
 whole grid rows, ``chunk`` grid cells at a time, under every (precision, recompute) with
 ``step.evaluate`` (the code ``predict`` runs), and only the
 ``top_k`` best feasible rows, the counts and the configuration nearest to fitting are kept.
-Large searches share the jobs among processes (fork: nothing to re-import); rows carry their
-enumeration order, so the ranking (ties: less memory, then enumeration order) is the same
-however the jobs were shared.
+Large searches share the jobs among processes (``pruning.price_jobs``; fork: nothing to re-import);
+rows carry their enumeration order, so the ranking (ties: less memory, then enumeration order) is
+the same however the jobs were shared. A job's ``Floor`` bounds its steps from below before it is priced.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import heapq
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from itertools import repeat
 
 import numpy as np
 
@@ -30,13 +24,14 @@ from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.interval import bounds
 from perfmodel.costs.host import HostCosts
 from perfmodel.parallel.data import DataParallelWork, _stage_exposed
+from perfmodel.parallel.deepspeed import reduce_seconds
 from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.pipeline import Stage
 from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 from perfmodel.workload import stacks
 
 CHUNK = 65_536  # grid cells priced per call: a default space's largest job (47,376 cells) in one call, a few MB of columns
-PARALLEL_MIN = 20_000  # configurations below which a process pool costs more than it saves
 RESULTS = ("step_time", "tokens_per_second", "samples_per_second", "tflops_per_gpu", "mfu", "peak_memory",
            "memory_capacity", "fits", "over_capacity")
 ORDER_STRIDE = 2**40  # enumeration order = job index × stride + row within the job
@@ -96,21 +91,24 @@ class Columns(dict):
         self.rest = rest
 
 
-def chunks(model, job: Job, opts, chunk: int, eager=None):
+def chunks(model, job: Job, opts, chunk: int, eager=None, floor=None):
     """Column dicts of ``chunk`` grid cells of the job's space at a time, under its precision and recompute.
 
     Each part is priced on its factored grid (``space.Factored``: a term is computed on the axes it
     depends on) and its valid cells are read out in enumeration order: the same arithmetic on the
     same numbers as pricing the flat configurations one by one. ``eager`` names the result columns read
-    out for every configuration (None: all); the others come from ``Columns.rest``.
+    out for every configuration (None: all); the others come from ``Columns.rest``. ``floor``: the
+    job's ``Floor``, whose pieces (``step.step_quantities``' ``known``) are not priced again.
     """
     cl, space, prof, stack = job.cluster, job.space, job.profile, job.stack
     coll = _collectives(cl, prof)
     parts = _parts(space, chunk)
+    configs, known = _configs(job, parts), {} if floor is None else floor.known_pieces()
     for precision, recompute in ((job.spec.precision, job.spec.recompute),):
-        for (part, numeric), c in zip(parts, _configs(job, parts)):
+        for i, ((part, numeric), c) in enumerate(zip(parts, configs)):
+            c, pieces = known.get(i, (c, None))
             out = compose.evaluate(model, cl, prof, coll, c, precision=precision, recompute=recompute,
-                                   optimizer=opts["optimizer"], placement=opts["placement"])
+                                   optimizer=opts["optimizer"], placement=opts["placement"], known=pieces)
             out["micro_batch"] = c.micro_batch
             # elementwise on the grid, as on its configurations
             grid = {**out, **finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)}
@@ -146,6 +144,11 @@ def pipeline_floor(model, job: Job, opts, chunk: int) -> dict:
     prune a whole job with before it prices the other stages' reductions and the memory. The
     pieces are priced by the calls ``step.step_quantities`` makes (tests/test_search_stacks.py
     holds the floor at pp = 1 equal to ``step.evaluate``'s pipeline + dp_comm there).
+
+    A stack with an engine (DeepSpeed) bounds its family by its step less its host seconds
+    (``Best.fastest``), so its floor bounds that: the pipeline less the host seconds inside it
+    (``step._outputs``' ``host_overhead``; the engine's own host seconds are in both the step and
+    what it subtracts), plus the first stage's reduction as the engine runs it (``_engine_exposed``).
     """
     return Floor(model, job, opts, chunk).exact()
 
@@ -153,14 +156,16 @@ def pipeline_floor(model, job: Job, opts, chunk: int) -> dict:
 class Floor:
     """A job's ``pipeline_floor`` in two steps from the same pieces: ``low``, the pipeline's seconds
     alone (no higher, and without any data-parallel pricing), then ``exact()``, with the first stage's
-    exposed data-parallel seconds added (computed once, when asked for)."""
+    exposed data-parallel seconds added (computed once, when asked for). The pieces are the calls
+    ``step.step_quantities`` makes on the same configurations: pricing the job reads them
+    (``known_pieces``) instead of making those calls again."""
 
     def __init__(self, model, job: Job, opts, chunk: int):
         self.job, self.coll, self._exact = job, _collectives(job.cluster, job.profile), None
         parts = _parts(job.space, chunk)
-        self.pieces = [(part, numeric, c, *_pipeline_pieces(model, job, self.coll, c, opts))
-                       for (part, numeric), c in zip(parts, _configs(job, parts)) if numeric["dp"].size]
-        self.low = _lowest((part, numeric, pipe) for part, numeric, _, pipe, _ in self.pieces)
+        self.pieces = [(i, part, numeric, c, *_pipeline_pieces(model, job, self.coll, c, opts))
+                       for i, ((part, numeric), c) in enumerate(zip(parts, _configs(job, parts))) if numeric["dp"].size]
+        self.low = _lowest((part, numeric, pipe) for _, part, numeric, _, pipe, _ in self.pieces)
 
     @property
     def known(self) -> bool:
@@ -169,8 +174,12 @@ class Floor:
     def exact(self) -> dict:
         if self._exact is None:
             self._exact = _lowest((part, numeric, pipe + _first_stage_exposed(self.job, self.coll, c, pieces))
-                                  for part, numeric, c, pipe, pieces in self.pieces)
+                                  for _, part, numeric, c, pipe, pieces in self.pieces)
         return self._exact
+
+    def known_pieces(self) -> dict:
+        """Part index -> (its configurations, the pieces ``step.step_quantities`` takes as ``known``)."""
+        return {i: (c, pieces) for i, _, _, c, _, pieces in self.pieces}
 
 
 def _lowest(parts) -> dict:
@@ -185,28 +194,44 @@ def _lowest(parts) -> dict:
 
 
 def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
-    """(the pipeline's seconds (``step._critical_path``), the pieces the first stage's data-parallel
-    seconds need), per configuration."""
+    """(the pipeline's seconds (``step._critical_path``; less the host seconds inside it under an
+    engine, ``pipeline_floor``), the pieces the first stage's data-parallel seconds need), per configuration."""
     cl, prof, spec = job.cluster, job.profile, job.spec
     lay, lay_dp, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
     local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
     t = compose.compute_times(local, prof, c, precision=spec.precision, recompute=spec.recompute)
     sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
-    _, timed, pipe, *_ = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute,
-                                                sms, (prof, cl, p))
-    return pipe, (lay_dp, sts, p, timed)
+    critical = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute, sms,
+                                      (prof, cl, p))
+    pipe = critical[2] - (critical[4]["host_overhead"] if stacks.stack(c.framework).engine is not None else 0.0)
+    return pipe, {"shape": (lay, lay_dp, sts, p), "compute": t, "critical": critical}
 
 
-def _first_stage_exposed(job: Job, coll, c: StepConfig, pieces):
+def _first_stage_exposed(job: Job, coll, c: StepConfig, pieces: dict):
     """The first stage's exposed data-parallel seconds (``step._exposed``'s ``dp_comm_time`` over that
-    stage alone), not below zero, per configuration."""
-    (lay_dp, sts, p, timed), prof, precision = pieces, job.profile, job.spec.precision
+    stage alone), not below zero, per configuration; its value before that kept in ``pieces``
+    (``first_dp``: ``dp_comm_time`` takes it)."""
+    (_, lay_dp, sts, p), timed = pieces["shape"], pieces["critical"][1]
+    prof, precision = job.profile, job.spec.precision
     dpc = replace(c, dp=c.dp * c.cp)
     work = DataParallelWork(p, tuple(sts), timed, compose.dp_backward_windows(prof, timed, sts),
-                            wire_bytes(precision, dpc.framework), HostCosts.of(prof).overlap_compute_slowdown)
-    first = _stage_exposed(coll, lay_dp, dpc, work, sts[0], work.backward_s[0], parameter_server_links(job.cluster),
-                           compose.bucket_costs(prof))
+                            wire_bytes(precision, dpc.framework, dpc.grad_reduce_fp32),
+                            HostCosts.of(prof).overlap_compute_slowdown)
+    first = pieces["first_dp"] = _stage_exposed(coll, lay_dp, dpc, work, sts[0], work.backward_s[0],
+                                                parameter_server_links(job.cluster), compose.bucket_costs(prof))
+    if stacks.stack(c.framework).engine == "deepspeed":
+        first = _engine_exposed(coll, lay_dp, c, dpc, sts[0], p, precision, first)
     return np.maximum(first, 0.0)
+
+
+def _engine_exposed(coll, lay_dp, c: StepConfig, dpc: StepConfig, first: Stage, p, precision, megatron):
+    """The first stage's exposed data-parallel seconds as DeepSpeed's pipeline engine runs them: under
+    ZeRO 0 and 1 (no parameter server) its reduction after the last backward (``deepspeed.reduce_seconds``,
+    no drain slack on the first stage: ``deepspeed.engine_exposed`` takes the worst stage), else
+    Megatron-LM's (``megatron``)."""
+    pipelined = (c.shard_stage <= 1) & (c.ps_servers == 0)
+    reduce = reduce_seconds(coll, lay_dp, dpc, first.params(p, c.tp), precision)
+    return np.where(first.valid, np.where(pipelined, reduce, megatron), 0.0)
 
 
 _COLLECTIVES = IdentityMemo(16)
@@ -308,11 +333,11 @@ def _with(extra, rows: dict) -> dict:
     return rows if extra is None else {**rows, **extra(rows)}
 
 
-def price_job(job: Job, model, opts, ranking: Ranking, chunk: int) -> Best:
-    """Every configuration of one job, chunk by chunk; the best rows and the counts."""
+def price_job(job: Job, model, opts, ranking: Ranking, chunk: int, floor=None) -> Best:
+    """Every configuration of one job, chunk by chunk (with its ``Floor``'s pieces); the best rows and the counts."""
     best = Best(ranking, offset=job.index * ORDER_STRIDE, engine=stacks.stack(job.spec.framework).engine is not None)
     eager = ("step_time", "host_overhead", "over_capacity", "fits", "peak_memory", "tokens_per_second", ranking.sort_by)
-    for cols, extra in chunks(model, job, opts, chunk, eager):
+    for cols, extra in chunks(model, job, opts, chunk, eager, floor):
         if job.usd_per_hour is not None:  # a sort column: every row has it
             cols["usd_per_million_tokens"] = job.usd_per_hour / 3600.0 / cols["tokens_per_second"] * 1e6
         best.add(cols, functools.partial(_job_columns, job, extra))
@@ -326,160 +351,3 @@ def _job_columns(job: Job, extra, rows: dict) -> dict:
     if job.usd_per_hour is not None:
         cols["usd_per_hour"] = np.full(n, job.usd_per_hour)
     return cols
-
-
-def _worker_count(workers: int | None, jobs: list[Job], combos: int) -> int:
-    if workers is not None:
-        return max(1, min(int(workers), len(jobs)))
-    if sum(len(j.space) for j in jobs) * combos < PARALLEL_MIN or "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, len(jobs)))
-
-
-def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = CHUNK,
-               workers: int | None = None) -> Best:
-    """All jobs priced (in ``workers`` processes when worth it) and their best rows merged.
-
-    With pruning (``ranking.per_step``) the jobs that bound others come first (``JobSpec.root``,
-    and those of a family without a root), by their shortest pipeline (``pipeline_floor``, a lower
-    bound on their steps); then the others, by their root's shortest step (a lower bound on theirs,
-    configuration by configuration: ``stack_options``; the root's pipeline floor where the root
-    was pruned). Both go ``WAVE`` at a time, each job skipped when its bound cannot enter the
-    ``top_k`` rows priced so far (its configurations are counted as pruned). The waves are the same however many processes price
-    them, and so are the table and the counts. A floor is computed in full only where the order or a
-    pruning needs it (``RootQueue``).
-    """
-    n = _worker_count(workers, jobs, 1)
-    best, results = Best(ranking), {}
-    with _pool(n) as pool:
-        if not ranking.per_step or ranking.sort_by not in PRUNABLE:  # nothing to bound: every job priced
-            _wave(jobs, pool, best, results, model, opts, ranking, chunk)
-            return best
-        families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
-        first = [j for j in jobs if j.spec.root or j.spec.family + (j.cluster.name,) not in families]
-        # an engine's root bounds its family less its host seconds (Best.fastest), which its pipeline does not
-        floors = {j.index: Floor(model, j, opts, chunk) for j in first if stacks.stack(j.spec.framework).engine is None}
-        _waves(RootQueue(first, floors), pool, best, results, model, opts, ranking, chunk)
-        started = {j.index for j in first}  # priced or pruned
-        rest = {}
-        for j in jobs:
-            if j.index not in started:
-                root = families[j.spec.family + (j.cluster.name,)]
-                rest[j.index] = _family_bound(results.get(root), floors.get(root), j.spec.offload_layers)
-        for j in jobs:  # below a pruned root: pruned wherever the order puts it (_family_bound)
-            if rest.get(j.index, 0.0) is None:
-                best.pruned += len(j.space)
-        queue = sorted((j for j in jobs if rest.get(j.index) is not None), key=lambda j: (rest[j.index], j.index))
-        _waves(iter((j, rest[j.index]) for j in queue), pool, best, results, model, opts, ranking, chunk)
-    return best
-
-
-def _family_bound(root: Best | None, floor: Floor | None, offload: int):
-    """The bound of a job below its family's root: the root's shortest step (at pp = 1 for an offload
-    job), or its floor where the root was pruned; None where that floor is not known: the root was
-    pruned by a lower bound already (``RootQueue``), so the floor, at least as high and finite (the
-    configurations are there), prunes this job too when its turn comes."""
-    key = "pp1" if offload else "all"
-    if root is not None:
-        return root.fastest[key]
-    if floor.known or not np.isfinite(floor.low[key]):  # no configuration at pp = 1: no bound, as the floor's
-        return floor.exact()[key] if floor.known else floor.low[key]
-    return None
-
-
-class RootQueue:
-    """The jobs ``price_jobs`` prices first, in ascending order of their floors (an engine's root:
-    -inf), ties in job order, each floor computed in full only when needed.
-
-    Each ``Floor.low`` is no higher than its floor, so the next job is the one with the lowest
-    exact floor once no lower bound of the others is below it; and a job whose lower bound is
-    prunable now is pruned now (counted in ``best``): its floor would be when its turn came, since
-    the top rows only improve."""
-
-    def __init__(self, jobs: list[Job], floors: dict):
-        self.floors, self.known = floors, []  # known: a heap of (floor, index, job)
-        self.pending = sorted(jobs, key=lambda j: (self._low(j), j.index))
-
-    def _low(self, job) -> float:
-        return self.floors[job.index].low["all"] if job.index in self.floors else -np.inf
-
-    def _exact(self, job) -> float:
-        return self.floors[job.index].exact()["all"] if job.index in self.floors else -np.inf
-
-    def next(self, best: Best):
-        """(the next job, its floor), or None when every job was handed out or pruned."""
-        kept = []
-        for j in self.pending:
-            if _prunable(best, self._low(j), j, best.ranking):
-                best.pruned += len(j.space)
-            else:
-                kept.append(j)
-        self.pending = kept
-        while self.pending and (not self.known or (self._low(self.pending[0]), self.pending[0].index) <= self.known[0][:2]):
-            j = self.pending.pop(0)
-            heapq.heappush(self.known, (self._exact(j), j.index, j))
-        if not self.known:
-            return None
-        floor, _, job = heapq.heappop(self.known)
-        return job, floor
-
-
-PRUNABLE = ("step_time", "tokens_per_second", "samples_per_second", "usd_per_million_tokens")  # a step bounds them
-WAVE = 4  # jobs priced between two looks at the top rows (more: fewer looks, less pruning)
-
-
-def _waves(queue, pool, best: Best, results: dict, model, opts, ranking, chunk) -> None:
-    """Price the (job, bound) pairs ``queue`` hands out (ascending bound: an iterator, or a
-    ``RootQueue``) ``WAVE`` jobs at a time, skipping those ``_prunable``."""
-    take = queue.next if isinstance(queue, RootQueue) else (lambda _: next(queue, None))
-    more = True
-    while more:
-        wave = []
-        while len(wave) < WAVE:
-            got = take(best)
-            if got is None:
-                more = False
-                break
-            job, bound = got
-            if _prunable(best, bound, job, ranking):
-                best.pruned += len(job.space)
-            else:
-                wave.append(job)
-        _wave(wave, pool, best, results, model, opts, ranking, chunk)
-
-
-def _wave(jobs, pool, best: Best, results: dict, model, opts, ranking, chunk) -> None:
-    args = (repeat(model), repeat(opts), repeat(ranking), repeat(chunk))
-    if pool is None or len(jobs) < 2:
-        done = list(map(price_job, jobs, *args))
-    else:
-        big_first = sorted(jobs, key=lambda j: -len(j.space))  # the longest jobs start first: even finish
-        done = list(pool.map(price_job, big_first, *args))
-    for r in done:  # Best's ranking is a total order: the merge order does not matter
-        results[r.offset // ORDER_STRIDE] = r
-        best.merge(r)
-
-
-@contextlib.contextmanager
-def _pool(n: int):
-    if n == 1:
-        yield None
-        return
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-        yield pool
-
-
-def _prunable(best: Best, step_s: float, job: Job, ranking: Ranking) -> bool:
-    """Whether a configuration of ``job`` whose step is at least ``step_s`` would rank below the
-    ``top_k`` rows of ``best`` (by more than 1e-9: rounding cannot put it back in)."""
-    if best.rows is None or best.rows["dp"].size < ranking.top_k or not np.isfinite(step_s):
-        return False
-    samples, tokens = ranking.per_step
-    tokens_per_s = tokens / step_s
-    value = {"step_time": step_s, "tokens_per_second": tokens_per_s, "samples_per_second": samples / step_s,
-             "usd_per_million_tokens": (job.usd_per_hour or 0.0) / 3600.0 / tokens_per_s * 1e6}.get(ranking.sort_by)
-    if value is None or (ranking.sort_by == "usd_per_million_tokens" and job.usd_per_hour is None):
-        return False
-    last = float(best.rows[ranking.sort_by][-1])
-    return value < last * (1 - 1e-9) if ranking.larger_is_better else value > last * (1 + 1e-9)

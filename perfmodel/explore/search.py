@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
-from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking, price_jobs
+from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
+from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
 from perfmodel.explore.stack_options import TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
 from perfmodel.explore.ties import mark_ties

@@ -16,7 +16,7 @@ fuses memory-bound kernels (docs/explore.md), so a configuration's step is never
 the same configuration's step under its family's root, less the root's exposed host work where
 the stack has an engine whose host work a longer backward hides (DeepSpeed: costs/engine_host.py;
 each framework is its own family, see ``job_specs``):
-``chunks.price_jobs`` prunes a job whose root's fastest configuration cannot enter the top rows
+``pruning.price_jobs`` prunes a job whose root's fastest configuration cannot enter the top rows
 (tests/test_search_stacks.py checks the order configuration by configuration).
 """
 

@@ -392,9 +392,14 @@ def by_sharding(c: StepConfig, branches, others=()):
     ``branches`` (ddp, zero12, zero3: functions of a configuration); where the sharding stages lie along
     one axis in ascending order (a search grid, ``explore/space.py``) and nothing else given (the
     configuration's other fields, ``others``) varies along it, each branch is priced only on the
-    stages it applies to: the same numbers per configuration, without the other branches' work."""
+    stages it applies to: the same numbers per configuration, without the other branches' work. One
+    configuration (``predict``) prices its own branch alone."""
     ddp, zero12, zero3 = branches
     z = np.asarray(c.shard_stage)
+    if z.ndim == 0 and z.dtype.kind in "iubf" and not any(np.ndim(x) for x in others):
+        one = np.asarray((zero3 if z >= 3 else zero12 if z >= 1 else ddp)(c))
+        if one.ndim == 0:  # what np.where picks for it (the other branches' shapes would not widen it)
+            return one
     axes = [i for i, n in enumerate(z.shape) if n > 1]
     if len(axes) != 1 or np.any(np.diff(z.reshape(-1)) < 0):
         return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
@@ -419,18 +424,21 @@ def by_sharding(c: StepConfig, branches, others=()):
     return out
 
 
-def dp_comm_time(coll, lay, c: StepConfig, work: DataParallelWork, links, buckets: BucketCosts | None = None):
+def dp_comm_time(coll, lay, c: StepConfig, work: DataParallelWork, links, buckets: BucketCosts | None = None,
+                 first=None):
     """Exposed data-parallel seconds per step (DDP, ZeRO-1/2/3, FSDP hybrid, parameter server).
 
     Each stage's data-parallel group communicates its own parameters; the step ends
     when the slowest finishes. A stage other than the first finishes its last backward
     earlier (by the drain of the stages before it), which hides part of its traffic.
-    ``links``: the parameter-server links (``fabric.parameter_server_links``).
+    ``links``: the parameter-server links (``fabric.parameter_server_links``); ``first``: the first
+    stage's ``_stage_exposed`` where it was priced already (a search's floor), else None.
     """
     buckets = BucketCosts() if buckets is None else buckets
     worst = 0.0
-    for st, backward in zip(work.stages, work.backward_s):
-        out = _stage_exposed(coll, lay, c, work, st, backward, links, buckets)
+    for i, (st, backward) in enumerate(zip(work.stages, work.backward_s)):
+        given = first is not None and i == 0
+        out = first if given else _stage_exposed(coll, lay, c, work, st, backward, links, buckets)
         slack = st.index * backward  # the stages before it still drain their last backward
         exposed = np.maximum(out - np.where(c.shard_stage >= 3, 0.0, slack), 0.0)
         worst = np.maximum(worst, np.where(st.valid, exposed, 0.0))
