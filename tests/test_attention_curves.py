@@ -82,7 +82,7 @@ def test_each_framework_defaults_to_the_kernel_its_code_calls():
     assert pm.Strategy(framework="torchtitan").attention == "flash"  # SDPA with cuDNN first
     assert pm.Strategy(framework="megatron").attention == "flash"    # TE FusedAttention on Hopper
     fsdp1 = pm.Strategy(framework="fsdp1")
-    assert fsdp1.attention == "flash2"                               # llm-foundry model code (layers/attention.py): flash-attn 2
+    assert fsdp1.attention == "flash2"                               # flash-attn 2, as the stack's model code calls it (Stack source)
     assert "attention" not in repr(fsdp1)
     assert pm.Strategy(framework="fsdp1", attention="flash").attention == "flash"  # still overridable
     m = dataclasses.replace(pm.preset("llama-3-8b"), seq=8192, layers=2)

@@ -62,15 +62,22 @@ def data_cells(cells: list) -> list:
     return cells if cells and is_number(cells[0]) else cells[1:]
 
 
-def conv_rows(rows: list[list], dtype: str, device: str) -> list[dict]:
-    """compute.csv rows of one sheet's convolution block."""
-    out, inside = [], False
+def block_rows(rows: list[list], header: str):
+    """The rows after a sheet's ``header`` row (a benchmark's title) whose first cell is filled."""
+    inside = False
     for cells in rows:
         head = cells[0] if cells else None
-        if head == "Convolution":
+        if head == header:
             inside = True
-            continue
-        if not inside or head is None or head == "W" or len(cells) < 15:
+        elif inside and head is not None:
+            yield cells
+
+
+def conv_rows(rows: list[list], dtype: str, device: str) -> list[dict]:
+    """compute.csv rows of one sheet's convolution block."""
+    out = []
+    for cells in block_rows(rows, "Convolution"):
+        if cells[0] == "W" or len(cells) < 15:
             continue
         cells = data_cells(cells)
         try:

@@ -17,7 +17,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from tools.deepbench_conv import SHEET_DTYPES, _sheets, data_cells, is_number
+from tools.deepbench_conv import SHEET_DTYPES, _sheets, block_rows, data_cells, is_number
 
 COLUMNS = ("gpu", "dtype", "batch", "m", "n", "k", "tflops", "timing", "source")
 ALIGN = 8  # fp32 elements in 32 bytes: the aligned family of the GEMM forms
@@ -25,14 +25,8 @@ ALIGN = 8  # fp32 elements in 32 bytes: the aligned family of the GEMM forms
 
 def gemm_rows(rows: list[list], dtype: str, gpu: str, source: str) -> list[dict]:
     """gemm_published.csv rows of one sheet's GEMM block."""
-    out, inside = [], False
-    for cells in rows:
-        head = cells[0] if cells else None
-        if head == "Dense Matrix Multiplication":
-            inside = True
-            continue
-        if not inside or head is None:
-            continue
+    out = []
+    for cells in block_rows(rows, "Dense Matrix Multiplication"):
         cells = data_cells(cells)
         if len(cells) < 6 or not all(is_number(x) for x in cells[:3]):
             if out:  # the end of the block (another benchmark's header)

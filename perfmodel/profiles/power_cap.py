@@ -85,19 +85,24 @@ def sustained_clock_ratio(gpu) -> float:
     gpu = load_gpu(gpu) if isinstance(gpu, str) else gpu
     if gpu.power_limit_w is None or gpu.tdp_w is None or gpu.power_limit_w >= gpu.tdp_w:
         return 1.0
-    curve = measured_curves().get(gpu.name)
-    if curve is None or not curve[0][0] <= gpu.power_limit_w <= curve[0][-1]:
+    curve = _curve_at_limit(gpu)
+    if curve is None:
         return float(cube_law_ratio(gpu.power_limit_w, gpu.tdp_w))
     return float(np.interp(gpu.power_limit_w, curve[0], curve[1]))
 
 
+def _curve_at_limit(gpu):
+    """The published curve of ``gpu`` when its power limit lies within the measured limits, else None."""
+    curve = measured_curves().get(gpu.name)
+    if curve is None or gpu.power_limit_w is None or not curve[0][0] <= gpu.power_limit_w <= curve[0][-1]:
+        return None
+    return curve
+
+
 def ratio_source(gpu) -> str:
     """Where :func:`sustained_clock_ratio` of ``gpu`` comes from, in words."""
-    gpu = load_gpu(gpu) if isinstance(gpu, str) else gpu
-    curve = measured_curves().get(gpu.name)
-    if curve is not None and gpu.power_limit_w is not None and curve[0][0] <= gpu.power_limit_w <= curve[0][-1]:
-        return f"measured throughput under power limits, interpolated: {curve[2]}"
-    return CLOCK_SOURCE
+    curve = _curve_at_limit(load_gpu(gpu) if isinstance(gpu, str) else gpu)
+    return CLOCK_SOURCE if curve is None else f"measured throughput under power limits, interpolated: {curve[2]}"
 
 
 def power_capped_profile(gpu: str, reference: Profile) -> Profile:
