@@ -159,10 +159,27 @@ def test_fsdp_run_under_torchrun(tmp_path):
 # --- the quick validation: calibrate, fit, train (1 and 2 processes), predict -------------------------
 
 
-@pytest.fixture(scope="session")
-def quick_validation(tmp_path_factory):
+def _validate(tmp_path_factory):
     return loop.validate_runs(tmp_path_factory.mktemp("validate"), quick=True, steps=20, warmup=3,
                               log=lambda line: None)
+
+
+def _misses(found) -> bool:
+    """Whether a bound below misses: the median of the rows, or the DDP check row."""
+    if found.results.empty:
+        return False
+    ddp = found.results[found.results.dp == 2].set_index("model")["error_pct"]
+    return (loop.summarize(found.results)["median_abs_error_pct"] > QUICK_MEDIAN_MAX_PCT
+            or (DDP_CHECK_MODEL in ddp and abs(ddp[DDP_CHECK_MODEL]) > DDP_MAX_PCT))
+
+
+@pytest.fixture(scope="session")
+def quick_validation(tmp_path_factory):
+    # a miss is judged on one fresh calibrate-and-train rerun: this host's speed can drift between
+    # calibrating and training (in about ten suite runs, twice every row moved one way by 16-28% and once
+    # the DDP row by +41%, at under 5% other load); two misses in a row fail (docs/validation.md)
+    found = _validate(tmp_path_factory)
+    return _validate(tmp_path_factory) if _misses(found) else found
 
 
 def _skip_if_busy(found, record_property):
@@ -175,7 +192,7 @@ def _skip_if_busy(found, record_property):
 
 @pytest.mark.slow
 @pytest.mark.timing
-def test_quick_validation_median_error(quick_validation, record_property, tmp_path_factory):
+def test_quick_validation_median_error(quick_validation, record_property):
     found = quick_validation
     assert [b for b in found.bad if b.skipped] == [], found.bad
     assert not [n for n in found.notes if n.startswith("run failed")], found.notes
@@ -185,14 +202,6 @@ def test_quick_validation_median_error(quick_validation, record_property, tmp_pa
         record_property(key, value)
     print("\n" + loop.results_table(found.results) + "\n" + "\n".join(found.notes))
     _skip_if_busy(found, record_property)
-    if summary["median_abs_error_pct"] > QUICK_MEDIAN_MAX_PCT:
-        # once more from a fresh calibration: this host's speed can drift between calibrating and training
-        # (twice in about ten runs every row moved the same way by 16-28% at under 5% other load)
-        found = loop.validate_runs(tmp_path_factory.mktemp("validate-again"), quick=True, steps=20, warmup=3,
-                                   log=lambda line: None)
-        summary = loop.summarize(found.results)
-        record_property("median_abs_error_pct_again", summary["median_abs_error_pct"])
-        _skip_if_busy(found, record_property)
     assert summary["median_abs_error_pct"] <= QUICK_MEDIAN_MAX_PCT, loop.results_table(found.results)
 
 
