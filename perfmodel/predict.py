@@ -21,6 +21,7 @@ from perfmodel.parallel.ps_async import AsyncPS, async_ps, server_count, server_
 from perfmodel.workload.variables import model_variables
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.costs.cnn import cnn_caveats
+from perfmodel.costs import memory as mem_costs, stack_memory
 from perfmodel.profiles.profile import Profile, list_profiles, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
 from perfmodel.workload.presets import as_model
@@ -198,8 +199,8 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     peak = _SAME_CLUSTER((cluster,), ("peak", precision), lambda: cluster.gpu.peak(gemm_dtype(precision)))
     capacity = cluster.gpu.mem_bytes
     # caching allocator: what it holds (reserved >= allocated) and what it needs before an OOM, per stack
-    reserved = out.get("reserved_memory", compose.stack_memory.reserved_bytes(out["peak_memory"]))
-    need = out.get("required_memory", reserved) + compose.mem.CUDA_CONTEXT_BYTES
+    reserved = out.get("reserved_memory", stack_memory.reserved_bytes(out["peak_memory"]))
+    need = out.get("required_memory", reserved) + mem_costs.CUDA_CONTEXT_BYTES
     return {
         "tokens_per_second": tokens / step, "samples_per_second": s_batch / step,
         "tflops_per_gpu": hw_flops / step / n_gpus / 1e12, "mfu": model_flops / step / n_gpus / peak,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
-from perfmodel.costs import memory as mem, offload, stack_memory
+from perfmodel.costs import offload
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
@@ -30,24 +30,18 @@ from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_kernels
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.deepspeed import engine_exposed
-from perfmodel.parallel.expert import ep_comm_times, expert_shard_ranks, sharded
+from perfmodel.parallel.expert import ep_comm_times, sharded
 from perfmodel.parallel.fabric import parameter_server_links
-from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, layer_batches, p2p_time,
+from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time,
                                          pipeline_time, stages)
 from perfmodel.parallel.placement import layout
+from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
 from perfmodel.parallel.tensor import tp_comm_times
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
 from perfmodel.workload.stack import adapt_kernels
 from perfmodel.workload.stacks import megatron_code
-
-PREFETCH_UNITS = 2  # FSDP limit_all_gathers: the unit computing and the one being gathered
-
-
-def _vocab_multiple(framework):
-    return steps.MEGATRON_VOCAB_MULTIPLE if megatron_code(framework) else 1
-
 
 def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
     """Parameter counts by part (``ParamCounts``).
@@ -65,7 +59,7 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
                        + (h * model.experts if model.experts > 1 else 0))
     pad = 0.0
     if c is not None:
-        multiple = _vocab_multiple(c.framework)
+        multiple = vocab_multiple(c.framework)
         pad = (steps.vocab_shard(model.vocab, c.tp, multiple) * np.asarray(c.tp, float) - model.vocab) * h
     # expert parallelism: a rank holds experts/ep of each MoE layer's experts (the router stays whole)
     experts = float(lp["mlp"] - h * model.experts) if model.experts > 1 else 0.0
@@ -108,7 +102,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute):
     """Kernels of a layer, the embedding and the head (forward, backward), and the ring's (``ring_kernels``)."""
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
              "loss": "eager" if c.loss == "chunked" else c.loss}
-    multiple = _vocab_multiple(c.framework)
+    multiple = vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
     ring = ring_kernels(lf, lb, c.cp, bool(getattr(model, "causal", True)), c.framework, c.cp_comm)
@@ -222,101 +216,6 @@ def stages_optimizer_time(profile, c: StepConfig, sts, p: ParamCounts, shard_ran
     return opt
 
 
-# --- memory ----------------------------------------------------------------------------------------
-
-
-def _activation_terms(model, c: StepConfig, *, precision, recompute, seq):
-    """Per-token activation bytes of a layer (as run and without recompute), of the final norm
-    and LM head input, of the loss (backward, forward), all for one micro-batch."""
-    tp, framework = c.tp, c.framework
-    tokens = c.micro_batch * seq
-    lo = wire_bytes(precision, framework).activation
-    kw = {"framework": framework} if framework != "pytorch" else {}
-    if c.compile:
-        kw["compiled"] = True
-    act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c.sequence_parallel, precision=precision,
-                                           recompute=recompute, **kw)
-    if c.attention == "unfused" and recompute == "none":
-        # softmax output, dropout mask and output over b·heads·s² (Korthikanti et al. 2022, eq. 1: 5as²b)
-        act_layer = act_layer + 5.0 * model.heads / tp * seq
-    full_layer = mem.layer_activation_bytes(model, tp=tp, sp=c.sequence_parallel, precision=precision,
-                                            recompute="none", **kw)
-    final = tokens * (4.0 * model.hidden + 8.0 + (2.0 * model.hidden if lo == 2.0 else 0.0))
-    logits = tokens * steps.vocab_shard(model.vocab, tp, _vocab_multiple(framework))
-    per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework))
-    chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if c.loss == "chunked" else 0.0
-    loss = per_logit * logits + chunked         # eager: log-softmax output, its gradient and the result, fp32
-    loss_fwd = per_logit_fwd * logits + chunked  # eager: (bf16 logits +) fp32 cast + log-softmax output
-    hole = stack_memory.loss_hole_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework)) * logits
-    return {"layer": act_layer, "full_layer": full_layer, "final": final, "loss": loss, "loss_fwd": loss_fwd,
-            "loss_hole": hole}
-
-
-def _stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_ranks, *, precision, recompute,
-                  optimizer, seq):
-    """(peak bytes, terms) of one pipeline stage."""
-    tp, framework = c.tp, c.framework
-    tokens = c.micro_batch * seq
-    nb = wire_bytes(precision, framework, c.grad_reduce_fp32)
-    # autocast caches each cast weight until its context exits (all layers during the forward);
-    # under full recomputation autograd saves only the head's, and a recomputed layer casts again
-    per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]
-    tied_copy = p.embed if getattr(model, "tied_embeddings", False) else 0.0  # Megatron keeps it on the last stage
-    head_params = np.where(st.head, p.head + np.where(c.pp > 1, tied_copy, 0.0), 0.0)
-    params = (st.layers * p.layer + np.where(st.embed, p.embed, 0.0) + head_params) / tp
-    gemm = (st.layers * p.gemm_layer + np.where(st.head, p.gemm_head, 0.0)) / tp
-    expert = st.layers * p.expert_layer / tp  # sharded over the replicas holding the same experts
-    states = dict(precision=precision, optimizer=optimizer, framework=framework, grad_reduce_fp32=c.grad_reduce_fp32)
-    dense = mem.static_bytes(params - expert, gemm - expert, zero=c.shard_stage, dp=shard_ranks, **states)
-    experts = mem.static_bytes(expert, expert, zero=c.shard_stage, dp=expert_shard_ranks(shard_ranks, c.ep), **states)
-    terms = {k: dense[k] + experts[k] for k in dense}
-    terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * st.layers * p.gemm_layer / tp  # TE's cache
-    unit = np.maximum(p.layer, np.where(st.embed, p.embed, 0.0)) / tp
-    terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c.shard_stage, dp=c.dp, ps=c.ps_servers,
-                                                  bucket=c.bucket_bytes, lo=nb.activation, prefetch=PREFETCH_UNITS,
-                                                  grad_bytes=nb.grad, framework=framework, fsdp=c.fsdp)
-    terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
-                                            head=np.where(st.head, p.head, 0.0) / tp,
-                                            embed=np.where(st.embed, p.embed, 0.0) / tp)
-    saved = tokens * acts["layer"] * (layer_batches(c, st) - c.offload_layers * in_flight(c, st.index))  # offloaded
-    saved = saved + np.where(st.head, acts["final"], 0.0) + np.where(st.embed, tokens * 4.0 * model.hidden, 0.0)
-    cache = terms["weight_copies"]
-    transient = 0.0
-    if recompute == "full":
-        terms["weight_copies"] = np.where(np.asarray(c.shard_stage) >= 3, 0.0,
-                                          per_copy * np.where(st.head, p.gemm_head, 0.0) / tp)
-    if recompute == "full" or recompute == "selective-op" or recompute.startswith("every-"):
-        # one block's forward is rebuilt in backward
-        transient = np.where(st.layers > 0, tokens * acts["full_layer"] + per_copy * p.gemm_layer / tp, 0.0)
-    if c.offload_layers:  # the block reloaded in backward is in flight; save_on_cpu took the blocks' weight casts
-        transient, terms["weight_copies"] = tokens * acts["layer"], cache - c.offload_layers * per_copy * p.gemm_layer / tp
-    peak, terms = mem.peak_terms(terms, saved, np.where(st.head, acts["loss"], 0.0), c.micro_batches > 1,
-                                 cache=cache, loss_forward=np.where(st.head, acts["loss_fwd"], 0.0),
-                                 transient=transient)
-    return np.where(st.valid, peak, 0.0), terms
-
-
-def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, recompute, optimizer, seq=None):
-    """Peak bytes over the pipeline stages: (peak, terms of the fullest stage, reserved, required bytes).
-
-    ``p``: the parameter counts of ``param_counts``; ``seq``: a sequence's tokens on one rank (s/cp under cp).
-    """
-    seq = model.seq if seq is None else seq
-    acts = _activation_terms(model, c, precision=precision, recompute=recompute, seq=seq)
-    rpn, _ = lay["dp"]
-    shard_ranks = np.where(c.hybrid, rpn, c.dp)
-    best, best_terms = None, None
-    for st in sts:
-        peak, terms = _stage_memory(model, c, st, p, acts, shard_ranks, precision=precision, recompute=recompute,
-                                    optimizer=optimizer, seq=seq)
-        better = True if best is None else peak > best
-        best_terms = terms if best is None else {k: np.where(better, terms[k], best_terms[k]) for k in terms}
-        best = peak if best is None else np.maximum(best, peak)
-    # a peak at the loss backward (only a head stage holds a loss): the freed 16-bit logits stay reserved
-    free = np.where((acts["loss"] > 0) & np.isclose(best_terms["loss"], acts["loss"]), acts["loss_hole"], 0.0)
-    return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp, free=free))
-
-
 # --- the step ----------------------------------------------------------------------------------------
 
 
@@ -397,7 +296,8 @@ def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
     out = {"step_time": pipe + p2p + dp_exposed + opt + engine, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
            "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
            "peak_memory": peak, "memory": FrozenDict(terms), "cp": float(c.cp)}
-    out.update(parts, reserved_memory=held[0], required_memory=held[1])  # the caching allocator's bytes
+    # the caching allocator's bytes; the peak's moment (an index of costs.memory.PEAK_MOMENTS)
+    out.update(parts, reserved_memory=held[0], required_memory=held[1], peak_moment=held[2])
     out["host_overhead"] = out["host_overhead"] + engine
     return FrozenDict(out)
 
@@ -453,7 +353,7 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
     comm = _critical_comm(local, coll, lay, c, t, precision=precision, recompute=recompute, sms=sms,
                           slowdown=HostCosts.of(host[0]).overlap_compute_slowdown if host else 0.0)
     if c.offload_layers:  # the compute stream waits for the copies it cannot hide (costs/offload.py)
-        acts = _activation_terms(local, c, precision=precision, recompute=recompute, seq=local.seq)["layer"]
+        acts = activation_terms(local, c, precision=precision, recompute=recompute, seq=local.seq)["layer"]
         off = PhaseTimes(*offload.offload_seconds(*host, c, acts, c.micro_batch * local.seq, local.layers, t.wall,
                                                      precision=precision))
         t = replace(t, wall=t.wall + off, gpu=t.gpu + off)

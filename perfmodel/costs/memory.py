@@ -21,8 +21,9 @@ Allocator fragmentation (``ALLOCATOR_RESERVE``) and the CUDA context are added
 when judging whether a configuration fits. docs/memory.md compares the
 activation accounting with Korthikanti et al. 2022.
 
-The peak is the larger of the moment loss backward starts (all activations
-alive) and the end of backward (all gradients alive).
+The peak is the largest of the moments ``PEAK_MOMENTS`` names: the end of the forwards in flight,
+the loss backward (all activations alive), a recomputed block and the end of backward (all
+gradients alive, the optimizer step); ``peak_terms`` says which.
 """
 
 from __future__ import annotations
@@ -208,18 +209,26 @@ def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, l
     return np.where((np.asarray(dp) > 1) & (np.asarray(ps) == 0), out, 0.0)
 
 
-def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=None, loss_forward=None,
-               transient=0.0) -> tuple[np.ndarray, dict]:
-    """Peak over the step and the terms alive at it (they sum to the peak).
+# The moments of a step whose live bytes compete for the peak, in the order ``peak_terms`` ranks ties.
+PEAK_MOMENTS = (
+    "forward_end",     # the last forward in flight: the end of a pipeline stage's warm-up, the loss forward
+    "loss_backward",   # the cross-entropy backward: every activation and the loss's backward working set
+    "recompute",       # a checkpointed block rebuilt during backward
+    "optimizer_step",  # the end of backward: every gradient, which the optimizer step reads
+)
 
-    Four moments compete: the loss forward, the loss backward, a recomputed layer
-    and the end of backward. ``terms["weight_copies"]`` are the 16-bit copies
-    alive at the loss backward (those autograd saved); ``cache`` those alive
-    during the forward (autocast caches every cast weight until its context
-    exits; default: the same). ``loss`` is the cross-entropy backward's working
-    set, ``loss_forward`` its forward's (bf16 logits, their fp32 cast and the
-    log-softmax output: 10 B per logit against backward's 12). ``transient`` is
-    what a recomputed layer adds during backward (its activations and casts).
+
+def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=None, loss_forward=None,
+               transient=0.0) -> tuple[np.ndarray, dict, np.ndarray]:
+    """Peak over the step, the terms alive at it (they sum to the peak) and its moment (an index of
+    ``PEAK_MOMENTS``; where two moments hold as many bytes, the earlier in that order).
+
+    ``terms["weight_copies"]`` are the 16-bit copies alive at the loss backward (those autograd
+    saved); ``cache`` those alive during the forward (autocast caches every cast weight until its
+    context exits; default: the same). ``loss`` is the cross-entropy backward's working set,
+    ``loss_forward`` its forward's (bf16 logits, their fp32 cast and the log-softmax output: 10 B
+    per logit against backward's 12). ``transient`` is what a recomputed layer adds during
+    backward (its activations and casts).
     """
     zero = np.zeros(np.broadcast(activations, loss, terms["weights"]).shape)
     grads = terms["gradients"] + zero
@@ -228,9 +237,9 @@ def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=No
     cache = terms["weight_copies"] if cache is None else cache
     loss_forward = loss if loss_forward is None else loss_forward
     acts_win = acts >= grads
-    moments = [
-        {"weight_copies": terms["weight_copies"], "activations": acts, "loss": loss, "gradients": grads_fwd},
+    moments = [  # in the order of PEAK_MOMENTS
         {"weight_copies": cache, "activations": acts, "loss": loss_forward, "gradients": grads_fwd},
+        {"weight_copies": terms["weight_copies"], "activations": acts, "loss": loss, "gradients": grads_fwd},
         {"activations": np.where(acts_win, acts, 0.0), "gradients": np.where(acts_win, 0.0, grads),
          "recompute": transient},
         {"gradients": grads},
@@ -242,7 +251,7 @@ def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=No
     base = {k: terms[k] + zero for k in ("weights", "fp8_weights", "optimizer") if k in terms}
     base["comm_buffers"] = terms.get("comm_buffers", 0.0) + zero
     alive = {**base, **{k: np.choose(pick, [m[k] for m in moments]) for k in keys}}
-    return sum(alive.values()), alive
+    return sum(alive.values()), alive, pick
 
 
 def peak_bytes(terms: dict, activations, loss, grads_during_forward, **kw) -> np.ndarray:
