@@ -213,8 +213,8 @@ def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, l
 PEAK_MOMENTS = (
     "forward_end",     # the last forward in flight: the end of a pipeline stage's warm-up, the loss forward
     "loss_backward",   # the cross-entropy backward: every activation and the loss's backward working set
-    "recompute",       # a checkpointed block rebuilt during backward
     "optimizer_step",  # the end of backward: every gradient, which the optimizer step reads
+    "recompute",       # a checkpointed block rebuilt during backward (last: with nothing rebuilt it ties another)
 )
 
 
@@ -240,9 +240,9 @@ def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=No
     moments = [  # in the order of PEAK_MOMENTS
         {"weight_copies": cache, "activations": acts, "loss": loss_forward, "gradients": grads_fwd},
         {"weight_copies": terms["weight_copies"], "activations": acts, "loss": loss, "gradients": grads_fwd},
+        {"gradients": grads},
         {"activations": np.where(acts_win, acts, 0.0), "gradients": np.where(acts_win, 0.0, grads),
          "recompute": transient},
-        {"gradients": grads},
     ]
     keys = ("weight_copies", "activations", "loss", "gradients", "recompute")
     moments = [{k: m.get(k, 0.0) + zero for k in keys} for m in moments]
