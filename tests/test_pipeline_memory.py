@@ -19,13 +19,14 @@ def llama405():
 
 
 def test_interleaved_warm_up_on_every_stage():
-    # Megatron-LM schedules.py: rank s runs 2(p-s-1) + (v-1)p warm-up chunk forwards, one more, v chunks a stage
+    # Megatron-LM core_r0.10.0 schedules.py: rank s runs W = 2(p-s-1) + (v-1)p warm-up chunk forwards, one more,
+    # v chunks a stage; all m·v forwards first only where W >= m·v
     c = StepConfig.from_strategy(pm.Strategy(dp=1, pp=4, global_batch=128))   # 16 micro-batches of 8
     inter = dataclasses.replace(c, virtual_stages=2, schedule=Schedule.INTERLEAVED)
     assert [float(in_flight(inter, s)) for s in range(4)] == [11 / 2, 9 / 2, 7 / 2, 5 / 2]
     assert float(in_flight(inter, 0)) == pytest.approx(4 * (1 + 3 / (4 * 2)))   # Korthikanti et al. 2022 §4.2.3
-    equal = dataclasses.replace(inter, micro_batches=4)                     # m = p: every forward first
-    assert [float(in_flight(equal, s)) for s in range(4)] == [4, 4, 4, 4]
+    equal = dataclasses.replace(inter, micro_batches=4)      # m = p: W = 10, 8, 6, 4 chunk forwards of m·v = 8
+    assert [float(in_flight(equal, s)) for s in range(4)] == [4, 4, 7 / 2, 5 / 2]   # (core_r0.9.0: 4 on every rank)
 
 
 def test_distributed_optimizer_is_6_plus_12_over_d():

@@ -157,16 +157,17 @@ def in_flight(c: StepConfig, index):
     """Micro-batches whose activations a stage holds at its peak.
 
     GPipe: all m. 1F1B: stage s (0-based) of p holds min(m, p − s) (Narayanan et al.
-    2021, §2.2.1). Interleaved over v chunks (Megatron-LM core_r0.9.0
-    ``schedules.forward_backward_pipelining_with_interleaving``): rank s runs
-    2(p − s − 1) + (v − 1)·p warm-up chunk forwards and one more before its first
-    backward, at most m·v, and all m·v when m = p; each chunk holds 1/v of the stage's
-    layers. On the first stage that is p·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, §4.2.3).
+    2021, §2.2.1). Interleaved over v chunks (Megatron-LM core_r0.10.0
+    ``schedules.forward_backward_pipelining_with_interleaving``, groups of N = p micro-batches per
+    chunk, ``microbatch_group_size_per_vp_stage``'s default and the fewest it allows): rank s runs
+    W = 2(p − s − 1) + (v − 1)·p warm-up chunk forwards and one more before its first backward, or
+    all m·v forwards first where W ≥ m·v; each chunk holds 1/v of the stage's layers. On the first
+    stage that is p·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, §4.2.3). (core_r0.9.0 ran every
+    forward first on every rank when m = p; core_r0.10.0 does so only where W ≥ m·v.)
     """
     pp, v, m = c.pp, c.virtual_stages, c.micro_batches
     f1b = np.minimum(m, np.maximum(pp - index, 1.0))
-    chunks = np.minimum(2.0 * (pp - index - 1.0) + (v - 1.0) * pp + 1.0, m * v)
-    interleaved = np.where(m == pp, m * v, chunks) / v
+    interleaved = np.minimum(2.0 * (pp - index - 1.0) + (v - 1.0) * pp + 1.0, m * v) / v
     return np.where(c.schedule == Schedule.GPIPE, m, np.where(v > 1, interleaved, f1b))
 
 
