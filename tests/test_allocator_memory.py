@@ -54,8 +54,8 @@ def test_published_memory_verdicts(checks):
     verdicts = [c for c in checks.values() if c.outcome != "reading"]
     assert len(verdicts) == 13 and sum(c.outcome == "oom" for c in verdicts) == 2
     wrong = [c.name for c in verdicts if not c.verdict_right]
-    assert wrong == ["llama3-405B-8192"]    # 76.9 GiB allocated: fits only if the allocator needs < 3.3% more
-    assert checks["llama3-405B-8192"].allocated_gib == pytest.approx(76.9, abs=0.05)
+    assert wrong == ["llama3-405B-8192"]    # 78.2 GiB allocated: fits only if the allocator needs < 1.7% more
+    assert checks["llama3-405B-8192"].allocated_gib == pytest.approx(78.2, abs=0.05)
 
 
 def test_published_reserved_readings_within_ten_percent(checks):

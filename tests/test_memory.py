@@ -96,6 +96,11 @@ def test_communication_buffers():
     assert float(mem.comm_buffer_bytes(p, unit, zero=0, dp=1)) == 0  # one rank: no DDP
     assert float(mem.comm_buffer_bytes(p, unit, zero=0, dp=8, ps=2)) == 0
     assert float(mem.comm_buffer_bytes(p, unit, zero=2, dp=8, bucket=25e6)) == 25e6
+    # Megatron-style sharded gradients (Llama 3 §3.3.2): a block's unsharded fp32 gradient awaits its reduce-scatter
+    mega = {"dp": 8, "bucket": 25e6, "framework": "megatron"}
+    assert float(mem.comm_buffer_bytes(p, unit, zero=2, **mega)) == 4 * unit
+    assert float(mem.comm_buffer_bytes(p, 1e6, zero=2, **mega)) == 25e6          # a small block: the bucket
+    assert float(mem.comm_buffer_bytes(p, unit, zero=1, **mega)) == 25e6          # whole buffer, reduced in place
     fsdp = mem.comm_buffer_bytes(p, unit, zero=3, dp=8, fsdp=True)
     assert float(fsdp) == 3 * 2 * unit                               # two gathered units + one gradient, 16-bit
     big = mem.comm_buffer_bytes(p, 5e9, zero=3, dp=8)                # DeepSpeed caps live parameters

@@ -62,9 +62,13 @@ def test_llama_405b_as_published_fits(llama405):
     p = pm.predict(llama405.model, llama405.cluster, llama405.strategy)
     params = 8 * (2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248 + 2 * 16384) / 8
     acts = 8 * 16 * 8192 * 65089                  # m = p: all 16 micro-batches' forwards run first
-    by_hand = 2 * params + 16 * params / 128 + acts + 4 * 128e6   # + one Megatron bucket: max(4e7, 1e6·dp) fp32
+    # + one block's unsharded fp32 gradient awaiting its per-micro-batch reduce-scatter (§3.3.2), which is more
+    # than one Megatron bucket (max(4e7, 1e6·dp) fp32 elements)
+    block = params / 8
+    assert 4 * block > 4 * 128e6
+    by_hand = 2 * params + 16 * params / 128 + acts + 4 * block
     assert p.peak_memory == pytest.approx(by_hand, rel=1e-9)
-    assert p.fits and p.peak_memory / 2**30 == pytest.approx(70.3, abs=0.05)
+    assert p.fits and p.peak_memory / 2**30 == pytest.approx(71.4, abs=0.05)
 
 
 def test_llama_405b_search_finds_fast_plans(llama405):

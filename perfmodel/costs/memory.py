@@ -190,7 +190,10 @@ def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, l
       with ``gradient_as_bucket_view=False``, the default; Li et al. 2020, §3.2);
       Megatron-LM reduces its contiguous main_grad buffer in place: none;
     * ZeRO-1/2: one bucket of gradients being reduce-scattered (DeepSpeed
-      ``reduce_bucket_size``);
+      ``reduce_bucket_size``); Megatron-style sharded gradients (``zero=2`` under a Megatron stack,
+      Llama 3's FSDP: fp32 gradients reduce-scattered per micro-batch, Llama Team 2024 §3.3.2) hold
+      at least one block's unsharded fp32 gradient until its reduce-scatter, which runs beside the
+      next chunks: ``grad_bytes`` × ``unit_params`` if larger than the bucket;
     * PyTorch FSDP: ``prefetch`` gathered units in 16 bits plus the unsharded
       gradient of the unit being reduce-scattered (Zhao et al. 2023, §3.3,
       limit_all_gathers);
@@ -202,6 +205,8 @@ def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, l
     grads = grad_bytes * np.asarray(params, float)
     ddp = grads if framework == "pytorch" else 0.0 * grads
     zero12 = np.minimum(np.asarray(bucket, float), grads)
+    if megatron_code(framework):  # a block's unsharded gradient awaiting its per-micro-batch reduce-scatter
+        zero12 = np.where(zero == 2, np.maximum(zero12, grad_bytes * np.asarray(unit_params, float)), zero12)
     unit = np.asarray(unit_params, float)
     deepspeed = lo * (np.minimum(prefetch * unit, DS_MAX_LIVE_PARAMETERS) + np.minimum(unit, DS_REDUCE_BUCKET))
     zero3 = np.where(np.asarray(fsdp, bool), (prefetch + 1) * lo * unit, deepspeed)
