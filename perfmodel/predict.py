@@ -77,6 +77,8 @@ class Prediction:
     memory_interval: tuple = field(default=(np.nan, np.nan))
     memory_interval_regime: str = ""
     caveats: tuple = ()                 # what the prediction priced without a measurement, in words
+    # the moment of the step that sets peak_memory, one of costs.memory.PEAK_MOMENTS (docs/memory.md)
+    peak_moment: str = ""
 
     @classmethod
     def of(cls, values: dict) -> Prediction:
@@ -107,6 +109,7 @@ class Prediction:
         out["profile_origin"] = self.profile_origin
         out["memory_interval"], out["memory_interval_regime"] = list(self.memory_interval), self.memory_interval_regime
         out["caveats"] = list(self.caveats)
+        out["peak_moment"] = self.peak_moment
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -268,6 +271,7 @@ def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: floa
         reserved_memory=float(derived["reserved_memory"]), interval_kind=INTERVAL_KIND,
         profile_origin=profile_origin(prof), ps=None, memory_interval=(mem.low, mem.high),
         memory_interval_regime=mem.regime, caveats=cnn_caveats(model, prof, s.precision),
+        peak_moment=mem_costs.PEAK_MOMENTS[int(out["peak_moment"])],
     )
 
 

@@ -72,3 +72,10 @@ def test_a_peak_elsewhere_reserves_no_freed_logits(small):
     assert float(out["reserved_memory"]) == pytest.approx(1.05 * float(out["peak_memory"]), rel=1e-12)
     one = _evaluate(small, "h100", pm.Strategy(micro_batch=1, loss="chunked"))  # no logits tensor: no hole
     assert float(one["reserved_memory"]) == pytest.approx(1.05 * float(one["peak_memory"]), rel=1e-12)
+
+
+def test_prediction_names_its_peak_moment(small):
+    p = pm.predict(small, "h100", pm.Strategy(micro_batch=1))
+    assert p.peak_moment == "loss_backward" == p.to_dict()["peak_moment"]
+    deep = pm.predict(dataclasses.replace(small, seq=128), "h100", pm.Strategy(micro_batch=1))
+    assert deep.peak_moment == "optimizer_step"
