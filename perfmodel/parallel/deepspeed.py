@@ -29,8 +29,9 @@ from perfmodel.core.errors import UnsupportedError
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.costs.compute import kernel_time
 from perfmodel.costs.engine_host import engine_host_time
+from perfmodel.costs.host import HostCosts
 from perfmodel.parallel.config import StepConfig
-from perfmodel.parallel.data import ring_pricer
+from perfmodel.parallel.data import overlapped_cost, ring_pricer
 from perfmodel.parallel.pipeline import sendrecv_time
 from perfmodel.parallel.placement import pipeline_crossings
 from perfmodel.parallel.wire import activation_bytes
@@ -38,6 +39,7 @@ from perfmodel.workload.ops import mem as mem_kernel
 from perfmodel.workload.stacks import stack
 
 META_BYTES = 8.0 * 8      # PartitionedTensor.to_meta(): a handful of int64s (rank count, shape, offsets)
+DS_MAX_REUSE = 1e9        # stage3_max_reuse_distance default, elements (v0.3.13 stage3.py, v0.16.4 zero/config.py)
 
 
 def check_pipeline_engine(framework: str, *, pp: int, zero: int, schedule: str) -> None:
@@ -153,10 +155,11 @@ def accumulation_seconds(profile, c: StepConfig, params, precision):
 
 
 def engine_exposed(profile, coll, lay, lay_dp, c: StepConfig, dpc: StepConfig, work, model, priced, *, precision,
-                   cpu):
+                   cpu, recompute="none"):
     """(p2p, exposed data-parallel, optimizer, engine host) seconds per step: ``priced`` (Megatron-LM's
     first three) unchanged for other stacks; for ``framework="deepspeed"`` the pipeline engine's p2p, and,
-    under ZeRO 0 and 1, its reduction after the last backward and BF16_Optimizer's gradient passes.
+    under ZeRO 0 and 1, its reduction after the last backward and BF16_Optimizer's gradient passes, under
+    ZeRO-3 ``zero3_engine_seconds`` beside ``zero3_time``'s collectives.
     ``cpu``: the host seconds issuing each part of one micro-batch (a ``PhaseTimes``, ``ComputeTimes.cpu``)."""
     p2p, dp_exposed, opt = priced
     slack = tuple(np.maximum(back - cpu.on(st, "b"), 0.0) for st, back in zip(work.stages, work.backward_s))
@@ -173,5 +176,56 @@ def engine_exposed(profile, coll, lay, lay_dp, c: StepConfig, dpc: StepConfig, w
         reduce = np.maximum(reduce, np.where(st.valid, np.maximum(mine - slack, 0.0), 0.0))
         extra = np.maximum(extra, np.where(st.valid, accumulation_seconds(profile, c, params, precision), 0.0))
     pipelined = (c.shard_stage <= 1) & (c.ps_servers == 0)
-    return p2p, np.where(pipelined, reduce, dp_exposed), opt + extra, host
+    zero3 = zero3_engine_seconds(profile, coll, lay_dp, dpc, work, model, recompute)
+    return p2p, np.where(pipelined, reduce, dp_exposed + zero3), opt + extra, host
 
+
+
+def block_weights(model, tp=1) -> list:
+    """Elements of a Megatron-LM block's gathered weights in forward order (fused QKV, projection, fc1,
+    fc2) on one tensor-parallel rank: ``parallel.data.DS_BLOCK_GATHERS`` of them."""
+    h = model.hidden
+    return [h * model.qkv_out / tp, h * h / tp, h * model.mlp_in_out / tp, model.ffn_hidden * h / tp]
+
+
+def kept_for_backward(weights) -> list:
+    """Whether ZeRO-3 keeps each weight gathered from its recomputed forward to its backward: the
+    elements of the sub-modules traced in between (the later weights, forward then backward) under
+    ``DS_MAX_REUSE`` (v0.3.13 stage3.py ``_keep_for_later``; v0.16.4 partitioned_param_coordinator.py
+    ``__params_to_release``)."""
+    return [2.0 * sum(weights[i + 1:]) < DS_MAX_REUSE for i in range(len(weights))]
+
+
+def zero3_engine_seconds(profile, coll, lay_dp, c: StepConfig, work, model, recompute):
+    """DeepSpeed ZeRO-3 seconds per step beside ``parallel.data.zero3_time`` (a gather forward, one
+    backward and a reduce-scatter per weight), for the first stage's blocks:
+
+    - under full recompute the recomputed forward's module hooks gather every block weight again
+      (``pre_sub_module_forward_function`` -> ``fetch_sub_module``), and the backward then re-gathers
+      only the weights not ``kept_for_backward``: the regathered weights' all-gathers, hidden behind
+      the recomputed forward where the stack overlaps (``dp_overlap``);
+    - ZeRO-3 of early 2021 (``dp_overlap`` False, v0.3.13 partition_parameters.py ``_allgather_param``
+      and ``_reduce_scatter_gradient``) calls ``torch.distributed.all_gather`` and ``reduce_scatter`` with
+      one tensor per rank; ProcessGroupNCCL (PyTorch 1.8 torch/lib/c10d/ProcessGroupNCCL.cpp ``allgather``,
+      ``reduce_scatter``) copies the flat buffer out to (or in from) each of the n tensors, one ``copy_``
+      launch per rank, while the device waits (``torch.cuda.synchronize()`` at every fetch): n host
+      launches per collective at the profile's ``cpu_per_kernel_s``.
+    """
+    if stack(c.framework).engine != "deepspeed":
+        return 0.0
+    st = work.stages[0]
+    rpn, nodes = lay_dp["dp"]
+    n = np.asarray(c.dp, float)
+    weights = block_weights(model, c.tp)
+    kept = kept_for_backward(weights)
+    full = recompute == "full"
+    gather = 0.0
+    for w, keep in zip(weights, kept):
+        if full and not keep:
+            gather = gather + hierarchical_time(coll, "all_gather", w * 2.0, rpn, nodes, algorithm="ring")
+    window = np.where(c.dp_overlap, work.times.layer_f, 0.0)
+    regather = overlapped_cost(gather, window)
+    passes = (2.0 if full else 1.0) + (len(weights) - sum(kept) if full else len(weights)) / len(weights) + 1.0
+    launches = np.where(c.dp_overlap, 0.0, passes * len(weights) * n * HostCosts.of(profile).cpu_per_kernel_s)
+    per_micro = st.layers * (regather + launches)
+    return np.where((c.shard_stage >= 3) & ~np.asarray(c.fsdp, bool) & (c.dp > 1), c.micro_batches * per_micro, 0.0)
