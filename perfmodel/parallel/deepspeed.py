@@ -206,26 +206,29 @@ def zero3_engine_seconds(profile, coll, lay_dp, c: StepConfig, work, model, reco
       the recomputed forward where the stack overlaps (``dp_overlap``);
     - ZeRO-3 of early 2021 (``dp_overlap`` False, v0.3.13 partition_parameters.py ``_allgather_param``
       and ``_reduce_scatter_gradient``) calls ``torch.distributed.all_gather`` and ``reduce_scatter`` with
-      one tensor per rank; ProcessGroupNCCL (PyTorch 1.8 torch/lib/c10d/ProcessGroupNCCL.cpp ``allgather``,
-      ``reduce_scatter``) copies the flat buffer out to (or in from) each of the n tensors, one ``copy_``
-      launch per rank, while the device waits (``torch.cuda.synchronize()`` at every fetch): n host
-      launches per collective at the profile's ``cpu_per_kernel_s``.
+      one tensor per rank, built by a Python loop of n ``narrow`` views before the call, and ProcessGroupNCCL
+      (PyTorch 1.8 torch/lib/c10d/ProcessGroupNCCL.cpp) copies once per rank: ``allgather`` issues the n
+      copies out of its flat buffer after the NCCL kernel, so they cost what they take beyond it;
+      ``reduce_scatter`` copies the n inputs in before it, in full. Each view and each copy costs one
+      host op (``cpu_per_kernel_s``); the device waits for them, as every fetch ends in
+      ``torch.cuda.synchronize()``.
     """
     if stack(c.framework).engine != "deepspeed":
         return 0.0
-    st = work.stages[0]
     rpn, nodes = lay_dp["dp"]
-    n = np.asarray(c.dp, float)
+    copies = np.asarray(c.dp, float) * HostCosts.of(profile).cpu_per_kernel_s
     weights = block_weights(model, c.tp)
-    kept = kept_for_backward(weights)
     full = recompute == "full"
-    gather = 0.0
-    for w, keep in zip(weights, kept):
-        if full and not keep:
-            gather = gather + hierarchical_time(coll, "all_gather", w * 2.0, rpn, nodes, algorithm="ring")
-    window = np.where(c.dp_overlap, work.times.layer_f, 0.0)
-    regather = overlapped_cost(gather, window)
-    passes = (2.0 if full else 1.0) + (len(weights) - sum(kept) if full else len(weights)) / len(weights) + 1.0
-    launches = np.where(c.dp_overlap, 0.0, passes * len(weights) * n * HostCosts.of(profile).cpu_per_kernel_s)
-    per_micro = st.layers * (regather + launches)
-    return np.where((c.shard_stage >= 3) & ~np.asarray(c.fsdp, bool) & (c.dp > 1), c.micro_batches * per_micro, 0.0)
+    regather, launches = 0.0, 0.0
+    for w, keep in zip(weights, kept_for_backward(weights)):
+        ag = hierarchical_time(coll, "all_gather", w * 2.0, rpn, nodes, algorithm="ring")
+        again = full and not keep  # gathered in the recomputed forward and again in the backward
+        regather = regather + (ag if again else 0.0)
+        gathers = 2.0 + (1.0 if again else 0.0) if full else 2.0
+        # a gather: the Python loop's n views before the NCCL kernel, then the n copies beyond it;
+        # a reduce-scatter: the loop's n views and the n copies in, both before it
+        launches = launches + gathers * (copies + np.maximum(copies - ag, 0.0)) + 2.0 * copies
+    exposed = overlapped_cost(regather, np.where(c.dp_overlap, work.times.layer_f, 0.0)) \
+        + np.where(c.dp_overlap, 0.0, launches)
+    on = (c.shard_stage >= 3) & ~np.asarray(c.fsdp, bool) & (c.dp > 1)
+    return np.where(on, c.micro_batches * work.stages[0].layers * exposed, 0.0)
