@@ -19,6 +19,10 @@ e2dc3ee; docs/stacks.md derives each term):
   every micro-batch's backward (``update_hp_grads``), zeroed after the step (``clear_hp_grads``),
   and under ZeRO-1 the updated 16-bit partitions all-gathered (``update_lp_params``):
   ``accumulation_seconds`` and ``reduce_seconds``.
+
+Under ZeRO-3 (pp = 1), beside ``parallel.data.zero3_time``'s collectives: the recomputed forward's
+re-gathers and early ZeRO-3's per-rank host work (DeepSpeed v0.3.13 ``runtime/zero``):
+``zero3_engine_seconds``.
 """
 
 from __future__ import annotations
