@@ -82,3 +82,19 @@ def test_train_schedule_is_1f1b_and_its_sends_are_priced(stages, m):
     # the blocking sends cost what the event run says, the fill and drain's crossings counted at most once more
     assert waited <= priced + 1e-12
     assert priced <= waited + 2 * (stages - 1) * ACT / B + 1e-12
+
+
+def test_bf16_pass_inside_the_backward_rides_the_drain():
+    # BF16_Optimizer's update_hp_grads runs inside each BackwardPass: the event run with a backward of
+    # b + a takes (m + p - 1)(f + b + a), so m + p - 1 passes lie on the critical path, not m
+    prof = pm.load_profile("a100-sxm4-80gb")
+    base = StepConfig.from_strategy(pm.Strategy(micro_batch=1, framework="deepspeed", precision="bf16-mixed"))
+
+    def priced(pp, m):
+        c = dataclasses.replace(base, pp=float(pp), dp=1.0, micro_batches=float(m))
+        return float(ds.accumulation_seconds(prof, c, 1e9, "bf16-mixed"))
+    a = priced(1, 9) - priced(1, 8)
+    assert a > 0
+    f, b, stages, m = 0.002, 0.006, 4, 8
+    with_pass = simulate(stages, m, f, b + a, 0.0)
+    assert (m + stages - 1) * (f + b) + priced(stages, m) - priced(1, 0) == pytest.approx(with_pass, rel=1e-9)

@@ -148,13 +148,17 @@ def accumulation_seconds(profile, c: StepConfig, params, precision):
     """BF16_Optimizer's passes over a stage's fp32 gradient buffers per step: after each micro-batch's
     backward ``hp_grad.add_(lp.grad.to(fp32))`` (a cast and an add); with dp > 1 the reduction's own
     (``allreduce_bucket``: flatten, cast to bf16, divide, cast back; ``allreduce_and_copy``: copy back);
-    after the step one ``zero_`` (``clear_hp_grads``)."""
+    after the step one ``zero_`` (``clear_hp_grads``). The per-micro-batch pass runs inside the stage's
+    ``BackwardPass`` (``_exec_backward_pass`` calls ``update_hp_grads``), before ``TrainSchedule`` sends the
+    gradient back at its next step, so the drain carries it through the other p − 1 stages as well:
+    m + p − 1 of them on the critical path, as 1F1B's (m + p − 1)(f + b)."""
     if precision != "bf16-mixed":
         return 0.0
     per_micro = _pass(profile, "cast_bf16_to_fp32", params) + _pass(profile, "add", params)
     reduce = 2.0 * _pass(profile, "copy", params) + _pass(profile, "cast_fp32_to_bf16", params) \
         + _pass(profile, "scale", params) + _pass(profile, "cast_bf16_to_fp32", params)
-    passes = c.micro_batches * per_micro + np.where(c.dp > 1, reduce, 0.0) + _pass(profile, "scale", params)
+    on_path = c.micro_batches + np.maximum(np.asarray(c.pp, float) - 1.0, 0.0)
+    passes = on_path * per_micro + np.where(c.dp > 1, reduce, 0.0) + _pass(profile, "scale", params)
     return np.where(bf16_optimizer(c, precision), passes, 0.0)
 
 
