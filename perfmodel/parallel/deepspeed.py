@@ -230,9 +230,9 @@ def zero3_engine_seconds(profile, coll, lay_dp, c: StepConfig, work, model, reco
     regather, launches = 0.0, 0.0
     for w, keep in zip(weights, kept_for_backward(weights)):
         ag = hierarchical_time(coll, "all_gather", w * 2.0, rpn, nodes, algorithm="ring")
-        again = full and not keep  # gathered in the recomputed forward and again in the backward
-        regather = regather + (ag if again else 0.0)
-        gathers = 2.0 + (1.0 if again else 0.0) if full else 2.0
+        again = full & ~np.asarray(keep, bool)  # gathered in the recomputed forward and again in the backward
+        regather = regather + np.where(again, ag, 0.0)
+        gathers = np.where(again, 3.0, 2.0)
         # a gather: the Python loop's n views before the NCCL kernel, then the n copies beyond it;
         # a reduce-scatter: the loop's n views and the n copies in, both before it
         launches = launches + gathers * (copies + np.maximum(copies - ag, 0.0)) + 2.0 * copies
