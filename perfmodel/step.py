@@ -281,7 +281,7 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
         (coll, lay, lay_dp, p, sts, timed := critical[1], local, profile, cluster, t),
         fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
         lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
-                         precision=precision, optimizer=optimizer, cpu=t.cpu, first=known.get("first_dp")))
+                         precision=precision, optimizer=optimizer, cpu=t.cpu, first=known.get("first_dp"), recompute=recompute))
     memory = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,
                                                          optimizer, local.seq),
                      lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
@@ -361,7 +361,7 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
     return (comm, timed, *pipeline_time(model, timed, sts, c), _outputs(model, c, t, comm, sts, recompute))
 
 
-def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer, cpu, first=None):
+def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer, cpu, first=None, recompute="none"):
     """(sends, exposed dp × cp, optimizer, engine host) seconds per step, as the stack's engine runs them (``first``: ``dp_comm_time``'s)."""
     work = DataParallelWork(p, tuple(sts), timed, dp_backward_windows(profile, timed, sts),
                             wire_bytes(precision, dpc.framework, dpc.grad_reduce_fp32),
@@ -370,7 +370,7 @@ def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, 
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
     opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
                                 optimizer=optimizer, precision=precision)
-    return engine_exposed(profile, coll, lay, lay_dp, c, dpc, work, local, (p2p, dp_exposed, opt), precision=precision, cpu=cpu)
+    return engine_exposed(profile, coll, lay, lay_dp, c, dpc, work, local, (p2p, dp_exposed, opt), precision=precision, cpu=cpu, recompute=recompute)
 
 
 def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recompute) -> dict:

@@ -20,6 +20,11 @@ from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import stack
 
 DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
+# DeepSpeed ZeRO-3 gathers each parameter of a Megatron-LM block above stage3_param_persistence_threshold
+# (1e5 elements) by its own all-gather: the fused QKV, projection, fc1 and fc2 weights; biases and norms
+# stay whole on every rank (v0.3.13 partition_parameters.py _allgather_param per parameter; v0.16.4
+# partitioned_param_coordinator.py fetch_sub_module, one coalesced gather per sub-module)
+DS_BLOCK_GATHERS = 4
 DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket is 1 MiB
 
 
@@ -283,8 +288,9 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     for every micro-batch.
 
     PyTorch FSDP (``c.fsdp``) gathers a unit's flat parameter in one collective;
-    DeepSpeed ZeRO-3 gathers in buckets of ``DS_PREFETCH_BUCKET`` elements, each
-    paying the collective's latency (which grows with the ring's n − 1 steps).
+    DeepSpeed ZeRO-3 gathers a block's ``DS_BLOCK_GATHERS`` weights one collective each
+    (each paying the collective's latency, which grows with the ring's n − 1 steps), the
+    embedding and the head in one each.
 
     ``c.dp_overlap`` False: every gather and reduce-scatter waits for compute and compute
     for it, as in DeepSpeed ZeRO-3 before mid-2021, whose gather launch called
@@ -303,7 +309,7 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     fsdp = np.asarray(c.fsdp, bool)
     reduce_lo = fsdp_reduce_bytes(c.framework, lo)
     for name, (count, params, f_s, b_s) in units.items():
-        pieces = np.where(fsdp, 1.0, np.maximum(np.ceil(params / DS_PREFETCH_BUCKET), 1.0))
+        pieces = np.where(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0)
         size = params * lo / pieces
         grads = size * reduce_lo / lo  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)
         ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")

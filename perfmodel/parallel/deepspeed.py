@@ -19,6 +19,10 @@ e2dc3ee; docs/stacks.md derives each term):
   every micro-batch's backward (``update_hp_grads``), zeroed after the step (``clear_hp_grads``),
   and under ZeRO-1 the updated 16-bit partitions all-gathered (``update_lp_params``):
   ``accumulation_seconds`` and ``reduce_seconds``.
+
+Under ZeRO-3 (pp = 1), beside ``parallel.data.zero3_time``'s collectives: the recomputed forward's
+re-gathers and early ZeRO-3's per-rank host work (DeepSpeed v0.3.13 ``runtime/zero``):
+``zero3_engine_seconds``.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from perfmodel.core.errors import UnsupportedError
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.costs.compute import kernel_time
 from perfmodel.costs.engine_host import engine_host_time
+from perfmodel.costs.host import HostCosts
 from perfmodel.parallel.config import StepConfig
-from perfmodel.parallel.data import ring_pricer
+from perfmodel.parallel.data import overlapped_cost, ring_pricer
 from perfmodel.parallel.pipeline import sendrecv_time
 from perfmodel.parallel.placement import pipeline_crossings
 from perfmodel.parallel.wire import activation_bytes
@@ -38,6 +43,7 @@ from perfmodel.workload.ops import mem as mem_kernel
 from perfmodel.workload.stacks import stack
 
 META_BYTES = 8.0 * 8      # PartitionedTensor.to_meta(): a handful of int64s (rank count, shape, offsets)
+DS_MAX_REUSE = 1e9        # stage3_max_reuse_distance default, elements (v0.3.13 stage3.py, v0.16.4 zero/config.py)
 
 
 def check_pipeline_engine(framework: str, *, pp: int, zero: int, schedule: str) -> None:
@@ -142,21 +148,26 @@ def accumulation_seconds(profile, c: StepConfig, params, precision):
     """BF16_Optimizer's passes over a stage's fp32 gradient buffers per step: after each micro-batch's
     backward ``hp_grad.add_(lp.grad.to(fp32))`` (a cast and an add); with dp > 1 the reduction's own
     (``allreduce_bucket``: flatten, cast to bf16, divide, cast back; ``allreduce_and_copy``: copy back);
-    after the step one ``zero_`` (``clear_hp_grads``)."""
+    after the step one ``zero_`` (``clear_hp_grads``). The per-micro-batch pass runs inside the stage's
+    ``BackwardPass`` (``_exec_backward_pass`` calls ``update_hp_grads``), before ``TrainSchedule`` sends the
+    gradient back at its next step, so the drain carries it through the other p − 1 stages as well:
+    m + p − 1 of them on the critical path, as 1F1B's (m + p − 1)(f + b)."""
     if precision != "bf16-mixed":
         return 0.0
     per_micro = _pass(profile, "cast_bf16_to_fp32", params) + _pass(profile, "add", params)
     reduce = 2.0 * _pass(profile, "copy", params) + _pass(profile, "cast_fp32_to_bf16", params) \
         + _pass(profile, "scale", params) + _pass(profile, "cast_bf16_to_fp32", params)
-    passes = c.micro_batches * per_micro + np.where(c.dp > 1, reduce, 0.0) + _pass(profile, "scale", params)
+    on_path = c.micro_batches + np.maximum(np.asarray(c.pp, float) - 1.0, 0.0)
+    passes = on_path * per_micro + np.where(c.dp > 1, reduce, 0.0) + _pass(profile, "scale", params)
     return np.where(bf16_optimizer(c, precision), passes, 0.0)
 
 
 def engine_exposed(profile, coll, lay, lay_dp, c: StepConfig, dpc: StepConfig, work, model, priced, *, precision,
-                   cpu):
+                   cpu, recompute="none"):
     """(p2p, exposed data-parallel, optimizer, engine host) seconds per step: ``priced`` (Megatron-LM's
     first three) unchanged for other stacks; for ``framework="deepspeed"`` the pipeline engine's p2p, and,
-    under ZeRO 0 and 1, its reduction after the last backward and BF16_Optimizer's gradient passes.
+    under ZeRO 0 and 1, its reduction after the last backward and BF16_Optimizer's gradient passes, under
+    ZeRO-3 ``zero3_engine_seconds`` beside ``zero3_time``'s collectives.
     ``cpu``: the host seconds issuing each part of one micro-batch (a ``PhaseTimes``, ``ComputeTimes.cpu``)."""
     p2p, dp_exposed, opt = priced
     slack = tuple(np.maximum(back - cpu.on(st, "b"), 0.0) for st, back in zip(work.stages, work.backward_s))
@@ -173,5 +184,59 @@ def engine_exposed(profile, coll, lay, lay_dp, c: StepConfig, dpc: StepConfig, w
         reduce = np.maximum(reduce, np.where(st.valid, np.maximum(mine - slack, 0.0), 0.0))
         extra = np.maximum(extra, np.where(st.valid, accumulation_seconds(profile, c, params, precision), 0.0))
     pipelined = (c.shard_stage <= 1) & (c.ps_servers == 0)
-    return p2p, np.where(pipelined, reduce, dp_exposed), opt + extra, host
+    zero3 = zero3_engine_seconds(profile, coll, lay_dp, dpc, work, model, recompute)
+    return p2p, np.where(pipelined, reduce, dp_exposed + zero3), opt + extra, host
 
+
+
+def block_weights(model, tp=1) -> list:
+    """Elements of a Megatron-LM block's gathered weights in forward order (fused QKV, projection, fc1,
+    fc2) on one tensor-parallel rank: ``parallel.data.DS_BLOCK_GATHERS`` of them."""
+    h = model.hidden
+    return [h * model.qkv_out / tp, h * h / tp, h * model.mlp_in_out / tp, model.ffn_hidden * h / tp]
+
+
+def kept_for_backward(weights) -> list:
+    """Whether ZeRO-3 keeps each weight gathered from its recomputed forward to its backward: the
+    elements of the sub-modules traced in between (the later weights, forward then backward) under
+    ``DS_MAX_REUSE`` (v0.3.13 stage3.py ``_keep_for_later``; v0.16.4 partitioned_param_coordinator.py
+    ``__params_to_release``)."""
+    return [2.0 * sum(weights[i + 1:]) < DS_MAX_REUSE for i in range(len(weights))]
+
+
+def zero3_engine_seconds(profile, coll, lay_dp, c: StepConfig, work, model, recompute):
+    """DeepSpeed ZeRO-3 seconds per step beside ``parallel.data.zero3_time`` (a gather forward, one
+    backward and a reduce-scatter per weight), for the first stage's blocks:
+
+    - under full recompute the recomputed forward's module hooks gather every block weight again
+      (``pre_sub_module_forward_function`` -> ``fetch_sub_module``), and the backward then re-gathers
+      only the weights not ``kept_for_backward``: the regathered weights' all-gathers, hidden behind
+      the recomputed forward where the stack overlaps (``dp_overlap``);
+    - ZeRO-3 of early 2021 (``dp_overlap`` False, v0.3.13 partition_parameters.py ``_allgather_param``
+      and ``_reduce_scatter_gradient``) calls ``torch.distributed.all_gather`` and ``reduce_scatter`` with
+      one tensor per rank, built by a Python loop of n ``narrow`` views before the call, and ProcessGroupNCCL
+      (PyTorch 1.8 torch/lib/c10d/ProcessGroupNCCL.cpp) copies once per rank: ``allgather`` issues the n
+      copies out of its flat buffer after the NCCL kernel, so they cost what they take beyond it;
+      ``reduce_scatter`` copies the n inputs in before it, in full. Each view and each copy costs one
+      host op (``cpu_per_kernel_s``); the device waits for them, as every fetch ends in
+      ``torch.cuda.synchronize()``.
+    """
+    if stack(c.framework).engine != "deepspeed":
+        return 0.0
+    rpn, nodes = lay_dp["dp"]
+    copies = np.asarray(c.dp, float) * HostCosts.of(profile).cpu_per_kernel_s
+    weights = block_weights(model, c.tp)
+    full = recompute == "full"
+    regather, launches = 0.0, 0.0
+    for w, keep in zip(weights, kept_for_backward(weights)):
+        ag = hierarchical_time(coll, "all_gather", w * 2.0, rpn, nodes, algorithm="ring")
+        again = full & ~np.asarray(keep, bool)  # gathered in the recomputed forward and again in the backward
+        regather = regather + np.where(again, ag, 0.0)
+        gathers = np.where(again, 3.0, 2.0)
+        # a gather: the Python loop's n views before the NCCL kernel, then the n copies beyond it;
+        # a reduce-scatter: the loop's n views and the n copies in, both before it
+        launches = launches + gathers * (copies + np.maximum(copies - ag, 0.0)) + 2.0 * copies
+    exposed = overlapped_cost(regather, np.where(c.dp_overlap, work.times.layer_f, 0.0)) \
+        + np.where(c.dp_overlap, 0.0, launches)
+    on = (c.shard_stage >= 3) & ~np.asarray(c.fsdp, bool) & (c.dp > 1)
+    return np.where(on, c.micro_batches * work.stages[0].layers * exposed, 0.0)
