@@ -138,3 +138,26 @@ def test_the_prediction_table_prints_the_caveat():
 
     text = prediction_table(pm.predict("efficientnet-b0", "h200", pm.Strategy(micro_batch=32)))
     assert "caveat     " in text and "CNN kernel classes not measured on h200-sxm-141gb" in text
+
+
+def _per_sample(pair):
+    return pair[0] + pair[1]  # (constant, per-sample) at batch 1
+
+
+def test_every_pass_of_a_grouped_conv_counts_the_forward_flops():
+    # torch's flop counter ignores groups in the weight gradient; the tracer counts N·PQ·Cout·Cin/g·RS per pass
+    for name in ("efficientnet-b0", "resnext50-32x4d"):
+        convs = [op for op in pm.preset(name).ops if op.cls == "conv" and op.size["groups"][0] > 1]
+        assert {op.variant for op in convs} == {"fwd", "dgrad", "wgrad"}
+        for op in convs:
+            m, n, k = (_per_sample(op.size[d]) for d in ("m", "n", "k"))
+            assert _per_sample(op.flops) == pytest.approx(2.0 * m * n * k, rel=1e-9), (name, op.op)
+
+
+def test_a_traced_depthwise_backward_has_the_forward_flops():
+    torch = pytest.importorskip("torch")
+    dense, dw = torch.nn.Conv2d(3, 32, 1, bias=False), torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)
+    graph = pm.from_torch(torch.nn.Sequential(dense, dw), torch.randn(2, 3, 8, 8), name="dw")
+    flops = {op.variant: _per_sample(op.flops) for op in graph.ops if op.cls == "conv" and op.size["groups"][0] > 1}
+    assert flops["fwd"] == pytest.approx(2 * 8 * 8 * 32 * 9)  # per image: P·Q·C·R·S multiply-adds
+    assert flops["dgrad"] == pytest.approx(flops["fwd"]) and flops["wgrad"] == pytest.approx(flops["fwd"])
