@@ -59,3 +59,17 @@ def test_every_layer_builder_runs_forward_and_backward(op):
         out = CNN_BUILDERS[op]({"op": op, "phase": phase, "dtype": "fp32", "batch": 1, "cin": 4, "hw": 6},
                                "cpu", 1).calls[0]()
         assert out is not None
+
+
+def test_every_depthwise_class_has_the_rows_of_its_own_fit():
+    from perfmodel.fit.conv import MIN_POINTS
+
+    req = grids.Request(device="cuda:0", dtypes=("bf16", "fp16", "tf32", "fp32"), timings=("eager",))
+    convs = [c for c in grids.cnn_cases(req) if c["op"] == "conv2d" and c["groups"] == c["cin"]]
+    for dtype in ("bf16", "fp16", "tf32", "fp32"):
+        for phase in ("fwd", "dgrad", "wgrad"):
+            for kernel in (3, 5):
+                for stride in (1, 2):
+                    rows = [c for c in convs if (c["dtype"], c["phase"], c["kernel"], c["stride"]) ==
+                            (dtype, phase, kernel, stride)]
+                    assert len(rows) >= MIN_POINTS, (dtype, phase, kernel, stride)
