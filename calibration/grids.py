@@ -211,7 +211,8 @@ CNN_LAYER_GPU = [(64, 64, 112), (64, 256, 56), (64, 512, 28), (64, 1024, 14), (6
                  (64, 144, 56), (64, 480, 14), (64, 1152, 7), (128, 256, 56), (64, 288, 35)]
 CNN_LAYER_CPU = [(2, 32, 28), (2, 64, 28), (4, 64, 14), (2, 128, 14)]
 CNN_LAYER_QUICK = [(2, 8, 8)]
-CNN_LAYERS = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool")
+CNN_LAYERS = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool", "se_scale")
+FORWARD_ONLY = ("se_pool", "se_scale")  # a backward that is another class's kernel (bytes, or se_scale itself)
 
 
 def cnn_cases(req: Request) -> list[dict]:
@@ -224,7 +225,7 @@ def cnn_cases(req: Request) -> list[dict]:
     layers = CNN_LAYER_QUICK if req.quick else CNN_LAYER_GPU if req.gpu else CNN_LAYER_CPU
     act = _act_dtype(req)
     for op in CNN_LAYERS:
-        phases = ("fwd",) if op == "se_pool" else ("fwd", "bwd")
+        phases = ("fwd",) if op in FORWARD_ONLY else ("fwd", "bwd")
         cases += [_case(op, p, act, batch=b, cin=c, hw=hw) for b, c, hw in layers for p in phases]
     return cases
 

@@ -200,8 +200,9 @@ def test_batch_norm_silu_and_squeeze_excitation_move_the_bytes_aten_moves(se_blo
     assert _moved(ops, "aten.mean", "fwd") == [4 * 64 + 4, x + c]
     assert {op.cls for op in ops if op.op == "aten.mean"} == {"se_pool"}
     assert _moved(ops, "aten.sigmoid", "fwd") == [2 * c]  # the gate: N·C only
-    # excitation: x · gate reads x and the N·C gate, writes x; it stays a generic memory-bound op
+    # excitation: x · gate reads x and the N·C gate, writes x: a class of its own (a broadcast, not a copy)
     assert _moved(ops, "aten.mul", "fwd") == [2 * x + c]
+    assert {op.cls for op in ops if op.op == "aten.mul" and op.phase == "fwd"} == {"se_scale"}
 
 
 def test_a_traced_depthwise_backward_has_the_forward_flops(se_block):
@@ -213,6 +214,8 @@ def test_a_traced_depthwise_backward_has_the_forward_flops(se_block):
 def test_squeeze_excitation_backward_is_priced_as_aten_runs_it(se_block):
     x = 16 * 8 * 8
     assert _moved(se_block, "aten.mul", "bwd") == [2 * x + 16, 3 * x]  # dy·gate -> dx; dy·x for the gate's grad
+    by_class = {op.cls: _elements_per_image(op) for op in se_block if op.op == "aten.mul" and op.phase == "bwd"}
+    assert by_class == {"se_scale": 2 * x + 16, "bytes": 3 * x}  # dy·gate is the excitation's own kernel
     sums = [op for op in se_block if op.op == "aten.sum" and op.phase == "bwd"]
     assert [op.size["x"][1] for op in sums] == [x]  # dy·x summed over H·W
     assert _moved(se_block, "aten.div", "bwd") == [4 * 64 + 4, x + 16]  # the means' backward: N·C spread over H·W

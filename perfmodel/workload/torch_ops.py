@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
-from perfmodel.workload.cnn_ops import CNN_MEM_OPS
+from perfmodel.workload.cnn_ops import CNN_MEM_OPS, is_channel_scale
 from perfmodel.workload.graph import conv_elements, conv_gemm_shapes
 
 
@@ -213,6 +213,8 @@ class Classifier:
             return [{"op": op, "cls": "se_pool", "variant": "fwd", "size": self._moved(ins, outs, kinds, 1)}]
         if name in REDUCTIONS and main is not None:
             return [{"op": op, "cls": "sum", "dtype": dkind, "size": {"x": main.numel()}}]
+        if is_channel_scale(name, ins):  # squeeze-excitation's x · gate (and dy · gate in backward)
+            return [{"op": op, "cls": "se_scale", "variant": "fwd", "size": self._moved(ins, outs, kinds, 1)}]
         if name in CNN_MEM_OPS:  # batch norm, activations, pooling: their own class over the bytes moved
             cls, variant = CNN_MEM_OPS[name]
             return [{"op": op, "cls": cls, "variant": variant,
