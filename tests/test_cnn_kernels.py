@@ -219,3 +219,26 @@ def test_squeeze_excitation_backward_is_priced_as_aten_runs_it(se_block):
     sums = [op for op in se_block if op.op == "aten.sum" and op.phase == "bwd"]
     assert [op.size["x"][1] for op in sums] == [x]  # dy·x summed over H·W
     assert _moved(se_block, "aten.div", "bwd") == [4 * 64 + 4, x + 16]  # the means' backward: N·C spread over H·W
+
+
+def test_a_measured_depthwise_efficiency_reaches_the_prediction(h200):
+    """Depthwise weight-gradient rows timed at 40% of copy bandwidth + 2 µs (what calibrate would write):
+    the fit finds c = 2.5, and an EfficientNet-B0 step priced on the profile carrying it is slower and no
+    longer names the class as unmeasured."""
+    shapes = [(64, 32, 112), (64, 144, 56), (128, 144, 56), (64, 480, 14), (64, 1152, 7)]  # 3x3, stride 1
+    rows = []
+    for b, c, hw in shapes:
+        kern = conv_pass_kernel("dw", "bwd", "wgrad", b, c, c, hw, 3, 1, groups=c, dtype="bf16")
+        rows.append({"op": "conv2d", "phase": "wgrad", "timing": "eager", "dtype": "bf16", "batch": b, "cin": c,
+                     "cout": c, "hw": hw, "kernel": 3, "stride": 1, "groups": c, "bytes": np.nan,
+                     "time_s": 2e-6 + 2.5 * float(reference_seconds(h200, kern)[0])})
+    entries = fit_classes(pd.DataFrame(rows), h200, folds=2)
+    key = "conv.depthwise-k3x3-s1:bf16:wgrad"
+    assert entries[key]["params"]["c"] == pytest.approx(2.5, rel=0.05)
+    assert entries[key]["reference"] == "bytes moved at copy:fp32:fwd"
+    measured = dataclasses.replace(h200, compute={**h200.compute, key: entries[key]})
+    strategy = pm.Strategy(micro_batch=128, precision="bf16-mixed", optimizer="sgd")
+    before = pm.predict(pm.preset("efficientnet-b0"), "h200", strategy, profile=h200)
+    after = pm.predict(pm.preset("efficientnet-b0"), "h200", strategy, profile=measured)
+    assert after.step_time > before.step_time * 1.005
+    assert key in " ".join(before.caveats) and key not in " ".join(after.caveats)
