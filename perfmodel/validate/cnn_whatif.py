@@ -52,17 +52,22 @@ def assumed_profile(profile: Profile, keys: list[str], efficiency: float) -> Pro
 
 
 def family_errors(scored: list[CnnRow], layout: str = "nhwc") -> dict[str, float]:
-    """Median |throughput error| per family over the rows of one layout."""
+    """Median |throughput error| per family over the rows of one layout, and over all of them (``all``)."""
     groups: dict[str, list[float]] = {}
     for r in scored:
         if r.layout == layout:
             groups.setdefault(r.family, []).append(abs(r.error))
+            groups.setdefault("all", []).append(abs(r.error))
     return {f: statistics.median(v) for f, v in sorted(groups.items())}
 
 
-def whatif(cls: str = "depthwise", passes=None, efficiencies=EFFICIENCIES, layout: str = "nhwc") -> list:
-    """(efficiency, {family: median |error|}, {EfficientNet model: signed error}) per assumed efficiency."""
-    rows = [r for r in read_cnn_runs() if r["layout"] == layout]
+def whatif(cls: str = "depthwise", passes=None, efficiencies=EFFICIENCIES, layout: str = "nhwc",
+           gpu: str = "rtx-3090") -> list:
+    """(efficiency, {family: median |error|}, {EfficientNet model: signed error}) per assumed efficiency,
+    over the check rows of one layout and GPU."""
+    rows = [r for r in read_cnn_runs() if r["layout"] == layout and r["gpu"] == gpu]
+    if not rows:
+        raise InvalidInputError(f"gpu {gpu!r}, layout {layout!r}: no check rows (published_cnn_runs.csv)")
     keys = class_keys(cls, passes)
     gpus = sorted({r["gpu"] for r in rows})
     out = []
@@ -92,9 +97,10 @@ def main(argv=None) -> int:
     parser.add_argument("--passes", nargs="+", default=None, help="fwd dgrad wgrad (depthwise) or fwd bwd")
     parser.add_argument("--efficiency", nargs="+", type=float, default=list(EFFICIENCIES))
     parser.add_argument("--layout", default="nhwc", choices=("nhwc", "nchw"))
+    parser.add_argument("--gpu", default="rtx-3090", help="the GPU whose check rows are priced")
     args = parser.parse_args(argv)
-    results = whatif(args.cls, args.passes, args.efficiency, args.layout)
-    print(report(results, f"{args.cls} {' '.join(args.passes or ['(every pass)'])}, {args.layout}"))
+    results = whatif(args.cls, args.passes, args.efficiency, args.layout, args.gpu)
+    print(report(results, f"{args.cls} {' '.join(args.passes or ['(every pass)'])}, {args.gpu} {args.layout}"))
     return 0
 
 
