@@ -90,7 +90,16 @@ def se_pool(case, device, copies) -> Bench:
     return _bench(case, device, copies, lambda x: partial(torch.mean, x, (2, 3), True))
 
 
+def se_scale(case, device, copies) -> Bench:
+    """Squeeze-excitation's excitation: the activation times an N x C x 1 x 1 gate, broadcast over H x W
+    (forward only: its backward's dy · gate is the same kernel)."""
+    def make(x):
+        gate = torch.rand(x.shape[0], x.shape[1], 1, 1, device=x.device, dtype=x.dtype)
+        return partial(torch.mul, x, gate)
+    return _bench(case, device, copies, make)
+
+
 CNN_BUILDERS: dict[str, Callable[[dict, str, int], Bench]] = {
     "batchnorm": batchnorm, "relu": relu, "silu": silu, "sigmoid": sigmoid, "maxpool": maxpool,
-    "avgpool": avgpool, "se_pool": se_pool,
+    "avgpool": avgpool, "se_pool": se_pool, "se_scale": se_scale,
 }

@@ -194,6 +194,10 @@ CNN_CONV_GPU = [
     (64, 480, 14, 480, 3, 1, 480), (64, 480, 14, 480, 5, 1, 480), (64, 672, 14, 672, 5, 2, 672),
     (64, 1152, 7, 1152, 5, 1, 1152), (64, 1152, 7, 1152, 3, 1, 1152), (128, 384, 14, 384, 7, 1, 384),
     (128, 144, 56, 144, 3, 1, 144), (128, 480, 14, 480, 5, 1, 480),
+    # EfficientNet-B4 at 320 px (torchvision widths x1.4): its strided depthwise layers, so that every
+    # depthwise class (3x3 and 5x5, strides 1 and 2) has the rows of a fit of its own
+    (32, 144, 160, 144, 3, 2, 144), (64, 336, 40, 336, 3, 2, 336), (32, 192, 80, 192, 5, 2, 192),
+    (64, 960, 20, 960, 5, 2, 960), (64, 672, 20, 672, 5, 1, 672),
     # Inception-v3 (square kernels): stem, 1x1, 3x3, 5x5 branches, stride-2 reductions
     (64, 3, 299, 32, 3, 2, 1), (64, 32, 149, 64, 3, 1, 1), (64, 192, 35, 64, 1, 1, 1), (64, 48, 35, 64, 5, 1, 1),
     (64, 64, 35, 96, 3, 1, 1), (64, 288, 35, 384, 3, 2, 1), (64, 768, 17, 192, 1, 1, 1),
@@ -207,7 +211,8 @@ CNN_LAYER_GPU = [(64, 64, 112), (64, 256, 56), (64, 512, 28), (64, 1024, 14), (6
                  (64, 144, 56), (64, 480, 14), (64, 1152, 7), (128, 256, 56), (64, 288, 35)]
 CNN_LAYER_CPU = [(2, 32, 28), (2, 64, 28), (4, 64, 14), (2, 128, 14)]
 CNN_LAYER_QUICK = [(2, 8, 8)]
-CNN_LAYERS = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool")
+CNN_LAYERS = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool", "se_scale")
+FORWARD_ONLY = ("se_pool", "se_scale")  # a backward that is another class's kernel (bytes, or se_scale itself)
 
 
 def cnn_cases(req: Request) -> list[dict]:
@@ -220,7 +225,7 @@ def cnn_cases(req: Request) -> list[dict]:
     layers = CNN_LAYER_QUICK if req.quick else CNN_LAYER_GPU if req.gpu else CNN_LAYER_CPU
     act = _act_dtype(req)
     for op in CNN_LAYERS:
-        phases = ("fwd",) if op == "se_pool" else ("fwd", "bwd")
+        phases = ("fwd",) if op in FORWARD_ONLY else ("fwd", "bwd")
         cases += [_case(op, p, act, batch=b, cin=c, hw=hw) for b, c, hw in layers for p in phases]
     return cases
 

@@ -391,7 +391,7 @@ BUILDERS: dict[str, Callable[[dict, str, int], Bench]] = {
     "launch_add": launch_add, "launch_mm": launch_mm, "train_step": train_step,
 }
 # CNN layers (calibration/cnn_ops.py): shapes batch x cin x hw x hw, channels-last
-CNN_LAYER_OPS = frozenset({"batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool"})
+CNN_LAYER_OPS = frozenset({"batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool", "se_scale"})
 ROTATE = (frozenset(BUILDERS) | CNN_LAYER_OPS) - {"h2d", "d2h", "adamw", "sgd", "launch_add", "launch_mm",
                                                    "train_step"}
 
@@ -475,4 +475,6 @@ def layer_bytes(case: dict) -> int:
         return (y + x + x) * e + 8 * y if bwd else (x + y) * e + 8 * y
     if op == "se_pool":  # spatial mean: read x, write N x C
         return x * e + case["batch"] * case["cin"] * e
+    if op == "se_scale":  # x · gate: read x and the N x C gate, write x
+        return 2 * x * e + case["batch"] * case["cin"] * e
     return (3 if bwd else 2) * x * e  # pointwise (and 3x3 stride-1 average pooling): fwd x, y; bwd + dy

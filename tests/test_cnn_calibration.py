@@ -38,6 +38,15 @@ def test_layer_bytes_are_hand_checkable():
     # max pooling 3x3/2 backward: dy (256) + x (1024) read, dx (1024) written, 256 int64 indices
     assert layer_bytes({"op": "maxpool", "phase": "bwd", "dtype": "fp32", "batch": 2, "cin": 8, "hw": 8}) == \
         (256 + 1024 + 1024) * 4 + 256 * 8
+    # squeeze-excitation's x · gate in bf16: x read (1024), the 2 x 8 gate read, y written (1024)
+    assert layer_bytes({"op": "se_scale", "phase": "fwd", "dtype": "bf16", "batch": 2, "cin": 8, "hw": 8}) == \
+        (1024 + 16 + 1024) * 2
+
+
+def test_the_excitation_builder_multiplies_by_a_channel_gate():
+    y = CNN_BUILDERS["se_scale"]({"op": "se_scale", "phase": "fwd", "dtype": "fp32", "batch": 2, "cin": 4, "hw": 6},
+                                 "cpu", 1).calls[0]()
+    assert y.shape == (2, 4, 6, 6)
 
 
 def test_a_quick_cpu_run_writes_rows_the_class_fitter_reads(tmp_path):
@@ -48,14 +57,28 @@ def test_a_quick_cpu_run_writes_rows_the_class_fitter_reads(tmp_path):
     table = read_compute_table(tmp_path)
     rows = class_rows(table)
     assert set(rows.key) >= {"conv.dense-k3x3-s2:fp32:fwd", "conv.depthwise-k3x3-s1:fp32:wgrad",
-                             "batchnorm:fp32:bwd", "silu:fp32:fwd", "se_pool:fp32:fwd"}
+                             "batchnorm:fp32:bwd", "silu:fp32:fwd", "se_pool:fp32:fwd", "se_scale:fp32:fwd"}
     assert (rows.time_s > 0).all()
 
 
 @pytest.mark.parametrize("op", sorted(CNN_BUILDERS))
 def test_every_layer_builder_runs_forward_and_backward(op):
-    phases = ("fwd",) if op == "se_pool" else ("fwd", "bwd")
+    phases = ("fwd",) if op in grids.FORWARD_ONLY else ("fwd", "bwd")
     for phase in phases:
         out = CNN_BUILDERS[op]({"op": op, "phase": phase, "dtype": "fp32", "batch": 1, "cin": 4, "hw": 6},
                                "cpu", 1).calls[0]()
         assert out is not None
+
+
+def test_every_depthwise_class_has_the_rows_of_its_own_fit():
+    from perfmodel.fit.conv import MIN_POINTS
+
+    req = grids.Request(device="cuda:0", dtypes=("bf16", "fp16", "tf32", "fp32"), timings=("eager",))
+    convs = [c for c in grids.cnn_cases(req) if c["op"] == "conv2d" and c["groups"] == c["cin"]]
+    for dtype in ("bf16", "fp16", "tf32", "fp32"):
+        for phase in ("fwd", "dgrad", "wgrad"):
+            for kernel in (3, 5):
+                for stride in (1, 2):
+                    rows = [c for c in convs if (c["dtype"], c["phase"], c["kernel"], c["stride"]) ==
+                            (dtype, phase, kernel, stride)]
+                    assert len(rows) >= MIN_POINTS, (dtype, phase, kernel, stride)

@@ -10,6 +10,7 @@ import perfmodel as pm
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.costs.cnn import cnn_kernel_time, conv_pass_kernel
 from perfmodel.validate.cnn import CNN_RUNS_CSV, class_breakdown, main, read_cnn_runs, relative_errors, score, summary
+from perfmodel.validate.cnn_whatif import assumed_profile, class_keys
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +128,20 @@ def test_increments_pair_models_on_the_same_gpu_and_layout(scored):
     assert measured == pytest.approx(1 / 814.69 - 1 / 1001.03)  # timm: 814.69 and 1001.03 samples/s
     assert predicted == pytest.approx(1 / by["seresnext50-32x4d"].predicted - 1 / by["resnext50-32x4d"].predicted)
     assert len(inc) == 10
+
+
+def test_an_assumed_efficiency_moves_only_the_models_with_that_class():
+    rows = [r for r in read_cnn_runs() if r["layout"] == "nhwc" and r["model"] in ("resnet50", "efficientnet-b0")]
+    base = {r.model: r.predicted for r in score(rows)}
+    keys = class_keys("depthwise")
+    assert "conv.depthwise:fp16:wgrad" in keys and len(keys) == 12  # 4 precisions x 3 passes
+    profile = pm.load_profile(rows[0]["gpu"])
+    same = {r.model: r.predicted for r in score(rows, {rows[0]["gpu"]: assumed_profile(profile, keys, 1.0)})}
+    assert same == pytest.approx(base, rel=1e-12)  # efficiency 1 is the unmeasured reference itself
+    half = {r.model: r.predicted for r in score(rows, {rows[0]["gpu"]: assumed_profile(profile, keys, 0.5)})}
+    assert half["resnet50"] == pytest.approx(base["resnet50"], rel=1e-12)  # no depthwise pass
+    assert half["efficientnet-b0"] < 0.97 * base["efficientnet-b0"]
+    with pytest.raises(InvalidInputError, match="passes"):
+        class_keys("depthwise", ["bwd"])
+    with pytest.raises(InvalidInputError, match="efficiency"):
+        assumed_profile(profile, keys, 1.5)

@@ -138,3 +138,107 @@ def test_the_prediction_table_prints_the_caveat():
 
     text = prediction_table(pm.predict("efficientnet-b0", "h200", pm.Strategy(micro_batch=32)))
     assert "caveat     " in text and "CNN kernel classes not measured on h200-sxm-141gb" in text
+
+
+def _per_sample(pair):
+    return pair[0] + pair[1]  # (constant, per-sample) at batch 1
+
+
+def test_every_pass_of_a_grouped_conv_counts_the_forward_flops():
+    # torch's flop counter ignores groups in the weight gradient; the tracer counts N·PQ·Cout·Cin/g·RS per pass
+    for name in ("efficientnet-b0", "resnext50-32x4d"):
+        convs = [op for op in pm.preset(name).ops if op.cls == "conv" and op.size["groups"][0] > 1]
+        assert {op.variant for op in convs} == {"fwd", "dgrad", "wgrad"}
+        for op in convs:
+            m, n, k = (_per_sample(op.size[d]) for d in ("m", "n", "k"))
+            assert _per_sample(op.flops) == pytest.approx(2.0 * m * n * k, rel=1e-9), (name, op.op)
+
+
+@pytest.fixture(scope="module")
+def se_block():
+    """Batch norm, SiLU, a depthwise 3x3 and a squeeze-excitation gate over 16 x 8 x 8 activations, traced."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn, self.fc1, self.fc2 = torch.nn.BatchNorm2d(16), torch.nn.Conv2d(16, 4, 1), torch.nn.Conv2d(4, 16, 1)
+            self.head = torch.nn.Conv2d(16, 4, 1)
+            self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False)
+
+        def forward(self, x):
+            x = self.dw(F.silu(self.bn(x)))
+            gate = torch.sigmoid(self.fc2(F.silu(self.fc1(x.mean((2, 3), keepdim=True)))))
+            return self.head(x * gate).mean((2, 3))
+
+    graph = pm.from_torch(Block(), torch.randn(2, 16, 8, 8), name="se-block")
+    return graph.ops
+
+
+def _elements_per_image(op):
+    return sum(op.size[k][1] for k in ("low", "f32") if k in op.size)
+
+
+def _moved(ops, name, phase) -> list:
+    """Elements per image of each traced op ``name`` in ``phase``, sorted."""
+    return sorted(_elements_per_image(op) for op in ops if op.op == name and op.phase == phase)
+
+
+def test_batch_norm_silu_and_squeeze_excitation_move_the_bytes_aten_moves(se_block):
+    x, c = 16 * 8 * 8, 16  # elements of one image's activation, channels
+    ops = se_block
+    # training batch norm: statistics pass and normalise pass read x twice, write y; backward reads dy and x
+    # twice (reduce, then elementwise) and writes dx (native_batch_norm / _backward, channels-last kernels)
+    assert _moved(ops, "aten.native_batch_norm", "fwd") == [3 * x]
+    assert _moved(ops, "aten.native_batch_norm_backward", "bwd") == [5 * x]
+    # SiLU: y = f(x) reads and writes; dx = f'(x)·dy reads two. The small ones are the gate's, on N·C/4
+    assert _moved(ops, "aten.silu", "fwd") == [2 * c // 4, 2 * x]
+    assert _moved(ops, "aten.silu_backward", "bwd") == [3 * c // 4, 3 * x]
+    assert {op.cls for op in ops if op.op.startswith("aten.silu")} == {"silu"}
+    # squeeze: read x, write N·C (and the head's global pool over its 4 x 8 x 8 output)
+    assert _moved(ops, "aten.mean", "fwd") == [4 * 64 + 4, x + c]
+    assert {op.cls for op in ops if op.op == "aten.mean"} == {"se_pool"}
+    assert _moved(ops, "aten.sigmoid", "fwd") == [2 * c]  # the gate: N·C only
+    # excitation: x · gate reads x and the N·C gate, writes x: a class of its own (a broadcast, not a copy)
+    assert _moved(ops, "aten.mul", "fwd") == [2 * x + c]
+    assert {op.cls for op in ops if op.op == "aten.mul" and op.phase == "fwd"} == {"se_scale"}
+
+
+def test_a_traced_depthwise_backward_has_the_forward_flops(se_block):
+    flops = {op.variant: op.flops[1] for op in se_block if op.cls == "conv" and op.size["groups"][0] > 1}
+    assert flops["fwd"] == pytest.approx(2 * 8 * 8 * 16 * 9)  # per image: P·Q·C·R·S multiply-adds
+    assert flops["dgrad"] == pytest.approx(flops["fwd"]) and flops["wgrad"] == pytest.approx(flops["fwd"])
+
+
+def test_squeeze_excitation_backward_is_priced_as_aten_runs_it(se_block):
+    x = 16 * 8 * 8
+    assert _moved(se_block, "aten.mul", "bwd") == [2 * x + 16, 3 * x]  # dy·gate -> dx; dy·x for the gate's grad
+    by_class = {op.cls: _elements_per_image(op) for op in se_block if op.op == "aten.mul" and op.phase == "bwd"}
+    assert by_class == {"se_scale": 2 * x + 16, "bytes": 3 * x}  # dy·gate is the excitation's own kernel
+    sums = [op for op in se_block if op.op == "aten.sum" and op.phase == "bwd"]
+    assert [op.size["x"][1] for op in sums] == [x]  # dy·x summed over H·W
+    assert _moved(se_block, "aten.div", "bwd") == [4 * 64 + 4, x + 16]  # the means' backward: N·C spread over H·W
+
+
+def test_a_measured_depthwise_efficiency_reaches_the_prediction(h200):
+    """Depthwise weight-gradient rows timed at 40% of copy bandwidth + 2 µs (what calibrate would write):
+    the fit finds c = 2.5, and an EfficientNet-B0 step priced on the profile carrying it is slower and no
+    longer names the class as unmeasured."""
+    shapes = [(64, 32, 112), (64, 144, 56), (128, 144, 56), (64, 480, 14), (64, 1152, 7)]  # 3x3, stride 1
+    rows = []
+    for b, c, hw in shapes:
+        kern = conv_pass_kernel("dw", "bwd", "wgrad", b, c, c, hw, 3, 1, groups=c, dtype="bf16")
+        rows.append({"op": "conv2d", "phase": "wgrad", "timing": "eager", "dtype": "bf16", "batch": b, "cin": c,
+                     "cout": c, "hw": hw, "kernel": 3, "stride": 1, "groups": c, "bytes": np.nan,
+                     "time_s": 2e-6 + 2.5 * float(reference_seconds(h200, kern)[0])})
+    entries = fit_classes(pd.DataFrame(rows), h200, folds=2)
+    key = "conv.depthwise-k3x3-s1:bf16:wgrad"
+    assert entries[key]["params"]["c"] == pytest.approx(2.5, rel=0.05)
+    assert entries[key]["reference"] == "bytes moved at copy:fp32:fwd"
+    measured = dataclasses.replace(h200, compute={**h200.compute, key: entries[key]})
+    strategy = pm.Strategy(micro_batch=128, precision="bf16-mixed", optimizer="sgd")
+    before = pm.predict(pm.preset("efficientnet-b0"), "h200", strategy, profile=h200)
+    after = pm.predict(pm.preset("efficientnet-b0"), "h200", strategy, profile=measured)
+    assert after.step_time > before.step_time * 1.005
+    assert key in " ".join(before.caveats) and key not in " ".join(after.caveats)

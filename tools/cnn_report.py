@@ -10,7 +10,7 @@ import sys
 
 import perfmodel as pm
 
-PREFIXES = ("conv.", "batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool")
+PREFIXES = ("conv.", "batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool", "se_scale")
 
 
 def rows(name: str) -> list[str]:

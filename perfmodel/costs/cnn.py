@@ -10,7 +10,7 @@ reference time the profile already knows (form ``scaled_ref``: t = t0 + c · t_r
   M = N·P·Q, N = K, K = C/g·R·S; shapes in :func:`perfmodel.workload.graph.conv_gemm_shapes`)
   on the profile's ``gemm:<dtype>`` fit;
 - depthwise, and the bandwidth-bound layers (``batchnorm``, ``relu``, ``silu``, ``sigmoid``,
-  ``maxpool``, ``avgpool``, ``se_pool``): t_ref = the bytes the kernel moves at the
+  ``maxpool``, ``avgpool``, ``se_pool``, ``se_scale``): t_ref = the bytes the kernel moves at the
   profile's measured copy-bandwidth curve (``copy:fp32:fwd``; roofline, Williams et al. 2009).
 
 Entries are looked up most specific first: ``conv.<kind>-k<R>x<S>-s<stride>:<dtype>:<pass>``,

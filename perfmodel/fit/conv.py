@@ -2,7 +2,7 @@
 
 CNN classes (:func:`fit_classes`, priced by :mod:`perfmodel.costs.cnn`): rows of op
 ``conv2d`` timed one pass at a time (phase fwd, dgrad, wgrad; column ``groups``) and of
-the bandwidth-bound layers (batchnorm, relu, silu, sigmoid, maxpool, avgpool, se_pool;
+the bandwidth-bound layers (batchnorm, relu, silu, sigmoid, maxpool, avgpool, se_pool, se_scale;
 phase fwd or bwd; ``bytes`` moved) fit t = max(t_cpu, t0 + c · t_ref) per class and,
 pooled, per convolution kind, each with k-fold CV (leave-one-out below five rows).
 

@@ -64,13 +64,14 @@ def read_cnn_runs(path: str | Path = CNN_RUNS_CSV) -> list[dict]:
     return [{k: str(v) for k, v in row.items()} for row in table.to_dict("records")]
 
 
-def score(rows: list[dict] | None = None) -> list[CnnRow]:
-    """Each row priced with the public API."""
+def score(rows: list[dict] | None = None, profiles: dict | None = None) -> list[CnnRow]:
+    """Each row priced with the public API (on ``profiles[gpu]`` where given, else the GPU's bundled profile)."""
     out = []
     for r in read_cnn_runs() if rows is None else rows:
         batch = int(r["batch"])
         p = predict(preset(r["model"]), r["gpu"], Strategy(micro_batch=batch, precision=r["precision"],
-                                                           optimizer=r["optimizer"]))
+                                                           optimizer=r["optimizer"]),
+                    profile=(profiles or {}).get(r["gpu"]))
         out.append(CnnRow(r["model"], r["family"], r["gpu"], r["layout"], batch, float(r["samples_per_s"]),
                           batch / float(p.step_time), r["source"]))
     return out

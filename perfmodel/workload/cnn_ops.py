@@ -3,7 +3,10 @@
 Batch norm in training mode, ReLU, SiLU, sigmoid (the squeeze-excitation gate), max and
 average pooling: each traced op maps to (class, pass); its size is the bytes it moves,
 counted like any memory-bound op of a traced graph. Spatial means (squeeze-excitation's
-squeeze, global average pooling) are recognised by shape in the tracer (class ``se_pool``).
+squeeze, global average pooling) are recognised by shape in the tracer (class ``se_pool``),
+and so is the excitation: an N x C x H x W tensor times an N x C x 1 x 1 gate (class ``se_scale``,
+also its backward's dy times the gate), a broadcast that elementwise kernels do not run at a
+contiguous copy's rate, so it is measured apart.
 """
 
 from __future__ import annotations
@@ -21,3 +24,13 @@ CNN_MEM_OPS: dict[str, tuple[str, str]] = {
     "avg_pool2d": ("avgpool", "fwd"), "avg_pool2d_backward": ("avgpool", "bwd"),
     "_adaptive_avg_pool2d": ("se_pool", "fwd"), "_adaptive_avg_pool2d_backward": ("se_pool", "bwd"),
 }
+
+
+def is_channel_scale(name: str, ins) -> bool:
+    """True for squeeze-excitation's excitation: ``mul`` of an N x C x H x W tensor (H·W > 1) and an
+    N x C x 1 x 1 gate."""
+    if name not in ("mul", "mul_") or len(ins) != 2 or any(t.dim() != 4 for t in ins):
+        return False
+    big, small = sorted(ins, key=lambda t: -t.numel())
+    return (tuple(small.shape[2:]) == (1, 1) and tuple(small.shape[:2]) == tuple(big.shape[:2])
+            and big.shape[2] * big.shape[3] > 1)

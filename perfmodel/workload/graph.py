@@ -34,7 +34,7 @@ SCHEMA_VERSION = 1
 # 'copy' bandwidth curve; "conv2d" -> its implicit GEMMs are separate 'gemm' ops, this is the rest).
 # "conv" -> one convolution pass (fwd/dgrad/wgrad) priced by its class (perfmodel/costs/cnn.py); the
 # bandwidth-bound CNN layers below -> their own classes over the bytes they move
-CNN_MEM_CLASSES = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool")
+CNN_MEM_CLASSES = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool", "se_scale")
 OP_CLASSES = ("gemm", "sdpa", "conv2d", "layernorm", "gelu", "softmax", "cross_entropy", "embedding",
               "sum", "bytes", "cast_fp32_to_bf16", "cast_bf16_to_fp32", "conv") + CNN_MEM_CLASSES
 OP_PHASES = ("fwd", "bwd", "loss_fwd", "loss_bwd")

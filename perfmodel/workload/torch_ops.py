@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
-from perfmodel.workload.cnn_ops import CNN_MEM_OPS
+from perfmodel.workload.cnn_ops import CNN_MEM_OPS, is_channel_scale
 from perfmodel.workload.graph import conv_elements, conv_gemm_shapes
 
 
@@ -180,7 +180,7 @@ class Classifier:
             return [{"op": op, "cls": "gemm", "dtype": "gemm", "flops": flops,
                      "size": {"m": rows, "n": b.shape[-1], "k": a.shape[-1]}}]
         if name in CONV or name == "convolution_backward":
-            return _conv_records(op, name, _bind(func, args, kwargs), outs, flops)
+            return _conv_records(op, name, _bind(func, args, kwargs), outs)
         if name in SDPA or name in SDPA_BWD:
             b = _bind(func, args, kwargs)
             q, k = b["query"], b["key"]
@@ -213,6 +213,8 @@ class Classifier:
             return [{"op": op, "cls": "se_pool", "variant": "fwd", "size": self._moved(ins, outs, kinds, 1)}]
         if name in REDUCTIONS and main is not None:
             return [{"op": op, "cls": "sum", "dtype": dkind, "size": {"x": main.numel()}}]
+        if is_channel_scale(name, ins):  # squeeze-excitation's x · gate (and dy · gate in backward)
+            return [{"op": op, "cls": "se_scale", "variant": "fwd", "size": self._moved(ins, outs, kinds, 1)}]
         if name in CNN_MEM_OPS:  # batch norm, activations, pooling: their own class over the bytes moved
             cls, variant = CNN_MEM_OPS[name]
             return [{"op": op, "cls": cls, "variant": variant,
@@ -294,7 +296,7 @@ def _flops(func, args, kwargs, out) -> float:
     return float(fn(*args, **kwargs, out_val=out)) if fn else 0.0
 
 
-def _conv_records(op, name, b, outs, flops) -> list:
+def _conv_records(op, name, b, outs) -> list:
     """A convolution as one record per pass (fwd, dgrad, wgrad), its implicit GEMM shape and its class."""
     x, w = b.get("input", b.get("self")), b["weight"]
     groups, transposed = int(b.get("groups", 1) or 1), bool(b.get("transposed", False))
@@ -310,13 +312,15 @@ def _conv_records(op, name, b, outs, flops) -> list:
         parts = _transposed_parts(name, b)
     shapes = conv_gemm_shapes(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups)
     gemm = [(p, shapes[p]) for p in parts]
-    total = sum(2.0 * m * n * k for _, (m, n, k) in gemm) or 1.0
+    # every pass does the forward's multiply-adds, N·PQ·Cout·Cin/g·RS (Chetlur et al. 2014, §3), unpadded;
+    # not torch's flop counter, which ignores groups in the weight gradient (C/g times too many)
+    pass_flops = 2.0 * x.shape[0] * out_sp * cout * (cin // groups) * kernel
     # one record per pass, classed by kind, kernel and stride (perfmodel/costs/cnn.py)
     stride = max(int(v) for v in b.get("stride", (1,)))
     kh, kw = (int(w.shape[2]), int(w.shape[3])) if w.dim() == 4 else (int(kernel), 1)
     moved = conv_elements(x.shape[0], cin, cout, in_sp, out_sp, kernel, groups)
     recs = [{"op": f"{op}.{p}" if p != "fwd" else op, "cls": "conv", "variant": p, "dtype": "gemm",
-             "flops": flops * 2.0 * m * n * k / total,
+             "flops": pass_flops,
              "size": {"m": m, "n": n, "k": k, "x": moved, "kh": kh, "kw": kw, "stride": stride, "groups": groups,
                       "cin": cin}} for p, (m, n, k) in gemm]
     if name == "convolution_backward" and b["output_mask"][2]:  # bias gradient: a reduction of dY
