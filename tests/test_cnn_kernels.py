@@ -18,6 +18,8 @@ from perfmodel.costs.cnn import (
     reference_seconds,
     unmeasured,
 )
+from perfmodel.fit.compute import ComputeFitter
+from perfmodel.fit.tables import COMPUTE_COLUMNS
 from perfmodel.fit.conv import fit_classes
 from perfmodel.forms.registry import get_form
 from perfmodel.workload.ops import Kernel
@@ -242,3 +244,17 @@ def test_a_measured_depthwise_efficiency_reaches_the_prediction(h200):
     after = pm.predict(pm.preset("efficientnet-b0"), "h200", strategy, profile=measured)
     assert after.step_time > before.step_time * 1.005
     assert key in " ".join(before.caveats) and key not in " ".join(after.caveats)
+
+
+def test_a_class_without_its_reference_fits_is_reported_skipped_with_the_reason(h200):
+    """Depthwise rows measured without the run's GEMM and copy rows cannot be fitted (a class is a
+    correction of those): the fit report says why, rather than listing a silent datasheet fallback."""
+    rows = []
+    for b, c, hw in [(64, 32, 112), (64, 144, 56), (128, 144, 56), (64, 480, 14), (64, 1152, 7)]:
+        kern = conv_pass_kernel("dw", "bwd", "wgrad", b, c, c, hw, 3, 1, groups=c, dtype="bf16")
+        rows.append({"op": "conv2d", "phase": "wgrad", "timing": "eager", "dtype": "bf16", "batch": b, "cin": c,
+                     "cout": c, "hw": hw, "kernel": 3, "stride": 1, "groups": c, "bytes": np.nan, "reps": 10,
+                     "inner": 1, "time_s": 2e-6 + 2.5 * float(reference_seconds(h200, kern)[0])})
+    table = pd.DataFrame(rows).reindex(columns=list(dict.fromkeys([*COMPUTE_COLUMNS, *rows[0]])))
+    report = ComputeFitter(folds=2).fit(table).report_.set_index("class")
+    assert "measure --ops gemm,copy" in report.loc["conv.depthwise-k3x3-s1:bf16:wgrad", "form"]

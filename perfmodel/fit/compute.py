@@ -179,6 +179,7 @@ class ComputeFitter:
         table, reduced = bound_rows(table, seed=self.seed)  # bounded memory on a huge table; says what it did
         self.rejected_.update(reduced)
         self.entries_: dict[str, dict] = {}
+        self._skipped: dict[str, str] = {}
         self.host_: dict[str, float] = {}
         rows = []
         self.points_: dict[str, tuple] = {}  # class -> (measured, fitted) for residual plots
@@ -194,7 +195,8 @@ class ComputeFitter:
             self._key = key
             entry = fn()
             if entry is None:
-                rows.append({"class": key, "points": 0, "form": "(datasheet fallback)", "cv_mape": np.nan})
+                form = self._skipped.get(key, "(datasheet fallback)")
+                rows.append({"class": key, "points": 0, "form": form, "cv_mape": np.nan})
                 continue
             self.entries_[key] = entry
             rows.append({"class": key, "points": entry["n_points"], "form": entry["form"],
@@ -229,8 +231,14 @@ class ComputeFitter:
                     source=self.source)
         cnn = class_rows(table)  # CNN classes: corrections of the GEMM and copy fits above
         for key in class_keys(cnn):
-            yield key, lambda key=key: fit_class(cnn, key, self._reference(), folds=self.folds, seed=self.seed,
-                                                 source=self.source)
+            yield key, lambda key=key: self._fit_cnn_class(cnn, key)
+
+    def _fit_cnn_class(self, cnn, key):
+        entry = fit_class(cnn, key, self._reference(), folds=self.folds, seed=self.seed, source=self.source)
+        if entry is None and ((cnn.key == key) | (cnn.kind_key == key)).sum() >= MIN_POINTS:
+            # enough rows, but no GEMM or copy fit of this run to correct: say so in the report
+            self._skipped[key] = "(skipped: no gemm/copy fit in this run; measure --ops gemm,copy with it)"
+        return entry
 
     def _reference(self) -> Profile:
         """The classes fitted so far as a Profile: what the CNN classes' reference times are priced on."""
