@@ -131,3 +131,21 @@ def test_the_bundled_k80_is_its_carried_profile(p100):
     k80 = pm.load_profile("k80")
     again = carried_conv(k80, p100)  # the datasheet's conv classes are already gone; carrying twice is a no-op
     assert again.compute == k80.compute
+
+
+def test_two_workbooks_compare_on_the_shapes_both_timed(monkeypatch):
+    import tools.deepbench_compare as dc
+
+    conv = [["Convolution"], ["W", "H", "C", "N", "K ", "R", "S"]]
+    shape = ["14", "14", "64", "8", "64", "3", "3", "1", "1", "1", "1"]
+    gemm = [["Dense Matrix Multiplication", "M", "N", "K"]]
+    sheets = {"a": conv + [shape + ["2.0", "N/A*", "4.0", "x"], ["28"] + shape[1:] + ["1", "1", "1", "x"]]
+              + gemm + [["1024", "1024", "1024", "N", "N", "1.0", "x"]],
+              "b": conv + [shape + ["1.0", "N/A*", "1.0", "x"]] + gemm + [["1024", "1024", "1024", "N", "N", "0.5", "x"]]}
+    monkeypatch.setattr(dc, "_fp32_sheet", lambda path: sheets[path])
+    table = dc.compare("a", 1e12, "b", 2e12)
+    flops = 2.0 * 8 * 64 * 14**2 * 64 * 9  # the forward's FLOPs, every pass
+    assert table.loc["conv k3 s1 fwd", "a"] == pytest.approx(flops / 2e-3 / 1e12)
+    assert table.loc["conv k3 s1 fwd", "ratio"] == pytest.approx(1.0)  # half the time at half the peak
+    assert table.loc["conv k3 s1 wgrad", "ratio"] == pytest.approx(0.5)
+    assert table.loc["gemm", "ratio"] == pytest.approx(1.0) and table.loc["conv k3 s1 fwd", "shapes"] == 1
