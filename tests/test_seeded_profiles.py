@@ -149,3 +149,19 @@ def test_two_workbooks_compare_on_the_shapes_both_timed(monkeypatch):
     assert table.loc["conv k3 s1 fwd", "ratio"] == pytest.approx(1.0)  # half the time at half the peak
     assert table.loc["conv k3 s1 wgrad", "ratio"] == pytest.approx(0.5)
     assert table.loc["gemm", "ratio"] == pytest.approx(1.0) and table.loc["conv k3 s1 fwd", "shapes"] == 1
+
+
+def test_the_k80_memory_classes_follow_its_published_copies():
+    from perfmodel.forms.registry import get_form
+    from perfmodel.profiles.reference import stream_copy_bw
+
+    # eight GK210 of one server (p2pBandwidthLatencyTest diagonal) and one ECC-on GCE VM (bandwidthTest)
+    assert stream_copy_bw("k80") == pytest.approx(172.79e9)
+    k80, h200 = pm.load_profile("k80"), pm.load_profile(REFERENCE_PROFILE)
+
+    def seconds(profile):
+        e = profile.entry("copy:fp32:fwd")
+        return float(get_form(e["form"]).evaluate({**e["params"], "t_cpu": 0.0}, x=1e8))
+
+    # a datasheet class scales by the measured copies' ratio, not 240 GB/s against the H200's 4.8 TB/s
+    assert seconds(k80) / seconds(h200) == pytest.approx(stream_copy_bw(REFERENCE_PROFILE) / 172.79e9, rel=0.02)

@@ -28,8 +28,9 @@ def k80_one_gpu():
 
 def test_one_k80_is_checked_per_model(k80_one_gpu):
     # check data (TensorFlow's page, May 2017), nothing fitted to it. VGG16 (3x3 convolutions only) was
-    # -31...-33% with the H200's bf16 corrections, -5...-8% with cuDNN 6's fp32 3x3 classes carried from
-    # the P100; ResNets +16...+29%, InceptionV3 +66...+73% (docs/parameter-servers.md)
+    # -31...-33% with the H200's bf16 corrections, -7...-10% with cuDNN 6's fp32 3x3 classes carried from
+    # the P100 and the K80's published copy bandwidth; ResNets +11...+24%, InceptionV3 +60...+66%
+    # (docs/parameter-servers.md)
     vgg = [r.error for r in k80_one_gpu if r.model == "vgg16"]
     assert len(vgg) == 2 and all(abs(e) < 0.15 for e in vgg)
     errors = sorted(abs(r.error) for r in k80_one_gpu)
