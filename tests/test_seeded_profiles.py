@@ -165,3 +165,16 @@ def test_the_k80_memory_classes_follow_its_published_copies():
 
     # a datasheet class scales by the measured copies' ratio, not 240 GB/s against the H200's 4.8 TB/s
     assert seconds(k80) / seconds(h200) == pytest.approx(stream_copy_bw(REFERENCE_PROFILE) / 172.79e9, rel=0.02)
+
+
+def test_the_k80_gemm_fit_meets_a_k80s_own_sgemm():
+    # check data, not fitted: CUDA 8.0 batchCUBLAS, 100 back-to-back sgemm 1536^3 on each GK210 of a
+    # 4-board K80 server (flyliu2017/pai210 tests/PerformanceTest/gpu105-test-result.txt @5b08b980)
+    from perfmodel.forms.registry import get_form
+
+    published = [3032.22, 2523.84, 2709.37, 2620.09, 2616.45, 2496.43, 2588.1, 2527.11]  # GFLOP/s
+    e = pm.load_profile("k80").entry("gemm:fp32")
+    n = 1536.0
+    rate = 2.0 * n**3 / float(get_form(e["form"]).evaluate({**e["params"], "t_cpu": 0.0}, m=n, n=n, k=n))
+    median = sorted(published)[3:5]
+    assert rate / (sum(median) / 2 * 1e9) - 1 == pytest.approx(0.0, abs=0.05)
