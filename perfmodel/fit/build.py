@@ -50,7 +50,7 @@ SEED_TABLES = {"v100-sxm2-32gb": Path(__file__).resolve().parents[1] / "data" / 
 # GPUs with no published convolution table take the convolution classes of a GPU measured with the cuDNN
 # generation their users ran: the K80's TensorFlow 1.x runs of 2017 used cuDNN 5.1, DeepBench's P100 table
 # cuDNN 6.0.21. No Kepler table of this kind is public: DeepBench has no Kepler GPU, and convnet-benchmarks'
-# Kepler (Titan Black) layers are cuDNN R2 of 2014 on five AlexNet/OverFeat shapes (docs/parameter-servers.md)
+# legacy Kepler (Titan Black) layer table has no cuDNN row, on five large-kernel shapes (docs/parameter-servers.md)
 CONV_CARRIED = {"k80": "p100-pcie-16gb"}
 # a class fitted on rows of one kernel shape and stride; the pooled ``conv.<kind>:...`` entries mix shapes
 SHAPE_CLASS = re.compile(r"^conv\.[a-z]+-k\d+x\d+-s\d+:(?P<dtype>[a-z0-9]+):")
