@@ -4,7 +4,8 @@ Fitted: ``perfmodel/profiles/data/reference/gemm_published.csv`` (the P100 rows)
 ``perfmodel/data/deepbench-p100/compute.csv``, both converted from baidu-research/DeepBench
 ``results/train/DeepBench_NV_P100.xlsx`` @da81ba7 by ``tools/deepbench_gemm.py`` and
 ``tools/deepbench_conv.py``. The K80 has no kernel table of its own: its ``gemm:fp32`` is fitted to
-cuBLAS 7.0 sgemm on a Tesla K40 (``gemm_same_architecture.csv``), its convolutions stay scaled.
+cuBLAS 7.0 sgemm on a Tesla K40 (``gemm_same_architecture.csv``), its convolution classes are the P100's
+(cuDNN 6.0.21) fitted one kernel shape at a time, as corrections of that Kepler GEMM (``fit.build.carried_conv``).
 """
 
 from __future__ import annotations
@@ -99,3 +100,81 @@ def test_the_k80_gemm_is_fitted_to_the_kepler_rows():
     scaled = datasheet_profile("k80", pm.load_profile(REFERENCE_PROFILE)).compute["gemm:fp32"]["params"]
     assert {k: entry["params"][k] for k in ("k_half", "m_half", "n_half")} == pytest.approx(
         {k: scaled[k] for k in ("k_half", "m_half", "n_half")})
+
+
+def test_the_k80_convolutions_are_the_p100_shape_classes_over_its_own_gemm(p100):
+    from perfmodel.costs.cnn import cnn_kernel_time, conv_pass_kernel, reference_seconds, unmeasured
+
+    k80 = pm.load_profile("k80")
+    assert k80.meta["conv_carried_from"] == P100
+    convs = sorted(k for k in k80.compute if k.startswith("conv."))
+    # the P100's one-shape classes in fp32 only: no H200 bf16 class, no pooled kind entry
+    assert convs == sorted(k for k in p100.compute if k.startswith("conv.dense-") and ":fp32:" in k)
+    entry = k80.compute["conv.dense-k3x3-s1:fp32:fwd"]
+    assert entry["params"] == p100.compute["conv.dense-k3x3-s1:fp32:fwd"]["params"]
+    assert entry["source"].startswith("carried from p100-pcie-16gb (measured (published): deepbench-p100")
+    # t = t0 + c · t_ref, t_ref the implicit GEMM on the K80's own (Kepler) gemm:fp32
+    kern = conv_pass_kernel("c", "fwd", "fwd", 32, 256, 256, 28, 3, dtype="fp32")
+    t_ref, ref_entry = reference_seconds(k80, kern)
+    assert ref_entry is k80.entry("gemm:fp32")
+    t, _ = cnn_kernel_time(k80, kern)
+    assert float(t) == pytest.approx(entry["params"]["t0"] + entry["params"]["c"] * float(t_ref))
+    # a shape the P100 table did not measure alone runs at its implicit GEMM, and is named so
+    seven = conv_pass_kernel("c", "fwd", "fwd", 32, 128, 128, 17, 7, dtype="fp32")
+    assert float(cnn_kernel_time(k80, seven)[0]) == pytest.approx(float(reference_seconds(k80, seven)[0]))
+    assert unmeasured(k80, [seven]) == ["conv.dense-k7x7-s1:fp32:fwd"]
+
+
+def test_the_bundled_k80_is_its_carried_profile(p100):
+    from perfmodel.fit.build import carried_conv
+
+    k80 = pm.load_profile("k80")
+    again = carried_conv(k80, p100)  # the datasheet's conv classes are already gone; carrying twice is a no-op
+    assert again.compute == k80.compute
+
+
+def test_two_workbooks_compare_on_the_shapes_both_timed(monkeypatch):
+    import tools.deepbench_compare as dc
+
+    conv = [["Convolution"], ["W", "H", "C", "N", "K ", "R", "S"]]
+    shape = ["14", "14", "64", "8", "64", "3", "3", "1", "1", "1", "1"]
+    gemm = [["Dense Matrix Multiplication", "M", "N", "K"]]
+    sheets = {"a": conv + [shape + ["2.0", "N/A*", "4.0", "x"], ["28"] + shape[1:] + ["1", "1", "1", "x"]]
+              + gemm + [["1024", "1024", "1024", "N", "N", "1.0", "x"]],
+              "b": conv + [shape + ["1.0", "N/A*", "1.0", "x"]] + gemm + [["1024", "1024", "1024", "N", "N", "0.5", "x"]]}
+    monkeypatch.setattr(dc, "_fp32_sheet", lambda path: sheets[path])
+    table = dc.compare("a", 1e12, "b", 2e12)
+    flops = 2.0 * 8 * 64 * 14**2 * 64 * 9  # the forward's FLOPs, every pass
+    assert table.loc["conv k3 s1 fwd", "a"] == pytest.approx(flops / 2e-3 / 1e12)
+    assert table.loc["conv k3 s1 fwd", "ratio"] == pytest.approx(1.0)  # half the time at half the peak
+    assert table.loc["conv k3 s1 wgrad", "ratio"] == pytest.approx(0.5)
+    assert table.loc["gemm", "ratio"] == pytest.approx(1.0) and table.loc["conv k3 s1 fwd", "shapes"] == 1
+
+
+def test_the_k80_memory_classes_follow_its_published_copies():
+    from perfmodel.forms.registry import get_form
+    from perfmodel.profiles.reference import stream_copy_bw
+
+    # eight GK210 of one server (p2pBandwidthLatencyTest diagonal) and one ECC-on GCE VM (bandwidthTest)
+    assert stream_copy_bw("k80") == pytest.approx(172.79e9)
+    k80, h200 = pm.load_profile("k80"), pm.load_profile(REFERENCE_PROFILE)
+
+    def seconds(profile):
+        e = profile.entry("copy:fp32:fwd")
+        return float(get_form(e["form"]).evaluate({**e["params"], "t_cpu": 0.0}, x=1e8))
+
+    # a datasheet class scales by the measured copies' ratio, not 240 GB/s against the H200's 4.8 TB/s
+    assert seconds(k80) / seconds(h200) == pytest.approx(stream_copy_bw(REFERENCE_PROFILE) / 172.79e9, rel=0.02)
+
+
+def test_the_k80_gemm_fit_meets_a_k80s_own_sgemm():
+    # check data, not fitted: CUDA 8.0 batchCUBLAS, 100 back-to-back sgemm 1536^3 on each GK210 of a
+    # 4-board K80 server (flyliu2017/pai210 tests/PerformanceTest/gpu105-test-result.txt @5b08b980)
+    from perfmodel.forms.registry import get_form
+
+    published = [3032.22, 2523.84, 2709.37, 2620.09, 2616.45, 2496.43, 2588.1, 2527.11]  # GFLOP/s
+    e = pm.load_profile("k80").entry("gemm:fp32")
+    n = 1536.0
+    rate = 2.0 * n**3 / float(get_form(e["form"]).evaluate({**e["params"], "t_cpu": 0.0}, m=n, n=n, k=n))
+    median = sorted(published)[3:5]
+    assert rate / (sum(median) / 2 * 1e9) - 1 == pytest.approx(0.0, abs=0.05)

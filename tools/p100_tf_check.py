@@ -16,20 +16,20 @@ import argparse
 import statistics
 from pathlib import Path
 
-import perfmodel as pm
 from perfmodel.core.readers import read_csv_file
+from perfmodel.validate import tf_ps
 
 ROWS = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / "published_tf_p100_single.csv"
 
 
 def score(profile=None) -> list[tuple[str, int, float, float]]:
-    """(model, batch, published images/s, predicted images/s) per row."""
+    """(model, batch, published images/s, predicted images/s) per row, priced as the K80 check prices its
+    rows (:func:`perfmodel.validate.tf_ps.predict_row`): one machine, no parameter-server link."""
     out = []
     for r in read_csv_file(ROWS, field="published_tf_p100_single").to_dict("records"):
-        s = pm.Strategy(dp=1, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd",
-                        framework="tensorflow")
-        p = pm.predict(r["model"], pm.cluster(r["gpu_priced"]), s, profile=profile or r["gpu_priced"])
-        out.append((r["model"], int(r["batch"]), float(r["images_per_s"]), float(p.samples_per_second)))
+        row = {**r, "gpu": r["gpu_priced"], "nodes": 1, "gpus_per_node": int(r["gpus"]), "ps_servers": 0}
+        pred = tf_ps.predict_row(row, profile=profile or r["gpu_priced"])
+        out.append((r["model"], int(r["batch"]), float(r["images_per_s"]), pred))
     return out
 
 

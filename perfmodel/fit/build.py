@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import datetime as _dt
+import re
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,13 @@ PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 # tools/deepbench_conv.py
 SEED_TABLES = {"v100-sxm2-32gb": Path(__file__).resolve().parents[1] / "data" / "deepbench-v100",
                "p100-pcie-16gb": Path(__file__).resolve().parents[1] / "data" / "deepbench-p100"}
+# GPUs with no published convolution table take the convolution classes of a GPU measured with the cuDNN
+# generation their users ran: the K80's TensorFlow 1.x runs of 2017 used cuDNN 5.1, DeepBench's P100 table
+# cuDNN 6.0.21. No Kepler table of this kind is public: DeepBench has no Kepler GPU, and convnet-benchmarks'
+# legacy Kepler (Titan Black) layer table has no cuDNN row, on five large-kernel shapes (docs/parameter-servers.md)
+CONV_CARRIED = {"k80": "p100-pcie-16gb"}
+# a class fitted on rows of one kernel shape and stride; the pooled ``conv.<kind>:...`` entries mix shapes
+SHAPE_CLASS = re.compile(r"^conv\.[a-z]+-k\d+x\d+-s\d+:(?P<dtype>[a-z0-9]+):")
 
 
 def _gpu(name):
@@ -172,6 +180,8 @@ def bundled_profiles() -> dict[str, Profile]:
     for gpu in list_gpus():
         if gpu not in out and gpu not in SAME_COMPUTE_AT_TDP:
             out[gpu] = seeded(with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))))
+    for gpu, donor in CONV_CARRIED.items():
+        out[gpu] = carried_conv(out[gpu], out[donor])
     for gpu, at_tdp in SAME_COMPUTE_AT_TDP.items():  # a power-capped GPU: its die's profile at TDP, clocked down
         out[gpu] = power_capped_profile(gpu, out[at_tdp])
     return out
@@ -187,6 +197,24 @@ def seeded(profile: Profile) -> Profile:
     entries = fit_classes(read_compute_table(folder), profile, source=f"measured (published): {name}")
     return replace(profile, compute={**profile.compute, **entries},
                    meta={**profile.meta, "seeded_from": name})
+
+
+def carried_conv(profile: Profile, donor: Profile) -> Profile:
+    """``profile`` with ``donor``'s convolution classes fitted on one kernel shape, in the dtypes ``profile``'s
+    GPU computes in, in place of every ``conv.`` class datasheet scaling gave it (those describe the reference
+    GPU's own cuDNN, in its dtypes). Each class's c is a ratio to the implicit GEMM, so here it multiplies
+    this GPU's own GEMM fit: cuDNN's algorithm choice (Winograd for 3x3, lowering for 1x1) is assumed to cost
+    the same relative to a GEMM on both GPUs. The donor's pooled kind entries are not carried: shapes it did
+    not measure one by one run at their implicit GEMM (c = 1, named by ``costs.cnn.unmeasured``)."""
+    dtypes = set(load_gpu(profile.gpu).peak_flops)
+    carried = {}
+    for key, entry in donor.compute.items():
+        hit = SHAPE_CLASS.match(key)
+        if hit and hit["dtype"] in dtypes and entry.get("n_points"):
+            carried[key] = {**entry, "source": f"carried from {donor.gpu} ({entry['source']}); "
+                                               f"c over this GPU's own gemm:{hit['dtype']}"}
+    kept = {k: v for k, v in profile.compute.items() if not k.startswith("conv.")}
+    return replace(profile, compute={**kept, **carried}, meta={**profile.meta, "conv_carried_from": donor.gpu})
 
 
 def main() -> None:

@@ -68,13 +68,18 @@ def load_rows(path=TF_PS_CSV) -> list[dict]:
     return rows
 
 
-def predict_row(r: dict) -> float:
-    """Predicted images/s of one published row."""
+def predict_row(r: dict, profile=None) -> float:
+    """Predicted images/s of one published row (``profile``: a profile name, path or Profile; default the
+    row's GPU's bundled one). A machine without a NIC entry (one DGX-1) is priced without a network."""
     nodes, gpn, gpus = int(r["nodes"]), int(r["gpus_per_node"]), int(r["gpus"])
-    c = cluster(r["gpu"], nodes=nodes, gpus_per_node=gpn, nic=vm_nic(**MACHINE_NIC[r["machine"]]))
+    nic = vm_nic(**MACHINE_NIC[r["machine"]]) if r["machine"] in MACHINE_NIC else None
+    if nic is None and nodes > 1:
+        raise InvalidInputError(f"machine {r['machine']!r} spans {nodes} nodes but has no network "
+                                f"(known machines: {', '.join(MACHINE_NIC)})")
+    c = cluster(r["gpu"], nodes=nodes, gpus_per_node=gpn, nic=nic)
     s = Strategy(dp=gpus, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework="tensorflow",
                  ps_servers=int(r["ps_servers"]), ps_local_reduce=r["variable_update"] == "distributed_replicated")
-    return float(predict(preset(r["model"]), c, s).samples_per_second)
+    return float(predict(preset(r["model"]), c, s, profile=profile).samples_per_second)
 
 
 def score(rows=None) -> list[TfPsRow]:
