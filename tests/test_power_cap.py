@@ -11,7 +11,7 @@ from perfmodel.costs.compute import kernel_time
 from perfmodel.hardware import load_gpu, load_node
 from perfmodel.hardware.catalog import gpu_from_dict
 from perfmodel.profiles.power_cap import (cube_law_ratio, measured_curves, power_capped_profile,
-                                         sustained_clock_ratio)
+                                         sustained_clock_ratio, sustained_fraction, sustained_gemm)
 from perfmodel.workload.ops import Kernel
 
 CAPPED = "h100-sxm5-96gb-hbm2e-500w"
@@ -65,10 +65,24 @@ def _copy(profile, elems=2**28):
     return float(kernel_time(profile, Kernel("cp", "copy", "fwd", {"x": float(elems)}, 1, 0.0, "fwd", "fp32"))[0])
 
 
-def test_compute_bound_gemm_slower_by_the_clock_ratio(profiles):
+def test_compute_bound_gemm_slower_by_the_clock_and_sustained_ratios(profiles):
     capped, full = profiles
-    assert _gemm(capped) / _gemm(full) == pytest.approx(1 / sustained_clock_ratio(CAPPED), rel=0.01)
+    both = sustained_clock_ratio(CAPPED) * sustained_fraction(full)
+    assert _gemm(capped) / _gemm(full) == pytest.approx(1 / both, rel=0.01)
     assert capped.meta["power_cap"]["clock_ratio"] == pytest.approx(sustained_clock_ratio(CAPPED))
+    assert capped.meta["power_cap"]["sustained_fraction"] == pytest.approx(sustained_fraction(full))
+
+
+def test_sustained_fraction_by_hand(profiles):
+    _, full = profiles
+    rate, size, dtype = sustained_gemm()
+    # sustained.csv: 23 samples from 1 s on, 653-675 TFLOP/s at 1470-1545 MHz; the first (125 W) left out
+    assert (dtype, size) == ("bf16", {"m": 8192.0, "n": 8192.0, "k": 8192.0})
+    assert 653e12 < rate < 676e12
+    # the H100 burst curve prices 8192^3 at about 827 TFLOP/s: 664 / 827 = 0.80
+    assert sustained_fraction(full) == pytest.approx(rate / (2 * 8192.0**3 / _gemm(full, 8192)), rel=1e-6)
+    assert 0.75 < sustained_fraction(full) < 0.85
+    assert sustained_fraction(pm.load_profile("a100-sxm4-80gb")) == 1.0  # no sustained run of that die
 
 
 def test_memory_bound_copy_slower_by_the_bandwidth_ratio(profiles):
@@ -93,5 +107,6 @@ def test_torchtitan_paper_row_is_slower_on_its_own_hosts():
     m = dataclasses.replace(pm.preset("llama-3-8b"), seq=8192)
     s = pm.Strategy(dp=8, micro_batch=2, framework="torchtitan", recompute="selective-op")
     capped, full = (pm.predict(m, pm.cluster(n), s).step_time for n in ("grand-teton-h100", "dgx-h100"))
-    # between the compute-bound slowdown (the clock) and the memory-bound one (the bandwidth)
-    assert 0.99 / sustained_clock_ratio(CAPPED) < capped / full < 3.35 / 2.4
+    # between the compute-bound slowdown (the clock, from the sustained rate) and the memory-bound one (the bandwidth)
+    compute = sustained_clock_ratio(CAPPED) * sustained_fraction(pm.load_profile("h100-sxm5-80gb"))
+    assert 0.99 / compute < capped / full < 3.35 / 2.4

@@ -12,6 +12,7 @@ from perfmodel.costs.memory import layer_activation_bytes
 from perfmodel.validate.published import read_published_stacks
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import mem
+from perfmodel.workload.stack import adapt_kernels
 from perfmodel.workload.stacks.checkpointing import op_sac_recomputed
 from perfmodel.workload.stacks.compile import fuse_memory_bound
 from perfmodel.workload.stacks.float8 import torchao_float8
@@ -190,3 +191,19 @@ def test_compile_saves_nothing_between_kernels_over_different_tensors():
     wcast = mem("w_cast", "cast_fp32_to_bf16", "fwd", 4e6)
     fused = fuse_memory_bound([norm, wcast])[0]
     assert fused.size["x"] * 8 == pytest.approx(2 * 2e6 + 6 * 4e6)  # both tensors' traffic, nothing passed
+
+
+def test_torchtitan_compile_with_an_eager_loss_leaves_the_loss_kernels_eager():
+    # torchtitan 004b3148 (the TorchTitan paper) compiles the blocks only; v0.2.2 compiles the loss when
+    # compile.components holds "loss": loss="eager" with compile=True keeps the cast and the cross-entropy apart
+    m = dataclasses.replace(pm.preset("llama-3-8b"), seq=1024)
+    hf, hb = steps.head_kernels(m, 2)
+    names = {loss: [k.name for k in adapt_kernels(hf + hb, precision="bf16-mixed", framework="torchtitan",
+                                                  compiled=True, loss=loss)] for loss in ("eager", "compiled")}
+    assert {"logits.float", "loss", "loss.bwd", "logits.grad_cast"} <= set(names["eager"])
+    assert not any(n.startswith("fused[") and "loss" in n for n in names["eager"])
+    assert "logits.float" not in names["compiled"] and any("loss" in n and "fused" in n for n in names["compiled"])
+    # a stack whose compile never takes the loss in is priced as before (the whole list fused)
+    kf = [k.name for k in adapt_kernels(hf + hb, precision="bf16-mixed", framework="kempnerforge", compiled=True,
+                                        loss="eager")]
+    assert any(n.startswith("fused[logits.float+loss") for n in kf)

@@ -4,14 +4,18 @@ A catalog GPU with ``power_limit_w`` below ``tdp_w`` (the H100 SXM5 96GB HBM2e a
 Grand Teton hosts) has the compute of another catalog GPU (:data:`SAME_COMPUTE_AT_TDP`), whose
 bundled profile holds published kernel curves. Its profile is that one with
 
-* compute-bound rates (GEMM ``R``/``R_mis``, attention ``R``) times :func:`sustained_clock_ratio`:
-  under tensor-core load the board is power-bound, so the firmware lowers the SM clock until the
-  power fits the limit (measured at 700 W on the same die:
-  ``data/h200-calibration-2026-11-30/sustained.csv``, 686-699 W at 1470-1545 MHz of 1980). Where
-  a training throughput of the part under power limits is published
+* compute-bound rates (GEMM ``R``/``R_mis``, attention ``R``) times :func:`sustained_fraction` times
+  :func:`sustained_clock_ratio`. Under tensor-core load the board is power-bound, so the firmware
+  lowers the SM clock until the power fits the limit. The reference's curves are burst rates (short
+  runs); the same die held at its TDP under continuous GEMMs runs at the fraction
+  :func:`sustained_fraction` of them (measured: ``data/h200-calibration-2026-11-30/sustained.csv``,
+  686-699 W at 1470-1545 MHz of 1980, 665 TFLOP/s at 8192^3 where the burst curve gives 827). Below
+  TDP a step's memory-bound kernels leave no power headroom for burst GEMMs, so the capped part's
+  rates start from that sustained rate (an assumption: docs/hardware.md). Where a training
+  throughput of the part under power limits is published
   (``profiles/data/reference/power_cap_published.csv``: Mayr et al. 2026, arXiv 2603.16164,
-  Table 4, Llama 3 8B pre-training on the H100 SXM 94 GB HBM2e from 200 to 700 W) the ratio is
-  that curve at the limit, interpolated linearly; else the cube law of dynamic power;
+  Table 4, Llama 3 8B pre-training on the H100 SXM 94 GB HBM2e from 200 to 700 W) the clock ratio
+  is that curve at the limit, interpolated linearly; else the cube law of dynamic power;
 * memory-bound classes (``beta``-type seconds per byte, the GEMM ``bw`` and attention ``c_row``
   terms) by the ratio of the two GPUs' memory bandwidths: the limit throttles the SM clock, not
   the memory clock (Ujeniya et al. 2026, arXiv 2604.11391, measure SM and memory frequency apart);
@@ -35,6 +39,7 @@ import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.readers import read_text_file
+from perfmodel.forms.registry import get_form
 from perfmodel.hardware import load_gpu
 from perfmodel.profiles.profile import Profile
 
@@ -46,6 +51,11 @@ CLOCK_SOURCE = ("dynamic CMOS power a*C*V^2*f (Rabaey et al., Digital Integrated
                 "power ~ clock^3; static power neglected; the GPU at TDP taken as power-bound under "
                 "tensor-core load")
 MEASURED_CSV = Path(__file__).with_name("data") / "reference" / "power_cap_published.csv"
+# a die held at its TDP under continuous GEMMs (``python -m calibration.sustained``): the H200's GH100 (132 SMs,
+# 700 W, as the H100 SXM5's), samples from SETTLE_S on (the first ran before the board reached its limit: 125 W)
+SUSTAINED_CSV = Path(__file__).parents[1] / "data" / "h200-calibration-2026-11-30" / "sustained.csv"
+SUSTAINED_DIE = {"h100-sxm5-80gb": "h200-sxm-141gb"}  # reference profile's GPU -> the GPU SUSTAINED_CSV measured
+SETTLE_S = 1.0
 COMPUTE_RATES = {"gemm": ("R", "R_mis"), "sdpa": ("R",)}
 BYTE_TIMES = ("beta", "beta_y", "beta_row", "c_row")  # seconds per byte (or per row of bytes)
 
@@ -67,6 +77,30 @@ def measured_curves() -> dict:
                                     f"got {len(at_tdp)}")
         curves[gpu] = (np.array([p[0] for p in pts]), np.array([p[2] for p in pts]) / at_tdp[0], pts[0][3])
     return curves
+
+
+@lru_cache(maxsize=1)
+def sustained_gemm() -> tuple[float, dict, str]:
+    """(median FLOP/s of the settled samples of :data:`SUSTAINED_CSV`, the GEMM's sizes {m, n, k}, its dtype)."""
+    text = read_text_file(SUSTAINED_CSV, field="sustained", expect="the sustained-GEMM CSV")
+    rows = [r for r in csv.DictReader(io.StringIO(text, newline="")) if float(r["t_s"]) >= SETTLE_S]
+    shapes = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows}
+    if len(shapes) != 1:
+        raise InvalidInputError(f"{SUSTAINED_CSV.name}: needs settled samples (t_s >= {SETTLE_S:g}) of one GEMM: "
+                                f"got {len(shapes)} shapes")
+    dtype, *mnk = shapes.pop()
+    return float(np.median([float(r["tflops"]) for r in rows])) * 1e12, dict(zip("mnk", map(float, mnk))), dtype
+
+
+def sustained_fraction(reference: Profile) -> float:
+    """The rate the die of ``reference`` sustains at its TDP under continuous GEMMs (:func:`sustained_gemm`) over
+    ``reference``'s own (burst) rate of that GEMM, at most 1; 1.0 for a GPU with no sustained measurement."""
+    if SUSTAINED_DIE.get(reference.gpu) is None:
+        return 1.0
+    rate, size, dtype = sustained_gemm()
+    entry = reference.entry(f"gemm:{dtype}")
+    seconds = float(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, **size))
+    return min(1.0, rate * seconds / (2.0 * size["m"] * size["n"] * size["k"]))
 
 
 def cube_law_ratio(power_limit_w, tdp_w: float):
@@ -107,19 +141,22 @@ def ratio_source(gpu) -> str:
 
 def power_capped_profile(gpu: str, reference: Profile) -> Profile:
     """``reference`` (the bundled profile of ``SAME_COMPUTE_AT_TDP[gpu]``) priced for ``gpu``: compute
-    rates times :func:`sustained_clock_ratio`, memory-bound classes by the bandwidth ratio."""
+    rates times :func:`sustained_fraction` and :func:`sustained_clock_ratio`, memory-bound classes by the
+    bandwidth ratio."""
     target, ref = load_gpu(gpu), load_gpu(reference.gpu)
     if SAME_COMPUTE_AT_TDP.get(target.name) != ref.name:
         raise InvalidInputError(f"'reference' for {target.name} must be the profile of "
                                 f"{SAME_COMPUTE_AT_TDP.get(target.name)!r}: got {reference.gpu!r}")
-    clock = sustained_clock_ratio(target)
+    clock, burst = sustained_clock_ratio(target), sustained_fraction(reference)
     bw = target.mem_bw_bytes_per_s / ref.mem_bw_bytes_per_s  # < 1: slower memory
-    compute = {key: _scaled(key, entry, clock, bw) for key, entry in reference.compute.items()}
+    compute = {key: _scaled(key, entry, clock * burst, bw) for key, entry in reference.compute.items()}
     meta = {**reference.meta, "derived_from": reference.name,
-            "method": f"{reference.name} at {ref.tdp_w:g} W: compute rates x the capped-rate ratio, "
-                      f"memory-bound classes x bandwidth ratio",
+            "method": f"{reference.name} at {ref.tdp_w:g} W: compute rates x the sustained fraction x the "
+                      f"capped-rate ratio, memory-bound classes x bandwidth ratio",
             "power_cap": {"power_limit_w": target.power_limit_w, "tdp_w": target.tdp_w, "clock_ratio": clock,
-                          "bandwidth_ratio": bw, "source": ratio_source(target)}}
+                          "sustained_fraction": burst, "bandwidth_ratio": bw, "source": ratio_source(target),
+                          "sustained_source": f"perfmodel/data/{SUSTAINED_CSV.parent.name}/{SUSTAINED_CSV.name} "
+                                              f"({SUSTAINED_DIE.get(ref.name)}, the same die at its TDP)"}}
     return replace(reference, name=target.name, gpu=target.name, compute=compute, meta=meta)
 
 

@@ -79,6 +79,11 @@ def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
     return [cast, k]
 
 
+def loss_kernel(k: Kernel) -> bool:
+    """Whether ``k`` is one of the loss's kernels: the cast of the logits, the cross-entropy, the gradient's cast."""
+    return k.cls == "cross_entropy" or k.name in ("logits.float", "logits.grad_cast")
+
+
 def fused_loss(k: Kernel) -> list[Kernel]:
     """The cross-entropy as one fused kernel over the 16-bit logits (``loss`` "fused" or "compiled").
 
@@ -121,7 +126,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
                 continue
             if k.cls in _RESIDUAL_STREAM and k.dtype == "fp32":
                 k = replace(k, dtype=low)
-        if loss != "eager" and (k.cls == "cross_entropy" or k.name in ("logits.float", "logits.grad_cast")):
+        if loss != "eager" and loss_kernel(k):
             out.extend(fused_loss(k))
             continue
         if attention == "unfused" and k.cls == "sdpa":
@@ -136,4 +141,9 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
             out.extend(torchao_float8(k))
             continue
         out.append(k)
-    return fuse_memory_bound(out) if compiled else out
+    if not compiled:
+        return out
+    # a stack whose compile may take the loss in (torchtitan's compile.components) leaves it eager when told
+    # loss="eager": the compiled region is the blocks (torchtitan 004b3148 train.py: loss_fn outside apply_compile)
+    eager_loss = loss == "eager" and stack(framework).compiles_loss
+    return fuse_memory_bound(out, keep=loss_kernel if eager_loss else None)

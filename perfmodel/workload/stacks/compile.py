@@ -54,11 +54,12 @@ def _fused(group: list[Kernel]) -> Kernel:
                maximum(moved - passed, 0.0) / COPY_BYTES, variant="fwd")
 
 
-def fuse_memory_bound(kernels: list[Kernel]) -> list[Kernel]:
-    """The kernel list Inductor runs: each maximal run of memory-bound kernels as one fused kernel."""
+def fuse_memory_bound(kernels: list[Kernel], keep=None) -> list[Kernel]:
+    """The kernel list Inductor runs: each maximal run of memory-bound kernels as one fused kernel.
+    ``keep(kernel)`` true: a kernel outside the compiled region, run as it is (it ends a group)."""
     out, group = [], []
     for k in kernels:
-        if k.cls in LIBRARY or "x" not in k.size or k.phase == "opt":
+        if k.cls in LIBRARY or "x" not in k.size or k.phase == "opt" or (keep is not None and keep(k)):
             if group:
                 out.append(_fused(group) if len(group) > 1 else group[0])
                 group = []
