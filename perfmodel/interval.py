@@ -385,6 +385,33 @@ def memory_regime(framework: str, n_gpus: int) -> str:
     return framework if n_gpus <= 1 else f"{framework}/parallel"
 
 
+# what a memory row's reading is: ``torch.cuda.max_memory_allocated`` against ``peak_memory``, or the
+# stack's max reserved reading against ``reserved_memory`` + the CUDA context (the allocator model too)
+MEMORY_READINGS = ("allocated", "reserved")
+# a memory regime no row measured: a stated guess, not drawn from the calibrated regimes' sub-percent widths.
+# ±25% at 90%, wider than any memory error recorded here for a stack before its own terms were written
+# (TorchTitan paper readings under the flat allocator rule: up to +10.6%; those readings against the allocated
+# accounting alone: up to +17%; ``python -m perfmodel.validate.memory_checks``); other levels as a Laplace
+# distribution's |x| quantile, b·ln(1/(1 - level)), so 50% is ±6.7% and 95% ±34%
+MEMORY_PRIOR_90 = math.log(1.25)
+# run sources a memory regime needs: one source's rows agree among themselves however far another source's
+# lie (the TorchTitan paper's two tables: within 0.4% each, 3-4% apart), so its spread says nothing of a new one
+MIN_MEMORY_SOURCES = 2
+
+
+def memory_prior_width(level: float) -> float:
+    """The log half-width of a memory regime without rows at ``level`` (:data:`MEMORY_PRIOR_90`)."""
+    return MEMORY_PRIOR_90 * math.log(1.0 / (1.0 - level)) / math.log(10.0)
+
+
+def memory_fallback_width(mem: dict, level: float) -> float:
+    """A memory regime without rows (or too few for the level): the larger of the stated prior and the
+    conformal quantile of every memory row scored against its regime's other run sources (``fallback_scores``:
+    what a stack measured by one source alone looks like to the others)."""
+    pooled = half_width(mem.get("fallback_scores", []), level)
+    return max(memory_prior_width(level), 0.0 if math.isnan(pooled) else pooled)
+
+
 def memory_bounds(peak_bytes: float, *, framework: str, n_gpus: int = 1, level: float = DEFAULT_LEVEL,
                   table: dict | None = None) -> Interval:
     """The interval of a predicted peak memory (bytes), from the memory section of the table: the
@@ -404,12 +431,16 @@ def _shipped_memory_interval(regime: str, level: float) -> tuple[float, float, s
 
 
 def memory_log_interval(table: dict, regime: str, level: float) -> tuple[float, float, str]:
-    """(centre, half-width, label) in log space of a memory regime (:func:`memory_regime`)."""
+    """(centre, half-width, label) in log space of a memory regime (:func:`memory_regime`): its rows of peak
+    allocated memory, else its stack's reserved readings (``<regime>/reserved``, labelled so), else the
+    fallback (:func:`memory_fallback_width`)."""
     mem = table.get("memory", EMPTY_TABLE["memory"])
-    entry = mem["regimes"].get(regime)
-    w = scaled_width(entry, level) if entry else math.nan
-    if not math.isnan(w):
-        return entry["centre"], w, f"memory/{regime}"
-    why = "too few measurements for the level" if entry else "never measured"
-    return 0.0, fallback_half_width(mem | {"fallback_floor": table["fallback_floor"]}, level), (
-        f"{UNCALIBRATED}: memory of {regime} {why}")
+    found = [(name, mem["regimes"][name]) for name in (regime, f"{regime}/reserved") if name in mem["regimes"]]
+    for name, entry in found:
+        w = scaled_width(entry, level)
+        if not math.isnan(w) and entry.get("run_sources", MIN_MEMORY_SOURCES) >= MIN_MEMORY_SOURCES:
+            return entry["centre"], w, f"memory/{name}"
+    why = "never measured" if not found else (
+        "measured by one run source" if any(not math.isnan(scaled_width(e, level)) for _, e in found)
+        else "too few measurements for the level")
+    return 0.0, memory_fallback_width(mem, level), f"{UNCALIBRATED}: memory of {regime} {why}"

@@ -81,6 +81,7 @@ class Scored:
     framework: str = "pytorch"
     step_s: float = 1.0  # predicted step
     memory_log_ratio: float | None = None  # ln(measured / predicted peak memory), where measured
+    memory_reading: str = "allocated"  # what the memory reading is (``perfmodel.interval.MEMORY_READINGS``)
     n_gpus: int = 1
     power_capped: bool = False  # priced on a power-capped part's profile (profiles/power_cap.py)
     run_source: str = ""  # the run source it comes from (:func:`run_source`): held-back splits keep it whole
@@ -92,7 +93,13 @@ class Scored:
 
     @property
     def memory_regime(self) -> str:
+        """The regime predict looks up (:func:`perfmodel.interval.memory_log_interval`)."""
         return iv.memory_regime(self.framework, self.n_gpus)
+
+    @property
+    def memory_cell(self) -> str:
+        """The memory regime its row calibrates: a reserved reading also prices the allocator (``/reserved``)."""
+        return self.memory_regime + ("/reserved" if self.memory_reading == "reserved" else "")
 
     @property
     def cell(self) -> str:
@@ -140,6 +147,7 @@ def score(source: str, case: Case) -> Scored:
                   cluster_gpu=case.cluster.gpu.name, share=float(share), host_share=float(host),
                   log_ratio=math.log(case.measured / p.step_time), framework=s.framework, step_s=p.step_time,
                   memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus,
+                  memory_reading="allocated" if case.peak_memory_bytes else "reserved",
                   power_capped=iv.power_capped(prof), run_source=run_source(source, case))
 
 
@@ -179,19 +187,40 @@ def scored_rows() -> list[Scored]:
     return [score(source, case) for source, case in validation_cases()]
 
 
+# what a row is scored without (conformal.py: against the centre of the rest of its regime): its run source,
+# the unit a held-back split keeps whole, so a source's shared bias shows in the scores as it does held back
+SCORE_UNIT = "source"
+
+
+def _score_unit(r: Scored) -> str:
+    """The part of its regime a row's score leaves out (:data:`SCORE_UNIT`: ``"source"`` or ``"configuration"``)."""
+    return r.run_source if SCORE_UNIT == "source" else r.group
+
+
+def _count_units(entries: dict, rows: list[Scored], cell) -> None:
+    """Each regime's configurations and run sources (its scores left out run sources, not configurations)."""
+    for name, entry in entries.items():
+        mine = [r for r in rows if cell(r) == name]
+        entry["configurations"] = len({r.group for r in mine})
+        entry["run_sources"] = len({r.run_source for r in mine})
+
+
 def build_table(rows: list[Scored], method: str = "weighted", memory_method: str | None = None) -> dict:
     """The calibration table of ``rows``: centre, scale and scores per regime (step time and memory, each
     with its score), validated stacks, shape ranges."""
-    regimes = conformal.calibrate([conformal.Item(r.cell, r.group, r.log_ratio, r.source, r.features)
+    regimes = conformal.calibrate([conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source, r.features)
                                    for r in rows], method)
+    _count_units(regimes, rows, lambda r: r.cell)
     difficulty = {}
     for entry in regimes.values():  # one fit for the table, every regime carries it
         difficulty = {"features": list(iv.DIFFICULTY), "coef": entry.pop("difficulty")} if "difficulty" in entry else {}
     for name, entry in regimes.items():  # as predict applies them (a datasheet regime never below its measured twin)
         entry["half_width_pct"] = {str(q): conformal.percent(
             entry["centre"], iv.regime_width({"regimes": regimes}, name, q, math.nan)) for q in QUANTILES}
-    memory = conformal.calibrate([conformal.Item(r.memory_regime, r.group, r.memory_log_ratio, r.source)
-                                  for r in rows if r.memory_log_ratio is not None], memory_method or method)
+    measured = [r for r in rows if r.memory_log_ratio is not None]
+    memory = conformal.calibrate([conformal.Item(r.memory_cell, _score_unit(r), r.memory_log_ratio, r.source)
+                                  for r in measured], memory_method or method)
+    _count_units(memory, measured, lambda r: r.memory_cell)
     for entry in memory.values():
         entry.pop("difficulty", None)  # no features: one scale
         entry["half_width_pct"] = {str(q): conformal.percent(entry["centre"], iv.scaled_width(entry, q))
@@ -201,7 +230,18 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
     extra = {"difficulty": difficulty} if difficulty else {}
     return {**extra, "method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
-            "memory": {"method": memory_method or method, "regimes": memory}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
+            "memory": {"method": memory_method or method, "regimes": memory,
+                       "fallback_scores": memory_fallback_scores(measured)}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
+
+
+def memory_fallback_scores(rows: list[Scored]) -> list[float]:
+    """|r - c| of every memory row, c its regime's median over the other run sources (0 where none measured
+    it): the pooled scores a memory regime without rows draws on (:func:`perfmodel.interval.memory_fallback_width`)."""
+    out = []
+    for r in rows:
+        others = [o.memory_log_ratio for o in rows if o.memory_cell == r.memory_cell and o.run_source != r.run_source]
+        out.append(round(abs(r.memory_log_ratio - (float(np.median(others)) if others else 0.0)), 5))
+    return sorted(out)
 
 
 def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, float]:
