@@ -104,8 +104,11 @@ def stack_key(framework: str, attention: str, precision: str) -> str:
 
 
 def profile_kind(profile) -> str:
-    """"datasheet" for a profile scaled from another GPU's by datasheet figures, else "measured"."""
-    return "datasheet" if "derived_from" in profile.meta else "measured"
+    """"datasheet" for a profile scaled from another GPU's by datasheet figures, "host" for a CPU measured as
+    the device (``host.serial``: its host work and kernels run one after the other), else "measured"."""
+    if "derived_from" in profile.meta:
+        return "datasheet"
+    return "host" if profile.host.get("serial") else "measured"
 
 
 def cell(kind: str, share):
@@ -126,7 +129,12 @@ def regime_framework(framework: str) -> str:
 def regime_name(kind: str, share: float, framework: str, step: float) -> str:
     """The calibrated regime of one step: profile kind, communication share, framework, short or not."""
     comm = "high-comm" if share >= COMM_SHARE else "low-comm"
-    return f"{kind}/{comm}/{regime_framework(framework)}" + ("/short-step" if step < SHORT_STEP_S else "")
+    return f"{kind}/{comm}/{regime_framework(framework)}" + ("/short-step" if _short(kind, step) else "")
+
+
+def _short(kind: str, step):
+    """Whether a step is short (``SHORT_STEP_S``: the H200's run-to-run spread below it; not for a CPU host)."""
+    return (np.asarray(step) < SHORT_STEP_S) & (kind != "host")
 
 
 def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
@@ -138,11 +146,12 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
         return f"datasheet profile of {cluster_gpu} never checked against measurements"
     if stack not in table["validated_stacks"]:
         return f"stack {stack} not validated"
+    ranges = table.get("host_shape_range", {}) if kind == "host" else table["shape_range"]
     for name in SHAPE_FIELDS:
         value = getattr(model, name, None)
         if value is None:
             return f"workload without '{name}' (not a transformer)"
-        lo, hi = table["shape_range"].get(name, (math.inf, -math.inf))
+        lo, hi = ranges.get(name, (math.inf, -math.inf))
         if not lo <= value <= hi:
             return f"{name}={value} outside calibrated {lo}-{hi}"
     return None
@@ -162,9 +171,10 @@ def scaled_width(entry: dict, level: float) -> float:
 
 
 def fallback_half_width(table: dict, level: float) -> float:
-    """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated one."""
+    """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated GPU one (a CPU host's
+    regime, calibrated apart, speaks for its host profile, not for a GPU's)."""
     widths = [w if not math.isnan(w := scaled_width(r, level)) else r.get("scale", 1.0) * r["scores"][-1]
-              for r in table["regimes"].values() if r["scores"]]
+              for name, r in table["regimes"].items() if r["scores"] and not name.startswith("host/")]
     return FALLBACK_FACTOR * (max(widths) if widths else table["fallback_floor"])
 
 
@@ -172,11 +182,11 @@ def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", st
     """The regime name of each step (arrays of shares and steps broadcast)."""
     share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
     names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{regime_framework(framework)}"),
-                                   np.where(step < SHORT_STEP_S, "/short-step", "")), dtype=object)
+                                   np.where(_short(kind, step), "/short-step", "")), dtype=object)
     if reason is not None:
         names[...] = f"{UNCALIBRATED}: {reason}"
         return names
-    host = np.broadcast_to(np.asarray(host_share) >= HOST_SHARE, names.shape)
+    host = np.broadcast_to(np.asarray(host_share) >= HOST_SHARE, names.shape) & (kind != "host")
     names[host] = f"{UNCALIBRATED}: host-bound"
     return names
 
@@ -185,7 +195,7 @@ def _one_regime(kind: str, share: float, host_share: float, reason, framework: s
     """:func:`regimes` of one step."""
     if reason is not None:
         return f"{UNCALIBRATED}: {reason}"
-    if host_share >= HOST_SHARE:
+    if host_share >= HOST_SHARE and kind != "host":  # on a CPU device the host work is the step's own
         return f"{UNCALIBRATED}: host-bound"
     return regime_name(kind, share, framework, step)
 
@@ -308,7 +318,7 @@ def row_factor(table: dict, names, features) -> np.ndarray:
     lnsig = beta[0] + x @ np.asarray(beta[1:], dtype=float)
     for name in set(names.ravel().tolist()):
         entry = table["regimes"].get(name)
-        if entry is not None:
+        if entry is not None and "regime_scale" in entry:  # scored with the difficulty (not a CPU host's)
             mask = names == name
             out[mask] = entry.get("regime_scale", 1.0) * np.exp(lnsig[mask]) / entry["scale"]
     return out
@@ -352,7 +362,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
         c, w = regime_log_interval(table, raw, level)
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
-        if "difficulty" in table and raw in table["regimes"] and not name.startswith(UNCALIBRATED):
+        if "regime_scale" in table["regimes"].get(raw, {}) and not name.startswith(UNCALIBRATED):
             w *= _one_factor(table, raw, share, cluster.n_gpus, power_capped(profile))
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)

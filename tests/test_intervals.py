@@ -35,7 +35,7 @@ def test_every_validation_source_is_scored_once(rows):
         counts[r.source] = counts.get(r.source, 0) + 1
     # measured_sample.csv repeats train_dev.jsonl and published_runs.csv rows: none are counted twice
     assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45, "published stacks": 7,
-                      "published checks": 38}
+                      "published checks": 38, "cpu steps": 3}
     assert all(math.isfinite(r.log_ratio) for r in rows)
 
 
@@ -47,16 +47,18 @@ def test_held_back_coverage_is_near_the_stated_level(rows, level):
     splits = 200 if level == 0.9 else 30
     h = cal.held_back(rows, level=level, splits=splits, method=shipped["method"],
                       memory_method=shipped["memory"]["method"])
-    # conformal: at least the level in expectation, at most level + 1/(n+1) (n ~ 10 per regime here)
-    assert level - 0.03 <= h["coverage"] <= level + 0.08, h
+    # conformal: at least the level in expectation; above it by more than 1/(n+1) at low levels, since each row is
+    # scored against the other run sources of its regime, whose biases differ (conservative; docs/accuracy.md)
+    assert level - 0.03 <= h["coverage"] <= level + 0.12, h
     if level == 0.9:  # per regime fewer rows: a wider margin (at 50% and 80% some regimes miss: docs/accuracy.md)
         for name, r in h["per_regime"].items():
             if name != iv.UNCALIBRATED:
                 assert r["coverage"] >= level - cal.REGIME_SLACK, (name, r)
-        # memory: its own score; whole sources held back leave torchtitan's memory unmeasured, so by configuration
-        m = cal.held_back(rows, splits=30, method=shipped["method"], memory_method=shipped["memory"]["method"],
-                          unit="configuration")["memory"]
-        assert m["coverage"] >= level - 0.05, m
+        # memory, whole sources held back: the TorchTitan paper's readings, held back, fall in a regime of one run
+        # source or none and get the stated prior width, which covers them (it was twice ±0.6%: 61.5% before)
+        m = h["memory"]
+        assert m["coverage"] >= level - 0.03, m
+        assert m["per_regime"]["uncalibrated"]["coverage"] >= level, m
 
 
 def test_held_back_split_never_calibrates_on_the_rows_it_checks(rows, monkeypatch):
@@ -288,7 +290,9 @@ def test_intervals_widen_for_datasheet_profiles_and_unvalidated_stacks():
     # a validated stack on a datasheet profile no row of that stack checked: labelled, as wide
     other = pm.predict("gpt2-small", "a100-sxm4-80gb", pm.Strategy(micro_batch=8))
     assert other.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/pytorch"
-    assert _rel(other) == pytest.approx(_rel(unchecked))  # its nearest (torchtitan's) doubled is past the fallback
+    table = iv.calibration_table()  # twice its nearest calibrated regimes' width, at most the fallback
+    near = iv.nearest_width(table, "datasheet/low-comm/pytorch", 0.9)
+    assert _rel(other) == pytest.approx(min(iv.FALLBACK_FACTOR * near, iv.fallback_half_width(table, 0.9)))
     # no rows of a short megatron step on a datasheet profile: twice the nearest regime's width (megatron's)
     short = pm.predict("gpt2-small", "a100-sxm4-80gb", s.replace(micro_batch=2))
     assert short.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/megatron/short-step"

@@ -26,10 +26,13 @@ per regime: :func:`choose_method`). ``--selection`` holds that choice back too. 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as _dt
 import json
 import math
+import io
 import re
+import statistics
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -50,6 +53,7 @@ from perfmodel.workload.model import transformer
 DATA = Path(__file__).resolve().parent.parent / "data"
 TRAIN_DEV = DATA / "h200-2026-11-29" / "train_dev.jsonl"
 GPU_RUNS = DATA / "h200-calibration-2026-11-30" / "gpu_runs.csv"
+CPU_RUNS = DATA / "cpu-interference-2026-12-01"  # train.csv: each job's steps alone, beside co-located ones
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "measured_sample.csv"  # in the repository only
 COMMAND = "python -m perfmodel.validate.intervals --write"
 SOURCE_FILES = {"h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.jsonl",
@@ -57,6 +61,7 @@ SOURCE_FILES = {"h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.json
                 "published": "perfmodel/data/published_runs.csv (sources: published_runs.md)",
                 "published stacks": "perfmodel/data/published_stack_runs.csv",
                 "published checks": "perfmodel/data/published_check_runs.csv (sources: published_runs.md)",
+                "cpu steps": "perfmodel/data/cpu-interference-2026-12-01/train.csv (jobs.json, host-profile.json)",
                 "measured_sample": "examples/measured_sample.csv"}
 QUANTILES = (0.5, 0.8, 0.9, 0.95)
 HELD_BACK = 0.2  # share of configurations each split holds back (the table to ship calibrates on all)
@@ -120,6 +125,25 @@ def read_train_dev(path: Path = TRAIN_DEV) -> list[Case]:
     return cases
 
 
+def read_cpu_steps(folder: Path = CPU_RUNS) -> list[Case]:
+    """The one-thread CPU training jobs of ``folder`` (``jobs.json``), each predicted on the folder's host profile:
+    the median over its runs alone (``train.csv``) of the CPU seconds per step. That is its step on a core of its
+    own; its wall time alone is 2.3-2.8x longer, waiting behind the other processes the 2-core host ran then."""
+    jobs = json.loads((folder / "jobs.json").read_text(encoding="utf-8"))
+    alone = {}
+    for row in csv.DictReader(io.StringIO((folder / "train.csv").read_text(encoding="utf-8"))):
+        alone.setdefault(row["job"], []).append(float(row["cpu_alone_s"]))
+    host, profile = cluster(str(folder / "cpu-host.toml")), str(folder / "host-profile.json")
+    cases = []
+    for line, (name, spec) in enumerate(sorted(jobs.items()), start=1):
+        fields = {k: v for k, v in spec.items() if k not in ("micro_batch", "precision", "threads")}
+        s = Strategy(micro_batch=spec["micro_batch"], precision=spec["precision"])
+        cases.append(Case(line=line, label=f"cpu-{name}", model=transformer(**fields, name=name), cluster=host,
+                          strategy=s, metric="step_time_s", measured=statistics.median(alone[name]), profile=profile,
+                          source=f"train.csv job {name} ({len(alone[name])} runs alone)"))
+    return cases
+
+
 def validation_cases() -> list[tuple[str, Case]]:
     """(source, case) of every validation row; a row another source already holds is dropped."""
     found = [("h200 train_dev", c) for c in read_train_dev()]
@@ -127,6 +151,7 @@ def validation_cases() -> list[tuple[str, Case]]:
     found += [("published", c) for c in read_published()]
     found += [("published stacks", c) for c in read_published_stacks()]
     found += [("published checks", c) for c in read_published_checks()]
+    found += [("cpu steps", c) for c in read_cpu_steps()]
     seen = {(c.label, round(math.log(c.measured), 3)) for _, c in found}
     if SAMPLE.is_file():
         for c in read_measured(SAMPLE)[0]:
@@ -151,7 +176,7 @@ def score(source: str, case: Case) -> Scored:
                   power_capped=iv.power_capped(prof), run_source=run_source(source, case))
 
 
-OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "measured_sample")
+OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "cpu steps", "measured_sample")
 
 
 def run_source(source: str, case: Case) -> str:
@@ -209,11 +234,15 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
     """The calibration table of ``rows``: centre, scale and scores per regime (step time and memory, each
     with its score), validated stacks, shape ranges."""
     regimes = conformal.calibrate([conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source, r.features)
-                                   for r in rows], method)
+                                   for r in rows if r.kind != "host"], method)
+    hosts = [conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source) for r in rows if r.kind == "host"]
+    # a CPU host measured as the device: its own quantiles (split), apart from the GPU regimes' pooled scores
+    regimes |= conformal.calibrate(hosts, "split") if hosts else {}
     _count_units(regimes, rows, lambda r: r.cell)
     difficulty = {}
     for entry in regimes.values():  # one fit for the table, every regime carries it
-        difficulty = {"features": list(iv.DIFFICULTY), "coef": entry.pop("difficulty")} if "difficulty" in entry else {}
+        if "difficulty" in entry:
+            difficulty = {"features": list(iv.DIFFICULTY), "coef": entry.pop("difficulty")}
     for name, entry in regimes.items():  # as predict applies them (a datasheet regime never below its measured twin)
         entry["half_width_pct"] = {str(q): conformal.percent(
             entry["centre"], iv.regime_width({"regimes": regimes}, name, q, math.nan)) for q in QUANTILES}
@@ -225,13 +254,22 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
         entry.pop("difficulty", None)  # no features: one scale
         entry["half_width_pct"] = {str(q): conformal.percent(entry["centre"], iv.scaled_width(entry, q))
                                    for q in QUANTILES}
-    # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
-    shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
+    # one range for both GPU profile kinds (a datasheet profile prices shapes with the measured fits rescaled);
+    # a CPU host measured as the device has its own (its rows are toy shapes no GPU row checks)
     extra = {"difficulty": difficulty} if difficulty else {}
+    shapes, host_shapes = _shape_range([r for r in rows if r.kind != "host"]), _shape_range([r for r in rows
+                                                                                            if r.kind == "host"])
     return {**extra, "method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
+            "host_shape_range": host_shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
             "memory": {"method": memory_method or method, "regimes": memory,
                        "fallback_scores": memory_fallback_scores(measured)}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
+
+
+def _shape_range(rows: list[Scored]) -> dict:
+    """[min, max] of each of ``perfmodel.interval.SHAPE_FIELDS`` over ``rows`` (empty without rows)."""
+    return {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS} \
+        if rows else {}
 
 
 def memory_fallback_scores(rows: list[Scored]) -> list[float]:
