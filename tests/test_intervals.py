@@ -425,3 +425,74 @@ def test_cli_prints_level_regime_and_ties(capsys):
                  "--precision", "fp16-mixed", "--trials", "20", "--level", "0.8"]) == 0
     out = capsys.readouterr().out
     assert "expected_time_low_s" in out and "the step's 80% interval" in out and "exchange uncalibrated" in out
+
+
+def test_memory_regime_without_rows_gets_the_stated_prior_not_the_calibrated_widths():
+    table = iv.calibration_table()
+    mem = table["memory"]
+    # the prior: ±25% at 90%, Laplace quantiles at other levels; never narrowed by the sub-percent regimes
+    assert iv.memory_prior_width(0.9) == pytest.approx(math.log(1.25))
+    assert iv.memory_prior_width(0.5) == pytest.approx(math.log(1.25) * math.log(2) / math.log(10))
+    c, w, name = iv.memory_log_interval(table, "megatron/parallel", 0.9)
+    assert name == "uncalibrated: memory of megatron/parallel never measured" and c == 0.0
+    assert w == pytest.approx(iv.memory_fallback_width(mem, 0.9)) and w >= math.log(1.25)
+    widest = max(iv.scaled_width(e, 0.8) for e in mem["regimes"].values())
+    assert w > 4 * widest
+    # a regime measured by one run source alone: its spread says nothing of another source's, so the prior
+    one = {"memory": {"regimes": {"x/parallel/reserved": {**mem["regimes"]["torchtitan/parallel/reserved"],
+                                                          "run_sources": 1}}, "fallback_scores": []}}
+    c, w, name = iv.memory_log_interval(one, "x/parallel", 0.5)
+    assert name == "uncalibrated: memory of x/parallel measured by one run source"
+    assert w == pytest.approx(iv.memory_prior_width(0.5))
+    # two sources: calibrated on its reserved readings, labelled so
+    two = {"memory": {**one["memory"], "regimes": {"x/parallel/reserved": {**one["memory"]["regimes"][
+        "x/parallel/reserved"], "run_sources": 2}}}}
+    assert iv.memory_log_interval(two, "x/parallel", 0.5)[2] == "memory/x/parallel/reserved"
+
+
+def test_memory_rows_are_stratified_by_reading(rows):
+    readings = {(r.framework, r.memory_reading) for r in rows if r.memory_log_ratio is not None}
+    assert readings == {("pytorch", "allocated"), ("torchtitan", "reserved")}
+    cells = {r.memory_cell for r in rows if r.memory_log_ratio is not None}
+    assert cells == {"pytorch", "torchtitan/parallel/reserved"}
+    # the pooled fallback scores: each row against its regime's other run sources (0 where none)
+    scores = cal.memory_fallback_scores([r for r in rows if r.memory_log_ratio is not None])
+    assert len(scores) == 30 and scores == sorted(scores)
+
+
+def test_rows_are_scored_against_the_other_run_sources_of_their_regime():
+    from perfmodel.validate.conformal import Item, calibrate
+
+    # two sources of one regime (5 rows and 2), each agreeing within itself, 0.2 apart: left out by source, every
+    # score is about the gap; left out by configuration, the larger source's rows score near 0
+    rows = [cal.Scored(source="s", group=f"g{i}", label="x", kind="measured", stack="pytorch/flash", hidden=768,
+                       seq=1024, profile_gpu="h200", cluster_gpu="h200", share=0.0, host_share=0.0,
+                       log_ratio=(0.2 if i >= 5 else 0.0) + 0.001 * i, run_source="A" if i < 5 else "B")
+            for i in range(7)]
+    assert cal.SCORE_UNIT == "source" and {cal._score_unit(r) for r in rows} == {"A", "B"}
+    by_source = calibrate([Item("r", cal._score_unit(r), r.log_ratio, "s") for r in rows], "split")["r"]
+    by_config = calibrate([Item("r", r.group, r.log_ratio, "s") for r in rows], "split")["r"]
+    assert min(by_source["scores"]) > 0.19 and min(by_config["scores"]) < 0.01
+    table = cal.build_table(rows, "split")
+    assert table["regimes"]["measured/low-comm/pytorch"]["run_sources"] == 2
+    assert table["regimes"]["measured/low-comm/pytorch"]["configurations"] == 7
+
+
+def test_cpu_steps_are_a_regime_of_their_own(rows):
+    cpu = [r for r in rows if r.source == "cpu steps"]
+    assert len(cpu) == 3 and {r.kind for r in cpu} == {"host"}
+    assert {r.cell for r in cpu} == {"host/low-comm/pytorch"}  # no short-step or host-bound split on a CPU
+    table = iv.calibration_table()
+    assert table["host_shape_range"]["hidden"] == [32, 192] and table["shape_range"]["hidden"][0] >= 768
+    entry = table["regimes"]["host/low-comm/pytorch"]
+    assert entry["n"] == 3 and "regime_scale" not in entry  # split, apart from the GPU regimes' pooled score
+    # three rows support 50% only (the ⌈4 · 0.8⌉ = 4th score does not exist): labelled so above it
+    assert not math.isnan(iv.scaled_width(entry, 0.5)) and math.isnan(iv.scaled_width(entry, 0.8))
+    case = cal.read_cpu_steps()[0]
+    p = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile, level=0.5)
+    assert p.interval_regime == "host/low-comm/pytorch"
+    q = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile)
+    assert q.interval_regime == "uncalibrated: too few rows in host/low-comm/pytorch for 0.9"
+    # the GPU fallback is drawn from GPU regimes only
+    gpu_only = {**table, "regimes": {k: v for k, v in table["regimes"].items() if not k.startswith("host/")}}
+    assert iv.fallback_half_width(table, 0.9) == pytest.approx(iv.fallback_half_width(gpu_only, 0.9))
