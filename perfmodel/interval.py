@@ -167,7 +167,11 @@ def scaled_width(entry: dict, level: float) -> float:
     """A regime's log half-width: its own split-conformal quantile where it has enough rows for the level
     (``own_scores``), else its scale times the conformal quantile of the (pooled) scores it draws on."""
     own = half_width(entry["own_scores"], level) if "own_scores" in entry else math.nan
-    return own if not math.isnan(own) else entry.get("scale", 1.0) * half_width(entry["scores"], level)
+    if not math.isnan(own):
+        return own
+    pooled = entry.get("scale", 1.0) * half_width(entry["scores"], level)
+    # past its own rows, never narrower than its own widest score (a level above one it supports)
+    return max(pooled, entry["own_scores"][-1]) if entry.get("own_scores") and not math.isnan(pooled) else pooled
 
 
 def fallback_half_width(table: dict, level: float) -> float:
