@@ -233,11 +233,13 @@ def regime_misses(summary: dict, level: float, others: dict) -> int:
 
 def compare_methods(rows: list[Scored], *, level: float, splits: int, fraction: float, unit: str,
                     seed: int = 0) -> tuple[dict, dict]:
-    """Held-back summaries of every score at ``level`` (``splits`` splits) and at each of ``CHECK_LEVELS``
-    (a quarter of them): (method -> summary, level -> method -> summary)."""
+    """Held-back summaries of every score at ``level`` and at each of ``CHECK_LEVELS``, each over the same
+    ``splits`` splits (with a quarter of them, one regime read 34% at 50% that 200 read 43%: a regime's rows
+    come from a few sources, so its tally moves with which of them a split holds back):
+    (method -> summary, level -> method -> summary)."""
     checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m, unit=unit, seed=seed)
               for m in conformal.METHODS}
-    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m,
+    others = {lv: {m: held_back(rows, level=lv, splits=splits, fraction=fraction, method=m,
                                 unit=unit, seed=seed) for m in conformal.METHODS} for lv in CHECK_LEVELS}
     return checks, others
 
@@ -282,8 +284,10 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
             "method_note": "centre = median ln(measured / predicted) per regime; scores = |ln ratio - centre| "
                            "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted; normalised: "
                            "scale = the regime's times exp(difficulty coef . features)), each "
-                           "against the other configurations of its regime; a regime without rows (or too few "
-                           f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
+                           "against the other run sources of its regime; a regime without rows (or too few "
+                           f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated GPU half-width; a "
+                           "memory regime without rows, or of one run source, the stated prior "
+                           f"(±{100 * (math.exp(iv.MEMORY_PRIOR_90) - 1):.0f}% at 90%)",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
             "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
