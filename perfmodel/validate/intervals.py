@@ -209,8 +209,9 @@ def choose_method(checks: dict, level: float, others: dict | None = None) -> str
     """The score to ship: the narrowest median half-width among those covering at least ``level`` held back
     and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` — overall and within
     ``REGIME_SLACK`` in every calibrated regime; when none does, of those that hold overall at every level the
-    one with the fewest regime misses (:func:`regime_misses`), the narrowest among equals (a pooled score can be
-    narrowest by covering the easy regimes and missing a hard one); when none holds overall either, the
+    one with the fewest regime misses (:func:`regime_misses`), among equals the one whose worst calibrated regime
+    covers most at ``level`` (a held-out set is one population, and a pooled score can be narrowest by covering
+    the easy regimes and missing a hard one), then the narrowest; when none holds overall either, the
     best-covering one. ``checks``: method -> held-back summary."""
     others = others or {}
     for rule in (_holds, _holds_overall):
@@ -219,6 +220,7 @@ def choose_method(checks: dict, level: float, others: dict | None = None) -> str
         if covering:
             return min(covering, key=lambda m: (regime_misses(checks[m], level, {lv: o[m] for lv, o in
                                                                                  others.items()}),
+                                                -(_worst(checks[m]) or ("", 1.0))[1],
                                                 checks[m]["median_half_width_pct"]))
     return max(checks, key=lambda m: checks[m]["coverage"])
 
