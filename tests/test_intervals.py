@@ -48,8 +48,8 @@ def test_held_back_coverage_is_near_the_stated_level(rows, level):
     h = cal.held_back(rows, level=level, splits=splits, method=shipped["method"],
                       memory_method=shipped["memory"]["method"])
     # conformal: at least the level in expectation; above it by more than 1/(n+1) at low levels, since each row is
-    # scored against the other run sources of its regime, whose biases differ (conservative; docs/accuracy.md)
-    assert level - 0.03 <= h["coverage"] <= level + 0.12, h
+    # scored against the other run sources of its regime, whose biases differ (61% at 50%; docs/accuracy.md)
+    assert level - 0.03 <= h["coverage"] <= level + {0.5: 0.18, 0.8: 0.12, 0.9: 0.08}[level], h
     if level == 0.9:  # per regime fewer rows: a wider margin (at 50% and 80% some regimes miss: docs/accuracy.md)
         for name, r in h["per_regime"].items():
             if name != iv.UNCALIBRATED:
@@ -123,17 +123,26 @@ def test_shipped_table_is_what_the_generator_builds(rows):
           or [c for c in choice.values() if c["overall_holds"]])
     assert all(c["coverage"] >= 0.9 and all(c[f"coverage_at_{lv:g}"] >= lv - cal.SLACK for lv in cal.CHECK_LEVELS)
                for c in ok)
-    assert choice[shipped["method"]]["median_half_width_pct"] == min(c["median_half_width_pct"] for c in ok)
+    # ...the fewest regime misses, then the best worst regime at the level, then the narrowest
+    def rank(c):
+        return c["regime_misses"], -(c["worst_regime_at_0.9"] or ["", 1.0])[1], c["median_half_width_pct"]
+    assert rank(choice[shipped["method"]]) == min(rank(c) for c in ok)
     assert cal.choose_method({"a": {"coverage": 0.91, "median_half_width_pct": 20}, "b": {
         "coverage": 0.95, "median_half_width_pct": 15}}, 0.9, {0.5: {"a": {"coverage": 0.5}, "b": {"coverage": 0.4}}}) == "a"
     narrow_misses_a_regime = {"coverage": 0.93, "median_half_width_pct": 12,
                               "per_regime": {"easy": {"coverage": 0.99}, "hard": {"coverage": 0.7}}}
     assert cal.choose_method({"a": {"coverage": 0.91, "median_half_width_pct": 20}, "b": narrow_misses_a_regime},
                              0.9) == "a"
-    # no score holds in every regime: the narrowest of those holding overall at every level
+    # no score holds in every regime: of those holding overall at every level, the fewest regime misses, then the
+    # best worst regime, then the narrowest
     both_miss = {"a": {**narrow_misses_a_regime, "median_half_width_pct": 20}, "b": narrow_misses_a_regime,
                  "c": {"coverage": 0.85, "median_half_width_pct": 5}}
     assert cal.choose_method(both_miss, 0.9) == "b"
+    less_bad = {"coverage": 0.92, "median_half_width_pct": 14,
+                "per_regime": {"easy": {"coverage": 0.95}, "hard": {"coverage": 0.85}}}
+    assert cal.choose_method({**both_miss, "d": less_bad}, 0.9) == "d"  # 0.85 misses by 5 points only
+    worse_worst = {**less_bad, "median_half_width_pct": 10, "per_regime": {"hard": {"coverage": 0.81}}}
+    assert cal.choose_method({"d": less_bad, "e": worse_worst}, 0.9) == "d"
 
 
 def test_default_interval_is_ninety_percent_and_level_changes_it():
@@ -207,10 +216,8 @@ def test_normalised_scores_by_hand():
     assert iv.scaled_width(mondrian, 0.8) == pytest.approx(mondrian["own_scores"][16])  # ⌈21 · 0.8⌉ = 17th
 
 
-def test_normalised_width_follows_the_step_difficulty():
-    table = iv.calibration_table()
-    if "difficulty" not in table:
-        pytest.skip(f"the shipped score is {table['method']}")
+def test_normalised_width_follows_the_step_difficulty(rows):
+    table = cal.build_table(rows, "normalised")  # whichever score is shipped
     name = "datasheet/low-comm/fsdp"
     names = np.array([name] * 3, dtype=object)
     x = iv.difficulty_features(np.array([0.0, 0.1, 0.1]), 8, False)
@@ -225,7 +232,8 @@ def test_normalised_width_follows_the_step_difficulty():
     # a power-capped part is wider than the same job at TDP (its clock comes from a formula)
     s = pm.Strategy(dp=8, micro_batch=1, framework="torchtitan")
     capped_p, tdp = pm.predict("llama-3-8b", "grand-teton-h100", s), pm.predict("llama-3-8b", "dgx-h100", s)
-    if b["power_capped"] > 0 and capped_p.interval_regime == tdp.interval_regime == name:
+    if "difficulty" in iv.calibration_table() and b["power_capped"] > 0 and \
+            capped_p.interval_regime == tdp.interval_regime == name:
         assert _rel(capped_p) > _rel(tdp)
 
 
