@@ -3,22 +3,20 @@
     python -m perfmodel.validate.intervals            # residuals, held-back coverage per regime
     python -m perfmodel.validate.intervals --write    # ...and rewrite perfmodel/data/intervals.json
 
-Rows (each predicted with its GPU's bundled profile): the H200 development steps
-(``data/h200-2026-11-29/train_dev.jsonl``), the H200 validation runs
-(``data/h200-calibration-2026-11-30/gpu_runs.csv``), the published large runs
-(``data/published_runs.csv``), the published runs of other stacks
-(``data/published_stack_runs.csv``: torchtitan), the published check set
-(``data/published_check_runs.csv``: FSDP1, FSDP2, Megatron-Core) and ``examples/measured_sample.csv`` (rows
-another source already gives are dropped). A row's log-ratio is r = ln(measured / predicted
-step); per regime (:func:`perfmodel.interval.regime_name`) the table keeps the median r (the
-centre), a scale and the scores (:mod:`perfmodel.validate.conformal`). Rows with a measured
-peak memory give the memory section the same way, by framework.
+Rows (:mod:`perfmodel.validate.interval_rows`, each predicted with its GPU's bundled profile, the CPU
+jobs with their host's): the H200 steps, the published runs of Megatron-LM, DeepSpeed, torchtitan and
+the check set, the committed CPU steps. A row's log-ratio is r = ln(measured / predicted step); per
+regime (:func:`perfmodel.interval.regime_name`) the table keeps the median r (the centre), a scale and
+the scores (:mod:`perfmodel.validate.conformal`), each row scored against the other run sources of its
+regime (``SCORE_UNIT``). Rows with a measured peak memory give the memory section the same way, by
+framework, GPUs and reading (allocated or reserved).
 The shipped table uses every row; coverage is measured by repeated random splits
 of the run sources (:func:`run_source`: a publication table, or one of the project's own
 configurations; near-duplicates stay on one side): calibrate on one part, count the held-back
 rows inside their interval. Every score (``conformal.METHODS``) is measured so; the table ships
-the one with the narrowest median half-width among those covering the level (and 50%, 80%,
-per regime: :func:`choose_method`). ``--selection`` holds that choice back too. docs/accuracy.md.
+the narrowest of those covering the level (and 50%, 80%) in every regime, else of those covering it
+overall the one with the fewest regime misses (:func:`choose_method`). ``--selection`` holds that
+choice back too. docs/accuracy.md.
 
     python -m perfmodel.validate.intervals --selection   # ...and the choice of score held back (nested)
 """
