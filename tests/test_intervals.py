@@ -501,6 +501,10 @@ def test_cpu_steps_are_a_regime_of_their_own(rows):
     assert p.interval_regime == "host/low-comm/pytorch"
     q = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile)
     assert q.interval_regime == "uncalibrated: too few rows in host/low-comm/pytorch for 0.9"
+    # the vectorised path names a CPU step as predict does: no short-step or host-bound split on a host profile
+    names = iv.regimes("host", np.array([0.0, 0.0]), np.array([0.5, 0.0]), None, "pytorch", np.array([0.01, 1.0]))
+    assert names.tolist() == ["host/low-comm/pytorch"] * 2 == [iv._one_regime("host", 0.0, h, None, "pytorch", t)
+                                                              for h, t in ((0.5, 0.01), (0.0, 1.0))]
     # the GPU fallback is drawn from GPU regimes only
     gpu_only = {**table, "regimes": {k: v for k, v in table["regimes"].items() if not k.startswith("host/")}}
     assert iv.fallback_half_width(table, 0.9) == pytest.approx(iv.fallback_half_width(gpu_only, 0.9))
