@@ -104,8 +104,11 @@ def stack_key(framework: str, attention: str, precision: str) -> str:
 
 
 def profile_kind(profile) -> str:
-    """"datasheet" for a profile scaled from another GPU's by datasheet figures, else "measured"."""
-    return "datasheet" if "derived_from" in profile.meta else "measured"
+    """"datasheet" for a profile scaled from another GPU's by datasheet figures, "host" for a CPU measured as
+    the device (``host.serial``: its host work and kernels run one after the other), else "measured"."""
+    if "derived_from" in profile.meta:
+        return "datasheet"
+    return "host" if profile.host.get("serial") else "measured"
 
 
 def cell(kind: str, share):
@@ -126,7 +129,12 @@ def regime_framework(framework: str) -> str:
 def regime_name(kind: str, share: float, framework: str, step: float) -> str:
     """The calibrated regime of one step: profile kind, communication share, framework, short or not."""
     comm = "high-comm" if share >= COMM_SHARE else "low-comm"
-    return f"{kind}/{comm}/{regime_framework(framework)}" + ("/short-step" if step < SHORT_STEP_S else "")
+    return f"{kind}/{comm}/{regime_framework(framework)}" + ("/short-step" if _short(kind, step) else "")
+
+
+def _short(kind: str, step):
+    """Whether a step is short (``SHORT_STEP_S``: the H200's run-to-run spread below it; not for a CPU host)."""
+    return (np.asarray(step) < SHORT_STEP_S) & (kind != "host")
 
 
 def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
@@ -138,11 +146,12 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
         return f"datasheet profile of {cluster_gpu} never checked against measurements"
     if stack not in table["validated_stacks"]:
         return f"stack {stack} not validated"
+    ranges = table.get("host_shape_range", {}) if kind == "host" else table["shape_range"]
     for name in SHAPE_FIELDS:
         value = getattr(model, name, None)
         if value is None:
             return f"workload without '{name}' (not a transformer)"
-        lo, hi = table["shape_range"].get(name, (math.inf, -math.inf))
+        lo, hi = ranges.get(name, (math.inf, -math.inf))
         if not lo <= value <= hi:
             return f"{name}={value} outside calibrated {lo}-{hi}"
     return None
@@ -158,13 +167,18 @@ def scaled_width(entry: dict, level: float) -> float:
     """A regime's log half-width: its own split-conformal quantile where it has enough rows for the level
     (``own_scores``), else its scale times the conformal quantile of the (pooled) scores it draws on."""
     own = half_width(entry["own_scores"], level) if "own_scores" in entry else math.nan
-    return own if not math.isnan(own) else entry.get("scale", 1.0) * half_width(entry["scores"], level)
+    if not math.isnan(own):
+        return own
+    pooled = entry.get("scale", 1.0) * half_width(entry["scores"], level)
+    # past its own rows, never narrower than its own widest score (a level above one it supports)
+    return max(pooled, entry["own_scores"][-1]) if entry.get("own_scores") and not math.isnan(pooled) else pooled
 
 
 def fallback_half_width(table: dict, level: float) -> float:
-    """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated one."""
+    """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated GPU one (a CPU host's
+    regime, calibrated apart, speaks for its host profile, not for a GPU's)."""
     widths = [w if not math.isnan(w := scaled_width(r, level)) else r.get("scale", 1.0) * r["scores"][-1]
-              for r in table["regimes"].values() if r["scores"]]
+              for name, r in table["regimes"].items() if r["scores"] and not name.startswith("host/")]
     return FALLBACK_FACTOR * (max(widths) if widths else table["fallback_floor"])
 
 
@@ -172,11 +186,11 @@ def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", st
     """The regime name of each step (arrays of shares and steps broadcast)."""
     share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
     names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{regime_framework(framework)}"),
-                                   np.where(step < SHORT_STEP_S, "/short-step", "")), dtype=object)
+                                   np.where(_short(kind, step), "/short-step", "")), dtype=object)
     if reason is not None:
         names[...] = f"{UNCALIBRATED}: {reason}"
         return names
-    host = np.broadcast_to(np.asarray(host_share) >= HOST_SHARE, names.shape)
+    host = np.broadcast_to(np.asarray(host_share) >= HOST_SHARE, names.shape) & (kind != "host")
     names[host] = f"{UNCALIBRATED}: host-bound"
     return names
 
@@ -185,7 +199,7 @@ def _one_regime(kind: str, share: float, host_share: float, reason, framework: s
     """:func:`regimes` of one step."""
     if reason is not None:
         return f"{UNCALIBRATED}: {reason}"
-    if host_share >= HOST_SHARE:
+    if host_share >= HOST_SHARE and kind != "host":  # on a CPU device the host work is the step's own
         return f"{UNCALIBRATED}: host-bound"
     return regime_name(kind, share, framework, step)
 
@@ -308,7 +322,7 @@ def row_factor(table: dict, names, features) -> np.ndarray:
     lnsig = beta[0] + x @ np.asarray(beta[1:], dtype=float)
     for name in set(names.ravel().tolist()):
         entry = table["regimes"].get(name)
-        if entry is not None:
+        if entry is not None and "regime_scale" in entry:  # scored with the difficulty (not a CPU host's)
             mask = names == name
             out[mask] = entry.get("regime_scale", 1.0) * np.exp(lnsig[mask]) / entry["scale"]
     return out
@@ -352,7 +366,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
         c, w = regime_log_interval(table, raw, level)
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
-        if "difficulty" in table and raw in table["regimes"] and not name.startswith(UNCALIBRATED):
+        if "regime_scale" in table["regimes"].get(raw, {}) and not name.startswith(UNCALIBRATED):
             w *= _one_factor(table, raw, share, cluster.n_gpus, power_capped(profile))
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
@@ -385,6 +399,33 @@ def memory_regime(framework: str, n_gpus: int) -> str:
     return framework if n_gpus <= 1 else f"{framework}/parallel"
 
 
+# what a memory row's reading is: ``torch.cuda.max_memory_allocated`` against ``peak_memory``, or the
+# stack's max reserved reading against ``reserved_memory`` + the CUDA context (the allocator model too)
+MEMORY_READINGS = ("allocated", "reserved")
+# a memory regime no row measured: a stated guess, not drawn from the calibrated regimes' sub-percent widths.
+# ±25% at 90%, wider than any memory error recorded here for a stack before its own terms were written
+# (TorchTitan paper readings under the flat allocator rule: up to +10.6%; those readings against the allocated
+# accounting alone: up to +17%; ``python -m perfmodel.validate.memory_checks``); other levels as a Laplace
+# distribution's |x| quantile, b·ln(1/(1 - level)), so 50% is ±6.7% and 95% ±34%
+MEMORY_PRIOR_90 = math.log(1.25)
+# run sources a memory regime needs: one source's rows agree among themselves however far another source's
+# lie (the TorchTitan paper's two tables: within 0.4% each, 3-4% apart), so its spread says nothing of a new one
+MIN_MEMORY_SOURCES = 2
+
+
+def memory_prior_width(level: float) -> float:
+    """The log half-width of a memory regime without rows at ``level`` (:data:`MEMORY_PRIOR_90`)."""
+    return MEMORY_PRIOR_90 * math.log(1.0 / (1.0 - level)) / math.log(10.0)
+
+
+def memory_fallback_width(mem: dict, level: float) -> float:
+    """A memory regime without rows (or too few for the level): the larger of the stated prior and the
+    conformal quantile of every memory row scored against its regime's other run sources (``fallback_scores``:
+    what a stack measured by one source alone looks like to the others)."""
+    pooled = half_width(mem.get("fallback_scores", []), level)
+    return max(memory_prior_width(level), 0.0 if math.isnan(pooled) else pooled)
+
+
 def memory_bounds(peak_bytes: float, *, framework: str, n_gpus: int = 1, level: float = DEFAULT_LEVEL,
                   table: dict | None = None) -> Interval:
     """The interval of a predicted peak memory (bytes), from the memory section of the table: the
@@ -404,12 +445,16 @@ def _shipped_memory_interval(regime: str, level: float) -> tuple[float, float, s
 
 
 def memory_log_interval(table: dict, regime: str, level: float) -> tuple[float, float, str]:
-    """(centre, half-width, label) in log space of a memory regime (:func:`memory_regime`)."""
+    """(centre, half-width, label) in log space of a memory regime (:func:`memory_regime`): its rows of peak
+    allocated memory, else its stack's reserved readings (``<regime>/reserved``, labelled so), else the
+    fallback (:func:`memory_fallback_width`)."""
     mem = table.get("memory", EMPTY_TABLE["memory"])
-    entry = mem["regimes"].get(regime)
-    w = scaled_width(entry, level) if entry else math.nan
-    if not math.isnan(w):
-        return entry["centre"], w, f"memory/{regime}"
-    why = "too few measurements for the level" if entry else "never measured"
-    return 0.0, fallback_half_width(mem | {"fallback_floor": table["fallback_floor"]}, level), (
-        f"{UNCALIBRATED}: memory of {regime} {why}")
+    found = [(name, mem["regimes"][name]) for name in (regime, f"{regime}/reserved") if name in mem["regimes"]]
+    for name, entry in found:
+        w = scaled_width(entry, level)
+        if not math.isnan(w) and entry.get("run_sources", MIN_MEMORY_SOURCES) >= MIN_MEMORY_SOURCES:
+            return entry["centre"], w, f"memory/{name}"
+    why = "never measured" if not found else (
+        "measured by one run source" if any(not math.isnan(scaled_width(e, level)) for _, e in found)
+        else "too few measurements for the level")
+    return 0.0, memory_fallback_width(mem, level), f"{UNCALIBRATED}: memory of {regime} {why}"

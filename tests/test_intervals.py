@@ -35,7 +35,7 @@ def test_every_validation_source_is_scored_once(rows):
         counts[r.source] = counts.get(r.source, 0) + 1
     # measured_sample.csv repeats train_dev.jsonl and published_runs.csv rows: none are counted twice
     assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45, "published stacks": 7,
-                      "published checks": 38}
+                      "published checks": 38, "cpu steps": 3}
     assert all(math.isfinite(r.log_ratio) for r in rows)
 
 
@@ -47,16 +47,18 @@ def test_held_back_coverage_is_near_the_stated_level(rows, level):
     splits = 200 if level == 0.9 else 30
     h = cal.held_back(rows, level=level, splits=splits, method=shipped["method"],
                       memory_method=shipped["memory"]["method"])
-    # conformal: at least the level in expectation, at most level + 1/(n+1) (n ~ 10 per regime here)
-    assert level - 0.03 <= h["coverage"] <= level + 0.08, h
+    # conformal: at least the level in expectation; above it by more than 1/(n+1) at low levels, since each row is
+    # scored against the other run sources of its regime, whose biases differ (61% at 50%; docs/accuracy.md)
+    assert level - 0.03 <= h["coverage"] <= level + {0.5: 0.18, 0.8: 0.12, 0.9: 0.08}[level], h
     if level == 0.9:  # per regime fewer rows: a wider margin (at 50% and 80% some regimes miss: docs/accuracy.md)
         for name, r in h["per_regime"].items():
             if name != iv.UNCALIBRATED:
                 assert r["coverage"] >= level - cal.REGIME_SLACK, (name, r)
-        # memory: its own score; whole sources held back leave torchtitan's memory unmeasured, so by configuration
-        m = cal.held_back(rows, splits=30, method=shipped["method"], memory_method=shipped["memory"]["method"],
-                          unit="configuration")["memory"]
-        assert m["coverage"] >= level - 0.05, m
+        # memory, whole sources held back: the TorchTitan paper's readings, held back, fall in a regime of one run
+        # source or none and get the stated prior width, which covers them (it was twice ±0.6%: 61.5% before)
+        m = h["memory"]
+        assert m["coverage"] >= level - 0.03, m
+        assert m["per_regime"]["uncalibrated"]["coverage"] >= level, m
 
 
 def test_held_back_split_never_calibrates_on_the_rows_it_checks(rows, monkeypatch):
@@ -123,14 +125,18 @@ def test_shipped_table_is_what_the_generator_builds(rows):
           or [c for c in choice.values() if c["overall_holds"]])
     assert all(c["coverage"] >= 0.9 and all(c[f"coverage_at_{lv:g}"] >= lv - cal.SLACK for lv in cal.CHECK_LEVELS)
                for c in ok)
-    assert choice[shipped["method"]]["median_half_width_pct"] == min(c["median_half_width_pct"] for c in ok)
+    # ...the fewest regime misses, then the best worst regime at the level, then the narrowest
+    def rank(c):
+        return c["regime_misses"], -(c["worst_regime_at_0.9"] or ["", 1.0])[1], c["median_half_width_pct"]
+    assert rank(choice[shipped["method"]]) == min(rank(c) for c in ok)
     assert cal.choose_method({"a": {"coverage": 0.91, "median_half_width_pct": 20}, "b": {
         "coverage": 0.95, "median_half_width_pct": 15}}, 0.9, {0.5: {"a": {"coverage": 0.5}, "b": {"coverage": 0.4}}}) == "a"
     narrow_misses_a_regime = {"coverage": 0.93, "median_half_width_pct": 12,
                               "per_regime": {"easy": {"coverage": 0.99}, "hard": {"coverage": 0.7}}}
     assert cal.choose_method({"a": {"coverage": 0.91, "median_half_width_pct": 20}, "b": narrow_misses_a_regime},
                              0.9) == "a"
-    # no score holds in every regime: the narrowest of those holding overall at every level
+    # no score holds in every regime: of those holding overall at every level, the fewest regime misses, then the
+    # best worst regime, then the narrowest
     both_miss = {"a": {**narrow_misses_a_regime, "median_half_width_pct": 20}, "b": narrow_misses_a_regime,
                  "c": {"coverage": 0.85, "median_half_width_pct": 5}}
     assert cal.choose_method(both_miss, 0.9) == "b"
@@ -139,6 +145,11 @@ def test_shipped_table_is_what_the_generator_builds(rows):
                  "b": {"coverage": 0.5, "per_regime": {"hard": {"coverage": 0.3}}}}}
     assert cal.choose_method({"a": {"coverage": 0.91, "median_half_width_pct": 20}, "b": narrow_misses_a_regime},
                              0.9, low) == "a"
+    less_bad = {"coverage": 0.92, "median_half_width_pct": 14,
+                "per_regime": {"easy": {"coverage": 0.95}, "hard": {"coverage": 0.85}}}
+    assert cal.choose_method({**both_miss, "d": less_bad}, 0.9) == "d"  # 0.85 misses by 5 points only
+    worse_worst = {**less_bad, "median_half_width_pct": 10, "per_regime": {"hard": {"coverage": 0.81}}}
+    assert cal.choose_method({"d": less_bad, "e": worse_worst}, 0.9) == "d"
 
 
 def test_default_interval_is_ninety_percent_and_level_changes_it():
@@ -212,10 +223,8 @@ def test_normalised_scores_by_hand():
     assert iv.scaled_width(mondrian, 0.8) == pytest.approx(mondrian["own_scores"][16])  # ⌈21 · 0.8⌉ = 17th
 
 
-def test_normalised_width_follows_the_step_difficulty():
-    table = iv.calibration_table()
-    if "difficulty" not in table:
-        pytest.skip(f"the shipped score is {table['method']}")
+def test_normalised_width_follows_the_step_difficulty(rows):
+    table = cal.build_table(rows, "normalised")  # whichever score is shipped
     name = "datasheet/low-comm/fsdp"
     names = np.array([name] * 3, dtype=object)
     x = iv.difficulty_features(np.array([0.0, 0.1, 0.1]), 8, False)
@@ -230,7 +239,8 @@ def test_normalised_width_follows_the_step_difficulty():
     # a power-capped part is wider than the same job at TDP (its clock comes from a formula)
     s = pm.Strategy(dp=8, micro_batch=1, framework="torchtitan")
     capped_p, tdp = pm.predict("llama-3-8b", "grand-teton-h100", s), pm.predict("llama-3-8b", "dgx-h100", s)
-    if b["power_capped"] > 0 and capped_p.interval_regime == tdp.interval_regime == name:
+    if "difficulty" in iv.calibration_table() and b["power_capped"] > 0 and \
+            capped_p.interval_regime == tdp.interval_regime == name:
         assert _rel(capped_p) > _rel(tdp)
 
 
@@ -295,10 +305,9 @@ def test_intervals_widen_for_datasheet_profiles_and_unvalidated_stacks():
     # a validated stack on a datasheet profile no row of that stack checked: labelled, as wide
     other = pm.predict("gpt2-small", "a100-sxm4-80gb", pm.Strategy(micro_batch=8))
     assert other.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/pytorch"
-    # twice its nearest calibrated regime's width, at most the fallback (which of the two depends on the score)
-    table = iv.calibration_table()
-    near = iv.FALLBACK_FACTOR * iv.nearest_width(table, "datasheet/low-comm/pytorch", 0.9)
-    assert _rel(other) == pytest.approx(min(near, iv.fallback_half_width(table, 0.9))) and _rel(other) > _rel(a100)
+    table = iv.calibration_table()  # twice its nearest calibrated regimes' width, at most the fallback
+    near = iv.nearest_width(table, "datasheet/low-comm/pytorch", 0.9)
+    assert _rel(other) == pytest.approx(min(iv.FALLBACK_FACTOR * near, iv.fallback_half_width(table, 0.9)))
     # no rows of a short megatron step on a datasheet profile: twice the nearest regime's width (megatron's)
     short = pm.predict("gpt2-small", "a100-sxm4-80gb", s.replace(micro_batch=2))
     assert short.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/megatron/short-step"
@@ -431,3 +440,78 @@ def test_cli_prints_level_regime_and_ties(capsys):
                  "--precision", "fp16-mixed", "--trials", "20", "--level", "0.8"]) == 0
     out = capsys.readouterr().out
     assert "expected_time_low_s" in out and "the step's 80% interval" in out and "exchange uncalibrated" in out
+
+
+def test_memory_regime_without_rows_gets_the_stated_prior_not_the_calibrated_widths():
+    table = iv.calibration_table()
+    mem = table["memory"]
+    # the prior: ±25% at 90%, Laplace quantiles at other levels; never narrowed by the sub-percent regimes
+    assert iv.memory_prior_width(0.9) == pytest.approx(math.log(1.25))
+    assert iv.memory_prior_width(0.5) == pytest.approx(math.log(1.25) * math.log(2) / math.log(10))
+    c, w, name = iv.memory_log_interval(table, "megatron/parallel", 0.9)
+    assert name == "uncalibrated: memory of megatron/parallel never measured" and c == 0.0
+    assert w == pytest.approx(iv.memory_fallback_width(mem, 0.9)) and w >= math.log(1.25)
+    widest = max(iv.scaled_width(e, 0.8) for e in mem["regimes"].values())
+    assert w > 4 * widest
+    # a regime measured by one run source alone: its spread says nothing of another source's, so the prior
+    one = {"memory": {"regimes": {"x/parallel/reserved": {**mem["regimes"]["torchtitan/parallel/reserved"],
+                                                          "run_sources": 1}}, "fallback_scores": []}}
+    c, w, name = iv.memory_log_interval(one, "x/parallel", 0.5)
+    assert name == "uncalibrated: memory of x/parallel measured by one run source"
+    assert w == pytest.approx(iv.memory_prior_width(0.5))
+    # two sources: calibrated on its reserved readings, labelled so
+    two = {"memory": {**one["memory"], "regimes": {"x/parallel/reserved": {**one["memory"]["regimes"][
+        "x/parallel/reserved"], "run_sources": 2}}}}
+    assert iv.memory_log_interval(two, "x/parallel", 0.5)[2] == "memory/x/parallel/reserved"
+
+
+def test_memory_rows_are_stratified_by_reading(rows):
+    readings = {(r.framework, r.memory_reading) for r in rows if r.memory_log_ratio is not None}
+    assert readings == {("pytorch", "allocated"), ("torchtitan", "reserved")}
+    cells = {r.memory_cell for r in rows if r.memory_log_ratio is not None}
+    assert cells == {"pytorch", "torchtitan/parallel/reserved"}
+    # the pooled fallback scores: each row against its regime's other run sources (0 where none)
+    scores = cal.memory_fallback_scores([r for r in rows if r.memory_log_ratio is not None])
+    assert len(scores) == 30 and scores == sorted(scores)
+
+
+def test_rows_are_scored_against_the_other_run_sources_of_their_regime():
+    from perfmodel.validate.conformal import Item, calibrate
+
+    # two sources of one regime (5 rows and 2), each agreeing within itself, 0.2 apart: left out by source, every
+    # score is about the gap; left out by configuration, the larger source's rows score near 0
+    rows = [cal.Scored(source="s", group=f"g{i}", label="x", kind="measured", stack="pytorch/flash", hidden=768,
+                       seq=1024, profile_gpu="h200", cluster_gpu="h200", share=0.0, host_share=0.0,
+                       log_ratio=(0.2 if i >= 5 else 0.0) + 0.001 * i, run_source="A" if i < 5 else "B")
+            for i in range(7)]
+    assert cal.SCORE_UNIT == "source" and {cal._score_unit(r) for r in rows} == {"A", "B"}
+    by_source = calibrate([Item("r", cal._score_unit(r), r.log_ratio, "s") for r in rows], "split")["r"]
+    by_config = calibrate([Item("r", r.group, r.log_ratio, "s") for r in rows], "split")["r"]
+    assert min(by_source["scores"]) > 0.19 and min(by_config["scores"]) < 0.01
+    table = cal.build_table(rows, "split")
+    assert table["regimes"]["measured/low-comm/pytorch"]["run_sources"] == 2
+    assert table["regimes"]["measured/low-comm/pytorch"]["configurations"] == 7
+
+
+def test_cpu_steps_are_a_regime_of_their_own(rows):
+    cpu = [r for r in rows if r.source == "cpu steps"]
+    assert len(cpu) == 3 and {r.kind for r in cpu} == {"host"}
+    assert {r.cell for r in cpu} == {"host/low-comm/pytorch"}  # no short-step or host-bound split on a CPU
+    table = iv.calibration_table()
+    assert table["host_shape_range"]["hidden"] == [32, 192] and table["shape_range"]["hidden"][0] >= 768
+    entry = table["regimes"]["host/low-comm/pytorch"]
+    assert entry["n"] == 3 and "regime_scale" not in entry  # split, apart from the GPU regimes' pooled score
+    # three rows support 50% only (the ⌈4 · 0.8⌉ = 4th score does not exist): labelled so above it
+    assert not math.isnan(iv.scaled_width(entry, 0.5)) and math.isnan(iv.scaled_width(entry, 0.8))
+    case = cal.read_cpu_steps()[0]
+    p = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile, level=0.5)
+    assert p.interval_regime == "host/low-comm/pytorch"
+    q = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile)
+    assert q.interval_regime == "uncalibrated: too few rows in host/low-comm/pytorch for 0.9"
+    # the vectorised path names a CPU step as predict does: no short-step or host-bound split on a host profile
+    names = iv.regimes("host", np.array([0.0, 0.0]), np.array([0.5, 0.0]), None, "pytorch", np.array([0.01, 1.0]))
+    assert names.tolist() == ["host/low-comm/pytorch"] * 2 == [iv._one_regime("host", 0.0, h, None, "pytorch", t)
+                                                              for h, t in ((0.5, 0.01), (0.0, 1.0))]
+    # the GPU fallback is drawn from GPU regimes only
+    gpu_only = {**table, "regimes": {k: v for k, v in table["regimes"].items() if not k.startswith("host/")}}
+    assert iv.fallback_half_width(table, 0.9) == pytest.approx(iv.fallback_half_width(gpu_only, 0.9))

@@ -3,22 +3,20 @@
     python -m perfmodel.validate.intervals            # residuals, held-back coverage per regime
     python -m perfmodel.validate.intervals --write    # ...and rewrite perfmodel/data/intervals.json
 
-Rows (each predicted with its GPU's bundled profile): the H200 development steps
-(``data/h200-2026-11-29/train_dev.jsonl``), the H200 validation runs
-(``data/h200-calibration-2026-11-30/gpu_runs.csv``), the published large runs
-(``data/published_runs.csv``), the published runs of other stacks
-(``data/published_stack_runs.csv``: torchtitan), the published check set
-(``data/published_check_runs.csv``: FSDP1, FSDP2, Megatron-Core) and ``examples/measured_sample.csv`` (rows
-another source already gives are dropped). A row's log-ratio is r = ln(measured / predicted
-step); per regime (:func:`perfmodel.interval.regime_name`) the table keeps the median r (the
-centre), a scale and the scores (:mod:`perfmodel.validate.conformal`). Rows with a measured
-peak memory give the memory section the same way, by framework.
+Rows (:mod:`perfmodel.validate.interval_rows`, each predicted with its GPU's bundled profile, the CPU
+jobs with their host's): the H200 steps, the published runs of Megatron-LM, DeepSpeed, torchtitan and
+the check set, the committed CPU steps. A row's log-ratio is r = ln(measured / predicted step); per
+regime (:func:`perfmodel.interval.regime_name`) the table keeps the median r (the centre), a scale and
+the scores (:mod:`perfmodel.validate.conformal`), each row scored against the other run sources of its
+regime (``SCORE_UNIT``). Rows with a measured peak memory give the memory section the same way, by
+framework, GPUs and reading (allocated or reserved).
 The shipped table uses every row; coverage is measured by repeated random splits
 of the run sources (:func:`run_source`: a publication table, or one of the project's own
 configurations; near-duplicates stay on one side): calibrate on one part, count the held-back
 rows inside their interval. Every score (``conformal.METHODS``) is measured so; the table ships
-the one with the narrowest median half-width among those covering the level (and 50%, 80%,
-per regime: :func:`choose_method`). ``--selection`` holds that choice back too. docs/accuracy.md.
+the narrowest of those covering the level (and 50%, 80%) in every regime, else of those covering it
+overall the one with the fewest regime misses (:func:`choose_method`). ``--selection`` holds that
+choice back too. docs/accuracy.md.
 
     python -m perfmodel.validate.intervals --selection   # ...and the choice of score held back (nested)
 """
@@ -29,179 +27,88 @@ import argparse
 import datetime as _dt
 import json
 import math
-import re
-from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
 
 import numpy as np
 
 from perfmodel import interval as iv
 from perfmodel.validate import conformal
-from perfmodel.validate.measured import Case, read_measured
-from perfmodel.hardware import cluster
-from perfmodel.parallel.strategy import Strategy
-from perfmodel.predict import default_profile, predict
-from perfmodel.profiles.profile import load_profile
-from perfmodel.validate.published import (CUDA_CONTEXT_BYTES, read_published, read_published_checks,
-                                          read_published_stacks)
-from perfmodel.workload.model import transformer
+from perfmodel.validate.interval_rows import (CPU_RUNS, GPU_RUNS, OWN_RUNS, SAMPLE, SOURCE_FILES,  # noqa: F401
+                                              TRAIN_DEV, Scored, read_cpu_steps, read_train_dev, run_source,
+                                              score, scored_rows, validation_cases)
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-TRAIN_DEV = DATA / "h200-2026-11-29" / "train_dev.jsonl"
-GPU_RUNS = DATA / "h200-calibration-2026-11-30" / "gpu_runs.csv"
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "measured_sample.csv"  # in the repository only
 COMMAND = "python -m perfmodel.validate.intervals --write"
-SOURCE_FILES = {"h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.jsonl",
-                "h200 gpu_runs": "perfmodel/data/h200-calibration-2026-11-30/gpu_runs.csv",
-                "published": "perfmodel/data/published_runs.csv (sources: published_runs.md)",
-                "published stacks": "perfmodel/data/published_stack_runs.csv",
-                "published checks": "perfmodel/data/published_check_runs.csv (sources: published_runs.md)",
-                "measured_sample": "examples/measured_sample.csv"}
 QUANTILES = (0.5, 0.8, 0.9, 0.95)
 HELD_BACK = 0.2  # share of configurations each split holds back (the table to ship calibrates on all)
 
 
-@dataclass(frozen=True)
-class Scored:
-    """One validation row predicted: what picks its regime, and its score."""
-
-    source: str
-    group: str
-    label: str
-    kind: str
-    stack: str
-    hidden: int
-    seq: int
-    profile_gpu: str
-    cluster_gpu: str
-    share: float
-    host_share: float
-    log_ratio: float  # ln(measured / predicted step)
-    framework: str = "pytorch"
-    step_s: float = 1.0  # predicted step
-    memory_log_ratio: float | None = None  # ln(measured / predicted peak memory), where measured
-    n_gpus: int = 1
-    power_capped: bool = False  # priced on a power-capped part's profile (profiles/power_cap.py)
-    run_source: str = ""  # the run source it comes from (:func:`run_source`): held-back splits keep it whole
-
-    @cached_property
-    def features(self) -> tuple:
-        """Its difficulty features (``perfmodel.interval.DIFFICULTY``), known before measuring."""
-        return tuple(iv.difficulty_features(self.share, self.n_gpus, self.power_capped).tolist())
-
-    @property
-    def memory_regime(self) -> str:
-        return iv.memory_regime(self.framework, self.n_gpus)
-
-    @property
-    def cell(self) -> str:
-        return iv.regime_name(self.kind, self.share, self.framework, self.step_s)
+# what a row is scored without (conformal.py: against the centre of the rest of its regime): its run source,
+# the unit a held-back split keeps whole, so a source's shared bias shows in the scores as it does held back
+SCORE_UNIT = "source"
 
 
-def read_train_dev(path: Path = TRAIN_DEV) -> list[Case]:
-    """The H200 development steps (GPT-style, untied head, eager bf16 autocast, fused AdamW, one GPU)."""
-    cases = []
-    for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        r = json.loads(text)
-        m = transformer(r["layers"], r["hidden"], r["heads"], r["seq"], r["vocab"], tied_embeddings=False,
-                        name=r["model"])
-        s = Strategy(micro_batch=r["batch"], recompute="full" if r["checkpoint"] else "none")
-        cases.append(Case(line=line, label=r["model"], model=m, cluster=cluster("h200"), strategy=s,
-                          metric="step_time_s", measured=float(r["step_sec"]), source=f"train_dev.jsonl line {line}",
-                          peak_memory_bytes=float(r["peak_mem_bytes"])))
-    return cases
+def _score_unit(r: Scored) -> str:
+    """The part of its regime a row's score leaves out (:data:`SCORE_UNIT`: ``"source"`` or ``"configuration"``)."""
+    return r.run_source if SCORE_UNIT == "source" else r.group
 
 
-def validation_cases() -> list[tuple[str, Case]]:
-    """(source, case) of every validation row; a row another source already holds is dropped."""
-    found = [("h200 train_dev", c) for c in read_train_dev()]
-    found += [("h200 gpu_runs", c) for c in read_measured(GPU_RUNS)[0]]
-    found += [("published", c) for c in read_published()]
-    found += [("published stacks", c) for c in read_published_stacks()]
-    found += [("published checks", c) for c in read_published_checks()]
-    seen = {(c.label, round(math.log(c.measured), 3)) for _, c in found}
-    if SAMPLE.is_file():
-        for c in read_measured(SAMPLE)[0]:
-            if c.metric == "step_time_s" and (c.label, round(math.log(c.measured), 3)) not in seen:
-                found.append(("measured_sample", c))
-    return found
-
-
-def score(source: str, case: Case) -> Scored:
-    """Predict one case and score it."""
-    p = predict(case.model, case.cluster, case.strategy, profile=case.profile)
-    prof = load_profile(case.profile) if case.profile else default_profile(case.cluster)
-    share, host = iv.shares(p.step_time, p.breakdown)
-    s = case.strategy
-    return Scored(source=source, group=_configuration(case), label=case.label,
-                  kind=iv.profile_kind(prof), stack=iv.stack_key(s.framework, s.attention, s.precision),
-                  hidden=int(case.model.hidden), seq=int(case.model.seq), profile_gpu=prof.gpu,
-                  cluster_gpu=case.cluster.gpu.name, share=float(share), host_share=float(host),
-                  log_ratio=math.log(case.measured / p.step_time), framework=s.framework, step_s=p.step_time,
-                  memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus,
-                  power_capped=iv.power_capped(prof), run_source=run_source(source, case))
-
-
-OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "measured_sample")
-
-
-def run_source(source: str, case: Case) -> str:
-    """The run source of a row: the publication table (or report) of a published row, whose rows share the
-    authors' software, setup and way of measuring, so near-duplicates never sit on both sides of a split;
-    for the project's own runs (one machine, the profile's own) the configuration, each measured apart."""
-    if source in OWN_RUNS:
-        return f"{source}|{_configuration(case)}"
-    cited = re.split(r"[;:] ", case.source.split("): ", 1)[-1])[0]
-    return f"{source}|{re.sub(r', experiment [0-9]+$', '', cited)}"
-
-
-def _memory_log_ratio(case: Case, p) -> float | None:
-    """ln(measured / predicted memory): peak allocated where measured so, else the stack's reserved reading
-    (which includes the CUDA context) against the predicted reserved memory; None without a reading."""
-    if case.peak_memory_bytes:
-        return math.log(case.peak_memory_bytes / p.peak_memory)
-    if "reserved_memory_bytes" in case.extra:
-        return math.log(case.extra["reserved_memory_bytes"] / (p.reserved_memory + CUDA_CONTEXT_BYTES))
-    return None
-
-
-def _configuration(case: Case) -> str:
-    """What makes two rows repeats of one configuration (they stay on one side of a split)."""
-    m, s = case.model, case.strategy
-    fields = (case.label, m.layers, m.hidden, m.seq, m.vocab, case.cluster.n_gpus, s.dp, s.tp, s.pp, s.cp,
-              s.micro_batch, s.global_batch, s.recompute, s.shard, s.fsdp, s.framework, s.attention, s.precision)
-    return "|".join(map(str, fields))
-
-
-def scored_rows() -> list[Scored]:
-    """Every validation row predicted and scored."""
-    return [score(source, case) for source, case in validation_cases()]
+def _count_units(entries: dict, rows: list[Scored], cell) -> None:
+    """Each regime's configurations and run sources (its scores left out run sources, not configurations)."""
+    for name, entry in entries.items():
+        mine = [r for r in rows if cell(r) == name]
+        entry["configurations"] = len({r.group for r in mine})
+        entry["run_sources"] = len({r.run_source for r in mine})
 
 
 def build_table(rows: list[Scored], method: str = "weighted", memory_method: str | None = None) -> dict:
     """The calibration table of ``rows``: centre, scale and scores per regime (step time and memory, each
     with its score), validated stacks, shape ranges."""
-    regimes = conformal.calibrate([conformal.Item(r.cell, r.group, r.log_ratio, r.source, r.features)
-                                   for r in rows], method)
+    regimes = conformal.calibrate([conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source, r.features)
+                                   for r in rows if r.kind != "host"], method)
+    hosts = [conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source) for r in rows if r.kind == "host"]
+    # a CPU host measured as the device: its own quantiles (split), apart from the GPU regimes' pooled scores
+    regimes |= conformal.calibrate(hosts, "split") if hosts else {}
+    _count_units(regimes, rows, lambda r: r.cell)
     difficulty = {}
     for entry in regimes.values():  # one fit for the table, every regime carries it
-        difficulty = {"features": list(iv.DIFFICULTY), "coef": entry.pop("difficulty")} if "difficulty" in entry else {}
+        if "difficulty" in entry:
+            difficulty = {"features": list(iv.DIFFICULTY), "coef": entry.pop("difficulty")}
     for name, entry in regimes.items():  # as predict applies them (a datasheet regime never below its measured twin)
         entry["half_width_pct"] = {str(q): conformal.percent(
             entry["centre"], iv.regime_width({"regimes": regimes}, name, q, math.nan)) for q in QUANTILES}
-    memory = conformal.calibrate([conformal.Item(r.memory_regime, r.group, r.memory_log_ratio, r.source)
-                                  for r in rows if r.memory_log_ratio is not None], memory_method or method)
+    measured = [r for r in rows if r.memory_log_ratio is not None]
+    memory = conformal.calibrate([conformal.Item(r.memory_cell, _score_unit(r), r.memory_log_ratio, r.source)
+                                  for r in measured], memory_method or method)
+    _count_units(memory, measured, lambda r: r.memory_cell)
     for entry in memory.values():
         entry.pop("difficulty", None)  # no features: one scale
         entry["half_width_pct"] = {str(q): conformal.percent(entry["centre"], iv.scaled_width(entry, q))
                                    for q in QUANTILES}
-    # one range for both profile kinds: a datasheet profile prices shapes with the measured fits rescaled
-    shapes = {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS}
+    # one range for both GPU profile kinds (a datasheet profile prices shapes with the measured fits rescaled);
+    # a CPU host measured as the device has its own (its rows are toy shapes no GPU row checks)
     extra = {"difficulty": difficulty} if difficulty else {}
+    shapes, host_shapes = _shape_range([r for r in rows if r.kind != "host"]), _shape_range([r for r in rows
+                                                                                            if r.kind == "host"])
     return {**extra, "method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
+            "host_shape_range": host_shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
-            "memory": {"method": memory_method or method, "regimes": memory}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
+            "memory": {"method": memory_method or method, "regimes": memory,
+                       "fallback_scores": memory_fallback_scores(measured)}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
+
+
+def _shape_range(rows: list[Scored]) -> dict:
+    """[min, max] of each of ``perfmodel.interval.SHAPE_FIELDS`` over ``rows`` (empty without rows)."""
+    return {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS} \
+        if rows else {}
+
+
+def memory_fallback_scores(rows: list[Scored]) -> list[float]:
+    """|r - c| of every memory row, c its regime's median over the other run sources (0 where none measured
+    it): the pooled scores a memory regime without rows draws on (:func:`perfmodel.interval.memory_fallback_width`)."""
+    out = []
+    for r in rows:
+        others = [o.memory_log_ratio for o in rows if o.memory_cell == r.memory_cell and o.run_source != r.run_source]
+        out.append(round(abs(r.memory_log_ratio - (float(np.median(others)) if others else 0.0)), 5))
+    return sorted(out)
 
 
 def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, float]:
@@ -299,26 +206,41 @@ def _worst(summary: dict):
 def choose_method(checks: dict, level: float, others: dict | None = None) -> str:
     """The score to ship: the narrowest median half-width among those covering at least ``level`` held back
     and, at each of ``others`` (level -> method -> summary), that level less ``SLACK`` — overall and within
-    ``REGIME_SLACK`` in every calibrated regime; when none does, the narrowest of those that hold in every
-    regime at ``level`` and overall at the others (the shipped score's test); when none does, the narrowest
-    of those that hold overall at every level; when none does either, the best-covering one.
-    ``checks``: method -> held-back summary."""
+    ``REGIME_SLACK`` in every calibrated regime; when none does, the same among those that hold in every regime
+    at ``level`` and overall at the others (the shipped score's test); when none does, among those that hold
+    overall at every level; within a rule, the one with the fewest regime misses (:func:`regime_misses`), among
+    equals the one whose worst calibrated regime covers most at ``level`` (a held-out set is one population,
+    and a pooled score can be narrowest by covering the easy regimes and missing a hard one), then the
+    narrowest; when none holds overall either, the best-covering one. ``checks``: method -> held-back summary."""
     others = others or {}
     for rule, other_rule in ((_holds, _holds), (_holds, _holds_overall), (_holds_overall, _holds_overall)):
         covering = [m for m, h in checks.items() if rule(h, level, 0.0)
                     and all(other_rule(o[m], lv, SLACK) for lv, o in others.items())]
         if covering:
-            return min(covering, key=lambda m: checks[m]["median_half_width_pct"])
+            return min(covering, key=lambda m: (regime_misses(checks[m], level, {lv: o[m] for lv, o in
+                                                                                 others.items()}),
+                                                -(_worst(checks[m]) or ("", 1.0))[1],
+                                                checks[m]["median_half_width_pct"]))
     return max(checks, key=lambda m: checks[m]["coverage"])
+
+
+def regime_misses(summary: dict, level: float, others: dict) -> int:
+    """How many (calibrated regime, level) pairs of one score cover less than the level by more than
+    ``REGIME_SLACK`` held back (``others``: level -> that score's summary)."""
+    return sum(r["coverage"] is not None and r["coverage"] < lv - REGIME_SLACK
+               for lv, h in ((level, summary), *others.items())
+               for name, r in h.get("per_regime", {}).items() if name != iv.UNCALIBRATED)
 
 
 def compare_methods(rows: list[Scored], *, level: float, splits: int, fraction: float, unit: str,
                     seed: int = 0) -> tuple[dict, dict]:
-    """Held-back summaries of every score at ``level`` (``splits`` splits) and at each of ``CHECK_LEVELS``
-    (a quarter of them): (method -> summary, level -> method -> summary)."""
+    """Held-back summaries of every score at ``level`` and at each of ``CHECK_LEVELS``, each over the same
+    ``splits`` splits (with a quarter of them, one regime read 34% at 50% that 200 read 43%: a regime's rows
+    come from a few sources, so its tally moves with which of them a split holds back):
+    (method -> summary, level -> method -> summary)."""
     checks = {m: held_back(rows, level=level, splits=splits, fraction=fraction, method=m, unit=unit, seed=seed)
               for m in conformal.METHODS}
-    others = {lv: {m: held_back(rows, level=lv, splits=max(1, splits // 4), fraction=fraction, method=m,
+    others = {lv: {m: held_back(rows, level=lv, splits=splits, fraction=fraction, method=m,
                                 unit=unit, seed=seed) for m in conformal.METHODS} for lv in CHECK_LEVELS}
     return checks, others
 
@@ -363,8 +285,10 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
             "method_note": "centre = median ln(measured / predicted) per regime; scores = |ln ratio - centre| "
                            "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted; normalised: "
                            "scale = the regime's times exp(difficulty coef . features)), each "
-                           "against the other configurations of its regime; a regime without rows (or too few "
-                           f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated half-width",
+                           "against the other run sources of its regime; a regime without rows (or too few "
+                           f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated GPU half-width; a "
+                           "memory regime without rows, or of one run source, the stated prior "
+                           f"(±{100 * (math.exp(iv.MEMORY_PRIOR_90) - 1):.0f}% at 90%)",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
             "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
@@ -377,6 +301,7 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
                                  for name, rule, other in (("every_regime", _holds, _holds),
                                                            ("regimes_at_level", _holds, _holds_overall),
                                                            ("overall", _holds_overall, _holds_overall))}
+                              | {"regime_misses": regime_misses(h, level, {lv: o[m] for lv, o in others.items()})}
                               | {f"worst_regime_at_{lv:g}": _worst(s) for lv, s in ((level, h), *(
                                   (lv, o[m]) for lv, o in others.items()))}
                               for m, h in checks.items()},
