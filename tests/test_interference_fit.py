@@ -137,3 +137,32 @@ def test_wall_error_split_into_cpu_time_and_core_share_parts():
     for side in ("alone", "together"):
         assert np.median(np.abs(np.log(parts[f"model_{side}"] / parts[f"share_{side}"]))) < 0.08
     np.testing.assert_allclose(parts["share_part"] * parts["cpu_slowdown"], parts["slowdown"], rtol=1e-12)
+
+
+def test_predict_shared_counts_interference_of_jobs_on_a_share_of_the_cores(monkeypatch):
+    # two one-thread GEMM jobs given 2/3 of a core between them on a 2-core host: each holds its own
+    # core a third of the time and is slowed by the other beside it then (solve_sharing's units rule)
+    from pathlib import Path
+
+    import perfmodel as pm
+    from perfmodel.analysis import contention
+    from perfmodel.analysis.interference import CLASSES
+    from perfmodel.analysis.load import job_load
+
+    folder = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / "cpu-interference-2026-12-01"
+    host, prof = pm.cluster(str(folder / "cpu-host.toml")), str(folder / "host-profile.json")
+    job = (pm.transformer(layers=2, hidden=192, heads=4, seq=64, vocab=256), pm.Strategy(micro_batch=8, precision="fp32"))
+    monkeypatch.setattr(contention.os, "cpu_count", lambda: 2)  # the measured host's cores
+    by_default = pm.predict_shared([job] * 2, host, profile=prof, slots=2 / 3)
+    two = pm.predict_shared([job] * 2, host, profile=prof, slots=2 / 3, units=2)
+    one = pm.predict_shared([job] * 2, host, profile=prof, slots=2 / 3, units=2 / 3)  # as if on one core
+    load = job_load(job, host, pm.load_profile(prof), launch_on_device=True)
+    table = load_interference("cpu")
+    by_hand = contention.solve_sharing([[load.seconds[c] for c in CLASSES]] * 2, [0.0, 0.0], table, 2 / 3,
+                                       table.switch_fraction, units=2)
+    assert [j.step_time for j in by_default.jobs] == pytest.approx([j.step_time for j in two.jobs], rel=1e-12)
+    assert [j.step_time for j in two.jobs] == pytest.approx(list(by_hand), rel=1e-9)
+    gain = table.coefficient("compute", "compute") * load.seconds["compute"] / load.step_s / 3
+    assert two.jobs[0].slowdown > one.jobs[0].slowdown * (1 + 0.5 * gain)  # interference counted
+    with pytest.raises(InvalidInputError, match="'units' must be a number > 0"):
+        pm.predict_shared([job] * 2, host, profile=prof, units=0)

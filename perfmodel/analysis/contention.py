@@ -130,7 +130,8 @@ def _beside(others, slots: float, units: float):
 
 
 def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profile=None, interference=None,
-                   mig_profile=None, slots: float | None = None, background_load: float = 0.0) -> SharedPrediction:
+                   mig_profile=None, slots: float | None = None, background_load: float = 0.0,
+                   units: float | None = None) -> SharedPrediction:
     """Predict jobs co-located on one device (``mode``: "time-slice", "mps" or "mig").
 
     ``jobs``: Predictions, models, ``(model, strategy)`` or ``(model, strategy, label)``. ``mig_profile``:
@@ -140,6 +141,10 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     cores / (1 + other active sessions) under autogroup scheduling: ``perfmodel.fit.interference.host_slots``). ``interference``: a table, its JSON or a bundled name.
     ``background_load``: other always-ready work sharing the device (runnable threads on a CPU host),
     in jobs' worth; the slowdowns are then against each job alone with that same load.
+    ``units``: jobs' worth the device could run at once if it were all theirs (default: on a CPU host
+    its cores over the threads per job, on a GPU the slots); where ``slots`` is less (a session's
+    share of a host's cores), the jobs still run beside each other on their own units part of the
+    time (``solve_sharing``), so their interference counts.
     """
     check_choice("mode", mode, MODES)
     cluster = as_cluster(gpu_or_cluster)
@@ -157,18 +162,21 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
                                "use mode='time-slice'")
     table = load_interference(interference if interference is not None else ("cpu" if on_cpu else None))
     loads = [job_load(j, cluster, prof, launch_on_device=on_cpu) for j in jobs]
+    cores = max((os.cpu_count() or 1) // cluster.gpu.sm_count, 1) if on_cpu else None  # one job per core's worth
     if slots is None:
-        slots = (max((os.cpu_count() or 1) // cluster.gpu.sm_count, 1) if on_cpu
-                 else 1 if mode == "time-slice" else len(loads))
-    if isinstance(slots, bool) or not isinstance(slots, (int, float)) or not slots > 0:
-        raise InvalidInputError(f"'slots' must be a number > 0 (jobs' worth the device runs at once): got {slots!r}")
+        slots = cores if on_cpu else 1 if mode == "time-slice" else len(loads)
+    _check_positive("slots", slots, "jobs' worth the device runs at once")
+    units = cores if units is None else units
+    if units is not None:
+        _check_positive("units", units, "jobs' worth the device runs at once when all its units are theirs")
     seconds = [[ld.seconds[c] if (c != "launch" or on_cpu) else 0.0 for c in CLASSES] for ld in loads]
     if isinstance(background_load, bool) or not isinstance(background_load, (int, float)) or not background_load >= 0:
         raise InvalidInputError(f"'background_load' must be a number >= 0 (always-ready jobs): got {background_load!r}")
     switch = table.switch_fraction if (mode == "time-slice") else 0.0
     free = [ld.free_s for ld in loads]
-    shared = solve_sharing(seconds, free, table, float(slots), switch, float(background_load))
-    alone = [float(solve_sharing([sec], [f], table, float(slots), switch, float(background_load))[0]) / ld.step_s
+    shared = solve_sharing(seconds, free, table, float(slots), switch, float(background_load), units=units)
+    alone = [float(solve_sharing([sec], [f], table, float(slots), switch, float(background_load), units=units)[0])
+             / ld.step_s
              if background_load else 1.0 for sec, f, ld in zip(seconds, free, loads)]
     rows = tuple(_row(ld, float(s), float(sum(sec)), solo_s=ld.step_s * a)
                  for ld, s, sec, a in zip(loads, shared, seconds, alone))
@@ -176,6 +184,11 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     cap = cluster.gpu.mem_bytes
     return SharedPrediction(mode, cluster.gpu.name, rows, float(sum(r.solo_step_time / r.step_time for r in rows)),
                             float(need), float(cap), bool(need <= cap), table.name)
+
+
+def _check_positive(name: str, value, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidInputError(f"{name!r} must be a number > 0 ({what}): got {value!r}")
 
 
 def _row(ld, shared_s: float, device_s: float, instance: str = "", fits: bool | None = None,
