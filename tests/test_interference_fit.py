@@ -6,7 +6,7 @@ import pytest
 
 from perfmodel.analysis.interference import load_interference, table_from_dict
 from perfmodel.core.errors import InvalidInputError
-from perfmodel.fit.interference import PAIRS, fit_interference, predicted_slowdown, row_seconds
+from perfmodel.fit.interference import KEYS, fit_interference, predicted_slowdown, row_seconds
 
 MIXES = ["compute+compute", "compute+memory", "compute+launch", "memory+memory", "memory+launch",
          "launch+launch", "compute+compute+compute", "memory+memory+memory", "launch+launch+launch"]
@@ -22,16 +22,19 @@ def _rows(table, rng, noise=0.0, repeats=3):
             kinds = mix.split("+")
             for slot, kind in enumerate(kinds):
                 other_a, other_t = rng.uniform(0, 1.5, 2)
-                s = predicted_slowdown(table, [row_seconds(k) for k in kinds], slot, (2.0, 2.0, other_a, other_t))
+                s = predicted_slowdown(table, [row_seconds(k) for k in kinds], slot, (2.0, 2.0, other_a, other_t),
+                                       foreign=(other_a, other_t))
                 rows.append({"mix": mix, "job": kind, "slot": slot, "repeat": rep, "other_alone": other_a,
                              "other_together": other_t, "slowdown": s * (1 + noise * rng.standard_normal())})
     return pd.DataFrame(rows)
 
 
 def test_fit_recovers_the_table_that_made_the_rows():
-    truth = table_from_dict({"coefficients": TRUE, "switch_fraction": 0.04})
+    # other users' threads beside the jobs slow each class by its a|other where they run beside it
+    others = {"compute|other": 0.2, "memory|other": 0.5, "launch|other": 0.1}
+    truth = table_from_dict({"coefficients": {**TRUE, **others}, "switch_fraction": 0.04})
     fit = fit_interference(_rows(truth, np.random.default_rng(0), repeats=1), slots=2)
-    for pair in PAIRS:
+    for pair in KEYS:
         assert fit.table.coefficient(*pair.split("|")) == pytest.approx(truth.coefficient(*pair.split("|")), abs=0.01)
     assert fit.table.switch_fraction == pytest.approx(0.04, abs=0.01)
     assert np.isnan(fit.cv_error) and fit.table.n_points == 21  # one repeat: nothing to hold out
@@ -49,7 +52,7 @@ def test_table_round_trip_and_errors(tmp_path):
     truth.save(tmp_path / "t.json")
     again = load_interference(tmp_path / "t.json")
     assert again.coefficients == truth.coefficients and again.switch_fraction == 0.04
-    with pytest.raises(InvalidInputError, match="cannot fit 10 parameters"):
+    with pytest.raises(InvalidInputError, match="cannot fit 13 parameters"):
         fit_interference(_rows(truth, np.random.default_rng(0), repeats=1).head(5))
     with pytest.raises(InvalidInputError, match="kernel class 'gemm' unknown"):
         row_seconds("gemm")

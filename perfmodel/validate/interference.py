@@ -27,7 +27,7 @@ from perfmodel.core.errors import InvalidInputError
 from perfmodel.analysis.load import job_load
 from perfmodel.fit.build import build_profile
 from perfmodel.fit.interference import (COLUMN, fit_interference, host_slots, predicted_slowdown, read_rows,
-                                        row_sides)
+                                        row_foreign, row_sides)
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
@@ -75,7 +75,8 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     rows = read_rows(folder / "train.csv")
     balance = float(table.meta.get("balance", 0.0))  # fitted with the table, on the kernel rows' CPU shares
     pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot),
-                               row_sides(r, SLOTS, metric, balance), metric=metric, cores=SLOTS)
+                               row_sides(r, SLOTS, metric, balance), metric=metric, cores=SLOTS,
+                               foreign=row_foreign(r))
             for r in rows.itertuples()]
     rows["predicted"] = pred
     per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
