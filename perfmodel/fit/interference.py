@@ -4,9 +4,9 @@ Each measured row is one process of class ``job`` running beside the others of i
 slowdown is its median iteration time together over alone, each run with the host's other runnable
 threads measured (``other_alone``, ``other_together``). The prediction of a row is the sharing model
 itself (``perfmodel.analysis.contention.solve_sharing``) on one-class jobs, so the fitted table means
-exactly what predictions use: 9 class-pair coefficients, 3 for other users' work beside each class
-(``a|other``: priced on either side with the other sessions each side counted, ``row_foreign``)
-and the time-slice loss, by bounded least
+exactly what predictions use: 9 class-pair coefficients (with ``others=True`` 3 more, for other
+users' work beside each class, ``a|other``: priced on either side with the other sessions each side
+counted, ``row_foreign``) and the time-slice loss, by bounded least
 squares on log slowdowns (scipy ``least_squares``, soft-L1 loss against outliers of a busy host).
 CV error: leave one repeat out, refit, predict the held-out repeat; median |relative error|.
 """
@@ -27,7 +27,7 @@ from perfmodel.hardware.common import FrozenMap
 from perfmodel.core.checks import check_choice
 
 PAIRS = tuple(f"{a}|{b}" for a in CLASSES for b in CLASSES)
-KEYS = PAIRS + tuple(f"{a}|{OTHER}" for a in CLASSES)  # the fitted coefficients
+KEYS = PAIRS + tuple(f"{a}|{OTHER}" for a in CLASSES)  # the coefficients fitted with others=True
 REQUIRED = ("mix", "job", "repeat", "slowdown", "other_alone", "other_together")
 METRICS = ("wall", "cpu")
 COLUMN = {"wall": "slowdown", "cpu": "cpu_slowdown"}  # the measured slowdown each metric is fitted to
@@ -48,6 +48,7 @@ class InterferenceFit:
 
 
 def _table(x: np.ndarray, name: str = "fit") -> InterferenceTable:
+    # x: the coefficients in KEYS order (its first len(x) - 1), then the switch loss
     return InterferenceTable(name, FrozenMap(dict(zip(KEYS, map(float, x[:-1])))), float(x[-1]))
 
 
@@ -166,14 +167,14 @@ def _predict(table, rows: pd.DataFrame, slots: float, metric: str, balance: floa
     return np.asarray(out)
 
 
-def _fit_params(rows: pd.DataFrame, slots: float, metric: str, balance: float = 0.0) -> np.ndarray:
+def _fit_params(rows: pd.DataFrame, slots: float, metric: str, balance: float = 0.0, keys=PAIRS) -> np.ndarray:
     measured = np.log(rows[COLUMN[metric]].to_numpy(float))
 
     def residual(x):
         return np.log(_predict(_table(x), rows, slots, metric, balance)) - measured
 
-    x0 = np.r_[np.full(len(KEYS), 0.1), 0.02]
-    upper = np.r_[np.full(len(KEYS), MAX_COEFFICIENT), MAX_SWITCH]
+    x0 = np.r_[np.full(len(keys), 0.1), 0.02]
+    upper = np.r_[np.full(len(keys), MAX_COEFFICIENT), MAX_SWITCH]
     return scipy_optimize.least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05,
                          ftol=1e-6, xtol=1e-6, gtol=1e-6).x
 
@@ -193,23 +194,26 @@ def read_rows(path) -> pd.DataFrame:
 
 
 def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "", cv: bool = True,
-                     metric: str = "wall") -> InterferenceFit:
+                     metric: str = "wall", others: bool = False) -> InterferenceFit:
     """Fit the table to kernel-class rows (a DataFrame or CSV path) measured on ``slots`` cores
     (``cv=False``: no leave-one-repeat-out refits; the CV error is then NaN). ``metric``: fit the
-    wall-clock slowdowns ("wall") or the CPU-time ones ("cpu", the switch loss then unused)."""
+    wall-clock slowdowns ("wall") or the CPU-time ones ("cpu", the switch loss then unused).
+    ``others``: also fit ``a|other`` (other users' work beside each class; docs/contention.md says
+    why it is off by default: the measured sets do not tell it apart from zero)."""
     check_choice("metric", metric, METRICS)
     rows = read_rows(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
     if COLUMN[metric] not in rows.columns:
         raise InvalidInputError(f"metric {metric!r} needs a {COLUMN[metric]!r} column")
-    if len(rows) < len(KEYS) + 1:
-        raise InvalidInputError(f"{len(rows)} rows cannot fit {len(KEYS) + 1} parameters")
+    keys = KEYS if others else PAIRS
+    if len(rows) < len(keys) + 1:
+        raise InvalidInputError(f"{len(rows)} rows cannot fit {len(keys) + 1} parameters")
     balance, share_error = fit_balance(rows, float(slots))
-    x = _fit_params(rows, float(slots), metric, balance)
+    x = _fit_params(rows, float(slots), metric, balance, keys)
     held = np.full(len(rows), np.nan)
     repeats = sorted(rows["repeat"].unique())
     for rep in repeats if len(repeats) > 1 and cv else []:
         test = (rows["repeat"] == rep).to_numpy()
-        xr = _fit_params(rows[~test], float(slots), metric, balance)
+        xr = _fit_params(rows[~test], float(slots), metric, balance, keys)
         held[test] = _predict(_table(xr), rows[test], float(slots), metric, balance)
     pred = _predict(_table(x), rows, float(slots), metric, balance)
     measured = rows[COLUMN[metric]].to_numpy(float)

@@ -88,13 +88,13 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     return per_job, float(np.median(np.abs(per_job["error"])))
 
 
-def fit_table(folder, kernels=None, cv: bool = True):
+def fit_table(folder, kernels=None, cv: bool = True, others: bool = False):
     """The interference fit of ``folder/kernels.csv``; ``kernels``: fit the class coefficients on
     those kernel rows instead (a cleaner set taken on the same host) and keep the load balance of
     the folder's own kernel rows: the balance belongs to the other users' load while the folder was
     measured (docs/contention.md), the coefficients to the host."""
     own = Path(folder) / "kernels.csv"
-    fit = fit_interference(kernels or own, slots=SLOTS, metric="cpu", cv=cv)
+    fit = fit_interference(kernels or own, slots=SLOTS, metric="cpu", cv=cv, others=others)
     if kernels is None:
         return fit
     balance, error = fit_balance(read_rows(own), float(SLOTS))
@@ -133,11 +133,13 @@ def main(argv=None) -> int:
     p.add_argument("--build-host", action="store_true", help="first refit the host profile from folder/host")
     p.add_argument("--kernels", default=None,
                    help="fit the class coefficients on this kernels.csv (the load balance stays the folder's own)")
+    p.add_argument("--others", action="store_true",
+                   help="also fit a|other: other users' work slowing each class beside it")
     args = p.parse_args(argv)
     if args.build_host:
         build_host(args.folder)
 
-    fit = fit_table(args.folder, args.kernels)
+    fit = fit_table(args.folder, args.kernels, others=args.others)
     print(fit)
     print("coefficients:", {k: round(v, 3) for k, v in fit.table.coefficients.items()},
           f"switch {fit.table.switch_fraction:.3f}, balance {fit.table.meta['balance']:.3f} "
