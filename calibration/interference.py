@@ -6,9 +6,10 @@ Run::
     python -m calibration.interference kernels --out interference/kernels.csv --cycles 5
     # training processes (calibration.train's module and step) in mixes of two and three
     python -m calibration.interference train --out interference/train.csv --cycles 5
-    # on a host shared with other users: keep only cycles with at most one other active session
+    # on a host shared with other users: keep only cycles with at most one other active session,
+    # odd cycles in reverse order (each alone, then together) so a drift of the load cancels
     python -m calibration.interference train --out interference/train.csv --cycles 5 \
-        --max-other-sessions 1 --attempts 4
+        --max-other-sessions 1 --attempts 4 --alternate
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
 oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
@@ -94,15 +95,20 @@ def _train_step(name: str):
     return make_step(net, make_optimizer(net, s, ctx), s, model, ctx, 0)
 
 
-def phase_of(t: float, start_at: float, phase_s: float, n_jobs: int) -> tuple[int, int, float]:
+def phase_of(t: float, start_at: float, phase_s: float, n_jobs: int, alternate: bool = False) -> tuple[int, int, float]:
     """(cycle, phase, seconds into it) at time ``t``: each cycle is phase 0 (all jobs) then phase
-    k + 1 (job k alone) for every job k."""
+    k + 1 (job k alone) for every job k; ``alternate``: odd cycles run that order backwards (each
+    job alone, last first, then all together), so a drift of the host's load that makes one side
+    of a cycle slower makes the other side slower in the next (an ABBA order cancels a linear drift)."""
     i = int((t - start_at) // phase_s)
-    return i // (n_jobs + 1), i % (n_jobs + 1), (t - start_at) - i * phase_s
+    cycle, phase = i // (n_jobs + 1), i % (n_jobs + 1)
+    if alternate and cycle % 2:
+        phase = n_jobs - phase
+    return cycle, phase, (t - start_at) - i * phase_s
 
 
 def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles: int, slot: int, n_jobs: int,
-           guard_s: float) -> list[dict]:
+           guard_s: float, alternate: bool = False) -> list[dict]:
     """Warm up, say "ready" and (``start_at`` None) read the start time from stdin, then follow the
     cycle from it: iterate in phase 0 and in its own solo phase,
     sleep in the others' solo phases. Per (cycle, phase) it reports wall and CPU seconds and the
@@ -123,7 +129,7 @@ def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles:
         if now < start_at:
             time.sleep(min(start_at - now, 0.01))
             continue
-        cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs)
+        cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs, alternate)
         if phase not in (0, slot + 1):
             time.sleep(min(phase_s - into, 0.01))
             continue
@@ -153,7 +159,8 @@ def _other_load(own: int) -> tuple[int, int]:
     return len(active), sum(active.values())
 
 
-def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, period_s: float = 0.1) -> dict:
+def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, period_s: float = 0.1,
+                     alternate: bool = False) -> dict:
     """Per (cycle, phase): mean /proc/stat ``procs_running`` less this sampling process, and the
     mean count of other sessions with runnable work and of their runnable processes (``SCANS``
     scans a phase: a scan of /proc costs about 6 ms of this session's own share)."""
@@ -165,7 +172,7 @@ def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, 
         if now >= start_at:
             with open("/proc/stat") as f:
                 line = next((x for x in f if x.startswith("procs_running")), "procs_running 1")
-            cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs)
+            cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs, alternate)
             running.setdefault((cycle, phase), []).append(int(line.split()[1]) - 1)
             scans = sessions.setdefault((cycle, phase), [])
             if len(scans) < SCANS and into >= phase_s * (len(scans) + 1) / (SCANS + 1):
@@ -181,14 +188,15 @@ def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, 
 # --- the parent --------------------------------------------------------------------------------
 
 
-def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float) -> list[dict]:
+def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float,
+            alternate: bool = False) -> list[dict]:
     """One process per entry of ``kinds`` through the cycles (started ``setup_s`` after the last one
-    reports ready); one row per (job, cycle)."""
+    reports ready; ``alternate``: odd cycles in the reverse order, ``phase_of``); one row per (job, cycle)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     n = len(kinds)
     procs = [subprocess.Popen([sys.executable, "-m", "calibration.interference", "worker", "--kind", k,
                                "--what", what, "--phase", str(phase_s), "--cycles", str(cycles), "--slot", str(i),
-                               "--jobs", str(n), "--guard", str(guard_s)], env=env, stdin=subprocess.PIPE,
+                               "--jobs", str(n), "--guard", str(guard_s)] + ["--alternate"] * alternate, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, k in enumerate(kinds)]
     for p in procs:
@@ -198,7 +206,7 @@ def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, gu
     for p in procs:
         p.stdin.write(f"{start_at!r}\n")
         p.stdin.flush()
-    running = runnable_threads(start_at, phase_s, cycles, n)
+    running = runnable_threads(start_at, phase_s, cycles, n, alternate=alternate)
     rows = []
     for slot, (k, p) in enumerate(zip(kinds, procs)):
         stdout, stderr = p.communicate(timeout=setup_s + cycles * (n + 1) * phase_s + 300)
@@ -235,7 +243,7 @@ def loaded_cycles(rows: list[dict], max_sessions: float | None) -> set:
 
 
 def measure(mixes, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float,
-            max_sessions: float | None = None, attempts: int = 1, log=print) -> list[dict]:
+            max_sessions: float | None = None, attempts: int = 1, alternate: bool = False, log=print) -> list[dict]:
     """Every mix of two or more jobs through ``cycles`` cycles; rows per job and cycle. With
     ``max_sessions``, cycles whose phases saw more other sessions are dropped and the mix run again
     (up to ``attempts`` runs) until ``cycles`` clean cycles are kept; repeats number the kept ones."""
@@ -245,7 +253,8 @@ def measure(mixes, what: str, *, phase_s: float, cycles: int, setup_s: float, gu
             continue
         kept: list = []
         for attempt in range(attempts):
-            got = run_mix(mix, what, phase_s=phase_s, cycles=cycles, setup_s=setup_s, guard_s=guard_s)
+            got = run_mix(mix, what, phase_s=phase_s, cycles=cycles, setup_s=setup_s, guard_s=guard_s,
+                          alternate=alternate)
             drop = loaded_cycles(got, max_sessions)
             clean = sorted({r["repeat"] for r in got} - drop)[:cycles - len({r["repeat"] for r in kept})]
             base = len({r["repeat"] for r in kept})
@@ -284,6 +293,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-other-sessions", type=float, default=None,
                    help="drop cycles whose phases saw more other sessions with runnable work (default: keep all)")
     p.add_argument("--attempts", type=int, default=1, help="runs of a mix to gather --cycles clean cycles")
+    p.add_argument("--alternate", action="store_true",
+                   help="odd cycles run their phases in reverse order (each alone, then together): ABBA")
     p.add_argument("--kind", default=None)
     p.add_argument("--what", default="kernel", choices=["kernel", "train"])
     p.add_argument("--slot", type=int, default=0)
@@ -293,20 +304,23 @@ def main(argv=None) -> int:
     phase = args.phase or (2.0 if train else 1.0)
     guard = args.guard if args.guard is not None else (0.4 if train else 0.15)
     if args.command == "worker":
-        print(json.dumps(worker(args.kind, args.what, None, phase, args.cycles, args.slot, args.jobs, guard)))
+        print(json.dumps(worker(args.kind, args.what, None, phase, args.cycles, args.slot, args.jobs, guard,
+                                args.alternate)))
         return 0
     if not args.out:
         p.error("--out is required")
     if args.command == "kernels":
         rows = measure(KERNEL_MIXES, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
-                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts)
+                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
+                       alternate=args.alternate)
     else:
         jobs = Path(args.out).with_name("jobs.json")  # the jobs' models and micro-batches, for predicting them
         jobs.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_text(json.dumps({k: {**v, "precision": "fp32", "threads": 1} for k, v in TRAIN_JOBS.items()},
                                    indent=1) + "\n")
         rows = measure(TRAIN_MIXES, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
-                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts)
+                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
+                       alternate=args.alternate)
     write(args.out, rows, COLUMNS)
     print(f"{len(rows)} rows -> {args.out}")
     return 0

@@ -15,9 +15,16 @@ def test_phase_clock_cycles_through_together_then_each_alone():
     assert interference.phase_of(3.2, 0.0, 1.0, 2)[:2] == (1, 0)
 
 
+def test_alternate_cycles_run_their_phases_backwards():
+    # ABBA: cycle 0 together, 0 alone, 1 alone; cycle 1 job 1 alone, job 0 alone, together
+    order = [interference.phase_of(t + 0.5, 0.0, 1.0, 2, alternate=True)[:2] for t in range(6)]
+    assert order == [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (1, 0)]
+    assert interference.phase_of(6.5, 0.0, 1.0, 2, alternate=True)[:2] == (2, 0)
+
+
 def test_a_pair_of_launch_storms_is_measured_together_and_alone():
     rows = interference.measure([("launch", "launch")], "kernel", phase_s=0.3, cycles=1, setup_s=0.3,
-                                guard_s=0.05, log=lambda _: None)
+                                guard_s=0.05, alternate=True, log=lambda _: None)
     assert {r["slot"] for r in rows} <= {0, 1} and {r["mix"] for r in rows} == {"launch+launch"}
     assert len(rows) >= 1  # a cycle whose phase held no whole iteration is left out, not invented
     for r in rows:

@@ -63,6 +63,24 @@ def test_jobs_with_a_share_of_a_hosts_cores_still_run_beside_each_other():
     np.testing.assert_allclose(solve_sharing(three, [0] * 3, table, 2.0, 0.0), 1.5 * 1.3, rtol=1e-9)
 
 
+def test_other_users_work_fills_the_units_the_jobs_leave():
+    # 2 cores, two always-busy compute jobs given 2/3 of a core between them, 5 other sessions: while
+    # one runs, the other job is beside it 1/3 of the time and other users' work the remaining 2/3:
+    # 3 * (1 + 0.3 / 3 + 0.1 * 2 / 3) = 3.5 with compute|compute 0.3 and compute|other 0.1
+    table = table_from_dict({"coefficients": {"compute|compute": 0.3, "compute|other": 0.1}})
+    jobs = [[1.0, 0, 0], [1.0, 0, 0]]
+    np.testing.assert_allclose(solve_sharing(jobs, [0, 0], table, 2 / 3, 0.0, units=2, foreign=5), [3.5, 3.5])
+    # alone on an otherwise idle host nothing is beside it; with one other session always beside it
+    np.testing.assert_allclose(solve_sharing([jobs[0]], [0], table, 2.0, 0.0, foreign=0.0), [1.0])
+    np.testing.assert_allclose(solve_sharing([jobs[0]], [0], table, 2.0, 0.0, foreign=1.0), [1.1])
+    # half a session's worth keeps the spare core busy half the time; one device unit has no spare
+    np.testing.assert_allclose(solve_sharing([jobs[0]], [0], table, 2.0, 0.0, foreign=0.5), [1.05])
+    np.testing.assert_allclose(solve_sharing([jobs[0]], [0], table, 1.0, 0.0, foreign=3.0), [1.0])
+    assert table.coefficient("compute", "other") == 0.1
+    with pytest.raises(UnknownNameError, match="kernel class"):
+        table.coefficient("other", "compute")
+
+
 def test_mps_beats_time_slicing_for_jobs_with_idle_gaps():
     jobs = [("gpt2-small", pm.Strategy(micro_batch=1))] * 2
     ts = pm.predict_shared(jobs, "h100", mode="time-slice")

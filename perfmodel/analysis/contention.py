@@ -15,7 +15,9 @@ part of every job by two factors, solved together as a fixed point (docs/content
   units a fraction f = slots / min(n_i, units) of the time, so w_ij = p_j * min(1,
   (min(n_i, units) - 1) * f / (n_i - 1)) (units = slots gives the first form); class a of i stretches by
   1 + sum_j w_ij * sum_b q_jb * I(a, b), q_jb the share of j's device time in class b and I the
-  interference table (``perfmodel.analysis.interference``).
+  interference table (``perfmodel.analysis.interference``); other users' work (``foreign``, in
+  jobs' worth, on a host shared with them) fills the units the jobs leave, U - 1 - sum_j w_ij
+  beside i, busy a fraction min(1, foreign / (U - 1)), and stretches class a by I(a, other) there.
 
 T'_i = free_i + Q_i * sum_a t_ia * stretch_ia, and p_i = (T'_i - free_i) / T'_i. ``"mig"`` instead
 gives each job its own instance, priced by the scaled profile (``perfmodel.analysis.mig``).
@@ -82,7 +84,7 @@ class SharedPrediction:
 
 
 def solve_sharing(seconds, free, table, slots: float, switch: float, background: float = 0.0, *,
-                  executed: bool = False, units: float | None = None):
+                  executed: bool = False, units: float | None = None, foreign: float = 0.0):
     """Shared step seconds of jobs with device ``seconds[i, class]`` and ``free[i]`` seconds.
 
     The fixed point of the module docstring, iterated with damping from the solo state.
@@ -91,7 +93,8 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
     ``executed=True`` returns ``(step, work)``, work = sum_a t_ia * stretch_ia: the device seconds
     a job executes per step (its CPU time on a CPU host), without the time it waits for a slot.
     ``units``: the device's parallel units (cores) when the jobs get fewer ``slots`` than that
-    (other users' sessions take the rest); None: as many as the slots.
+    (other users' sessions take the rest); None: as many as the slots. ``foreign``: other users'
+    runnable work beside the jobs (sessions or threads' worth), priced by the table's ``a|other``.
     """
     t = np.asarray(seconds, float)
     free = np.asarray(free, float)
@@ -99,6 +102,9 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
     device = t.sum(axis=1)
     q = np.divide(t, device[:, None], out=np.zeros_like(t), where=device[:, None] > 0)  # class shares
     mix = q @ coeff.T                            # [j, a] = sum_b q_jb I(a, b)
+    other = np.array([table.coefficients.get(f"{a}|other", 0.0) for a in CLASSES])
+    units = slots if units is None else max(float(units), slots)
+    busy = min(1.0, max(float(foreign), 0.0) / (units - 1.0)) if units > 1.0 else 0.0  # a spare unit's foreign share
     step = free + device
     p = np.divide(device, step, out=np.zeros_like(device), where=step > 0)
     work = device
@@ -106,10 +112,11 @@ def solve_sharing(seconds, free, table, slots: float, switch: float, background:
         others = p.sum() - p
         ready = 1.0 + others + background
         queue = np.maximum(1.0, ready / slots) * (1.0 + switch * np.clip(ready - slots, 0.0, 1.0))
-        beside = _beside(others + background, slots, slots if units is None else max(float(units), slots))
+        beside = _beside(others + background, slots, units)
         w = p[None, :] * np.minimum(1.0, beside)[:, None]
         np.fill_diagonal(w, 0.0)
-        stretch = 1.0 + w @ mix                  # [i, a] = 1 + sum_j w_ij sum_b q_jb I(a, b)
+        spare = np.maximum(units - 1.0 - w.sum(axis=1), 0.0) * busy  # foreign work's worth beside i
+        stretch = 1.0 + w @ mix + spare[:, None] * other[None, :]  # 1 + sum_j w_ij sum_b q_jb I(a, b) + ...
         work = (t * stretch).sum(axis=1)
         shared_device = queue * work
         new_step = free + shared_device
@@ -130,7 +137,8 @@ def _beside(others, slots: float, units: float):
 
 
 def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profile=None, interference=None,
-                   mig_profile=None, slots: float | None = None, background_load: float = 0.0) -> SharedPrediction:
+                   mig_profile=None, slots: float | None = None, background_load: float = 0.0,
+                   units: float | None = None) -> SharedPrediction:
     """Predict jobs co-located on one device (``mode``: "time-slice", "mps" or "mig").
 
     ``jobs``: Predictions, models, ``(model, strategy)`` or ``(model, strategy, label)``. ``mig_profile``:
@@ -139,7 +147,12 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     host, its cores over the threads per job; a session sharing a Linux host with others gets
     cores / (1 + other active sessions) under autogroup scheduling: ``perfmodel.fit.interference.host_slots``). ``interference``: a table, its JSON or a bundled name.
     ``background_load``: other always-ready work sharing the device (runnable threads on a CPU host),
-    in jobs' worth; the slowdowns are then against each job alone with that same load.
+    in jobs' worth; the slowdowns are then against each job alone with that same load (it also slows
+    a job it runs beside by the table's ``a|other``).
+    ``units``: jobs' worth the device could run at once if it were all theirs (default: on a CPU host
+    its cores over the threads per job, on a GPU the slots); where ``slots`` is less (a session's
+    share of a host's cores), the jobs still run beside each other on their own units part of the
+    time (``solve_sharing``), so their interference counts.
     """
     check_choice("mode", mode, MODES)
     cluster = as_cluster(gpu_or_cluster)
@@ -157,18 +170,22 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
                                "use mode='time-slice'")
     table = load_interference(interference if interference is not None else ("cpu" if on_cpu else None))
     loads = [job_load(j, cluster, prof, launch_on_device=on_cpu) for j in jobs]
+    cores = max((os.cpu_count() or 1) // cluster.gpu.sm_count, 1) if on_cpu else None  # one job per core's worth
     if slots is None:
-        slots = (max((os.cpu_count() or 1) // cluster.gpu.sm_count, 1) if on_cpu
-                 else 1 if mode == "time-slice" else len(loads))
-    if isinstance(slots, bool) or not isinstance(slots, (int, float)) or not slots > 0:
-        raise InvalidInputError(f"'slots' must be a number > 0 (jobs' worth the device runs at once): got {slots!r}")
+        slots = cores if on_cpu else 1 if mode == "time-slice" else len(loads)
+    _check_positive("slots", slots, "jobs' worth the device runs at once")
+    units = cores if units is None else units
+    if units is not None:
+        _check_positive("units", units, "jobs' worth the device runs at once when all its units are theirs")
     seconds = [[ld.seconds[c] if (c != "launch" or on_cpu) else 0.0 for c in CLASSES] for ld in loads]
     if isinstance(background_load, bool) or not isinstance(background_load, (int, float)) or not background_load >= 0:
         raise InvalidInputError(f"'background_load' must be a number >= 0 (always-ready jobs): got {background_load!r}")
     switch = table.switch_fraction if (mode == "time-slice") else 0.0
     free = [ld.free_s for ld in loads]
-    shared = solve_sharing(seconds, free, table, float(slots), switch, float(background_load))
-    alone = [float(solve_sharing([sec], [f], table, float(slots), switch, float(background_load))[0]) / ld.step_s
+    bg = float(background_load)
+    shared = solve_sharing(seconds, free, table, float(slots), switch, bg, units=units, foreign=bg)
+    alone = [float(solve_sharing([sec], [f], table, float(slots), switch, bg, units=units, foreign=bg)[0])
+             / ld.step_s
              if background_load else 1.0 for sec, f, ld in zip(seconds, free, loads)]
     rows = tuple(_row(ld, float(s), float(sum(sec)), solo_s=ld.step_s * a)
                  for ld, s, sec, a in zip(loads, shared, seconds, alone))
@@ -176,6 +193,11 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     cap = cluster.gpu.mem_bytes
     return SharedPrediction(mode, cluster.gpu.name, rows, float(sum(r.solo_step_time / r.step_time for r in rows)),
                             float(need), float(cap), bool(need <= cap), table.name)
+
+
+def _check_positive(name: str, value, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidInputError(f"{name!r} must be a number > 0 ({what}): got {value!r}")
 
 
 def _row(ld, shared_s: float, device_s: float, instance: str = "", fits: bool | None = None,

@@ -6,6 +6,9 @@ saturate the same unit split it evenly). Classes: ``compute`` (GEMM and attentio
 cores), ``memory`` (bandwidth-bound elementwise, norms, optimizer), ``launch`` (the host issuing
 small kernels; on a GPU the device idles meanwhile). ``switch_fraction`` is the time lost per
 time slice when a device alternates between jobs (context switch / slice length).
+``coefficient(a, "other")``: the slowdown of class ``a`` while other users' work (of no known
+class) runs beside it on another unit; on a CPU host of SMT siblings that work shares the core's
+pipelines, caches and DRAM with it, alone or not (0 where unmeasured: the GPU default).
 
 Tables are plain JSON (``data/interference-*.json``): the GPU default is the resource bound
 below; a measured one comes from ``calibration.interference`` via ``perfmodel.fit.interference``.
@@ -21,6 +24,7 @@ from perfmodel.core.errors import InvalidInputError, ProfileError, unknown_name
 from perfmodel.hardware.common import FrozenMap
 
 CLASSES = ("compute", "memory", "launch")
+OTHER = "other"  # other users' work beside a job: the second half of a key only
 DATA = Path(__file__).resolve().parent / "data"
 BUNDLED = {"gpu-default": DATA / "interference-gpu-default.json", "cpu": DATA / "interference-cpu.json"}
 
@@ -38,9 +42,10 @@ class InterferenceTable:
     meta: FrozenMap = field(default_factory=FrozenMap)
 
     def coefficient(self, a: str, b: str) -> float:
-        for name in (a, b):
-            if name not in CLASSES:
-                raise unknown_name("kernel class", name, CLASSES)
+        if a not in CLASSES:
+            raise unknown_name("kernel class", a, CLASSES)
+        if b not in CLASSES + (OTHER,):
+            raise unknown_name("kernel class", b, CLASSES + (OTHER,))
         return float(self.coefficients.get(f"{a}|{b}", 0.0))
 
     def to_dict(self) -> dict:
@@ -56,14 +61,15 @@ class InterferenceTable:
 
 
 def table_from_dict(data: dict, origin: str = "interference table") -> InterferenceTable:
-    """Check and build a table from plain data (keys ``"a|b"`` of CLASSES, values >= 0)."""
+    """Check and build a table from plain data (keys ``"a|b"`` of CLASSES, b also ``"other"``; values >= 0)."""
     if not isinstance(data, dict) or "coefficients" not in data:
         raise ProfileError(f"{origin}: expected an object with 'coefficients'")
     coeffs = {}
     for key, value in dict(data["coefficients"]).items():
         parts = str(key).split("|")
-        if len(parts) != 2 or any(p not in CLASSES for p in parts):
-            raise ProfileError(f"{origin}: coefficient key {key!r} must be 'a|b' with a, b in {', '.join(CLASSES)}")
+        if len(parts) != 2 or parts[0] not in CLASSES or parts[1] not in CLASSES + (OTHER,):
+            raise ProfileError(f"{origin}: coefficient key {key!r} must be 'a|b' with a, b in {', '.join(CLASSES)} "
+                               f"(b also {OTHER!r})")
         if not isinstance(value, (int, float)) or not value >= 0:
             raise ProfileError(f"{origin}: coefficient {key!r} must be a number >= 0: got {value!r}")
         coeffs[key] = float(value)

@@ -4,7 +4,9 @@ Each measured row is one process of class ``job`` running beside the others of i
 slowdown is its median iteration time together over alone, each run with the host's other runnable
 threads measured (``other_alone``, ``other_together``). The prediction of a row is the sharing model
 itself (``perfmodel.analysis.contention.solve_sharing``) on one-class jobs, so the fitted table means
-exactly what predictions use: 9 class-pair coefficients and the time-slice loss, by bounded least
+exactly what predictions use: 9 class-pair coefficients (with ``others=True`` 3 more, for other
+users' work beside each class, ``a|other``: priced on either side with the other sessions each side
+counted, ``row_foreign``) and the time-slice loss, by bounded least
 squares on log slowdowns (scipy ``least_squares``, soft-L1 loss against outliers of a busy host).
 CV error: leave one repeat out, refit, predict the held-out repeat; median |relative error|.
 """
@@ -19,12 +21,13 @@ import pandas as pd
 from perfmodel.core.lazy import scipy_optimize
 
 from perfmodel.analysis.contention import solve_sharing
-from perfmodel.analysis.interference import CLASSES, InterferenceTable
+from perfmodel.analysis.interference import CLASSES, OTHER, InterferenceTable
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.hardware.common import FrozenMap
 from perfmodel.core.checks import check_choice
 
 PAIRS = tuple(f"{a}|{b}" for a in CLASSES for b in CLASSES)
+KEYS = PAIRS + tuple(f"{a}|{OTHER}" for a in CLASSES)  # the coefficients fitted with others=True
 REQUIRED = ("mix", "job", "repeat", "slowdown", "other_alone", "other_together")
 METRICS = ("wall", "cpu")
 COLUMN = {"wall": "slowdown", "cpu": "cpu_slowdown"}  # the measured slowdown each metric is fitted to
@@ -45,7 +48,8 @@ class InterferenceFit:
 
 
 def _table(x: np.ndarray, name: str = "fit") -> InterferenceTable:
-    return InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]))
+    # x: the coefficients in KEYS order (its first len(x) - 1), then the switch loss
+    return InterferenceTable(name, FrozenMap(dict(zip(KEYS, map(float, x[:-1])))), float(x[-1]))
 
 
 def row_seconds(kind: str) -> list[float]:
@@ -126,20 +130,30 @@ def row_sides(r, cores: float, metric: str = "wall", balance: float = 0.0) -> tu
     return float(cores), float(cores), float(r.other_alone), float(r.other_together)
 
 
+def row_foreign(r) -> tuple[float, float]:
+    """(alone, together): other users' runnable work beside a measured row's jobs, the other
+    sessions with runnable work each side counted (the runnable threads where none were counted)."""
+    if hasattr(r, "sessions_alone") and np.isfinite(r.sessions_alone) and np.isfinite(r.sessions_together):
+        return float(r.sessions_alone), float(r.sessions_together)
+    return float(r.other_alone), float(r.other_together)
+
+
 def predicted_slowdown(table, mix_seconds, slot: int, sides, free=None, metric: str = "wall",
-                       cores: float | None = None) -> float:
+                       cores: float | None = None, foreign=(0.0, 0.0)) -> float:
     """Slowdown of job ``slot`` of a mix; ``sides`` = ``row_sides(...)`` (each side's slots and
     background); ``metric`` "wall" (step time) or "cpu" (the seconds it executes: interference
     without the waits for a core). ``cores``: the host's cores, where a side's slots are a
     session's share of them (the jobs then still run beside each other, on their own cores, that
-    share of the time); None: as many as the slots."""
+    share of the time); None: as many as the slots. ``foreign``: other users' work beside the jobs
+    (alone, together; ``row_foreign``), slowing them by the table's ``a|other``."""
     check_choice("metric", metric, METRICS)
     slots_a, slots_t, bg_a, bg_t = sides
     free = [0.0] * len(mix_seconds) if free is None else list(free)
     switch = table.switch_fraction
-    together = solve_sharing(mix_seconds, free, table, slots_t, switch, bg_t, executed=True, units=cores)
+    together = solve_sharing(mix_seconds, free, table, slots_t, switch, bg_t, executed=True, units=cores,
+                             foreign=foreign[1])
     alone = solve_sharing([mix_seconds[slot]], [free[slot]], table, slots_a, switch, bg_a, executed=True,
-                          units=cores)
+                          units=cores, foreign=foreign[0])
     k = 0 if metric == "wall" else 1
     return float(together[k][slot] / alone[k][0])
 
@@ -149,18 +163,18 @@ def _predict(table, rows: pd.DataFrame, slots: float, metric: str, balance: floa
     for r in rows.itertuples():
         mix = [row_seconds(k) for k in r.mix.split("+")]
         out.append(predicted_slowdown(table, mix, int(r.slot), row_sides(r, slots, metric, balance),
-                                      metric=metric, cores=slots))
+                                      metric=metric, cores=slots, foreign=row_foreign(r)))
     return np.asarray(out)
 
 
-def _fit_params(rows: pd.DataFrame, slots: float, metric: str, balance: float = 0.0) -> np.ndarray:
+def _fit_params(rows: pd.DataFrame, slots: float, metric: str, balance: float = 0.0, keys=PAIRS) -> np.ndarray:
     measured = np.log(rows[COLUMN[metric]].to_numpy(float))
 
     def residual(x):
         return np.log(_predict(_table(x), rows, slots, metric, balance)) - measured
 
-    x0 = np.r_[np.full(len(PAIRS), 0.1), 0.02]
-    upper = np.r_[np.full(len(PAIRS), MAX_COEFFICIENT), MAX_SWITCH]
+    x0 = np.r_[np.full(len(keys), 0.1), 0.02]
+    upper = np.r_[np.full(len(keys), MAX_COEFFICIENT), MAX_SWITCH]
     return scipy_optimize.least_squares(residual, x0, bounds=(np.zeros_like(x0), upper), loss="soft_l1", f_scale=0.05,
                          ftol=1e-6, xtol=1e-6, gtol=1e-6).x
 
@@ -180,23 +194,26 @@ def read_rows(path) -> pd.DataFrame:
 
 
 def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "", cv: bool = True,
-                     metric: str = "wall") -> InterferenceFit:
+                     metric: str = "wall", others: bool = False) -> InterferenceFit:
     """Fit the table to kernel-class rows (a DataFrame or CSV path) measured on ``slots`` cores
     (``cv=False``: no leave-one-repeat-out refits; the CV error is then NaN). ``metric``: fit the
-    wall-clock slowdowns ("wall") or the CPU-time ones ("cpu", the switch loss then unused)."""
+    wall-clock slowdowns ("wall") or the CPU-time ones ("cpu", the switch loss then unused).
+    ``others``: also fit ``a|other`` (other users' work beside each class; docs/contention.md says
+    why it is off by default: the measured sets do not tell it apart from zero)."""
     check_choice("metric", metric, METRICS)
     rows = read_rows(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
     if COLUMN[metric] not in rows.columns:
         raise InvalidInputError(f"metric {metric!r} needs a {COLUMN[metric]!r} column")
-    if len(rows) < len(PAIRS) + 1:
-        raise InvalidInputError(f"{len(rows)} rows cannot fit {len(PAIRS) + 1} parameters")
+    keys = KEYS if others else PAIRS
+    if len(rows) < len(keys) + 1:
+        raise InvalidInputError(f"{len(rows)} rows cannot fit {len(keys) + 1} parameters")
     balance, share_error = fit_balance(rows, float(slots))
-    x = _fit_params(rows, float(slots), metric, balance)
+    x = _fit_params(rows, float(slots), metric, balance, keys)
     held = np.full(len(rows), np.nan)
     repeats = sorted(rows["repeat"].unique())
     for rep in repeats if len(repeats) > 1 and cv else []:
         test = (rows["repeat"] == rep).to_numpy()
-        xr = _fit_params(rows[~test], float(slots), metric, balance)
+        xr = _fit_params(rows[~test], float(slots), metric, balance, keys)
         held[test] = _predict(_table(xr), rows[test], float(slots), metric, balance)
     pred = _predict(_table(x), rows, float(slots), metric, balance)
     measured = rows[COLUMN[metric]].to_numpy(float)
@@ -204,7 +221,7 @@ def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "
     rows["error"] = pred / measured - 1.0
     cv_error = (float(np.nanmedian(np.abs(held / measured - 1.0)))
                 if len(repeats) > 1 and cv else float("nan"))
-    table = InterferenceTable(name, FrozenMap(dict(zip(PAIRS, map(float, x[:-1])))), float(x[-1]),
+    table = InterferenceTable(name, FrozenMap(dict(zip(KEYS, map(float, x[:-1])))), float(x[-1]),
                               cv_error, len(rows), source or "fitted to co-located kernel-class runs",
                               FrozenMap({"slots": slots, "repeats": len(repeats), "metric": metric, "balance": balance,
                                          "balance_share_error": share_error if np.isfinite(share_error) else None,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +27,10 @@ from perfmodel.analysis.interference import CLASSES
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.analysis.load import job_load
 from perfmodel.fit.build import build_profile
-from perfmodel.fit.interference import (COLUMN, fit_interference, host_slots, predicted_slowdown, read_rows,
-                                        row_sides)
+from perfmodel.fit.interference import (COLUMN, fit_balance, fit_interference, host_slots, predicted_slowdown,
+                                        read_rows, row_foreign, row_sides)
 from perfmodel.fit.tables import read_compute_table
+from perfmodel.hardware.common import FrozenMap
 from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.profiles.profile import load_profile
@@ -75,7 +77,8 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     rows = read_rows(folder / "train.csv")
     balance = float(table.meta.get("balance", 0.0))  # fitted with the table, on the kernel rows' CPU shares
     pred = [predicted_slowdown(table, [seconds[j] for j in r.mix.split("+")], int(r.slot),
-                               row_sides(r, SLOTS, metric, balance), metric=metric, cores=SLOTS)
+                               row_sides(r, SLOTS, metric, balance), metric=metric, cores=SLOTS,
+                               foreign=row_foreign(r))
             for r in rows.itertuples()]
     rows["predicted"] = pred
     per_job = rows.groupby(["mix", "slot", "job"], as_index=False)[["slowdown", "cpu_slowdown", "predicted"]].median()
@@ -83,6 +86,26 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     # the simplest rule to beat: each job k times slower among k (wall), not slower at all (CPU time)
     per_job["baseline"] = per_job["mix"].str.count(r"\+") + 1.0 if metric == "wall" else 1.0
     return per_job, float(np.median(np.abs(per_job["error"])))
+
+
+def fit_table(folder, kernels=None, cv: bool = True, others: bool = False):
+    """The interference fit of ``folder/kernels.csv``; ``kernels``: fit the class coefficients on
+    those kernel rows instead (a cleaner set taken on the same host) and keep the load balance of
+    the folder's own kernel rows: the balance belongs to the other users' load while the folder was
+    measured (docs/contention.md), the coefficients to the host."""
+    own = Path(folder) / "kernels.csv"
+    fit = fit_interference(kernels or own, slots=SLOTS, metric="cpu", cv=cv, others=others)
+    if kernels is None:
+        return fit
+    balance, error = fit_balance(read_rows(own), float(SLOTS))
+    meta = {**fit.table.meta, "balance": balance, "balance_share_error": error if np.isfinite(error) else None,
+            "balance_rows": own.name}
+    return replace(fit, table=replace(fit.table, meta=FrozenMap(meta)))
+
+
+def per_mix(rows: pd.DataFrame) -> dict:
+    """Median |error| of each mix's jobs."""
+    return rows.groupby("mix")["error"].apply(lambda e: float(np.median(np.abs(e)))).to_dict()
 
 
 def share_parts(folder, table) -> pd.DataFrame:
@@ -108,11 +131,15 @@ def main(argv=None) -> int:
     p.add_argument("folder", help="a measured folder (kernels.csv, train.csv, jobs.json, host profile)")
     p.add_argument("--save-table", default=None, help="write the fitted interference table (JSON) here")
     p.add_argument("--build-host", action="store_true", help="first refit the host profile from folder/host")
+    p.add_argument("--kernels", default=None,
+                   help="fit the class coefficients on this kernels.csv (the load balance stays the folder's own)")
+    p.add_argument("--others", action="store_true",
+                   help="also fit a|other: other users' work slowing each class beside it")
     args = p.parse_args(argv)
     if args.build_host:
         build_host(args.folder)
 
-    fit = fit_interference(Path(args.folder) / "kernels.csv", slots=SLOTS, metric="cpu")
+    fit = fit_table(args.folder, args.kernels, others=args.others)
     print(fit)
     print("coefficients:", {k: round(v, 3) for k, v in fit.table.coefficients.items()},
           f"switch {fit.table.switch_fraction:.3f}, balance {fit.table.meta['balance']:.3f} "
@@ -125,6 +152,7 @@ def main(argv=None) -> int:
         base = float(np.median(np.abs(rows["baseline"] / rows[COLUMN[metric]] - 1.0)))
         print(f"{metric}: median |error| of predicted slowdowns over {len(rows)} jobs in "
               f"{rows['mix'].nunique()} mixes: {err:.1%} (baseline {BASELINE[metric]}: {base:.1%})")
+        print(f"{metric} per mix:", ", ".join(f"{k} {v:.1%}" for k, v in per_mix(rows).items()))
     parts = share_parts(args.folder, fit.table)
     print("wall slowdown = CPU-time part x core-share part (measured CPU share per side against host_slots):")
     print(parts.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
