@@ -8,7 +8,9 @@ of the entry's own form and ``gemm_tiles``, by the fitting routine of
 :class:`perfmodel.fit.compute.ComputeFitter` (robust log-space least squares, 5-fold CV). What the
 published rows cannot identify keeps the scaled entry's values: they are GPU time of aligned shapes
 (every dimension a multiple of 256), so the misaligned family (``R_mis``, ``p16`` ...) and the eager
-CPU floor ``t_cpu`` stay as scaled. A dtype with no published rows keeps its scaled entry.
+CPU floor ``t_cpu`` stay as scaled. A dtype with no published rows keeps its scaled entry, unless
+:data:`SHARED_RATE` lends it another dtype's. Fewer than ``MIN_ROWS`` shapes fit the rate and the latency
+alone, on the scaled curve of each dtype sharing the rows, the better by leave-one-out CV kept.
 
     python -m perfmodel.fit.published_gemm     # prints the fit of each published GPU and dtype
 """
