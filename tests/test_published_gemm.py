@@ -1,6 +1,7 @@
 """H100 GEMM curve fitted to published rates over shapes; GPUs without them keep the scaled curve.
 
-Fitted: XLA's measured sm_90 matmul table (``perfmodel/profiles/data/reference/gemm_published.csv``).
+Fitted: XLA's measured sm_90 matmul table and Azure's A100 cuBLASLt shapes
+(``perfmodel/profiles/data/reference/gemm_published.csv``).
 ``python -m perfmodel.fit.published_gemm`` prints the fit; docs/hardware.md has its numbers.
 """
 
@@ -11,12 +12,12 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.fit.published import with_published
-from perfmodel.fit.published_gemm import as_tiles, fit_gemm_entry, fit_published_gemm
+from perfmodel.fit.published_gemm import _rate_peers, as_tiles, fit_gemm_entry, fit_published_gemm, scaled_error
 from perfmodel.forms.registry import get_form
 from perfmodel.profiles.datasheet import REFERENCE_PROFILE, datasheet_profile
 from perfmodel.profiles.published import gemm_rows, gemm_table
 
-H100, A100 = "h100-sxm5-80gb", "a100-sxm4-80gb"
+H100, A100, L4 = "h100-sxm5-80gb", "a100-sxm4-80gb", "l4"
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def test_batched_rows_are_read_as_batch_times_m_rows():
     hit = rows[(rows.m == 16384) & (rows.n == 4096) & (rows.k == 4096)]
     # 2·4·4096³ FLOPs at 793.13 TFLOP/s = 0.6932 ms
     assert hit.time_s.iloc[0] == pytest.approx(2 * 4 * 4096**3 / 793.13e12)
-    assert len(rows) == len(t[t.gpu == H100]) and gemm_rows(A100).empty
+    assert len(rows) == len(t[t.gpu == H100]) and gemm_rows(L4).empty
 
 
 def test_fitted_curve_reproduces_a_published_point_within_its_cv_error(fitted):
@@ -65,10 +66,10 @@ def test_the_published_fit_keeps_what_its_rows_cannot_identify(scaled, fitted):
 
 
 def test_profiles_without_published_gemm_rows_keep_their_scaled_curve(scaled):
-    a100 = datasheet_profile(A100, pm.load_profile(REFERENCE_PROFILE))
-    assert fit_published_gemm(A100, a100.compute) == {}
-    assert with_published(a100).compute["gemm:bf16"] == a100.compute["gemm:bf16"]
-    assert pm.load_profile(A100).compute["gemm:bf16"]["params"] == pytest.approx(a100.compute["gemm:bf16"]["params"])
+    l4 = datasheet_profile(L4, pm.load_profile(REFERENCE_PROFILE))
+    assert fit_published_gemm(L4, l4.compute) == {}
+    assert with_published(l4).compute["gemm:bf16"] == l4.compute["gemm:bf16"]
+    assert pm.load_profile(L4).compute["gemm:bf16"]["params"] == pytest.approx(l4.compute["gemm:bf16"]["params"])
     # a measured entry is never replaced: the H200's own bf16 fit has rows of its own
     assert fit_published_gemm(H100, pm.load_profile(REFERENCE_PROFILE).compute) == {}
     fp16 = pm.load_profile(H100).compute["gemm:fp16"]  # no published fp16 rows: still the scaled curve
@@ -95,3 +96,29 @@ def test_batched_rows_are_predicted_by_a_fit_to_the_unbatched_ones(scaled):
     predicted = np.array([tflops(entry, m, n, k) for m, n, k in zip(held.m, held.n, held.k)])
     published = 2.0 * held.m * held.n * held.k / held.time_s / 1e12
     assert np.median(np.abs(predicted / published.to_numpy() - 1)) < 0.05   # measured: 2.3%
+
+
+def test_a100_entries_fit_the_published_cublaslt_shapes_better_than_the_scaled_curves():
+    # Azure's ND A100 v4 cuBLASLt fp16 table: 7 aligned shapes, too few for the aligned family, so only the
+    # rate and the latency are fitted, on the scaled curve (fp16's or bf16's) that is better by leave-one-out
+    scaled = datasheet_profile(A100, pm.load_profile(REFERENCE_PROFILE)).compute
+    bundled = pm.load_profile(A100).compute
+    rows = gemm_rows(A100)
+    assert len(rows) == 7 and set(rows.dtype) == {"fp16"} and not (rows.n % 8).any()  # 1024x2145x1024 left out
+    for dtype in ("fp16", "bf16"):
+        entry = bundled[f"gemm:{dtype}"]
+        assert entry["n_points"] == 7 and "AI-benchmarking-guide" in entry["source"]
+        assert entry["cv_mape"] == pytest.approx(min(entry["candidates"].values()), abs=1e-4)
+        assert entry["fit_mape"] < scaled_error(A100, scaled[f"gemm:{dtype}"], dtype)
+        # 1024^3: 119.4 TFLOP/s published; the scaled fp16 curve (an 18 us latency) priced it at about half
+        assert abs(tflops(entry, 1024, 1024, 1024) / 119.4 - 1) < entry["cv_mape"]
+    assert abs(tflops(scaled["gemm:fp16"], 1024, 1024, 1024) / 119.4 - 1) > 0.4
+    assert "fp16 rows" in bundled["gemm:bf16"]["source"]  # bf16 borrows them: one datasheet tensor-core rate
+    assert bundled["gemm:fp16"]["params"] == pytest.approx(bundled["gemm:bf16"]["params"])
+    # the die's rows serve its 40 GB sibling as well
+    assert pm.load_profile("a100-sxm4-40gb").compute["gemm:bf16"]["n_points"] == 7
+
+
+def test_a_dtype_borrows_rows_only_where_the_table_says_it_shares_the_rate():
+    assert _rate_peers(A100, "bf16") == ["fp16"] and _rate_peers(A100, "fp16") == ["bf16"]
+    assert _rate_peers(H100, "fp16") == []  # the H100's fp16 keeps its scaled curve (tested above)

@@ -88,7 +88,7 @@ def test_the_k80_takes_its_kepler_sibling_gemms_at_the_same_fraction_of_peak():
     assert len(rows) == 180 and "measured on tesla-k40" in rows.source.iloc[0]
     big = rows[rows.m == 4096].iloc[0]
     assert 2.0 * 4096**3 / big.time_s == pytest.approx(3.27529e12 * 4.37e12 / 5.04e12, rel=1e-3)
-    assert gemm_rows("a100-sxm4-80gb").empty  # no rows of its own and no sibling's
+    assert gemm_rows("l4").empty  # no rows of its own and no sibling's
 
 
 def test_the_k80_gemm_is_fitted_to_the_kepler_rows():

@@ -143,7 +143,8 @@ def with_published(profile: Profile, *, kernels: tuple = PUBLISHED_KERNELS) -> P
     gpu = SAME_COMPUTE.get(profile.gpu, profile.gpu)
     fitted = {f"sdpa:{kernel}.{key.split(':')[1]}": _keep_unmeasured(entry, profile.compute.get(key))
               for kernel in kernels for key, entry in fit_published_attention(gpu, kernel).items()}
-    fitted.update(fit_published_gemm(profile.gpu, profile.compute))  # GEMM over shapes, where published
+    # GEMM over shapes, where published (a die's rows serve its other memory sizes; measured entries stay)
+    fitted.update(fit_published_gemm(gpu, profile.compute))
     notes = {k: v["source"] for k, v in fitted.items()}
     host = dict(profile.host)
     slowdown = overlap_slowdown(profile.gpu)

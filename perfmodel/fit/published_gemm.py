@@ -8,7 +8,9 @@ of the entry's own form and ``gemm_tiles``, by the fitting routine of
 :class:`perfmodel.fit.compute.ComputeFitter` (robust log-space least squares, 5-fold CV). What the
 published rows cannot identify keeps the scaled entry's values: they are GPU time of aligned shapes
 (every dimension a multiple of 256), so the misaligned family (``R_mis``, ``p16`` ...) and the eager
-CPU floor ``t_cpu`` stay as scaled. A dtype with no published rows keeps its scaled entry.
+CPU floor ``t_cpu`` stay as scaled. A dtype with no published rows keeps its scaled entry, unless
+:data:`SHARED_RATE` lends it another dtype's. Fewer than ``MIN_ROWS`` shapes fit the rate and the latency
+alone, on the scaled curve of each dtype sharing the rows, the better by leave-one-out CV kept.
 
     python -m perfmodel.fit.published_gemm     # prints the fit of each published GPU and dtype
 """
@@ -25,6 +27,10 @@ from perfmodel.profiles.profile import load_profile
 from perfmodel.profiles.published import gemm_rows, gemm_table, same_architecture_table
 
 MIN_ROWS = 8  # fewer published shapes than this do not pin down five parameters
+MIN_RATE_ROWS = 4  # from this many up to MIN_ROWS, only the rate and the launch latency are fitted
+# dtype -> dtype whose published rows it takes, per GPU, where the datasheet gives both one tensor-core
+# rate and only one was measured (A100 whitepaper: 312 TFLOP/s dense fp16 and bf16; Azure's table is fp16)
+SHARED_RATE = {"a100-sxm4-80gb": {"bf16": "fp16"}}
 BIG_FLOPS = 1e9  # CV is scored on GEMMs of at least 1 GFLOP, as ComputeFitter scores its GEMM fits
 SMALL_WEIGHT = 0.3  # smaller GEMMs sit near the launch latency: they weigh less, as in ComputeFitter's memory fits
 # the aligned-family parameters each GEMM form fits (bounds as ComputeFitter's)
@@ -86,15 +92,21 @@ def fit_published_gemm(gpu: str, compute, *, folds: int = 5, seed: int = 0) -> d
     picks a tile per shape: a smooth saturation misses the plateau of large GEMMs)."""
     table = gemm_rows(gpu)
     out = {}
-    for dtype, rows in table.groupby("dtype"):
+    for dtype, rows in _rows_by_dtype(gpu, table).items():
         before = compute.get(f"gemm:{dtype}")
-        if before is None or before.get("n_points") or len(rows) < MIN_ROWS or before["form"] not in ALIGNED:
+        if before is None or before.get("n_points") or len(rows) < MIN_RATE_ROWS or before["form"] not in ALIGNED:
             continue  # measured by this project, too few rows, or a form without an aligned family
         peak = load_gpu(gpu).peak_flops.get(dtype)
         if ((rows.m == rows.n) & (rows.n == rows.k)).all():
             # cubes vary one size: they identify the rate and the latency, not how saturation splits over
             # m, n and k (freed, the three halves trade freely), nor tile shapes: those keep the scaled entry's
             fits = [fit_gemm_entry(rows, before, peak_flops=peak, folds=folds, seed=seed, names=CUBE_ONLY)]
+        elif len(rows) < MIN_ROWS:
+            # a few shapes cannot pin the aligned family either: rate and latency are fitted on the scaled
+            # curve of each dtype that shares the rows, and the better by leave-one-out CV is kept
+            starts = [dtype] + [d for d in _rate_peers(gpu, dtype) if _scaled(compute, d)]
+            fits = [_noted(fit_gemm_entry(rows, compute[f"gemm:{d}"], peak_flops=peak, folds=len(rows), seed=seed,
+                                          names=CUBE_ONLY), d, dtype) for d in starts]
         else:
             fits = [fit_gemm_entry(rows, start, peak_flops=peak, folds=folds, seed=seed)
                     for start in {before["form"]: before, "gemm_tiles": as_tiles(before)}.values()]
@@ -104,14 +116,55 @@ def fit_published_gemm(gpu: str, compute, *, folds: int = 5, seed: int = 0) -> d
     return out
 
 
+def _noted(entry: dict, start: str, dtype: str) -> dict:
+    """``entry`` (fitted from the scaled ``gemm:<start>`` curve) with its source saying so when that is
+    not ``dtype``'s own."""
+    if start == dtype:
+        return entry
+    return {**entry, "source": entry["source"] + f"; the other terms from the scaled gemm:{start} curve"}
+
+
+def _rate_peers(gpu: str, dtype: str) -> list[str]:
+    """The dtypes :data:`SHARED_RATE` pairs with ``dtype`` on ``gpu`` (either way round)."""
+    pairs = SHARED_RATE.get(gpu, {}).items()
+    return [b for a, b in pairs if a == dtype] + [a for a, b in pairs if b == dtype]
+
+
+def _scaled(compute: dict, dtype: str) -> bool:
+    entry = compute.get(f"gemm:{dtype}")
+    return entry is not None and not entry.get("n_points") and entry["form"] in ALIGNED
+
+
+def _rows_by_dtype(gpu: str, table) -> dict:
+    """``{dtype: rows}`` of ``gpu``'s published table, with the rows :data:`SHARED_RATE` lends a dtype
+    that has none of its own (their ``source`` says so)."""
+    rows = {dtype: sub for dtype, sub in table.groupby("dtype")}
+    for dtype, lender in SHARED_RATE.get(gpu, {}).items():
+        if dtype not in rows and lender in rows:
+            note = f"; {lender} rows: {dtype} has the same datasheet tensor-core rate"
+            rows[dtype] = rows[lender].assign(dtype=dtype, source=rows[lender].source + note)
+    return rows
+
+
+def scaled_error(gpu: str, entry: dict, dtype: str) -> float:
+    """MAPE of ``entry`` (the scaled curve) on ``gpu``'s published ``dtype`` rows of at least ``BIG_FLOPS``."""
+    rows = _rows_by_dtype(gpu, gemm_rows(gpu))[dtype]
+    X = {d: rows[d].to_numpy(float) for d in ("m", "n", "k")}
+    big = 2.0 * X["m"] * X["n"] * X["k"] >= BIG_FLOPS
+    pred = np.asarray(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, **X), float)
+    return mape(pred[big], rows.time_s.to_numpy(float)[big])
+
+
 def main() -> None:
     reference = load_profile(REFERENCE_PROFILE)
     for gpu in sorted(set(gemm_table().gpu) | set(same_architecture_table().gpu)):
         scaled = datasheet_profile(gpu, reference).compute
         for key, entry in fit_published_gemm(gpu, scaled).items():
             r0, r1 = scaled[key]["params"]["R"], entry["params"]["R"]
+            off = scaled_error(gpu, scaled[key], key.split(":")[1])
             print(f"{gpu} {key}: {entry['form']}, {entry['n_points']} shapes, CV {entry['cv_mape']:.1%}, "
-                  f"in-sample {entry['fit_mape']:.1%}; R {r0 / 1e12:.0f} -> {r1 / 1e12:.0f} TFLOP/s")
+                  f"in-sample {entry['fit_mape']:.1%} (scaled curve: {off:.1%}); "
+                  f"R {r0 / 1e12:.0f} -> {r1 / 1e12:.0f} TFLOP/s")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ Tables under ``data/reference/`` (source and date on every row):
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
   (Maximum Achievable Matmul FLOPS, stas00/ml-engineering), used as a check, not fitted.
 * ``gemm_published.csv``: GEMM rates over shapes of a GPU's own kernels, GPU time alone
-  (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16; m, n, k from 256 to 4096) and
-  DeepBench's P100 training GEMMs (fp32 and 16-bit inputs; tools/deepbench_gemm.py), fitted into
+  (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16; m, n, k from 256 to 4096),
+  DeepBench's P100 training GEMMs (fp32 and 16-bit inputs; tools/deepbench_gemm.py) and Azure's A100
+  cuBLASLt fp16 shapes (7 rows; tools/azure_gemm.py), fitted into
   those GPUs' ``gemm`` entries by :func:`perfmodel.fit.published.fit_published_gemm`.
 * ``gemm_same_architecture.csv``: GEMM rates of a sibling die for a GPU with none published: cuBLAS
   7.0 sgemm on a Tesla K40 (GK110B, Kepler) for the K80's GK210, carried at the same fraction of peak.
