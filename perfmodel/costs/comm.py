@@ -379,4 +379,4 @@ def ring_formula(collectives: Mapping[str, Mapping[str, dict]], collective: str,
     if float(ranks_per_node) == 1:
         return inter(1.0)
     # flat ring over all ranks (Gibiansky 2017), as ``_spanning_time``
-    return sp.Max(intra(size), inter(float(ranks_per_node)))
+    return sp.Max(intra(size), inter(float(ranks_per_node)), evaluate=False)  # comparing the pieces is slow

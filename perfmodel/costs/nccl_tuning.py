@@ -154,8 +154,8 @@ def nccl_choice(collective: str, size: float, rpn: int, nodes: int, busbw: float
 class SympyOps:
     """The same operations on sympy expressions (a fixed placement: rpn and nodes are numbers)."""
 
-    minimum = staticmethod(lambda a, b: sp.Min(a, b))
-    maximum = staticmethod(lambda a, b: sp.Max(a, b))
+    minimum = staticmethod(lambda a, b: sp.Min(a, b, evaluate=False))
+    maximum = staticmethod(lambda a, b: sp.Max(a, b, evaluate=False))
     log2i = staticmethod(lambda x: math.floor(math.log2(max(float(x), 1.0))))
 
     @staticmethod
@@ -166,6 +166,8 @@ class SympyOps:
 
     @staticmethod
     def correction(protocol, size):
+        if getattr(sp.sympify(size), "is_number", False):  # a known size: the table's entry
+            return float(NumpyOps.correction(protocol, float(size)))
         pieces = [(f, sp.Lt(size, 64 * 2 ** (i + 1))) for i, f in enumerate(TREE_CORRECTION[protocol])]
         return sp.Piecewise(*pieces, (1.0, True))
 
@@ -174,4 +176,4 @@ def nccl_expression(collective: str, size, rpn: float, nodes: float, n, busbw: f
                     ll128: bool = True):
     """Sympy twin of ``nccl_time`` for S > 0: ``size`` and ``n`` (the group, rpn x nodes) may be symbols."""
     times = candidates(collective, size, float(rpn), float(nodes), float(busbw), hw=hw, ll128=ll128, ops=SympyOps, n=n)
-    return sp.Min(*times.values())
+    return sp.Min(*times.values(), evaluate=False)
