@@ -14,6 +14,7 @@ from perfmodel.core.errors import InvalidInputError
 from perfmodel.hardware.catalog import load_link
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.predict import default_profile
+from perfmodel.validate.nccl_multinode import score
 
 B = 47e9  # per-rank inter-node busbw of an NDR rail; NCCL's busBw is 8 x 47 = 376 GB/s with 8 ranks per node
 
@@ -126,3 +127,19 @@ def test_tcp_sockets_keep_their_own_latency():
     cl = pm.cluster("dgx-h100", nodes=2, nic=load_link("eth25"))
     entry = lookup_entry(cluster_collectives(cl, default_profile(cl)), "inter", "all_reduce")
     assert "nccl" not in entry and entry["params"]["alpha_rank_s"] == pytest.approx(10e-6)
+
+
+def test_memo_keeps_clusters_with_different_nics_apart():
+    prof = default_profile(pm.cluster("dgx-h100", nodes=4))
+    ib = cluster_collectives(pm.cluster("dgx-h100", nodes=4), prof)
+    tcp = cluster_collectives(pm.cluster("dgx-h100", nodes=4, nic=load_link("eth25")), prof)
+    first = float(hierarchical_time(ib, "all_gather", 1e5, 1, 4))
+    assert float(hierarchical_time(tcp, "all_gather", 1e5, 1, 4)) != pytest.approx(first)
+    assert float(hierarchical_time(ib, "all_gather", 1e5, 1, 4)) == first
+
+
+def test_reported_multi_node_points_are_bandwidth_bound():
+    table = score()
+    assert len(table) == 4 and table.nccl_model_GBps.gt(0).all()
+    # large messages: NCCL's model and the constant-latency ring agree within 1%, below the NIC's busbw
+    assert (table.nccl_model_GBps / table.constant_latency_GBps).between(0.99, 1.0).all()
