@@ -135,8 +135,30 @@ def candidates(collective: str, size, rpn, nodes, busbw, *, hw: str = "nvlink", 
     return out
 
 
+class FloatOps:
+    """The same operations on Python floats: one collective without numpy's per-call overhead."""
+
+    minimum = staticmethod(min)
+    maximum = staticmethod(max)
+    where = staticmethod(lambda cond, a, b: a if cond else b)
+    log2i = staticmethod(lambda x: float(math.floor(math.log2(max(x, 1.0)))))
+
+    @staticmethod
+    def correction(protocol: int, size: float) -> float:
+        idx = int(FloatOps.log2i(math.floor(size / 64.0)))
+        table = TREE_CORRECTION[protocol]
+        return table[idx] if idx < len(table) else 1.0
+
+
+_FLOATS = (float, int, np.float64, np.int64)
+
+
 def nccl_time(collective: str, size, rpn, nodes, busbw, *, hw: str = "nvlink", ll128: bool = True) -> np.ndarray:
     """Seconds of the fastest algorithm and protocol (numpy arrays broadcast); no bytes cost nothing."""
+    if all(type(x) in _FLOATS or (type(x) is np.ndarray and x.ndim == 0) for x in (size, rpn, nodes)):
+        size, rpn, nodes = float(size), float(rpn), float(nodes)
+        times = candidates(collective, size, rpn, nodes, float(busbw), hw=hw, ll128=ll128, ops=FloatOps)
+        return np.asarray(min(times.values()) if size > 0 else 0.0)
     size = np.asarray(size, float)
     times = candidates(collective, size, np.asarray(rpn, float), np.asarray(nodes, float), float(busbw),
                        hw=hw, ll128=ll128)
@@ -147,8 +169,9 @@ def nccl_time(collective: str, size, rpn, nodes, busbw, *, hw: str = "nvlink", l
 def nccl_choice(collective: str, size: float, rpn: int, nodes: int, busbw: float, *, hw: str = "nvlink",
                 ll128: bool = True) -> tuple[str, str]:
     """(algorithm, protocol) NCCL's model picks for one size and placement."""
-    times = candidates(collective, float(size), float(rpn), float(nodes), float(busbw), hw=hw, ll128=ll128)
-    return min(times, key=lambda k: float(times[k]))
+    times = candidates(collective, float(size), float(rpn), float(nodes), float(busbw), hw=hw, ll128=ll128,
+                       ops=FloatOps)
+    return min(times, key=times.get)
 
 
 class SympyOps:
