@@ -4,7 +4,7 @@ Source: NVIDIA/nccl v2.18.5-1 (559b70f8) ``src/graph/tuning.cc`` (line numbers b
 ``src/include/info.h``:69 (all-gather and reduce-scatter sizes are the whole gathered buffer, the
 nccl-tests S). For each algorithm a and protocol p NCCL allows::
 
-    t(a, p) = lat(a, p) + S / algbw(a, p)          (ncclTopoGetAlgoTime, :386-396)
+    t(a, p) = lat(a, p) + S / algbw(a, p)          (ncclTopoGetAlgoTime, :381-397)
 
 and runs the (a, p) of least t. Here a is ring (all-reduce, all-gather, reduce-scatter) or tree
 (all-reduce), p is LL, LL128 or Simple. NVLS, NVLS-Tree and CollNet need NVLink SHARP or IB SHARP
@@ -41,7 +41,7 @@ HW_LAT = {
     "pci": {"tree": (1.0, 1.9, 6.0), "ring": (1.0, 2.5, 5.7)},
     "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
 }
-LL_MAX_BW = (39.0e9, 20.4e9)  # llMaxBws Intel row, 2 nodes / more (GB/s -> B/s), tuning.cc:86-90, index :147-149
+LL_MAX_BW = (39.0e9, 20.4e9)  # llMaxBws Intel row, 2 nodes / more (GB/s -> B/s), tuning.cc:86-90, index :142-145
 NET_OVERHEAD_US = 1.0  # getNetOverhead, x86 Intel, tuning.cc:111-117; x3 for Simple, :222
 RING_LL_SHARE = 1.0 / 4.0  # ring LL across nodes, tuning.cc:178
 RING_LL128_SHARE = (0.7, 0.92)  # ring LL128, fewer than 2 / at least 2 ranks per node, tuning.cc:179
@@ -49,7 +49,7 @@ TREE_SHARE = 0.92  # tree, every protocol, tuning.cc:180
 TREE_LL_SHARE = 1.0 / 3.8  # tree LL on top, tuning.cc:181
 TREE_LL128_SHARE = 120.0 / 128.0  # tree LL128 across nodes, tuning.cc:182
 TREE_RATIO = 0.5  # tree's algbw = busBw x .5, tuning.cc:199
-PLATEAU = 1.4  # multi-node ring Simple all-reduce latency, Ampere and later, tuning.cc:389-393 (1.9 before)
+PLATEAU = 1.4  # multi-node ring Simple all-reduce latency, Ampere and later, tuning.cc:389-392 (1.9 before)
 # treeCorrectionFactor[protocol][log2(S / 64)], tuning.cc:375-379: sizes 64 B .. 256 MB
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
@@ -71,7 +71,7 @@ class NumpyOps:
 
     @staticmethod
     def correction(protocol: int, size):
-        """treeCorrectionFactor at log2i(S >> 6), 1 from 2^29 B on (tuning.cc:388)."""
+        """treeCorrectionFactor at log2i(S >> 6), 1 from 2^29 B on (tuning.cc:387-388)."""
         idx = NumpyOps.log2i(np.floor(np.asarray(size, float) / 64.0)).astype(int)
         table = np.asarray(TREE_CORRECTION[protocol] + (1.0,))
         return table[np.minimum(idx, len(table) - 1)]
@@ -85,7 +85,8 @@ def _ring_steps(collective: str, n, nodes):
 
 
 def _ring(collective, size, n, rpn, nodes, busbw, hw, p, ops):
-    """Seconds of the ring with protocol index ``p`` (tuning.cc:175-226, :389-396)."""
+    """Seconds of the ring with protocol index ``p`` (tuning.cc:175-226, :389-396; the plateau's size
+    test S / (nChannels nRanks) >= 64 is taken with one channel: at such sizes LL wins anyway)."""
     bus = busbw * rpn  # NCCL's per-GPU busBw
     if p == 0:
         bus = ops.minimum(ops.where(nodes <= 2, LL_MAX_BW[0], LL_MAX_BW[1]), bus * RING_LL_SHARE)
@@ -101,7 +102,7 @@ def _ring(collective, size, n, rpn, nodes, busbw, hw, p, ops):
 
 
 def _tree(size, rpn, nodes, busbw, hw, p, ops):
-    """Seconds of the tree all-reduce with protocol index ``p`` (tuning.cc:180-182, :199, :227-229, :388)."""
+    """Seconds of the tree all-reduce with protocol index ``p`` (tuning.cc:180-182, :199, :227-229, :387-388)."""
     bus = busbw * rpn * TREE_SHARE
     if p == 0:
         bus = ops.minimum(bus * TREE_LL_SHARE, ops.where(nodes <= 2, LL_MAX_BW[0], LL_MAX_BW[1]))
