@@ -34,6 +34,7 @@ from perfmodel.forms.comm import BUSBW_FACTOR, collective_expression
 from perfmodel.forms.registry import COMM_FORMS, FORMS
 from perfmodel.core.memo import PLAIN_TYPES, IdentityMemo, scalar
 from perfmodel.core.checks import check_choice, check_int, check_positive
+from perfmodel.costs.nccl_tuning import NCCL_COLLECTIVES, nccl_expression, nccl_time
 
 
 
@@ -254,15 +255,30 @@ def lookup_entry(collectives: Mapping[str, Mapping[str, dict]], level: str, coll
     )
 
 
+def _nccl_priced(entry: Mapping, collective: str) -> bool:
+    """Whether an inter-node entry is priced by NCCL's own model (``nccl_tuning``) for ``collective``."""
+    return "nccl" in entry and collective in NCCL_COLLECTIVES
+
+
+def _inter_time(entry, collective, size, rpn, nodes, level=collective_time):
+    """Seconds of ``collective`` over ``rpn`` ranks on each of ``nodes`` nodes whose inter-node part runs on
+    ``entry``: NCCL's model where the entry asks for it, else the entry's form on S/rpn per rail over all ranks."""
+    if _nccl_priced(entry, collective):
+        return nccl_time(collective, size, rpn, nodes, entry["params"]["busbw_bytes_per_s"], **entry["nccl"])
+    return level(entry, collective, size / rpn, rpn * nodes)
+
+
 def _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm, level=collective_time):
     """Time of a group with ``rpn`` ranks on each of ``nodes`` nodes, both > 1 (``level``: the price of
     one fabric level, ``_level_time`` for arrays already checked)."""
     ti = lambda c, s, n: level(intra(c), c, s, n)  # noqa: E731
-    tx = lambda c, s, n: level(inter(c), c, s, n)  # noqa: E731
+    tx = lambda c, s, n: _inter_time(inter(c), c, s, 1.0, n, level)  # noqa: E731 (one rank per node per rail)
     rails = size / rpn  # after an intra reduce-scatter each rank holds S / rpn, one rail each
     if algorithm == "ring" and collective in ("all_reduce", "all_gather", "reduce_scatter"):
-        # flat ring over all ranks (Gibiansky 2017): NVLink carries S f(N) per rank, each rail S f(N) / rpn
-        return np.maximum(ti(collective, size, rpn * nodes), tx(collective, rails, rpn * nodes))
+        # flat ring over all ranks (Gibiansky 2017): NVLink carries S f(N) per rank, each rail S f(N) / rpn;
+        # NCCL's model (nccl_tuning) also weighs its tree against the ring and picks the protocol
+        return np.maximum(ti(collective, size, rpn * nodes), _inter_time(inter(collective), collective, size, rpn,
+                                                                         nodes, level))
     if collective == "all_reduce":
         # reduce-scatter inside, all-reduce of S/rpn on rpn rails at once, all-gather inside
         # (Horovod hierarchical allreduce, Sergeev & Del Balso 2018)
@@ -321,7 +337,7 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
         if nodes == 1:
             t = collective_time(intra(collective), collective, size, rpn)
         elif rpn == 1:
-            t = collective_time(inter(collective), collective, size, nodes)
+            t = _inter_time(inter(collective), collective, size, 1.0, nodes)
         else:
             t = _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm)
         return np.asarray(t, float)
@@ -333,7 +349,7 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
     if one_node.any():
         out[one_node] = _level_time(intra(collective), collective, size[one_node], rpn[one_node])
     if one_rank.any():
-        out[one_rank] = _level_time(inter(collective), collective, size[one_rank], nodes[one_rank])
+        out[one_rank] = _inter_time(inter(collective), collective, size[one_rank], 1.0, nodes[one_rank], _level_time)
     if spanning.any():
         out[spanning] = _spanning_time(
             intra, inter, collective, size[spanning], rpn[spanning], nodes[spanning], algorithm, _level_time
@@ -351,10 +367,16 @@ def ring_formula(collectives: Mapping[str, Mapping[str, dict]], collective: str,
         raise InvalidInputError(f"'collective' must be a ring collective (all_reduce, all_gather, reduce_scatter): "
                                 f"got {collective!r}")
     intra = lambda s: formula(lookup_entry(collectives, "intra", collective), collective, size=s, n=n)  # noqa: E731
-    inter = lambda s: formula(lookup_entry(collectives, "inter", collective), collective, size=s, n=n)  # noqa: E731
+    def inter(r):  # the inter-node part of a ring over r ranks per node, as ``_inter_time``
+        entry = lookup_entry(collectives, "inter", collective)
+        if _nccl_priced(entry, collective):
+            return nccl_expression(collective, size, r, float(nodes), n, entry["params"]["busbw_bytes_per_s"],
+                                   **entry["nccl"])
+        return formula(entry, collective, size=size / r, n=n)
+
     if float(nodes) == 1:
         return intra(size)
     if float(ranks_per_node) == 1:
-        return inter(size)
+        return inter(1.0)
     # flat ring over all ranks (Gibiansky 2017), as ``_spanning_time``
-    return sp.Max(intra(size), inter(size / float(ranks_per_node)))
+    return sp.Max(intra(size), inter(float(ranks_per_node)), evaluate=False)  # comparing the pieces is slow

@@ -19,10 +19,12 @@ import copy
 
 from perfmodel.costs.comm import datasheet_entry as _datasheet_entry
 from perfmodel.costs.comm import busbw_factor, collective_time, rail_busbw
+from perfmodel.costs.nccl_tuning import NCCL_VERSION
 from perfmodel.hardware.catalog import load_link
 from perfmodel.profiles.profile import Profile
 
 PROTOCOL_EFFICIENCY = 0.8
+NVLINK_KINDS = ("nvlink", "nvswitch")  # NCCL's intra hardware NVLINK (typeIntra LINK_NVL); LL128 needs it (tuning.cc:286)
 OTHER_COLLECTIVES = ("all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
 
 
@@ -97,10 +99,20 @@ def cluster_collectives(cluster, profile: Profile) -> dict[str, dict[str, dict]]
         out["inter"].update(fitted["inter"])
     nic_bw, src = _link_busbw(node.nic, allreduce=False)
     per_rank = rail_busbw(nic_bw, node.nics_per_node, node.gpus_per_node)
-    out["inter"].setdefault("all_reduce", datasheet_entry(
-        per_rank, node.nic.latency_s,
-        source=f"datasheet: {src}; {node.nics_per_node} NICs shared by {node.gpus_per_node} GPUs"))
+    inter = datasheet_entry(per_rank, node.nic.latency_s,
+                            source=f"datasheet: {src}; {node.nics_per_node} NICs shared by {node.gpus_per_node} GPUs")
+    if nccl_network(node.nic):
+        inter["nccl"] = {"hw": "nvlink" if node.intra.kind in NVLINK_KINDS else "pci",
+                         "ll128": node.intra.kind in NVLINK_KINDS}
+        inter["source"] += f"; NCCL {NCCL_VERSION} tuning.cc algorithm/protocol model"
+    out["inter"].setdefault("all_reduce", inter)
     return out
+
+
+def nccl_network(link) -> bool:
+    """Whether NCCL's own cost model prices collectives over ``link``: a NIC whose latency is NCCL's
+    (links.toml cites tuning.cc for it: InfiniBand and RoCE), not a TCP-socket figure of its own."""
+    return "tuning.cc" in link.source_of("latency")
 
 
 def parameter_server_links(cluster) -> dict[str, float]:
