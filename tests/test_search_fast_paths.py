@@ -15,7 +15,8 @@ import perfmodel as pm
 from perfmodel import step as compose
 from perfmodel.core import memo
 from perfmodel.explore.space import enumerate_space
-from perfmodel.forms.compute import _fastest_tile_terms, _tile_terms
+from perfmodel.costs.comm import _hierarchical_time
+from perfmodel.forms.compute import _fastest_tile_one, _fastest_tile_terms, _tile_terms, gemm_tiles_gpu
 from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.parallel.data import by_sharding
 from perfmodel.predict import default_profile
@@ -49,6 +50,45 @@ def test_tile_terms_at_once_equal_the_terms_one_by_one():
         assert np.array_equal(one_by_one, at_once, equal_nan=True)
     ints = rng.integers(1, 300_000, size=17), rng.integers(1, 60_000, size=17), rng.integers(1, 60_000, size=17)
     assert np.array_equal(np.minimum.reduce(_tile_terms(p, *ints)), _fastest_tile_terms(p, *ints))
+
+
+def test_one_gemm_on_floats_is_the_least_of_its_terms():
+    rng = np.random.default_rng(11)
+    p = {**PROFILE.entry("gemm:bf16")["params"], "t_cpu": 0.0}
+    for params in (p, {**p, "stream_k": 0.0}):
+        for _ in range(400):
+            m, n, k = (float(x) for x in (rng.integers(1, 300_000), rng.integers(1, 60_000), rng.integers(1, 60_000)))
+            assert _fastest_tile_one(params, m, n, k) == min(_tile_terms(params, m, n, k))
+
+
+def test_gemm_arrays_of_one_alignment_family_equal_the_mixed_arrays():
+    """An array of aligned (or of misaligned) GEMMs prices one family only: each element as it is
+    priced beside GEMMs of the other family, and as it is priced alone."""
+    p = {**PROFILE.entry("gemm:bf16")["params"], "t_cpu": 0.0}
+    m = np.array([[512.0], [8192.0], [3e4]])
+    n = np.array([[4096.0, 4099.0, 1000.0, 12288.0, 12290.0, 12291.0]])
+    k = np.array([[8192.0, 8192.0, 1002.0, 4096.0, 4096.0, 6000.0]])
+    mixed = gemm_tiles_gpu(p, m, n, k)
+    aligned = (n % 8 == 0) & (k % 8 == 0)  # 16-byte rows of 2-byte elements
+    for cols in (np.flatnonzero(aligned[0]), np.flatnonzero(~aligned[0])):
+        assert np.array_equal(gemm_tiles_gpu(p, m, n[:, cols], k[:, cols]), mixed[:, cols])
+    for i, j in np.ndindex(*mixed.shape):
+        assert gemm_tiles_gpu(p, np.array([m[i, 0]]), np.array([n[0, j]]), np.array([k[0, j]]))[0] == mixed[i, j]
+
+
+def test_collective_arrays_in_one_branch_equal_them_priced_among_others():
+    """Groups that all sit in one node (or all span nodes) are priced on the whole arrays: the same
+    seconds as each group priced beside groups of the other branches."""
+    coll = chunks_module._collectives(H100, PROFILE)
+    size = np.array([1e3, 2**20, 3e8, 5e9, 7.0, 0.0])
+    for algorithm in ("ring", "hierarchical"):
+        for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
+            for rpn, nodes in ((np.full(6, 8.0), np.full(6, 1.0)), (np.full(6, 1.0), np.full(6, 4.0)),
+                               (np.full(6, 4.0), np.full(6, 2.0))):
+                alone = _hierarchical_time(coll, collective, size, rpn, nodes, algorithm)
+                mixed = _hierarchical_time(coll, collective, np.r_[size, size], np.r_[rpn, [8.0] * 3 + [1.0] * 3],
+                                           np.r_[nodes, [1.0] * 3 + [2.0] * 3], algorithm)
+                assert np.array_equal(alone, mixed[:6])
 
 
 def test_each_sharding_branch_priced_on_its_own_choices_is_the_nested_where(grid):
