@@ -254,23 +254,17 @@ def gemm_tiles_gpu(p, m, n, k):
         return _gemm_tiles_one(p, float(m), float(n), float(k))
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
     a = np.minimum(an, ak)
-    aligned = a >= 16
-    # arrays (an empty GEMM too: numpy's inf, not a ZeroDivisionError); a family no element takes is
-    # not priced (a search's GEMMs are all aligned): the same elements as np.where of both
-    t_al = _fastest_tile_terms(p, m, n, k) / np.where(a >= 32, 1.0, p["p16"]) if aligned.any() else None
-    t_mis = None if aligned.all() else _misaligned_time(p, m, n, k, a)
+    aligned, t_al, t_mis = a >= 16, None, None
+    # arrays (an empty GEMM too: numpy's inf, not a ZeroDivisionError); a family no element takes is not priced
+    if aligned.any():
+        t_al = _fastest_tile_terms(p, m, n, k) / np.where(a >= 32, 1.0, p["p16"])
+    if not aligned.all():  # misaligned rows: C padded to 128x128 tiles, the 8-byte rate scaled by alignment
+        mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
+        q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+        t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * np.where(a >= 8, 1.0, np.where(a >= 4, p["p4"], p["p2"])))
     t = t_al if t_mis is None else t_mis if t_al is None else np.where(aligned, t_al, t_mis)
     bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
     return np.maximum(p["t0"] + t, bytes_moved / p["bw"])
-
-
-def _misaligned_time(p, m, n, k, a):
-    """``gemm_tiles_gpu``'s misaligned family of arrays: C padded to 128x128 tiles, the 8-byte rate
-    scaled by the rows' alignment (4 or 2 bytes)."""
-    mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
-    q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
-    level = np.where(a >= 8, 1.0, np.where(a >= 4, p["p4"], p["p2"]))
-    return 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * level)
 
 
 def _row_align_one(elements: float, elem_bytes) -> int:
@@ -293,14 +287,9 @@ def _gemm_tiles_one(p, m: float, n: float, k: float):
 
 
 def _fastest_tile_one(p, m: float, n: float, k: float) -> float:
-    """``min(_tile_terms(p, m, n, k))`` of one GEMM on Python floats: each term by the same operations
-    in the same order, the factors shared by a tile shape's terms (its tiles, per-SM rate, split-K
-    bytes) computed once."""
-    sms, k_half, bw, t_split = p["sms"], p["k_half"], p["bw"], p["t_split"]
-    per_sm = p["R"] / sms
-    split_bytes = 8 * m * n
-    stream_k = p.get("stream_k", 1.0)
-    k_min = STREAM_K_MIN_ITERS * STREAM_K_TILE_BYTES / p["elem_bytes"]
+    """``min(_tile_terms(p, m, n, k))`` of one GEMM on floats: the same operations, each tile shape's factors once."""
+    sms, k_half, bw, t_split, per_sm, split_bytes = p["sms"], p["k_half"], p["bw"], p["t_split"], p["R"] / p["sms"], 8 * m * n
+    stream_k, k_min = p.get("stream_k", 1.0), STREAM_K_MIN_ITERS * STREAM_K_TILE_BYTES / p["elem_bytes"]
     best = None  # as min() over the terms in order: the first, then each one below it
     for tm, tn in GEMM_TILE_SHAPES:
         area = tm * tn
@@ -313,14 +302,12 @@ def _fastest_tile_one(p, m: float, n: float, k: float) -> float:
             t = waves * 2 * tm * tn * ks / (rate * ks / (ks + k_half))
             if s > 1:
                 t = t + t_split + split_bytes * s / bw
-            if best is None or t < best:
-                best = t
+            best = t if best is None or t < best else best
         if stream_k:
             units = min(sms, math.floor(tiles * k / k_min))
             if 2 * tiles < sms and units > tiles:
                 t = _stream_k_time(p, tiles, k, tm, tn, e, units)
-                if t < best:
-                    best = t
+                best = t if t < best else best
     return best
 
 
