@@ -1,6 +1,6 @@
 """Import time, single predictions per second and search configurations per second, beside llm-analysis.
 
-Run:  python benchmarks/speed.py [--repeat 5] [--peer-python PATH] [--no-install] [--smoke]
+Run:  python benchmarks/speed.py [--repeat 5] [--peer-python PATH] [--no-install] [--smoke] [--search-only]
 
 Every number is the median of ``--repeat`` runs (at least 5 unless ``--smoke``), measured in this
 one run on this machine, perfmodel and the peer one after the other, so ratios compare like with
@@ -25,6 +25,8 @@ pip unless ``--no-install`` or ``--peer-python`` names another interpreter); it 
 dependency of perfmodel. Without it, perfmodel's numbers are printed alone.
 ``--smoke`` (CI): two repeats (one search each, no warm-up), short timings, no install, no
 assertion on speed: it checks that the benchmark runs.
+``--search-only``: the search case alone, one process, medians of ``--repeat`` (with ``--smoke``: one,
+no warm-up), its wall and CPU seconds: what a change to the search moves, without the rest.
 """
 
 from __future__ import annotations
@@ -220,13 +222,28 @@ def table(ours: dict, peer: dict | None) -> list[str]:
     return lines
 
 
+def search_only(repeat: int, warm_up: bool) -> int:
+    """The search case alone in one process (``perfmodel_search``), printed with the machine's load."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    s = perfmodel_search(repeat, 1, warm_up)
+    print(f"{os.cpu_count()} CPU cores, load average {load:.1f}; medians of {repeat} runs, caches emptied before each")
+    print(f"search case: {SEARCH_CASE['model']} on {SEARCH_CASE['nodes'] * 8:,} H100: {s['priced']:,} priced and "
+          f"{s['pruned']:,} pruned of {s['space']:,} enumerated; {s['wall_s']:.3f} s wall, {s['cpu_s']:.3f} CPU s; "
+          f"{s['space_per_s'] / 1e6:.1f} M enumerated configurations per second")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per number; the median is printed (>= 5)")
     parser.add_argument("--peer-python", help="a python with llm-analysis installed (default: benchmarks/.peer-venv)")
     parser.add_argument("--no-install", action="store_true", help="do not create the llm-analysis venv")
     parser.add_argument("--smoke", action="store_true", help="2 repeats, short timings, no install (CI)")
+    parser.add_argument("--search-only", action="store_true",
+                        help="only the search case, one process: wall and CPU seconds, counts (for profiling)")
     args = parser.parse_args(argv)
+    if args.search_only:
+        return search_only(1 if args.smoke else max(5, args.repeat), not args.smoke)
     repeat = 2 if args.smoke else max(5, args.repeat)
     seconds = 0.1 if args.smoke else 1.0
     args.no_install = args.no_install or args.smoke

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import replace
+from itertools import product
 
 import numpy as np
 import pandas as pd
@@ -14,10 +15,12 @@ import pytest
 import perfmodel as pm
 from perfmodel import step as compose
 from perfmodel.core import memo
-from perfmodel.explore.space import enumerate_space
-from perfmodel.forms.compute import _fastest_tile_terms, _tile_terms
+from perfmodel.explore.space import enumerate_space, tp_pp_pairs
+from perfmodel.costs.comm import _hierarchical_time
+from perfmodel.forms.compute import _fastest_tile_one, _fastest_tile_terms, _tile_terms, gemm_tiles_gpu
 from perfmodel.parallel.config import MIB, StepConfig
 from perfmodel.parallel.data import by_sharding
+from perfmodel.parallel.strategy import interleaves
 from perfmodel.predict import default_profile
 
 chunks_module = importlib.import_module("perfmodel.explore.chunks")
@@ -49,6 +52,79 @@ def test_tile_terms_at_once_equal_the_terms_one_by_one():
         assert np.array_equal(one_by_one, at_once, equal_nan=True)
     ints = rng.integers(1, 300_000, size=17), rng.integers(1, 60_000, size=17), rng.integers(1, 60_000, size=17)
     assert np.array_equal(np.minimum.reduce(_tile_terms(p, *ints)), _fastest_tile_terms(p, *ints))
+
+
+def test_one_gemm_on_floats_is_the_least_of_its_terms():
+    rng = np.random.default_rng(11)
+    p = {**PROFILE.entry("gemm:bf16")["params"], "t_cpu": 0.0}
+    for params in (p, {**p, "stream_k": 0.0}):
+        for _ in range(400):
+            m, n, k = (float(x) for x in (rng.integers(1, 300_000), rng.integers(1, 60_000), rng.integers(1, 60_000)))
+            assert _fastest_tile_one(params, m, n, k) == min(_tile_terms(params, m, n, k))
+
+
+def test_gemm_arrays_of_one_alignment_family_equal_the_mixed_arrays():
+    """An array of aligned (or of misaligned) GEMMs prices one family only: each element as it is
+    priced beside GEMMs of the other family, and as it is priced alone."""
+    p = {**PROFILE.entry("gemm:bf16")["params"], "t_cpu": 0.0}
+    m = np.array([[512.0], [8192.0], [3e4]])
+    n = np.array([[4096.0, 4099.0, 1000.0, 12288.0, 12290.0, 12291.0]])
+    k = np.array([[8192.0, 8192.0, 1002.0, 4096.0, 4096.0, 6000.0]])
+    mixed = gemm_tiles_gpu(p, m, n, k)
+    aligned = (n % 8 == 0) & (k % 8 == 0)  # 16-byte rows of 2-byte elements
+    for cols in (np.flatnonzero(aligned[0]), np.flatnonzero(~aligned[0])):
+        assert np.array_equal(gemm_tiles_gpu(p, m, n[:, cols], k[:, cols]), mixed[:, cols])
+    for i, j in np.ndindex(*mixed.shape):
+        assert gemm_tiles_gpu(p, np.array([m[i, 0]]), np.array([n[0, j]]), np.array([k[0, j]]))[0] == mixed[i, j]
+
+
+def test_collective_arrays_in_one_branch_equal_them_priced_among_others():
+    """Groups that all sit in one node (or all span nodes) are priced on the whole arrays: the same
+    seconds as each group priced beside groups of the other branches."""
+    coll = chunks_module._collectives(H100, PROFILE)
+    size = np.array([1e3, 2**20, 3e8, 5e9, 7.0, 0.0])
+    for algorithm in ("ring", "hierarchical"):
+        for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
+            for rpn, nodes in ((np.full(6, 8.0), np.full(6, 1.0)), (np.full(6, 1.0), np.full(6, 4.0)),
+                               (np.full(6, 4.0), np.full(6, 2.0))):
+                alone = _hierarchical_time(coll, collective, size, rpn, nodes, algorithm)
+                mixed = _hierarchical_time(coll, collective, np.r_[size, size], np.r_[rpn, [8.0] * 3 + [1.0] * 3],
+                                           np.r_[nodes, [1.0] * 3 + [2.0] * 3], algorithm)
+                assert np.array_equal(alone, mixed[:6])
+
+
+def test_space_counted_by_row_class_is_the_one_cell_by_cell():
+    """Each configuration of a small space (DeepSpeed's pipeline-engine rule reads cells, not rows)
+    checked one by one against the rules in order: the same configurations in the same order, and
+    each rejection counted under the first rule it breaks."""
+    n, batch, layers, heads = 16, 32, MODEL.layers, MODEL.heads
+    space = enumerate_space(MODEL, n, 8, batch, max_micro_batch=2, max_virtual_stages=2, fsdp=(None, "full"),
+                            tp_overlap=(False, True), bucket_mib=(25.0, 100.0), dp_overlap=(True, False),
+                            pipeline_engine=True)
+    sharding = [(z, None) for z in (0, 1, 2, 3)] + [(3, "full")]
+    kept, detail = [], {}
+    for (tp, pp), mb, v, (z, f), sp, o, b, d in product(tp_pp_pairs(n, 8), (1, 2), (1, 2), sharding, (0, 1), (0, 1),
+                                                      (0, 1), (0, 1)):
+        dp = n // (tp * pp)
+        if (v > 1 and pp == 1) or (z > 0 and dp == 1) or ((sp or o) and tp == 1) or ((b or d) and (z >= 3 or dp == 1)):
+            continue  # the same configuration as another one: not enumerated
+        rules = [("tp must divide heads", heads % tp != 0), ("tp must divide kv_heads", heads % tp != 0),
+                 ("pp must be <= layers", pp > layers), ("interleaving needs", v > 1 and not interleaves(layers, pp * v)),
+                 ("DeepSpeed's pipeline engine", v > 1 or (pp > 1 and z >= 2)),
+                 ("global_batch=", batch % (dp * mb) != 0), ("interleaving needs micro-batches", v > 1 and (batch // (dp * mb)) % pp)]
+        broken = next((text for text, bad in rules if bad), None)
+        if broken is None:
+            kept.append((dp, tp, pp, v, mb, z, f, bool(sp), bool(o), (25.0, 100.0)[b], (True, False)[d]))
+        else:
+            detail[broken] = detail.get(broken, 0) + 1
+    got = list(zip(*(space.arrays[k].tolist() for k in ("dp", "tp", "pp", "virtual_stages", "micro_batch", "zero", "fsdp",
+                                                         "sequence_parallel", "tp_overlap", "bucket_mib", "dp_overlap"))))
+    assert got == kept and len(kept) > 100
+    counted = {}
+    for text, count in space.detail.items():
+        key = next(k for k in sorted(detail, key=len, reverse=True) if text.startswith(k))
+        counted[key] = counted.get(key, 0) + count
+    assert counted == detail
 
 
 def test_each_sharding_branch_priced_on_its_own_choices_is_the_nested_where(grid):

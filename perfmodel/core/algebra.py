@@ -10,9 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 
+_NUMERIC = frozenset((np.ndarray, float, int, bool, np.float64, np.int64, np.bool_))  # never sympy: no lookup
+
+
 def is_symbolic(value) -> bool:
     """Whether ``value`` is a sympy object (sympy is imported only when one is met)."""
-    return type(value).__module__.startswith("sympy")
+    t = type(value)
+    return t not in _NUMERIC and t.__module__.startswith("sympy")
 
 
 def to_sympy(value):

@@ -342,10 +342,13 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
             t = _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm)
         return np.asarray(t, float)
     size, rpn, nodes = np.broadcast_arrays(size, rpn, nodes)
-    out = np.zeros(size.shape)
     one_node = nodes == 1
     one_rank = (rpn == 1) & ~one_node
     spanning = ~one_node & ~one_rank
+    whole = _one_branch(collectives, collective, size, rpn, nodes, algorithm, one_node, one_rank, spanning)
+    if whole is not None:
+        return whole
+    out = np.zeros(size.shape)
     if one_node.any():
         out[one_node] = _level_time(intra(collective), collective, size[one_node], rpn[one_node])
     if one_rank.any():
@@ -355,6 +358,26 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
             intra, inter, collective, size[spanning], rpn[spanning], nodes[spanning], algorithm, _level_time
         )
     return out
+
+
+def _one_branch(collectives, collective, size, rpn, nodes, algorithm, one_node, one_rank, spanning):
+    """``_hierarchical_time`` of arrays whose groups all take one branch (a search's tensor groups sit
+    in one node, its data-parallel groups span nodes): that branch on the whole arrays, the same
+    operations per element without gathering and scattering them; None when the branches are mixed."""
+    intra = lambda c: lookup_entry(collectives, "intra", c)  # noqa: E731
+    inter = lambda c: lookup_entry(collectives, "inter", c)  # noqa: E731
+    if not size.size:
+        return None
+    if one_node.all():
+        t = _level_time(intra(collective), collective, size, rpn)
+    elif one_rank.all():
+        t = _level_time(inter(collective), collective, size, nodes)
+    elif spanning.all():
+        t = _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm, _level_time)
+    else:
+        return None
+    t = np.asarray(t, dtype=float)
+    return t if t.shape == size.shape else np.array(np.broadcast_to(t, size.shape))
 
 
 

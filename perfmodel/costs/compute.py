@@ -62,6 +62,11 @@ def kernel_time(profile: Profile, kern: Kernel, *, symbolic: bool = False) -> tu
     scales both: a step's time with the host's other training processes computing
     at once over its time alone (measured, perfmodel/validate/host.py).
     """
+    return _launch_time(profile, kern, HostCosts.of(profile).side_by_side_factor, symbolic)
+
+
+def _launch_time(profile: Profile, kern: Kernel, shared: float, symbolic: bool = False):
+    """``kernel_time`` with the host's ``side_by_side_factor`` given (a phase reads it once)."""
     key, memo = (None, None) if symbolic else (_kernel_key(kern), _KERNEL_MEMO)
     if key is None and not symbolic:  # arrays: a search prices the same sizes under each recompute policy
         key, memo = _array_kernel_key(kern), _ARRAY_KERNEL_MEMO
@@ -75,7 +80,6 @@ def kernel_time(profile: Profile, kern: Kernel, *, symbolic: bool = False) -> tu
                 hit = tuple(_read_only(x) for x in hit)
             memo.put(profile, key, hit)
         gpu, cpu = hit
-    shared = HostCosts.of(profile).side_by_side_factor
     return (gpu * shared, cpu * shared) if shared != 1.0 else (gpu, cpu)
 
 
@@ -209,8 +213,9 @@ def phase_time(profile: Profile, kernels: list[Kernel], *, symbolic: bool = Fals
     gpu = 0.0
     cpu = 0.0
     wall = 0.0
+    shared = host.side_by_side_factor
     for kern in kernels:
-        g, c = kernel_time(profile, kern, symbolic=symbolic)
+        g, c = _launch_time(profile, kern, shared, symbolic)
         g = g * in_step if kern.cls == "gemm" else g
         count = _number(kern.count, symbolic)
         gpu = gpu + g * count
@@ -230,12 +235,12 @@ def _one_phase(profile: Profile, kernels: list[Kernel], host: HostCosts):
     """``phase_time`` of one configuration on a GPU (a launch queue) on Python floats, the same
     operations in the same order; None when a count or a kernel's time is an array (a search)."""
     gpu = cpu = 0.0
-    extra, in_step = host.cpu_extra_per_kernel_s, host.in_step_compute_factor
+    extra, in_step, shared = host.cpu_extra_per_kernel_s, host.in_step_compute_factor, host.side_by_side_factor
     for kern in kernels:
         count = kern.count
         if type(count) not in _ONE:
             return None
-        g, c = kernel_time(profile, kern)
+        g, c = _launch_time(profile, kern, shared)
         if type(g) not in _ONE or type(c) not in _ONE:
             return None
         g = float(g) * in_step if kern.cls == "gemm" else float(g)

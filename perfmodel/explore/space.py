@@ -162,12 +162,16 @@ def tp_pp_pairs(n_gpus: int, max_tp: int, max_pp: int | None = None) -> np.ndarr
 
 def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap=(0,), fsdp=(None,),
           bucket=(25.0,), dp_overlap=(True,)):
-    """The candidate values as a broadcast grid (``Factored`` axes) and the mask of the cells kept
-    (no equivalent duplicates): rows (tp, pp) pair × micro-batch × virtual stages, then the axes.
+    """The candidate values as a broadcast grid (``Factored`` axes) and which cells are kept (no
+    equivalent duplicates): rows (tp, pp) pair × micro-batch × virtual stages, then the axes.
 
     The sharding axis lists the ZeRO stages, then the FSDP modes (each shards like ZeRO-3).
     A bucket or data-parallel overlap other than the first is only tried where gradients are
     bucketed: dp > 1 and DDP or ZeRO-1/2 (ZeRO-3 and FSDP gather and reduce per unit).
+
+    Which cells of a row are kept depends on the row through three flags only (pp = 1 with virtual
+    stages, dp = 1, tp = 1), so the cells are returned per row class (``ROW_CLASSES``): (grid, each
+    row's class, the kept cells of each class), the full mask being ``kept[classes]``.
     """
     sharding = [(z, None) for z in zero] + [(3, f) for f in fsdp if f is not None]
     p, mb, v = (x.reshape(-1, *(1,) * len(FACTORED_AXES)) for x in np.meshgrid(np.arange(len(pairs)), micro_batches, virtual,
@@ -184,16 +188,22 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap
     z = axis(1, np.array([z for z, _ in sharding], np.int64))
     s, o, b = axis(2, np.asarray(sp, int)), axis(3, np.asarray(overlap, int)), axis(4, np.arange(len(bucket)))
     d = axis(5, np.arange(len(dp_overlap)))
-    keep = ~(((v > 1) & (pp == 1)) | ((z > 0) & (dp == 1)) | (((s > 0) | (o > 0)) & (tp == 1))
-             | (((b > 0) | (d > 0)) & ((z >= 3) | (dp == 1))))
+    classes = (((v > 1) & (pp == 1)) * 4 + (dp == 1) * 2 + (tp == 1)).reshape(-1)
+    c = axis(0, np.arange(ROW_CLASSES))
+    idle, one_dp, one_tp = (c & 4) > 0, (c & 2) > 0, (c & 1) > 0  # the row flags of each class
+    keep = ~(idle | ((z > 0) & one_dp) | (((s > 0) | (o > 0)) & one_tp) | (((b > 0) | (d > 0)) & ((z >= 3) | one_dp)))
     if None not in fsdp:  # only FSDP asked for: the zero list does not apply
         keep &= k >= len(zero)
+    keep = np.broadcast_to(keep, (ROW_CLASSES, len(sharding), len(sp), len(overlap), len(bucket), len(dp_overlap)))
     g = {"dp": dp, "tp": tp, "pp": pp, "virtual_stages": v, "micro_batch": mb, "zero": z,
          "fsdp": axis(1, np.array([f for _, f in sharding], dtype=object)),
          "sequence_parallel": s.astype(bool), "tp_overlap": o.astype(bool),
          "bucket_mib": axis(4, np.asarray(bucket, float)), "dp_overlap": axis(5, np.asarray(dp_overlap, bool)),
          "micro_batches": global_batch // (dp * mb)}
-    return g, keep
+    return g, classes, keep
+
+
+ROW_CLASSES = 8  # (pp = 1 with virtual stages, dp = 1, tp = 1): the row flags the kept cells depend on
 
 
 def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False):
@@ -278,9 +288,10 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
                                 f"stages × {len(zero)} zero × {len(sequence_parallel)} sequence_parallel × "
                                 f"{len(bucket_mib)} bucket_mib × {len(dp_overlap)} dp_overlap) is above "
                                 f"{LIMITS['search_grid']:,}: lower max_micro_batch or max_virtual_stages")
-    g, alive = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
-                     np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
-                     np.array(tp_overlap, int), fsdp, bucket_mib, dp_overlap)
+    g, classes, kept = _grid(n_gpus, global_batch, pairs, np.arange(1, max_micro_batch + 1),
+                             np.arange(1, max_virtual_stages + 1), np.array(zero), np.array(sequence_parallel, int),
+                             np.array(tp_overlap, int), fsdp, bucket_mib, dp_overlap)
+    alive = Alive(classes, kept)
     if not alive.any() and empty_ok:  # one of several spaces (a sharded stack on one rank): nothing to count
         return _empty_space(g, n_gpus, global_batch)
     if not alive.any():  # _grid drops zero > 0 without dp > 1, sequence parallelism without tp > 1, ...
@@ -289,7 +300,8 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
     rejected, detail = _apply_rules(model, global_batch, g, alive, cp, ep,
                                     None if empty_ok else (n_gpus, max_micro_batch), pipeline_engine)
-    grid = _trimmed(g, alive)
+    rows, cells = alive.final()
+    grid = _trimmed({k: v[rows] if v.shape[0] > 1 else v for k, v in g.items()}, cells)  # the rows left
     return Space(arrays=grid.columns_flat(), rejected=rejected, detail=detail, n_gpus=n_gpus,
                  global_batch=global_batch, factored=grid)
 
@@ -301,36 +313,85 @@ def _empty_space(g, n_gpus, global_batch) -> Space:
                  global_batch=global_batch, factored=grid)
 
 
-def _apply_rules(model, global_batch, g, alive, cp, ep, raise_empty, pipeline_engine=False):
-    """Clear in ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
+class Alive:
+    """The grid's cells still in the space while the rules run, without the full mask: each row's count
+    of alive cells, and the cells of the rows still alive once a rule reads more than the rows (most
+    rows fall to the row rules: the batch divides dp × micro-batch for few of them)."""
+
+    def __init__(self, classes: np.ndarray, kept: np.ndarray):
+        self.classes, self.kept = classes, kept
+        self.rows = kept.reshape(ROW_CLASSES, -1).sum(axis=1)[classes]  # alive cells per row
+        self.index, self.cells = None, None  # rows whose cells are held, and those cells
+
+    def any(self) -> bool:
+        return bool(self.rows.any())
+
+    def total(self) -> int:
+        return int(self.rows.sum())
+
+    def remove_rows(self, bad: np.ndarray) -> None:
+        self.rows = np.where(bad, 0, self.rows)
+        if self.index is not None:
+            self.cells &= ~bad[self.index].reshape(-1, *(1,) * (self.cells.ndim - 1))
+
+    def held(self) -> np.ndarray:
+        """The alive cells of the rows still alive (``index``), held from here on."""
+        live = np.flatnonzero(self.rows > 0)
+        if self.index is None:
+            self.index, self.cells = live, self.kept[self.classes[live]]
+        elif live.size != self.index.size:
+            keep = self.rows[self.index] > 0
+            self.index, self.cells = self.index[keep], self.cells[keep]
+        return self.cells
+
+    def at_held(self, mask) -> np.ndarray:
+        """``mask`` (broadcasting to the whole grid) at the held rows' cells."""
+        mask = np.asarray(mask)
+        mask = mask.reshape((1,) * (self.cells.ndim - mask.ndim) + mask.shape)
+        rows = mask[self.index] if mask.shape[0] > 1 else mask
+        return np.broadcast_to(rows, self.cells.shape)
+
+    def remove_cells(self, bad: np.ndarray) -> None:
+        self.cells &= ~bad
+        self.rows[self.index] = self.cells.reshape(self.index.size, -1).sum(axis=1)
+
+    def final(self):
+        """(the rows with alive cells, in order, and their cells)."""
+        if self.index is None:
+            live = np.flatnonzero(self.rows > 0)
+            return live, self.kept[self.classes[live]]
+        self.held()
+        return self.index, self.cells
+
+
+def _apply_rules(model, global_batch, g, alive: Alive, cp, ep, raise_empty, pipeline_engine=False):
+    """Remove from ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
     ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space.
     A rule on the rows alone (dp, tp, pp, micro-batch, virtual stages) is counted on each row's
     alive cells, not cell by cell (the same counts)."""
     rejected, detail = dict.fromkeys(REASONS, 0), {}
-    rows = None  # alive cells per row while the rules read the rows only; None: ``alive`` is up to date
+    ndim = 1 + len(FACTORED_AXES)
     for reason, text, bad in _rules(model, global_batch, g, cp, ep, pipeline_engine):
-        per_row = _row_rule(bad, alive.ndim)
+        per_row = _row_rule(bad, ndim)
         if per_row is not None:
-            rows = alive.sum(axis=tuple(range(1, alive.ndim))) if rows is None else rows
-            per_row = np.broadcast_to(per_row, rows.shape)
-            n, left = int(rows[per_row].sum()), int(rows.sum())
+            per_row = np.broadcast_to(per_row, alive.rows.shape)
+            n, left = int(alive.rows[per_row].sum()), alive.total()
         else:
-            rows = _settle(alive, rows)
-            n = int((alive & bad).sum())
-            left = int(alive.sum()) if n else 0
+            cells = alive.held()
+            bad = alive.at_held(bad)
+            n = int((cells & bad).sum())
+            left = alive.total() if n else 0
         rejected[reason] += n
         if n:
             detail[text] = n
         if n and n == left and raise_empty:
-            rows = _settle(alive, rows)
-            dps = sorted(set(np.broadcast_to(g["dp"], alive.shape)[alive].tolist()))
+            dps = sorted(set(np.asarray(g["dp"]).reshape(-1)[alive.rows > 0].tolist()))
             n_gpus, max_micro_batch = raise_empty
             raise InfeasibleError(_empty_message(reason, text, n_gpus, global_batch, dps, detail, max_micro_batch))
         if per_row is not None:
-            rows = np.where(per_row, 0, rows)
+            alive.remove_rows(per_row)
         else:
-            alive &= ~bad
-    _settle(alive, rows)
+            alive.remove_cells(bad)
     return rejected, detail
 
 
@@ -338,12 +399,6 @@ def _row_rule(bad, ndim: int):
     """A rule's mask as one flag per grid row when it reads the rows alone, else None."""
     bad = np.asarray(bad)
     return bad.reshape(-1) if bad.ndim == ndim and all(n == 1 for n in bad.shape[1:]) else None
-
-
-def _settle(alive: np.ndarray, rows) -> None:
-    """Clear in ``alive`` the rows whose count of alive cells ``rows`` is zero (the row rules applied)."""
-    if rows is not None:
-        alive &= (rows > 0).reshape(-1, *(1,) * (alive.ndim - 1))
 
 
 def _trimmed(g: dict, alive: np.ndarray) -> Factored:

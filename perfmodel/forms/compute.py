@@ -111,7 +111,7 @@ def gemm_two_gpu(p, m, n, k):
     a = np.minimum(an, ak)
     q = m / (m + p["m_half"]) * n / (n + p["n_half"]) * k / (k + p["k_half"])
     q_mis = m * n / (m * n + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
-    level = np.select([a >= 8, a >= 4], [1.0, p.get("p4", 1.0)], p.get("p2", 1.0))
+    level = np.where(a >= 8, 1.0, np.where(a >= 4, p.get("p4", 1.0), p.get("p2", 1.0)))  # np.select's values
     rate = np.where(a >= 16, p["R"] * q * np.where(a >= 32, 1.0, p["p16"]), p["R_mis"] * q_mis * level)
     flops = 2.0 * m * n * k
     bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
@@ -254,14 +254,17 @@ def gemm_tiles_gpu(p, m, n, k):
         return _gemm_tiles_one(p, float(m), float(n), float(k))
     an, ak = _align_bytes(n, p["elem_bytes"]), _align_bytes(k, p["elem_bytes"])
     a = np.minimum(an, ak)
-    # arrays (an empty GEMM too: numpy's inf, not a ZeroDivisionError)
-    t_al = _fastest_tile_terms(p, m, n, k) / np.where(a >= 32, 1.0, p["p16"])
-    mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
-    q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
-    level = np.select([a >= 8, a >= 4], [1.0, p["p4"]], p["p2"])
-    t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * level)
+    aligned, t_al, t_mis = a >= 16, None, None
+    # arrays (an empty GEMM too: numpy's inf, not a ZeroDivisionError); a family no element takes is not priced
+    if aligned.any():
+        t_al = _fastest_tile_terms(p, m, n, k) / np.where(a >= 32, 1.0, p["p16"])
+    if not aligned.all():  # misaligned rows: C padded to 128x128 tiles, the 8-byte rate scaled by alignment
+        mp, np_ = np.ceil(m / MIS_TILE) * MIS_TILE, np.ceil(n / MIS_TILE) * MIS_TILE
+        q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
+        t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * np.where(a >= 8, 1.0, np.where(a >= 4, p["p4"], p["p2"])))
+    t = t_al if t_mis is None else t_mis if t_al is None else np.where(aligned, t_al, t_mis)
     bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
-    return np.maximum(p["t0"] + np.where(a >= 16, t_al, t_mis), bytes_moved / p["bw"])
+    return np.maximum(p["t0"] + t, bytes_moved / p["bw"])
 
 
 def _row_align_one(elements: float, elem_bytes) -> int:
@@ -274,13 +277,38 @@ def _gemm_tiles_one(p, m: float, n: float, k: float):
     """``gemm_tiles_gpu`` of one GEMM of positive sizes on Python floats: the same operations in the
     same order (a cold prediction prices hundreds of them one by one)."""
     a = min(_row_align_one(n, p["elem_bytes"]), _row_align_one(k, p["elem_bytes"]))
-    t_al = min(_tile_terms(p, m, n, k)) / (1.0 if a >= 32 else p["p16"])
+    t_al = _fastest_tile_one(p, m, n, k) / (1.0 if a >= 32 else p["p16"])
     mp, np_ = _float_ceil(m / MIS_TILE) * MIS_TILE, _float_ceil(n / MIS_TILE) * MIS_TILE
     q_mis = mp * np_ / (mp * np_ + p["mn_half_mis"]) * k / (k + p["k_half_mis"])
     level = 1.0 if a >= 8 else p["p4"] if a >= 4 else p["p2"]
     t_mis = 2.0 * mp * np_ * k / (p["R_mis"] * q_mis * level)
     bytes_moved = p["elem_bytes"] * (m * k + k * n + m * n)
     return np.float64(max(p["t0"] + (t_al if a >= 16 else t_mis), bytes_moved / p["bw"]))
+
+
+def _fastest_tile_one(p, m: float, n: float, k: float) -> float:
+    """``min(_tile_terms(p, m, n, k))`` of one GEMM on floats: the same operations, each tile shape's factors once."""
+    sms, k_half, bw, t_split, per_sm, split_bytes = p["sms"], p["k_half"], p["bw"], p["t_split"], p["R"] / p["sms"], 8 * m * n
+    stream_k, k_min = p.get("stream_k", 1.0), STREAM_K_MIN_ITERS * STREAM_K_TILE_BYTES / p["elem_bytes"]
+    best = None  # as min() over the terms in order: the first, then each one below it
+    for tm, tn in GEMM_TILE_SHAPES:
+        area = tm * tn
+        e = 1 if area == 32768 else p[_TILE_AREA_PARAM[area]]
+        tiles = float(math.ceil(m / tm)) * float(math.ceil(n / tn))
+        rate = per_sm * e
+        for s in GEMM_SPLITS:
+            ks = k / s
+            waves = float(math.ceil(tiles * s / sms))
+            t = waves * 2 * tm * tn * ks / (rate * ks / (ks + k_half))
+            if s > 1:
+                t = t + t_split + split_bytes * s / bw
+            best = t if best is None or t < best else best
+        if stream_k:
+            units = min(sms, math.floor(tiles * k / k_min))
+            if 2 * tiles < sms and units > tiles:
+                t = _stream_k_time(p, tiles, k, tm, tn, e, units)
+                best = t if t < best else best
+    return best
 
 
 def _sym_min(*terms):
