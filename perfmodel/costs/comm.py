@@ -371,14 +371,13 @@ def _one_branch(collectives, collective, size, rpn, nodes, algorithm, one_node, 
     if one_node.all():
         t = _level_time(intra(collective), collective, size, rpn)
     elif one_rank.all():
-        t = _level_time(inter(collective), collective, size, nodes)
+        t = _inter_time(inter(collective), collective, size, 1.0, nodes, _level_time)
     elif spanning.all():
         t = _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm, _level_time)
     else:
         return None
     t = np.asarray(t, dtype=float)
     return t if t.shape == size.shape else np.array(np.broadcast_to(t, size.shape))
-
 
 
 def ring_formula(collectives: Mapping[str, Mapping[str, dict]], collective: str, size, ranks_per_node, nodes,
