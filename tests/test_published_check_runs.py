@@ -59,7 +59,7 @@ def test_a_row_without_a_measurement_is_refused(tmp_path):
 
 def test_scoring_reports_every_stack_and_gpu(results):
     assert set(results["stack"]) >= {"megatron", "deepspeed", "fsdp1", "torchtitan"}
-    assert set(results["gpu"]) == {"a100-sxm4-80gb", "h100-sxm5-80gb", "h100-sxm5-96gb-hbm2e-500w", "h200-sxm-141gb"}
+    assert set(results["gpu"]) == {"a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h100-sxm5-96gb-hbm2e-500w", "h200-sxm-141gb"}
     stacks = runs.by_group(results, "stack")
     assert stacks.rows.sum() == len(results) == 45 + 7 + len(read_published_checks())
     assert (stacks.median_abs_error >= 0).all() and (stacks.min_error <= stacks.max_error).all()
@@ -82,3 +82,25 @@ def test_cli_validate_published(capsys):
     out = capsys.readouterr().out
     assert "per stack:" in out and "worst 8" in out
     assert main(["validate", "--published", "--max-error", "0.01"]) == 1
+
+
+def test_a_step_of_several_micro_batches_is_given_whole():
+    # TinyLlama: 8 micro-batches of 8 x 2048 per GPU on 8 GPUs at 24k tokens/s per GPU
+    c = next(c for c in read_published_checks() if c.label == "tinyllama-1.1b-8")
+    assert c.strategy.micro_batches == 8
+    assert c.measured == pytest.approx(512 * 2048 / (8 * 24000), rel=2e-3)
+
+
+def test_an_mfu_row_carries_the_rate_of_its_stated_formula():
+    # the compile-blog rows give tokens/s = MFU x peak / (6N + 12 L h s); N as the model counts it
+    with open(CHECK_RUNS_CSV, newline="") as f:
+        raw = {r["name"]: r for r in csv.DictReader(f)}
+    cases = {c.label: c for c in read_published_checks()}
+    rows = [n for n in raw if n.startswith("fms-fsdp-llama2-") and ("-b2" in n or "-464-h100" in n)]
+    assert len(rows) == 15
+    for name in rows:
+        r, m = raw[name], cases[name].model
+        mfu = float(r["notes"].split("MFU ")[1].split(" ")[0])
+        peak = 989.4e12 if "h100" in name else 312e12
+        flops_per_token = 6 * m.params + 12 * m.layers * m.hidden * m.seq
+        assert float(r["published_tokens_per_s_per_gpu"]) == pytest.approx(mfu * peak / flops_per_token, rel=2e-3)
