@@ -62,8 +62,7 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
 
     ``c.tp_comm_overlap`` (TE userbuffers, torchtitan async TP) overlaps the SP collectives
     with the linears' GEMMs chunk by chunk (``perfmodel.parallel.tp_overlap``); ``gemms``: the
-    ``ComputeTimes`` holding those GEMMs' seconds, ``sms``: the GPU's SMs; "userbuffers-nemo" takes
-    NeMo's tuned per-GEMM SM counts for the model's hidden size (``tp_overlap.ub_config``).
+    ``ComputeTimes`` holding those GEMMs' seconds, ``sms``: the GPU's SMs (SMs per GEMM: ``ub_config``).
     """
     act = activation_bytes(model, c, precision)
     rpn, nodes = lay["tp"]
