@@ -5,7 +5,7 @@ import pytest
 import perfmodel as pm
 from perfmodel.errors import UnsupportedError
 from perfmodel.parallel import tp_overlap as ub
-from perfmodel.validate.published import read_published
+from perfmodel.validate.published import read_published, read_published_checks
 
 
 def test_bulk_without_margin_costs_the_gemm_only_while_the_collective_runs():
@@ -48,3 +48,11 @@ def test_published_nemo_rows_read_their_overlap():
     rows = {c.label: c.strategy for c in read_published()}
     assert rows["nemo-llama3-70B-64-cp2"].tp_comm_overlap == "userbuffers-nemo"
     assert rows["nemo-llama2-7B-8"].tp_comm_overlap is None  # tp 1: nothing to overlap
+
+
+def test_nemotron_rows_run_what_nemo_code_sets():
+    rows = [c.strategy for c in read_published_checks() if c.label.startswith("nemotron4-340B")]
+    assert len(rows) == 3
+    # NeMo-Framework-Launcher nemotron_340b.yaml: ub_tp_comm_overlap, no activation checkpointing
+    assert all(s.tp_comm_overlap == "userbuffers" and s.recompute == "none" for s in rows)
+    assert all((s.tp, s.pp, s.virtual_stages, s.micro_batch) == (8, 12, 8, 1) for s in rows)
