@@ -121,8 +121,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
     p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"],
                    help="cross-entropy: eager fp32 logits, Inductor-compiled, or chunked (default: the framework's)")
-    p.add_argument("--tp-comm-overlap", default=None, choices=["userbuffers", "async"],
-                   help="tensor-parallel collectives beside their GEMMs: TE userbuffers (megatron), async TP (torchtitan)")
+    p.add_argument("--tp-comm-overlap", default=None, choices=["userbuffers", "userbuffers-nemo", "async"],
+                   help="tensor-parallel collectives beside their GEMMs: TE userbuffers, with NeMo's tuned SMs (megatron), async TP (torchtitan)")
     p.add_argument("--offload-layers", type=NONNEGATIVE_INT, default=0,
                    help="activation CPU offload of the first k blocks: save_on_cpu (pytorch), --cpu-offloading-num-layers (megatron)")
     p.add_argument("--cp-comm", default=None, choices=["p2p", "all_gather", "all_to_all"],

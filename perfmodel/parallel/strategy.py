@@ -104,7 +104,8 @@ class Strategy:
     # "chunked" (fused linear + cross-entropy over chunks, logits never whole); None: the stack's default
     loss: str | None = None
     # tensor-parallel collectives overlapped with their GEMMs: "userbuffers" (Megatron-Core
-    # --tp-comm-overlap, Transformer Engine), "async" (torchtitan async TP); None: off
+    # --tp-comm-overlap, Transformer Engine's default SMs), "userbuffers-nemo" (the same with NeMo's
+    # tuned per-GEMM SMs), "async" (torchtitan async TP); None: off
     tp_comm_overlap: str | None = None
     # asynchronous parameter servers (TensorFlow 1.x's default): each worker pushes and pulls without
     # waiting for the others (perfmodel/parallel/ps_async.py); False: synchronous rounds
@@ -204,11 +205,12 @@ class Strategy:
         method = self.tp_comm_overlap
         if method is None:
             return
-        takes = {"userbuffers": "megatron", "async": "torchtitan"}
+        takes = {"userbuffers": "megatron", "userbuffers-nemo": "megatron", "async": "torchtitan"}
         check_choice("tp_comm_overlap", method, tuple(takes))
         if self.framework != takes[method]:
             raise UnsupportedError(f"tp_comm_overlap={method!r} does not apply to framework={self.framework!r}: "
-                                   f"'userbuffers' is Megatron-Core's (framework='megatron'), 'async' torchtitan's")
+                                   f"'userbuffers' and 'userbuffers-nemo' are Megatron-Core's (framework='megatron'), "
+                                   f"'async' torchtitan's")
         if self.tp == 1 or not self.sequence_parallel:
             raise InvalidInputError(f"tp_comm_overlap={method!r} overlaps sequence-parallel collectives: it needs "
                                     f"tp > 1 and sequence_parallel=True (got tp={self.tp}, "

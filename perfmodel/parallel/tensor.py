@@ -9,7 +9,7 @@ from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.data import overlapped_cost
 from perfmodel.parallel.pipeline import PhaseTimes
-from perfmodel.parallel.tp_overlap import overlapped_layer
+from perfmodel.parallel.tp_overlap import overlapped_layer, ub_config
 from perfmodel.parallel.wire import activation_bytes
 from perfmodel.workload.stacks import stack
 from perfmodel.workload.stacks.checkpointing import checkpointed_share
@@ -62,7 +62,7 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
 
     ``c.tp_comm_overlap`` (TE userbuffers, torchtitan async TP) overlaps the SP collectives
     with the linears' GEMMs chunk by chunk (``perfmodel.parallel.tp_overlap``); ``gemms``: the
-    ``ComputeTimes`` holding those GEMMs' seconds, ``sms``: the GPU's SMs.
+    ``ComputeTimes`` holding those GEMMs' seconds, ``sms``: the GPU's SMs (SMs per GEMM: ``ub_config``).
     """
     act = activation_bytes(model, c, precision)
     rpn, nodes = lay["tp"]
@@ -81,7 +81,7 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     bwd = np.where(on, np.where(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
     if c.tp_comm_overlap and gemms is not None:
         ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
-                                      method=c.tp_comm_overlap)
+                                      method=c.tp_comm_overlap, config=ub_config(c.tp_comm_overlap, model.hidden))
         fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back

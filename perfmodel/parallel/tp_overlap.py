@@ -19,14 +19,62 @@ torchtitan ``enable_async_tensor_parallel`` (Inductor micro-pipelining with
 reduce-scatter into tp chunks moved by the copy engines: ``ring_exchange`` for all of them. Its
 backward has no re-gather (torchtitan v0.2.2 ``apply_tp``: the gathered input is saved), so four
 pairs: the all-gathers of dy with proj/fc2 dgrad, the reduce-scatters of dx with qkv/fc1 dgrad.
+
+NeMo's performance recipes (NVIDIA/NeMo v2.1.0, ``nemo/collections/llm/recipes/tp_overlap_configs/
+userbuffers.py``, passed by ``llama3_70b.py`` / ``gpt3_175b.py`` ``pretrain_performance_optimizations``)
+replace those defaults with hand-tuned H100 tables: the bulk overlaps on 2–24 SMs without an SM
+margin (``set_sm_margin=False``: the GEMM keeps every SM and shares them only while the collective
+runs), the pipelined ones on 8–24 SMs (``tp_comm_overlap="userbuffers-nemo"``, ``NEMO_H100``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 UB_SMS = 16           # TE get_default_config: num_sm of the pipeline and bulk methods
 UB_PIPELINE_SPLITS = 4  # TE get_default_config: num_splits of the pipeline method
+
+
+@dataclass(frozen=True)
+class UbOverlap:
+    """One GEMM's userbuffers overlap as a TE ``ub_cfgs`` entry states it."""
+
+    method: str          # "ring_exchange", "pipeline" or "bulk"
+    num_sm: int = 1      # SMs of the communication kernel
+    sm_margin: bool = False  # True: the GEMM runs on the other SMs throughout (``set_sm_margin``)
+    splits: int = UB_PIPELINE_SPLITS
+
+
+_RING, _TE_SPLIT = UbOverlap("ring_exchange"), UbOverlap("pipeline", UB_SMS, True)
+_TE_BULK = UbOverlap("bulk", UB_SMS, True)
+# TE get_default_config (fecb10b): ring exchange for the all-gather GEMMs, 16 SMs with margin otherwise
+TE_DEFAULT = {"qkv": _RING, "fc1": _RING, "proj.dgrad": _RING, "fc2.dgrad": _RING, "proj": _TE_SPLIT,
+              "fc2": _TE_SPLIT, "qkv.dgrad": _TE_BULK, "qkv.wgrad": _TE_BULK, "fc1.dgrad": _TE_BULK,
+              "fc1.wgrad": _TE_BULK}
+
+
+def _nemo(qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad, proj, fc2):
+    """A NeMo H100 table: bulk SMs without margin (qkv/fc1 dgrad, wgrad), the proj/fc2 forward overlaps."""
+    bulk = {k: UbOverlap("bulk", n, False) for k, n in
+            (("qkv.dgrad", qkv_dgrad), ("qkv.wgrad", qkv_wgrad), ("fc1.dgrad", fc1_dgrad), ("fc1.wgrad", fc1_wgrad))}
+    return {**TE_DEFAULT, **bulk, "proj": proj, "fc2": fc2}
+
+
+# NeMo v2.1.0 tp_overlap_configs/userbuffers.py, H100 (bf16 and fp8 tables give the same SMs), by hidden size
+NEMO_H100 = {
+    8192: _nemo(4, 24, 2, 4, UbOverlap("pipeline", 24, True), UbOverlap("pipeline", 16, True)),   # h8192 tp4
+    12288: _nemo(4, 4, 2, 4, UbOverlap("pipeline", 24, True), UbOverlap("ring_exchange", 1, True)),  # h12288 tp4
+    16384: _nemo(2, 24, 2, 2, UbOverlap("pipeline", 24, True), UbOverlap("pipeline", 8, True)),   # h16384 tp8 cp2
+    6144: _nemo(8, 16, 4, 16, UbOverlap("pipeline", 16, True), UbOverlap("pipeline", 24, True)),  # h6144 tp2
+}
+
+
+def ub_config(method: str, hidden: int) -> dict:
+    """Per-GEMM overlaps of ``method``: NeMo's table for this hidden size under "userbuffers-nemo"
+    (TE's defaults where NeMo has none, as its callback falls back), else TE's defaults."""
+    return NEMO_H100.get(int(hidden), TE_DEFAULT) if method == "userbuffers-nemo" else TE_DEFAULT
 
 
 def ring_exchange(comm_s, gemm_s, tp):
@@ -35,25 +83,42 @@ def ring_exchange(comm_s, gemm_s, tp):
     return np.maximum(comm_s - gemm_s * (tp - 1.0) / tp, 0.0)
 
 
-def slowed(gemm_s, sms):
-    """A GEMM's seconds on ``sms`` − UB_SMS SMs (the communication kernels hold the rest)."""
-    return gemm_s * sms / max(sms - UB_SMS, 1)
+def slowed(gemm_s, sms, num_sm=UB_SMS):
+    """A GEMM's seconds on ``sms`` − ``num_sm`` SMs (the communication kernels hold the rest)."""
+    return gemm_s * sms / max(sms - num_sm, 1)
 
 
-def pipeline(comm_s, gemm_s, sms):
-    """Exposed seconds of TE's pipelined reduce-scatter (the last of 4 chunks waits), SM loss included."""
-    g = slowed(gemm_s, sms)
-    rest = (UB_PIPELINE_SPLITS - 1.0) / UB_PIPELINE_SPLITS
-    return comm_s / UB_PIPELINE_SPLITS + np.maximum(comm_s * rest - g * rest, 0.0) + (g - gemm_s)
+def shared(comm_s, gemm_s, sms, num_sm):
+    """A GEMM's seconds on every SM but ``num_sm`` of them for as long as the collective runs beside it
+    (``set_sm_margin=False``: the communication kernel takes its SMs only while it is resident)."""
+    beside = np.minimum(comm_s, gemm_s)
+    return gemm_s + beside * num_sm / max(sms - num_sm, 1)
 
 
-def bulk(comm_s, gemm_s, sms):
-    """Exposed seconds of a collective beside a whole GEMM on 16 SMs, SM loss included."""
-    g = slowed(gemm_s, sms)
+def pipeline(comm_s, gemm_s, sms, num_sm=UB_SMS, splits=UB_PIPELINE_SPLITS):
+    """Exposed seconds of TE's pipelined reduce-scatter (the last of the chunks waits), SM loss included."""
+    g = slowed(gemm_s, sms, num_sm)
+    rest = (splits - 1.0) / splits
+    return comm_s / splits + np.maximum(comm_s * rest - g * rest, 0.0) + (g - gemm_s)
+
+
+def bulk(comm_s, gemm_s, sms, num_sm=UB_SMS, sm_margin=True):
+    """Exposed seconds of a collective beside a whole GEMM on ``num_sm`` SMs, SM loss included."""
+    g = slowed(gemm_s, sms, num_sm) if sm_margin else shared(comm_s, gemm_s, sms, num_sm)
     return np.maximum(comm_s - g, 0.0) + (g - gemm_s)
 
 
-def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers"):
+def exposed(comm_s, gemm_s, o: UbOverlap, tp, sms):
+    """Exposed seconds of one collective beside its GEMM under the overlap ``o``."""
+    if o.method == "pipeline":
+        return pipeline(comm_s, gemm_s, sms, o.num_sm, o.splits)
+    if o.method == "bulk":
+        return bulk(comm_s, gemm_s, sms, o.num_sm, o.sm_margin)
+    g = slowed(gemm_s, sms, o.num_sm) if o.sm_margin else gemm_s  # ring exchange: copy engines
+    return ring_exchange(comm_s, g, tp) + (g - gemm_s)
+
+
+def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers", config=None):
     """(forward, backward) exposed tensor-parallel seconds of one block under sequence parallelism.
 
     ``gemms``: seconds of each linear's GEMMs, keys ``qkv``, ``proj``, ``fc1``, ``fc2`` with
@@ -61,6 +126,7 @@ def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers"):
     fc1, reduce-scatters after proj and fc2; backward: the all-gathers of dy before proj and fc2
     dgrad, the re-gathered inputs beside qkv and fc1 dgrad, the input-gradient reduce-scatters
     beside qkv and fc1 wgrad (the six collectives of ``step.tp_comm_times`` without overlap).
+    ``config``: each GEMM's ``UbOverlap`` (``ub_config``; TE's defaults when None).
     """
     def g(name):
         return gemms[name]
@@ -72,8 +138,9 @@ def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers"):
         back = [(ag_s, "proj.dgrad"), (rs_s, "qkv.dgrad"), (ag_s, "fc2.dgrad"), (rs_s, "fc1.dgrad")]
         fwd = sum(ring_exchange(c, g(n), tp) for c, n in ring)
         return fwd, sum(ring_exchange(c, g(n), tp) for c, n in back)
-    fwd = (ring_exchange(ag_s, g("qkv"), tp) + pipeline(rs_s, g("proj"), sms)
-           + ring_exchange(ag_s, g("fc1"), tp) + pipeline(rs_s, g("fc2"), sms))
-    bwd = (ring_exchange(ag_s, g("proj.dgrad"), tp) + bulk(ag_s, g("qkv.dgrad"), sms) + bulk(rs_s, g("qkv.wgrad"), sms)
-           + ring_exchange(ag_s, g("fc2.dgrad"), tp) + bulk(ag_s, g("fc1.dgrad"), sms) + bulk(rs_s, g("fc1.wgrad"), sms))
-    return fwd, bwd
+    cfg = TE_DEFAULT if config is None else config
+    pairs_f = (("qkv", ag_s), ("proj", rs_s), ("fc1", ag_s), ("fc2", rs_s))
+    pairs_b = (("proj.dgrad", ag_s), ("qkv.dgrad", ag_s), ("qkv.wgrad", rs_s),
+               ("fc2.dgrad", ag_s), ("fc1.dgrad", ag_s), ("fc1.wgrad", rs_s))
+    fwd = sum(exposed(c, g(n), cfg[n], tp, sms) for n, c in pairs_f)
+    return fwd, sum(exposed(c, g(n), cfg[n], tp, sms) for n, c in pairs_b)
