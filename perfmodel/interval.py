@@ -94,13 +94,21 @@ def calibration_table() -> dict:
     return json.loads(json.dumps(_shipped()))
 
 
+# fused attention kernels, each priced on its own measured curve (docs/model.md §5): one stack family
+FUSED_ATTENTION = ("flash", "flash2", "flash3", "cudnn")
+
+
 def stack_key(framework: str, attention: str, precision: str) -> str:
     """The software stack a step runs on (its kernel list), as the table names validated stacks.
 
     Sharding (ZeRO, FSDP) is not part of it: it changes the collectives, which the
-    communication share of the regime accounts for, not the kernels.
+    communication share of the regime accounts for, not the kernels. Nor is which fused attention
+    kernel runs (``FUSED_ATTENTION``): each has its own measured curve, so a stack validated on one
+    is validated on the others (fsdp1's default FlashAttention-2 and the check rows' torch SDPA);
+    the unfused attention's kernel list differs, and stays apart.
     """
-    return "/".join([framework, attention] + (["fp8"] if str(precision).startswith("fp8") else []))
+    kernel = "flash" if attention in FUSED_ATTENTION else attention
+    return "/".join([framework, kernel] + (["fp8"] if str(precision).startswith("fp8") else []))
 
 
 def profile_kind(profile) -> str:
