@@ -111,6 +111,7 @@ def _stacked_time(coll, collective, sizes, rpn, nodes, algorithm="ring"):
     (``np.unique`` and its inverse) gives each element the number its own call gives. The results
     are remembered by the arrays' bytes (read-only). One group (numbers): one call per size, as before.
     """
+    shapes = [np.broadcast_shapes(np.shape(s), np.shape(rpn), np.shape(nodes)) for s in sizes]
     *sizes, rpn, nodes = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)))
     if rpn.ndim == 0 or not rpn.size:
         return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
@@ -122,7 +123,13 @@ def _stacked_time(coll, collective, sizes, rpn, nodes, algorithm="ring"):
                              np.broadcast_to(nodes, stacked.shape), algorithm)
         hit.flags.writeable = False
         _STACKED_MEMO.put(coll, key, hit)
-    return list(hit)
+    return [_unbroadcast(t, shape) for t, shape in zip(hit, shapes)]
+
+
+def _unbroadcast(t, shape):
+    """A view of ``t`` at ``shape``, which broadcasts to ``t.shape`` (each of its elements repeats there)."""
+    lead = t.ndim - len(shape)
+    return t[(0,) * lead + tuple(slice(None) if n == m else slice(0, 1) for n, m in zip(shape, t.shape[lead:]))]
 
 
 def _distinct_time(coll, collective, size, rpn, nodes, algorithm):
@@ -237,25 +244,35 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
     """
     rpn, nodes = lay["dp"]
     price = ring_pricer(coll, rpn, nodes)
-    once = _reduce_once(price, c, params * grad_bytes, window_s, slowdown)
+    pieces = _reduce_pieces(price, c, params * grad_bytes)  # the bucket lists, shared by the terms below
+    once = _reduce_once(price, c, params * grad_bytes, window_s, slowdown, pieces)
     per_step = c.micro_batches * once
     if stack(c.framework).grad_buffer:
-        total = _bucketed(price, "reduce_scatter", params * grad_bytes, c.bucket_bytes)[0]
-        tail = _reduce_once(price, c, params * grad_bytes, window_s)  # its slowdown is counted over all m
+        total = pieces[0][0]
+        tail = _reduce_once(price, c, params * grad_bytes, window_s, pieces=pieces)  # its slowdown: over all m
         per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
     reduce = np.where(c.shard_stage >= 2, per_step, once)
     gather, = _stacked_time(coll, "all_gather", [params * param_bytes], rpn, nodes)
     return reduce + gather
 
 
-def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0):
-    """Exposed seconds of one bucketed reduce-scatter of ``nbytes`` behind the last backward
-    (``_overlapped``), per model chunk under Megatron's interleaved schedule (``chunked_exposed``)."""
-    once = _overlapped(*_bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes), window_s, slowdown)
+def _reduce_pieces(price, c: StepConfig, nbytes):
+    """(the whole gradients' reduce-scatter buckets, one model chunk's or None) (``_bucketed``)."""
+    whole = _bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes)
     if not chunk_reduces(c):
+        return whole, None
+    return whole, _bucketed(price, "reduce_scatter", nbytes / c.virtual_stages, c.bucket_bytes)
+
+
+def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0, pieces=None):
+    """Exposed seconds of one bucketed reduce-scatter of ``nbytes`` behind the last backward
+    (``_overlapped``), per model chunk under Megatron's interleaved schedule (``chunked_exposed``).
+    ``pieces``: ``_reduce_pieces`` of the same arguments where they were priced already."""
+    whole, chunk = pieces or _reduce_pieces(price, c, nbytes)
+    once = _overlapped(*whole, window_s, slowdown)
+    if chunk is None:
         return once
-    chunked = chunked_exposed(*_bucketed(price, "reduce_scatter", nbytes / c.virtual_stages, c.bucket_bytes),
-                              window_s, c, slowdown)
+    chunked = chunked_exposed(*chunk, window_s, c, slowdown)
     return np.where(c.virtual_stages > 1, chunked, once)
 
 
