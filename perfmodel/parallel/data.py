@@ -152,20 +152,31 @@ def _bucketed(price, collective, total, bucket, first=None):
     ``price(collective, nbytes)`` prices one bucket's collective (``ring_pricer``, or a sympy twin);
     ``first`` caps the first bucket (PyTorch DDP: 1 MiB, so communication starts early in backward).
     """
-    head, full, size, rem = _split(total, bucket, first)
+    return _bucket_lists(price, collective, [(total, bucket, first)])[0]
+
+
+def _bucket_lists(price, collective, lists):
+    """``[_bucketed(price, collective, total, bucket, first) for total, bucket, first in lists]``; with a
+    ``ring_pricer`` every list's sizes are priced in one call (``_stacked_time``)."""
+    splits = [_split(total, bucket, first) for total, bucket, first in lists]
 
     def seconds(nbytes, present):
         t = price(collective, np.maximum(nbytes, 1.0))
         return where(present, t, 0.0) if is_symbolic(t) else t * present
 
-    if hasattr(price, "stacked"):  # numbers: the three sizes priced in one call (``_stacked_time``)
-        t_head, t_bucket, t_rem = price.stacked(collective, [np.maximum(x, 1.0) for x in (head, size, rem)])
-        t_head, t_bucket, t_rem = t_head * (head > 0), t_bucket * (full > 0), t_rem * (rem > 0)
+    if hasattr(price, "stacked"):  # numbers
+        flat = price.stacked(collective, [np.maximum(x, 1.0) for head, _, size, rem in splits for x in (head, size, rem)])
+        times = [(flat[3 * i] * (head > 0), flat[3 * i + 1] * (full > 0), flat[3 * i + 2] * (rem > 0))
+                 for i, (head, full, _, rem) in enumerate(splits)]
     else:
-        t_head, t_bucket, t_rem = seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0)
-    last = where(rem > 0, t_rem, where(full > 0, t_bucket, t_head))
-    share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
-    return t_head + full * t_bucket + t_rem, last, share
+        times = [(seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0))
+                 for head, full, size, rem in splits]
+    out = []
+    for (total, _, _), (head, full, size, rem), (t_head, t_bucket, t_rem) in zip(lists, splits, times):
+        last = where(rem > 0, t_rem, where(full > 0, t_bucket, t_head))
+        share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
+        out.append((t_head + full * t_bucket + t_rem, last, share))
+    return out
 
 
 def ddp_buckets(total_bytes, bucket):
@@ -203,15 +214,14 @@ def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, pric
     ``price``: how one bucket's all-reduce is priced (default ``ring_pricer`` over ``lay["dp"]``).
     """
     price = price or ring_pricer(coll, *lay["dp"])
-    all_s, last_s, share = _bucketed(price, "all_reduce", params * grad_bytes, c.bucket_bytes,
-                                     first=DDP_FIRST_BUCKET_BYTES)
-    plain = _overlapped(all_s, last_s, share, window_s, slowdown)
+    whole = (params * grad_bytes, c.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
     if not chunk_reduces(c):
-        return plain
+        return _overlapped(*_bucketed(price, "all_reduce", *whole), window_s, slowdown)
     # Megatron-Core's DDP over its grad buffer: one buffer per model chunk, no 1 MiB first bucket
-    chunked = chunked_exposed(*_bucketed(price, "all_reduce", params * grad_bytes / c.virtual_stages,
-                                         c.bucket_bytes), window_s, c, slowdown)
-    return np.where(c.virtual_stages > 1, chunked, plain)
+    buckets, chunk = _bucket_lists(price, "all_reduce", [whole, (params * grad_bytes / c.virtual_stages,
+                                                                 c.bucket_bytes, None)])
+    plain = _overlapped(*buckets, window_s, slowdown)
+    return np.where(c.virtual_stages > 1, chunked_exposed(*chunk, window_s, c, slowdown), plain)
 
 
 # PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
@@ -258,10 +268,11 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
 
 def _reduce_pieces(price, c: StepConfig, nbytes):
     """(the whole gradients' reduce-scatter buckets, one model chunk's or None) (``_bucketed``)."""
-    whole = _bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes)
     if not chunk_reduces(c):
-        return whole, None
-    return whole, _bucketed(price, "reduce_scatter", nbytes / c.virtual_stages, c.bucket_bytes)
+        return _bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes), None
+    whole, chunk = _bucket_lists(price, "reduce_scatter", [(nbytes, c.bucket_bytes, None),
+                                                           (nbytes / c.virtual_stages, c.bucket_bytes, None)])
+    return whole, chunk
 
 
 def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0, pieces=None):
