@@ -1,5 +1,5 @@
 """Data-parallel collectives priced on their distinct (size, group) triples, stacked in one call and
-remembered (``parallel.data._stacked_time``), give each element the number its own call gives: the
+remembered (``parallel.stacked.stacked_time``), give each element the number its own call gives: the
 collectives alone, a bucket list, and a whole search against the one-call-per-size path."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import perfmodel as pm
 from perfmodel.core.memo import clear_memos
 from perfmodel.costs.comm import _hierarchical_time, hierarchical_time
-from perfmodel.parallel import data
+from perfmodel.parallel import data, stacked
 from perfmodel.predict import default_profile
 
 chunks_module = importlib.import_module("perfmodel.explore.chunks")
@@ -35,13 +35,13 @@ def test_stacked_distinct_collectives_equal_each_size_priced_alone():
         for collective in ("all_reduce", "all_gather", "reduce_scatter"):
             clear_memos()
             for _ in range(2):  # priced, then remembered
-                got = data._stacked_time(COLL, collective, sizes, rpn, nodes, algorithm)
+                got = stacked.stacked_time(COLL, collective, sizes, rpn, nodes, algorithm)
                 for s, g in zip(sizes, got):
                     alone = _hierarchical_time(COLL, collective, s, rpn, nodes, algorithm)
                     assert g.shape == alone.shape and np.array_equal(g, alone)
                     assert not g.flags.writeable  # shared with the memo: read-only
     # one group (a single prediction's numbers): the per-size calls themselves
-    one = data._stacked_time(COLL, "all_reduce", [2.5e7, 1e3], 4.0, 2.0)
+    one = stacked.stacked_time(COLL, "all_reduce", [2.5e7, 1e3], 4.0, 2.0)
     assert [float(t) for t in one] == [float(hierarchical_time(COLL, "all_reduce", s, 4.0, 2.0, algorithm="ring"))
                                        for s in (2.5e7, 1e3)]
 
@@ -69,7 +69,7 @@ def test_search_with_stacked_collectives_equals_one_call_per_size(monkeypatch):
                          bucket_mib=(25.0,), cp=(1,), tp_overlap=(False,))
 
     fast = run()
-    monkeypatch.setattr(data, "_stacked_time", _one_call_each)
+    monkeypatch.setattr(data, "stacked_time", _one_call_each)
     slow = run()
     assert len(fast) > 0
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)

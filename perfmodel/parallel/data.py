@@ -13,9 +13,9 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
-from perfmodel.core.memo import IdentityMemo
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.stacked import stacked_time
 from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage, in_flight
 from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import stack
@@ -93,57 +93,8 @@ def ring_pricer(coll, rpn, nodes):
     """``price(collective, nbytes)``: seconds of one ring collective over the group (``hierarchical_time``)."""
     def price(collective, nbytes):
         return hierarchical_time(coll, collective, nbytes, rpn, nodes, algorithm="ring")
-    price.stacked = lambda collective, sizes: _stacked_time(coll, collective, sizes, rpn, nodes)
+    price.stacked = lambda collective, sizes: stacked_time(coll, collective, sizes, rpn, nodes)
     return price
-
-
-# stacked collectives of a search, by their arrays' bytes: its recomputation and sharding variants
-# price the same groups again (~250 entries in the default Llama-3-405B search on 16,384 H100)
-_STACKED_MEMO = IdentityMemo(1024)
-
-
-def _stacked_time(coll, collective, sizes, rpn, nodes, algorithm="ring"):
-    """``[hierarchical_time(coll, collective, s, rpn, nodes, algorithm=...) for s in sizes]``, each
-    distinct (size, ranks per node, nodes) of them priced once.
-
-    A search's grid repeats a few bucket sizes and group placements over many rows; the collective's
-    model is elementwise, so pricing the distinct triples once, in one call, and spreading them back
-    (``np.unique`` and its inverse) gives each element the number its own call gives. The results
-    are remembered by the arrays' bytes (read-only). One group (numbers): one call per size, as before.
-    """
-    shapes = [np.broadcast_shapes(np.shape(s), np.shape(rpn), np.shape(nodes)) for s in sizes]
-    *sizes, rpn, nodes = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)))
-    if rpn.ndim == 0 or not rpn.size:
-        return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
-    stacked = np.stack(sizes)
-    key = (collective, algorithm, stacked.shape, stacked.tobytes(), rpn.tobytes(), nodes.tobytes())
-    hit = _STACKED_MEMO.get(coll, key)
-    if hit is None:
-        hit = _distinct_time(coll, collective, stacked, np.broadcast_to(rpn, stacked.shape),
-                             np.broadcast_to(nodes, stacked.shape), algorithm)
-        hit.flags.writeable = False
-        _STACKED_MEMO.put(coll, key, hit)
-    return [_unbroadcast(t, shape) for t, shape in zip(hit, shapes)]
-
-
-def _unbroadcast(t, shape):
-    """A view of ``t`` at ``shape``, which broadcasts to ``t.shape`` (each of its elements repeats there)."""
-    lead = t.ndim - len(shape)
-    return t[(0,) * lead + tuple(slice(None) if n == m else slice(0, 1) for n, m in zip(shape, t.shape[lead:]))]
-
-
-def _distinct_time(coll, collective, size, rpn, nodes, algorithm):
-    """``hierarchical_time`` of equal-shaped float arrays, priced on their distinct triples."""
-    codes = np.zeros(size.size, dtype=np.int64)
-    for column in (size, rpn, nodes):  # one integer per distinct triple, from each column's ranks
-        values, rank = np.unique(column.reshape(-1), return_inverse=True)
-        codes = codes * values.size + rank.reshape(-1)
-    distinct, inverse = np.unique(codes, return_inverse=True)
-    first = np.empty(distinct.size, dtype=np.intp)
-    first[inverse.reshape(-1)] = np.arange(size.size)  # one element of each distinct triple
-    t = hierarchical_time(coll, collective, size.reshape(-1)[first], rpn.reshape(-1)[first],
-                          nodes.reshape(-1)[first], algorithm=algorithm)
-    return np.asarray(t, dtype=float)[inverse.reshape(-1)].reshape(size.shape)
 
 
 def _bucketed(price, collective, total, bucket, first=None):
@@ -157,7 +108,7 @@ def _bucketed(price, collective, total, bucket, first=None):
 
 def _bucket_lists(price, collective, lists):
     """``[_bucketed(price, collective, total, bucket, first) for total, bucket, first in lists]``; with a
-    ``ring_pricer`` every list's sizes are priced in one call (``_stacked_time``)."""
+    ``ring_pricer`` every list's sizes are priced in one call (``stacked_time``)."""
     splits = [_split(total, bucket, first) for total, bucket, first in lists]
 
     def seconds(nbytes, present):
@@ -262,7 +213,7 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
         tail = _reduce_once(price, c, params * grad_bytes, window_s, pieces=pieces)  # its slowdown: over all m
         per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
     reduce = np.where(c.shard_stage >= 2, per_step, once)
-    gather, = _stacked_time(coll, "all_gather", [params * param_bytes], rpn, nodes)
+    gather, = stacked_time(coll, "all_gather", [params * param_bytes], rpn, nodes)
     return reduce + gather
 
 
@@ -387,10 +338,10 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     pieces = {name: np.where(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0) for name in units}
     size = [units[name][1] * lo / pieces[name] for name in units]
     grads = [s * reduce_lo / lo for s in size]  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)
-    # each collective of all units in one call (``_stacked_time``)
-    gathers = _stacked_time(coll, "all_gather", size, rpn, nodes)
-    scatters = _stacked_time(coll, "reduce_scatter", grads, rpn, nodes)
-    across = _stacked_time(coll, "all_reduce", [g / dp_rpn for g in grads], 1.0, dp_nodes, algorithm="hierarchical")
+    # each collective of all units in one call (``stacked_time``)
+    gathers = stacked_time(coll, "all_gather", size, rpn, nodes)
+    scatters = stacked_time(coll, "reduce_scatter", grads, rpn, nodes)
+    across = stacked_time(coll, "all_reduce", [g / dp_rpn for g in grads], 1.0, dp_nodes, algorithm="hierarchical")
     for i, (name, (count, _, f_s, b_s)) in enumerate(units.items()):
         ag[name] = pieces[name] * gathers[i]
         rs[name] = pieces[name] * (scatters[i] + np.where(hybrid, across[i], 0.0))
