@@ -26,8 +26,10 @@ def stacked_time(coll, collective, sizes, rpn, nodes, algorithm="ring"):
     A search's grid repeats a few bucket sizes and group placements over many rows; the collective's
     model is elementwise, so pricing the distinct triples once, in one call, and spreading them back
     (``np.unique`` and its inverse) gives each element the number its own call gives. The results
-    are remembered by the arrays' bytes (read-only). One group (numbers): one call per size, as before.
+    are remembered by the arrays' bytes (read-only). One group (numbers): one call per size.
     """
+    if not any(np.ndim(x) for x in (*sizes, rpn, nodes)):  # one group (a single prediction): as before
+        return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
     shapes = [np.broadcast_shapes(np.shape(s), np.shape(rpn), np.shape(nodes)) for s in sizes]
     *sizes, rpn, nodes = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)))
     if rpn.ndim == 0 or not rpn.size:
