@@ -15,7 +15,7 @@ from perfmodel.core.memo import IdentityMemo
 from perfmodel.costs.comm import hierarchical_time
 
 # stacked collectives of a search, by their arrays' bytes: its recomputation and sharding variants
-# price the same groups again (~120 entries in the default Llama-3-405B search on 16,384 H100)
+# price the same groups again (~100 entries in the default Llama-3-405B search on 16,384 H100)
 _STACKED_MEMO = IdentityMemo(1024)
 
 
