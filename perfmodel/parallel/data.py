@@ -342,16 +342,22 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     gathers = stacked_time(coll, "all_gather", size, rpn, nodes)
     scatters = stacked_time(coll, "reduce_scatter", grads, rpn, nodes)
     across = stacked_time(coll, "all_reduce", [g / dp_rpn for g in grads], 1.0, dp_nodes, algorithm="hierarchical")
+    shapes = []  # of the units this stage does not hold: 0 × finite seconds, not computed
     for i, (name, (count, _, f_s, b_s)) in enumerate(units.items()):
         ag[name] = pieces[name] * gathers[i]
         rs[name] = pieces[name] * (scatters[i] + np.where(hybrid, across[i], 0.0))
+        if np.ndim(count) == 0 and count == 0:
+            shapes.append(np.broadcast_shapes(*(np.shape(x) for x in (ag[name], rs[name], hide, f_s, b_s))))
+            continue
         fwd = fwd + count * overlapped_cost(ag[name], hide * f_s, slowdown)
         bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hide * b_s, slowdown)
     # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
     # without overlap they are already counted in full above
     first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
     last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
-    return c.micro_batches * (hide * (first_gather + last_reduce) + fwd + bwd)
+    out = c.micro_batches * (hide * (first_gather + last_reduce) + fwd + bwd)
+    shape = np.broadcast_shapes(np.shape(out), *shapes)
+    return out if shape == np.shape(out) else np.broadcast_to(out, shape).copy()
 
 
 def ps_time(c: StepConfig, params, window_s, links, grad_bytes=4.0):
