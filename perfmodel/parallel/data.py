@@ -425,7 +425,12 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                             lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow)
                             + fsdp2_copy_passes(buckets.copy_s, params, cc)),
                         (window, forward))
-    out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
+    if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
+        shape = np.broadcast_shapes(*(np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward,
+                                                            *links.values())))
+        out = shard if np.shape(shard) == shape else np.broadcast_to(shard, shape)
+    else:
+        out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
 
 
