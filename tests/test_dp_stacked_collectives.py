@@ -5,6 +5,7 @@ collectives alone, a bucket list, and a whole search against the one-call-per-si
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import perfmodel as pm
 from perfmodel.core.memo import clear_memos
 from perfmodel.costs.comm import _hierarchical_time, hierarchical_time
 from perfmodel.parallel import data, stacked
+from perfmodel.parallel.config import StepConfig
 from perfmodel.predict import default_profile
 
 chunks_module = importlib.import_module("perfmodel.explore.chunks")
@@ -73,3 +75,20 @@ def test_search_with_stacked_collectives_equals_one_call_per_size(monkeypatch):
     slow = run()
     assert len(fast) > 0
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+
+
+def test_zero3_units_a_stage_does_not_hold_add_nothing():
+    """A unit whose count is a 0-d zero (a middle stage's embedding and head) is skipped: the same
+    numbers and shape as the full expression over a zero count of the grid's shape."""
+    rows = np.array([2.0, 4.0, 8.0, 16.0]).reshape(4, 1)
+    c = StepConfig.from_strategy(pm.Strategy(dp=16, zero=3, fsdp="full", micro_batch=1, global_batch=64))
+    c = replace(c, dp=rows, micro_batches=64.0 / rows, hybrid=np.array([[False, True]]))
+    lay = {"dp": (np.minimum(rows, 8.0), np.maximum(rows / 8.0, 1.0))}
+    f_s = np.array([[1e-3, 2e-2]]) * np.ones((4, 1))
+    units = {"layer": (np.full((4, 1), 3.0), 2e8, f_s, 2 * f_s), "embed": (np.where(False, 1.0, 0.0), 5e8, 1e-3, 2e-3),
+             "head": (np.where(False, 1.0, 0.0), 5e8, 1e-3, 2e-3)}
+    zeros = {**units, **{n: (np.zeros((4, 1)), *units[n][1:]) for n in ("embed", "head")}}
+    for starts in (False, True):
+        skipped = data.zero3_time(COLL, lay, c, units, 2.0, starts, 0.1)
+        full = data.zero3_time(COLL, lay, c, zeros, 2.0, starts, 0.1)
+        assert skipped.shape == full.shape == (4, 2) and np.array_equal(skipped, full)
