@@ -51,6 +51,7 @@ def test_stacked_distinct_collectives_equal_each_size_priced_alone():
 def test_bucket_list_priced_at_once_equals_its_sizes_one_by_one():
     rpn, nodes = np.array([8.0, 8.0, 4.0]).reshape(3, 1), np.array([2.0, 1.0, 4.0]).reshape(3, 1)
     price = data.ring_pricer(COLL, rpn, nodes)
+    assert hasattr(price, "stacked") and not hasattr(data.ring_pricer(COLL, 8.0, 2.0), "stacked")  # one group: plain
     plain = lambda collective, nbytes: price(collective, nbytes)  # noqa: E731  (no stacked twin)
     total = np.array([[5e5, 3e8, 1.6e9, 2**20 + 3.0]] * 3)
     for collective, first in (("all_reduce", data.DDP_FIRST_BUCKET_BYTES), ("reduce_scatter", None)):

@@ -93,7 +93,8 @@ def ring_pricer(coll, rpn, nodes):
     """``price(collective, nbytes)``: seconds of one ring collective over the group (``hierarchical_time``)."""
     def price(collective, nbytes):
         return hierarchical_time(coll, collective, nbytes, rpn, nodes, algorithm="ring")
-    price.stacked = lambda collective, sizes: stacked_time(coll, collective, sizes, rpn, nodes)
+    if np.ndim(rpn) or np.ndim(nodes):  # groups over a grid: a bucket list's sizes in one call
+        price.stacked = lambda collective, sizes: stacked_time(coll, collective, sizes, rpn, nodes)
     return price
 
 
