@@ -15,6 +15,7 @@ import numpy as np
 from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.stacked import stacked_time
 from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage, in_flight
 from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import stack
@@ -92,6 +93,8 @@ def ring_pricer(coll, rpn, nodes):
     """``price(collective, nbytes)``: seconds of one ring collective over the group (``hierarchical_time``)."""
     def price(collective, nbytes):
         return hierarchical_time(coll, collective, nbytes, rpn, nodes, algorithm="ring")
+    if np.ndim(rpn) or np.ndim(nodes):  # groups over a grid: a bucket list's sizes in one call
+        price.stacked = lambda collective, sizes: stacked_time(coll, collective, sizes, rpn, nodes)
     return price
 
 
@@ -101,16 +104,31 @@ def _bucketed(price, collective, total, bucket, first=None):
     ``price(collective, nbytes)`` prices one bucket's collective (``ring_pricer``, or a sympy twin);
     ``first`` caps the first bucket (PyTorch DDP: 1 MiB, so communication starts early in backward).
     """
-    head, full, size, rem = _split(total, bucket, first)
+    return _bucket_lists(price, collective, [(total, bucket, first)])[0]
+
+
+def _bucket_lists(price, collective, lists):
+    """``[_bucketed(price, collective, total, bucket, first) for total, bucket, first in lists]``; with a
+    ``ring_pricer`` every list's sizes are priced in one call (``stacked_time``)."""
+    splits = [_split(total, bucket, first) for total, bucket, first in lists]
 
     def seconds(nbytes, present):
         t = price(collective, np.maximum(nbytes, 1.0))
         return where(present, t, 0.0) if is_symbolic(t) else t * present
 
-    t_head, t_bucket, t_rem = seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0)
-    last = where(rem > 0, t_rem, where(full > 0, t_bucket, t_head))
-    share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
-    return t_head + full * t_bucket + t_rem, last, share
+    if hasattr(price, "stacked"):  # numbers
+        flat = price.stacked(collective, [np.maximum(x, 1.0) for head, _, size, rem in splits for x in (head, size, rem)])
+        times = [(flat[3 * i] * (head > 0), flat[3 * i + 1] * (full > 0), flat[3 * i + 2] * (rem > 0))
+                 for i, (head, full, _, rem) in enumerate(splits)]
+    else:
+        times = [(seconds(head, head > 0), seconds(size, full > 0), seconds(rem, rem > 0))
+                 for head, full, size, rem in splits]
+    out = []
+    for (total, _, _), (head, full, size, rem), (t_head, t_bucket, t_rem) in zip(lists, splits, times):
+        last = where(rem > 0, t_rem, where(full > 0, t_bucket, t_head))
+        share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
+        out.append((t_head + full * t_bucket + t_rem, last, share))
+    return out
 
 
 def ddp_buckets(total_bytes, bucket):
@@ -148,15 +166,14 @@ def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, pric
     ``price``: how one bucket's all-reduce is priced (default ``ring_pricer`` over ``lay["dp"]``).
     """
     price = price or ring_pricer(coll, *lay["dp"])
-    all_s, last_s, share = _bucketed(price, "all_reduce", params * grad_bytes, c.bucket_bytes,
-                                     first=DDP_FIRST_BUCKET_BYTES)
-    plain = _overlapped(all_s, last_s, share, window_s, slowdown)
+    whole = (params * grad_bytes, c.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
     if not chunk_reduces(c):
-        return plain
+        return _overlapped(*_bucketed(price, "all_reduce", *whole), window_s, slowdown)
     # Megatron-Core's DDP over its grad buffer: one buffer per model chunk, no 1 MiB first bucket
-    chunked = chunked_exposed(*_bucketed(price, "all_reduce", params * grad_bytes / c.virtual_stages,
-                                         c.bucket_bytes), window_s, c, slowdown)
-    return np.where(c.virtual_stages > 1, chunked, plain)
+    buckets, chunk = _bucket_lists(price, "all_reduce", [whole, (params * grad_bytes / c.virtual_stages,
+                                                                 c.bucket_bytes, None)])
+    plain = _overlapped(*buckets, window_s, slowdown)
+    return np.where(c.virtual_stages > 1, chunked_exposed(*chunk, window_s, c, slowdown), plain)
 
 
 # PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
@@ -189,25 +206,36 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
     """
     rpn, nodes = lay["dp"]
     price = ring_pricer(coll, rpn, nodes)
-    once = _reduce_once(price, c, params * grad_bytes, window_s, slowdown)
+    pieces = _reduce_pieces(price, c, params * grad_bytes)  # the bucket lists, shared by the terms below
+    once = _reduce_once(price, c, params * grad_bytes, window_s, slowdown, pieces)
     per_step = c.micro_batches * once
     if stack(c.framework).grad_buffer:
-        total = _bucketed(price, "reduce_scatter", params * grad_bytes, c.bucket_bytes)[0]
-        tail = _reduce_once(price, c, params * grad_bytes, window_s)  # its slowdown is counted over all m
+        total = pieces[0][0]
+        tail = _reduce_once(price, c, params * grad_bytes, window_s, pieces=pieces)  # its slowdown: over all m
         per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
     reduce = np.where(c.shard_stage >= 2, per_step, once)
-    gather = hierarchical_time(coll, "all_gather", params * param_bytes, rpn, nodes, algorithm="ring")
+    gather, = stacked_time(coll, "all_gather", [params * param_bytes], rpn, nodes)
     return reduce + gather
 
 
-def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0):
-    """Exposed seconds of one bucketed reduce-scatter of ``nbytes`` behind the last backward
-    (``_overlapped``), per model chunk under Megatron's interleaved schedule (``chunked_exposed``)."""
-    once = _overlapped(*_bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes), window_s, slowdown)
+def _reduce_pieces(price, c: StepConfig, nbytes):
+    """(the whole gradients' reduce-scatter buckets, one model chunk's or None) (``_bucketed``)."""
     if not chunk_reduces(c):
+        return _bucketed(price, "reduce_scatter", nbytes, c.bucket_bytes), None
+    whole, chunk = _bucket_lists(price, "reduce_scatter", [(nbytes, c.bucket_bytes, None),
+                                                           (nbytes / c.virtual_stages, c.bucket_bytes, None)])
+    return whole, chunk
+
+
+def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0, pieces=None):
+    """Exposed seconds of one bucketed reduce-scatter of ``nbytes`` behind the last backward
+    (``_overlapped``), per model chunk under Megatron's interleaved schedule (``chunked_exposed``).
+    ``pieces``: ``_reduce_pieces`` of the same arguments where they were priced already."""
+    whole, chunk = pieces or _reduce_pieces(price, c, nbytes)
+    once = _overlapped(*whole, window_s, slowdown)
+    if chunk is None:
         return once
-    chunked = chunked_exposed(*_bucketed(price, "reduce_scatter", nbytes / c.virtual_stages, c.bucket_bytes),
-                              window_s, c, slowdown)
+    chunked = chunked_exposed(*chunk, window_s, c, slowdown)
     return np.where(c.virtual_stages > 1, chunked, once)
 
 
@@ -308,20 +336,29 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     ag, rs = {}, {}
     fsdp = np.asarray(c.fsdp, bool)
     reduce_lo = fsdp_reduce_bytes(c.framework, lo)
-    for name, (count, params, f_s, b_s) in units.items():
-        pieces = np.where(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0)
-        size = params * lo / pieces
-        grads = size * reduce_lo / lo  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)
-        ag[name] = pieces * hierarchical_time(coll, "all_gather", size, rpn, nodes, algorithm="ring")
-        rs[name] = pieces * (hierarchical_time(coll, "reduce_scatter", grads, rpn, nodes, algorithm="ring") + np.where(
-            hybrid, hierarchical_time(coll, "all_reduce", grads / dp_rpn, 1.0, dp_nodes), 0.0))
+    pieces = {name: np.where(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0) for name in units}
+    size = [units[name][1] * lo / pieces[name] for name in units]
+    grads = [s * reduce_lo / lo for s in size]  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)
+    # each collective of all units in one call (``stacked_time``)
+    gathers = stacked_time(coll, "all_gather", size, rpn, nodes)
+    scatters = stacked_time(coll, "reduce_scatter", grads, rpn, nodes)
+    across = stacked_time(coll, "all_reduce", [g / dp_rpn for g in grads], 1.0, dp_nodes, algorithm="hierarchical")
+    shapes = []  # of the units this stage does not hold: 0 × finite seconds, not computed
+    for i, (name, (count, _, f_s, b_s)) in enumerate(units.items()):
+        ag[name] = pieces[name] * gathers[i]
+        rs[name] = pieces[name] * (scatters[i] + np.where(hybrid, across[i], 0.0))
+        if np.ndim(count) == 0 and count == 0:
+            shapes.append(np.broadcast_shapes(*(np.shape(x) for x in (ag[name], rs[name], hide, f_s, b_s))))
+            continue
         fwd = fwd + count * overlapped_cost(ag[name], hide * f_s, slowdown)
         bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hide * b_s, slowdown)
     # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
     # without overlap they are already counted in full above
     first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
     last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
-    return c.micro_batches * (hide * (first_gather + last_reduce) + fwd + bwd)
+    out = c.micro_batches * (hide * (first_gather + last_reduce) + fwd + bwd)
+    shape = np.broadcast_shapes(np.shape(out), *shapes)
+    return out if shape == np.shape(out) else np.broadcast_to(out, shape).copy()
 
 
 def ps_time(c: StepConfig, params, window_s, links, grad_bytes=4.0):
@@ -389,7 +426,12 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                             lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow)
                             + fsdp2_copy_passes(buckets.copy_s, params, cc)),
                         (window, forward))
-    out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
+    if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
+        shape = np.broadcast_shapes(*(np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward,
+                                                            *links.values())))
+        out = shard if np.shape(shard) == shape else np.broadcast_to(shard, shape)
+    else:
+        out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
 
 

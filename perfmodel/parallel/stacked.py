@@ -1,0 +1,65 @@
+"""Collectives of a search priced on their distinct (size, group) triples, several sizes in one call.
+
+A search's grid repeats a few bucket sizes and group placements over many rows (its sharding and
+recomputation axes), and a stage's data-parallel terms price the same collective over the same group
+at several sizes (a bucket list's first, full and last buckets; ZeRO-3's units). The collective's
+model (``costs.comm.hierarchical_time``) is elementwise, so each distinct triple priced once, in one
+call, and spread back gives every element the number its own call gives, for one call's overhead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.core.memo import IdentityMemo
+from perfmodel.costs.comm import hierarchical_time
+
+# stacked collectives of a search, by their arrays' bytes: its recomputation and sharding variants
+# price the same groups again (~100 entries in the default Llama-3-405B search on 16,384 H100)
+_STACKED_MEMO = IdentityMemo(1024)
+
+
+def stacked_time(coll, collective, sizes, rpn, nodes, algorithm="ring"):
+    """``[hierarchical_time(coll, collective, s, rpn, nodes, algorithm=...) for s in sizes]``, each
+    distinct (size, ranks per node, nodes) of them priced once.
+
+    A search's grid repeats a few bucket sizes and group placements over many rows; the collective's
+    model is elementwise, so pricing the distinct triples once, in one call, and spreading them back
+    (``np.unique`` and its inverse) gives each element the number its own call gives. The results
+    are remembered by the arrays' bytes (read-only). One group (numbers): one call per size.
+    """
+    if not any(np.ndim(x) for x in (*sizes, rpn, nodes)):  # one group (a single prediction): as before
+        return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
+    shapes = [np.broadcast_shapes(np.shape(s), np.shape(rpn), np.shape(nodes)) for s in sizes]
+    *sizes, rpn, nodes = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)))
+    if rpn.ndim == 0 or not rpn.size:
+        return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
+    stacked = np.stack(sizes)
+    key = (collective, algorithm, stacked.shape, stacked.tobytes(), rpn.tobytes(), nodes.tobytes())
+    hit = _STACKED_MEMO.get(coll, key)
+    if hit is None:
+        hit = _distinct_time(coll, collective, stacked, np.broadcast_to(rpn, stacked.shape),
+                             np.broadcast_to(nodes, stacked.shape), algorithm)
+        hit.flags.writeable = False
+        _STACKED_MEMO.put(coll, key, hit)
+    return [_unbroadcast(t, shape) for t, shape in zip(hit, shapes)]
+
+
+def _unbroadcast(t, shape):
+    """A view of ``t`` at ``shape``, which broadcasts to ``t.shape`` (each of its elements repeats there)."""
+    lead = t.ndim - len(shape)
+    return t[(0,) * lead + tuple(slice(None) if n == m else slice(0, 1) for n, m in zip(shape, t.shape[lead:]))]
+
+
+def _distinct_time(coll, collective, size, rpn, nodes, algorithm):
+    """``hierarchical_time`` of equal-shaped float arrays, priced on their distinct triples."""
+    codes = np.zeros(size.size, dtype=np.int64)
+    for column in (size, rpn, nodes):  # one integer per distinct triple, from each column's ranks
+        values, rank = np.unique(column.reshape(-1), return_inverse=True)
+        codes = codes * values.size + rank.reshape(-1)
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    first = np.empty(distinct.size, dtype=np.intp)
+    first[inverse.reshape(-1)] = np.arange(size.size)  # one element of each distinct triple
+    t = hierarchical_time(coll, collective, size.reshape(-1)[first], rpn.reshape(-1)[first],
+                          nodes.reshape(-1)[first], algorithm=algorithm)
+    return np.asarray(t, dtype=float)[inverse.reshape(-1)].reshape(size.shape)
