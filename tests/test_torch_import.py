@@ -212,3 +212,20 @@ def test_tensor_parallel_is_rejected():
         g.check_strategy(pm.Strategy(tp=2, micro_batch=4))
     with pytest.raises(pm.UnsupportedError, match="tensor/sequence parallelism cannot split it"):
         g.layer_kernels(4, tp=2)
+
+
+def test_a_dropout_mask_takes_its_templates_kind_so_traces_agree():
+    """Dropout's mask comes from empty_like, which runs no kernel and is not recorded; its storage may reuse
+    a freed tensor's address. Traced many times in one process (addresses reused differently each time),
+    every trace records the same ops, and the mask is as low-precision as the activation it masks, so the
+    next linear gets no input cast (autocast on a GPU runs dropout in bf16)."""
+    from perfmodel.workload.torch_import import _trace
+
+    module = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)  # dropout 0.1
+    sigs = set()
+    for _ in range(12):
+        records = _trace(module, (torch.randn(2, 32, 64, device="meta"),), {}, lambda y: y.float().sum())["records"]
+        sigs.add(tuple((r["op"], r["cls"], r["phase"], r["dtype"]) for r in records))
+    assert len(sigs) == 1
+    casts = [op for op, *_ in next(iter(sigs)) if op == "autocast.addmm.input_cast"]
+    assert len(casts) == 1  # linear1, fed by the first layer norm's fp32 output; not linear2, fed by the dropout

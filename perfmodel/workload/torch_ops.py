@@ -56,6 +56,7 @@ BYTES_OPS = {  # data movement, pooling, dropout, losses, fills: priced by bytes
     "binary_cross_entropy_with_logits", "kl_div", "hardtanh_backward", "leaky_relu_backward",
     "hardswish_backward", "hardsigmoid_backward", "elu_backward", "softplus_backward", "mish_backward",
 } | BATCH_NORM
+ALLOCATES = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}  # fresh storage, no kernel
 FREE = {"detach", "alias", "lift_fresh", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
         "_unsafe_view", "_reshape_alias", "resize_", "set_", "_local_scalar_dense", "sym_size", "sym_stride",
         "sym_numel", "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"}
@@ -146,6 +147,8 @@ class Classifier:
 
     def record(self, func, args, kwargs, out) -> None:
         name = func.overloadpacket.__name__
+        if name in ALLOCATES:
+            self._fresh(args, kwargs, out)
         if func.is_view or name in FREE:
             return
         ins, outs = tensors_in((args, kwargs)), tensors_in(out)
@@ -160,6 +163,16 @@ class Classifier:
         phase = self.phase
         self.records.extend({"phase": phase, "variant": "fwd", "dtype": "low", "mixed_only": False, "flops": 0.0, **r}
                             for r in recs)
+
+    def _fresh(self, args, kwargs, out) -> None:
+        """A new allocation may reuse a freed storage's address (``_key``), whose kind it would then inherit,
+        so the trace would vary from run to run (dropout's ``empty_like`` mask): it takes its template's
+        kind (``empty_like(x)``: x's; a parameter's as fp32), else fp32."""
+        like = [t for t in tensors_in((args, kwargs)) if t.is_floating_point()]
+        kind = self._kind(like[0]) if like else "f32"
+        for t in tensors_in(out):
+            if t.is_floating_point():
+                self.kind[_key(t)] = "f32" if kind == "param" else kind
 
     def _out_kind(self, name, kinds) -> str:
         if name in LOW_OUT:
