@@ -16,11 +16,11 @@ published-GEMM fit refits the aligned kernel family alone (:mod:`perfmodel.fit.p
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 from pathlib import Path
 
-COLUMNS = ("gpu", "dtype", "batch", "m", "n", "k", "tflops", "timing", "source")
+from tools.deepbench_gemm import replace_gpu_rows
+
 ALIGN = 8  # 16-byte vectors of 16-bit elements: the aligned family of the GEMM forms
 DTYPES = {"FP16": "fp16", "BF16": "bf16", "FP8": "fp8"}
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|")
@@ -62,15 +62,7 @@ def main(argv=None) -> int:
     parser.add_argument("--source", required=True, help="where the page comes from (repository, path, commit)")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
-    rows = gemm_rows(Path(args.page).read_text(), args.gpu, args.source)
-    path = Path(args.out)
-    # other GPUs' lines stay byte for byte as they are; this GPU's are replaced at the end
-    kept = path.read_text().splitlines(keepends=True) if path.exists() else [",".join(COLUMNS) + "\n"]
-    kept = [line for line in kept if not line.startswith(f"{args.gpu},")]
-    with open(path, "w", newline="") as fh:
-        fh.writelines(kept)
-        csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n").writerows(rows)
-    print(f"{len(rows)} rows of {args.gpu} written to {path}")
+    replace_gpu_rows(Path(args.out), args.gpu, gemm_rows(Path(args.page).read_text(), args.gpu, args.source))
     return 0
 
 

@@ -26,6 +26,12 @@ NS = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 SHEET_DTYPES = {"Results FP32": "fp32", "Results - FP16 ip, Mixed math": "fp16", "Results - Psuedo FP16": "fp16"}
 
 
+def workbook_rows(path, convert) -> list[dict]:
+    """``convert(sheet, dtype)`` over every results sheet of the workbook (``SHEET_DTYPES``), concatenated."""
+    return [row for name, sheet in _sheets(path).items() if name in SHEET_DTYPES
+            for row in convert(sheet, SHEET_DTYPES[name])]
+
+
 def _sheets(path) -> dict[str, list[list]]:
     """Every sheet of the workbook as rows of cell values (shared strings resolved)."""
     book = zipfile.ZipFile(path)
@@ -102,10 +108,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu", required=True, help="device label for the 'device' column")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
-    rows = []
-    for name, sheet in _sheets(args.workbook).items():
-        if name in SHEET_DTYPES:
-            rows += conv_rows(sheet, SHEET_DTYPES[name], args.gpu)
+    rows = workbook_rows(args.workbook, lambda sheet, dtype: conv_rows(sheet, dtype, args.gpu))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(COMPUTE_COLUMNS))

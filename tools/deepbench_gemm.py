@@ -17,7 +17,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from tools.deepbench_conv import SHEET_DTYPES, _sheets, block_rows, data_cells, is_number
+from tools.deepbench_conv import block_rows, data_cells, is_number, workbook_rows
 
 COLUMNS = ("gpu", "dtype", "batch", "m", "n", "k", "tflops", "timing", "source")
 ALIGN = 8  # fp32 elements in 32 bytes: the aligned family of the GEMM forms
@@ -49,19 +49,20 @@ def main(argv=None) -> int:
     parser.add_argument("--source", required=True, help="where the workbook comes from (repository, commit)")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
-    rows = []
-    for name, sheet in _sheets(args.workbook).items():
-        if name in SHEET_DTYPES:
-            rows += gemm_rows(sheet, SHEET_DTYPES[name], args.gpu, args.source)
-    path = Path(args.out)
-    # other GPUs' lines stay byte for byte as they are; this GPU's are replaced at the end
+    rows = workbook_rows(args.workbook, lambda sheet, dtype: gemm_rows(sheet, dtype, args.gpu, args.source))
+    replace_gpu_rows(Path(args.out), args.gpu, rows)
+    return 0
+
+
+def replace_gpu_rows(path: Path, gpu: str, rows: list[dict]) -> None:
+    """Write ``rows`` as ``gpu``'s rows of a gemm_published.csv-shaped table: other GPUs' lines stay byte for
+    byte as they are, this GPU's are replaced at the end."""
     kept = path.read_text().splitlines(keepends=True) if path.exists() else [",".join(COLUMNS) + "\n"]
-    kept = [line for line in kept if not line.startswith(f"{args.gpu},")]
+    kept = [line for line in kept if not line.startswith(f"{gpu},")]
     with open(path, "w", newline="") as fh:
         fh.writelines(kept)
         csv.DictWriter(fh, fieldnames=list(COLUMNS), lineterminator="\n").writerows(rows)
-    print(f"wrote {len(rows)} rows of {args.gpu} to {args.out}")
-    return 0
+    print(f"wrote {len(rows)} rows of {gpu} to {path}")
 
 
 if __name__ == "__main__":
