@@ -331,53 +331,34 @@ def _hierarchical_time(collectives, collective, size_bytes, ranks_per_node, node
     size = _array("size_bytes", size_bytes)
     rpn = _array("ranks_per_node", ranks_per_node, integer=True, minimum=1)
     nodes = _array("nodes", nodes, integer=True, minimum=1)
-    intra = lambda c: lookup_entry(collectives, "intra", c)  # noqa: E731
-    inter = lambda c: lookup_entry(collectives, "inter", c)  # noqa: E731
     if size.ndim == 0 and rpn.ndim == 0 and nodes.ndim == 0:  # one group: its branch alone, no masks
-        if nodes == 1:
-            t = collective_time(intra(collective), collective, size, rpn)
-        elif rpn == 1:
-            t = _inter_time(inter(collective), collective, size, 1.0, nodes)
-        else:
-            t = _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm)
-        return np.asarray(t, float)
+        branch = 0 if nodes == 1 else 1 if rpn == 1 else 2
+        return np.asarray(_branch_prices(collectives, collective, algorithm, collective_time)[branch](size, rpn, nodes),
+                          float)
     size, rpn, nodes = np.broadcast_arrays(size, rpn, nodes)
     one_node = nodes == 1
     one_rank = (rpn == 1) & ~one_node
-    spanning = ~one_node & ~one_rank
-    whole = _one_branch(collectives, collective, size, rpn, nodes, algorithm, one_node, one_rank, spanning)
-    if whole is not None:
-        return whole
+    masks = (one_node, one_rank, ~one_node & ~one_rank)
+    prices = _branch_prices(collectives, collective, algorithm, _level_time)
+    for mask, price in zip(masks, prices):
+        if size.size and mask.all():  # a search's tensor groups sit in one node, its data-parallel groups span
+            t = np.asarray(price(size, rpn, nodes), dtype=float)  # nodes: the branch on whole arrays, no gathers
+            return t if t.shape == size.shape else np.array(np.broadcast_to(t, size.shape))
     out = np.zeros(size.shape)
-    if one_node.any():
-        out[one_node] = _level_time(intra(collective), collective, size[one_node], rpn[one_node])
-    if one_rank.any():
-        out[one_rank] = _inter_time(inter(collective), collective, size[one_rank], 1.0, nodes[one_rank], _level_time)
-    if spanning.any():
-        out[spanning] = _spanning_time(
-            intra, inter, collective, size[spanning], rpn[spanning], nodes[spanning], algorithm, _level_time
-        )
+    for mask, price in zip(masks, prices):
+        if mask.any():
+            out[mask] = price(size[mask], rpn[mask], nodes[mask])
     return out
 
 
-def _one_branch(collectives, collective, size, rpn, nodes, algorithm, one_node, one_rank, spanning):
-    """``_hierarchical_time`` of arrays whose groups all take one branch (a search's tensor groups sit
-    in one node, its data-parallel groups span nodes): that branch on the whole arrays, the same
-    operations per element without gathering and scattering them; None when the branches are mixed."""
+def _branch_prices(collectives, collective, algorithm, level):
+    """The price of a group inside one node, of one rank on each of several nodes, and of several ranks on
+    each of several nodes: functions of (size, ranks per node, nodes); ``level`` prices one fabric level."""
     intra = lambda c: lookup_entry(collectives, "intra", c)  # noqa: E731
     inter = lambda c: lookup_entry(collectives, "inter", c)  # noqa: E731
-    if not size.size:
-        return None
-    if one_node.all():
-        t = _level_time(intra(collective), collective, size, rpn)
-    elif one_rank.all():
-        t = _inter_time(inter(collective), collective, size, 1.0, nodes, _level_time)
-    elif spanning.all():
-        t = _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm, _level_time)
-    else:
-        return None
-    t = np.asarray(t, dtype=float)
-    return t if t.shape == size.shape else np.array(np.broadcast_to(t, size.shape))
+    return (lambda size, rpn, nodes: level(intra(collective), collective, size, rpn),
+            lambda size, rpn, nodes: _inter_time(inter(collective), collective, size, 1.0, nodes, level),
+            lambda size, rpn, nodes: _spanning_time(intra, inter, collective, size, rpn, nodes, algorithm, level))
 
 
 def ring_formula(collectives: Mapping[str, Mapping[str, dict]], collective: str, size, ranks_per_node, nodes,
