@@ -11,9 +11,11 @@ calibration scores, the ⌈(n+1)·level⌉-th smallest, q, gives the interval
 [step·e^(c-qσ), step·e^(c+qσ)], which holds a new step with probability ≥ level when rows are
 exchangeable (c is the regime's bias: the interval is centred on the corrected step). Under the
 ``normalised`` score the table also holds ``difficulty`` (β of :data:`DIFFICULTY`) and a step's
-half-width is its regime's times σ(x) over the regime's typical row's (:func:`row_factor`). A regime with
-too few rows for the level gets twice the widest calibrated half-width, one without rows twice its
-nearest calibrated regimes' (at most the former), labelled "uncalibrated". The same table holds a
+half-width is its regime's times σ(x) over the regime's typical row's (:func:`row_factor`). A step no
+calibrated regime holds (or one with too few rows for the level) is labelled "uncalibrated" and gets its
+profile origin's pooled interval (``fallback``: every calibrated regime of that origin, each row against
+the other regimes' median, each regime one unit; :func:`pooled_half_width`), never narrower than its
+nearest calibrated regimes'. The same table holds a
 memory section of the same shape (ratio of measured to predicted peak memory, by framework and by
 one GPU or several).
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.memo import clear_memos
+from perfmodel.interval_pools import laplace_width, origin_of, pooled_half_width  # noqa: F401
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "intervals.json"
 DEFAULT_LEVEL = 0.9
@@ -46,10 +49,10 @@ SHORT_STEP_S = 0.06
 # shapes the calibration range is checked on (transformer fields)
 SHAPE_FIELDS = ("hidden", "seq")
 UNCALIBRATED = "uncalibrated"
-TABLE_SCHEMA = 4  # raise when the table's keys change (4: the normalised score's difficulty and regime scales)
+TABLE_SCHEMA = 5  # raise when the table's keys change (5: the fallback pools per profile origin)
 EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
-               "memory": {"regimes": {}}, "fallback_floor": math.log(2.0)}  # no data at all: [step / 4, 4 x step] (2 x ln 2)
-FALLBACK_FACTOR = 2.0  # no data: twice the widest half-width measured in any calibrated regime
+               "memory": {"regimes": {}}, "fallback": {}, "fallback_floor": math.log(4.0)}  # no data at all: [step / 4, 4 x step]
+ORIGINS = ("measured", "datasheet")  # the GPU profile origins a fallback pool is drawn for
 
 
 @dataclass(frozen=True)
@@ -178,16 +181,34 @@ def scaled_width(entry: dict, level: float) -> float:
     if not math.isnan(own):
         return own
     pooled = entry.get("scale", 1.0) * half_width(entry["scores"], level)
+    if math.isnan(pooled) and entry.get("beyond_rows") == "laplace":
+        return laplace_width(entry["scores"], level)
     # past its own rows, never narrower than its own widest score (a level above one it supports)
     return max(pooled, entry["own_scores"][-1]) if entry.get("own_scores") and not math.isnan(pooled) else pooled
 
 
-def fallback_half_width(table: dict, level: float) -> float:
-    """The half-width of a regime without data: ``FALLBACK_FACTOR`` x the widest calibrated GPU one (a CPU host's
-    regime, calibrated apart, speaks for its host profile, not for a GPU's)."""
-    widths = [w if not math.isnan(w := scaled_width(r, level)) else r.get("scale", 1.0) * r["scores"][-1]
-              for name, r in table["regimes"].items() if r["scores"] and not name.startswith("host/")]
-    return FALLBACK_FACTOR * (max(widths) if widths else table["fallback_floor"])
+def fallback_interval(table: dict, level: float, origin: str = "datasheet") -> tuple[float, float]:
+    """(log centre, log half-width) of a step no calibrated regime holds: its origin's pool (``fallback``),
+    a datasheet one never narrower than the measured pool (its fits are the measured ones rescaled); an origin
+    without a pool the widest pool around the prediction; no pool at all ``fallback_floor``. A CPU host's is
+    its own regime (its rows, then their Laplace prior: :func:`laplace_width`)."""
+    if origin == "host":
+        host = [e for name, e in table["regimes"].items() if name.startswith("host/")]
+        w = scaled_width(host[0], level) if host else math.nan
+        if not math.isnan(w):
+            return host[0]["centre"], w
+        origin = "measured"
+    pools = table.get("fallback", {})
+    widths = {o: pooled_half_width(pool, level) for o, pool in pools.items()}
+    if origin not in widths:
+        return 0.0, max(widths.values(), default=table["fallback_floor"])
+    w = max(widths[origin], widths.get("measured", 0.0)) if origin == "datasheet" else widths[origin]
+    return pools[origin]["centre"], w
+
+
+def fallback_half_width(table: dict, level: float, origin: str = "datasheet") -> float:
+    """The log half-width of :func:`fallback_interval`."""
+    return fallback_interval(table, level, origin)[1]
 
 
 def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", step=1.0) -> np.ndarray:
@@ -212,13 +233,14 @@ def _one_regime(kind: str, share: float, host_share: float, reason, framework: s
     return regime_name(kind, share, framework, step)
 
 
-def log_interval(table: dict, names: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """(centre, half-width) in log space of each regime name; regimes with too few rows fall back
-    to no centre shift and the fallback half-width."""
+def log_interval(table: dict, names: np.ndarray, level: float,
+                 origin: str = "datasheet") -> tuple[np.ndarray, np.ndarray]:
+    """(centre, half-width) in log space of each regime name; a name no calibrated regime holds at the level
+    takes the fallback of its profile ``origin`` (:func:`origin_of`)."""
     centre, width = np.zeros(names.shape), np.empty(names.shape)
     for name in set(names.ravel().tolist()):
         mask = names == name
-        centre[mask], width[mask] = regime_log_interval(table, name, level)
+        centre[mask], width[mask] = regime_log_interval(table, name, level, origin)
     return centre, width
 
 
@@ -245,28 +267,25 @@ def relabel(table: dict, names: np.ndarray, level: float) -> np.ndarray:
     return out
 
 
-def regime_log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
-    """(centre, half-width) in log space of one regime."""
+def regime_log_interval(table: dict, name: str, level: float, origin: str = "datasheet") -> tuple[float, float]:
+    """(centre, half-width) in log space of one regime (``origin``: the fallback pool, :func:`origin_of`)."""
     if table is _shipped():  # predict's case: a few regimes and levels, looked up once each
-        return _shipped_log_interval(name, level)
-    return _log_interval(table, name, level)
+        return _shipped_log_interval(name, level, origin)
+    return _log_interval(table, name, level, origin)
 
 
 @cache
-def _shipped_log_interval(name: str, level: float) -> tuple[float, float]:
-    return _log_interval(_shipped(), name, level)
+def _shipped_log_interval(name: str, level: float, origin: str) -> tuple[float, float]:
+    return _log_interval(_shipped(), name, level, origin)
 
 
-def _log_interval(table: dict, name: str, level: float) -> tuple[float, float]:
-    """A calibrated regime's centre and width; a regime with too few rows for the level: no centre shift
-    and the fallback half-width; one without rows: ``FALLBACK_FACTOR`` x its nearest calibrated regimes'
-    width, at most the fallback half-width."""
-    fallback = fallback_half_width(table, level)
-    w = regime_width(table, name, level, fallback)
-    if name in table["regimes"]:
-        return (table["regimes"][name]["centre"], w) if w != fallback else (0.0, fallback)
-    near = nearest_width(table, name, level)
-    return 0.0, (fallback if math.isnan(near) else min(fallback, FALLBACK_FACTOR * near))
+def _log_interval(table: dict, name: str, level: float, origin: str) -> tuple[float, float]:
+    """A calibrated regime's centre and width; any other step (no rows, too few for the level, or uncalibrated
+    for a reason) its origin's fallback (:func:`fallback_interval`), whose pool holds the nearest regimes' rows."""
+    w = regime_width(table, name, level, math.nan) if name in table["regimes"] else math.nan
+    if not math.isnan(w):
+        return table["regimes"][name]["centre"], w
+    return fallback_interval(table, level, origin)
 
 
 def nearest_width(table: dict, name: str, level: float) -> float:
@@ -372,7 +391,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         step = max(step, 1e-300)
         share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
         raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
-        c, w = regime_log_interval(table, raw, level)
+        c, w = regime_log_interval(table, raw, level, origin_of(kind, reason))
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
         if "regime_scale" in table["regimes"].get(raw, {}) and not name.startswith(UNCALIBRATED):
             w *= _one_factor(table, raw, share, cluster.n_gpus, power_capped(profile))
@@ -380,7 +399,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
     raw = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework, step)
-    c, w = log_interval(table, raw, level)
+    c, w = log_interval(table, raw, level, origin_of(kind, reason))
     names = relabel(table, raw, level)
     if "difficulty" in table:
         calibrated = ~np.char.startswith(names.astype(str), UNCALIBRATED)
@@ -395,7 +414,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
 
 def uncalibrated_bounds(seconds, level: float = DEFAULT_LEVEL, table: dict | None = None):
     """(low, high) of a time no validation row checks (a formula outside the calibrated regimes):
-    the fallback half-width at ``level`` around it."""
+    the widest fallback half-width at ``level`` (the datasheet pool's) around it."""
     w = fallback_half_width(table or _shipped(), check_level(level))
     seconds = np.asarray(seconds, dtype=float)
     return seconds * np.exp(-w), seconds * np.exp(w)

@@ -219,3 +219,27 @@ def _normalised(items: list[Item], mondrian: bool) -> dict:
 def percent(centre: float, log_width: float):
     """(high - low) / 2 over the predicted value, in percent (None when the width is undefined)."""
     return None if math.isnan(log_width) else round(100 * math.exp(centre) * math.sinh(log_width), 2)
+
+
+def regime_pools(items: list[Item]) -> dict:
+    """Per profile origin (a regime name's first part) with two calibrated regimes or more: what a regime
+    the rows never saw looks like to the others. Each row scored |r - c|, c the median of the origin's rows
+    outside its regime (a new regime's bias is unknown: it is centred as the others are), each regime one unit
+    (its rows weigh 1/n each); the centre a new regime takes is the median of all the origin's rows
+    (``perfmodel.interval_pools.pooled_half_width`` takes its quantile)."""
+    out = {}
+    for origin in sorted({it.regime.split("/")[0] for it in items}):
+        mine = [it for it in items if it.regime.split("/")[0] == origin]
+        names = sorted({it.regime for it in mine})
+        if len(names) < 2:
+            continue
+        scored = []
+        for name in names:
+            own = [it.log_ratio for it in mine if it.regime == name]
+            centre = statistics.median([it.log_ratio for it in mine if it.regime != name])
+            scored += [(round(abs(r - centre), 5), 1.0 / len(own)) for r in own]
+        scored.sort()
+        out[origin] = {"regimes": len(names), "rows": len(mine),
+                       "centre": round(statistics.median([it.log_ratio for it in mine]), 5),
+                       "scores": [s for s, _ in scored], "weights": [round(w, 6) for _, w in scored]}
+    return out

@@ -67,6 +67,8 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
     hosts = [conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source) for r in rows if r.kind == "host"]
     # a CPU host measured as the device: its own quantiles (split), apart from the GPU regimes' pooled scores
     regimes |= conformal.calibrate(hosts, "split") if hosts else {}
+    for name in {it.regime for it in hosts}:  # past the levels its rows support, the stated Laplace prior
+        regimes[name]["beyond_rows"] = "laplace"
     _count_units(regimes, rows, lambda r: r.cell)
     difficulty = {}
     for entry in regimes.values():  # one fit for the table, every regime carries it
@@ -92,7 +94,10 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
             "host_shape_range": host_shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
             "memory": {"method": memory_method or method, "regimes": memory,
-                       "fallback_scores": memory_fallback_scores(measured)}, "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
+                       "fallback_scores": memory_fallback_scores(measured)},
+            "fallback": conformal.regime_pools([conformal.Item(r.cell, r.group, r.log_ratio, r.source)
+                                                for r in rows if r.kind in iv.ORIGINS]),
+            "fallback_floor": iv.EMPTY_TABLE["fallback_floor"]}
 
 
 def _shape_range(rows: list[Scored]) -> dict:
@@ -117,12 +122,36 @@ def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, 
     reason = iv.uncalibrated_reason(table, kind=r.kind, stack=r.stack, model=shape, profile_gpu=r.profile_gpu,
                                     cluster_gpu=r.cluster_gpu)
     raw = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
-    centre, width = iv.log_interval(table, raw, level)
+    centre, width = iv.log_interval(table, raw, level, iv.origin_of(r.kind, reason))
     names = iv.relabel(table, raw, level)
     name, width = str(names.item()), float(width.item())
     if not name.startswith(iv.UNCALIBRATED):
         width *= float(iv.row_factor(table, raw, r.features).item())
     return name, float(centre.item()), width
+
+
+def unseen_regimes(rows: list[Scored], *, method: str, levels=QUANTILES) -> dict:
+    """Leave one regime out: each calibrated regime in turn has its rows dropped from the calibration, the
+    table is built on the rest, and its rows are priced as predict would price a regime no row checks (the
+    fallback of their origin, :func:`perfmodel.interval.fallback_interval`). Per level: coverage and median
+    half-width of each regime so unseen, their mean over regimes and over rows."""
+    out = {}
+    tables = {name: build_table([r for r in rows if r.cell != name], method) for name in sorted({r.cell for r in rows})}
+    for level in levels:
+        per = {}
+        for name, table in tables.items():
+            inside, width = [], []
+            for r in (r for r in rows if r.cell == name):
+                _, c, w = regime_and_width(table, r, level)
+                inside.append(abs(r.log_ratio - c) <= w)
+                width.append(math.exp(c) * math.sinh(w))
+            per[name] = {"coverage": round(float(np.mean(inside)), 4), "rows": len(inside),
+                         "median_half_width_pct": round(100 * float(np.median(width)), 2)}
+        gpu = [v for k, v in per.items() if k.split("/")[0] in iv.ORIGINS]
+        out[str(level)] = {"mean_coverage": round(float(np.mean([v["coverage"] for v in gpu])), 4),
+                           "row_coverage": round(sum(v["coverage"] * v["rows"] for v in gpu)
+                                                 / sum(v["rows"] for v in gpu), 4), "per_regime": per}
+    return out
 
 
 UNITS = ("source", "configuration")  # what a held-back split keeps whole
@@ -285,8 +314,12 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
             "method_note": "centre = median ln(measured / predicted) per regime; scores = |ln ratio - centre| "
                            "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted; normalised: "
                            "scale = the regime's times exp(difficulty coef . features)), each "
-                           "against the other run sources of its regime; a regime without rows (or too few "
-                           f"for the level) gets {iv.FALLBACK_FACTOR:g}x the widest calibrated GPU half-width; a "
+                           "against the other run sources of its regime; a step outside every calibrated regime (or in one "
+                           "with too few rows for the level) gets its profile origin's pooled interval (fallback: "
+                           "each row against the median of the origin's other regimes, each regime one unit, the "
+                           "unseen regime one more; past K/(K+1) the largest score), never narrower than its "
+                           "nearest calibrated regimes'; a CPU host's regime past its rows a Laplace prior through "
+                           "its largest score; a "
                            "memory regime without rows, or of one run source, the stated prior "
                            f"(±{100 * (math.exp(iv.MEMORY_PRIOR_90) - 1):.0f}% at 90%)",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
@@ -294,6 +327,7 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
             "held_back_configurations": held_back(rows, level=level, splits=splits, fraction=fraction, method=method,
                                                   memory_method=memory_method, unit="configuration"),
+            "unseen_regimes": unseen_regimes(rows, method=method),
             "method_choice": {m: {k: h[k] for k in ("coverage", "median_half_width_pct")}
                               | {f"coverage_at_{lv:g}": o[m]["coverage"] for lv, o in others.items()}
                               | {f"{name}_holds": rule(h, level, 0.0)
@@ -328,6 +362,7 @@ def report(table: dict) -> str:
     if m["coverage"] is not None:
         lines.append(f"memory: coverage {m['coverage']:.1%}, median half-width {m['median_half_width_pct']:.1f}%")
         lines += _per_regime(m["per_regime"])
+    lines += _unseen(table.get("unseen_regimes", {}))
     for what, key in (("step time", "method_choice"), ("memory", "memory_method_choice")):
         lines.append(f"scores compared ({what}): " + "; ".join(
             f"{name} coverage {c['coverage']:.1%} median half-width {c['median_half_width_pct']:.1f}%"
@@ -342,6 +377,22 @@ def _widths(regimes: dict) -> list[str]:
         widths = " ".join(f"{w:6.1f}%" if w is not None else "      -" for w in r["half_width_pct"].values())
         out.append(f"{name:36s} {r['n']:5d} {r['configurations']:7d} {widths}")
     return out
+
+
+def _unseen(unseen: dict) -> list[str]:
+    """The leave-one-regime-out check (:func:`unseen_regimes`): each regime's coverage and width, per level."""
+    if not unseen:
+        return []
+    names = next(iter(unseen.values()))["per_regime"]
+    lines = ["each regime left out (its rows priced by the fallback of their origin): coverage / median half-width",
+             f"{'regime':36s} " + " ".join(f"{lv:>14s}" for lv in unseen)]
+    for name in names:
+        cells = [f"{u['per_regime'][name]['coverage']:6.1%}/{u['per_regime'][name]['median_half_width_pct']:5.1f}%"
+                 for u in unseen.values()]
+        lines.append(f"{name:36s} " + " ".join(f"{c:>14s}" for c in cells))
+    lines.append(f"{'GPU regimes: mean (over rows)':36s} " + " ".join(
+        f"{u['mean_coverage']:6.1%} ({u['row_coverage']:.1%})".rjust(14) for u in unseen.values()))
+    return lines
 
 
 def _per_regime(per: dict) -> list[str]:
