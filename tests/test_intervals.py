@@ -304,18 +304,20 @@ def test_intervals_widen_for_datasheet_profiles_and_unvalidated_stacks():
     stack = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=32, attention="unfused"))
     assert stack.interval_regime == "uncalibrated: stack pytorch/unfused not validated"
     assert _rel(unchecked) > _rel(a100) >= _rel(measured) and _rel(stack) > _rel(measured)
-    assert _rel(stack) == pytest.approx(_rel(unchecked))  # one wide half-width for every regime without data
-    # a validated stack on a datasheet profile no row of that stack checked: labelled, as wide
+    table = iv.calibration_table()
+    # no data: the pooled interval of the profile's origin (a datasheet profile's at least the measured pool's)
+    assert _rel(unchecked) == pytest.approx(iv.fallback_half_width(table, 0.9, "datasheet"))
+    assert _rel(stack) == pytest.approx(iv.fallback_half_width(table, 0.9, "measured"))
+    assert iv.fallback_half_width(table, 0.9, "datasheet") >= iv.fallback_half_width(table, 0.9, "measured")
+    # a validated stack on a datasheet profile no row of that stack checked: labelled, the datasheet pool's
     other = pm.predict("gpt2-small", "a100-sxm4-80gb", pm.Strategy(micro_batch=8))
     assert other.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/pytorch"
-    table = iv.calibration_table()  # twice its nearest calibrated regimes' width, at most the fallback
-    near = iv.nearest_width(table, "datasheet/low-comm/pytorch", 0.9)
-    assert _rel(other) == pytest.approx(min(iv.FALLBACK_FACTOR * near, iv.fallback_half_width(table, 0.9)))
-    # no rows of a short megatron step on a datasheet profile: twice the nearest regime's width (megatron's)
+    centre, width = iv.fallback_interval(table, 0.9, "datasheet")
+    assert other.interval == pytest.approx((other.step_time * math.exp(centre - width),
+                                            other.step_time * math.exp(centre + width)))
     short = pm.predict("gpt2-small", "a100-sxm4-80gb", s.replace(micro_batch=2))
     assert short.interval_regime == "uncalibrated: no validation rows in datasheet/low-comm/megatron/short-step"
-    near = iv.regime_width(iv.calibration_table(), "datasheet/low-comm/megatron", 0.9, math.nan)
-    assert _rel(short) == pytest.approx(iv.FALLBACK_FACTOR * near) and _rel(a100) < _rel(short) < _rel(unchecked)
+    assert _rel(short) == pytest.approx(width)
 
 
 def test_other_regimes_without_data_are_labelled():
@@ -324,13 +326,11 @@ def test_other_regimes_without_data_are_labelled():
                        np.array([1.0, 1.0, 0.01]))
     assert names.tolist() == ["measured/low-comm/pytorch", "measured/high-comm/pytorch", "uncalibrated: host-bound"]
     assert iv.relabel(table, names, 0.9)[1] == "uncalibrated: no validation rows in measured/high-comm/pytorch"
-    c, w = iv.log_interval(table, names, 0.9)
-    # no measured high-comm pytorch rows: twice its nearest calibrated regime's (measured/high-comm/fsdp's);
-    # host-bound: the fallback
-    near = iv.FALLBACK_FACTOR * iv.nearest_width(table, "measured/high-comm/pytorch", 0.9)
-    assert w[1] == pytest.approx(min(near, iv.fallback_half_width(table, 0.9))) and w[0] < w[1]
-    assert w[2] == pytest.approx(iv.fallback_half_width(table, 0.9)) and w[1] < w[2]
-    assert c[1] == c[2] == 0.0 and c[0] == table["regimes"]["measured/low-comm/pytorch"]["centre"]
+    c, w = iv.log_interval(table, names, 0.9, "measured")
+    # no measured high-comm pytorch rows, and host-bound: the measured pool's centre and width
+    fallback = iv.fallback_interval(table, 0.9, "measured")
+    assert (c[1], w[1]) == (c[2], w[2]) == pytest.approx(fallback) and w[0] < w[1]
+    assert c[0] == table["regimes"]["measured/low-comm/pytorch"]["centre"]
     small = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=1)).interval_regime
     # its regime; under the split score its 7 rows are too few for 0.9 and the label says so
     assert small in ("measured/low-comm/pytorch/short-step",
@@ -338,7 +338,7 @@ def test_other_regimes_without_data_are_labelled():
     long = pm.transformer(layers=2, hidden=512, heads=8, seq=256, vocab=1024)
     assert pm.predict(long, "h200", pm.Strategy(micro_batch=4)).interval_regime == (
         "uncalibrated: hidden=512 outside calibrated 768-25600")
-    assert iv.fallback_half_width(iv.EMPTY_TABLE, 0.9) == pytest.approx(2 * math.log(2))
+    assert iv.fallback_half_width(iv.EMPTY_TABLE, 0.9) == pytest.approx(math.log(4))  # no pool at all
 
 
 def test_a_table_of_another_schema_reads_as_uncalibrated(tmp_path, monkeypatch):
@@ -504,17 +504,27 @@ def test_cpu_steps_are_a_regime_of_their_own(rows):
     assert table["host_shape_range"]["hidden"] == [32, 192] and table["shape_range"]["hidden"][0] >= 768
     entry = table["regimes"]["host/low-comm/pytorch"]
     assert entry["n"] == 3 and "regime_scale" not in entry  # split, apart from the GPU regimes' pooled score
-    # three rows support 50% only (the ⌈4 · 0.8⌉ = 4th score does not exist): labelled so above it
-    assert not math.isnan(iv.scaled_width(entry, 0.5)) and math.isnan(iv.scaled_width(entry, 0.8))
+    # three rows support up to 75% (the ⌈4 · 0.8⌉ = 4th score does not exist); past them the stated Laplace
+    # prior through the largest score: the split width at 3/4, b·ln(1/(1 - level)) with b = largest / ln 4
+    assert entry["beyond_rows"] == "laplace" and iv.scaled_width(entry, 0.5) == entry["scores"][1]
+    for level in (0.8, 0.9, 0.95):
+        assert iv.scaled_width(entry, level) == pytest.approx(entry["scores"][-1] * math.log(1 / (1 - level))
+                                                              / math.log(4))
+    assert iv.laplace_width(entry["scores"], 0.75) == pytest.approx(entry["scores"][-1])  # meets the rows
     case = cal.read_cpu_steps()[0]
-    p = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile, level=0.5)
-    assert p.interval_regime == "host/low-comm/pytorch"
-    q = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile)
-    assert q.interval_regime == "uncalibrated: too few rows in host/low-comm/pytorch for 0.9"
+    widths = []
+    for level in (0.5, 0.8, 0.9):
+        p = pm.predict(case.model, case.cluster, case.strategy, profile=case.profile, level=level)
+        assert p.interval_regime == "host/low-comm/pytorch"
+        widths.append(_rel(p))
+    assert widths == sorted(widths) and widths[2] == pytest.approx(iv.scaled_width(entry, 0.9))
+    # a CPU step outside its regime's shapes: the host regime's interval, not a GPU pool's
+    assert iv.fallback_interval(table, 0.9, "host") == (entry["centre"], iv.scaled_width(entry, 0.9))
     # the vectorised path names a CPU step as predict does: no short-step or host-bound split on a host profile
     names = iv.regimes("host", np.array([0.0, 0.0]), np.array([0.5, 0.0]), None, "pytorch", np.array([0.01, 1.0]))
     assert names.tolist() == ["host/low-comm/pytorch"] * 2 == [iv._one_regime("host", 0.0, h, None, "pytorch", t)
                                                               for h, t in ((0.5, 0.01), (0.0, 1.0))]
-    # the GPU fallback is drawn from GPU regimes only
-    gpu_only = {**table, "regimes": {k: v for k, v in table["regimes"].items() if not k.startswith("host/")}}
-    assert iv.fallback_half_width(table, 0.9) == pytest.approx(iv.fallback_half_width(gpu_only, 0.9))
+    # the GPU pools are drawn from GPU regimes only
+    assert set(table["fallback"]) == set(iv.ORIGINS)
+    assert all(p["rows"] == sum(e["n"] for n, e in table["regimes"].items() if n.startswith(o + "/"))
+               for o, p in table["fallback"].items())
