@@ -14,8 +14,8 @@ exchangeable (c is the regime's bias: the interval is centred on the corrected s
 half-width is its regime's times σ(x) over the regime's typical row's (:func:`row_factor`). A step no
 calibrated regime holds (or one with too few rows for the level) is labelled "uncalibrated" and gets its
 profile origin's pooled interval (``fallback``: every calibrated regime of that origin, each row against
-the other regimes' median, each regime one unit; :func:`pooled_half_width`), never narrower than its
-nearest calibrated regimes'. The same table holds a
+the other regimes' median, each regime one unit; :func:`pooled_half_width`); a CPU host's regime
+extends past its rows by a stated Laplace prior (:func:`laplace_width`). The same table holds a
 memory section of the same shape (ratio of measured to predicted peak memory, by framework and by
 one GPU or several).
 
@@ -286,21 +286,6 @@ def _log_interval(table: dict, name: str, level: float, origin: str) -> tuple[fl
     if not math.isnan(w):
         return table["regimes"][name]["centre"], w
     return fallback_interval(table, level, origin)
-
-
-def nearest_width(table: dict, name: str, level: float) -> float:
-    """The widest calibrated regime nearest ``name``: its framework's of another step class, else the other
-    frameworks' of its profile kind and communication share (NaN when none, or ``name`` is uncalibrated)."""
-    if name.startswith(UNCALIBRATED):
-        return math.nan
-    parts = name.split("/")
-    for depth in (3, 2):
-        widths = [regime_width(table, other, level, math.nan) for other in table["regimes"]
-                  if other != name and other.split("/")[:depth] == parts[:depth]]
-        widths = [w for w in widths if not math.isnan(w)]
-        if widths:
-            return max(widths)
-    return math.nan
 
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:

@@ -16,7 +16,9 @@ configurations; near-duplicates stay on one side): calibrate on one part, count 
 rows inside their interval. Every score (``conformal.METHODS``) is measured so; the table ships
 the narrowest of those covering the level (and 50%, 80%) in every regime, else of those covering it
 overall the one with the fewest regime misses (:func:`choose_method`). ``--selection`` holds that
-choice back too. docs/accuracy.md.
+choice back too. The fallback of a step outside every calibrated regime (its profile origin's pool,
+``perfmodel.interval.fallback_interval``) is checked by leaving each regime out in turn
+(:func:`unseen_regimes`, printed and shipped as ``unseen_regimes``). docs/accuracy.md.
 
     python -m perfmodel.validate.intervals --selection   # ...and the choice of score held back (nested)
 """
