@@ -120,6 +120,11 @@ def test_shipped_table_is_what_the_generator_builds(rows):
             assert theirs[name]["n"] == entry["n"]
             if not math.isnan(iv.scaled_width(entry, 0.8)):
                 assert iv.scaled_width(theirs[name], 0.8) == pytest.approx(iv.scaled_width(entry, 0.8), abs=0.03)
+    assert set(shipped["fallback"]) == set(fresh["fallback"])
+    for origin, pool in fresh["fallback"].items():
+        assert shipped["fallback"][origin]["regimes"] == pool["regimes"]
+        assert iv.pooled_half_width(shipped["fallback"][origin], 0.9) == pytest.approx(
+            iv.pooled_half_width(pool, 0.9), abs=0.03)
     assert shipped["held_back"]["coverage"] >= 0.87 and shipped["held_back_configurations"]["memory"]["coverage"] >= 0.87
     assert shipped["held_back"]["unit"] == "source" and shipped["held_back_configurations"]["unit"] == "configuration"
     # the shipped score is the narrowest of those covering 90% held back and 50%, 80% within SLACK,
