@@ -30,8 +30,8 @@ def origin_of(kind: str, reason) -> str:
 
 
 def pooled_half_width(pool: dict, level: float) -> float:
-    """Split conformal with the regime as the unit (Dunn, Wasserman & Ramdas 2023, JASA 118:2491, pooled CDFs):
-    each of the pool's K calibrated regimes weighs 1 (its rows 1/n each), the unseen regime 1 at +inf, so the
+    """The regime as the unit: the pooled-CDF quantile of Dunn, Wasserman & Ramdas 2023 (JASA 118:2491) with a
+    split-conformal correction over regimes. Each of the pool's K calibrated regimes weighs 1 (its rows 1/n each), the unseen regime 1 at +inf, so the
     width is the smallest score whose weight reaches level·(K + 1); past K/(K + 1), the largest score (all
     that K regimes can say; ``perfmodel.validate.intervals.unseen_regimes`` measures what it covers)."""
     cum = np.cumsum(pool["weights"])

@@ -23,7 +23,7 @@ from perfmodel.validate.loop import results_table, summarize, validate_measured
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "measured_sample.csv"
 # a regime known to miss when its worst run source is held back: the fms-fsdp compile blog's 464-H100 FSDP1 rows
-# are predicted 39-67% too fast, a bias no other source of the regime shares (73.4% measured; docs/accuracy.md)
+# are predicted 39-67% too fast, a bias no other source of the regime shares (79.7% measured; docs/accuracy.md)
 KNOWN_SHORT = {"datasheet/low-comm/fsdp": 0.70}
 
 
