@@ -53,7 +53,7 @@ def test_held_back_coverage_is_near_the_stated_level(rows, level):
     # conformal: at least the level in expectation; above it by more than 1/(n+1) at low levels, since each row is
     # scored against the other run sources of its regime, whose biases differ, and a step outside every regime
     # takes its origin's pool, corrected for a few regimes (55% at 50%; it was 61% under twice the widest width)
-    assert level - 0.03 <= h["coverage"] <= level + {0.5: 0.10, 0.8: 0.08, 0.9: 0.06}[level], h
+    assert level - 0.03 <= h["coverage"] <= level + {0.5: 0.12, 0.8: 0.09, 0.9: 0.06}[level], h
     if level == 0.9:  # per regime fewer rows: a wider margin (at 50% and 80% some regimes miss: docs/accuracy.md)
         for name, r in h["per_regime"].items():
             # the CPU host's three rows: held back, its one calibrated case is the +99% job against two rows that
