@@ -54,6 +54,8 @@ def space_gaps(s: Strategy) -> tuple:
     defaults = Strategy()
     gaps = [f"{k}={getattr(s, k)!r}" for k in (f.name for f in fields(Strategy)) if k not in SEARCHED
             and getattr(s, k) != getattr(defaults, k) and not k.startswith("bucket_mb")]
+    if s.attention != Strategy(framework=s.framework).attention:  # the search takes each stack's own kernel
+        gaps.append(f"attention={s.attention!r}")
     gaps += [f"{k}={getattr(s, k)} > {limit}" for k, limit in SEARCH_LIMITS.items() if getattr(s, k) > limit]
     if s.global_batch is None:
         gaps.append("global_batch unset")

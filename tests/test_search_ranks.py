@@ -1,0 +1,27 @@
+"""Where a published run's plan ranks in ``pm.search`` (``perfmodel/validate/search_ranks.py``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import perfmodel as pm
+from perfmodel.validate.search_ranks import _rank, space_gaps
+
+
+def test_the_rank_counts_the_plans_strictly_faster_and_says_when_it_is_past_the_rows_kept():
+    top = pd.DataFrame({"step_time": [1.0, 2.0, 2.0, 3.0]})
+    assert _rank(top, 2.0, 4) == "2"      # one plan faster; the ties do not push it down
+    assert _rank(top, 0.5, 4) == "1"
+    assert _rank(top, 9.0, 4) == ">4"     # all four kept rows are faster: its place is unknown past them
+
+
+def test_the_gaps_name_the_published_options_the_default_space_does_not_try():
+    s = pm.Strategy(dp=4, tp=8, micro_batch=16, global_batch=64, framework="megatron", sequence_parallel=True,
+                    tp_comm_overlap="userbuffers-nemo", grad_reduce_fp32=False)
+    gaps = space_gaps(s)
+    assert "tp_comm_overlap='userbuffers-nemo'" in gaps and "grad_reduce_fp32=False" in gaps
+    assert "micro_batch=16 > 8" in gaps
+    assert space_gaps(pm.Strategy(dp=4, global_batch=64, framework="megatron", attention="unfused")) == \
+        ("attention='unfused'",)
+    assert space_gaps(pm.Strategy(dp=4, tp=2, pp=2, micro_batch=2, global_batch=64, zero=1,
+                                  framework="megatron", sequence_parallel=True)) == ()
