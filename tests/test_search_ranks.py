@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 import perfmodel as pm
-from perfmodel.validate.search_ranks import _rank, space_gaps
+from perfmodel.validate.runs import published_cases
+from perfmodel.validate.search_ranks import _rank, rank_case, space_gaps
 
 
 def test_the_rank_counts_the_plans_strictly_faster_and_says_when_it_is_past_the_rows_kept():
@@ -25,3 +26,12 @@ def test_the_gaps_name_the_published_options_the_default_space_does_not_try():
         ("attention='unfused'",)
     assert space_gaps(pm.Strategy(dp=4, tp=2, pp=2, micro_batch=2, global_batch=64, zero=1,
                                   framework="megatron", sequence_parallel=True)) == ()
+
+
+def test_nemotron4_340b_as_published_fits_and_is_near_the_top_of_its_precisions_search():
+    # Nemotron-4 340B on 3,072 H100 (published_check_runs.csv): the plan that ran is predicted to fit and ranks
+    # within the first 10 of the default space at its own precision (the space lacks its TE userbuffers overlap)
+    case = {c.label: c for _, c in published_cases()}["nemotron4-340B-3072"]
+    r = rank_case(case, top_k=10, whole_space=False)
+    assert r.fits and r.rank_same_precision != ">10" and int(r.rank_same_precision) <= 10
+    assert r.gaps == ("tp_comm_overlap='userbuffers'",)

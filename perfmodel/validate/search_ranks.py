@@ -67,17 +67,21 @@ def _rank(top: pd.DataFrame, published_s: float, top_k: int) -> str:
     return f">{top_k}" if faster >= top_k else str(faster + 1)
 
 
-def rank_case(case, top_k: int = 200) -> SearchRank:
-    """The published plan of ``case`` priced and ranked in the default space (see the module docstring)."""
+def rank_case(case, top_k: int = 200, *, whole_space: bool = True) -> SearchRank:
+    """The published plan of ``case`` priced and ranked in the default space (see the module docstring);
+    ``whole_space=False`` searches only at the run's precision (the whole space's columns are then NaN)."""
     s = case.strategy
     p = predict(case.model, case.cluster, s)
     batch = s.global_batch if s.global_batch is not None else s.dp * s.micro_batch
-    top = search(case.model, case.cluster, batch, top_k=top_k)
     same = search(case.model, case.cluster, batch, top_k=top_k, precision=s.precision)
+    top = search(case.model, case.cluster, batch, top_k=top_k) if whole_space else None
     inf = float("inf")
-    return SearchRank(case.label, float(p.step_time), bool(p.fits), _rank(top, p.step_time, top_k),
-                      _rank(same, p.step_time, top_k), float(top["step_time"].min()) if len(top) else inf,
-                      float(same["step_time"].min()) if len(same) else inf, space_gaps(s))
+
+    def best(df):
+        return float("nan") if df is None else float(df["step_time"].min()) if len(df) else inf
+    return SearchRank(case.label, float(p.step_time), bool(p.fits),
+                      "" if top is None else _rank(top, p.step_time, top_k), _rank(same, p.step_time, top_k),
+                      best(top), best(same), space_gaps(s))
 
 
 def rank_runs(only: str | None = None, top_k: int = 200) -> list[SearchRank]:
