@@ -1,0 +1,116 @@
+"""Where each published run's own plan ranks in ``pm.search`` for its model, cluster and global batch.
+
+    python -m perfmodel.validate.search_ranks              # every published run (a few minutes)
+    python -m perfmodel.validate.search_ranks --only llama3-405B --top 500
+
+For each run of ``validate.runs`` (check data, nothing fitted): the published configuration priced by
+``pm.predict`` (fits or not), then the default search space twice: as it is (every stack, fp8 where it
+applies) and at the run's own precision. The rank is 1 + the fitting plans predicted strictly faster
+than the published one (">N" past the ``top`` rows kept), and "beaten" says whether the best plan is at
+least as fast. ``gaps`` names the published options the default space does not try.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+import pandas as pd
+
+from perfmodel.explore.search import STACK_FIELDS, search
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.predict import predict
+from perfmodel.validate.runs import published_cases
+
+NEAR_TOP = 10  # "near the top": within this many rows of the search at the run's own precision
+SEARCH_LIMITS = {"micro_batch": 8, "virtual_stages": 8}  # pm.search's max_micro_batch, max_virtual_stages
+# Strategy fields the search varies (besides dp, tp, pp, micro_batch, virtual_stages); any other field set
+# away from its default is a published option the default space does not hold
+SEARCHED = {"dp", "tp", "pp", "micro_batch", "virtual_stages", "schedule", "global_batch", "zero", "recompute",
+            "precision", "sequence_parallel", "fsdp", "bucket_mib", "stage_layers", "optimizer", *STACK_FIELDS}
+
+
+@dataclass(frozen=True)
+class SearchRank:
+    """One published run against the default search for its model, cluster and batch."""
+
+    name: str
+    published_s: float
+    fits: bool
+    rank: str            # in the default space (every precision the stacks have)
+    rank_same_precision: str
+    best_s: float
+    best_same_precision_s: float
+    gaps: tuple
+
+    @property
+    def beaten(self) -> bool:
+        """Whether the default space's best plan is at least as fast as the published one."""
+        return self.best_s <= self.published_s
+
+
+def space_gaps(s: Strategy) -> tuple:
+    """The published options the default search space does not try (field=value)."""
+    defaults = Strategy()
+    gaps = [f"{k}={getattr(s, k)!r}" for k in (f.name for f in fields(Strategy)) if k not in SEARCHED
+            and getattr(s, k) != getattr(defaults, k) and not k.startswith("bucket_mb")]
+    if s.attention != Strategy(framework=s.framework).attention:  # the search takes each stack's own kernel
+        gaps.append(f"attention={s.attention!r}")
+    gaps += [f"{k}={getattr(s, k)} > {limit}" for k, limit in SEARCH_LIMITS.items() if getattr(s, k) > limit]
+    if s.global_batch is None:
+        gaps.append("global_batch unset")
+    return tuple(gaps)
+
+
+def _rank(top: pd.DataFrame, published_s: float, top_k: int) -> str:
+    faster = int((top["step_time"] < published_s).sum())
+    return f">{top_k}" if faster >= top_k else str(faster + 1)
+
+
+def rank_case(case, top_k: int = 200, *, whole_space: bool = True) -> SearchRank:
+    """The published plan of ``case`` priced and ranked in the default space (see the module docstring);
+    ``whole_space=False`` searches only at the run's precision (the whole space's columns are then NaN)."""
+    s = case.strategy
+    p = predict(case.model, case.cluster, s)
+    batch = s.global_batch if s.global_batch is not None else s.dp * s.micro_batch
+    same = search(case.model, case.cluster, batch, top_k=top_k, precision=s.precision)
+    top = search(case.model, case.cluster, batch, top_k=top_k) if whole_space else None
+    inf = float("inf")
+
+    def best(df):
+        return float("nan") if df is None else float(df["step_time"].min()) if len(df) else inf
+    return SearchRank(case.label, float(p.step_time), bool(p.fits),
+                      "" if top is None else _rank(top, p.step_time, top_k), _rank(same, p.step_time, top_k),
+                      best(top), best(same), space_gaps(s))
+
+
+def rank_runs(only: str | None = None, top_k: int = 200) -> list[SearchRank]:
+    """Every published run whose label contains ``only`` (all: None), ranked."""
+    return [rank_case(c, top_k) for _, c in published_cases() if only is None or only in c.label]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perfmodel.validate.search_ranks", description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="rank only the runs whose name contains this")
+    ap.add_argument("--top", type=int, default=200, help="search rows kept per run (default 200)")
+    args = ap.parse_args(argv)
+    if args.top < 1:
+        ap.error(f"--top must be >= 1: got {args.top}")
+    print(f"{'run':34} {'published s':>11} {'fits':>5} {'rank':>5} {'same prec':>9} {'best s':>8} "
+          f"{'best same':>9}  gaps")
+    ranks = []
+    for _, case in published_cases():
+        if args.only is None or args.only in case.label:
+            r = rank_case(case, args.top)
+            ranks.append(r)
+            print(f"{r.name:34} {r.published_s:11.3f} {str(r.fits):>5} {r.rank:>5} {r.rank_same_precision:>9} "
+                  f"{r.best_s:8.3f} {r.best_same_precision_s:9.3f}  {', '.join(r.gaps)}", flush=True)
+    near = sum(r.rank_same_precision.isdigit() and int(r.rank_same_precision) <= NEAR_TOP for r in ranks)
+    print(f"{len(ranks)} runs: {sum(r.fits for r in ranks)} published plans predicted to fit; best plan at least as "
+          f"fast in {sum(r.beaten for r in ranks)}; published plan in the first {NEAR_TOP} "
+          f"at its own precision in {near}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Where a published run's plan ranks in ``pm.search`` (``perfmodel/validate/search_ranks.py``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import perfmodel as pm
+from perfmodel.validate.runs import published_cases
+from perfmodel.validate.search_ranks import _rank, rank_case, space_gaps
+
+
+def test_the_rank_counts_the_plans_strictly_faster_and_says_when_it_is_past_the_rows_kept():
+    top = pd.DataFrame({"step_time": [1.0, 2.0, 2.0, 3.0]})
+    assert _rank(top, 2.0, 4) == "2"      # one plan faster; the ties do not push it down
+    assert _rank(top, 0.5, 4) == "1"
+    assert _rank(top, 9.0, 4) == ">4"     # all four kept rows are faster: its place is unknown past them
+
+
+def test_the_gaps_name_the_published_options_the_default_space_does_not_try():
+    s = pm.Strategy(dp=4, tp=8, micro_batch=16, global_batch=64, framework="megatron", sequence_parallel=True,
+                    tp_comm_overlap="userbuffers-nemo", grad_reduce_fp32=False)
+    gaps = space_gaps(s)
+    assert "tp_comm_overlap='userbuffers-nemo'" in gaps and "grad_reduce_fp32=False" in gaps
+    assert "micro_batch=16 > 8" in gaps
+    assert space_gaps(pm.Strategy(dp=4, global_batch=64, framework="megatron", attention="unfused")) == \
+        ("attention='unfused'",)
+    assert space_gaps(pm.Strategy(dp=4, tp=2, pp=2, micro_batch=2, global_batch=64, zero=1,
+                                  framework="megatron", sequence_parallel=True)) == ()
+
+
+def test_nemotron4_340b_as_published_fits_and_is_near_the_top_of_its_precisions_search():
+    # Nemotron-4 340B on 3,072 H100 (published_check_runs.csv): the plan that ran is predicted to fit and ranks
+    # within the first 10 of the default space at its own precision (the space lacks its TE userbuffers overlap)
+    case = {c.label: c for _, c in published_cases()}["nemotron4-340B-3072"]
+    r = rank_case(case, top_k=10, whole_space=False)
+    assert r.fits and r.rank_same_precision != ">10" and int(r.rank_same_precision) <= 10
+    assert r.gaps == ("tp_comm_overlap='userbuffers'",)
