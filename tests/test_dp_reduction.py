@@ -90,3 +90,32 @@ def test_llama3_405b_reduction_is_hidden_but_for_its_tail():
     # expose what the compute after each stage's first backward cannot cover, plus the slowed compute
     assert exposed["dp_comm"] > 4.3
     assert hidden["dp_comm"] < exposed["dp_comm"] - 1.5
+
+
+def _interleaved(m=8.0, p=4.0, v=2.0):
+    # Megatron's interleaved schedule on p = 4 stages of v = 2 chunks: stage 0 runs 5.5 micro-batches'
+    # forwards before its first backward (((p - 1)·2 + (v - 1)·p)/v + 1/v; pipeline.in_flight)
+    base = pm.Strategy(micro_batch=1, pp=int(p), schedule="interleaved", virtual_stages=int(v))
+    return cfg(shard_stage=2, micro_batches=m, pp=p, virtual_stages=v, framework="megatron",
+               schedule=StepConfig.from_strategy(base).schedule)
+
+
+def test_asynchronous_reductions_also_run_through_the_pipelines_waits():
+    c = _interleaved()
+    f, b = 0.010, 0.020
+    # stage 0 waits (p - 1 - i)·f/v = 3 · 10 ms / 2 between its first and its last backward; the last stage none
+    assert float(dp_.pipeline_waits(f, c, 0.0)) == pytest.approx(0.015)
+    assert float(dp_.pipeline_waits(f, c, 3.0)) == 0.0
+    # W = (m - warm)·f + (m - 1/v)·b + waits = 2.5·10 + 7.5·20 + 15 = 190 ms; 500 ms of reductions: 310 exposed
+    assert float(dp_.streamed_exposed(0.030, 0.500, b, f, c, 0.0)) == pytest.approx(0.500 - 0.190)
+
+
+def test_prefetched_parameter_gather_waits_for_the_first_chunk_only():
+    c = _interleaved()
+    # a 100 ms gather beside 5.5 warm-up forwards: 10 ms each hide 55 ms, so the first chunk's half (50 ms) waits
+    assert float(dp_.prefetched_gather(0.100, 0.010, c, 0.0)) == pytest.approx(0.050)
+    # 1 ms forwards hide 5.5 ms of it: 94.5 ms exposed, plus 20% slowdown of the compute over the 5.5 ms
+    assert float(dp_.prefetched_gather(0.100, 0.001, c, 0.0, 0.2)) == pytest.approx(0.0945 + 0.2 * 0.0055)
+    # the stack of the Llama 3 rows prefetches (megatron, zero 2); DeepSpeed's ZeRO-2 waits for the whole gather
+    ds = dp_.zero12_time(COLL, LAY, dataclasses.replace(c, framework="deepspeed", micro_batches=1.0), P, 0.0)
+    assert float(ds) == pytest.approx(RS + AG)

@@ -10,7 +10,7 @@ from perfmodel.core.errors import InvalidInputError
 from perfmodel.costs.compute import kernel_time
 from perfmodel.hardware import load_gpu, load_node
 from perfmodel.hardware.catalog import gpu_from_dict
-from perfmodel.profiles.power_cap import (cube_law_ratio, measured_curves, power_capped_profile,
+from perfmodel.profiles.power_cap import (burst_gemm, cube_law_ratio, measured_curves, power_capped_profile,
                                          sustained_clock_ratio, sustained_fraction, sustained_gemm)
 from perfmodel.workload.ops import Kernel
 
@@ -76,12 +76,17 @@ def test_compute_bound_gemm_slower_by_the_clock_and_sustained_ratios(profiles):
 def test_sustained_fraction_by_hand(profiles):
     _, full = profiles
     rate, size, dtype = sustained_gemm()
-    # sustained.csv: 23 samples from 1 s on, 653-675 TFLOP/s at 1470-1545 MHz; the first (125 W) left out
+    # sustained.csv: 23 samples from 1 s on, 653-675 TFLOP/s at 1470-1545 MHz; the first (125 W) is the burst
     assert (dtype, size) == ("bf16", {"m": 8192.0, "n": 8192.0, "k": 8192.0})
     assert 653e12 < rate < 676e12
-    # the H100 burst curve prices 8192^3 at about 827 TFLOP/s: 664 / 827 = 0.80
-    assert sustained_fraction(full) == pytest.approx(rate / (2 * 8192.0**3 / _gemm(full, 8192)), rel=1e-6)
-    assert 0.75 < sustained_fraction(full) < 0.85
+    assert burst_gemm() == pytest.approx(785.70e12, rel=1e-4)
+    # one run's ratio, 664 / 786 = 0.845: a property of the die, whatever the bf16 curve of the profile
+    assert sustained_fraction(full) == pytest.approx(rate / burst_gemm(), rel=1e-9)
+    assert 0.83 < sustained_fraction(full) < 0.86
+    slower = dataclasses.replace(full, compute={**full.compute, "gemm:bf16": {
+        **full.compute["gemm:bf16"], "params": {**full.compute["gemm:bf16"]["params"],
+                                                "R": 0.5 * full.compute["gemm:bf16"]["params"]["R"]}}})
+    assert sustained_fraction(slower) == sustained_fraction(full)
     assert sustained_fraction(pm.load_profile("a100-sxm4-80gb")) == 1.0  # no sustained run of that die
 
 

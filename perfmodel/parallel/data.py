@@ -16,7 +16,7 @@ from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.stacked import stacked_time
-from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage, in_flight
+from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage, in_flight, pipeline_waits, prefetched_gather
 from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import stack
 
@@ -215,6 +215,8 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
         per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
     reduce = np.where(c.shard_stage >= 2, per_step, once)
     gather, = stacked_time(coll, "all_gather", [params * param_bytes], rpn, nodes)
+    if stack(c.framework).grad_buffer:
+        gather = np.where(c.shard_stage >= 2, prefetched_gather(gather, forward_s, c, index, slowdown), gather)
     return reduce + gather
 
 
@@ -278,7 +280,7 @@ def streamed_exposed(last_s, total_s, backward_s, forward_s, c: StepConfig, inde
     """
     m, v = c.micro_batches, np.maximum(c.virtual_stages, 1.0)
     warm = np.minimum(in_flight(c, index), m)
-    window = (m - warm) * forward_s + (m - 1.0 / v) * backward_s
+    window = (m - warm) * forward_s + (m - 1.0 / v) * backward_s + pipeline_waits(forward_s, c, index)
     exposed = maximum(last_s, total_s - window)
     return exposed + slowdown * maximum(total_s - exposed, 0.0)
 

@@ -200,3 +200,27 @@ def layer_batches(c: StepConfig, st: Stage):
     exact = chunks * per_chunk - _chunk_forwards(chunks, np.asarray(c.pp, float), v, slot) * d
     short = (v > 1) & (d > 0) & (d <= per_chunk) & (np.asarray(st.embed) | np.asarray(st.head))
     return np.where(short, exact, held)
+
+
+def pipeline_waits(forward_s, c: StepConfig, index):
+    """Seconds stage ``index`` waits between its first and its last backward, (p − 1 − i)·f / v: of the bubble
+    (p − 1)(f + b)/v (Narayanan et al. 2021, §2.2), stage i of 1F1B waits i·f + (p − 1 − i)·b before its first
+    backward and i·b after its last (the drain ``data.dp_comm_time`` credits); the rest falls between them. A stream
+    issued beside the step (``data.streamed_exposed``) runs through those waits as through compute."""
+    p, v = np.maximum(c.pp, 1.0), np.maximum(c.virtual_stages, 1.0)
+    return maximum(p - 1.0 - index, 0.0) * forward_s / v
+
+
+def prefetched_gather(gather_s, forward_s, c: StepConfig, index, slowdown=0.0):
+    """Exposed seconds of the parameter all-gather when it is prefetched beside the next step's forwards.
+
+    Llama 3 (arXiv 2407.21783, §3.3.2): data parallelism "can tolerate longer network latency by asynchronously
+    prefetching sharded model weights". The first model chunk's weights (1/v of ``gather_s``) are waited for;
+    the rest are gathered beside the forwards the stage runs before its first backward (``pipeline.in_flight``):
+    max(g/v, g − warm·f), plus the compute's slowdown over the seconds both run (``overlapped_cost``).
+    """
+    v = np.maximum(c.virtual_stages, 1.0)
+    window = np.minimum(in_flight(c, index), c.micro_batches) * forward_s
+    exposed = maximum(gather_s / v, gather_s - window)
+    return exposed + slowdown * maximum(gather_s - exposed, 0.0)
+

@@ -9,7 +9,7 @@ bundled profile holds published kernel curves. Its profile is that one with
   lowers the SM clock until the power fits the limit. The reference's curves are burst rates (short
   runs); the same die held at its TDP under continuous GEMMs runs at the fraction
   :func:`sustained_fraction` of them (measured: ``data/h200-calibration-2026-11-30/sustained.csv``,
-  686-699 W at 1470-1545 MHz of 1980, 665 TFLOP/s at 8192^3 where the burst curve gives 827). Below
+  686-699 W at 1470-1545 MHz of 1980, 664 TFLOP/s at 8192^3 where the same run began at 786). Below
   TDP a step's memory-bound kernels leave no power headroom for burst GEMMs, so the capped part's
   rates start from that sustained rate (an assumption: docs/hardware.md). Where a training
   throughput of the part under power limits is published
@@ -39,7 +39,6 @@ import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.readers import read_text_file
-from perfmodel.forms.registry import get_form
 from perfmodel.hardware import load_gpu
 from perfmodel.profiles.profile import Profile
 
@@ -92,15 +91,24 @@ def sustained_gemm() -> tuple[float, dict, str]:
     return float(np.median([float(r["tflops"]) for r in rows])) * 1e12, dict(zip("mnk", map(float, mnk))), dtype
 
 
+def burst_gemm() -> float:
+    """Median FLOP/s of the samples of :data:`SUSTAINED_CSV` before ``SETTLE_S``: the same GEMM on the same board
+    before it reached its power limit (the burst rate, by the same harness)."""
+    text = read_text_file(SUSTAINED_CSV, field="sustained", expect="the sustained-GEMM CSV")
+    rows = [float(r["tflops"]) for r in csv.DictReader(io.StringIO(text, newline="")) if float(r["t_s"]) < SETTLE_S]
+    if not rows:
+        raise InvalidInputError(f"{SUSTAINED_CSV.name}: needs a sample before t_s = {SETTLE_S:g} (the burst rate)")
+    return float(np.median(rows)) * 1e12
+
+
 def sustained_fraction(reference: Profile) -> float:
-    """The rate the die of ``reference`` sustains at its TDP under continuous GEMMs (:func:`sustained_gemm`) over
-    ``reference``'s own (burst) rate of that GEMM, at most 1; 1.0 for a GPU with no sustained measurement."""
+    """The rate the die of ``reference`` sustains at its TDP under continuous GEMMs over its burst rate, both from
+    one run of one board (:func:`sustained_gemm` over :func:`burst_gemm`), at most 1; 1.0 for a GPU with no
+    sustained measurement. A ratio of the die, not of ``reference``'s curve: a change of the curve's bf16 rate
+    does not move its fp8 or attention rates."""
     if SUSTAINED_DIE.get(reference.gpu) is None:
         return 1.0
-    rate, size, dtype = sustained_gemm()
-    entry = reference.entry(f"gemm:{dtype}")
-    seconds = float(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, **size))
-    return min(1.0, rate * seconds / (2.0 * size["m"] * size["n"] * size["k"]))
+    return min(1.0, sustained_gemm()[0] / burst_gemm())
 
 
 def cube_law_ratio(power_limit_w, tdp_w: float):
