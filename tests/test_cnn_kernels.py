@@ -15,12 +15,14 @@ from perfmodel.costs.cnn import (
     conv_kind,
     conv_label,
     conv_pass_kernel,
+    pooled_label,
     reference_seconds,
     unmeasured,
+    winograd_eligible,
 )
 from perfmodel.fit.compute import ComputeFitter
 from perfmodel.fit.tables import COMPUTE_COLUMNS
-from perfmodel.fit.conv import fit_classes
+from perfmodel.fit.conv import class_rows, fit_classes
 from perfmodel.forms.registry import get_form
 from perfmodel.workload.ops import Kernel
 
@@ -258,3 +260,55 @@ def test_a_class_without_its_reference_fits_is_reported_skipped_with_the_reason(
     table = pd.DataFrame(rows).reindex(columns=list(dict.fromkeys([*COMPUTE_COLUMNS, *rows[0]])))
     report = ComputeFitter(folds=2).fit(table).report_.set_index("class")
     assert "measure --ops gemm,copy" in report.loc["conv.depthwise-k3x3-s1:bf16:wgrad", "form"]
+
+
+def test_only_3x3_and_5x5_at_stride_1_are_winograd_shapes():
+    # cuDNN's WINOGRAD (3x3) and WINOGRAD_NONFUSED (3x3, 5x5) algorithms, stride 1 only
+    assert winograd_eligible(3, 3, 1) and winograd_eligible(5, 5, 1)
+    assert not any(winograd_eligible(kh, kw, s) for kh, kw, s in ((1, 7, 1), (7, 1, 1), (3, 1, 1), (1, 1, 1),
+                                                                   (3, 3, 2), (7, 7, 2), (5, 5, 2)))
+    assert pooled_label(1, 7, 1, 1, 768) == "dense-gemm" and pooled_label(3, 3, 1, 1, 64) == "dense"
+    assert pooled_label(3, 3, 2, 96, 96) == "depthwise"  # only dense shapes take the GEMM-only pool
+
+
+def test_a_shape_winograd_cannot_run_takes_the_gemm_only_pool_not_the_kind_pool(h200):
+    def entry(c):
+        return {"form": "scaled_ref", "params": {"t0": 0.0, "c": c, "t_cpu": 0.0}, "n_points": 5, "source": "t"}
+    both = {"conv.dense:bf16:fwd": entry(0.6), "conv.dense-gemm:bf16:fwd": entry(1.3)}
+    prof = dataclasses.replace(h200, compute={**h200.compute, **both})
+    row = conv_pass_kernel("c", "fwd", "fwd", 64, 128, 128, 17, 1, 1, dtype="bf16")
+    row = dataclasses.replace(row, size={**row.size, "kh": 1.0, "kw": 7.0})  # a 1x7 (InceptionV3's C blocks)
+    square = conv_pass_kernel("c", "fwd", "fwd", 64, 128, 128, 17, 5, 1, dtype="bf16")  # Winograd's 5x5
+    assert class_entry(prof, row)[1] == "conv.dense-gemm:bf16:fwd"
+    assert class_entry(prof, square)[1] == "conv.dense:bf16:fwd"
+    t_ref, _ = reference_seconds(prof, row)
+    assert float(cnn_kernel_time(prof, row)[0]) == pytest.approx(1.3 * float(t_ref), rel=1e-12)
+    # without a GEMM-only entry such a shape runs at its implicit GEMM, never at the Winograd-heavy pool's c
+    others = {k: v for k, v in h200.compute.items() if not k.startswith("conv.dense-gemm")}
+    kind_only = dataclasses.replace(h200, compute={**others, "conv.dense:bf16:fwd": entry(0.6)})
+    assert class_entry(kind_only, row) == (None, None)
+
+
+def test_the_gemm_only_pool_is_fitted_on_the_shapes_winograd_cannot_run(h200):
+    rows = []
+    for kernel, stride, c in ((1, 1, 64), (1, 1, 256), (1, 2, 128), (3, 2, 64), (3, 1, 64), (3, 1, 128), (7, 2, 3)):
+        kern = conv_pass_kernel("c", "fwd", "fwd", 32, c, c, 28, kernel, stride, dtype="bf16")
+        rows.append({"op": "conv2d", "phase": "fwd", "timing": "eager", "dtype": "bf16", "batch": 32, "cin": c,
+                     "cout": c, "hw": 28, "kernel": kernel, "stride": stride, "groups": 1, "bytes": np.nan,
+                     "time_s": 1.5 * float(reference_seconds(h200, kern)[0])})
+    table = class_rows(pd.DataFrame(rows))
+    # 3x3 at stride 1 runs by Winograd; a 3-channel stem is no GEMM-shaped layer: neither joins the pool
+    assert list(table.gemm_only_key != "") == [True, True, True, True, False, False, False]
+    entries = fit_classes(pd.DataFrame(rows), h200)
+    assert entries["conv.dense-gemm:bf16:fwd"]["n_points"] == 4
+    assert entries["conv.dense-gemm:bf16:fwd"]["params"]["c"] == pytest.approx(1.5, rel=0.05)
+    assert entries["conv.dense:bf16:fwd"]["n_points"] == 7
+
+
+def test_the_k80_carries_the_p100s_gemm_only_pool():
+    k80, p100 = pm.load_profile("k80"), pm.load_profile("p100-pcie-16gb")
+    for part in ("fwd", "dgrad", "wgrad"):
+        key = f"conv.dense-gemm:fp32:{part}"
+        assert k80.entry(key)["params"]["c"] == p100.entry(key)["params"]["c"]
+        assert k80.entry(key)["source"].startswith("carried from p100-pcie-16gb")
+    assert "conv.dense:fp32:fwd" not in k80.compute  # the Winograd-heavy kind pool is not carried

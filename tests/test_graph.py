@@ -58,6 +58,20 @@ def test_resnet50_forward_flops_are_torchvisions():
     assert g.flops_per_step(1) == pytest.approx(3 * fwd - stem, rel=1e-9)
 
 
+def test_tensorflows_inception_v3_has_the_published_size():
+    # tf_cnn_benchmarks' inception3 (no auxiliary head): 23.8 M parameters and 5.7 G multiply-adds per 299x299
+    # image forward (Szegedy et al. 2016, Table 3: "5 billion multiply-adds"; torchvision lists 5.71 GFLOPS)
+    tf, tv = pm.preset("inception-v3-tf"), pm.preset("inception-v3")
+    assert tf.params == 23_834_568 and tv.params - tf.params == 3_326_696  # the auxiliary head
+    fwd = sum(o.flops[1] * o.count for o in tf.ops if o.phase == "fwd")
+    assert fwd == pytest.approx(2 * 5.71e9, rel=0.01)
+    def losses(g):
+        return sum(o.count for o in g.ops if o.op == "aten._log_softmax")
+    assert (losses(tf), losses(tv)) == (1, 2)  # one loss: no auxiliary logits
+    kinds = {(o.size["kh"][0], o.size["kw"][0], o.size["stride"][0]) for o in tf.ops if o.cls == "conv"}
+    assert {(1.0, 7.0, 1.0), (7.0, 1.0, 1.0), (1.0, 3.0, 1.0), (3.0, 1.0, 1.0), (3.0, 3.0, 2.0), (5.0, 5.0, 1.0)} <= kinds
+
+
 def test_loading_a_preset_does_not_import_torch():
     code = ("import sys, perfmodel as pm; g = pm.preset('vit-b-16'); "
             "p = pm.predict(g, pm.cluster('h200'), pm.Strategy(micro_batch=32)); print('torch' in sys.modules)")
@@ -67,7 +81,7 @@ def test_loading_a_preset_does_not_import_torch():
 
 def test_preset_names_and_errors():
     assert list_graph_presets() == ["efficientnet-b0", "efficientnet-b2", "efficientnet-b3", "efficientnet-b4",
-                                    "inception-v3", "resnet-cifar15", "resnet-cifar32", "resnet101", "resnet152",
+                                    "inception-v3", "inception-v3-tf", "resnet-cifar15", "resnet-cifar32", "resnet101", "resnet152",
                                     "resnet50", "resnext101-32x4d", "resnext50-32x4d", "seresnext101-32x4d",
                                     "seresnext50-32x4d", "shake-shake-big", "shake-shake-small", "vgg16", "vit-b-16"]
     assert pm.preset("VIT_B_16").name == "vit-b-16"

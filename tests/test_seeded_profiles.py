@@ -108,8 +108,10 @@ def test_the_k80_convolutions_are_the_p100_shape_classes_over_its_own_gemm(p100)
     k80 = pm.load_profile("k80")
     assert k80.meta["conv_carried_from"] == P100
     convs = sorted(k for k in k80.compute if k.startswith("conv."))
-    # the P100's one-shape classes in fp32 only: no H200 bf16 class, no pooled kind entry
+    # the P100's one-shape classes in fp32 only, and its pool of the shapes no Winograd algorithm runs
+    # (conv.dense-gemm): no H200 bf16 class, no pooled kind entry
     assert convs == sorted(k for k in p100.compute if k.startswith("conv.dense-") and ":fp32:" in k)
+    assert {f"conv.dense-gemm:fp32:{p}" for p in ("fwd", "dgrad", "wgrad")} <= set(convs)
     entry = k80.compute["conv.dense-k3x3-s1:fp32:fwd"]
     assert entry["params"] == p100.compute["conv.dense-k3x3-s1:fp32:fwd"]["params"]
     assert entry["source"].startswith("carried from p100-pcie-16gb (measured (published): deepbench-p100")
@@ -119,10 +121,16 @@ def test_the_k80_convolutions_are_the_p100_shape_classes_over_its_own_gemm(p100)
     assert ref_entry is k80.entry("gemm:fp32")
     t, _ = cnn_kernel_time(k80, kern)
     assert float(t) == pytest.approx(entry["params"]["t0"] + entry["params"]["c"] * float(t_ref))
-    # a shape the P100 table did not measure alone runs at its implicit GEMM, and is named so
+    # a Winograd shape the P100 table did not measure alone runs at its implicit GEMM, and is named so
+    five = conv_pass_kernel("c", "fwd", "fwd", 32, 128, 128, 17, 5, dtype="fp32")
+    assert float(cnn_kernel_time(k80, five)[0]) == pytest.approx(float(reference_seconds(k80, five)[0]))
+    assert unmeasured(k80, [five]) == ["conv.dense-k5x5-s1:fp32:fwd"]
+    # one no Winograd algorithm runs takes the measured GEMM-only pool
     seven = conv_pass_kernel("c", "fwd", "fwd", 32, 128, 128, 17, 7, dtype="fp32")
-    assert float(cnn_kernel_time(k80, seven)[0]) == pytest.approx(float(reference_seconds(k80, seven)[0]))
-    assert unmeasured(k80, [seven]) == ["conv.dense-k7x7-s1:fp32:fwd"]
+    pool = k80.compute["conv.dense-gemm:fp32:fwd"]["params"]
+    assert float(cnn_kernel_time(k80, seven)[0]) == pytest.approx(
+        pool["t0"] + pool["c"] * float(reference_seconds(k80, seven)[0]))
+    assert unmeasured(k80, [seven]) == []
 
 
 def test_the_bundled_k80_is_its_carried_profile(p100):

@@ -80,8 +80,8 @@ def build(name: str, *, num_classes: int = 1000, device="meta"):
             return nets.resnet(RESNET_BLOCKS[key], num_classes)
         if key == "vgg16":
             return nets.vgg16(num_classes)
-        if key == "inception-v3":
-            return nets.Inception3(num_classes)
+        if key in ("inception-v3", "inception-v3-tf"):
+            return nets.Inception3(num_classes, tf=key == "inception-v3-tf")
         return nets.vit_b_16(num_classes)
 
 
@@ -282,22 +282,26 @@ def _inception_blocks(ns, seq) -> types.SimpleNamespace:
                       seq((c, 192, 1), (192, 192, (1, 7), row), (192, 192, (7, 1), col), (192, 192, 3, {"stride": 2})),
                       None], [None, None, mx])
 
-    def block_e(c):
+    def block_e(c, pool=avg):
         a, b = {"padding": (0, 1)}, {"padding": (1, 0)}
         splits = [seq((384, 384, (1, 3), a)), seq((384, 384, (3, 1), b)),
                   seq((384, 384, (1, 3), a)), seq((384, 384, (3, 1), b))]
         return Mixed([seq((c, 320, 1)), seq((c, 384, 1)), seq((c, 448, 1), (448, 384, 3, p1)), seq((c, 192, 1))],
-                     [None, None, None, avg], splits)
-    return types.SimpleNamespace(a=block_a, b=block_b, c=block_c, d=block_d, e=block_e)
+                     [None, None, None, pool], splits)
+    same_max = lambda x: F.max_pool2d(x, 3, 1, 1)  # noqa: E731  (tf_cnn_benchmarks' second E block)
+    return types.SimpleNamespace(a=block_a, b=block_b, c=block_c, d=block_d, e=block_e, same_max=same_max)
 
 
 def _inception_classes(ns) -> None:
-    """torchvision.models.inception.Inception3 (stem, blocks A-E, the auxiliary head) as ``ns.Inception3``."""
+    """torchvision.models.inception.Inception3 (stem, blocks A-E, the auxiliary head) as ``ns.Inception3``;
+    ``Inception3(n, tf=True)`` is tf_cnn_benchmarks' inception3 instead (tensorflow/benchmarks @9165a70
+    scripts/tf_cnn_benchmarks/inception_model.py): no auxiliary head, no dropout, max pooling in the last
+    E block."""
     nn, F, torch = ns.nn, ns.F, ns.torch
     seq = _inception_convs(ns)
     blocks = _inception_blocks(ns, seq)
     block_a, block_b, block_c, block_d, block_e = blocks.a, blocks.b, blocks.c, blocks.d, blocks.e
-    p1 = {"padding": 1}
+    p1, avg = {"padding": 1}, lambda x: F.avg_pool2d(x, 3, 1, 1)
 
     class Aux(nn.Module):
         def __init__(self, c, num_classes):
@@ -310,21 +314,22 @@ def _inception_classes(ns) -> None:
             return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
     class Inception3(nn.Module):
-        def __init__(self, num_classes):
+        def __init__(self, num_classes, tf=False):
             super().__init__()
             self.stem = nn.Sequential(seq((3, 32, 3, {"stride": 2}), (32, 32, 3), (32, 64, 3, p1)), nn.MaxPool2d(3, 2),
                                       seq((64, 80, 1), (80, 192, 3)), nn.MaxPool2d(3, 2),
                                       block_a(192, 32), block_a(256, 64), block_a(288, 64), block_b(288),
                                       block_c(768, 128), block_c(768, 160), block_c(768, 160), block_c(768, 192))
-            self.aux = Aux(768, num_classes)
-            self.tail = nn.Sequential(block_d(768), block_e(1280), block_e(2048))
+            self.aux = None if tf else Aux(768, num_classes)
+            self.tail = nn.Sequential(block_d(768), block_e(1280), block_e(2048, blocks.same_max if tf else avg))
             self.fc = nn.Linear(2048, num_classes)
+            self.dropout = 0.0 if tf else 0.5
 
         def forward(self, x):
             x = self.stem(x)
-            aux = self.aux(x) if self.training else None
-            x = F.dropout(torch.flatten(F.adaptive_avg_pool2d(self.tail(x), 1), 1), 0.5, self.training)
-            return self.fc(x), aux
+            aux = self.aux(x) if self.training and self.aux is not None else None
+            x = F.dropout(torch.flatten(F.adaptive_avg_pool2d(self.tail(x), 1), 1), self.dropout, self.training)
+            return self.fc(x) if self.aux is None else (self.fc(x), aux)
 
     ns.Inception3 = Inception3
 

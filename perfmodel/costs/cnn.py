@@ -15,8 +15,13 @@ reference time the profile already knows (form ``scaled_ref``: t = t0 + c · t_r
 
 Entries are looked up most specific first: ``conv.<kind>-k<R>x<S>-s<stride>:<dtype>:<pass>``,
 the same class in another dtype (c is a ratio to a reference priced in the kernel's own
-dtype), the kind's pooled entry ``conv.<kind>:<dtype>:<pass>``, then c = 1: an unmeasured
-class runs at exactly its reference time, and :func:`unmeasured` names it so a prediction says so.
+dtype), then a pooled entry, then c = 1: an unmeasured class runs at exactly its reference
+time, and :func:`unmeasured` names it so a prediction says so. The pooled entry depends on
+whether cuDNN could run the shape by Winograd (:func:`winograd_eligible`): an eligible one takes
+the kind's entry ``conv.<kind>:<dtype>:<pass>`` (pooled over every measured shape, mostly 3x3);
+an ineligible dense one (1x1, 1x7, 7x1, 3x1, 1x3, 7x7, any stride 2) takes
+``conv.dense-gemm:<dtype>:<pass>``, pooled over the measured ineligible shapes only, so no
+Winograd saving measured on 3x3 rows is lent to a shape whose algorithms are all GEMMs.
 """
 
 from __future__ import annotations
@@ -36,6 +41,11 @@ MEM_CLASSES = CNN_MEM_CLASSES
 CNN_CLASSES = frozenset(("conv",) + MEM_CLASSES)
 COPY_KEY = "copy:fp32:fwd"  # the bandwidth curve: x = bytes / 8 (a copy reads and writes 4 bytes each)
 BANDWIDTH_KINDS = ("depthwise",)
+# cuDNN's Winograd algorithms (cuDNN Developer Guide, cudnnConvolutionForward / BackwardData /
+# BackwardFilter support tables, v6-v8): WINOGRAD needs a 3x3 filter, WINOGRAD_NONFUSED 3x3 or 5x5,
+# both stride 1; every other dense shape runs a GEMM-family algorithm (implicit, precomputed or explicit GEMM)
+WINOGRAD_FILTERS = ((3, 3), (5, 5))
+GEMM_ONLY = "gemm"  # the pooled label of dense shapes no Winograd algorithm accepts: conv.dense-gemm
 CONV_SIZE = ("m", "n", "k", "x", "kh", "kw", "stride", "groups", "cin")  # what a 'conv' kernel carries
 
 
@@ -66,6 +76,20 @@ def conv_pass_kernel(name: str, phase: str, part: str, batch, cin, cout, hw, ker
     return Kernel(name, "conv", phase, size, count, 2.0 * np.multiply(np.multiply(m, n), k), part, dtype)
 
 
+def winograd_eligible(kh, kw, stride) -> bool:
+    """True when one of cuDNN's Winograd algorithms accepts the filter: 3x3 or 5x5 at stride 1."""
+    return (int(kh), int(kw)) in WINOGRAD_FILTERS and int(stride) == 1
+
+
+def pooled_label(kh, kw, stride, groups, cin) -> str:
+    """The pooled class a convolution falls back to: its kind (``dense``, ``grouped``, ``depthwise``), or
+    ``dense-gemm`` for a dense shape no Winograd algorithm runs (see :func:`winograd_eligible`)."""
+    kind = conv_kind(groups, cin)
+    if kind == "dense" and not winograd_eligible(kh, kw, stride):
+        return f"{kind}-{GEMM_ONLY}"
+    return kind
+
+
 def _scalar(v) -> float:
     return float(np.ravel(np.asarray(v, dtype=float))[0])
 
@@ -89,9 +113,11 @@ def class_entry(profile, kern: Kernel):
     candidates = [f"{label}:{kern.dtype}:{kern.variant}"]
     candidates += [k for k in sorted(profile.compute) if k.startswith(label + ":") and k.endswith(":" + kern.variant)]
     if kern.cls == "conv":
-        kind = label.split("-")[0]
-        candidates.append(f"{kind}:{kern.dtype}:{kern.variant}")
-        candidates += [k for k in sorted(profile.compute) if k.startswith(kind + ":") and k.endswith(":" + kern.variant)]
+        s = kern.size
+        pooled = "conv." + pooled_label(*(_scalar(s[k]) for k in ("kh", "kw", "stride", "groups", "cin")))
+        candidates.append(f"{pooled}:{kern.dtype}:{kern.variant}")
+        candidates += [k for k in sorted(profile.compute)
+                       if k.startswith(pooled + ":") and k.endswith(":" + kern.variant)]
     for key in candidates:
         if key in profile.compute:
             return profile.compute[key], key

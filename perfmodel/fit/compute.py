@@ -235,7 +235,7 @@ class ComputeFitter:
 
     def _fit_cnn_class(self, cnn, key):
         entry = fit_class(cnn, key, self._reference(), folds=self.folds, seed=self.seed, source=self.source)
-        if entry is None and ((cnn.key == key) | (cnn.kind_key == key)).sum() >= MIN_POINTS:
+        if entry is None and ((cnn.key == key) | (cnn.kind_key == key) | (cnn.gemm_only_key == key)).sum() >= MIN_POINTS:
             # enough rows, but no GEMM or copy fit of this run to correct: say so in the report
             self._skipped[key] = "(skipped: no gemm/copy fit in this run; measure --ops gemm,copy with it)"
         return entry

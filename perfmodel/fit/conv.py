@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import PerfModelError
-from perfmodel.costs.cnn import CONV_PASSES, MEM_CLASSES, conv_label, conv_pass_kernel, reference_seconds
+from perfmodel.costs.cnn import CONV_PASSES, MEM_CLASSES, conv_label, conv_pass_kernel, pooled_label, reference_seconds
 from perfmodel.costs.conv import conv_output_size, gemm_part_seconds
 from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
@@ -32,6 +32,10 @@ from perfmodel.workload.ops import Kernel
 
 SHAPE = ["batch", "cin", "cout", "hw", "kernel", "stride"]
 MIN_POINTS = 4
+# The GEMM-only pool describes GEMM-shaped layers: a first layer's 3 image channels are not one (its implicit
+# GEMM's k is padded to 8 channels, right for NHWC tensor cores, 8/3 too many for NCHW fp32), so such rows
+# price only their own class
+GEMM_POOL_MIN_CHANNELS = 8
 
 
 def conv_rows(table: pd.DataFrame, variant: str) -> pd.DataFrame:
@@ -146,9 +150,10 @@ def _as_int(col: pd.Series, default: float) -> pd.Series:
 
 
 def class_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows the CNN classes are fitted on, each with its profile key (``key``) and kind-level key
-    (``kind_key``): convolution passes timed alone (phase fwd, dgrad or wgrad) and the bandwidth-bound
-    layers (phase fwd or bwd, 'bytes' = bytes moved)."""
+    """Rows the CNN classes are fitted on, each with its profile key (``key``), kind-level key
+    (``kind_key``) and, for a dense shape no Winograd algorithm runs, the pooled ``conv.dense-gemm``
+    key (``gemm_only_key``, else empty; :func:`perfmodel.costs.cnn.pooled_label`): convolution passes timed
+    alone (phase fwd, dgrad or wgrad) and the bandwidth-bound layers (phase fwd or bwd, 'bytes' = bytes moved)."""
     conv = table[(table.op == "conv2d") & table.phase.isin(CONV_PASSES)].copy()
     conv["groups"] = _as_int(conv["groups"], 1.0) if "groups" in conv else 1.0
     for col in SHAPE:
@@ -157,19 +162,26 @@ def class_rows(table: pd.DataFrame) -> pd.DataFrame:
     labels = [conv_label(k, k, s, g, c) for k, s, g, c in zip(conv.kernel, conv.stride, conv.groups, conv.cin)]
     conv["key"] = [f"conv.{lb}:{d}:{p}" for lb, d, p in zip(labels, conv.dtype, conv.phase)]
     conv["kind_key"] = [f"conv.{lb.split('-')[0]}:{d}:{p}" for lb, d, p in zip(labels, conv.dtype, conv.phase)]
+    pooled = [pooled_label(k, k, s, g, c) for k, s, g, c in zip(conv.kernel, conv.stride, conv.groups, conv.cin)]
+    conv["gemm_only_key"] = [f"conv.{pl}:{d}:{p}" if pl.endswith("-gemm") and c >= GEMM_POOL_MIN_CHANNELS else ""
+                             for pl, d, p, c in zip(pooled, conv.dtype, conv.phase, conv.cin)]
     mem = table[table.op.isin(MEM_CLASSES) & table.phase.isin(MEM_CLASS_PASSES)].copy()
     mem["bytes"] = pd.to_numeric(mem["bytes"], errors="coerce")
     mem = mem.dropna(subset=["bytes", "time_s"])
     mem["key"] = [f"{o}:{d}:{p}" for o, d, p in zip(mem.op, mem.dtype, mem.phase)]
     mem["kind_key"] = mem["key"]
+    mem["gemm_only_key"] = ""
     return pd.concat([conv, mem], ignore_index=True)
 
 
 def class_keys(rows: pd.DataFrame) -> list[str]:
-    """Every class key with enough rows: per class, then each convolution kind pooled."""
+    """Every class key with enough rows: per class, each convolution kind pooled, then the dense shapes
+    no Winograd algorithm runs, pooled."""
     counts = rows.groupby("key").size()
-    kinds = rows[rows.op == "conv2d"].groupby("kind_key").size()
-    return [k for k, n in counts.items() if n >= MIN_POINTS] + [k for k, n in kinds.items() if n >= MIN_POINTS]
+    conv = rows[rows.op == "conv2d"]
+    kinds = conv.groupby("kind_key").size()
+    gemm = conv[conv.gemm_only_key != ""].groupby("gemm_only_key").size()
+    return [k for group in (counts, kinds, gemm) for k, n in group.items() if n >= MIN_POINTS]
 
 
 def _row_kernel(rows: pd.DataFrame) -> Kernel:
@@ -189,7 +201,7 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
     ``reference`` is the Profile whose GEMM and copy-bandwidth fits price t_ref (the same GPU's);
     None when it lacks them. ``key`` is a class key or a kind-level key of :func:`class_keys`.
     """
-    sub = rows[(rows.key == key) | (rows.kind_key == key)]
+    sub = rows[(rows.key == key) | (rows.kind_key == key) | (rows.gemm_only_key == key)]
     if len(sub) < MIN_POINTS or reference is None:
         return None
     kern = _row_kernel(sub)

@@ -30,6 +30,9 @@ from perfmodel.workload.presets import preset
 TF_PS_CSV = Path(__file__).resolve().parent.parent / "data" / "published_tf_ps_runs.csv"
 COLUMNS = ("setting", "machine", "gpu", "nodes", "gpus_per_node", "gpus", "model", "batch", "variable_update",
            "ps_servers", "images_per_s", "source")
+# The page's model names -> the presets of what tf_cnn_benchmarks @9165a70 built (models/ of that hash): its
+# inception3 has no auxiliary head (inception_model.py); its ResNets and VGG16 are priced on the torchvision presets
+TF_MODELS = {"inception-v3": "inception-v3-tf"}
 # The instances' network: EC2 p2.8xlarge "10 Gigabit" (AWS instance-type table); GCE 2 Gb/s per vCPU
 MACHINE_NIC = {"p2.8xlarge": {"vcpus": 32, "nic": "10Gb/s"}, "n1-standard-32-k80x8": {"vcpus": 32, "provider": "gcp"}}
 
@@ -79,7 +82,7 @@ def predict_row(r: dict, profile=None) -> float:
     c = cluster(r["gpu"], nodes=nodes, gpus_per_node=gpn, nic=nic)
     s = Strategy(dp=gpus, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework="tensorflow",
                  ps_servers=int(r["ps_servers"]), ps_local_reduce=r["variable_update"] == "distributed_replicated")
-    return float(predict(preset(r["model"]), c, s, profile=profile).samples_per_second)
+    return float(predict(preset(TF_MODELS.get(r["model"], r["model"])), c, s, profile=profile).samples_per_second)
 
 
 def score(rows=None) -> list[TfPsRow]:

@@ -56,6 +56,12 @@ GRAPH_PRESETS = {
     "inception-v3": {"image": 299, "published_params": 27_161_264,
                      "source": f"Szegedy et al. 2016, Inception-v3 with auxiliary classifier (loss = main + 0.4 aux); "
                                f"{TV}.inception_v3, 27,161,264 parameters (23,834,568 without aux)"},
+    "inception-v3-tf": {"image": 299, "published_params": 23_834_568,
+                        "source": "Szegedy et al. 2016, Inception-v3 as TensorFlow's benchmarks ran it: tensorflow/benchmarks "
+                                  "@9165a70 scripts/tf_cnn_benchmarks/inception_model.py inception3 (no auxiliary "
+                                  "head, no dropout, max pooling in the last E block); 23,834,568 parameters "
+                                  f"({TV}.inception_v3 without aux; TF's batch norm, scale=False, has no gamma: "
+                                  "17,216 fewer)"},
     "vit-b-16": {"image": 224, "published_params": 86_567_656,
                  "source": f"Dosovitskiy et al. 2021, ViT-B/16; {TV}.vit_b_16, 86,567,656 parameters"},
     # CIFAR-10 models of tensor2tensor v1.9.0 (tools/cifar_models.py builds them)
