@@ -24,6 +24,8 @@ from perfmodel.parallel.strategy import interleaves
 from perfmodel.predict import default_profile
 
 chunks_module = importlib.import_module("perfmodel.explore.chunks")
+data_module = importlib.import_module("perfmodel.parallel.data")
+stacked_module = importlib.import_module("perfmodel.parallel.stacked")
 MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
 H100 = pm.cluster("dgx-h100", nodes=2)
 PROFILE = default_profile(H100)
@@ -202,3 +204,56 @@ def test_lazy_root_floors_price_and_prune_as_all_floors_computed(monkeypatch):
     assert {k: lazy.attrs[k] for k in ("evaluated", "feasible", "pruned", "rejected")} == \
         {k: eager.attrs[k] for k in ("evaluated", "feasible", "pruned", "rejected")}
     assert lazy.attrs["pruned"] > 0 and computed < exact.count(False) - computed  # fewer floors in full
+
+
+def _evaluated(c):
+    memo.clear_memos()
+    coll = chunks_module._collectives(H100, PROFILE)
+    return compose.evaluate(MODEL, H100, PROFILE, coll, c, precision="bf16-mixed", recompute="none",
+                            optimizer="adamw", placement="tp-pp-dp")
+
+
+@pytest.mark.parametrize("framework", ["megatron", "pytorch", "fsdp1"])
+def test_each_dp_overlap_slice_priced_with_its_own_window_is_the_where(grid, framework, monkeypatch):
+    g, c = grid
+    c = replace(c, framework=framework)
+    assert np.asarray(c.dp_overlap).shape[-1] == 2  # overlapped and not, along the last axis
+    real, windows = data_module.by_dp_overlap, []
+    monkeypatch.setattr(data_module, "by_dp_overlap", lambda cc, backward, price: real(
+        cc, backward, lambda c2, window: (windows.append(np.ndim(window)), price(c2, window))[1]))
+    split = _evaluated(c)
+    assert 0 in windows  # the non-overlapped slices were priced with the number 0.0
+    seen = []
+    def plain(cc, backward, price):
+        seen.append(np.shape(cc.dp_overlap))
+        return price(cc, np.where(cc.dp_overlap, backward, 0.0))
+    monkeypatch.setattr(data_module, "by_dp_overlap", plain)
+    where = _evaluated(c)
+    assert seen
+    for k in ("step_time", "dp_comm", "peak_memory"):
+        assert np.array_equal(g.flat(split[k]), g.flat(where[k])), k
+
+
+def test_distinct_collectives_of_broadcast_groups_equal_each_call():
+    coll = chunks_module._collectives(H100, PROFILE)
+    rpn = np.array([[1.0], [8.0], [4.0], [8.0]])
+    nodes = np.array([[4.0], [1.0], [2.0], [2.0]])
+    sizes = [np.array([[1e3, 2**20, 3e8]]), np.array([[5e9], [7.0], [1.0], [2**20]])]
+    for collective in ("all_reduce", "all_gather", "reduce_scatter"):
+        got = stacked_module.stacked_time(coll, collective, sizes, rpn, nodes)
+        for s, t in zip(sizes, got):
+            one = _hierarchical_time(coll, collective, *np.broadcast_arrays(s, rpn, nodes), "ring")
+            assert np.array_equal(np.broadcast_to(t, one.shape), one)
+
+
+def test_a_configuration_keeps_read_only_arrays_and_copies_writable_ones():
+    base = StepConfig.from_strategy(pm.Strategy(dp=4, tp=2, micro_batch=2, global_batch=64))
+    frozen = np.array([1.0, 2.0])
+    frozen.flags.writeable = False
+    writable = np.array([3.0, 4.0])
+    view = np.array([5.0, 6.0, 7.0])[:2]
+    view.flags.writeable = False  # a read-only view of writable memory: copied
+    c = replace(base, dp=frozen, tp=writable, pp=view)
+    assert c.dp is frozen and c.tp is not writable and c.pp is not view
+    writable[0], view.base[0] = 9.0, 9.0
+    assert c.tp[0] == 3.0 and c.pp[0] == 5.0 and not c.tp.flags.writeable
