@@ -206,34 +206,6 @@ def test_lazy_root_floors_price_and_prune_as_all_floors_computed(monkeypatch):
     assert lazy.attrs["pruned"] > 0 and computed < exact.count(False) - computed  # fewer floors in full
 
 
-def _evaluated(c):
-    memo.clear_memos()
-    coll = chunks_module._collectives(H100, PROFILE)
-    return compose.evaluate(MODEL, H100, PROFILE, coll, c, precision="bf16-mixed", recompute="none",
-                            optimizer="adamw", placement="tp-pp-dp")
-
-
-@pytest.mark.parametrize("framework", ["megatron", "pytorch", "fsdp1"])
-def test_each_dp_overlap_slice_priced_with_its_own_window_is_the_where(grid, framework, monkeypatch):
-    g, c = grid
-    c = replace(c, framework=framework)
-    assert np.asarray(c.dp_overlap).shape[-1] == 2  # overlapped and not, along the last axis
-    real, windows = data_module.by_dp_overlap, []
-    monkeypatch.setattr(data_module, "by_dp_overlap", lambda cc, backward, price: real(
-        cc, backward, lambda c2, window: (windows.append(np.ndim(window)), price(c2, window))[1]))
-    split = _evaluated(c)
-    assert 0 in windows  # the non-overlapped slices were priced with the number 0.0
-    seen = []
-    def plain(cc, backward, price):
-        seen.append(np.shape(cc.dp_overlap))
-        return price(cc, np.where(cc.dp_overlap, backward, 0.0))
-    monkeypatch.setattr(data_module, "by_dp_overlap", plain)
-    where = _evaluated(c)
-    assert seen
-    for k in ("step_time", "dp_comm", "peak_memory"):
-        assert np.array_equal(g.flat(split[k]), g.flat(where[k])), k
-
-
 def test_distinct_collectives_of_broadcast_groups_equal_each_call():
     coll = chunks_module._collectives(H100, PROFILE)
     rpn = np.array([[1.0], [8.0], [4.0], [8.0]])
@@ -257,3 +229,27 @@ def test_a_configuration_keeps_read_only_arrays_and_copies_writable_ones():
     assert c.dp is frozen and c.tp is not writable and c.pp is not view
     writable[0], view.base[0] = 9.0, 9.0
     assert c.tp[0] == 3.0 and c.pp[0] == 5.0 and not c.tp.flags.writeable
+
+
+
+def _evaluated(c):
+    memo.clear_memos()
+    coll = chunks_module._collectives(H100, PROFILE)
+    return compose.evaluate(MODEL, H100, PROFILE, coll, c, precision="bf16-mixed", recompute="none",
+                            optimizer="adamw", placement="tp-pp-dp")
+
+
+@pytest.mark.parametrize("framework", ["megatron", "pytorch", "fsdp1"])
+def test_terms_laid_out_rows_innermost_are_the_numbers_in_c_order(grid, framework, monkeypatch):
+    g, c = grid
+    c = replace(c, framework=framework)
+    assert np.asarray(c.dp_overlap).shape[-1] == 2  # the window varies along rows and the last axis
+    laid_out = []
+    real = data_module._rows_inner
+    monkeypatch.setattr(data_module, "_rows_inner", lambda a: (laid_out.append(real(a).flags.f_contiguous), real(a))[1])
+    rows_inner = _evaluated(c)
+    assert any(laid_out)
+    monkeypatch.setattr(data_module, "_rows_inner", lambda a: a)
+    c_order = _evaluated(c)
+    for k in ("step_time", "dp_comm", "peak_memory"):
+        assert np.array_equal(g.flat(rows_inner[k]), g.flat(c_order[k])), k

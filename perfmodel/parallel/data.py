@@ -332,6 +332,7 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     hybrid = np.asarray(c.hybrid, bool) & (dp_nodes > 1)
     overlap = np.asarray(c.dp_overlap, bool)
     hide = np.where(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
+    hidden = lambda s: _rows_inner(hide * s)  # noqa: E731 (the compute beside a unit's collectives)
     fwd = bwd = 0.0
     ag, rs = {}, {}
     fsdp = np.asarray(c.fsdp, bool)
@@ -350,8 +351,8 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
         if np.ndim(count) == 0 and count == 0:
             shapes.append(np.broadcast_shapes(*(np.shape(x) for x in (ag[name], rs[name], hide, f_s, b_s))))
             continue
-        fwd = fwd + count * overlapped_cost(ag[name], hide * f_s, slowdown)
-        bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hide * b_s, slowdown)
+        fwd = fwd + count * overlapped_cost(ag[name], hidden(f_s), slowdown)
+        bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hidden(b_s), slowdown)
     # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
     # without overlap they are already counted in full above
     first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
@@ -413,22 +414,19 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                    buckets: BucketCosts):
     """Exposed data-parallel seconds of one stage's group, before the drain slack."""
     p, t, nb = work.params, work.times, work.wire
+    window = _rows_inner(np.where(c.dp_overlap, backward, 0.0))  # compute the reduction can hide behind
+    forward = np.where(window > 0, t.on(st, "f"), 0.0)
     params = st.params(p, c.tp)
     units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),
              "embed": (np.where(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
              "head": (np.where(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
     slow = work.overlap_slowdown
-
-    def sharded(c, window):  # window: the compute the reduction can hide behind
-        forward = np.where(window > 0, t.on(st, "f"), 0.0) if np.ndim(window) or window else 0.0
-        return by_sharding(c, (lambda cc: ddp_exposed(coll, lay, cc, params, window, nb, buckets, slowdown=slow),
-                               lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, nb.param, slow,
-                                                      forward_s=forward, index=st.index),
-                               lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow)
-                               + fsdp2_copy_passes(buckets.copy_s, params, cc)),
-                           (window, forward))
-
-    shard = by_dp_overlap(c, backward, sharded)
+    shard = by_sharding(c, (lambda cc: ddp_exposed(coll, lay, cc, params, window, nb, buckets, slowdown=slow),
+                            lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, nb.param, slow,
+                                                   forward_s=forward, index=st.index),
+                            lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow)
+                            + fsdp2_copy_passes(buckets.copy_s, params, cc)),
+                        (window, forward))
     if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
         shape = np.broadcast_shapes(*(np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward,
                                                             *links.values())))
@@ -436,6 +434,14 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     else:
         out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
+
+
+def _rows_inner(a):
+    """``a`` laid out with its first axis innermost in memory (Fortran order) when it varies along several
+    axes: a search grid's rows are its one long axis (its others hold 2-6 choices each), and numpy's
+    elementwise loops follow their operands' layout, so the terms that combine it with arrays broadcast
+    along the short axes run over the rows instead of over two or three cells. The same numbers."""
+    return np.asfortranarray(a) if np.ndim(a) > 1 and sum(n > 1 for n in np.shape(a)) > 1 else a
 
 
 def by_sharding(c: StepConfig, branches, others=()):
@@ -455,7 +461,8 @@ def by_sharding(c: StepConfig, branches, others=()):
     if len(axes) != 1 or np.any(np.diff(z.reshape(-1)) < 0):
         return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
     a, n = axes[0], z.shape[axes[0]]
-    along = _along(c, z.ndim, a, n)
+    along = [f.name for f in fields(c) if isinstance(getattr(c, f.name), np.ndarray)
+             and getattr(c, f.name).ndim == z.ndim and getattr(c, f.name).shape[a] == n]
     if any(np.ndim(x) == z.ndim and np.shape(x)[a] > 1 for x in others):
         return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
     cuts = [0, int(np.searchsorted(z.reshape(-1), 1)), int(np.searchsorted(z.reshape(-1), 3)), n]
@@ -464,47 +471,14 @@ def by_sharding(c: StepConfig, branches, others=()):
         if hi > lo:
             index = (slice(None),) * a + (slice(lo, hi),)
             parts.append((index, np.asarray(price(replace(c, **{f: getattr(c, f)[index] for f in along})))))
-    return _assembled(parts, z.ndim, a, n)
-
-
-def _along(c: StepConfig, ndim: int, a: int, n: int) -> list[str]:
-    """The fields of ``c`` that are arrays of ``ndim`` dimensions with ``n`` entries along axis ``a``."""
-    return [f.name for f in fields(c) if isinstance(getattr(c, f.name), np.ndarray)
-            and getattr(c, f.name).ndim == ndim and getattr(c, f.name).shape[a] == n]
-
-
-def _assembled(parts, ndim: int, a: int, n: int) -> np.ndarray:
-    """One array of ``n`` entries along axis ``a`` from (index along ``a``, values there) ``parts``, the
-    other axes as wide as the widest part (each part broadcast into its slice)."""
-    padded = [(1,) * (ndim - r.ndim) + r.shape for _, r in parts]
+    padded = [(1,) * (z.ndim - r.ndim) + r.shape for _, r in parts]
     shape = list(np.broadcast_shapes(*(tuple(1 if i == a else m for i, m in enumerate(p)) for p in padded),
-                                     (1,) * ndim))
+                                     (1,) * z.ndim))
     shape[a] = n
     out = np.empty(shape)
     for index, r in parts:
         out[index] = r
     return out
-
-
-def by_dp_overlap(c: StepConfig, backward, price):
-    """``price(c, np.where(c.dp_overlap, backward, 0.0))``; where ``c.dp_overlap`` varies along one axis
-    of a search grid and ``backward`` does not, each slice of that axis priced with its own window:
-    ``backward``, or the number 0.0 where the reduction does not overlap, so the terms that read the
-    window keep the other terms' smaller shape there. The same operations on the same numbers per
-    configuration (a broadcast number is the array of it), on fewer cells."""
-    o = np.asarray(c.dp_overlap)
-    axes = [i for i, n in enumerate(o.shape) if n > 1]
-    if len(axes) != 1 or np.ndim(backward) > o.ndim or (
-            np.ndim(backward) == o.ndim and np.shape(backward)[axes[0]] > 1):
-        return price(c, np.where(c.dp_overlap, backward, 0.0))
-    a, n = axes[0], o.shape[axes[0]]
-    along, on = _along(c, o.ndim, a, n), o.reshape(-1)
-    parts = []
-    for i in range(n):
-        index = (slice(None),) * a + (slice(i, i + 1),)
-        window = np.where(True, backward, 0.0) if on[i] else 0.0
-        parts.append((index, np.asarray(price(replace(c, **{f: getattr(c, f)[index] for f in along}), window))))
-    return _assembled(parts, o.ndim, a, n)
 
 
 def dp_comm_time(coll, lay, c: StepConfig, work: DataParallelWork, links, buckets: BucketCosts | None = None,
