@@ -31,14 +31,16 @@ def stacked_time(coll, collective, sizes, rpn, nodes, algorithm="ring"):
     if not any(np.ndim(x) for x in (*sizes, rpn, nodes)):  # one group (a single prediction): as before
         return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
     shapes = [np.broadcast_shapes(np.shape(s), np.shape(rpn), np.shape(nodes)) for s in sizes]
-    *sizes, rpn, nodes = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)))
-    if rpn.ndim == 0 or not rpn.size:
+    given = [np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)]
+    if not np.broadcast_shapes(*(x.shape for x in given)) or not all(x.size for x in given):
+        *sizes, rpn, nodes = np.broadcast_arrays(*given)
         return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
-    stacked = np.stack(sizes)
-    key = (collective, algorithm, stacked.shape, stacked.tobytes(), rpn.tobytes(), nodes.tobytes())
+    # keyed by the arrays as given (their shapes and bytes determine the result), not their broadcast copies
+    key = (collective, algorithm, tuple((x.shape, x.tobytes()) for x in given))
     hit = _STACKED_MEMO.get(coll, key)
     if hit is None:
-        hit = _distinct_time(coll, collective, stacked, _least(rpn), _least(nodes), algorithm)
+        *sizes, rpn, nodes = np.broadcast_arrays(*given)
+        hit = _distinct_time(coll, collective, np.stack(sizes), _least(rpn), _least(nodes), algorithm)
         hit.flags.writeable = False
         _STACKED_MEMO.put(coll, key, hit)
     return [_unbroadcast(t, shape) for t, shape in zip(hit, shapes)]
