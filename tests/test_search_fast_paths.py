@@ -14,7 +14,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel import step as compose
-from perfmodel.core import memo
+from perfmodel.core import layout, memo
 from perfmodel.explore.space import enumerate_space, tp_pp_pairs
 from perfmodel.costs.comm import _hierarchical_time
 from perfmodel.forms.compute import _fastest_tile_one, _fastest_tile_terms, _tile_terms, gemm_tiles_gpu
@@ -245,11 +245,19 @@ def test_terms_laid_out_rows_innermost_are_the_numbers_in_c_order(grid, framewor
     c = replace(c, framework=framework)
     assert np.asarray(c.dp_overlap).shape[-1] == 2  # the window varies along rows and the last axis
     laid_out = []
-    real = data_module._rows_inner
-    monkeypatch.setattr(data_module, "_rows_inner", lambda a: (laid_out.append(real(a).flags.f_contiguous), real(a))[1])
+    real = data_module.rows_inner
+    monkeypatch.setattr(data_module, "rows_inner", lambda a: (laid_out.append(real(a).flags.f_contiguous), real(a))[1])
     rows_inner = _evaluated(c)
     assert any(laid_out)
-    monkeypatch.setattr(data_module, "_rows_inner", lambda a: a)
+    monkeypatch.setattr(data_module, "rows_inner", lambda a: a)
     c_order = _evaluated(c)
     for k in ("step_time", "dp_comm", "peak_memory"):
         assert np.array_equal(g.flat(rows_inner[k]), g.flat(c_order[k])), k
+
+
+def test_rows_inner_changes_the_memory_order_only():
+    a = np.arange(24.0).reshape(4, 1, 3, 2)
+    f = layout.rows_inner(a)
+    assert f.flags.f_contiguous and np.array_equal(f, a) and f.reshape(-1).tolist() == a.reshape(-1).tolist()
+    one = np.arange(4.0).reshape(4, 1, 1)
+    assert layout.rows_inner(one) is one and layout.rows_inner(2.5) == 2.5

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
+from perfmodel.core.layout import rows_inner
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.stacked import stacked_time
@@ -332,7 +333,7 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     hybrid = np.asarray(c.hybrid, bool) & (dp_nodes > 1)
     overlap = np.asarray(c.dp_overlap, bool)
     hide = np.where(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
-    hidden = lambda s: _rows_inner(hide * s)  # noqa: E731 (the compute beside a unit's collectives)
+    hidden = lambda s: rows_inner(hide * s)  # noqa: E731 (the compute beside a unit's collectives)
     fwd = bwd = 0.0
     ag, rs = {}, {}
     fsdp = np.asarray(c.fsdp, bool)
@@ -414,7 +415,7 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                    buckets: BucketCosts):
     """Exposed data-parallel seconds of one stage's group, before the drain slack."""
     p, t, nb = work.params, work.times, work.wire
-    window = _rows_inner(np.where(c.dp_overlap, backward, 0.0))  # compute the reduction can hide behind
+    window = rows_inner(np.where(c.dp_overlap, backward, 0.0))  # compute the reduction can hide behind
     forward = np.where(window > 0, t.on(st, "f"), 0.0)
     params = st.params(p, c.tp)
     units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),
@@ -434,14 +435,6 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     else:
         out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
-
-
-def _rows_inner(a):
-    """``a`` laid out with its first axis innermost in memory (Fortran order) when it varies along several
-    axes: a search grid's rows are its one long axis (its others hold 2-6 choices each), and numpy's
-    elementwise loops follow their operands' layout, so the terms that combine it with arrays broadcast
-    along the short axes run over the rows instead of over two or three cells. The same numbers."""
-    return np.asfortranarray(a) if np.ndim(a) > 1 and sum(n > 1 for n in np.shape(a)) > 1 else a
 
 
 def by_sharding(c: StepConfig, branches, others=()):
