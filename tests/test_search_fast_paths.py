@@ -14,7 +14,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel import step as compose
-from perfmodel.core import memo
+from perfmodel.core import layout, memo
 from perfmodel.explore.space import enumerate_space, tp_pp_pairs
 from perfmodel.costs.comm import _hierarchical_time
 from perfmodel.forms.compute import _fastest_tile_one, _fastest_tile_terms, _tile_terms, gemm_tiles_gpu
@@ -24,6 +24,8 @@ from perfmodel.parallel.strategy import interleaves
 from perfmodel.predict import default_profile
 
 chunks_module = importlib.import_module("perfmodel.explore.chunks")
+data_module = importlib.import_module("perfmodel.parallel.data")
+stacked_module = importlib.import_module("perfmodel.parallel.stacked")
 MODEL = pm.transformer(layers=4, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
 H100 = pm.cluster("dgx-h100", nodes=2)
 PROFILE = default_profile(H100)
@@ -202,3 +204,60 @@ def test_lazy_root_floors_price_and_prune_as_all_floors_computed(monkeypatch):
     assert {k: lazy.attrs[k] for k in ("evaluated", "feasible", "pruned", "rejected")} == \
         {k: eager.attrs[k] for k in ("evaluated", "feasible", "pruned", "rejected")}
     assert lazy.attrs["pruned"] > 0 and computed < exact.count(False) - computed  # fewer floors in full
+
+
+def test_distinct_collectives_of_broadcast_groups_equal_each_call():
+    coll = chunks_module._collectives(H100, PROFILE)
+    rpn = np.array([[1.0], [8.0], [4.0], [8.0]])
+    nodes = np.array([[4.0], [1.0], [2.0], [2.0]])
+    sizes = [np.array([[1e3, 2**20, 3e8]]), np.array([[5e9], [7.0], [1.0], [2**20]])]
+    for collective in ("all_reduce", "all_gather", "reduce_scatter"):
+        got = stacked_module.stacked_time(coll, collective, sizes, rpn, nodes)
+        for s, t in zip(sizes, got):
+            one = _hierarchical_time(coll, collective, *np.broadcast_arrays(s, rpn, nodes), "ring")
+            assert np.array_equal(np.broadcast_to(t, one.shape), one)
+
+
+def test_a_configuration_keeps_read_only_arrays_and_copies_writable_ones():
+    base = StepConfig.from_strategy(pm.Strategy(dp=4, tp=2, micro_batch=2, global_batch=64))
+    frozen = np.array([1.0, 2.0])
+    frozen.flags.writeable = False
+    writable = np.array([3.0, 4.0])
+    view = np.array([5.0, 6.0, 7.0])[:2]
+    view.flags.writeable = False  # a read-only view of writable memory: copied
+    c = replace(base, dp=frozen, tp=writable, pp=view)
+    assert c.dp is frozen and c.tp is not writable and c.pp is not view
+    writable[0], view.base[0] = 9.0, 9.0
+    assert c.tp[0] == 3.0 and c.pp[0] == 5.0 and not c.tp.flags.writeable
+
+
+
+def _evaluated(c):
+    memo.clear_memos()
+    coll = chunks_module._collectives(H100, PROFILE)
+    return compose.evaluate(MODEL, H100, PROFILE, coll, c, precision="bf16-mixed", recompute="none",
+                            optimizer="adamw", placement="tp-pp-dp")
+
+
+@pytest.mark.parametrize("framework", ["megatron", "pytorch", "fsdp1"])
+def test_terms_laid_out_rows_innermost_are_the_numbers_in_c_order(grid, framework, monkeypatch):
+    g, c = grid
+    c = replace(c, framework=framework)
+    assert np.asarray(c.dp_overlap).shape[-1] == 2  # the window varies along rows and the last axis
+    laid_out = []
+    real = data_module.rows_inner
+    monkeypatch.setattr(data_module, "rows_inner", lambda a: (laid_out.append(real(a).flags.f_contiguous), real(a))[1])
+    rows_inner = _evaluated(c)
+    assert any(laid_out)
+    monkeypatch.setattr(data_module, "rows_inner", lambda a: a)
+    c_order = _evaluated(c)
+    for k in ("step_time", "dp_comm", "peak_memory"):
+        assert np.array_equal(g.flat(rows_inner[k]), g.flat(c_order[k])), k
+
+
+def test_rows_inner_changes_the_memory_order_only():
+    a = np.arange(24.0).reshape(4, 1, 3, 2)
+    f = layout.rows_inner(a)
+    assert f.flags.f_contiguous and np.array_equal(f, a) and f.reshape(-1).tolist() == a.reshape(-1).tolist()
+    one = np.arange(4.0).reshape(4, 1, 1)
+    assert layout.rows_inner(one) is one and layout.rows_inner(2.5) == 2.5

@@ -66,7 +66,11 @@ SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile"
 
 def _frozen(value, dtype):
     """``value`` as a read-only array of ``dtype`` (a 0-d one as its numpy scalar); a sympy symbol
-    (``perfmodel.analysis.symbolic`` leaves dp, micro_batch or micro_batches free) unchanged."""
+    (``perfmodel.analysis.symbolic`` leaves dp, micro_batch or micro_batches free) unchanged. An array
+    already read-only of ``dtype``, over read-only memory (a field of another configuration, or a slice
+    of one), is kept as it is: nothing can change it, so a copy would hold the same numbers."""
+    if type(value) is np.ndarray and value.ndim and value.dtype == dtype and _read_only(value):
+        return value
     if is_symbolic(value):
         return value
     arr = np.array(value, dtype=dtype)
@@ -74,6 +78,15 @@ def _frozen(value, dtype):
         return arr[()]
     arr.flags.writeable = False
     return arr
+
+
+def _read_only(arr: np.ndarray) -> bool:
+    """Whether ``arr`` and every array it views are read-only."""
+    while isinstance(arr, np.ndarray):
+        if arr.flags.writeable:
+            return False
+        arr = arr.base
+    return True
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
+from perfmodel.core.layout import rows_inner
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.stacked import stacked_time
@@ -334,6 +335,7 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     hybrid = np.asarray(c.hybrid, bool) & (dp_nodes > 1)
     overlap = np.asarray(c.dp_overlap, bool)
     hide = np.where(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
+    hidden = lambda s: rows_inner(hide * s)  # noqa: E731 (the compute beside a unit's collectives)
     fwd = bwd = 0.0
     ag, rs = {}, {}
     fsdp = np.asarray(c.fsdp, bool)
@@ -352,8 +354,8 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
         if np.ndim(count) == 0 and count == 0:
             shapes.append(np.broadcast_shapes(*(np.shape(x) for x in (ag[name], rs[name], hide, f_s, b_s))))
             continue
-        fwd = fwd + count * overlapped_cost(ag[name], hide * f_s, slowdown)
-        bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hide * b_s, slowdown)
+        fwd = fwd + count * overlapped_cost(ag[name], hidden(f_s), slowdown)
+        bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hidden(b_s), slowdown)
     # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
     # without overlap they are already counted in full above
     first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
@@ -415,7 +417,7 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                    buckets: BucketCosts):
     """Exposed data-parallel seconds of one stage's group, before the drain slack."""
     p, t, nb = work.params, work.times, work.wire
-    window = np.where(c.dp_overlap, backward, 0.0)  # compute the reduction can hide behind
+    window = rows_inner(np.where(c.dp_overlap, backward, 0.0))  # compute the reduction can hide behind
     forward = np.where(window > 0, t.on(st, "f"), 0.0)
     params = st.params(p, c.tp)
     units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),

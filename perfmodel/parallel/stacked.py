@@ -31,15 +31,16 @@ def stacked_time(coll, collective, sizes, rpn, nodes, algorithm="ring"):
     if not any(np.ndim(x) for x in (*sizes, rpn, nodes)):  # one group (a single prediction): as before
         return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
     shapes = [np.broadcast_shapes(np.shape(s), np.shape(rpn), np.shape(nodes)) for s in sizes]
-    *sizes, rpn, nodes = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)))
-    if rpn.ndim == 0 or not rpn.size:
+    given = [np.asarray(x, dtype=float) for x in (*sizes, rpn, nodes)]
+    if not np.broadcast_shapes(*(x.shape for x in given)) or not all(x.size for x in given):
+        *sizes, rpn, nodes = np.broadcast_arrays(*given)
         return [hierarchical_time(coll, collective, s, rpn, nodes, algorithm=algorithm) for s in sizes]
-    stacked = np.stack(sizes)
-    key = (collective, algorithm, stacked.shape, stacked.tobytes(), rpn.tobytes(), nodes.tobytes())
+    # keyed by the arrays as given (their shapes and bytes determine the result), not their broadcast copies
+    key = (collective, algorithm, tuple((x.shape, x.tobytes()) for x in given))
     hit = _STACKED_MEMO.get(coll, key)
     if hit is None:
-        hit = _distinct_time(coll, collective, stacked, np.broadcast_to(rpn, stacked.shape),
-                             np.broadcast_to(nodes, stacked.shape), algorithm)
+        *sizes, rpn, nodes = np.broadcast_arrays(*given)
+        hit = _distinct_time(coll, collective, np.stack(sizes), _least(rpn), _least(nodes), algorithm)
         hit.flags.writeable = False
         _STACKED_MEMO.put(coll, key, hit)
     return [_unbroadcast(t, shape) for t, shape in zip(hit, shapes)]
@@ -51,15 +52,21 @@ def _unbroadcast(t, shape):
     return t[(0,) * lead + tuple(slice(None) if n == m else slice(0, 1) for n, m in zip(shape, t.shape[lead:]))]
 
 
+def _least(a: np.ndarray) -> np.ndarray:
+    """``a`` (a broadcast view) as the smallest array that broadcasts back to it: its repeated axes cut to 1."""
+    return a[tuple(slice(0, 1) if step == 0 else slice(None) for step in a.strides)]
+
+
 def _distinct_time(coll, collective, size, rpn, nodes, algorithm):
-    """``hierarchical_time`` of equal-shaped float arrays, priced on their distinct triples."""
-    codes = np.zeros(size.size, dtype=np.int64)
+    """``hierarchical_time`` of float arrays that broadcast to ``size``'s shape, priced on their distinct
+    triples. The group's columns are ranked on their own (smaller) shapes, the ranks broadcast."""
+    codes = np.zeros(size.shape, dtype=np.int64)
     for column in (size, rpn, nodes):  # one integer per distinct triple, from each column's ranks
         values, rank = np.unique(column.reshape(-1), return_inverse=True)
-        codes = codes * values.size + rank.reshape(-1)
-    distinct, inverse = np.unique(codes, return_inverse=True)
+        codes = codes * values.size + rank.reshape(column.shape)
+    distinct, inverse = np.unique(codes.reshape(-1), return_inverse=True)
     first = np.empty(distinct.size, dtype=np.intp)
     first[inverse.reshape(-1)] = np.arange(size.size)  # one element of each distinct triple
-    t = hierarchical_time(coll, collective, size.reshape(-1)[first], rpn.reshape(-1)[first],
-                          nodes.reshape(-1)[first], algorithm=algorithm)
+    full = [np.broadcast_to(x, size.shape).reshape(-1) for x in (size, rpn, nodes)]
+    t = hierarchical_time(coll, collective, *(x[first] for x in full), algorithm=algorithm)
     return np.asarray(t, dtype=float)[inverse.reshape(-1)].reshape(size.shape)
