@@ -75,7 +75,7 @@ def test_committed_cpu_set_predicted_within_its_documented_error():
     from perfmodel.validate.interference import check
 
     folder = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / "cpu-interference-2026-12-01"
-    table = load_interference("cpu")
+    table = load_interference("cpu-busy")  # fitted on that folder's own kernel rows
     wall, wall_err = check(folder, table, "wall")
     cpu, cpu_err = check(folder, table, "cpu")
     assert len(wall) == len(cpu) == 18 and wall["mix"].nunique() == 8
@@ -135,7 +135,7 @@ def test_wall_error_split_into_cpu_time_and_core_share_parts():
     from perfmodel.validate.interference import share_parts
 
     folder = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / "cpu-interference-2026-12-01"
-    parts = share_parts(folder, load_interference("cpu"))
+    parts = share_parts(folder, load_interference("cpu-busy"))
     assert len(parts) == 18 and (parts["share_alone"] > parts["share_together"]).all()
     for side in ("alone", "together"):
         assert np.median(np.abs(np.log(parts[f"model_{side}"] / parts[f"share_{side}"]))) < 0.08

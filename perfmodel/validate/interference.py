@@ -85,6 +85,8 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     per_job["error"] = per_job["predicted"] / per_job[COLUMN[metric]] - 1.0
     # the simplest rule to beat: each job k times slower among k (wall), not slower at all (CPU time)
     per_job["baseline"] = per_job["mix"].str.count(r"\+") + 1.0 if metric == "wall" else 1.0
+    # and on a host of SLOTS cores with no one else: k jobs share them, each max(1, k / cores) slower
+    per_job["cores_rule"] = np.maximum(1.0, per_job["baseline"] / SLOTS) if metric == "wall" else 1.0
     return per_job, float(np.median(np.abs(per_job["error"])))
 
 
@@ -174,10 +176,15 @@ def main(argv=None) -> int:
     for metric in ("wall", "cpu"):
         rows, err = check(args.folder, fit.table, metric)
         print(rows.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-        base = float(np.median(np.abs(rows["baseline"] / rows[COLUMN[metric]] - 1.0)))
+        base, cores = (float(np.median(np.abs(rows[c] / rows[COLUMN[metric]] - 1.0))) for c in ("baseline", "cores_rule"))
         print(f"{metric}: median |error| of predicted slowdowns over {len(rows)} jobs in "
-              f"{rows['mix'].nunique()} mixes: {err:.1%} (baseline {BASELINE[metric]}: {base:.1%})")
+              f"{rows['mix'].nunique()} mixes: {err:.1%} (baseline {BASELINE[metric]}: {base:.1%}"
+              + (f"; each max(1, k / {SLOTS}) slower: {cores:.1%})" if metric == "wall" else ")"))
         print(f"{metric} per mix:", ", ".join(f"{k} {v:.1%}" for k, v in per_mix(rows).items()))
+    for name in ("kernels.csv", "train.csv"):  # what the choice of a set rests on (docs/contention.md)
+        if (Path(args.folder) / name).is_file():
+            clean = cleanliness(read_rows(Path(args.folder) / name))
+            print(f"cleanliness of {name}:", ", ".join(f"{k} {v:.3g}" for k, v in clean.items()))
     parts = share_parts(args.folder, fit.table)
     print("wall slowdown = CPU-time part x core-share part (measured CPU share per side against host_slots):")
     print(parts.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
