@@ -10,6 +10,9 @@ Run::
     # odd cycles in reverse order (each alone, then together) so a drift of the load cancels
     python -m calibration.interference train --out interference/train.csv --cycles 5 \
         --max-other-sessions 1 --attempts 4 --alternate
+    # only some mixes (here the kernel triples)
+    python -m calibration.interference kernels --out interference/triples.csv --cycles 8 \
+        --mixes compute+compute+compute memory+memory+memory launch+launch+launch
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
 oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
@@ -295,6 +298,8 @@ def main(argv=None) -> int:
     p.add_argument("--attempts", type=int, default=1, help="runs of a mix to gather --cycles clean cycles")
     p.add_argument("--alternate", action="store_true",
                    help="odd cycles run their phases in reverse order (each alone, then together): ABBA")
+    p.add_argument("--mixes", nargs="+", default=None,
+                   help="only these mixes, each as its jobs joined by '+' (e.g. compute+compute+compute)")
     p.add_argument("--kind", default=None)
     p.add_argument("--what", default="kernel", choices=["kernel", "train"])
     p.add_argument("--slot", type=int, default=0)
@@ -309,8 +314,13 @@ def main(argv=None) -> int:
         return 0
     if not args.out:
         p.error("--out is required")
+    known = KERNEL_MIXES if args.command == "kernels" else TRAIN_MIXES
+    mixes = known if args.mixes is None else [tuple(m.split("+")) for m in args.mixes]
+    unknown = [m for m in mixes if m not in known]
+    if unknown:
+        p.error(f"unknown mixes {['+'.join(m) for m in unknown]} (valid: {', '.join('+'.join(m) for m in known)})")
     if args.command == "kernels":
-        rows = measure(KERNEL_MIXES, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
+        rows = measure(mixes, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
                        alternate=args.alternate)
     else:
@@ -318,7 +328,7 @@ def main(argv=None) -> int:
         jobs.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_text(json.dumps({k: {**v, "precision": "fp32", "threads": 1} for k, v in TRAIN_JOBS.items()},
                                    indent=1) + "\n")
-        rows = measure(TRAIN_MIXES, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
+        rows = measure(mixes, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
                        alternate=args.alternate)
     write(args.out, rows, COLUMNS)
