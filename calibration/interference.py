@@ -116,7 +116,8 @@ def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles:
     cycle from it: iterate in phase 0 and in its own solo phase,
     sleep in the others' solo phases. Per (cycle, phase) it reports wall and CPU seconds and the
     count of the iterations that started ``guard_s`` after the phase began and ended inside it
-    (a process going to sleep finishes its iteration first: the guard keeps that overlap out)."""
+    (a process going to sleep finishes its iteration first: the guard keeps that overlap out),
+    each iteration timed from the end of the last one in its phase."""
     import torch
 
     torch.set_num_threads(1)
@@ -128,17 +129,27 @@ def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles:
         start_at = float(sys.stdin.readline())
     end = start_at + cycles * (n_jobs + 1) * phase_s
     sums: dict = {}
+    mark = None  # (cycle, phase), wall and CPU clocks at the end of the last iteration
     while (now := time.time()) < end:
         if now < start_at:
             time.sleep(min(start_at - now, 0.01))
             continue
         cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs, alternate)
         if phase not in (0, slot + 1):
+            mark = None
             time.sleep(min(phase_s - into, 0.01))
             continue
-        t0, c0 = time.perf_counter(), time.process_time()
+        # chained: an iteration is timed from the end of the one before it in the same phase, so a
+        # wait for a core between two iterations counts (reading the CPU clock runs the scheduler's
+        # update_curr, which can end the slice there: Linux kernel/sched/core.c task_sched_runtime,
+        # kernel/sched/fair.c update_curr -> update_deadline; timed alone, such a wait fell
+        # outside both clocks of every short iteration)
+        t0, c0 = mark[1:] if mark and mark[0] == (cycle, phase) else (time.perf_counter(), time.process_time())
         fn()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        t1 = time.perf_counter()
+        c1 = time.process_time()
+        mark = ((cycle, phase), t1, c1)
+        wall, cpu = t1 - t0, c1 - c0
         if into >= guard_s and into + wall <= phase_s:
             acc = sums.setdefault((cycle, phase), [0.0, 0.0, 0])
             acc[0], acc[1], acc[2] = acc[0] + wall, acc[1] + cpu, acc[2] + 1
