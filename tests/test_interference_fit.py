@@ -223,11 +223,13 @@ def test_quiet_training_set_is_cleaner_by_its_documented_measures():
     assert quiet["share_model_error"] < 0.03 < first["share_model_error"]
 
 
-def test_a_folder_without_kernel_rows_needs_a_kernel_set():
+def test_a_folder_without_kernel_rows_needs_a_kernel_set(tmp_path):
+    import shutil
     from pathlib import Path
 
     from perfmodel.validate.interference import fit_table
 
     folder = Path(__file__).resolve().parents[1] / "perfmodel" / "data" / QUIET_TRAIN
+    shutil.copy(folder / "train.csv", tmp_path / "train.csv")
     with pytest.raises(InvalidInputError, match="holds no kernels.csv.*--kernels PATH"):
-        fit_table(folder)
+        fit_table(tmp_path)
