@@ -25,7 +25,9 @@ scans /proc ``SCANS`` times a phase for the other sessions with runnable work an
 processes (``sessions_*``, ``tasks_*``); ``--max-other-sessions`` drops the cycles that saw more
 and runs the mix again until ``--cycles`` clean ones are kept (``--attempts`` runs at most). Mean
 iteration times, not medians: an iteration shorter than the scheduler's slice is rarely
-preempted, and only the mean sees the time spent waiting for a core. Cycles are the repeats.
+preempted, and only the mean sees the time spent waiting for a core; each iteration is timed from
+the end of the one before it (``worker``), so a wait that begins between two iterations counts.
+Cycles are the repeats.
 """
 
 from __future__ import annotations
