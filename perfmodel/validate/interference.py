@@ -3,6 +3,9 @@
 Run (from a checkout)::
 
     python -m perfmodel.validate.interference perfmodel/data/cpu-interference-2026-12-01
+    # the set timed chained, its table's class coefficients from the quiet kernel pairs
+    python -m perfmodel.validate.interference perfmodel/data/cpu-interference-2026-12-02-chained \
+        --kernels perfmodel/data/cpu-interference-2026-12-01-quiet/kernels.csv
 
 The interference table is fitted on the CPU times of the folder's kernel-class runs
 (``kernels.csv``) only; it is checked on the training runs (``train.csv``), in CPU time and in wall
