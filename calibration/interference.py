@@ -10,6 +10,9 @@ Run::
     # odd cycles in reverse order (each alone, then together) so a drift of the load cancels
     python -m calibration.interference train --out interference/train.csv --cycles 5 \
         --max-other-sessions 1 --attempts 4 --alternate
+    # only some mixes (here the kernel triples)
+    python -m calibration.interference kernels --out interference/triples.csv --cycles 8 \
+        --mixes compute+compute+compute memory+memory+memory launch+launch+launch
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
 oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
@@ -22,7 +25,9 @@ scans /proc ``SCANS`` times a phase for the other sessions with runnable work an
 processes (``sessions_*``, ``tasks_*``); ``--max-other-sessions`` drops the cycles that saw more
 and runs the mix again until ``--cycles`` clean ones are kept (``--attempts`` runs at most). Mean
 iteration times, not medians: an iteration shorter than the scheduler's slice is rarely
-preempted, and only the mean sees the time spent waiting for a core. Cycles are the repeats.
+preempted, and only the mean sees the time spent waiting for a core; each iteration is timed from
+the end of the one before it (``worker``), so a wait that begins between two iterations counts.
+Cycles are the repeats.
 """
 
 from __future__ import annotations
@@ -113,7 +118,8 @@ def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles:
     cycle from it: iterate in phase 0 and in its own solo phase,
     sleep in the others' solo phases. Per (cycle, phase) it reports wall and CPU seconds and the
     count of the iterations that started ``guard_s`` after the phase began and ended inside it
-    (a process going to sleep finishes its iteration first: the guard keeps that overlap out)."""
+    (a process going to sleep finishes its iteration first: the guard keeps that overlap out),
+    each iteration timed from the end of the last one in its phase."""
     import torch
 
     torch.set_num_threads(1)
@@ -125,17 +131,27 @@ def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles:
         start_at = float(sys.stdin.readline())
     end = start_at + cycles * (n_jobs + 1) * phase_s
     sums: dict = {}
+    mark = None  # (cycle, phase), wall and CPU clocks at the end of the last iteration
     while (now := time.time()) < end:
         if now < start_at:
             time.sleep(min(start_at - now, 0.01))
             continue
         cycle, phase, into = phase_of(now, start_at, phase_s, n_jobs, alternate)
         if phase not in (0, slot + 1):
+            mark = None
             time.sleep(min(phase_s - into, 0.01))
             continue
-        t0, c0 = time.perf_counter(), time.process_time()
+        # chained: an iteration is timed from the end of the one before it in the same phase, so a
+        # wait for a core between two iterations counts (reading the CPU clock runs the scheduler's
+        # update_curr, which can end the slice there: Linux kernel/sched/core.c task_sched_runtime,
+        # kernel/sched/fair.c update_curr -> update_deadline; timed alone, such a wait fell
+        # outside both clocks of every short iteration)
+        t0, c0 = mark[1:] if mark and mark[0] == (cycle, phase) else (time.perf_counter(), time.process_time())
         fn()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        t1 = time.perf_counter()
+        c1 = time.process_time()
+        mark = ((cycle, phase), t1, c1)
+        wall, cpu = t1 - t0, c1 - c0
         if into >= guard_s and into + wall <= phase_s:
             acc = sums.setdefault((cycle, phase), [0.0, 0.0, 0])
             acc[0], acc[1], acc[2] = acc[0] + wall, acc[1] + cpu, acc[2] + 1
@@ -295,6 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--attempts", type=int, default=1, help="runs of a mix to gather --cycles clean cycles")
     p.add_argument("--alternate", action="store_true",
                    help="odd cycles run their phases in reverse order (each alone, then together): ABBA")
+    p.add_argument("--mixes", nargs="+", default=None,
+                   help="only these mixes, each as its jobs joined by '+' (e.g. compute+compute+compute)")
     p.add_argument("--kind", default=None)
     p.add_argument("--what", default="kernel", choices=["kernel", "train"])
     p.add_argument("--slot", type=int, default=0)
@@ -309,8 +327,13 @@ def main(argv=None) -> int:
         return 0
     if not args.out:
         p.error("--out is required")
+    known = KERNEL_MIXES if args.command == "kernels" else TRAIN_MIXES
+    mixes = known if args.mixes is None else [tuple(m.split("+")) for m in args.mixes]
+    unknown = [m for m in mixes if m not in known]
+    if unknown:
+        p.error(f"unknown mixes {['+'.join(m) for m in unknown]} (valid: {', '.join('+'.join(m) for m in known)})")
     if args.command == "kernels":
-        rows = measure(KERNEL_MIXES, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
+        rows = measure(mixes, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
                        alternate=args.alternate)
     else:
@@ -318,7 +341,7 @@ def main(argv=None) -> int:
         jobs.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_text(json.dumps({k: {**v, "precision": "fp32", "threads": 1} for k, v in TRAIN_JOBS.items()},
                                    indent=1) + "\n")
-        rows = measure(TRAIN_MIXES, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
+        rows = measure(mixes, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
                        alternate=args.alternate)
     write(args.out, rows, COLUMNS)

@@ -52,3 +52,23 @@ def test_loaded_cycles_are_dropped_and_the_mix_run_again(monkeypatch):
     assert [(r["repeat"], r["slot"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert max(max(r["sessions_alone"], r["sessions_together"]) for r in rows) <= 1
     assert sum("dropped 1 cycles" in line for line in log) == 2
+
+
+def test_a_wait_at_the_cpu_clock_read_counts_in_the_iteration_after_it(monkeypatch):
+    # the scheduler can end a slice at a CPU-clock read (update_curr): here every read waits 2 ms.
+    # Chained timing counts those waits, so a phase's timed iterations cover it; timed one by one,
+    # the read after each iteration fell outside it and half the phase went unseen
+    import time
+
+    clock = time.process_time
+
+    def slow_clock():
+        time.sleep(0.002)
+        return clock()
+
+    monkeypatch.setattr(interference, "_kernel", lambda kind: (lambda: None))
+    monkeypatch.setattr(interference.time, "process_time", slow_clock)
+    rows = interference.worker("compute", "kernel", time.time() + 0.05, 0.3, 1, 0, 1, 0.05)
+    assert [r["phase"] for r in rows] == [0, 1]
+    for r in rows:
+        assert r["n"] > 20 and r["wall_s"] >= 0.8 * (0.3 - 0.05)

@@ -163,7 +163,7 @@ def test_bad_jobs_and_tables():
         pm.predict_shared(["gpt2-small"], "h100", slots=0)
     with pytest.raises(ProfileError, match="'a\\|b' with a, b in compute, memory, launch"):
         table_from_dict({"coefficients": {"gemm|copy": 1.0}})
-    with pytest.raises(UnknownNameError, match="interference table.*cpu, gpu-default"):
+    with pytest.raises(UnknownNameError, match="interference table.*cpu, cpu-busy, gpu-default"):
         load_interference("nope")
 
 

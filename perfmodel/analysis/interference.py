@@ -26,7 +26,10 @@ from perfmodel.hardware.common import FrozenMap
 CLASSES = ("compute", "memory", "launch")
 OTHER = "other"  # other users' work beside a job: the second half of a key only
 DATA = Path(__file__).resolve().parent / "data"
-BUNDLED = {"gpu-default": DATA / "interference-gpu-default.json", "cpu": DATA / "interference-cpu.json"}
+# "cpu": fitted on the nearly idle host's kernel rows; "cpu-busy": on those taken among 5-8 other
+# users' sessions (docs/contention.md says why the idle set is the default)
+BUNDLED = {"gpu-default": DATA / "interference-gpu-default.json", "cpu": DATA / "interference-cpu.json",
+           "cpu-busy": DATA / "interference-cpu-busy.json"}
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def table_from_dict(data: dict, origin: str = "interference table") -> Interfere
 
 
 def load_interference(name_or_path=None) -> InterferenceTable:
-    """A bundled table (``"gpu-default"``, ``"cpu"``), a JSON file, or a table itself; None: the GPU default."""
+    """A bundled table (``"gpu-default"``, ``"cpu"``, ``"cpu-busy"``), a JSON file, or a table itself; None: the GPU default."""
     if isinstance(name_or_path, InterferenceTable):
         return name_or_path
     if name_or_path is None:

@@ -3,6 +3,9 @@
 Run (from a checkout)::
 
     python -m perfmodel.validate.interference perfmodel/data/cpu-interference-2026-12-01
+    # the set timed chained, its table's class coefficients from the quiet kernel pairs
+    python -m perfmodel.validate.interference perfmodel/data/cpu-interference-2026-12-02-chained \
+        --kernels perfmodel/data/cpu-interference-2026-12-01-quiet/kernels.csv
 
 The interference table is fitted on the CPU times of the folder's kernel-class runs
 (``kernels.csv``) only; it is checked on the training runs (``train.csv``), in CPU time and in wall
@@ -72,7 +75,7 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     folder = Path(folder)
     if not (folder / "train.csv").is_file():
         raise InvalidInputError(f"{folder} holds no train.csv (measure it with python -m calibration.interference train)")
-    table = table or fit_interference(folder / "kernels.csv", slots=SLOTS, metric="cpu").table
+    table = table or fit_table(folder, cv=False).table
     seconds = job_seconds(folder)
     rows = read_rows(folder / "train.csv")
     balance = float(table.meta.get("balance", 0.0))  # fitted with the table, on the kernel rows' CPU shares
@@ -85,6 +88,8 @@ def check(folder, table=None, metric: str = "wall") -> tuple[pd.DataFrame, float
     per_job["error"] = per_job["predicted"] / per_job[COLUMN[metric]] - 1.0
     # the simplest rule to beat: each job k times slower among k (wall), not slower at all (CPU time)
     per_job["baseline"] = per_job["mix"].str.count(r"\+") + 1.0 if metric == "wall" else 1.0
+    # and on a host of SLOTS cores with no one else: k jobs share them, each max(1, k / cores) slower
+    per_job["cores_rule"] = np.maximum(1.0, per_job["baseline"] / SLOTS) if metric == "wall" else 1.0
     return per_job, float(np.median(np.abs(per_job["error"])))
 
 
@@ -92,10 +97,14 @@ def fit_table(folder, kernels=None, cv: bool = True, others: bool = False):
     """The interference fit of ``folder/kernels.csv``; ``kernels``: fit the class coefficients on
     those kernel rows instead (a cleaner set taken on the same host) and keep the load balance of
     the folder's own kernel rows: the balance belongs to the other users' load while the folder was
-    measured (docs/contention.md), the coefficients to the host."""
+    measured (docs/contention.md), the coefficients to the host. A folder without kernel rows of
+    its own (its kernel run kept no cycle) keeps the balance of ``kernels``."""
     own = Path(folder) / "kernels.csv"
+    if kernels is None and not own.is_file():
+        raise InvalidInputError(f"{folder} holds no kernels.csv: give the kernel rows of the same host to fit the "
+                                "table on (--kernels PATH)")
     fit = fit_interference(kernels or own, slots=SLOTS, metric="cpu", cv=cv, others=others)
-    if kernels is None:
+    if kernels is None or not own.is_file():  # no kernel rows of its own: the kernel set's balance stands
         return fit
     balance, error = fit_balance(read_rows(own), float(SLOTS))
     meta = {**fit.table.meta, "balance": balance, "balance_share_error": error if np.isfinite(error) else None,
@@ -106,6 +115,27 @@ def fit_table(folder, kernels=None, cv: bool = True, others: bool = False):
 def per_mix(rows: pd.DataFrame) -> dict:
     """Median |error| of each mix's jobs."""
     return rows.groupby("mix")["error"].apply(lambda e: float(np.median(np.abs(e)))).to_dict()
+
+
+def cleanliness(rows: pd.DataFrame) -> dict:
+    """How far a measured set (kernel or training rows) was disturbed by other users' work: the
+    other sessions with runnable work per phase (median, 90th percentile), cycles kept per mix
+    (fewest, most), iterations per measured phase (median), how well the core-share model
+    (``host_slots``, its balance fitted on these rows) describes their CPU shares (median |log
+    error|), and each job's spread over cycles of its wall and CPU-time slowdowns (median over jobs
+    of the median |log(x / median)|). The measures a set is chosen by, not its score."""
+    sessions = np.r_[rows["sessions_alone"], rows["sessions_together"]].astype(float)
+    cycles = rows.groupby("mix")["repeat"].nunique()
+    jobs = rows.groupby(["mix", "slot"])
+
+    def spread(column):
+        return float(jobs[column].apply(lambda x: np.median(np.abs(np.log(x / np.median(x))))).median())
+
+    return {"sessions_median": float(np.median(sessions)), "sessions_p90": float(np.percentile(sessions, 90)),
+            "cycles_min": int(cycles.min()), "cycles_max": int(cycles.max()),
+            "iterations_median": float(rows["iterations"].median()),
+            "share_model_error": fit_balance(rows, float(SLOTS))[1],
+            "wall_spread": spread("slowdown"), "cpu_spread": spread("cpu_slowdown")}
 
 
 def share_parts(folder, table) -> pd.DataFrame:
@@ -149,10 +179,15 @@ def main(argv=None) -> int:
     for metric in ("wall", "cpu"):
         rows, err = check(args.folder, fit.table, metric)
         print(rows.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-        base = float(np.median(np.abs(rows["baseline"] / rows[COLUMN[metric]] - 1.0)))
+        base, cores = (float(np.median(np.abs(rows[c] / rows[COLUMN[metric]] - 1.0))) for c in ("baseline", "cores_rule"))
         print(f"{metric}: median |error| of predicted slowdowns over {len(rows)} jobs in "
-              f"{rows['mix'].nunique()} mixes: {err:.1%} (baseline {BASELINE[metric]}: {base:.1%})")
+              f"{rows['mix'].nunique()} mixes: {err:.1%} (baseline {BASELINE[metric]}: {base:.1%}"
+              + (f"; each max(1, k / {SLOTS}) slower: {cores:.1%})" if metric == "wall" else ")"))
         print(f"{metric} per mix:", ", ".join(f"{k} {v:.1%}" for k, v in per_mix(rows).items()))
+    for name in ("kernels.csv", "train.csv"):  # what the choice of a set rests on (docs/contention.md)
+        if (Path(args.folder) / name).is_file():
+            clean = cleanliness(read_rows(Path(args.folder) / name))
+            print(f"cleanliness of {name}:", ", ".join(f"{k} {v:.3g}" for k, v in clean.items()))
     parts = share_parts(args.folder, fit.table)
     print("wall slowdown = CPU-time part x core-share part (measured CPU share per side against host_slots):")
     print(parts.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
