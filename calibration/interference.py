@@ -13,6 +13,12 @@ Run::
     # only some mixes (here the kernel triples)
     python -m calibration.interference kernels --out interference/triples.csv --cycles 8 \
         --mixes compute+compute+compute memory+memory+memory launch+launch+launch
+    # on a GPU: the same mixes as processes (time-sliced by the driver), then as CUDA streams of one
+    # process (concurrent, as under MPS); calibration/single_gpu_interference.sh runs both
+    python -m calibration.interference kernels --device cuda --out interference/kernels-processes.csv \
+        --phase 0.5 --cycles 4
+    python -m calibration.interference kernels --streams --out interference/kernels-streams.csv \
+        --phase 0.5 --cycles 4
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
 oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
@@ -43,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from calibration import gpu_interference
+
 KERNEL_KINDS = ("compute", "memory", "launch")
 KERNEL_MIXES = (("compute",), ("memory",), ("launch",), ("compute", "compute"), ("compute", "memory"),
                 ("compute", "launch"), ("memory", "memory"), ("memory", "launch"), ("launch", "launch"),
@@ -59,7 +67,7 @@ TRAIN_MIXES = (("gemm", "gemm"), ("gemm", "wide-vocab"), ("gemm", "tiny"), ("wid
                ("gemm", "wide-vocab", "tiny"))
 COLUMNS = ("mix", "job", "slot", "repeat", "wall_alone_s", "wall_together_s", "cpu_alone_s", "cpu_together_s",
            "slowdown", "cpu_slowdown", "other_alone", "other_together", "sessions_alone", "sessions_together",
-           "tasks_alone", "tasks_together", "iterations")
+           "tasks_alone", "tasks_together", "iterations", "device", "harness")
 SCANS = 4  # scans of /proc per phase for the other sessions (about 6 ms of CPU each)
 
 
@@ -113,17 +121,21 @@ def phase_of(t: float, start_at: float, phase_s: float, n_jobs: int, alternate: 
 
 
 def worker(kind: str, what: str, start_at: float | None, phase_s: float, cycles: int, slot: int, n_jobs: int,
-           guard_s: float, alternate: bool = False) -> list[dict]:
+           guard_s: float, alternate: bool = False, device: str = "cpu") -> list[dict]:
     """Warm up, say "ready" and (``start_at`` None) read the start time from stdin, then follow the
     cycle from it: iterate in phase 0 and in its own solo phase,
     sleep in the others' solo phases. Per (cycle, phase) it reports wall and CPU seconds and the
     count of the iterations that started ``guard_s`` after the phase began and ended inside it
     (a process going to sleep finishes its iteration first: the guard keeps that overlap out),
-    each iteration timed from the end of the last one in its phase."""
+    each iteration timed from the end of the last one in its phase (``device`` "cuda": the GPU's
+    kernel classes, training steps stay on the CPU)."""
     import torch
 
     torch.set_num_threads(1)
-    fn = _kernel(kind) if what == "kernel" else _train_step(kind)
+    if what != "kernel":
+        fn = _train_step(kind)
+    else:  # on a GPU its own sizes, each iteration synchronised (calibration.gpu_interference)
+        fn = _kernel(kind) if device == "cpu" else gpu_interference.cuda_kernel(kind)
     for _ in range(3):
         fn()
     if start_at is None:  # the parent starts the clock once every process of the mix is warm
@@ -205,14 +217,15 @@ def runnable_threads(start_at: float, phase_s: float, cycles: int, n_jobs: int, 
 
 
 def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float,
-            alternate: bool = False) -> list[dict]:
+            alternate: bool = False, device: str = "cpu") -> list[dict]:
     """One process per entry of ``kinds`` through the cycles (started ``setup_s`` after the last one
     reports ready; ``alternate``: odd cycles in the reverse order, ``phase_of``); one row per (job, cycle)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     n = len(kinds)
     procs = [subprocess.Popen([sys.executable, "-m", "calibration.interference", "worker", "--kind", k,
                                "--what", what, "--phase", str(phase_s), "--cycles", str(cycles), "--slot", str(i),
-                               "--jobs", str(n), "--guard", str(guard_s)] + ["--alternate"] * alternate, env=env, stdin=subprocess.PIPE,
+                               "--jobs", str(n), "--guard", str(guard_s)] + ["--alternate"] * alternate
+                              + ["--device", device] * (device != "cpu"), env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, k in enumerate(kinds)]
     for p in procs:
@@ -223,6 +236,7 @@ def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, gu
         p.stdin.write(f"{start_at!r}\n")
         p.stdin.flush()
     running = runnable_threads(start_at, phase_s, cycles, n, alternate=alternate)
+    label = gpu_interference.device_name() if device == "cuda" else device
     rows = []
     for slot, (k, p) in enumerate(zip(kinds, procs)):
         stdout, stderr = p.communicate(timeout=setup_s + cycles * (n + 1) * phase_s + 300)
@@ -246,7 +260,7 @@ def run_mix(kinds, what: str, *, phase_s: float, cycles: int, setup_s: float, gu
                          "sessions_together": round(running.get((c, 0), (0, 0.0, 0.0))[1], 3),
                          "tasks_alone": round(running.get((c, slot + 1), (0, 0.0, 0.0))[2], 3),
                          "tasks_together": round(running.get((c, 0), (0, 0.0, 0.0))[2], 3),
-                         "iterations": both["n"]})
+                         "iterations": both["n"], "device": label, "harness": "processes"})
     return rows
 
 
@@ -259,18 +273,22 @@ def loaded_cycles(rows: list[dict], max_sessions: float | None) -> set:
 
 
 def measure(mixes, what: str, *, phase_s: float, cycles: int, setup_s: float, guard_s: float,
-            max_sessions: float | None = None, attempts: int = 1, alternate: bool = False, log=print) -> list[dict]:
+            max_sessions: float | None = None, attempts: int = 1, alternate: bool = False, log=print,
+            device: str = "cpu", streams: bool = False) -> list[dict]:
     """Every mix of two or more jobs through ``cycles`` cycles; rows per job and cycle. With
     ``max_sessions``, cycles whose phases saw more other sessions are dropped and the mix run again
-    (up to ``attempts`` runs) until ``cycles`` clean cycles are kept; repeats number the kept ones."""
+    (up to ``attempts`` runs) until ``cycles`` clean cycles are kept; repeats number the kept ones.
+    ``device`` "cuda": the GPU's kernel classes; ``streams``: each mix in one process, one CUDA
+    stream per class (``calibration.gpu_interference.measure_streams``) instead of processes."""
     rows = []
     for mix in mixes:
         if len(mix) < 2:
             continue
         kept: list = []
         for attempt in range(attempts):
-            got = run_mix(mix, what, phase_s=phase_s, cycles=cycles, setup_s=setup_s, guard_s=guard_s,
-                          alternate=alternate)
+            got = (_stream_rows(mix, phase_s, cycles, guard_s, alternate) if streams else
+                   run_mix(mix, what, phase_s=phase_s, cycles=cycles, setup_s=setup_s, guard_s=guard_s,
+                           alternate=alternate, device=device))
             drop = loaded_cycles(got, max_sessions)
             clean = sorted({r["repeat"] for r in got} - drop)[:cycles - len({r["repeat"] for r in kept})]
             base = len({r["repeat"] for r in kept})
@@ -287,6 +305,13 @@ def measure(mixes, what: str, *, phase_s: float, cycles: int, setup_s: float, gu
             cpu = float(np.median([r["cpu_slowdown"] for r in mine])) if mine else float("nan")
             log(f"{'+'.join(mix)}: {k} x{med:.3f} wall, x{cpu:.3f} cpu over {len(mine)} cycles")
     return rows
+
+
+def _stream_rows(mix, phase_s: float, cycles: int, guard_s: float, alternate: bool) -> list[dict]:
+    name = gpu_interference.device_name()
+    return [{**r, "device": name, "harness": "streams"}
+            for r in gpu_interference.measure_streams(mix, phase_s=phase_s, cycles=cycles, guard_s=guard_s,
+                                                      alternate=alternate)]
 
 
 def write(path, rows, columns) -> None:
@@ -317,13 +342,25 @@ def main(argv=None) -> int:
     p.add_argument("--what", default="kernel", choices=["kernel", "train"])
     p.add_argument("--slot", type=int, default=0)
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the kernel classes run (cuda: bf16 8192^3 GEMM, 1 GiB copy, tiny-kernel storm)")
+    p.add_argument("--streams", action="store_true",
+                   help="kernels on a GPU: each mix in one process, one CUDA stream per class (implies --device cuda)")
     args = p.parse_args(argv)
+    device = "cuda" if args.streams else args.device
+    if device == "cuda" and args.command != "worker":
+        if args.command == "train":
+            p.error("--device cuda / --streams apply to 'kernels' only")
+        try:
+            gpu_interference.require_cuda()
+        except RuntimeError as e:
+            p.exit(2, f"{p.prog}: {e}\n")
     train = args.command == "train" or (args.command == "worker" and args.what == "train")
     phase = args.phase or (2.0 if train else 1.0)
     guard = args.guard if args.guard is not None else (0.4 if train else 0.15)
     if args.command == "worker":
         print(json.dumps(worker(args.kind, args.what, None, phase, args.cycles, args.slot, args.jobs, guard,
-                                args.alternate)))
+                                args.alternate, device)))
         return 0
     if not args.out:
         p.error("--out is required")
@@ -335,7 +372,7 @@ def main(argv=None) -> int:
     if args.command == "kernels":
         rows = measure(mixes, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
-                       alternate=args.alternate)
+                       alternate=args.alternate, device=device, streams=args.streams)
     else:
         jobs = Path(args.out).with_name("jobs.json")  # the jobs' models and micro-batches, for predicting them
         jobs.parent.mkdir(parents=True, exist_ok=True)
