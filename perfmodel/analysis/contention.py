@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from perfmodel.analysis import mig as migs
-from perfmodel.analysis.interference import CLASSES, load_interference
+from perfmodel.analysis.interference import CLASSES, gpu_interference, load_interference
 from perfmodel.analysis.load import job_load
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.checks import check_choice
@@ -145,7 +145,9 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     one MIG profile name for every job or a list, one per job (default: the equal split that holds them).
     ``slots``: jobs' worth the device runs at once (default: 1 time-sliced, all under MPS; on a CPU
     host, its cores over the threads per job; a session sharing a Linux host with others gets
-    cores / (1 + other active sessions) under autogroup scheduling: ``perfmodel.fit.interference.host_slots``). ``interference``: a table, its JSON or a bundled name.
+    cores / (1 + other active sessions) under autogroup scheduling: ``perfmodel.fit.interference.host_slots``). ``interference``: a table, its JSON or a bundled name
+    (default: on a CPU host "cpu"; on a GPU its measured table for ``mode`` where one is bundled,
+    ``perfmodel.fit.gpu_interference``, else "gpu-default"; the result's ``interference`` names it).
     ``background_load``: other always-ready work sharing the device (runnable threads on a CPU host),
     in jobs' worth; the slowdowns are then against each job alone with that same load (it also slows
     a job it runs beside by the table's ``a|other``).
@@ -168,7 +170,9 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     if on_cpu and mode == "mps":
         raise UnsupportedError("mode='mps' shares a GPU between processes; on a CPU host processes share cores: "
                                "use mode='time-slice'")
-    table = load_interference(interference if interference is not None else ("cpu" if on_cpu else None))
+    if interference is None:  # a CPU host's own table; a GPU's measured one for this mode, else the bound
+        interference = "cpu" if on_cpu else gpu_interference(cluster.gpu.name, mode)
+    table = load_interference(interference)
     loads = [job_load(j, cluster, prof, launch_on_device=on_cpu) for j in jobs]
     cores = max((os.cpu_count() or 1) // cluster.gpu.sm_count, 1) if on_cpu else None  # one job per core's worth
     if slots is None:

@@ -83,6 +83,23 @@ def table_from_dict(data: dict, origin: str = "interference table") -> Interfere
                              int(data.get("n_points", 0)), str(data.get("source", "")), FrozenMap(data.get("meta", {})))
 
 
+GPU_MODES = ("time-slice", "mps")  # the sharing modes a measured GPU table is keyed by
+
+
+def gpu_table_path(gpu: str, mode: str, folder=None) -> Path:
+    """Where a GPU's measured table for ``mode`` is bundled (``perfmodel.fit.gpu_interference`` writes it)."""
+    if mode not in GPU_MODES:
+        raise unknown_name("GPU sharing mode", mode, GPU_MODES)
+    return Path(DATA if folder is None else folder) / f"interference-gpu-{gpu}-{mode}.json"
+
+
+def gpu_interference(gpu: str, mode: str, folder=None):
+    """The measured table of GPU ``gpu`` (its catalogue name) under ``mode``, or "gpu-default"
+    (the resource bound) where that GPU and mode were never measured."""
+    path = gpu_table_path(gpu, mode, folder)
+    return load_interference(path) if path.is_file() else "gpu-default"
+
+
 def load_interference(name_or_path=None) -> InterferenceTable:
     """A bundled table (``"gpu-default"``, ``"cpu"``, ``"cpu-busy"``), a JSON file, or a table itself; None: the GPU default."""
     if isinstance(name_or_path, InterferenceTable):
