@@ -24,6 +24,7 @@ import numpy as np
 GEMM_N = 8192              # bf16 GEMM side: 2 * 8192^3 = 1.1 TFLOP, 64 x 32 tiles of 128 x 256 fill 132 SMs
 COPY_BYTES = 2**30         # 1 GiB: 20x an H100/H200's 50 MiB L2
 STORM = 50                 # tiny kernels per launch-storm iteration
+SIZING = 10                # iterations timed alone to size a phase's enqueued work
 
 
 def require_cuda():
@@ -127,18 +128,18 @@ def measure_streams(mix, *, phase_s: float, cycles: int, guard_s: float, alterna
     streams = [torch.cuda.Stream() for _ in mix]
     steps = [cuda_kernel(k, sync=False, stream=s) for k, s in zip(mix, streams)]
     solo = []
-    for step in steps:  # warm up, then one iteration's seconds alone, to size the phases
+    for step, stream in zip(steps, streams):  # warm up, then one iteration's seconds alone, to size the phases
         for _ in range(3):
             step()
         torch.cuda.synchronize()
         t0 = torch.cuda.Event(enable_timing=True)
         t1 = torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for _ in range(5):
+        t0.record(stream)
+        for _ in range(SIZING):
             step()
-        t1.record()
+        t1.record(stream)
         torch.cuda.synchronize()
-        solo.append(max(t0.elapsed_time(t1) / 5e3, 1e-6))
+        solo.append(max(t0.elapsed_time(t1) / (1e3 * SIZING), 1e-6))
     rows = []
     for c in range(cycles):
         order = ["all"] + list(range(len(mix)))

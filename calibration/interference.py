@@ -14,7 +14,7 @@ Run::
     python -m calibration.interference kernels --out interference/triples.csv --cycles 8 \
         --mixes compute+compute+compute memory+memory+memory launch+launch+launch
     # on a GPU: the same mixes as processes (time-sliced by the driver), then as CUDA streams of one
-    # process (concurrent, as under MPS); calibration/single_gpu_interference.sh runs both
+    # process (concurrent, as under MPS); calibration/single_gpu_interference.sh runs both and fits them
     python -m calibration.interference kernels --device cuda --out interference/kernels-processes.csv \
         --phase 0.5 --cycles 4
     python -m calibration.interference kernels --streams --out interference/kernels-streams.csv \

@@ -3,6 +3,8 @@
 #
 #   bash calibration/single_gpu.sh OUT_DIR [BUDGET_S]
 #
+# Interference of co-located kernels: calibration/single_gpu_interference.sh (about 4 minutes).
+#
 # Writes OUT_DIR/compute/{compute.csv,metadata.json} (the full single-GPU compute grid, stopped
 # cleanly after BUDGET_S seconds, default 290), OUT_DIR/validate/measured.csv (the GPU runs of
 # `perfmodel validate`, predicted with the bundled profile) and OUT_DIR/log.txt. Then, on any

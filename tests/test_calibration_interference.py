@@ -72,3 +72,40 @@ def test_a_wait_at_the_cpu_clock_read_counts_in_the_iteration_after_it(monkeypat
     assert [r["phase"] for r in rows] == [0, 1]
     for r in rows:
         assert r["n"] > 20 and r["wall_s"] >= 0.8 * (0.3 - 0.05)
+
+
+def test_streams_are_enqueued_so_their_fronts_advance_together():
+    from calibration import gpu_interference as gi
+
+    # 1 ms and 0.25 ms iterations, 2 ms of each: the one whose enqueued work ends earliest goes next
+    assert gi.interleave([1e-3, 0.25e-3], 2e-3) == [0, 1, 1, 1, 1, 0, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match="must be > 0"):
+        gi.interleave([0.0], 1.0)
+
+
+def test_stream_iterations_count_only_where_every_stream_had_work():
+    from calibration import gpu_interference as gi
+
+    # stream 0 ends iterations at 1, 2, 3, 4 s; stream 1 at 1.5, 3 s: the window ends at 3 s.
+    # guard 0.5 s drops stream 0's first iteration (starts at 0) and stream 1's first too
+    got = gi.window_means([[1.0, 2.0, 3.0, 4.0], [1.5, 3.0]], 0.5)
+    assert got == [(pytest.approx(1.0), 2), (pytest.approx(1.5), 1)]
+    assert gi.window_means([[1.0], []], 0.0) == [(pytest.approx(float("nan"), nan_ok=True), 0), (
+        pytest.approx(float("nan"), nan_ok=True), 0)]
+    rows = gi.stream_rows(("compute", "memory"), 3, {0: (2e-3, 10), 1: (1e-3, 0)}, {0: (1e-3, 20), 1: (1e-3, 5)})
+    assert len(rows) == 1 and rows[0]["slowdown"] == pytest.approx(2.0) and rows[0]["repeat"] == 3
+    assert set(rows[0]) | {"device", "harness"} == set(interference.COLUMNS)
+
+
+def test_the_cuda_harness_says_clearly_when_no_gpu_is_there(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the message for its absence cannot be seen here")
+    with pytest.raises(SystemExit) as e:
+        interference.main(["kernels", "--streams", "--out", "unused.csv"])
+    assert e.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+    from calibration import gpu_interference as gi
+
+    with pytest.raises(RuntimeError, match="use --device cpu"):
+        gi.cuda_kernel("compute")
