@@ -83,3 +83,14 @@ def test_folder_fit_bundles_a_table_per_mode_and_predict_shared_uses_it(tmp_path
     assert all(2.0 < j.slowdown <= 2.2 + 1e-9 for j in sliced.jobs)
     # another GPU was never measured: the bound prices it, and says so
     assert pm.predict_shared([job, job], "h100", mode="mps").interference == "gpu-default"
+
+
+def test_a_mode_cut_short_is_reported_and_the_other_still_fitted(tmp_path, capsys):
+    _rows({"compute+compute": (1.8, 1.8)}, "streams", repeats=1).to_csv(tmp_path / "kernels-streams.csv", index=False)
+    _rows(SLICE_SLOWDOWNS, "processes").to_csv(tmp_path / "kernels-processes.csv", index=False)
+    fits = gfit.fit_folder([tmp_path], "H200", cv=False)
+    assert "cannot fit the mps table" in fits["mps"]
+    assert fits["time-slice"].table.switch_fraction == pytest.approx(0.1, abs=1e-4)
+    with pytest.raises(SystemExit, match="2"):
+        gfit.main([str(tmp_path / "none.csv"), "--gpu", "H200"])
+    assert "none.csv" in capsys.readouterr().err

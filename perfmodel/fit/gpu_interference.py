@@ -31,7 +31,7 @@ import pandas as pd
 
 from perfmodel.analysis.contention import solve_sharing
 from perfmodel.analysis.interference import CLASSES, GPU_MODES, InterferenceTable, gpu_table_path
-from perfmodel.core.errors import InvalidInputError
+from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.core.lazy import scipy_optimize
 from perfmodel.fit.interference import MAX_COEFFICIENT, MAX_SWITCH, read_rows
 from perfmodel.hardware import as_cluster
@@ -134,7 +134,8 @@ def fit_gpu_interference(rows, gpu: str, mode: str, *, cv: bool = True, source: 
 
 def fit_folder(paths, gpu: str, *, cv: bool = True) -> dict:
     """{mode: fit} of every CSV under ``paths`` (files or folders), rows split by their ``harness``
-    column (absent: "processes")."""
+    column (absent: "processes"); a mode whose rows cannot fit its table maps to the reason (a
+    str), so a run cut short still bundles the other mode."""
     files = [f for p in map(Path, paths) for f in (sorted(p.glob("*.csv")) if p.is_dir() else [p])]
     if not files:
         raise InvalidInputError(f"no CSV files in {', '.join(map(str, paths))}")
@@ -147,9 +148,15 @@ def fit_folder(paths, gpu: str, *, cv: bool = True) -> dict:
     unknown = sorted(set(rows["harness"].astype(str)) - set(HARNESS_MODE))
     if unknown:
         raise InvalidInputError(f"'harness' values {unknown} unknown (valid: {', '.join(HARNESS_MODE)})")
-    return {HARNESS_MODE[h]: fit_gpu_interference(part, gpu, HARNESS_MODE[h], cv=cv,
-                                                  source=f"fitted to {', '.join(f.name for f in files)}")
-            for h, part in rows.groupby("harness")}
+    as_cluster(gpu)  # an unknown GPU is refused for every mode at once
+    fits: dict = {}
+    for h, part in rows.groupby("harness"):
+        try:
+            fits[HARNESS_MODE[h]] = fit_gpu_interference(part, gpu, HARNESS_MODE[h], cv=cv,
+                                                         source=f"fitted to {', '.join(f.name for f in files)}")
+        except InvalidInputError as e:
+            fits[HARNESS_MODE[h]] = str(e)
+    return fits
 
 
 def report(fit: GpuInterferenceFit) -> str:
@@ -168,14 +175,21 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="bundle each table where predict_shared reads it")
     p.add_argument("--out", default=None, help="folder to write the tables to instead of the bundled data")
     args = p.parse_args(argv)
-    for mode, fit in fit_folder(args.paths, args.gpu).items():
+    try:
+        fits = fit_folder(args.paths, args.gpu)
+    except (PerfModelError, OSError) as e:
+        p.exit(2, f"{p.prog}: {e}\n")
+    for mode, fit in fits.items():
+        if isinstance(fit, str):
+            print(f"{mode}: not fitted: {fit}")
+            continue
         print(report(fit))
         if args.write or args.out:
             path = gpu_table_path(fit.table.meta["gpu"], mode, args.out)
             path.parent.mkdir(parents=True, exist_ok=True)
             fit.table.save(path)
             print(f"  -> {path}")
-    return 0
+    return 0 if any(not isinstance(f, str) for f in fits.values()) else 1
 
 
 if __name__ == "__main__":
