@@ -170,9 +170,7 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     if on_cpu and mode == "mps":
         raise UnsupportedError("mode='mps' shares a GPU between processes; on a CPU host processes share cores: "
                                "use mode='time-slice'")
-    if interference is None:  # a CPU host's own table; a GPU's measured one for this mode, else the bound
-        interference = "cpu" if on_cpu else gpu_interference(cluster.gpu.name, mode)
-    table = load_interference(interference)
+    table = _shared_table(interference, on_cpu, cluster.gpu.name, mode)
     loads = [job_load(j, cluster, prof, launch_on_device=on_cpu) for j in jobs]
     cores = max((os.cpu_count() or 1) // cluster.gpu.sm_count, 1) if on_cpu else None  # one job per core's worth
     if slots is None:
@@ -197,6 +195,13 @@ def predict_shared(jobs, gpu_or_cluster=None, mode: str = "time-slice", *, profi
     cap = cluster.gpu.mem_bytes
     return SharedPrediction(mode, cluster.gpu.name, rows, float(sum(r.solo_step_time / r.step_time for r in rows)),
                             float(need), float(cap), bool(need <= cap), table.name)
+
+
+def _shared_table(interference, on_cpu: bool, gpu: str, mode: str):
+    """The given table, else a CPU host's own, else the GPU's measured one for ``mode``, else the bound."""
+    if interference is None:
+        interference = "cpu" if on_cpu else gpu_interference(gpu, mode)
+    return load_interference(interference)
 
 
 def _check_positive(name: str, value, what: str) -> None:
