@@ -109,3 +109,52 @@ def test_the_cuda_harness_says_clearly_when_no_gpu_is_there(capsys):
 
     with pytest.raises(RuntimeError, match="use --device cpu"):
         gi.cuda_kernel("compute")
+
+
+def _fake_cuda(monkeypatch):
+    """torch.cuda's events, streams and kernels replaced by host clocks and sleeps: the streams
+    harness's own logic runs as on a GPU whose streams run one after the other."""
+    import contextlib
+    import time
+    import types
+
+    from calibration import gpu_interference as gi
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self, stream=None):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    class Stream:
+        def wait_event(self, event):
+            pass
+
+    cuda = types.SimpleNamespace(Event=Event, Stream=Stream, synchronize=lambda: None, get_device_name=lambda i: "fake",
+                                 stream=lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(gi, "require_cuda", lambda: types.SimpleNamespace(cuda=cuda))
+    sleeps = {"compute": 2e-3, "memory": 1e-3, "launch": 5e-4}
+    monkeypatch.setattr(gi, "cuda_kernel", lambda kind, sync=True, stream=None: lambda: time.sleep(sleeps[kind]))
+
+
+def test_the_streams_harness_gives_the_process_harness_rows(monkeypatch):
+    _fake_cuda(monkeypatch)
+    rows = interference.measure([("compute", "memory")], "kernel", phase_s=0.04, cycles=2, setup_s=0.0,
+                                guard_s=0.005, streams=True, alternate=True, log=lambda _: None)
+    assert {(r["slot"], r["repeat"]) for r in rows} == {(0, 0), (1, 0), (0, 1), (1, 1)}
+    for r in rows:
+        assert set(r) == set(interference.COLUMNS) and r["harness"] == "streams" and r["device"] == "fake"
+        # streams of this stand-in run one after the other: together takes longer than alone
+        assert r["slowdown"] > 1.0 and r["iterations"] >= 1
+
+
+def test_a_cuda_worker_times_the_gpu_kernel_on_the_same_clock(monkeypatch):
+    import time
+
+    _fake_cuda(monkeypatch)
+    rows = interference.worker("memory", "kernel", time.time() + 0.02, 0.1, 1, 0, 1, 0.01, device="cuda")
+    assert [r["phase"] for r in rows] == [0, 1] and all(r["n"] >= 5 for r in rows)
