@@ -16,9 +16,9 @@ Run::
     # on a GPU: the same mixes as processes (time-sliced by the driver), then as CUDA streams of one
     # process (concurrent, as under MPS); calibration/single_gpu_interference.sh runs both and fits them
     python -m calibration.interference kernels --device cuda --out interference/kernels-processes.csv \
-        --phase 0.5 --cycles 4
+        --phase 0.4 --guard 0.1 --cycles 4
     python -m calibration.interference kernels --streams --out interference/kernels-streams.csv \
-        --phase 0.5 --cycles 4
+        --phase 0.3 --guard 0.05 --cycles 4
 
 Every process runs with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``):
 oversubscribed OpenMP thread pools spin and make co-located timings meaningless. The processes of
@@ -369,10 +369,17 @@ def main(argv=None) -> int:
     unknown = [m for m in mixes if m not in known]
     if unknown:
         p.error(f"unknown mixes {['+'.join(m) for m in unknown]} (valid: {', '.join('+'.join(m) for m in known)})")
-    if args.command == "kernels":
+    if args.command == "kernels" and device == "cuda":
+        rows = []
+        for mix in mixes:  # written after every mix: a run stopped by its time limit keeps what it measured
+            rows += measure([mix], "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup, guard_s=guard,
+                            max_sessions=args.max_other_sessions, attempts=args.attempts, alternate=args.alternate,
+                            device=device, streams=args.streams)
+            write(args.out, rows, COLUMNS)
+    elif args.command == "kernels":
         rows = measure(mixes, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
                        guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
-                       alternate=args.alternate, device=device, streams=args.streams)
+                       alternate=args.alternate)
     else:
         jobs = Path(args.out).with_name("jobs.json")  # the jobs' models and micro-batches, for predicting them
         jobs.parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@
 #   bash calibration/single_gpu_interference.sh OUT_DIR [GPU] [CYCLES]
 #
 # GPU: its catalogue name (default H200); CYCLES: cycles per mix (default 4). About 4 minutes on
-# one H200 (9 mixes each way, 0.5 s phases). Writes OUT_DIR/kernels-processes.csv (separate
+# one H200 (9 mixes each way; phases of 0.4 s between processes, 0.3 s on streams; each CSV is
+# rewritten after every mix, so a stage stopped by its time limit keeps the mixes it finished). Writes OUT_DIR/kernels-processes.csv (separate
 # processes, time-sliced by the driver: the "time-slice" table), OUT_DIR/kernels-streams.csv (one
 # CUDA stream per class in one process, kernels concurrent as under MPS: the "mps" table),
 # OUT_DIR/tables/*.json (their fits, with CV error) and OUT_DIR/log.txt. No MPS daemon is started and
@@ -22,12 +23,12 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,compute_mode --format=csv || true
 
 start=$(date +%s)
-timeout 170 python3 -m calibration.interference kernels --device cuda --phase 0.5 --cycles "$cycles" \
+timeout 170 python3 -m calibration.interference kernels --device cuda --phase 0.4 --guard 0.1 --cycles "$cycles" \
     --out "$out/kernels-processes.csv"
 echo "processes: exit $? after $(( $(date +%s) - start )) s"
 
 start=$(date +%s)
-timeout 100 python3 -m calibration.interference kernels --streams --phase 0.5 --cycles "$cycles" \
+timeout 120 python3 -m calibration.interference kernels --streams --phase 0.3 --guard 0.05 --cycles "$cycles" \
     --out "$out/kernels-streams.csv"
 echo "streams: exit $? after $(( $(date +%s) - start )) s"
 

@@ -158,3 +158,14 @@ def test_a_cuda_worker_times_the_gpu_kernel_on_the_same_clock(monkeypatch):
     _fake_cuda(monkeypatch)
     rows = interference.worker("memory", "kernel", time.time() + 0.02, 0.1, 1, 0, 1, 0.01, device="cuda")
     assert [r["phase"] for r in rows] == [0, 1] and all(r["n"] >= 5 for r in rows)
+
+
+def test_the_streams_command_writes_its_csv_mix_by_mix(monkeypatch, tmp_path):
+    import pandas as pd
+
+    _fake_cuda(monkeypatch)
+    out = tmp_path / "kernels-streams.csv"
+    assert interference.main(["kernels", "--streams", "--out", str(out), "--phase", "0.03", "--guard", "0.005",
+                              "--cycles", "1", "--mixes", "compute+launch", "memory+memory"]) == 0
+    rows = pd.read_csv(out)
+    assert set(rows["mix"]) == {"compute+launch", "memory+memory"} and set(rows["harness"]) == {"streams"}
