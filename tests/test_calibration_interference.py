@@ -169,3 +169,14 @@ def test_the_streams_command_writes_its_csv_mix_by_mix(monkeypatch, tmp_path):
                               "--cycles", "1", "--mixes", "compute+launch", "memory+memory"]) == 0
     rows = pd.read_csv(out)
     assert set(rows["mix"]) == {"compute+launch", "memory+memory"} and set(rows["harness"]) == {"streams"}
+
+
+def test_the_gpu_script_parses_and_runs_both_harnesses_and_the_fit():
+    import subprocess
+    from pathlib import Path
+
+    script = Path(interference.__file__).with_name("single_gpu_interference.sh")
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    for needed in ("kernels --device cuda", "kernels --streams", "perfmodel.fit.gpu_interference", "timeout"):
+        assert needed in text, needed
