@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,24 +32,12 @@ from perfmodel.analysis.contention import solve_sharing
 from perfmodel.analysis.interference import CLASSES, GPU_MODES, InterferenceTable, gpu_table_path
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.core.lazy import scipy_optimize
-from perfmodel.fit.interference import MAX_COEFFICIENT, MAX_SWITCH, read_rows
+from perfmodel.fit.interference import MAX_COEFFICIENT, MAX_SWITCH, InterferenceFit, read_rows
 from perfmodel.hardware import as_cluster
 from perfmodel.hardware.common import FrozenMap
 
 HARNESS_MODE = {"processes": "time-slice", "streams": "mps"}
 MPS_KEYS = ("compute|compute", "compute|memory", "memory|compute", "memory|memory")
-
-
-@dataclass(frozen=True)
-class GpuInterferenceFit:
-    """One mode's fitted table, each row's prediction and the leave-one-repeat-out error."""
-
-    table: InterferenceTable
-    rows: pd.DataFrame       # the measured rows with 'predicted' and 'error' (relative)
-    cv_error: float
-
-    def __repr__(self) -> str:
-        return f"GpuInterferenceFit({self.table!r}, {len(self.rows)} rows, CV median |error| {self.cv_error:.1%})"
 
 
 def job_parts(kind: str) -> tuple[list[float], float]:
@@ -98,7 +85,7 @@ def _fit_params(rows: pd.DataFrame, mode: str) -> np.ndarray:
                                         f_scale=0.05, ftol=1e-6, xtol=1e-6, gtol=1e-6).x
 
 
-def fit_gpu_interference(rows, gpu: str, mode: str, *, cv: bool = True, source: str = "") -> GpuInterferenceFit:
+def fit_gpu_interference(rows, gpu: str, mode: str, *, cv: bool = True, source: str = "") -> InterferenceFit:
     """Fit ``mode``'s table ("time-slice" or "mps") of GPU ``gpu`` (a catalogue name) to kernel-class
     rows (a DataFrame or CSV path); ``cv=False``: no leave-one-repeat-out refits (CV error NaN)."""
     if mode not in GPU_MODES:
@@ -133,7 +120,7 @@ def fit_gpu_interference(rows, gpu: str, mode: str, *, cv: bool = True, source: 
                                          "launch": "host time (free), not fitted",
                                          "cv_error_without_launch": cv_device,
                                          "method": "least squares on log slowdowns, leave-one-repeat-out CV"}))
-    return GpuInterferenceFit(table, rows, cv_error)
+    return InterferenceFit(table, rows, cv_error)
 
 
 def fit_folder(paths, gpu: str, *, cv: bool = True) -> dict:
@@ -163,7 +150,7 @@ def fit_folder(paths, gpu: str, *, cv: bool = True) -> dict:
     return fits
 
 
-def report(fit: GpuInterferenceFit) -> str:
+def report(fit: InterferenceFit) -> str:
     """Per mix and job: median measured and predicted slowdown, and the median |error|."""
     without = fit.table.meta.get("cv_error_without_launch")
     lines = [repr(fit) + ("" if without is None else f"; without launch storms {without:.1%}")]
