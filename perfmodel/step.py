@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
+from perfmodel.core.algebra import is_symbolic, maximum, number, pick, to_sympy
 from perfmodel.costs import offload
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
@@ -212,7 +212,7 @@ def stages_optimizer_time(profile, c: StepConfig, sts, p: ParamCounts, shard_ran
     for st in sts:
         this = optimizer_time(profile, c, st.params(p, c.tp), shard_ranks, optimizer=optimizer,
                               precision=precision, expert_params=st.layers * p.expert_layer / c.tp)
-        opt = np.maximum(opt, np.where(st.valid, this, 0.0))
+        opt = np.maximum(opt, pick(st.valid, this, 0.0))
     return opt
 
 
@@ -368,7 +368,7 @@ def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, 
                             HostCosts.of(profile).overlap_compute_slowdown)
     dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile), first)
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
-    opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
+    opt = stages_optimizer_time(profile, c, sts, p, pick(c.hybrid, lay_dp["dp"][0], dpc.dp),
                                 optimizer=optimizer, precision=precision)
     return engine_exposed(profile, coll, lay, lay_dp, c, dpc, work, local, (p2p, dp_exposed, opt), precision=precision, cpu=cpu, recompute=recompute)
 
@@ -380,19 +380,19 @@ def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recom
         fwd_gpu = t.gpu.on(st, "f")
         bwd_gpu = t.gpu.on(st, "b")
         wall = t.wall.on(st)
-        tp_share = st.layers * (comm.layer_f + comm.layer_b) + np.where(st.embed, comm.embed_f + comm.embed_b, 0.0) + np.where(
+        tp_share = st.layers * (comm.layer_f + comm.layer_b) + pick(st.embed, comm.embed_f + comm.embed_b, 0.0) + pick(
             st.head, comm.head_f + comm.head_b, 0.0)
-        this = {"fb": np.where(st.valid, wall + tp_share, -1.0), "forward": fwd_gpu, "backward": bwd_gpu,
+        this = {"fb": pick(st.valid, wall + tp_share, -1.0), "forward": fwd_gpu, "backward": bwd_gpu,
                 "host_overhead": np.maximum(wall - fwd_gpu - bwd_gpu, 0.0), "tp_comm": tp_share}
         if best is None:
             best = this
         else:
             worse = this["fb"] > best["fb"]
-            best = {k: np.where(worse, this[k], best[k]) for k in best}
+            best = {k: pick(worse, this[k], best[k]) for k in best}
     model_flops, hw_flops = step_flops(model, t, recompute)
     out = {k: c.micro_batches * best[k] for k in ("forward", "backward", "host_overhead", "tp_comm")}
     out.update({
-        "head_share": np.where(c.pp == 1, t.wall.head_f + t.wall.head_b, 0.0),
+        "head_share": pick(c.pp == 1, t.wall.head_f + t.wall.head_b, 0.0),
         "layer_flops_f": t.layer_flops_f, "layer_flops_b": t.layer_flops_b, "head_flops": t.head_flops,
         "layer_attn_flops_f": t.layer_attn_flops_f, "model_flops_mb": model_flops, "hw_flops_mb": hw_flops,
         "tp": c.tp,

@@ -64,9 +64,24 @@ def equal(a, b):
     return np.equal(a, b)
 
 
+_TRUTHS = (bool, np.bool_)
+_FLOATS = (float, np.float64)
+
+
+def pick(condition, a, b):
+    """``np.where(condition, a, b)``; where the condition is one truth value and each branch one float
+    (a single prediction), the chosen one as a float64 without building arrays: the same number, at a
+    tenth of np.where's cost, and what follows computes on a scalar instead of a 0-d array."""
+    if type(condition) in _TRUTHS and type(a) in _FLOATS and type(b) in _FLOATS:
+        return np.float64(a if condition else b)
+    return np.where(condition, a, b)
+
+
 def where(condition, a, b):
     """``np.where`` on numbers and arrays; on sympy expressions ``condition`` must be one truth
     value (the symbolic paths price one configuration), and the chosen branch is returned."""
+    if type(condition) in _TRUTHS and type(a) in _FLOATS and type(b) in _FLOATS:
+        return np.float64(a if condition else b)  # pick's shortcut
     if is_symbolic(a) or is_symbolic(b):
         if np.ndim(condition) != 0:
             raise ValueError("a symbolic branch needs a single condition")
