@@ -68,12 +68,28 @@ _TRUTHS = (bool, np.bool_)
 _FLOATS = (float, np.float64)
 
 
+def _one(x):
+    """``x`` as one float64 where it is one number of that type (a float, a float64, a 0-d float64
+    array; a truth value for a condition), else None."""
+    t = type(x)
+    if t in _FLOATS or t in _TRUTHS:
+        return x
+    if t is np.ndarray and x.shape == () and x.dtype in _ONE_DTYPES:
+        return x[()]
+    return None
+
+
+_ONE_DTYPES = (np.dtype(float), np.dtype(bool))
+
+
 def pick(condition, a, b):
     """``np.where(condition, a, b)``; where the condition is one truth value and each branch one float
     (a single prediction), the chosen one as a float64 without building arrays: the same number, at a
     tenth of np.where's cost, and what follows computes on a scalar instead of a 0-d array."""
-    if type(condition) in _TRUTHS and type(a) in _FLOATS and type(b) in _FLOATS:
-        return np.float64(a if condition else b)
+    c, x, y = _one(condition), _one(a), _one(b)
+    if c is not None and x is not None and y is not None and type(c) in _TRUTHS \
+            and type(x) in _FLOATS and type(y) in _FLOATS:
+        return np.float64(x if c else y)
     return np.where(condition, a, b)
 
 
@@ -86,7 +102,7 @@ def where(condition, a, b):
         if np.ndim(condition) != 0:
             raise ValueError("a symbolic branch needs a single condition")
         return a if bool(condition) else b
-    return np.where(condition, a, b)
+    return pick(condition, a, b)
 
 
 def number(value):
