@@ -93,6 +93,17 @@ def pick(condition, a, b):
     return np.where(condition, a, b)
 
 
+_SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
+
+
+def floats(value):
+    """``np.asarray(value, float)``; one plain number as a float64 scalar: the same number, and what
+    follows computes on a scalar instead of a 0-d array (a single prediction)."""
+    if type(value) in _SCALARS:
+        return np.float64(value)
+    return np.asarray(value, float)
+
+
 def where(condition, a, b):
     """``np.where`` on numbers and arrays; on sympy expressions ``condition`` must be one truth
     value (the symbolic paths price one configuration), and the chosen branch is returned."""

@@ -68,7 +68,7 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         return share * layer_activation_bytes(model, recompute="full", **kw) \
             + (1.0 - share) * layer_activation_bytes(model, recompute="none", **kw)
     h, f = model.hidden, model.ffn_hidden
-    tp = np.asarray(tp, float)
+    tp = algebra.floats(tp)
     sp_div = algebra.pick(np.asarray(sp, bool), tp, 1.0)       # norms/residuals split by sequence parallelism
     lo = 2.0 if is_mixed(precision) else 4.0
     st = stack(framework)
@@ -108,8 +108,8 @@ def korthikanti_layer_bytes(seq, micro_batch, hidden, heads, *, tp=1, sp=False, 
     softmax input, its output and its dropout). Kept as the published yardstick that
     ``layer_activation_bytes`` is compared with (docs/memory.md gives the mapping).
     """
-    s, b, h, a = (np.asarray(x, float) for x in (seq, micro_batch, hidden, heads))
-    t = np.asarray(tp, float)
+    s, b, h, a = (algebra.floats(x) for x in (seq, micro_batch, hidden, heads))
+    t = algebra.floats(tp)
     sp = np.asarray(sp, bool)
     sbh = s * b * h
     if recompute == "full":  # only the layer input is kept: 2·s·b·h
@@ -173,7 +173,7 @@ def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adam
     (4 + 4 + 8)Ψ/N_d under autocast. Under ZeRO-3 the 16-bit copies exist only for
     gathered units (``comm_buffer_bytes``).
     """
-    dp = np.asarray(dp, float)
+    dp = algebra.floats(dp)
     zero = np.asarray(zero)
     per = model_state_bytes(precision, optimizer, framework, grad_reduce_fp32)
     weights = per["weights"] * params / algebra.pick(zero >= 3, dp, 1.0)
@@ -203,12 +203,12 @@ def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, l
     * one rank, or a parameter server: none.
     """
     zero = np.asarray(zero)
-    grads = grad_bytes * np.asarray(params, float)
+    grads = grad_bytes * algebra.floats(params)
     ddp = grads if framework == "pytorch" else 0.0 * grads
-    zero12 = np.minimum(np.asarray(bucket, float), grads)
+    zero12 = np.minimum(algebra.floats(bucket), grads)
     if megatron_code(framework):  # a block's unsharded gradient awaiting its per-micro-batch reduce-scatter
-        zero12 = algebra.pick(zero == 2, np.maximum(zero12, grad_bytes * np.asarray(unit_params, float)), zero12)
-    unit = np.asarray(unit_params, float)
+        zero12 = algebra.pick(zero == 2, np.maximum(zero12, grad_bytes * algebra.floats(unit_params)), zero12)
+    unit = algebra.floats(unit_params)
     deepspeed = lo * (np.minimum(prefetch * unit, DS_MAX_LIVE_PARAMETERS) + np.minimum(unit, DS_REDUCE_BUCKET))
     zero3 = algebra.pick(np.asarray(fsdp, bool), (prefetch + 1) * lo * unit, deepspeed)
     out = algebra.pick(zero >= 3, zero3, algebra.pick(zero >= 1, zero12, ddp))
