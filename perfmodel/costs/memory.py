@@ -252,10 +252,14 @@ def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=No
     ]
     keys = ("weight_copies", "activations", "loss", "gradients", "recompute")
     moments = [{k: m.get(k, 0.0) + zero for k in keys} for m in moments]
-    totals = np.stack([sum(m.values()) for m in moments])
-    pick = np.argmax(totals, axis=0)
+    totals = [sum(m.values()) for m in moments]
     base = {k: terms[k] + zero for k in ("weights", "fp8_weights", "optimizer") if k in terms}
     base["comm_buffers"] = terms.get("comm_buffers", 0.0) + zero
+    if zero.ndim == 0 and not any(np.isnan(totals)):  # one configuration: argmax's first largest, on numbers
+        pick = np.intp(max(range(len(totals)), key=totals.__getitem__))
+        alive = {**base, **{k: moments[pick][k] for k in keys}}
+        return sum(alive.values()), alive, pick
+    pick = np.argmax(np.stack(totals), axis=0)
     alive = {**base, **{k: np.choose(pick, [m[k] for m in moments]) for k in keys}}
     return sum(alive.values()), alive, pick
 

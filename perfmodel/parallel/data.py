@@ -246,7 +246,8 @@ def chunk_reduces(c: StepConfig) -> bool:
     """Whether gradients are reduced per model chunk of the interleaved schedule: Megatron-LM
     core_r0.9.0 (``schedules.forward_backward_pipelining_with_interleaving`` enables grad sync in
     each chunk's last micro-batch backward; ``DistributedDataParallel`` keeps one buffer per chunk)."""
-    return stack(c.framework).grad_buffer and bool(np.any(np.asarray(c.virtual_stages) > 1))
+    v = c.virtual_stages
+    return stack(c.framework).grad_buffer and bool(v > 1 if type(v) in (int, float) else np.any(np.asarray(v) > 1))
 
 
 def chunked_exposed(all_c, last_c, share_c, window_s, c: StepConfig, slowdown=0.0):
@@ -431,8 +432,8 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                             + fsdp2_copy_passes(buckets.copy_s, params, cc)),
                         (window, forward))
     if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
-        shape = np.broadcast_shapes(*(np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward,
-                                                            *links.values())))
+        shapes = [np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward, *links.values())]
+        shape = np.broadcast_shapes(*shapes) if any(shapes) else ()  # all one number: ()
         out = shard if np.shape(shard) == shape else np.broadcast_to(shard, shape)
     else:
         out = pick(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
