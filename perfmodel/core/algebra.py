@@ -69,10 +69,10 @@ _FLOATS = (float, np.float64)
 
 
 def _one(x):
-    """``x`` as one float64 where it is one number of that type (a float, a float64, a 0-d float64
-    array; a truth value for a condition), else None."""
+    """``x`` as the one plain number it holds (a float, an int, a truth value, or a 0-d float or
+    truth array's element), else None."""
     t = type(x)
-    if t in _FLOATS or t in _TRUTHS:
+    if t in _FLOATS or t in _TRUTHS or t in _INTS:
         return x
     if t is np.ndarray and x.shape == () and x.dtype in _ONE_DTYPES:
         return x[()]
@@ -80,16 +80,19 @@ def _one(x):
 
 
 _ONE_DTYPES = (np.dtype(float), np.dtype(bool))
+_INTS = (int, np.int64)
 
 
 def pick(condition, a, b):
-    """``np.where(condition, a, b)``; where the condition is one truth value and each branch one float
-    (a single prediction), the chosen one as a float64 without building arrays: the same number, at a
-    tenth of np.where's cost, and what follows computes on a scalar instead of a 0-d array."""
+    """``np.where(condition, a, b)``; where the condition is one truth value and the branches one float
+    and one float or int (a single prediction), the chosen one as a float64 without building arrays:
+    np.where's number and dtype, at a tenth of its cost, and what follows computes on a scalar
+    instead of a 0-d array."""
     c, x, y = _one(condition), _one(a), _one(b)
-    if c is not None and x is not None and y is not None and type(c) in _TRUTHS \
-            and type(x) in _FLOATS and type(y) in _FLOATS:
-        return np.float64(x if c else y)
+    if c is not None and x is not None and y is not None and type(c) in _TRUTHS:
+        tx, ty = type(x), type(y)
+        if tx in _FLOATS and (ty in _FLOATS or ty in _INTS) or tx in _INTS and ty in _FLOATS:  # a float64
+            return np.float64(x if c else y)
     return np.where(condition, a, b)
 
 
