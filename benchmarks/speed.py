@@ -27,8 +27,8 @@ like even on a busy machine (the absolute numbers do not).
 llm-analysis 0.2.2 runs in its own virtual environment (``benchmarks/.peer-venv``, created with
 pip unless ``--no-install`` or ``--peer-python`` names another interpreter); it is not a
 dependency of perfmodel. Without it, perfmodel's numbers are printed alone.
-``--smoke`` (CI): two repeats (one search each, no warm-up), short timings, no install, no
-assertion on speed: it checks that the benchmark runs.
+``--smoke`` (CI): two repeats (one search each, no warm-up; four of the distinct variants, once),
+short timings, no install, no assertion on speed: it checks that the benchmark runs.
 ``--search-only``: the search case alone, one process, medians of ``--repeat`` (with ``--smoke``: one,
 no warm-up), its wall and CPU seconds: what a change to the search moves, without the rest.
 """
@@ -129,7 +129,9 @@ def medians(rates) -> tuple[float, float]:
     return statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
 
 
-def perfmodel_predict(rows, repeat: int, seconds: float, variants: int | None = None) -> dict:
+def perfmodel_predict(rows, repeat: int, seconds: float, smoke: bool = False) -> dict:
+    """Predictions per second, repeated, cold and each configuration once (``smoke``: four of the
+    variants, measured once: the smoke run's cost stays about what it was without them)."""
     import perfmodel as pm
     from perfmodel.core.memo import clear_memos
     from test_published_runs import cluster_of, model_of, strategy_of
@@ -137,7 +139,7 @@ def perfmodel_predict(rows, repeat: int, seconds: float, variants: int | None = 
     cases = [(model_of(r), cluster_of(r), strategy_of(r)) for r in rows]
     for c in cases:
         pm.predict(*c)
-    variants = distinct_cases(cases, variants)
+    variants = distinct_cases(cases, 4 if smoke else None)
 
     def cold(c):
         clear_memos()
@@ -145,7 +147,7 @@ def perfmodel_predict(rows, repeat: int, seconds: float, variants: int | None = 
 
     return {"repeated": medians(rate(lambda c: pm.predict(*c), cases, seconds) for _ in range(repeat)),
             "cold": medians(rate(cold, cases, seconds) for _ in range(repeat)),
-            "distinct": medians(distinct_rate(cases, variants) for _ in range(repeat))}
+            "distinct": medians(distinct_rate(cases, variants) for _ in range(1 if smoke else repeat))}
 
 
 def distinct_cases(cases, limit: int | None = None) -> list[tuple]:
@@ -302,7 +304,7 @@ def main(argv=None) -> int:
     print(f"{os.cpu_count()} CPU cores, load average {load:.1f}; medians of {repeat} runs\n", flush=True)
     rows = megatron_rows()
     ours = {"import": median_import(sys.executable, "perfmodel", ("numpy", "pandas"), repeat),
-            "predict": perfmodel_predict(rows, repeat, seconds, 4 if args.smoke else None),
+            "predict": perfmodel_predict(rows, repeat, seconds, args.smoke),
             "search": {w: perfmodel_search(1 if args.smoke else repeat, w, not args.smoke) for w in (1, 2)}}
     python = peer_python(args)
     peer = peer_numbers(python, rows, repeat, seconds) if python else None
