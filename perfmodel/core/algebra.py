@@ -88,8 +88,12 @@ def pick(condition, a, b):
     and one float or int (a single prediction), the chosen one as a float64 without building arrays:
     np.where's number and dtype, at a tenth of its cost, and what follows computes on a scalar
     instead of a 0-d array."""
-    if type(condition) in _TRUTHS and type(a) in _FLOATS and type(b) in _FLOATS:  # the common case first
-        return np.float64(a if condition else b)
+    t = type(condition)
+    if t in _TRUTHS:
+        if type(a) in _FLOATS and type(b) in _FLOATS:  # the common case first
+            return np.float64(a if condition else b)
+    elif t is not np.ndarray or condition.ndim:  # arrays of configurations (a search): numpy at once
+        return np.where(condition, a, b)
     c, x, y = _one(condition), _one(a), _one(b)
     if c is not None and x is not None and y is not None and type(c) in _TRUTHS:
         tx, ty = type(x), type(y)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from perfmodel.core.algebra import is_symbolic, maximum, minimum, pick, where
+from perfmodel.core.algebra import floats, is_symbolic, maximum, minimum, pick, where
 from perfmodel.core.layout import rows_inner
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
@@ -82,7 +82,7 @@ def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
 def _split(total, bucket, first=None):
     """(first bucket's bytes, full buckets, their bytes, remainder bytes) of ``total`` bytes in
     buckets of ``bucket``, the first capped at ``first`` (PyTorch DDP: 1 MiB) when given."""
-    total = np.asarray(total, float)
+    total = floats(total)
     head = np.minimum(total, first) if first is not None else np.zeros_like(total)
     rest = total - head
     size = np.minimum(bucket, np.maximum(rest, 1.0))

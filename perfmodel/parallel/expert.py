@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.core.algebra import pick
+from perfmodel.core.algebra import floats, pick
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.pipeline import PhaseTimes
@@ -31,7 +31,7 @@ def ep_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute) -> P
 
 def expert_shard_ranks(shard_ranks, ep):
     """Ranks a rank's experts shard over: the shard_ranks / ep replicas that hold the same experts."""
-    return np.maximum(np.asarray(shard_ranks, float) / ep, 1.0)
+    return np.maximum(floats(shard_ranks) / ep, 1.0)
 
 
 def sharded(params, expert, shard_ranks, ep, on):
