@@ -11,10 +11,14 @@ like even on a busy machine (the absolute numbers do not).
 * predict/s: ``pm.predict`` calls per second over the ten Megatron-LM configurations of Narayanan
   et al. 2021, Table 1 (perfmodel/data/published_runs.csv). "repeated": the ten called over and
   over (the caches of perfmodel/core/memo.py warm, as in a notebook or a loop over strategies);
-  "cold": every cache emptied before each call. Each rate is given per wall-clock second and per
+  "cold": every cache emptied before each call; "each configuration once": the 50 valid variants of
+  the ten a loop over strategies makes (micro-batch 1, 2, 4 times global batch x1, x2), each predicted
+  once after the caches were emptied and the ten predicted (what depends on the model, the cluster and
+  the profile warm, nothing of the strategy). Each rate is given per wall-clock second and per
   CPU second of the measuring process (``time.process_time``: on cores shared with other jobs the
   wall clock also counts the time they take). The peer: ``LLMAnalysis.training`` on the same
-  ten (model, parallelism, micro-batch, global batch, full recomputation) on its A100 config.
+  ten (model, parallelism, micro-batch, global batch, full recomputation) on its A100 config; it
+  keeps no cache, so its one rate stands beside all three.
 * search: ``pm.search`` of Llama-3-405B on 16,384 H100 (2,048 x dgx-h100), global batch 2,048,
   default space, caches emptied before each run; configurations priced per second, and the
   whole enumerated space (priced + pruned + rejected by rule) per second. llm-analysis has no search: its
@@ -23,8 +27,8 @@ like even on a busy machine (the absolute numbers do not).
 llm-analysis 0.2.2 runs in its own virtual environment (``benchmarks/.peer-venv``, created with
 pip unless ``--no-install`` or ``--peer-python`` names another interpreter); it is not a
 dependency of perfmodel. Without it, perfmodel's numbers are printed alone.
-``--smoke`` (CI): two repeats (one search each, no warm-up), short timings, no install, no
-assertion on speed: it checks that the benchmark runs.
+``--smoke`` (CI): two repeats (one search each, no warm-up; four of the distinct variants, once),
+short timings, no install, no assertion on speed: it checks that the benchmark runs.
 ``--search-only``: the search case alone, one process, medians of ``--repeat`` (with ``--smoke``: one,
 no warm-up), its wall and CPU seconds: what a change to the search moves, without the rest.
 """
@@ -32,6 +36,7 @@ no warm-up), its wall and CPU seconds: what a change to the search moves, withou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -124,7 +129,9 @@ def medians(rates) -> tuple[float, float]:
     return statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
 
 
-def perfmodel_predict(rows, repeat: int, seconds: float) -> dict:
+def perfmodel_predict(rows, repeat: int, seconds: float, smoke: bool = False) -> dict:
+    """Predictions per second, repeated, cold and each configuration once (``smoke``: four of the
+    variants, measured once: the smoke run's cost stays about what it was without them)."""
     import perfmodel as pm
     from perfmodel.core.memo import clear_memos
     from test_published_runs import cluster_of, model_of, strategy_of
@@ -132,13 +139,56 @@ def perfmodel_predict(rows, repeat: int, seconds: float) -> dict:
     cases = [(model_of(r), cluster_of(r), strategy_of(r)) for r in rows]
     for c in cases:
         pm.predict(*c)
+    variants = distinct_cases(cases, 4 if smoke else None)
 
     def cold(c):
         clear_memos()
         return pm.predict(*c)
 
     return {"repeated": medians(rate(lambda c: pm.predict(*c), cases, seconds) for _ in range(repeat)),
-            "cold": medians(rate(cold, cases, seconds) for _ in range(repeat))}
+            "cold": medians(rate(cold, cases, seconds) for _ in range(repeat)),
+            "distinct": medians(distinct_rate(cases, variants) for _ in range(1 if smoke else repeat))}
+
+
+def distinct_cases(cases, limit: int | None = None) -> list[tuple]:
+    """Variants of ``cases`` a loop over strategies makes: micro-batch 1, 2, 4 times global batch x1, x2
+    (``dataclasses.replace`` on the strategy), each valid one not among ``cases``, in a fixed order;
+    the first ``limit`` of them."""
+    import perfmodel as pm
+    from perfmodel.errors import PerfModelError
+
+    out, seen = [], {c[2] for c in cases}
+    for model, cluster, strategy in cases:
+        for micro in (1, 2, 4):
+            for times in (1, 2):
+                s = dataclasses.replace(strategy, micro_batch=micro, global_batch=strategy.global_batch * times)
+                if s in seen:
+                    continue
+                try:
+                    pm.predict(model, cluster, s)
+                except PerfModelError:
+                    continue
+                seen.add(s)
+                out.append((model, cluster, s))
+                if len(out) == limit:
+                    return out
+    return out
+
+
+def distinct_rate(cases, variants) -> tuple[float, float]:
+    """Each of ``variants`` predicted once, after the caches were emptied and the ten ``cases``
+    predicted (model-, cluster- and profile-level caches warm, as in a loop over strategies of one
+    job): (per wall-clock second, per CPU second)."""
+    import perfmodel as pm
+    from perfmodel.core.memo import clear_memos
+
+    clear_memos()
+    for c in cases:
+        pm.predict(*c)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for c in variants:
+        pm.predict(*c)
+    return len(variants) / (time.perf_counter() - t0), len(variants) / max(time.process_time() - c0, 1e-9)
 
 
 def perfmodel_search(repeat: int, workers: int, warm_up: bool = True) -> dict:
@@ -205,20 +255,23 @@ def table(ours: dict, peer: dict | None) -> list[str]:
 
     p = peer or {}
     calls = p.get("predict", (None, None))  # (per wall second, per CPU second)
-    lines = [f"{'':44} {'perfmodel':>14} {'llm-analysis':>14} {'perfmodel faster by':>20}"]
+    lines = [f"{'':60} {'perfmodel':>14} {'llm-analysis':>14} {'perfmodel faster by':>20}"]
     rows = [
         ("import, s (fresh process, beyond numpy+pandas)", ours["import"], p.get("import"), False, "{:.3f}"),
         ("predict/s, 10 SC21 configs repeated", ours["predict"]["repeated"][0], calls[0], True, "{:,.0f}"),
         ("  per CPU second of the process", ours["predict"]["repeated"][1], calls[1], True, "{:,.0f}"),
         ("predict/s, every cache emptied first", ours["predict"]["cold"][0], calls[0], True, "{:,.0f}"),
         ("  per CPU second of the process", ours["predict"]["cold"][1], calls[1], True, "{:,.0f}"),
+        ("predict/s, each configuration once (model and cluster warm)", ours["predict"]["distinct"][0], calls[0],
+         True, "{:,.0f}"),
+        ("  per CPU second of the process", ours["predict"]["distinct"][1], calls[1], True, "{:,.0f}"),
         ("search configs/s priced, 1 process", ours["search"][1]["priced_per_s"], calls[0], True, "{:,.0f}"),
         ("search configs/s whole space, 1 process", ours["search"][1]["space_per_s"], calls[0], True, "{:,.0f}"),
         ("search configs/s priced, 2 processes", ours["search"][2]["priced_per_s"], calls[0], True, "{:,.0f}"),
     ]
     for name, a, b, higher, fmt in rows:
         shown_b = fmt.format(b) if b is not None else "n/a"
-        lines.append(f"{name:44} {fmt.format(a):>14} {shown_b:>14} {ratio(a, b, higher):>20}")
+        lines.append(f"{name:60} {fmt.format(a):>14} {shown_b:>14} {ratio(a, b, higher):>20}")
     return lines
 
 
@@ -251,7 +304,7 @@ def main(argv=None) -> int:
     print(f"{os.cpu_count()} CPU cores, load average {load:.1f}; medians of {repeat} runs\n", flush=True)
     rows = megatron_rows()
     ours = {"import": median_import(sys.executable, "perfmodel", ("numpy", "pandas"), repeat),
-            "predict": perfmodel_predict(rows, repeat, seconds),
+            "predict": perfmodel_predict(rows, repeat, seconds, args.smoke),
             "search": {w: perfmodel_search(1 if args.smoke else repeat, w, not args.smoke) for w in (1, 2)}}
     python = peer_python(args)
     peer = peer_numbers(python, rows, repeat, seconds) if python else None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from perfmodel.core.algebra import is_symbolic, maximum, number, to_sympy
+from perfmodel.core.algebra import floats, is_symbolic, maximum, number, pick, to_sympy
 from perfmodel.costs import offload
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
@@ -60,7 +60,7 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
     pad = 0.0
     if c is not None:
         multiple = vocab_multiple(c.framework)
-        pad = (steps.vocab_shard(model.vocab, c.tp, multiple) * np.asarray(c.tp, float) - model.vocab) * h
+        pad = (steps.vocab_shard(model.vocab, c.tp, multiple) * floats(c.tp) - model.vocab) * h
     # expert parallelism: a rank holds experts/ep of each MoE layer's experts (the router stays whole)
     experts = float(lp["mlp"] - h * model.experts) if model.experts > 1 else 0.0
     expert_layer = experts / ep
@@ -95,7 +95,7 @@ class ComputeTimes:
 
 
 def _flops(kernels):
-    return sum(k.flops * np.asarray(k.count, float) for k in kernels)
+    return sum(k.flops * floats(k.count) for k in kernels)
 
 
 def kernel_lists(model, c: StepConfig, precision, recompute):
@@ -133,10 +133,10 @@ def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> Com
     lf = parts["layer_f"]
     return ComputeTimes(
         wall=PhaseTimes(**wall), gpu=PhaseTimes(**gpu), ring_gpu=ring_gpu, layer_flops_f=_flops(lf),
-        layer_attn_flops_f=sum(k.flops * np.asarray(k.count, float) for k in lf
+        layer_attn_flops_f=sum(k.flops * floats(k.count) for k in lf
                                if k.cls == "sdpa" or k.name.startswith("attn.sdpa.")),
         layer_flops_b=_flops(parts["layer_b"]), head_flops=_flops(parts["head_f"] + parts["head_b"]),
-        layer_recompute_flops=sum(k.flops * np.asarray(k.count, float) for k in parts["layer_b"]
+        layer_recompute_flops=sum(k.flops * floats(k.count) for k in parts["layer_b"]
                                   if ".recompute" in k.name),
         tp_gemms=_linear_gemm_times(profile, lf + parts["layer_b"]), cpu=PhaseTimes(**cpu))
 
@@ -147,7 +147,7 @@ def _linear_gemm_times(profile, kernels) -> tuple:
     for k in kernels:
         base = k.name.replace("attn.", "").replace("mlp.", "")
         if k.cls == "gemm" and base.split(".")[0] in ("qkv", "proj", "fc1", "fc2") and ".recompute" not in k.name:
-            out[base] = out.get(base, 0.0) + kernel_time(profile, k)[0] * np.asarray(k.count, float)
+            out[base] = out.get(base, 0.0) + kernel_time(profile, k)[0] * floats(k.count)
     return tuple(out.items())
 
 
@@ -162,10 +162,10 @@ def step_flops(model, t: ComputeTimes, recompute):
     FLOPs add the recomputed forward (all of it under full recompute, the attention
     core under selective, Korthikanti et al. 2022 §5). Model FLOPs (no recompute) give MFU.
     """
-    attn = np.asarray(t.layer_attn_flops_f, float)
+    attn = floats(t.layer_attn_flops_f)
     seq = float(getattr(model, "seq", 1))
     masked = attn * (1.0 - (seq + 1.0) / (2.0 * seq)) if getattr(model, "causal", False) else 0.0
-    fwd = np.asarray(t.layer_flops_f, float) - masked
+    fwd = floats(t.layer_flops_f) - masked
     recomputed = {"none": 0.0, "full": fwd, "selective": attn - masked}.get(
         recompute, t.layer_recompute_flops)  # selective-op, every-k: the repeated kernels' FLOPs
     model_flops = model.layers * 3.0 * fwd + t.head_flops
@@ -212,7 +212,7 @@ def stages_optimizer_time(profile, c: StepConfig, sts, p: ParamCounts, shard_ran
     for st in sts:
         this = optimizer_time(profile, c, st.params(p, c.tp), shard_ranks, optimizer=optimizer,
                               precision=precision, expert_params=st.layers * p.expert_layer / c.tp)
-        opt = np.maximum(opt, np.where(st.valid, this, 0.0))
+        opt = np.maximum(opt, pick(st.valid, this, 0.0))
     return opt
 
 
@@ -368,7 +368,7 @@ def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, 
                             HostCosts.of(profile).overlap_compute_slowdown)
     dp_exposed = dp_comm_time(coll, lay_dp, dpc, work, parameter_server_links(cluster), bucket_costs(profile), first)
     p2p = p2p_time(coll, lay, c, activation_bytes(local, c, precision))
-    opt = stages_optimizer_time(profile, c, sts, p, np.where(c.hybrid, lay_dp["dp"][0], dpc.dp),
+    opt = stages_optimizer_time(profile, c, sts, p, pick(c.hybrid, lay_dp["dp"][0], dpc.dp),
                                 optimizer=optimizer, precision=precision)
     return engine_exposed(profile, coll, lay, lay_dp, c, dpc, work, local, (p2p, dp_exposed, opt), precision=precision, cpu=cpu, recompute=recompute)
 
@@ -380,19 +380,19 @@ def _outputs(model, c: StepConfig, t: ComputeTimes, comm: PhaseTimes, sts, recom
         fwd_gpu = t.gpu.on(st, "f")
         bwd_gpu = t.gpu.on(st, "b")
         wall = t.wall.on(st)
-        tp_share = st.layers * (comm.layer_f + comm.layer_b) + np.where(st.embed, comm.embed_f + comm.embed_b, 0.0) + np.where(
+        tp_share = st.layers * (comm.layer_f + comm.layer_b) + pick(st.embed, comm.embed_f + comm.embed_b, 0.0) + pick(
             st.head, comm.head_f + comm.head_b, 0.0)
-        this = {"fb": np.where(st.valid, wall + tp_share, -1.0), "forward": fwd_gpu, "backward": bwd_gpu,
+        this = {"fb": pick(st.valid, wall + tp_share, -1.0), "forward": fwd_gpu, "backward": bwd_gpu,
                 "host_overhead": np.maximum(wall - fwd_gpu - bwd_gpu, 0.0), "tp_comm": tp_share}
         if best is None:
             best = this
         else:
             worse = this["fb"] > best["fb"]
-            best = {k: np.where(worse, this[k], best[k]) for k in best}
+            best = {k: pick(worse, this[k], best[k]) for k in best}
     model_flops, hw_flops = step_flops(model, t, recompute)
     out = {k: c.micro_batches * best[k] for k in ("forward", "backward", "host_overhead", "tp_comm")}
     out.update({
-        "head_share": np.where(c.pp == 1, t.wall.head_f + t.wall.head_b, 0.0),
+        "head_share": pick(c.pp == 1, t.wall.head_f + t.wall.head_b, 0.0),
         "layer_flops_f": t.layer_flops_f, "layer_flops_b": t.layer_flops_b, "head_flops": t.head_flops,
         "layer_attn_flops_f": t.layer_attn_flops_f, "model_flops_mb": model_flops, "hw_flops_mb": hw_flops,
         "tp": c.tp,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.core import algebra
 from perfmodel.costs.stack_memory import op_sac_layer_bytes
 from perfmodel.workload.kernels import is_mixed
 from perfmodel.workload.model import Transformer
@@ -67,8 +68,8 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         return share * layer_activation_bytes(model, recompute="full", **kw) \
             + (1.0 - share) * layer_activation_bytes(model, recompute="none", **kw)
     h, f = model.hidden, model.ffn_hidden
-    tp = np.asarray(tp, float)
-    sp_div = np.where(np.asarray(sp, bool), tp, 1.0)       # norms/residuals split by sequence parallelism
+    tp = algebra.floats(tp)
+    sp_div = algebra.pick(np.asarray(sp, bool), tp, 1.0)       # norms/residuals split by sequence parallelism
     lo = 2.0 if is_mixed(precision) else 4.0
     st = stack(framework)
     stream = lo if st.weights16 else 4.0                     # bytes per element of the residual stream
@@ -107,14 +108,14 @@ def korthikanti_layer_bytes(seq, micro_batch, hidden, heads, *, tp=1, sp=False, 
     softmax input, its output and its dropout). Kept as the published yardstick that
     ``layer_activation_bytes`` is compared with (docs/memory.md gives the mapping).
     """
-    s, b, h, a = (np.asarray(x, float) for x in (seq, micro_batch, hidden, heads))
-    t = np.asarray(tp, float)
+    s, b, h, a = (algebra.floats(x) for x in (seq, micro_batch, hidden, heads))
+    t = algebra.floats(tp)
     sp = np.asarray(sp, bool)
     sbh = s * b * h
     if recompute == "full":  # only the layer input is kept: 2·s·b·h
         return 2.0 * sbh
     attn_scores = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)
-    replicated = np.where(sp, 10.0 / t, 10.0)  # layer-norm inputs, dropout masks, QKV and fc1 inputs
+    replicated = algebra.pick(sp, 10.0 / t, 10.0)  # layer-norm inputs, dropout masks, QKV and fc1 inputs
     return sbh * (replicated + 24.0 / t + attn_scores)
 
 
@@ -172,13 +173,13 @@ def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adam
     (4 + 4 + 8)Ψ/N_d under autocast. Under ZeRO-3 the 16-bit copies exist only for
     gathered units (``comm_buffer_bytes``).
     """
-    dp = np.asarray(dp, float)
+    dp = algebra.floats(dp)
     zero = np.asarray(zero)
     per = model_state_bytes(precision, optimizer, framework, grad_reduce_fp32)
-    weights = per["weights"] * params / np.where(zero >= 3, dp, 1.0)
-    copies = np.where(zero >= 3, 0.0, per["weight_copies"] * gemm_params)
-    optimizer_states = per["optimizer"] * params / np.where(zero >= 1, dp, 1.0)
-    grads = per["gradients"] * params / np.where(zero >= 2, dp, 1.0)
+    weights = per["weights"] * params / algebra.pick(zero >= 3, dp, 1.0)
+    copies = algebra.pick(zero >= 3, 0.0, per["weight_copies"] * gemm_params)
+    optimizer_states = per["optimizer"] * params / algebra.pick(zero >= 1, dp, 1.0)
+    grads = per["gradients"] * params / algebra.pick(zero >= 2, dp, 1.0)
     return {"weights": weights, "weight_copies": copies, "optimizer": optimizer_states, "gradients": grads}
 
 
@@ -202,16 +203,16 @@ def comm_buffer_bytes(params, unit_params, *, zero=0, dp=1, ps=0, bucket=25e6, l
     * one rank, or a parameter server: none.
     """
     zero = np.asarray(zero)
-    grads = grad_bytes * np.asarray(params, float)
+    grads = grad_bytes * algebra.floats(params)
     ddp = grads if framework == "pytorch" else 0.0 * grads
-    zero12 = np.minimum(np.asarray(bucket, float), grads)
+    zero12 = np.minimum(algebra.floats(bucket), grads)
     if megatron_code(framework):  # a block's unsharded gradient awaiting its per-micro-batch reduce-scatter
-        zero12 = np.where(zero == 2, np.maximum(zero12, grad_bytes * np.asarray(unit_params, float)), zero12)
-    unit = np.asarray(unit_params, float)
+        zero12 = algebra.pick(zero == 2, np.maximum(zero12, grad_bytes * algebra.floats(unit_params)), zero12)
+    unit = algebra.floats(unit_params)
     deepspeed = lo * (np.minimum(prefetch * unit, DS_MAX_LIVE_PARAMETERS) + np.minimum(unit, DS_REDUCE_BUCKET))
-    zero3 = np.where(np.asarray(fsdp, bool), (prefetch + 1) * lo * unit, deepspeed)
-    out = np.where(zero >= 3, zero3, np.where(zero >= 1, zero12, ddp))
-    return np.where((np.asarray(dp) > 1) & (np.asarray(ps) == 0), out, 0.0)
+    zero3 = algebra.pick(np.asarray(fsdp, bool), (prefetch + 1) * lo * unit, deepspeed)
+    out = algebra.pick(zero >= 3, zero3, algebra.pick(zero >= 1, zero12, ddp))
+    return algebra.pick((np.asarray(dp) > 1) & (np.asarray(ps) == 0), out, 0.0)
 
 
 # The moments of a step whose live bytes compete for the peak, in the order ``peak_terms`` ranks ties.
@@ -238,7 +239,7 @@ def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=No
     zero = np.zeros(np.broadcast(activations, loss, terms["weights"]).shape)
     grads = terms["gradients"] + zero
     acts = activations + zero
-    grads_fwd = np.where(grads_during_forward, grads, 0.0)
+    grads_fwd = algebra.pick(grads_during_forward, grads, 0.0)
     cache = terms["weight_copies"] if cache is None else cache
     loss_forward = loss if loss_forward is None else loss_forward
     acts_win = acts >= grads
@@ -246,15 +247,19 @@ def peak_terms(terms: dict, activations, loss, grads_during_forward, *, cache=No
         {"weight_copies": cache, "activations": acts, "loss": loss_forward, "gradients": grads_fwd},
         {"weight_copies": terms["weight_copies"], "activations": acts, "loss": loss, "gradients": grads_fwd},
         {"gradients": grads},
-        {"activations": np.where(acts_win, acts, 0.0), "gradients": np.where(acts_win, 0.0, grads),
+        {"activations": algebra.pick(acts_win, acts, 0.0), "gradients": algebra.pick(acts_win, 0.0, grads),
          "recompute": transient},
     ]
     keys = ("weight_copies", "activations", "loss", "gradients", "recompute")
     moments = [{k: m.get(k, 0.0) + zero for k in keys} for m in moments]
-    totals = np.stack([sum(m.values()) for m in moments])
-    pick = np.argmax(totals, axis=0)
+    totals = [sum(m.values()) for m in moments]
     base = {k: terms[k] + zero for k in ("weights", "fp8_weights", "optimizer") if k in terms}
     base["comm_buffers"] = terms.get("comm_buffers", 0.0) + zero
+    if zero.ndim == 0 and not any(np.isnan(totals)):  # one configuration: argmax's first largest, on numbers
+        pick = np.intp(max(range(len(totals)), key=totals.__getitem__))
+        alive = {**base, **{k: moments[pick][k] for k in keys}}
+        return sum(alive.values()), alive, pick
+    pick = np.argmax(np.stack(totals), axis=0)
     alive = {**base, **{k: np.choose(pick, [m[k] for m in moments]) for k in keys}}
     return sum(alive.values()), alive, pick
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from perfmodel.core.algebra import is_symbolic, maximum, minimum, where
+from perfmodel.core.algebra import floats, is_symbolic, maximum, minimum, pick, where
 from perfmodel.core.layout import rows_inner
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
@@ -82,7 +82,7 @@ def dp_collectives(zero: int, micro_batches: int = 1) -> list[tuple[str, int]]:
 def _split(total, bucket, first=None):
     """(first bucket's bytes, full buckets, their bytes, remainder bytes) of ``total`` bytes in
     buckets of ``bucket``, the first capped at ``first`` (PyTorch DDP: 1 MiB) when given."""
-    total = np.asarray(total, float)
+    total = floats(total)
     head = np.minimum(total, first) if first is not None else np.zeros_like(total)
     rest = total - head
     size = np.minimum(bucket, np.maximum(rest, 1.0))
@@ -127,7 +127,7 @@ def _bucket_lists(price, collective, lists):
     out = []
     for (total, _, _), (head, full, size, rem), (t_head, t_bucket, t_rem) in zip(lists, splits, times):
         last = where(rem > 0, t_rem, where(full > 0, t_bucket, t_head))
-        share = np.where(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
+        share = pick(head > 0, head, size) / np.maximum(np.asarray(total, float), 1.0)
         out.append((t_head + full * t_bucket + t_rem, last, share))
     return out
 
@@ -174,7 +174,7 @@ def ddp_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, *, pric
     buckets, chunk = _bucket_lists(price, "all_reduce", [whole, (params * grad_bytes / c.virtual_stages,
                                                                  c.bucket_bytes, None)])
     plain = _overlapped(*buckets, window_s, slowdown)
-    return np.where(c.virtual_stages > 1, chunked_exposed(*chunk, window_s, c, slowdown), plain)
+    return pick(c.virtual_stages > 1, chunked_exposed(*chunk, window_s, c, slowdown), plain)
 
 
 # PyTorch DDP: copy each gradient into its bucket, divide by the world size, copy it back.
@@ -214,10 +214,10 @@ def zero12_time(coll, lay, c: StepConfig, params, window_s, grad_bytes=4.0, para
         total = pieces[0][0]
         tail = _reduce_once(price, c, params * grad_bytes, window_s, pieces=pieces)  # its slowdown: over all m
         per_step = streamed_exposed(tail, c.micro_batches * total, window_s, forward_s, c, index, slowdown)
-    reduce = np.where(c.shard_stage >= 2, per_step, once)
+    reduce = pick(c.shard_stage >= 2, per_step, once)
     gather, = stacked_time(coll, "all_gather", [params * param_bytes], rpn, nodes)
     if stack(c.framework).grad_buffer:
-        gather = np.where(c.shard_stage >= 2, prefetched_gather(gather, forward_s, c, index, slowdown), gather)
+        gather = pick(c.shard_stage >= 2, prefetched_gather(gather, forward_s, c, index, slowdown), gather)
     return reduce + gather
 
 
@@ -239,14 +239,15 @@ def _reduce_once(price, c: StepConfig, nbytes, window_s, slowdown=0.0, pieces=No
     if chunk is None:
         return once
     chunked = chunked_exposed(*chunk, window_s, c, slowdown)
-    return np.where(c.virtual_stages > 1, chunked, once)
+    return pick(c.virtual_stages > 1, chunked, once)
 
 
 def chunk_reduces(c: StepConfig) -> bool:
     """Whether gradients are reduced per model chunk of the interleaved schedule: Megatron-LM
     core_r0.9.0 (``schedules.forward_backward_pipelining_with_interleaving`` enables grad sync in
     each chunk's last micro-batch backward; ``DistributedDataParallel`` keeps one buffer per chunk)."""
-    return stack(c.framework).grad_buffer and bool(np.any(np.asarray(c.virtual_stages) > 1))
+    v = c.virtual_stages
+    return stack(c.framework).grad_buffer and bool(v > 1 if type(v) in (int, float) else np.any(np.asarray(v) > 1))
 
 
 def chunked_exposed(all_c, last_c, share_c, window_s, c: StepConfig, slowdown=0.0):
@@ -265,7 +266,7 @@ def chunked_exposed(all_c, last_c, share_c, window_s, c: StepConfig, slowdown=0.
     group = np.minimum(c.micro_batches, c.pp)
     own = _overlapped(all_c, last_c, share_c, w)
     queued = maximum(2.0 * all_c - group * w, v * all_c - (v - 1.0) * group * w)
-    exposed = np.where(v > 1, maximum(own, queued), own)
+    exposed = pick(v > 1, maximum(own, queued), own)
     return exposed + slowdown * maximum(v * all_c - exposed, 0.0)
 
 
@@ -289,7 +290,7 @@ def streamed_exposed(last_s, total_s, backward_s, forward_s, c: StepConfig, inde
 def _shard_group(lay, c):
     """(ranks_per_node, nodes) of the ZeRO-3 sharding group: the node's dp ranks when hybrid."""
     rpn, nodes = lay["dp"]
-    return rpn, np.where(c.hybrid, 1.0, nodes)
+    return rpn, pick(c.hybrid, 1.0, nodes)
 
 
 def fsdp_reduce_bytes(framework: str, lo: float) -> float:
@@ -334,13 +335,13 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     dp_rpn, dp_nodes = lay["dp"]
     hybrid = np.asarray(c.hybrid, bool) & (dp_nodes > 1)
     overlap = np.asarray(c.dp_overlap, bool)
-    hide = np.where(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
+    hide = pick(overlap, 1.0, 0.0)  # without overlap no compute hides a collective
     hidden = lambda s: rows_inner(hide * s)  # noqa: E731 (the compute beside a unit's collectives)
     fwd = bwd = 0.0
     ag, rs = {}, {}
     fsdp = np.asarray(c.fsdp, bool)
     reduce_lo = fsdp_reduce_bytes(c.framework, lo)
-    pieces = {name: np.where(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0) for name in units}
+    pieces = {name: pick(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0) for name in units}
     size = [units[name][1] * lo / pieces[name] for name in units]
     grads = [s * reduce_lo / lo for s in size]  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)
     # each collective of all units in one call (``stacked_time``)
@@ -350,7 +351,7 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     shapes = []  # of the units this stage does not hold: 0 × finite seconds, not computed
     for i, (name, (count, _, f_s, b_s)) in enumerate(units.items()):
         ag[name] = pieces[name] * gathers[i]
-        rs[name] = pieces[name] * (scatters[i] + np.where(hybrid, across[i], 0.0))
+        rs[name] = pieces[name] * (scatters[i] + pick(hybrid, across[i], 0.0))
         if np.ndim(count) == 0 and count == 0:
             shapes.append(np.broadcast_shapes(*(np.shape(x) for x in (ag[name], rs[name], hide, f_s, b_s))))
             continue
@@ -358,8 +359,8 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
         bwd = bwd + count * overlapped_cost(ag[name] + rs[name], hidden(b_s), slowdown)
     # with prefetching, the first gather and the last reduce-scatter have no compute beside them;
     # without overlap they are already counted in full above
-    first_gather = np.where(starts_with_embedding, ag["embed"], ag["layer"])
-    last_reduce = np.where(starts_with_embedding, rs["embed"], rs["layer"])
+    first_gather = pick(starts_with_embedding, ag["embed"], ag["layer"])
+    last_reduce = pick(starts_with_embedding, rs["embed"], rs["layer"])
     out = c.micro_batches * (hide * (first_gather + last_reduce) + fwd + bwd)
     shape = np.broadcast_shapes(np.shape(out), *shapes)
     return out if shape == np.shape(out) else np.broadcast_to(out, shape).copy()
@@ -417,12 +418,12 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                    buckets: BucketCosts):
     """Exposed data-parallel seconds of one stage's group, before the drain slack."""
     p, t, nb = work.params, work.times, work.wire
-    window = rows_inner(np.where(c.dp_overlap, backward, 0.0))  # compute the reduction can hide behind
-    forward = np.where(window > 0, t.on(st, "f"), 0.0)
+    window = rows_inner(pick(c.dp_overlap, backward, 0.0))  # compute the reduction can hide behind
+    forward = pick(window > 0, t.on(st, "f"), 0.0)
     params = st.params(p, c.tp)
     units = {"layer": (st.layers, p.layer / c.tp, t.layer_f, t.layer_b),
-             "embed": (np.where(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
-             "head": (np.where(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
+             "embed": (pick(st.embed, 1.0, 0.0), p.embed / c.tp, t.embed_f, t.embed_b),
+             "head": (pick(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
     slow = work.overlap_slowdown
     shard = by_sharding(c, (lambda cc: ddp_exposed(coll, lay, cc, params, window, nb, buckets, slowdown=slow),
                             lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, nb.param, slow,
@@ -431,16 +432,16 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                             + fsdp2_copy_passes(buckets.copy_s, params, cc)),
                         (window, forward))
     if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
-        shape = np.broadcast_shapes(*(np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward,
-                                                            *links.values())))
+        shapes = [np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward, *links.values())]
+        shape = np.broadcast_shapes(*shapes) if any(shapes) else ()  # all one number: ()
         out = shard if np.shape(shard) == shape else np.broadcast_to(shard, shape)
     else:
-        out = np.where(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
-    return np.where((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
+        out = pick(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
+    return pick((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
 
 
 def by_sharding(c: StepConfig, branches, others=()):
-    """``np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))`` of
+    """``pick(c.shard_stage >= 3, zero3(c), pick(c.shard_stage >= 1, zero12(c), ddp(c)))`` of
     ``branches`` (ddp, zero12, zero3: functions of a configuration); where the sharding stages lie along
     one axis in ascending order (a search grid, ``explore/space.py``) and nothing else given (the
     configuration's other fields, ``others``) varies along it, each branch is priced only on the
@@ -454,12 +455,12 @@ def by_sharding(c: StepConfig, branches, others=()):
             return one
     axes = [i for i, n in enumerate(z.shape) if n > 1]
     if len(axes) != 1 or np.any(np.diff(z.reshape(-1)) < 0):
-        return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
+        return pick(c.shard_stage >= 3, zero3(c), pick(c.shard_stage >= 1, zero12(c), ddp(c)))
     a, n = axes[0], z.shape[axes[0]]
     along = [f.name for f in fields(c) if isinstance(getattr(c, f.name), np.ndarray)
              and getattr(c, f.name).ndim == z.ndim and getattr(c, f.name).shape[a] == n]
     if any(np.ndim(x) == z.ndim and np.shape(x)[a] > 1 for x in others):
-        return np.where(c.shard_stage >= 3, zero3(c), np.where(c.shard_stage >= 1, zero12(c), ddp(c)))
+        return pick(c.shard_stage >= 3, zero3(c), pick(c.shard_stage >= 1, zero12(c), ddp(c)))
     cuts = [0, int(np.searchsorted(z.reshape(-1), 1)), int(np.searchsorted(z.reshape(-1), 3)), n]
     parts = []
     for (lo, hi), price in zip(zip(cuts, cuts[1:]), branches):
@@ -492,6 +493,6 @@ def dp_comm_time(coll, lay, c: StepConfig, work: DataParallelWork, links, bucket
         given = first is not None and i == 0
         out = first if given else _stage_exposed(coll, lay, c, work, st, backward, links, buckets)
         slack = st.index * backward  # the stages before it still drain their last backward
-        exposed = np.maximum(out - np.where(c.shard_stage >= 3, 0.0, slack), 0.0)
-        worst = np.maximum(worst, np.where(st.valid, exposed, 0.0))
+        exposed = np.maximum(out - pick(c.shard_stage >= 3, 0.0, slack), 0.0)
+        worst = np.maximum(worst, pick(st.valid, exposed, 0.0))
     return worst

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.core.algebra import floats, pick
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.pipeline import PhaseTimes
@@ -22,7 +23,7 @@ def ep_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute) -> P
     if c.ep <= 1 or getattr(model, "experts", 1) <= 1:
         return PhaseTimes()
     lo = wire_bytes(precision).activation
-    tokens = c.micro_batch * model.seq / np.where(np.asarray(c.sequence_parallel, bool), c.tp, 1.0)
+    tokens = c.micro_batch * model.seq / pick(np.asarray(c.sequence_parallel, bool), c.tp, 1.0)
     size = tokens * model.experts_per_token * model.hidden * lo
     fwd = 2.0 * hierarchical_time(coll, "all_to_all", size, *lay["ep"])
     return PhaseTimes(layer_f=fwd, layer_b=fwd + (fwd if recompute == "full" else 0.0))
@@ -30,12 +31,12 @@ def ep_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute) -> P
 
 def expert_shard_ranks(shard_ranks, ep):
     """Ranks a rank's experts shard over: the shard_ranks / ep replicas that hold the same experts."""
-    return np.maximum(np.asarray(shard_ranks, float) / ep, 1.0)
+    return np.maximum(floats(shard_ranks) / ep, 1.0)
 
 
 def sharded(params, expert, shard_ranks, ep, on):
     """Parameters a rank keeps where sharding is ``on``: the dense ones over ``shard_ranks``, its
     experts over ``expert_shard_ranks``."""
     dense = params - expert
-    return (dense / np.where(on, shard_ranks, 1.0)
-            + expert / np.where(on, expert_shard_ranks(shard_ranks, ep), 1.0))
+    return (dense / pick(on, shard_ranks, 1.0)
+            + expert / pick(on, expert_shard_ranks(shard_ranks, ep), 1.0))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from perfmodel.core.algebra import maximum, where
+from perfmodel.core.algebra import floats, maximum, pick, where
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.placement import pipeline_crossings
@@ -70,17 +70,17 @@ class Stage:
 
     def params(self, p, tp):
         """Parameters this stage's tensor-parallel rank holds (``p``: ``ParamCounts``)."""
-        return (self.layers * p.layer + np.where(self.embed, p.embed, 0.0) + np.where(self.head, p.head, 0.0)) / tp
+        return (self.layers * p.layer + pick(self.embed, p.embed, 0.0) + pick(self.head, p.head, 0.0)) / tp
 
 
 def stage_layers(layers: int, pp):
     """Layers on the first, the fullest middle and the last stage (even split, remainder first)."""
-    pp = np.asarray(pp, float)
+    pp = floats(pp)
     base = np.floor(layers / pp)
     rem = layers - base * pp
     first = base + (rem > 0)
-    last = np.where(pp > 1, base, layers)
-    middle = np.where(pp > 2, base + (rem > 1), 0.0)
+    last = pick(pp > 1, base, layers)
+    middle = pick(pp > 2, base + (rem > 1), 0.0)
     return first, middle, last
 
 
@@ -95,7 +95,7 @@ def stages(model, c: StepConfig) -> list[Stage]:
     if c.stage_layers is not None:
         n = len(c.stage_layers)
         return [Stage(float(lay), float(i), i == 0, i == n - 1, True) for i, lay in enumerate(c.stage_layers)]
-    pp = np.asarray(c.pp, float)
+    pp = floats(c.pp)
     first, middle, last = stage_layers(model.layers, pp)
     single = pp == 1
     return [Stage(first, 0.0, True, single, True), Stage(middle, 1.0, False, False, pp > 2),
@@ -119,7 +119,7 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig):
     """All micro-batches through the pipeline; returns (seconds, bottleneck stage seconds)."""
     worst = 0.0
     for st in sts:
-        worst = np.maximum(worst, np.where(st.valid, t.on(st), 0.0))
+        worst = np.maximum(worst, pick(st.valid, t.on(st), 0.0))
     if c.stage_layers is not None:
         everything = sum(t.on(st) for st in sts)
     else:
@@ -146,11 +146,11 @@ def p2p_time(coll, lay, c: StepConfig, act_bytes):
     crossings = pipeline_crossings(lay["pp"])
     boundaries = np.maximum(c.pp - 1.0, 0.0)
     t_intra, t_inter = sendrecv_time(coll, "intra", size), sendrecv_time(coll, "inter", size)
-    gather = np.where((c.tp > 1) & ~np.asarray(c.sequence_parallel, bool),
+    gather = pick((c.tp > 1) & ~np.asarray(c.sequence_parallel, bool),
                       hierarchical_time(coll, "all_gather", act_bytes, *lay["tp"], algorithm="ring"), 0.0)
-    slowest = np.where(crossings > 0, t_inter, t_intra) + gather
+    slowest = pick(crossings > 0, t_inter, t_intra) + gather
     fill = crossings * t_inter + (boundaries - crossings) * t_intra + boundaries * gather
-    return np.where(c.pp > 1, 2.0 * c.micro_batches * c.virtual_stages * slowest + 2.0 * fill, 0.0)
+    return pick(c.pp > 1, 2.0 * c.micro_batches * c.virtual_stages * slowest + 2.0 * fill, 0.0)
 
 
 def in_flight(c: StepConfig, index):
@@ -168,7 +168,7 @@ def in_flight(c: StepConfig, index):
     pp, v, m = c.pp, c.virtual_stages, c.micro_batches
     f1b = np.minimum(m, np.maximum(pp - index, 1.0))
     interleaved = np.minimum(2.0 * (pp - index - 1.0) + (v - 1.0) * pp + 1.0, m * v) / v
-    return np.where(c.schedule == Schedule.GPIPE, m, np.where(v > 1, interleaved, f1b))
+    return pick(c.schedule == Schedule.GPIPE, m, pick(v > 1, interleaved, f1b))
 
 
 def _chunk_forwards(chunks, pp, v, chunk):
@@ -190,16 +190,16 @@ def layer_batches(c: StepConfig, st: Stage):
     which holds d layers fewer in each of its forwards in flight, not an even share of them.
     """
     held = st.layers * in_flight(c, st.index)
-    v = np.asarray(c.virtual_stages, float)
+    v = floats(c.virtual_stages)
     if c.stage_layers is None or c.schedule == Schedule.GPIPE:
         return held
     full = float(max(c.stage_layers))
     d, per_chunk = full - st.layers, full / v
     chunks = in_flight(c, st.index) * v                       # chunk forwards alive at the peak
     slot = 0.0 if st.embed else v - 1.0                       # the chunk the embedding or the loss takes
-    exact = chunks * per_chunk - _chunk_forwards(chunks, np.asarray(c.pp, float), v, slot) * d
+    exact = chunks * per_chunk - _chunk_forwards(chunks, floats(c.pp), v, slot) * d
     short = (v > 1) & (d > 0) & (d <= per_chunk) & (np.asarray(st.embed) | np.asarray(st.head))
-    return np.where(short, exact, held)
+    return pick(short, exact, held)
 
 
 def pipeline_waits(forward_s, c: StepConfig, index):

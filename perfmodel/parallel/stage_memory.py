@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.core.algebra import pick
 from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.expert import expert_shard_ranks
@@ -62,38 +63,38 @@ def stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_ra
     # under full recomputation autograd saves only the head's, and a recomputed layer casts again
     per_copy = mem.model_state_bytes(precision, optimizer, framework)["weight_copies"]
     tied_copy = p.embed if getattr(model, "tied_embeddings", False) else 0.0  # Megatron keeps it on the last stage
-    head_params = np.where(st.head, p.head + np.where(c.pp > 1, tied_copy, 0.0), 0.0)
-    params = (st.layers * p.layer + np.where(st.embed, p.embed, 0.0) + head_params) / tp
-    gemm = (st.layers * p.gemm_layer + np.where(st.head, p.gemm_head, 0.0)) / tp
+    head_params = pick(st.head, p.head + pick(c.pp > 1, tied_copy, 0.0), 0.0)
+    params = (st.layers * p.layer + pick(st.embed, p.embed, 0.0) + head_params) / tp
+    gemm = (st.layers * p.gemm_layer + pick(st.head, p.gemm_head, 0.0)) / tp
     expert = st.layers * p.expert_layer / tp  # sharded over the replicas holding the same experts
     states = dict(precision=precision, optimizer=optimizer, framework=framework, grad_reduce_fp32=c.grad_reduce_fp32)
     dense = mem.static_bytes(params - expert, gemm - expert, zero=c.shard_stage, dp=shard_ranks, **states)
     experts = mem.static_bytes(expert, expert, zero=c.shard_stage, dp=expert_shard_ranks(shard_ranks, c.ep), **states)
     terms = {k: dense[k] + experts[k] for k in dense}
     terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * st.layers * p.gemm_layer / tp  # TE's cache
-    unit = np.maximum(p.layer, np.where(st.embed, p.embed, 0.0)) / tp
+    unit = np.maximum(p.layer, pick(st.embed, p.embed, 0.0)) / tp
     terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c.shard_stage, dp=c.dp, ps=c.ps_servers,
                                                   bucket=c.bucket_bytes, lo=nb.activation, prefetch=PREFETCH_UNITS,
                                                   grad_bytes=nb.grad, framework=framework, fsdp=c.fsdp)
     terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
-                                            head=np.where(st.head, p.head, 0.0) / tp,
-                                            embed=np.where(st.embed, p.embed, 0.0) / tp)
+                                            head=pick(st.head, p.head, 0.0) / tp,
+                                            embed=pick(st.embed, p.embed, 0.0) / tp)
     saved = tokens * acts["layer"] * (layer_batches(c, st) - c.offload_layers * in_flight(c, st.index))  # offloaded
-    saved = saved + np.where(st.head, acts["final"], 0.0) + np.where(st.embed, tokens * 4.0 * model.hidden, 0.0)
+    saved = saved + pick(st.head, acts["final"], 0.0) + pick(st.embed, tokens * 4.0 * model.hidden, 0.0)
     cache = terms["weight_copies"]
     transient = 0.0
     if recompute == "full":
-        terms["weight_copies"] = np.where(np.asarray(c.shard_stage) >= 3, 0.0,
-                                          per_copy * np.where(st.head, p.gemm_head, 0.0) / tp)
+        terms["weight_copies"] = pick(np.asarray(c.shard_stage) >= 3, 0.0,
+                                          per_copy * pick(st.head, p.gemm_head, 0.0) / tp)
     if recompute == "full" or recompute == "selective-op" or recompute.startswith("every-"):
         # one block's forward is rebuilt in backward
-        transient = np.where(st.layers > 0, tokens * acts["full_layer"] + per_copy * p.gemm_layer / tp, 0.0)
+        transient = pick(st.layers > 0, tokens * acts["full_layer"] + per_copy * p.gemm_layer / tp, 0.0)
     if c.offload_layers:  # the block reloaded in backward is in flight; save_on_cpu took the blocks' weight casts
         transient, terms["weight_copies"] = tokens * acts["layer"], cache - c.offload_layers * per_copy * p.gemm_layer / tp
-    peak, terms, moment = mem.peak_terms(terms, saved, np.where(st.head, acts["loss"], 0.0), c.micro_batches > 1,
-                                 cache=cache, loss_forward=np.where(st.head, acts["loss_fwd"], 0.0),
+    peak, terms, moment = mem.peak_terms(terms, saved, pick(st.head, acts["loss"], 0.0), c.micro_batches > 1,
+                                 cache=cache, loss_forward=pick(st.head, acts["loss_fwd"], 0.0),
                                  transient=transient)
-    return np.where(st.valid, peak, 0.0), terms, moment
+    return pick(st.valid, peak, 0.0), terms, moment
 
 
 def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, recompute, optimizer, seq=None):
@@ -105,14 +106,14 @@ def memory_terms(model, lay, c: StepConfig, sts, p: ParamCounts, *, precision, r
     seq = model.seq if seq is None else seq
     acts = activation_terms(model, c, precision=precision, recompute=recompute, seq=seq)
     rpn, _ = lay["dp"]
-    shard_ranks = np.where(c.hybrid, rpn, c.dp)
+    shard_ranks = pick(c.hybrid, rpn, c.dp)
     best, best_terms, best_moment = None, None, None
     for st in sts:
         peak, terms, moment = stage_memory(model, c, st, p, acts, shard_ranks, precision=precision,
                                            recompute=recompute, optimizer=optimizer, seq=seq)
         better = True if best is None else peak > best
-        best_terms = terms if best is None else {k: np.where(better, terms[k], best_terms[k]) for k in terms}
-        best_moment = moment if best is None else np.where(better, moment, best_moment)
+        best_terms = terms if best is None else {k: pick(better, terms[k], best_terms[k]) for k in terms}
+        best_moment = moment if best is None else pick(better, moment, best_moment)
         best = peak if best is None else np.maximum(best, peak)
     return (best, best_terms, *stack_memory.allocator_bytes(best, c, p.layer / c.tp, free=freed_logits(
         acts, best_terms, best_moment)), best_moment)
@@ -123,4 +124,4 @@ def freed_logits(acts, terms, moment):
     (``stack_memory.loss_hole_bytes_per_logit``), where the peak is the loss backward of a stage
     that computes the loss (``terms["loss"]`` > 0), else none."""
     at_loss = (np.asarray(moment) == mem.PEAK_MOMENTS.index("loss_backward")) & (np.asarray(terms["loss"]) > 0)
-    return np.where(at_loss, acts["loss_hole"], 0.0)
+    return pick(at_loss, acts["loss_hole"], 0.0)

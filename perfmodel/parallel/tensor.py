@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.core.algebra import pick
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.data import overlapped_cost
@@ -72,24 +73,24 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     on = c.tp > 1
     sp = np.asarray(c.sequence_parallel, bool)
     gathers = stack(c.framework).tp_input_gathers  # SP: the block input's gathers forward, their RS backward
-    fwd = np.where(on, np.where(sp, gathers * ag + 2 * rs, 2 * ar), 0.0)
+    fwd = pick(on, pick(sp, gathers * ag + 2 * rs, 2 * ar), 0.0)
     hidden_by = np.asarray(hidden_by, float)
     regather = sp_regathers(c.framework) * ag
-    plain = np.where(sp, 2 * ag + gathers * rs + regather, 2 * ar)
-    overlapped = np.where(sp, 2 * ag + overlapped_cost(2 * rs + regather, 2 * hidden_by, slowdown),
+    plain = pick(sp, 2 * ag + gathers * rs + regather, 2 * ar)
+    overlapped = pick(sp, 2 * ag + overlapped_cost(2 * rs + regather, 2 * hidden_by, slowdown),
                           overlapped_cost(2 * ar, hidden_by, slowdown))
-    bwd = np.where(on, np.where(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
+    bwd = pick(on, pick(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
     if c.tp_comm_overlap and gemms is not None:
         ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
                                       method=c.tp_comm_overlap, config=ub_config(c.tp_comm_overlap, model.hidden))
-        fwd, bwd = np.where(on & sp, ub_f, fwd), np.where(on & sp, ub_b, bwd)
+        fwd, bwd = pick(on & sp, ub_f, fwd), pick(on & sp, ub_b, bwd)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back
     # (Megatron: reduce_scatter_to_sequence_parallel_region's backward; DTensor: Shard(1) -> Replicate)
-    return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=np.where(on, np.where(sp, rs, ar), 0.0),
-                      embed_b=np.where(on & sp, ag, 0.0),
-                      head_f=np.where(on, np.where(sp, ag, 0.0) + loss_time(model, coll, lay, c), 0.0),
-                      head_b=np.where(on, np.where(sp, rs, ar), 0.0))
+    return PhaseTimes(layer_f=fwd, layer_b=bwd, embed_f=pick(on, pick(sp, rs, ar), 0.0),
+                      embed_b=pick(on & sp, ag, 0.0),
+                      head_f=pick(on, pick(sp, ag, 0.0) + loss_time(model, coll, lay, c), 0.0),
+                      head_b=pick(on, pick(sp, rs, ar), 0.0))
 
 
 def loss_time(model, coll, lay, c: StepConfig):

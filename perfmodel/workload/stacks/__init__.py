@@ -104,6 +104,8 @@ FRAMEWORKS = tuple(STACKS)
 
 def stack(name: str) -> Stack:
     """The record of framework ``name``; unknown names list the known ones."""
+    if type(name) is str and name in STACKS:  # a known name: no choice list to build
+        return STACKS[name]
     return STACKS[check_choice("framework", name, FRAMEWORKS)]
 
 
