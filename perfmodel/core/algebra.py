@@ -66,6 +66,8 @@ def equal(a, b):
 
 _TRUTHS = (bool, np.bool_)
 _FLOATS = (float, np.float64)
+_INTS = (int, np.int64)
+_ONE_DTYPES = (np.dtype(float), np.dtype(bool))
 
 
 def _one(x):
@@ -77,10 +79,6 @@ def _one(x):
     if t is np.ndarray and x.shape == () and x.dtype in _ONE_DTYPES:
         return x[()]
     return None
-
-
-_ONE_DTYPES = (np.dtype(float), np.dtype(bool))
-_INTS = (int, np.int64)
 
 
 def pick(condition, a, b):
