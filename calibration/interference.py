@@ -369,25 +369,18 @@ def main(argv=None) -> int:
     unknown = [m for m in mixes if m not in known]
     if unknown:
         p.error(f"unknown mixes {['+'.join(m) for m in unknown]} (valid: {', '.join('+'.join(m) for m in known)})")
-    if args.command == "kernels" and device == "cuda":
-        rows = []
-        for mix in mixes:  # written after every mix: a run stopped by its time limit keeps what it measured
-            rows += measure([mix], "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup, guard_s=guard,
-                            max_sessions=args.max_other_sessions, attempts=args.attempts, alternate=args.alternate,
-                            device=device, streams=args.streams)
-            write(args.out, rows, COLUMNS)
-    elif args.command == "kernels":
-        rows = measure(mixes, "kernel", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
-                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
-                       alternate=args.alternate)
-    else:
+    what = "kernel" if args.command == "kernels" else "train"
+    if what == "train":
         jobs = Path(args.out).with_name("jobs.json")  # the jobs' models and micro-batches, for predicting them
         jobs.parent.mkdir(parents=True, exist_ok=True)
         jobs.write_text(json.dumps({k: {**v, "precision": "fp32", "threads": 1} for k, v in TRAIN_JOBS.items()},
                                    indent=1) + "\n")
-        rows = measure(mixes, "train", phase_s=phase, cycles=args.cycles, setup_s=args.setup,
-                       guard_s=guard, max_sessions=args.max_other_sessions, attempts=args.attempts,
-                       alternate=args.alternate)
+    rows = []
+    for mix in mixes:  # written after every mix: an interrupted run keeps every mix it finished
+        rows += measure([mix], what, phase_s=phase, cycles=args.cycles, setup_s=args.setup, guard_s=guard,
+                        max_sessions=args.max_other_sessions, attempts=args.attempts, alternate=args.alternate,
+                        device=device, streams=args.streams)
+        write(args.out, rows, COLUMNS)
     write(args.out, rows, COLUMNS)
     print(f"{len(rows)} rows -> {args.out}")
     return 0
