@@ -32,7 +32,8 @@ from perfmodel.analysis.contention import solve_sharing
 from perfmodel.analysis.interference import CLASSES, GPU_MODES, InterferenceTable, gpu_table_path
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.core.lazy import scipy_optimize
-from perfmodel.fit.interference import MAX_COEFFICIENT, MAX_SWITCH, InterferenceFit, read_rows
+from perfmodel.fit.interference import (MAX_COEFFICIENT, MAX_SWITCH, InterferenceFit, held_error, read_rows,
+                                        repeat_out)
 from perfmodel.hardware import as_cluster
 from perfmodel.hardware.common import FrozenMap
 
@@ -99,18 +100,15 @@ def fit_gpu_interference(rows, gpu: str, mode: str, *, cv: bool = True, source: 
         raise InvalidInputError(f"{int(informative.sum())} rows of mixes with a compute or memory job cannot fit "
                                 f"the {mode} table (needs {need})")
     x = _fit_params(rows, mode)
-    held = np.full(len(rows), np.nan)
-    repeats = sorted(rows["repeat"].unique())
-    for rep in repeats if len(repeats) > 1 and cv else []:
-        test = (rows["repeat"] == rep).to_numpy()
-        held[test] = _predict(_table(_fit_params(rows[~test], mode), mode), rows[test], mode)
+    held, repeats = repeat_out(rows, lambda part: _fit_params(part, mode),
+                               lambda xr, part: _predict(_table(xr, mode), part, mode), cv)
     measured = rows["slowdown"].to_numpy(float)
     rows["predicted"] = _predict(_table(x, mode), rows, mode)
     rows["error"] = rows["predicted"] / measured - 1.0
-    cv_error = float(np.nanmedian(np.abs(held / measured - 1.0))) if len(repeats) > 1 and cv else float("nan")
+    cv_error = held_error(held, measured)
     device_only = ~rows["mix"].astype(str).str.contains("launch").to_numpy()  # mixes the model prices as device time
-    cv_device = (float(np.nanmedian(np.abs(held / measured - 1.0)[device_only]))
-                 if len(repeats) > 1 and cv and device_only.any() else None)
+    cv_device = held_error(held, measured, device_only) if device_only.any() else float("nan")
+    cv_device = None if np.isnan(cv_device) else cv_device
     devices = sorted(set(map(str, rows["device"]))) if "device" in rows.columns else []
     fitted = _table(x, mode)
     table = InterferenceTable(f"{name}/{mode} (measured)", fitted.coefficients, fitted.switch_fraction,

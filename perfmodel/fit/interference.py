@@ -179,6 +179,23 @@ def _fit_params(rows: pd.DataFrame, slots: float, metric: str, balance: float = 
                          ftol=1e-6, xtol=1e-6, gtol=1e-6).x
 
 
+def repeat_out(rows: pd.DataFrame, fit_params, predict, cv: bool = True):
+    """(held-out predictions, repeats): each repeat of ``rows`` predicted by ``predict(params, its rows)``
+    with ``params = fit_params(the other repeats' rows)``; all NaN with one repeat or ``cv`` False."""
+    held = np.full(len(rows), np.nan)
+    repeats = sorted(rows["repeat"].unique())
+    for rep in repeats if len(repeats) > 1 and cv else []:
+        test = (rows["repeat"] == rep).to_numpy()
+        held[test] = predict(fit_params(rows[~test]), rows[test])
+    return held, repeats
+
+
+def held_error(held: np.ndarray, measured: np.ndarray, where=None) -> float:
+    """Median |held / measured − 1| over the rows ``where`` selects (all by default); NaN when none was held out."""
+    rel = np.abs(held / measured - 1.0)[slice(None) if where is None else where]
+    return float(np.nanmedian(rel)) if np.isfinite(rel).any() else float("nan")
+
+
 def read_rows(path) -> pd.DataFrame:
     """The measured rows of ``path`` (CSV), checked."""
     rows = pd.read_csv(path)
@@ -209,18 +226,13 @@ def fit_interference(rows, *, slots: int = 2, name: str = "cpu", source: str = "
         raise InvalidInputError(f"{len(rows)} rows cannot fit {len(keys) + 1} parameters")
     balance, share_error = fit_balance(rows, float(slots))
     x = _fit_params(rows, float(slots), metric, balance, keys)
-    held = np.full(len(rows), np.nan)
-    repeats = sorted(rows["repeat"].unique())
-    for rep in repeats if len(repeats) > 1 and cv else []:
-        test = (rows["repeat"] == rep).to_numpy()
-        xr = _fit_params(rows[~test], float(slots), metric, balance, keys)
-        held[test] = _predict(_table(xr), rows[test], float(slots), metric, balance)
-    pred = _predict(_table(x), rows, float(slots), metric, balance)
     measured = rows[COLUMN[metric]].to_numpy(float)
+    held, repeats = repeat_out(rows, lambda part: _fit_params(part, float(slots), metric, balance, keys),
+                               lambda xr, part: _predict(_table(xr), part, float(slots), metric, balance), cv)
+    pred = _predict(_table(x), rows, float(slots), metric, balance)
     rows["predicted"] = pred
     rows["error"] = pred / measured - 1.0
-    cv_error = (float(np.nanmedian(np.abs(held / measured - 1.0)))
-                if len(repeats) > 1 and cv else float("nan"))
+    cv_error = held_error(held, measured)
     table = InterferenceTable(name, FrozenMap(dict(zip(KEYS, map(float, x[:-1])))), float(x[-1]),
                               cv_error, len(rows), source or "fitted to co-located kernel-class runs",
                               FrozenMap({"slots": slots, "repeats": len(repeats), "metric": metric, "balance": balance,
