@@ -13,6 +13,7 @@ least as fast. ``gaps`` names the published options the default space does not t
 from __future__ import annotations
 
 import argparse
+import inspect
 from dataclasses import dataclass, fields
 
 import pandas as pd
@@ -23,7 +24,8 @@ from perfmodel.predict import predict
 from perfmodel.validate.runs import published_cases
 
 NEAR_TOP = 10  # "near the top": within this many rows of the search at the run's own precision
-SEARCH_LIMITS = {"micro_batch": 8, "virtual_stages": 8}  # pm.search's max_micro_batch, max_virtual_stages
+# the Strategy fields pm.search bounds by a keyword, and the bound it takes by default
+SEARCH_LIMITS = {k: inspect.signature(search).parameters[f"max_{k}"].default for k in ("micro_batch", "virtual_stages")}
 # Strategy fields the search varies (besides dp, tp, pp, micro_batch, virtual_stages); any other field set
 # away from its default is a published option the default space does not hold
 SEARCHED = {"dp", "tp", "pp", "micro_batch", "virtual_stages", "schedule", "global_batch", "zero", "recompute",
@@ -84,9 +86,9 @@ def rank_case(case, top_k: int = 200, *, whole_space: bool = True) -> SearchRank
                       best(top), best(same), space_gaps(s))
 
 
-def rank_runs(only: str | None = None, top_k: int = 200) -> list[SearchRank]:
-    """Every published run whose label contains ``only`` (all: None), ranked."""
-    return [rank_case(c, top_k) for _, c in published_cases() if only is None or only in c.label]
+def rank_runs(only: str | None = None, top_k: int = 200):
+    """Every published run whose label contains ``only`` (all: None), ranked one after the other."""
+    return (rank_case(c, top_k) for _, c in published_cases() if only is None or only in c.label)
 
 
 def main(argv=None) -> int:
@@ -99,12 +101,10 @@ def main(argv=None) -> int:
     print(f"{'run':34} {'published s':>11} {'fits':>5} {'rank':>5} {'same prec':>9} {'best s':>8} "
           f"{'best same':>9}  gaps")
     ranks = []
-    for _, case in published_cases():
-        if args.only is None or args.only in case.label:
-            r = rank_case(case, args.top)
-            ranks.append(r)
-            print(f"{r.name:34} {r.published_s:11.3f} {str(r.fits):>5} {r.rank:>5} {r.rank_same_precision:>9} "
-                  f"{r.best_s:8.3f} {r.best_same_precision_s:9.3f}  {', '.join(r.gaps)}", flush=True)
+    for r in rank_runs(args.only, args.top):
+        ranks.append(r)
+        print(f"{r.name:34} {r.published_s:11.3f} {str(r.fits):>5} {r.rank:>5} {r.rank_same_precision:>9} "
+              f"{r.best_s:8.3f} {r.best_same_precision_s:9.3f}  {', '.join(r.gaps)}", flush=True)
     near = sum(r.rank_same_precision.isdigit() and int(r.rank_same_precision) <= NEAR_TOP for r in ranks)
     print(f"{len(ranks)} runs: {sum(r.fits for r in ranks)} published plans predicted to fit; best plan at least as "
           f"fast in {sum(r.beaten for r in ranks)}; published plan in the first {NEAR_TOP} "
