@@ -35,7 +35,7 @@ import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.memo import clear_memos
-from perfmodel.interval_pools import laplace_width, origin_of, pooled_half_width  # noqa: F401
+from perfmodel.interval_pools import laplace_width, origin_of, pooled_half_width
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "intervals.json"
 DEFAULT_LEVEL = 0.9
