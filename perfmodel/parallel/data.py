@@ -454,13 +454,12 @@ def by_sharding(c: StepConfig, branches, others=()):
         if one.ndim == 0:  # what np.where picks for it (the other branches' shapes would not widen it)
             return one
     axes = [i for i, n in enumerate(z.shape) if n > 1]
-    if len(axes) != 1 or np.any(np.diff(z.reshape(-1)) < 0):
+    if len(axes) != 1 or np.any(np.diff(z.reshape(-1)) < 0) or any(
+            np.ndim(x) == z.ndim and np.shape(x)[axes[0]] > 1 for x in others):
         return pick(c.shard_stage >= 3, zero3(c), pick(c.shard_stage >= 1, zero12(c), ddp(c)))
     a, n = axes[0], z.shape[axes[0]]
     along = [f.name for f in fields(c) if isinstance(getattr(c, f.name), np.ndarray)
              and getattr(c, f.name).ndim == z.ndim and getattr(c, f.name).shape[a] == n]
-    if any(np.ndim(x) == z.ndim and np.shape(x)[a] > 1 for x in others):
-        return pick(c.shard_stage >= 3, zero3(c), pick(c.shard_stage >= 1, zero12(c), ddp(c)))
     cuts = [0, int(np.searchsorted(z.reshape(-1), 1)), int(np.searchsorted(z.reshape(-1), 3)), n]
     parts = []
     for (lo, hi), price in zip(zip(cuts, cuts[1:]), branches):
