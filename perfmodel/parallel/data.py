@@ -17,7 +17,8 @@ from perfmodel.core.layout import rows_inner
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.stacked import stacked_time
-from perfmodel.parallel.pipeline import ParamCounts, PhaseTimes, Stage, in_flight, pipeline_waits, prefetched_gather
+from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, pipeline_waits, prefetched_gather,
+                                        slowed)
 from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import stack
 
@@ -267,7 +268,7 @@ def chunked_exposed(all_c, last_c, share_c, window_s, c: StepConfig, slowdown=0.
     own = _overlapped(all_c, last_c, share_c, w)
     queued = maximum(2.0 * all_c - group * w, v * all_c - (v - 1.0) * group * w)
     exposed = pick(v > 1, maximum(own, queued), own)
-    return exposed + slowdown * maximum(v * all_c - exposed, 0.0)
+    return slowed(exposed, v * all_c, slowdown)
 
 
 def streamed_exposed(last_s, total_s, backward_s, forward_s, c: StepConfig, index, slowdown=0.0):
@@ -284,7 +285,7 @@ def streamed_exposed(last_s, total_s, backward_s, forward_s, c: StepConfig, inde
     warm = np.minimum(in_flight(c, index), m)
     window = (m - warm) * forward_s + (m - 1.0 / v) * backward_s + pipeline_waits(forward_s, c, index)
     exposed = maximum(last_s, total_s - window)
-    return exposed + slowdown * maximum(total_s - exposed, 0.0)
+    return slowed(exposed, total_s, slowdown)
 
 
 def _shard_group(lay, c):

@@ -221,6 +221,11 @@ def prefetched_gather(gather_s, forward_s, c: StepConfig, index, slowdown=0.0):
     """
     v = np.maximum(c.virtual_stages, 1.0)
     window = np.minimum(in_flight(c, index), c.micro_batches) * forward_s
-    exposed = maximum(gather_s / v, gather_s - window)
-    return exposed + slowdown * maximum(gather_s - exposed, 0.0)
+    return slowed(maximum(gather_s / v, gather_s - window), gather_s, slowdown)
+
+
+def slowed(exposed_s, comm_s, slowdown=0.0):
+    """``exposed_s`` of ``comm_s`` seconds of communication, plus the compute's slowdown over the rest, which ran
+    beside compute (as ``data.overlapped_cost`` counts it)."""
+    return exposed_s + slowdown * maximum(comm_s - exposed_s, 0.0)
 
