@@ -38,6 +38,7 @@ from perfmodel.workload.hf_hub import from_hf_hub
 from perfmodel.workload.presets import model_from_toml, preset
 from perfmodel.workload.stacks import FRAMEWORKS
 from perfmodel.workload.stack import ATTENTIONS
+from perfmodel.costs.memory import OPTIMIZER_STATES
 from perfmodel.validate.host import write_host_gpu
 from perfmodel.fit.compute import POWER_ONSET_S
 from perfmodel.fit.build import build_profile
@@ -128,6 +129,14 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cp-comm", default=None, choices=["p2p", "all_gather", "all_to_all"],
                    help="context-parallel K/V exchange: megatron p2p or all_gather (--cp-comm-type), torch all_gather "
                         "or all_to_all (set_rotate_method); default: the framework's")
+    p.add_argument("--grad-reduce", default=None, choices=["fp32", "bf16"],
+                   help="megatron: the gradient buffer and its reduction dtype (grad_reduce_in_fp32; NeMo "
+                        "grad_sync_dtype); default: the framework's (fp32 under bf16 and fp8)")
+    p.add_argument("--optimizer-states", default=None, choices=list(OPTIMIZER_STATES),
+                   help="megatron: fp32 (Megatron-Core's distributed optimizer), remainders (Apex "
+                        "DistributedFusedAdam as NeMo 1.x runs it), bf16 (its optim.dtype bf16); docs/memory.md")
+    p.add_argument("--fp8-params", action="store_true",
+                   help="megatron, fp8-mixed: GEMM weights held as fp8 parameters (NeMo fp8_params, --fp8-param-gather)")
     add_stack_args(p)
 
 
@@ -178,7 +187,12 @@ def strategy_from_args(args, n_gpus: int):
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False),
-                    offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None))
+                    offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None),
+                    grad_reduce_fp32=GRAD_REDUCE[getattr(args, "grad_reduce", None)],
+                    optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False))
+
+
+GRAD_REDUCE = {None: None, "fp32": True, "bf16": False}  # --grad-reduce -> Strategy.grad_reduce_fp32
 
 
 def cmd_predict(args) -> int:

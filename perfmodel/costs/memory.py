@@ -146,24 +146,62 @@ def fp8_weight_bytes(precision="bf16-mixed", framework="pytorch") -> float:
     return 2.0 if megatron_code(framework) and precision == "fp8-mixed" else 0.0
 
 
+# How a Megatron-code stack's optimizer keeps its states (``Strategy.optimizer_states``): bytes per
+# parameter of the main (master) copy and of each moment (AdamW two, SGD one)
+OPTIMIZER_STATES = {
+    # Megatron-Core DistributedOptimizer (core_r0.9.0 optimizer/distrib_optimizer.py: fp32 main params and
+    # fp32 moments); Apex DistributedFusedAdam with store_params and dtype fp32
+    "fp32": (4.0, 4.0),
+    # Apex DistributedFusedAdam store_param_remainders (apex contrib/optimizers/distributed_fused_adam.py
+    # @5159545: an int16 shard that rebuilds the fp32 main params from the bf16 ones, fp32 moments), which
+    # NeMo sets for a bf16 model with fp32 optimizer states (NeMo v2.0.0 megatron_base_model.py
+    # setup_optimization: store_param_remainders=True)
+    "remainders": (2.0, 4.0),
+    # the same optimizer with ``optim.dtype: bf16``: bf16 moments, no main copy (store_params=False when the
+    # optimizer dtype is the model's); with fp8 parameters NeMo stores the main params too (bf16)
+    "bf16": (0.0, 2.0),
+}
+
+
+def optimizer_state_bytes(optimizer="adamw", states=None, fp8_params=False) -> float:
+    """Bytes per parameter of a Megatron-code optimizer's states (``OPTIMIZER_STATES``; None: "fp32").
+
+    With fp8 parameters NeMo keeps a main copy in the optimizer's dtype (``store_params=True``), so the
+    bf16 layout holds 2 bytes more; "remainders" is then not what runs (``Strategy`` refuses it)."""
+    main, moment = OPTIMIZER_STATES["fp32" if states is None else states]
+    if states == "bf16" and fp8_params:
+        main = 2.0
+    return main + moment * (2.0 if optimizer == "adamw" else 1.0)
+
+
 def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pytorch",
-                      grad_reduce_fp32=None) -> dict[str, float]:
+                      grad_reduce_fp32=None, optimizer_states=None, fp8_params=False) -> dict[str, float]:
     """Bytes per parameter of weights, 16-bit weight copies, optimizer states and gradients.
 
     pytorch (autocast over fp32 parameters): 4 + 2 (per GEMM weight, cached by
     autocast) + 8 (AdamW moments) + 4 (fp32 .grad). megatron (Micikevicius et al.
     2018; Rajbhandari et al. 2020, §3.1 "K = 12"): 16-bit weights 2, optimizer
-    fp32 master copy + moments 12, gradients ``megatron_grad_bytes`` (4: fp32 main_grad, 2: 16-bit).
+    fp32 master copy + moments 12 (``optimizer_state_bytes``: fewer under ``optimizer_states``),
+    gradients ``megatron_grad_bytes`` (4: fp32 main_grad, 2: 16-bit).
     """
     opt = 8.0 if optimizer == "adamw" else 4.0
     if megatron_code(framework) and is_mixed(precision):
-        return {"weights": 2.0, "weight_copies": 0.0, "optimizer": 4.0 + opt,
+        return {"weights": 2.0, "weight_copies": 0.0,
+                "optimizer": optimizer_state_bytes(optimizer, optimizer_states, fp8_params),
                 "gradients": megatron_grad_bytes(precision, grad_reduce_fp32)}
     return {"weights": 4.0, "weight_copies": 2.0 if is_mixed(precision) else 0.0, "optimizer": opt, "gradients": 4.0}
 
 
+def fp8_param_bytes(precision="bf16-mixed", framework="pytorch", fp8_params=False) -> float:
+    """16-bit bytes per GEMM weight a Megatron-code stack does not hold when its GEMM weights are fp8
+    parameters (``Strategy.fp8_params``: Transformer Engine ``fp8_model_init``, as NeMo's ``fp8_params`` and
+    Megatron-Core's ``--fp8-param-gather`` build the model, TE v1.11 pytorch/module/base.py): the fp8 value
+    and its cached transpose are ``fp8_weight_bytes``, with no bf16 weight beside them."""
+    return 2.0 if fp8_params and megatron_code(framework) and precision == "fp8-mixed" else 0.0
+
+
 def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adamw", zero=0, dp=1,
-                 framework="pytorch", grad_reduce_fp32=None):
+                 framework="pytorch", grad_reduce_fp32=None, optimizer_states=None, fp8_params=False):
     """Weights, autocast weight copies, optimizer states and gradients (bytes, per GPU).
 
     ``dp`` is the number of ranks sharding (the data-parallel size, or the node's
@@ -175,7 +213,7 @@ def static_bytes(params, gemm_params, *, precision="bf16-mixed", optimizer="adam
     """
     dp = algebra.floats(dp)
     zero = np.asarray(zero)
-    per = model_state_bytes(precision, optimizer, framework, grad_reduce_fp32)
+    per = model_state_bytes(precision, optimizer, framework, grad_reduce_fp32, optimizer_states, fp8_params)
     weights = per["weights"] * params / algebra.pick(zero >= 3, dp, 1.0)
     copies = algebra.pick(zero >= 3, 0.0, per["weight_copies"] * gemm_params)
     optimizer_states = per["optimizer"] * params / algebra.pick(zero >= 1, dp, 1.0)

@@ -67,11 +67,14 @@ def stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_ra
     params = (st.layers * p.layer + pick(st.embed, p.embed, 0.0) + head_params) / tp
     gemm = (st.layers * p.gemm_layer + pick(st.head, p.gemm_head, 0.0)) / tp
     expert = st.layers * p.expert_layer / tp  # sharded over the replicas holding the same experts
-    states = dict(precision=precision, optimizer=optimizer, framework=framework, grad_reduce_fp32=c.grad_reduce_fp32)
+    states = dict(precision=precision, optimizer=optimizer, framework=framework, grad_reduce_fp32=c.grad_reduce_fp32,
+                  optimizer_states=c.optimizer_states, fp8_params=c.fp8_params)
     dense = mem.static_bytes(params - expert, gemm - expert, zero=c.shard_stage, dp=shard_ranks, **states)
     experts = mem.static_bytes(expert, expert, zero=c.shard_stage, dp=expert_shard_ranks(shard_ranks, c.ep), **states)
     terms = {k: dense[k] + experts[k] for k in dense}
-    terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * st.layers * p.gemm_layer / tp  # TE's cache
+    te_gemm = st.layers * p.gemm_layer / tp  # the blocks' GEMM weights: Transformer Engine's linears
+    terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * te_gemm  # TE's cache, or the fp8 parameters
+    terms["weights"] = terms["weights"] - mem.fp8_param_bytes(precision, framework, c.fp8_params) * te_gemm
     unit = np.maximum(p.layer, pick(st.embed, p.embed, 0.0)) / tp
     terms["comm_buffers"] = mem.comm_buffer_bytes(params, unit, zero=c.shard_stage, dp=c.dp, ps=c.ps_servers,
                                                   bucket=c.bucket_bytes, lo=nb.activation, prefetch=PREFETCH_UNITS,

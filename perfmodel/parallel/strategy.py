@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
+from perfmodel.costs.memory import OPTIMIZER_STATES
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.deepspeed import check_pipeline_engine
 from perfmodel.parallel.placement import ORDERS
@@ -124,6 +125,14 @@ class Strategy:
     # "p2p" (its default) or "all_gather"; torch's set_rotate_method "all_gather" (its default) or
     # "all_to_all"; None: the framework's default
     cp_comm: str | None = None
+    # how a Megatron-code optimizer keeps its states (costs/memory.py OPTIMIZER_STATES): "fp32" (Megatron-Core's
+    # DistributedOptimizer: fp32 main params and moments), "remainders" (Apex DistributedFusedAdam as NeMo 1.x
+    # runs it for a bf16 model: int16 remainders of the fp32 main params), "bf16" (NeMo's optim.dtype bf16:
+    # bf16 moments, no main copy); None: "fp32"
+    optimizer_states: str | None = None
+    # the blocks' GEMM weights are fp8 parameters (Transformer Engine fp8_model_init: NeMo fp8_params,
+    # Megatron-Core --fp8-param-gather) with no bf16 copy; needs precision "fp8-mixed"
+    fp8_params: bool = False
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -171,7 +180,33 @@ class Strategy:
         check_pipeline_engine(self.framework, pp=self.pp, zero=self.zero, schedule=self.schedule)
         self._check_tp_comm_overlap()
         self._check_grad_reduce()
+        self._check_optimizer_layout()
         check_cp_comm(self.framework, self.cp_comm, self.cp)
+
+    def _check_optimizer_layout(self):
+        """``optimizer_states`` and ``fp8_params``: Megatron-Core's model code and optimizer (framework='megatron')."""
+        object.__setattr__(self, "fp8_params", check_flag("fp8_params", self.fp8_params))
+        if self.optimizer_states is None and not self.fp8_params:
+            return
+        takes = ", ".join(takes_main_grad())
+        if self.optimizer_states is not None:
+            check_choice("optimizer_states", self.optimizer_states, tuple(OPTIMIZER_STATES))
+            if self.framework not in takes_main_grad():
+                raise UnsupportedError(f"'optimizer_states'={self.optimizer_states!r} sets how Megatron-Core's "
+                                       f"distributed optimizer keeps its states: it does not apply to "
+                                       f"framework={self.framework!r}; stacks that take it: {takes}")
+        if not self.fp8_params:
+            return
+        if self.framework not in takes_main_grad():
+            raise UnsupportedError(f"'fp8_params'=True builds Transformer Engine linears with fp8 weights: it does not "
+                                   f"apply to framework={self.framework!r}; stacks that take it: {takes}")
+        if self.precision != "fp8-mixed":
+            raise InvalidInputError(f"'fp8_params'=True keeps the GEMM weights in fp8: it needs "
+                                    f"precision='fp8-mixed' (got {self.precision!r})")
+        if self.optimizer_states == "remainders":
+            raise InvalidInputError("'optimizer_states'='remainders' cannot hold fp8 parameters: their fp32 main "
+                                    "copy is not the bf16 value plus a remainder, so NeMo stores it whole "
+                                    "(store_params=True); use optimizer_states='fp32' (or 'bf16')")
 
     def _check_grad_reduce(self):
         if self.grad_reduce_fp32 is None:
