@@ -28,13 +28,26 @@ def test_bundled_csv_is_the_converted_jsonl():
     np.testing.assert_allclose(tidy.time_s.to_numpy(float), stored.time_s.to_numpy(float))
 
 
+FORM_TIE = 0.005  # CV MAPE within which two forms fit a table equally well: which wins varies by machine
+
+
 def test_fit_reproduces_the_bundled_profile(h200_fit):
+    """Refitting the bundled tables fits each class as well as the bundled profile does: the same form, or one
+    whose CV error ties the bundled form's on this machine, and the same errors. Parameters are not compared:
+    the optima of sloppy ones (gemm:fp32's p2, a t_cpu below every row's time) move across BLAS builds and
+    CPUs while the fitted curve stays (seen: gemm:fp32 p2 0.03 against 0.79 with equal fit errors)."""
     bundled = pm.load_profile("h200-sxm-141gb")
+    assert set(h200_fit.entries_) <= set(bundled.compute)
     for key, entry in h200_fit.entries_.items():
-        assert entry["form"] == bundled.compute[key]["form"], key
-        for name, value in entry["params"].items():
-            # least-squares optima agree to ~1e-5 across scipy/numpy releases, not to the last digit
-            assert value == pytest.approx(bundled.compute[key]["params"][name], rel=1e-4), (key, name)
+        want = bundled.compute[key]
+        same = entry["form"] == want["form"]
+        if not same:
+            scores = entry["candidates"]
+            assert scores[want["form"]] - scores[entry["form"]] <= FORM_TIE, (key, scores)
+        if want.get("cv_mape") is not None and np.isfinite(want["cv_mape"]):
+            assert abs(entry["cv_mape"] - want["cv_mape"]) <= FORM_TIE, (key, entry["cv_mape"], want["cv_mape"])
+        if same and want.get("fit_mape") is not None:  # another form fits the rows another way
+            assert abs(entry["fit_mape"] - want["fit_mape"]) <= 1e-3, (key, entry["fit_mape"], want["fit_mape"])
 
 
 def test_cv_targets_met(h200_fit):
