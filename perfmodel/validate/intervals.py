@@ -209,7 +209,9 @@ class _Tally:
 
 
 CHECK_LEVELS = (0.5, 0.8)  # a shipped score must also hold at these levels (within SLACK), as predict may ask
-SLACK = 0.02
+# the shipped score's own test allows 3 points (tests/test_intervals.py); the held-back estimate moves by ~2 points
+# with the splits drawn (hybrid at 80%: 76.0% over 30 splits, 78.1% over 200), so a 2-point slack chose on noise
+SLACK = 0.03
 
 
 REGIME_SLACK = 0.10  # each calibrated regime, with ~10 rows, may fall this far below a level
