@@ -195,7 +195,7 @@ def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pyto
 def fp8_param_bytes(precision="bf16-mixed", framework="pytorch", fp8_params=False) -> float:
     """16-bit bytes per GEMM weight a Megatron-code stack does not hold when its GEMM weights are fp8
     parameters (``Strategy.fp8_params``: Transformer Engine ``fp8_model_init``, as NeMo's ``fp8_params`` and
-    Megatron-Core's ``--fp8-param-gather`` build the model, TE v1.11 pytorch/module/base.py): the fp8 value
+    Megatron-Core's ``--fp8-param-gather`` build the model; transformer_engine/pytorch/fp8.py): the fp8 value
     and its cached transpose are ``fp8_weight_bytes``, with no bf16 weight beside them."""
     return 2.0 if fp8_params and megatron_code(framework) and precision == "fp8-mixed" else 0.0
 
