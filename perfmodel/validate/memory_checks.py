@@ -2,9 +2,10 @@
 
 Run: ``python -m perfmodel.validate.memory_checks`` (prints every row, then the summary).
 
-Three sources, none fitted to: ``data/memory_checks.csv`` (runs a source reports as having run or
-run out of memory), the Llama 3 405B rows of ``published_runs.csv`` (they ran) and the TorchTitan
-paper's max-reserved readings in ``published_stack_runs.csv``. Each is scored twice: with the
+Four sources, none fitted to: ``data/memory_checks.csv`` (runs a source reports as having run or
+run out of memory), the Llama 3 405B rows of ``published_runs.csv`` (they ran), the DGX Cloud rows of
+``published_check_runs.csv`` (they ran) and the TorchTitan paper's max-reserved readings in
+``published_stack_runs.csv``. Each is scored twice: with the
 allocator per stack (``costs/stack_memory.py``) and with the flat rule it replaced
 (allocated x 1.05 + 0.5 GiB for every stack), so the change shows row by row (docs/memory.md).
 """
@@ -23,10 +24,11 @@ from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
 from perfmodel.core.readers import read_text_file
-from perfmodel.validate.published import CUDA_CONTEXT_BYTES, read_published, read_published_stacks
+from perfmodel.validate.published import CUDA_CONTEXT_BYTES, read_published, read_published_checks, read_published_stacks
 from perfmodel.workload.presets import preset
 
 CHECKS_CSV = Path(__file__).resolve().parent.parent / "data" / "memory_checks.csv"
+DGX_CLOUD = "dgxc-"  # the check rows of NVIDIA's DGX Cloud recipes (published_check_runs.csv)
 GIB = 2**30
 
 
@@ -90,6 +92,10 @@ def score(path: str | Path = CHECKS_CSV) -> list[MemoryCheck]:
     checks = _csv_checks(path)
     for case in read_published():
         if case.label.startswith("llama3-405B"):  # Llama Team 2024, Table 4: these configurations trained
+            p = predict(case.model, case.cluster, case.strategy)
+            checks.append(_scored(case.label, "ran", None, p, case.source))
+    for case in read_published_checks():
+        if case.label.startswith(DGX_CLOUD):  # NVIDIA's DGX Cloud recipes: each tabled run trained on 80 GB H100s
             p = predict(case.model, case.cluster, case.strategy)
             checks.append(_scored(case.label, "ran", None, p, case.source))
     for case in read_published_stacks():
