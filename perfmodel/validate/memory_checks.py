@@ -28,6 +28,7 @@ from perfmodel.validate.published import CUDA_CONTEXT_BYTES, read_published, rea
 from perfmodel.workload.presets import preset
 
 CHECKS_CSV = Path(__file__).resolve().parent.parent / "data" / "memory_checks.csv"
+LLAMA3 = "llama3-405B"  # the Llama 3 405B rows of published_runs.csv
 DGX_CLOUD = "dgxc-"  # the check rows of NVIDIA's DGX Cloud recipes (published_check_runs.csv)
 GIB = 2**30
 
@@ -90,14 +91,11 @@ def _csv_checks(path) -> list[MemoryCheck]:
 def score(path: str | Path = CHECKS_CSV) -> list[MemoryCheck]:
     """Every published memory outcome scored (see the module docstring)."""
     checks = _csv_checks(path)
-    for case in read_published():
-        if case.label.startswith("llama3-405B"):  # Llama Team 2024, Table 4: these configurations trained
-            p = predict(case.model, case.cluster, case.strategy)
-            checks.append(_scored(case.label, "ran", None, p, case.source))
-    for case in read_published_checks():
-        if case.label.startswith(DGX_CLOUD):  # NVIDIA's DGX Cloud recipes: each tabled run trained on 80 GB H100s
-            p = predict(case.model, case.cluster, case.strategy)
-            checks.append(_scored(case.label, "ran", None, p, case.source))
+    # runs that trained: Llama Team 2024, Table 4; NVIDIA's DGX Cloud recipes on 80 GB H100s
+    ran = [c for c in read_published() if c.label.startswith(LLAMA3)]
+    ran += [c for c in read_published_checks() if c.label.startswith(DGX_CLOUD)]
+    for case in ran:
+        checks.append(_scored(case.label, "ran", None, predict(case.model, case.cluster, case.strategy), case.source))
     for case in read_published_stacks():
         p = predict(case.model, case.cluster, case.strategy)
         checks.append(_scored(case.label, "reading", case.extra["reserved_memory_bytes"] / GIB, p, case.source))
