@@ -16,6 +16,7 @@ data-parallel communication + optimizer.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import cache
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from perfmodel.costs import offload
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
+from perfmodel.hardware import load_gpu
 from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
 from perfmodel.parallel.config import StepConfig
@@ -98,10 +100,24 @@ def _flops(kernels):
     return sum(k.flops * floats(k.count) for k in kernels)
 
 
-def kernel_lists(model, c: StepConfig, precision, recompute):
-    """Kernels of a layer, the embedding and the head (forward, backward), and the ring's (``ring_kernels``)."""
+@cache
+def tensor_core_dtypes(gpu_name: str) -> tuple:
+    """The dtypes the named GPU multiplies on tensor cores; a GPU not in the catalog (a user's profile
+    of another card) is taken to have them for every 16-bit and tf32 dtype, as every GPU since Ampere."""
+    try:
+        return load_gpu(gpu_name).tensor_core_dtypes
+    except PerfModelError:
+        return ("tf32", "bf16", "fp16", "fp8")
+
+
+def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = ""):
+    """Kernels of a layer, the embedding and the head (forward, backward), and the ring's (``ring_kernels``).
+
+    ``gpu_name``: the profile's GPU, whose tensor cores decide which convolutions an NCHW layout
+    transposes (``c.memory_format``, workload/stacks/layout.py)."""
+    transposed = tensor_core_dtypes(gpu_name) if c.memory_format == "contiguous" else ()
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
-             "loss": "eager" if c.loss == "chunked" else c.loss}
+             "loss": "eager" if c.loss == "chunked" else c.loss, "transpose_dtypes": transposed}
     multiple = vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
@@ -115,7 +131,8 @@ def kernel_lists(model, c: StepConfig, precision, recompute):
 
 
 # the StepConfig fields kernel_lists reads
-COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm")
+COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm",
+                  "memory_format")
 
 
 @memo_by_fields(COMPUTE_FIELDS)
@@ -125,7 +142,7 @@ def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> Com
     ``model`` is what one rank computes: with context parallelism (``c.cp`` > 1) its sequence
     is the rank's s/cp tokens, and the ring's other attention blocks are added (``ring_attention``).
     """
-    parts, ring = kernel_lists(model, c, precision, recompute)
+    parts, ring = kernel_lists(model, c, precision, recompute, profile.gpu)
     wall, gpu, cpu = {}, {}, {}
     for name, ks in parts.items():
         wall[name], gpu[name], cpu[name] = phase_time(profile, ks) if ks else (0.0, 0.0, 0.0)

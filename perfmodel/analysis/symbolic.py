@@ -100,7 +100,7 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
 
 def _step_expr(model, cluster, prof, c: StepConfig, s) -> sp.Expr:
     """``step.evaluate``'s step time for one pipeline stage without sharding, from the same pieces."""
-    parts, _ = kernel_lists(model, c, s.precision, s.recompute)
+    parts, _ = kernel_lists(model, c, s.precision, s.recompute, prof.gpu)
     t = PhaseTimes(**{name: phase_expr(prof, ks) for name, ks in parts.items()})
     (st, *_) = stages(model, c)  # pp = 1: the first stage holds every layer, the embedding and the head
     per_mb = t.on(st)

@@ -39,6 +39,7 @@ from perfmodel.workload.presets import model_from_toml, preset
 from perfmodel.workload.stacks import FRAMEWORKS
 from perfmodel.workload.stack import ATTENTIONS
 from perfmodel.costs.memory import OPTIMIZER_STATES
+from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, MEMORY_FORMATS
 from perfmodel.validate.host import write_host_gpu
 from perfmodel.fit.compute import POWER_ONSET_S
 from perfmodel.fit.build import build_profile
@@ -137,6 +138,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                         "DistributedFusedAdam as NeMo 1.x runs it), bf16 (its optim.dtype bf16); docs/memory.md")
     p.add_argument("--fp8-params", action="store_true",
                    help="megatron, fp8-mixed: GEMM weights held as fp8 parameters (NeMo fp8_params, --fp8-param-gather)")
+    p.add_argument("--memory-format", default=DEFAULT_MEMORY_FORMAT, choices=list(MEMORY_FORMATS),
+                   help="CNN activations: channels_last (NHWC) or contiguous (NCHW: cuDNN transposes; docs/cnn.md)")
     add_stack_args(p)
 
 
@@ -189,7 +192,8 @@ def strategy_from_args(args, n_gpus: int):
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False),
                     offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None),
                     grad_reduce_fp32=GRAD_REDUCE[getattr(args, "grad_reduce", None)],
-                    optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False))
+                    optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False),
+                    memory_format=getattr(args, "memory_format", DEFAULT_MEMORY_FORMAT))
 
 
 GRAD_REDUCE = {None: None, "fp32": True, "bf16": False}  # --grad-reduce -> Strategy.grad_reduce_fp32

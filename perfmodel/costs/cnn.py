@@ -32,7 +32,7 @@ from perfmodel.core.algebra import to_sympy
 from perfmodel.core.errors import UnsupportedError
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.forms.registry import get_form
-from perfmodel.workload.graph import CNN_MEM_CLASSES, conv_gemm_shapes
+from perfmodel.workload.graph import CNN_MEM_CLASSES, conv_gemm_shapes, conv_kind
 from perfmodel.workload.ops import Kernel
 
 CONV_KINDS = ("dense", "grouped", "depthwise")
@@ -47,14 +47,6 @@ BANDWIDTH_KINDS = ("depthwise",)
 WINOGRAD_FILTERS = ((3, 3), (5, 5))
 GEMM_ONLY = "gemm"  # the pooled label of dense shapes no Winograd algorithm accepts: conv.dense-gemm
 CONV_SIZE = ("m", "n", "k", "x", "kh", "kw", "stride", "groups", "cin")  # what a 'conv' kernel carries
-
-
-def conv_kind(groups, cin) -> str:
-    """``dense`` (one group), ``depthwise`` (one input channel per group) or ``grouped``."""
-    groups, cin = int(groups), int(cin)
-    if groups <= 1:
-        return "dense"
-    return "depthwise" if cin // groups == 1 else "grouped"
 
 
 def conv_label(kh, kw, stride, groups, cin) -> str:

@@ -16,6 +16,10 @@ from perfmodel.core.units import format_bytes, format_rate
 
 # the data types a GPU may list, in the order messages print them
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# dtypes only tensor cores multiply (tf32 and bf16 from Ampere, fp8 from Ada/Hopper); fp16 runs on them from
+# Volta at 8x the fp32 FMA rate (V100, T4 datasheets), while a P100's paired fp16 in CUDA cores gives 2x
+TENSOR_CORE_ONLY = ("tf32", "bf16", "fp8")
+TENSOR_CORE_FP16_RATIO = 4.0
 # other spellings accepted by GPU.peak (torch dtype names, precision names)
 DTYPE_ALIASES = {
     "float32": "fp32",
@@ -101,6 +105,15 @@ class GPU:
     def dtypes(self) -> tuple[str, ...]:
         """The data types this GPU has a peak for, in DTYPES order."""
         return tuple(self.peak_flops)
+
+    @property
+    def tensor_core_dtypes(self) -> tuple[str, ...]:
+        """The data types this GPU multiplies on tensor cores: tf32, bf16 and fp8 wherever listed, and fp16
+        on a GPU that also lists one of those or runs fp16 at >= 4x its fp32 rate (``TENSOR_CORE_FP16_RATIO``)."""
+        peaks = self.peak_flops
+        fp16 = "fp16" in peaks and (any(d in peaks for d in TENSOR_CORE_ONLY)
+                                    or peaks["fp16"] >= TENSOR_CORE_FP16_RATIO * peaks.get("fp32", float("inf")))
+        return tuple(d for d in DTYPES if d in TENSOR_CORE_ONLY and d in peaks or d == "fp16" and fp16)
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; UnsupportedError if the GPU lacks it."""

@@ -61,7 +61,8 @@ FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stage
                 "ps_servers", "bucket_bytes", "schedule")
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
 SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
-                 "offload_layers", "grad_reduce_fp32", "cp_comm", "ps_local_reduce", "optimizer_states", "fp8_params")
+                 "offload_layers", "grad_reduce_fp32", "cp_comm", "ps_local_reduce", "optimizer_states", "fp8_params",
+                 "memory_format")
 
 
 def _frozen(value, dtype):
@@ -136,6 +137,7 @@ class StepConfig:
     ps_local_reduce: bool = False  # a machine's GPUs sum their gradients before one push (Strategy)
     optimizer_states: str | None = None  # a Megatron-code optimizer's state layout (costs/memory.py OPTIMIZER_STATES)
     fp8_params: bool = False  # GEMM weights held as fp8 parameters (Strategy)
+    memory_format: str = "channels_last"  # a CNN's activation layout (workload/stacks/layout.py)
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -161,7 +163,8 @@ class StepConfig:
                    attention=s.attention, cp=s.cp, ep=s.ep, compile=s.compile, loss=s.loss,
                    tp_comm_overlap=s.tp_comm_overlap or "", offload_layers=s.offload_layers,
                    grad_reduce_fp32=s.grad_reduce_fp32, cp_comm=s.cp_comm, ps_local_reduce=s.ps_local_reduce,
-                   optimizer_states=s.optimizer_states, fp8_params=s.fp8_params)
+                   optimizer_states=s.optimizer_states, fp8_params=s.fp8_params,
+                   memory_format=s.memory_format)
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

@@ -26,6 +26,7 @@ from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
+from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
@@ -133,6 +134,10 @@ class Strategy:
     # the blocks' GEMM weights are fp8 parameters (Transformer Engine fp8_model_init: NeMo fp8_params,
     # Megatron-Core --fp8-param-gather) with no bf16 copy; needs precision "fp8-mixed"
     fp8_params: bool = False
+    # a CNN's activation layout (workload/stacks/layout.py): "channels_last" (NHWC: what the bundled
+    # convolution measurements ran) or "contiguous" (NCHW, PyTorch's default: cuDNN transposes around
+    # each tensor-core convolution); a transformer has no convolutions, so it is priced the same either way
+    memory_format: str = DEFAULT_MEMORY_FORMAT
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -182,6 +187,7 @@ class Strategy:
         self._check_grad_reduce()
         self._check_optimizer_layout()
         check_cp_comm(self.framework, self.cp_comm, self.cp)
+        object.__setattr__(self, "memory_format", check_memory_format(self.memory_format))
 
     def _check_optimizer_layout(self):
         """``optimizer_states`` and ``fp8_params``: Megatron-Core's model code and optimizer (framework='megatron')."""

@@ -5,7 +5,7 @@
 
 Each row is one model trained on one GPU at a batch size (timm's ``benchmark.py``:
 synthetic images, SGD with momentum, ``torch.autocast``), priced as a user would:
-``pm.predict(preset, gpu, Strategy(micro_batch=batch, precision=..., optimizer="sgd"))``.
+``pm.predict(preset, gpu, Strategy(micro_batch=batch, precision=..., optimizer="sgd", memory_format=layout))``.
 Nothing in perfmodel is fitted to these rows: they check, they do not calibrate.
 Two numbers per row: the throughput error, and the error of the throughput relative
 to ResNet-50 on the same GPU, layout and stack (what is left once the GPU's absolute
@@ -70,7 +70,7 @@ def score(rows: list[dict] | None = None, profiles: dict | None = None) -> list[
     for r in read_cnn_runs() if rows is None else rows:
         batch = int(r["batch"])
         p = predict(preset(r["model"]), r["gpu"], Strategy(micro_batch=batch, precision=r["precision"],
-                                                           optimizer=r["optimizer"]),
+                                                           optimizer=r["optimizer"], memory_format=r["layout"]),
                     profile=(profiles or {}).get(r["gpu"]))
         out.append(CnnRow(r["model"], r["family"], r["gpu"], r["layout"], batch, float(r["samples_per_s"]),
                           batch / float(p.step_time), r["source"]))

@@ -70,6 +70,14 @@ def conv_gemm_shapes(batch, cin, cout, in_spatial, out_spatial, kernel, groups=1
             "wgrad": (cout, np.multiply(cin / groups, kernel), rows)}
 
 
+def conv_kind(groups, cin) -> str:
+    """``dense`` (one group), ``depthwise`` (one input channel per group) or ``grouped``."""
+    groups, cin = int(groups), int(cin)
+    if groups <= 1:
+        return "dense"
+    return "depthwise" if cin // groups == 1 else "grouped"
+
+
 def _pad8(c):
     return np.ceil(np.asarray(c, float) / 8.0) * 8.0
 

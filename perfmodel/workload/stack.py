@@ -12,11 +12,13 @@ from dataclasses import replace
 import numpy as np
 
 from perfmodel.core.checks import check_choice
+from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, gemm, mem as mem_kernel
 from perfmodel.workload.stacks import FRAMEWORKS, stack  # noqa: F401 (FRAMEWORKS re-exported)
 from perfmodel.workload.stacks.compile import fuse_memory_bound
 from perfmodel.workload.stacks.float8 import torchao_float8
+from perfmodel.workload.stacks.layout import nchw_transpose, transposes_conv
 # "flash": the profile's attention class as measured (PyTorch SDPA's pick; cuDNN attention on Hopper at
 # torch 2.11, also Transformer Engine's fused attention); "flash2": FlashAttention-2 (flash-attn 2.x, or
 # SDPA's FLASH_ATTENTION backend), priced by the profile's ``sdpa:fa2.*`` classes where it has them, else
@@ -99,7 +101,8 @@ def fused_loss(k: Kernel) -> list[Kernel]:
                        variant="fwd")]
 
 
-def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager"):
+def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager",
+                  transpose_dtypes=()):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
@@ -113,6 +116,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     ``compiled``: Inductor's fused groups (``perfmodel.workload.stacks.compile``);
     ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
     ``param_dtype=bf16``), ``torchtitan`` under ``fp8-mixed``: ``torchao_float8``.
+    ``transpose_dtypes``: NCHW activations on a GPU whose tensor cores take these dtypes; each dense or
+    grouped convolution pass in one of them gains cuDNN's transposes (``stacks/layout.py``).
     """
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
@@ -140,6 +145,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
         if framework == "torchtitan" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
             out.extend(torchao_float8(k))
             continue
+        if transpose_dtypes and transposes_conv(k, transpose_dtypes):
+            out.append(nchw_transpose(k, DTYPE_BYTES[k.dtype]))
         out.append(k)
     if not compiled:
         return out
