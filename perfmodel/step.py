@@ -113,11 +113,11 @@ def tensor_core_dtypes(gpu_name: str) -> tuple:
 def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = ""):
     """Kernels of a layer, the embedding and the head (forward, backward), and the ring's (``ring_kernels``).
 
-    ``gpu_name``: the profile's GPU, whose tensor cores decide which convolutions an NCHW layout
-    transposes (``c.memory_format``, workload/stacks/layout.py)."""
-    transposed = tensor_core_dtypes(gpu_name) if c.memory_format == "contiguous" else ()
+    ``gpu_name``: the profile's GPU, whose tensor cores decide which fp32 convolutions run as tf32 and which
+    convolutions an NCHW layout transposes (``c.memory_format``; workload/stack.py ``adapt_kernels``)."""
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
-             "loss": "eager" if c.loss == "chunked" else c.loss, "transpose_dtypes": transposed}
+             "loss": "eager" if c.loss == "chunked" else c.loss, "tensor_cores": tensor_core_dtypes(gpu_name),
+             "memory_format": c.memory_format}
     multiple = vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))

@@ -50,9 +50,10 @@ def test_only_dense_and_grouped_convolutions_in_tensor_core_dtypes_are_transpose
     assert transposes_conv(dense, tc) and transposes_conv(grouped, tc)
     assert not transposes_conv(depthwise, tc)
     assert not transposes_conv(dataclasses.replace(dense, dtype="fp32"), tc)
-    out = adapt_kernels([dense, grouped, depthwise], precision="bf16-mixed", transpose_dtypes=tc)
+    out = adapt_kernels([dense, grouped, depthwise], precision="bf16-mixed", tensor_cores=tc,
+                        memory_format="contiguous")
     assert [k.name for k in out] == ["d" + TRANSPOSE_TAG, "d", "g" + TRANSPOSE_TAG, "g", "w"]
-    assert adapt_kernels([dense], precision="bf16-mixed") == [dense]
+    assert adapt_kernels([dense], precision="bf16-mixed", tensor_cores=tc) == [dense]
 
 
 def _step(model, gpu, fmt, precision="bf16-mixed", batch=64):
@@ -66,8 +67,8 @@ def test_nchw_is_slower_only_where_cudnn_transposes():
                                                                              "channels_last")
     assert _step("resnet50", "a100-sxm4-80gb", "contiguous", "tf32") > _step("resnet50", "a100-sxm4-80gb",
                                                                            "channels_last", "tf32")
-    # fp32 math and a P100's fp16 run NCHW natively: the same step
-    for gpu, precision in (("a100-sxm4-80gb", "fp32"), ("p100-pcie-16gb", "fp16-mixed")):
+    # fp32 math (a V100 has no tf32) and a P100's fp16 run NCHW natively: the same step
+    for gpu, precision in (("v100-sxm2-32gb", "fp32"), ("p100-pcie-16gb", "fp16-mixed")):
         assert _step("resnet50", gpu, "contiguous", precision) == _step("resnet50", gpu, "channels_last", precision)
     # a transformer has no convolutions
     assert _step("gpt2-small", "h200-sxm-141gb", "contiguous", batch=4) == \
@@ -81,7 +82,7 @@ def test_the_difference_is_the_priced_transposes():
     model, prof = pm.preset("resnext50-32x4d"), load_profile("rtx-3090")
     fwd, bwd = model.layer_kernels(32, precision="fp16-mixed")
     tc = pm.load_gpu("rtx-3090").tensor_core_dtypes
-    extra = [k for k in adapt_kernels(fwd + bwd, precision="fp16-mixed", transpose_dtypes=tc)
+    extra = [k for k in adapt_kernels(fwd + bwd, precision="fp16-mixed", tensor_cores=tc, memory_format="contiguous")
              if k.name.endswith(TRANSPOSE_TAG)]
     n_conv = sum(1 for k in fwd + bwd if k.cls == "conv" and transposes_conv(k, tc))
     assert len(extra) == n_conv > 0
@@ -90,3 +91,22 @@ def test_the_difference_is_the_priced_transposes():
                                                                           "fp16-mixed", 32)
     assert gap == pytest.approx(seconds, rel=1e-9)
     assert np.isfinite(gap) and gap > 0
+
+
+def test_pytorch_runs_fp32_convolutions_as_tf32_where_the_gpu_has_it():
+    # torch.backends.cudnn.allow_tf32 defaults to True (matmuls' allow_tf32 to False): the convolutions of an
+    # fp32 step run on the tf32 tensor cores, the classifier's GEMM stays fp32; TensorFlow 1.x has no TF32
+    model = pm.preset("resnet50")
+    fwd, bwd = model.layer_kernels(8, precision="fp32")
+    tc = pm.load_gpu("a100-sxm4-80gb").tensor_core_dtypes
+    out = adapt_kernels(fwd + bwd, precision="fp32", tensor_cores=tc)
+    assert {k.dtype for k in out if k.cls == "conv"} == {"tf32"}
+    assert {k.dtype for k in out if k.cls == "gemm"} == {"fp32"}
+    kept = adapt_kernels(fwd + bwd, precision="fp32", framework="tensorflow", tensor_cores=tc)
+    assert {k.dtype for k in kept if k.cls == "conv"} == {"fp32"}
+    assert {k.dtype for k in adapt_kernels(fwd + bwd, precision="fp32", tensor_cores=("fp16",))
+            if k.cls == "conv"} == {"fp32"}
+    # so an fp32 ResNet-50 step on the A100 is priced between its fp32 and its all-tf32 rates
+    fp32, tf32 = _step(model, "a100-sxm4-80gb", "channels_last", "fp32"), _step(model, "a100-sxm4-80gb",
+                                                                                "channels_last", "tf32")
+    assert tf32 <= fp32 < 1.2 * tf32

@@ -20,6 +20,7 @@ from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.hardware.common import FrozenMap
 from perfmodel.predict import Prediction, default_profile, predict, profile_for
 from perfmodel.parallel.strategy import Strategy
+from perfmodel.step import tensor_core_dtypes
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.stack import adapt_kernels
@@ -71,7 +72,8 @@ def compute_share(model, s: Strategy, profile) -> float:
     """Fraction of one micro-batch's kernel time (forward + backward) in compute-bound classes."""
     fwd, bwd = steps.step_kernels(model, s.micro_batch, tp=s.tp, sp=s.sequence_parallel, precision=s.precision,
                                   recompute=s.recompute)
-    kernels = adapt_kernels(fwd + bwd, precision=s.precision, framework=s.framework, attention=s.attention)
+    kernels = adapt_kernels(fwd + bwd, precision=s.precision, framework=s.framework, attention=s.attention,
+                            tensor_cores=tensor_core_dtypes(profile.gpu), memory_format=s.memory_format)
     by_class = {k: float(np.sum(v)) for k, v in time_by_class(profile, kernels).items()}
     total = sum(by_class.values())
     if total <= 0:

@@ -102,7 +102,7 @@ def fused_loss(k: Kernel) -> list[Kernel]:
 
 
 def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager",
-                  transpose_dtypes=()):
+                  tensor_cores=(), memory_format="channels_last"):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
@@ -116,8 +116,9 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     ``compiled``: Inductor's fused groups (``perfmodel.workload.stacks.compile``);
     ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
     ``param_dtype=bf16``), ``torchtitan`` under ``fp8-mixed``: ``torchao_float8``.
-    ``transpose_dtypes``: NCHW activations on a GPU whose tensor cores take these dtypes; each dense or
-    grouped convolution pass in one of them gains cuDNN's transposes (``stacks/layout.py``).
+    ``tensor_cores``: the dtypes the GPU's tensor cores take. Under ``precision="fp32"`` a stack with
+    ``cudnn_tf32`` runs its convolutions as tf32 where they include tf32; ``memory_format="contiguous"``
+    (NCHW) gives each dense or grouped convolution pass in one of them cuDNN's transposes (``stacks/layout.py``).
     """
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
@@ -125,7 +126,11 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     low = steps.gemm_dtype(precision) if mixed else "fp32"
     out = []
     weights16 = stack(framework).weights16
+    tf32_convs = precision == "fp32" and stack(framework).cudnn_tf32 and "tf32" in tensor_cores
+    transposes = tensor_cores if memory_format == "contiguous" else ()
     for k in kernels:
+        if tf32_convs and k.cls == "conv" and k.dtype == "fp32":
+            k = replace(k, dtype="tf32")
         if weights16 and mixed:
             if k.autocast:
                 continue
@@ -145,7 +150,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
         if framework == "torchtitan" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
             out.extend(torchao_float8(k))
             continue
-        if transpose_dtypes and transposes_conv(k, transpose_dtypes):
+        if transposes and transposes_conv(k, transposes):
             out.append(nchw_transpose(k, DTYPE_BYTES[k.dtype]))
         out.append(k)
     if not compiled:

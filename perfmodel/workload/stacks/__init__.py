@@ -40,6 +40,9 @@ class Stack:
     tp_input_gathers: int = 2   # SP all-gathers of a block's sharded input per forward (parallel/tensor.py)
     default_search: bool = True  # pm.search tries it when no framework is named (explore/stack_options.py)
     loss_parallel: bool = True  # TP keeps the logits vocabulary-sharded for the loss (parallel/tensor.py loss_time)
+    # fp32 convolutions run as TF32 on tensor cores: PyTorch's torch.backends.cudnn.allow_tf32 defaults to True
+    # (torch 2.13 ATen/Context.h allow_tf32_cudnn = true; matmuls stay fp32: allow_tf32_cublas false since 1.12)
+    cudnn_tf32: bool = True
 
 
 STACKS = {
@@ -97,7 +100,7 @@ STACKS = {
                         "training_ops.cc; tensor2tensor v1.9.0 utils/devices.py (workload/stacks/tensorflow.py)",
                         weights16=False, sharding="ps", default_fsdp=None, reduce_bytes=4.0,
                         default_recompute="none", recompute=("none",), compiles=False, rope_saves=False,
-                        swiglu_saved=4, searched=("none",)),
+                        swiglu_saved=4, searched=("none",), cudnn_tf32=False),  # TF32 came with TF 2.4
 }
 FRAMEWORKS = tuple(STACKS)
 
