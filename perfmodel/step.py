@@ -35,7 +35,7 @@ from perfmodel.parallel.deepspeed import engine_exposed
 from perfmodel.parallel.expert import ep_comm_times, sharded
 from perfmodel.parallel.fabric import parameter_server_links
 from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time,
-                                         pipeline_time, stages)
+                                         pipeline_time, stages, zero_bubble)
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
 from perfmodel.parallel.tensor import tp_comm_times
@@ -322,9 +322,10 @@ def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
 # The StepConfig fields each memoised piece of ``evaluate`` reads (beyond the pieces it is given);
 # tests/test_fast_predict.py checks them against the fields the pieces do read.
 ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
-SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework")
+SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework", "schedule")
 CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
-                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp", "offload_layers", "cp_comm")
+                   "framework", "micro_batches", "virtual_stages", "stage_layers", "pp", "offload_layers", "cp_comm",
+                   "schedule")
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",
@@ -376,7 +377,14 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
                                                      precision=precision))
         t = replace(t, wall=t.wall + off, gpu=t.gpu + off)
     timed = t.wall + comm
-    return (comm, timed, *pipeline_time(model, timed, sts, c), _outputs(model, c, t, comm, sts, recompute))
+    share = wgrad_share(t) if np.any(zero_bubble(c)) else 0.0
+    return (comm, timed, *pipeline_time(model, timed, sts, c, share), _outputs(model, c, t, comm, sts, recompute))
+
+
+def wgrad_share(t: ComputeTimes):
+    """The weight-gradient GEMMs' share of a layer's backward GPU seconds (what a zero-bubble schedule defers)."""
+    w = sum(s for name, s in t.tp_gemms if name.endswith(".wgrad"))
+    return np.minimum(w / np.maximum(t.gpu.layer_b, 1e-300), 1.0)
 
 
 def _exposed(cluster, profile, coll, lay, lay_dp, c, dpc, p, sts, timed, local, *, precision, optimizer, cpu, first=None, recompute="none"):

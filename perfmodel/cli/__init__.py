@@ -28,7 +28,7 @@ from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
 from perfmodel.fit.nccl_tests import import_logs
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.hardware import cluster, load_gpu
-from perfmodel.parallel.strategy import Strategy, parse_stage_layers
+from perfmodel.parallel.strategy import SCHEDULES, Strategy, parse_stage_layers
 from perfmodel.predict import predict
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.report.fit_plots import write_residual_plots
@@ -109,7 +109,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="none, selective, full, selective-op (torchtitan) or every-<k>; default: the framework's")
     p.add_argument("--precision", default="bf16-mixed")
     p.add_argument("--optimizer", default="adamw")
-    p.add_argument("--schedule", default="1f1b")
+    p.add_argument("--schedule", default="1f1b", choices=list(SCHEDULES))
     p.add_argument("--virtual-stages", type=POSITIVE_INT, default=1)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--ps-servers", type=NONNEGATIVE_INT, default=0)

@@ -50,11 +50,14 @@ class Schedule(IntEnum):
     ONE_F_ONE_B = 0
     GPIPE = 1
     INTERLEAVED = 2
+    INTERLEAVED_ZB = 3  # torch.distributed.pipelining ScheduleInterleavedZeroBubble (parallel/zero_bubble.py)
+    ZBV = 4             # torch.distributed.pipelining ScheduleZBVZeroBubble
 
     @classmethod
     def named(cls, name: str) -> Schedule:
-        """The schedule ``Strategy.schedule`` calls ``name`` ("1f1b", "gpipe", "interleaved")."""
-        return {"1f1b": cls.ONE_F_ONE_B, "gpipe": cls.GPIPE, "interleaved": cls.INTERLEAVED}[name]
+        """The schedule ``Strategy.schedule`` calls ``name`` ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv")."""
+        return {"1f1b": cls.ONE_F_ONE_B, "gpipe": cls.GPIPE, "interleaved": cls.INTERLEAVED,
+                "interleaved-zb": cls.INTERLEAVED_ZB, "zbv": cls.ZBV}[name]
 
 
 FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "shard_stage",

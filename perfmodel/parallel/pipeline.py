@@ -14,6 +14,7 @@ from perfmodel.core.algebra import floats, maximum, pick, where
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.placement import pipeline_crossings
+from perfmodel.parallel.zero_bubble import drain_ratio
 
 
 @dataclass(frozen=True)
@@ -93,30 +94,41 @@ def stages(model, c: StepConfig) -> list[Stage]:
     ``c.stage_layers`` every stage is listed.
     """
     if c.stage_layers is not None:
-        n = len(c.stage_layers)
-        return [Stage(float(lay), float(i), i == 0, i == n - 1, True) for i, lay in enumerate(c.stage_layers)]
+        n, zbv = len(c.stage_layers), bool(np.all(c.schedule == Schedule.ZBV))
+        return [Stage(float(lay), float(i), i == 0, i == (0 if zbv else n - 1), True)
+                for i, lay in enumerate(c.stage_layers)]
     pp = floats(c.pp)
     first, middle, last = stage_layers(model.layers, pp)
     single = pp == 1
-    return [Stage(first, 0.0, True, single, True), Stage(middle, 1.0, False, False, pp > 2),
-            Stage(last, pp - 1, False, True, ~single)]
+    head_first = single | (c.schedule == Schedule.ZBV)  # ZBV's V brings the last chunk back to the first rank
+    return [Stage(first, 0.0, True, head_first, True), Stage(middle, 1.0, False, False, pp > 2),
+            Stage(last, pp - 1, False, ~head_first, ~single)]
 
 
-def schedule_seconds(slowest_s, all_stages_s, micro_batches, virtual_stages=1.0):
+def schedule_seconds(slowest_s, all_stages_s, micro_batches, virtual_stages=1.0, drain=1.0):
     """Seconds of all micro-batches through a pipeline whose slowest stage takes ``slowest_s``
     and whose stages together take ``all_stages_s`` per micro-batch.
 
     Narayanan et al. 2021 §2.2: with m micro-batches, T = m·max S + (Σ S − max S)/v; balanced
     stages give (m + (p−1)/v)(f + b), a bubble of (p−1)/(v·m) of the ideal time. For unequal
     stages the fill and the drain pass each stage once while the slowest stage sets the pace
-    (PipeDream, Narayanan et al. 2019, §3.1). GPipe and 1F1B have the same bubble. The times
-    may be arrays or sympy expressions.
+    (PipeDream, Narayanan et al. 2019, §3.1). GPipe and 1F1B have the same bubble; a zero-bubble
+    schedule leaves ``drain`` of it (``zero_bubble.drain_ratio``). The times may be arrays or sympy
+    expressions.
     """
-    return micro_batches * slowest_s + maximum(all_stages_s - slowest_s, 0.0) / virtual_stages
+    return micro_batches * slowest_s + maximum(all_stages_s - slowest_s, 0.0) / virtual_stages * drain
 
 
-def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig):
-    """All micro-batches through the pipeline; returns (seconds, bottleneck stage seconds)."""
+def zero_bubble(c: StepConfig):
+    """Whether ``c`` runs one of torch's zero-bubble schedules (``parallel/zero_bubble.py``)."""
+    return (c.schedule == Schedule.INTERLEAVED_ZB) | (c.schedule == Schedule.ZBV)
+
+
+def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_share=0.0):
+    """All micro-batches through the pipeline; returns (seconds, bottleneck stage seconds).
+
+    ``wgrad_share``: the weight gradients' share of a layer's backward, which a zero-bubble schedule
+    moves into its fill and drain."""
     worst = 0.0
     for st in sts:
         worst = np.maximum(worst, pick(st.valid, t.on(st), 0.0))
@@ -124,7 +136,11 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig):
         everything = sum(t.on(st) for st in sts)
     else:
         everything = model.layers * t.layers_fb + t.embed_f + t.embed_b + t.head_f + t.head_b
-    return schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages), worst
+    drain = 1.0
+    if np.any(zero_bubble(c)):
+        ratio = drain_ratio(t.layer_f, t.layer_b, wgrad_share * t.layer_b, c.pp, c.schedule == Schedule.ZBV)
+        drain = pick(zero_bubble(c), ratio, 1.0)
+    return schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain), worst
 
 
 def sendrecv_time(coll, level, size):
@@ -168,6 +184,8 @@ def in_flight(c: StepConfig, index):
     pp, v, m = c.pp, c.virtual_stages, c.micro_batches
     f1b = np.minimum(m, np.maximum(pp - index, 1.0))
     interleaved = np.minimum(2.0 * (pp - index - 1.0) + (v - 1.0) * pp + 1.0, m * v) / v
+    # torch's zero-bubble orders hold p·v chunk forwards on every rank (parallel/zero_bubble.py)
+    interleaved = pick(zero_bubble(c), np.minimum(m, pp), interleaved)
     return pick(c.schedule == Schedule.GPIPE, m, pick(v > 1, interleaved, f1b))
 
 
@@ -191,7 +209,7 @@ def layer_batches(c: StepConfig, st: Stage):
     """
     held = st.layers * in_flight(c, st.index)
     v = floats(c.virtual_stages)
-    if c.stage_layers is None or c.schedule == Schedule.GPIPE:
+    if c.stage_layers is None or c.schedule == Schedule.GPIPE or np.all(zero_bubble(c)):
         return held
     full = float(max(c.stage_layers))
     d, per_chunk = full - st.layers, full / v

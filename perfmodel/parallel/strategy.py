@@ -27,12 +27,14 @@ from perfmodel.workload.stacks import check_stack_options, stack, takes_main_gra
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
+from perfmodel.parallel.zero_bubble import check_zero_bubble, check_zero_bubble_batches
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
 
 OPTIMIZERS = ("adamw", "sgd")
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv")
+CHUNKED_SCHEDULES = ("interleaved", "interleaved-zb", "zbv")  # v >= 2 model chunks per rank
 PLACEMENTS = ORDERS
 FSDP = (None, "full", "hybrid", "shard-grad-op")
 LOSSES = ("eager", "compiled", "fused", "chunked")
@@ -293,8 +295,10 @@ class Strategy:
                                     f"with 'ps_servers' (got tp={self.tp}, pp={self.pp})")
         if self.fsdp and self.zero not in (0, 3):
             raise InvalidInputError(f"'fsdp' already implies full sharding; 'zero' must be 0 or 3 with it: got {self.zero}")
-        if self.virtual_stages > 1 and self.schedule != "interleaved":
-            raise InvalidInputError(f"'virtual_stages'={self.virtual_stages} needs schedule='interleaved' (got {self.schedule!r})")
+        if self.virtual_stages > 1 and self.schedule not in CHUNKED_SCHEDULES:
+            raise InvalidInputError(f"'virtual_stages'={self.virtual_stages} needs schedule='interleaved' (or "
+                                    f"'interleaved-zb', 'zbv'; got {self.schedule!r})")
+        check_zero_bubble(self.schedule, self.framework, self.pp, self.virtual_stages)
         if self.sequence_parallel and self.tp == 1:
             raise InvalidInputError("'sequence_parallel' needs tp > 1 (it splits norms across the tensor group)")
         if self.schedule == "interleaved" and self.pp == 1:
@@ -393,6 +397,22 @@ class Strategy:
         return "Strategy(" + ", ".join(parts) + ")"
 
 
+def _check_schedule(s: Strategy, layers: int) -> None:
+    """The model chunks and micro-batches a chunked or zero-bubble pipeline schedule needs."""
+    check_zero_bubble_batches(s.schedule, s.micro_batches, s.pp)
+    if s.schedule not in CHUNKED_SCHEDULES:
+        return
+    if s.stage_layers is None and not interleaves(layers, s.pp * s.virtual_stages):
+        valid = [v for v in divisors(layers // s.pp) if layers % (s.pp * v) == 0] if layers % s.pp == 0 else []
+        hint = f"virtual_stages in {valid}" if valid else f"pp dividing {layers}"
+        raise InvalidInputError(f"interleaved schedule needs layers={layers} divisible by pp × virtual_stages"
+                                f" = {s.pp} × {s.virtual_stages} (try {hint})")
+    if s.schedule == "interleaved" and s.micro_batches % s.pp:
+        raise InvalidInputError(f"interleaved schedule needs the micro-batches per step ({s.micro_batches}) "
+                                f"to be a multiple of pp={s.pp} (Megatron-LM schedules.py); "
+                                f"e.g. global_batch={s.pp * s.dp * s.micro_batch * max(1, -(-s.micro_batches // s.pp))}")
+
+
 def interleaves(layers: int, chunks: int) -> bool:
     """Whether ``layers`` split into ``chunks`` = pp × v equal model chunks: as they are, or with the
     embedding and the loss counted as a layer each (layers + 2; Megatron-Core
@@ -473,13 +493,4 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
     if s.stage_layers is not None and sum(s.stage_layers) != layers:
         raise InvalidInputError(f"'stage_layers'={s.stage_layers} must add up to layers={layers}: "
                                 f"got {sum(s.stage_layers)}")
-    if s.schedule == "interleaved":
-        if s.stage_layers is None and not interleaves(layers, s.pp * s.virtual_stages):
-            valid = [v for v in divisors(layers // s.pp) if layers % (s.pp * v) == 0] if layers % s.pp == 0 else []
-            hint = f"virtual_stages in {valid}" if valid else f"pp dividing {layers}"
-            raise InvalidInputError(f"interleaved schedule needs layers={layers} divisible by pp × virtual_stages"
-                                    f" = {s.pp} × {s.virtual_stages} (try {hint})")
-        if s.micro_batches % s.pp:
-            raise InvalidInputError(f"interleaved schedule needs the micro-batches per step ({s.micro_batches}) "
-                                    f"to be a multiple of pp={s.pp} (Megatron-LM schedules.py); "
-                                    f"e.g. global_batch={s.pp * s.dp * s.micro_batch * max(1, -(-s.micro_batches // s.pp))}")
+    _check_schedule(s, layers)

@@ -1,0 +1,109 @@
+"""Zero-bubble pipeline schedules as torch.distributed.pipelining runs them (torch 2.13 ``schedules.py``).
+
+Zero-bubble schedules (Qi et al., ICLR 2024, "Zero Bubble Pipeline Parallelism") split a backward into
+its input gradient (I: the activations' gradient, which the previous stage waits for) and its weight
+gradient (W: the weights' gradient, which nothing downstream waits for), and move W into the fill and
+the drain. torch ships two that torchtitan names in ``parallelism.pipeline_parallel_schedule``:
+
+* ``"interleaved-zb"`` (``ScheduleInterleavedZeroBubble``): v >= 2 chunks per rank, looped as interleaved
+  1F1B;
+* ``"zbv"`` (``ScheduleZBVZeroBubble``): two chunks per rank in a V (rank r runs chunks r and 2p − 1 − r,
+  so the first rank holds the embedding and the LM head).
+
+Each schedule is a fixed order of actions per rank. Its step is the longest chain through those orders,
+a maximum of linear forms in a chunk's forward f, input-gradient b and weight-gradient w seconds. The
+forms below were read off torch 2.13's own orders (``_schedule_visualizer.get_schedule_ops``) by running
+them with f, b and w as durations; ``tests/test_zero_bubble.py`` runs those orders again for random
+(p, m, v, f, b, w) and checks the forms exactly. With m micro-batches on p ranks, balanced chunks and no
+send time:
+
+* interleaved 1F1B: m·v·(f + b + w) + (p − 1)(f + b + w)  (Narayanan et al. 2021, §2.2);
+* interleaved zero bubble: m·v·(f + b + w) + (p − 1)·max(f + b − w, f, b), for m >= p;
+* ZBV: 2m·(f + b + w) + max of the eight forms of ``ZBV_FORMS``, for m >= 2p − 1 (below that torch pads
+  the schedule to 2p − 1 micro-batches).
+
+At f = b = w, both leave (p − 1)·f of the (p − 1)·3f that interleaved 1F1B leaves. Either holds the
+activations of p micro-batches on every rank at its peak (p·v chunk forwards in flight, counted on the
+same orders), as 1F1B does on its first stage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.core.algebra import maximum, pick
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
+
+ZERO_BUBBLE = {"interleaved-zb": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble"}
+TORCH_PIPELINING = ("torchtitan", "pytorch")  # the stacks that pipeline with torch's own schedules
+
+# ZBV's fill and drain: the forms (a, c, d) of a·f + c·b + d·w in q = p − 1, their maximum over q
+ZBV_FORMS = (
+    lambda q: (0.0, 2.0 * q, -2.0 * q),
+    lambda q: (2.0 * q - 1.0, 1.0 - q, 0.0),
+    lambda q: (2.0 * q, -q, -1.0),
+    lambda q: (0.0, 1.0, q - 1.0),
+    lambda q: (0.0, q, 0.0),
+    lambda q: (2.0 * q, 0.0, -(2.0 * q + 1.0)),
+    lambda q: (1.0, 0.0, q - 1.0),
+    lambda q: (2.0 * q - 1.0, 1.0, -2.0 * q),
+)
+
+
+def interleaved_zb_drain(f, b, w, pp):
+    """Fill and drain of ``ScheduleInterleavedZeroBubble``: (p − 1)·max(f + b − w, f, b), chunk seconds."""
+    return (pp - 1.0) * maximum(maximum(f + b - w, f), b)
+
+
+def zbv_drain(f, b, w, pp):
+    """Fill and drain of ``ScheduleZBVZeroBubble``: the largest of ``ZBV_FORMS`` at q = p − 1, chunk seconds."""
+    q = pp - 1.0
+    out = None
+    for form in ZBV_FORMS:
+        a, c, d = form(q)
+        term = a * f + c * b + d * w
+        out = term if out is None else maximum(out, term)
+    return out
+
+
+def drain_ratio(f, b_total, w, pp, zbv):
+    """A zero-bubble schedule's fill and drain over interleaved 1F1B's, (p − 1)(f + b + w), from one layer's
+    forward ``f``, backward ``b_total`` (input and weight gradients) and weight-gradient ``w`` seconds (a
+    chunk's are these times its layers: the forms are homogeneous). ``zbv`` picks ZBV, else interleaved ZB."""
+    b = b_total - w
+    q = np.maximum(np.asarray(pp, float) - 1.0, 1.0)  # pp = 1 has no fill to scale
+    whole = np.maximum(q * (f + b_total), 1e-300)
+    return pick(zbv, zbv_drain(f, b, w, q + 1.0), interleaved_zb_drain(f, b, w, q + 1.0)) / whole
+
+
+def check_zero_bubble(schedule: str, framework: str, pp: int, virtual_stages: int) -> None:
+    """torch's zero-bubble schedules: its own pipelining (torchtitan), pp > 1, their chunks per rank."""
+    if schedule not in ZERO_BUBBLE:
+        return
+    name = f"schedule={schedule!r} (torch.distributed.pipelining {ZERO_BUBBLE[schedule]})"
+    if framework not in TORCH_PIPELINING:
+        raise UnsupportedError(f"{name} does not apply to framework={framework!r}; stacks that run "
+                               f"torch's pipeline schedules: {', '.join(TORCH_PIPELINING)}")
+    if pp == 1:
+        raise InvalidInputError(f"{name} needs pp > 1 (it schedules pipeline stages)")
+    if schedule == "zbv" and virtual_stages != 2:
+        raise InvalidInputError(f"{name} runs two model chunks per rank in a V: use virtual_stages=2 "
+                                f"(got {virtual_stages})")
+    if schedule == "interleaved-zb" and virtual_stages < 2:
+        raise InvalidInputError(f"{name} loops over model chunks: use virtual_stages >= 2 (got {virtual_stages})")
+
+
+def check_zero_bubble_batches(schedule: str, m: int, pp: int) -> None:
+    """The micro-batches per step torch's zero-bubble schedules take (torch 2.13 ``schedules.py``) and that the
+    forms above hold for."""
+    if schedule == "interleaved-zb":
+        rounds = max(1, m // pp)
+        if m % rounds:
+            raise InvalidInputError(f"schedule='interleaved-zb' needs the micro-batches per step ({m}) to be a multiple "
+                                    f"of its rounds, max(1, m // pp) = {rounds} (torch ScheduleInterleavedZeroBubble)")
+        if m < pp:
+            raise InvalidInputError(f"schedule='interleaved-zb' is priced for at least pp={pp} micro-batches per step "
+                                    f"(got {m}): fewer never fill the pipeline")
+    elif schedule == "zbv" and m < 2 * pp - 1:
+        raise InvalidInputError(f"schedule='zbv' is priced for at least 2·pp − 1 = {2 * pp - 1} micro-batches per step "
+                                f"(got {m}): torch's ScheduleZBVZeroBubble pads its order to that many")
