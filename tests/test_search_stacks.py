@@ -49,7 +49,7 @@ def priced():
 def test_default_space_holds_every_stack_option(priced):
     specs = {j.spec for j, _ in priced}
     assert {s.framework for s in specs} == {"pytorch", "megatron", "deepspeed", "torchtitan", "fsdp1"}
-    assert {s.framework for s in specs if s.precision == "fp8-mixed"} == {"megatron", "torchtitan"}  # H100 fp8
+    assert {s.framework for s in specs if s.precision == "fp8-mixed"} == {"megatron", "torchtitan", "fsdp1"}  # H100 fp8
     assert {s.framework for s in specs if s.compile} == {"pytorch", "torchtitan", "fsdp1"}
     assert {(s.framework, s.offload_layers) for s in specs if s.offload_layers} == {
         ("pytorch", 2), ("pytorch", 4), ("megatron", 2), ("megatron", 3)}  # half and all (Megatron keeps one)

@@ -113,6 +113,20 @@ def test_compile_is_faster_and_torchao_float8_adds_casts(llama8b):
     assert torchao_float8(head)[0].dtype == "bf16"  # torchtitan filters the output layer
 
 
+def test_float8_quantizes_only_the_gemms_each_stack_its_own_way(llama8b):
+    # Transformer Engine (Megatron-Core; FSDP1 as Composer's amp_fp8 runs llm-foundry's te layers) and torchao
+    # (torchtitan) cast a GEMM's operands; norms and residual adds stay on the bf16 residual stream
+    fwd, bwd = steps.layer_kernels(llama8b, 2, precision="fp8-mixed")
+    for framework, cast in (("megatron", "attn.qkv.fp8_cast"), ("fsdp1", "attn.qkv.fp8_cast"),
+                            ("torchtitan", "attn.qkv.fp8_w_cast")):
+        out = adapt_kernels(fwd + bwd, precision="fp8-mixed", framework=framework)
+        assert {k.dtype for k in out if k.cls in ("rmsnorm", "residual_add")} == {"bf16"}, framework
+        assert cast in {k.name for k in out}, framework
+        assert {k.dtype for k in out if k.cls == "gemm"} == {"fp8"}
+    assert pm.predict(llama8b, pm.cluster("dgx-h100"), pm.Strategy(dp=8, micro_batch=2, framework="fsdp1",
+                                                                    precision="fp8-mixed")).step_time > 0
+
+
 def test_losses_compiled_and_chunked_hold_less(llama8b):
     c = pm.cluster("dgx-h100")
     s = pm.Strategy(dp=8, micro_batch=2, framework="torchtitan", recompute="selective-op")

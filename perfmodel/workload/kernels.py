@@ -34,6 +34,12 @@ def gemm_dtype(precision: str) -> str:
     return {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp8-mixed": "fp8", "fp32": "fp32", "tf32": "tf32"}[precision]
 
 
+def activation_dtype(precision: str) -> str:
+    """The dtype of activations outside the GEMMs: 16-bit under autocast, bf16 under fp8 training (Transformer
+    Engine and torchao quantize only a GEMM's operands), fp32 otherwise."""
+    return "fp32" if not is_mixed(precision) else ("fp16" if precision == "fp16-mixed" else "bf16")
+
+
 def is_mixed(precision: str) -> bool:
     return precision.endswith("-mixed")
 
@@ -53,7 +59,7 @@ class _Builder:
     def __init__(self, model, micro_batch, tp, sp, precision, ep=1):
         self.m, self.precision, self.ep = model, precision, ep
         self.mixed = is_mixed(precision)
-        self.low = "fp32" if not self.mixed else ("fp16" if precision == "fp16-mixed" else "bf16")
+        self.low = activation_dtype(precision)
         self.b = _numeric(micro_batch)
         self.tp = _numeric(tp)
         self.T = self.b * model.seq                              # tokens per micro-batch

@@ -112,7 +112,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``;
     ``attention="flash2"``/``"flash3"``: it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``,
     ``fa3.bwd``, ...).
-    ``framework="megatron"`` with ``precision="fp8-mixed"``: see ``transformer_engine_fp8``;
+    ``precision="fp8-mixed"``: a stack's ``float8`` kernels, ``transformer_engine_fp8`` (Megatron-Core, FSDP1 as
+    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan);
     ``compiled``: Inductor's fused groups (``perfmodel.workload.stacks.compile``);
     ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
     ``param_dtype=bf16``), ``torchtitan`` under ``fp8-mixed``: ``torchao_float8``.
@@ -123,9 +124,10 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
     mixed = steps.is_mixed(precision)
-    low = steps.gemm_dtype(precision) if mixed else "fp32"
+    low = steps.activation_dtype(precision)  # the residual stream: 16-bit under fp8 too (only GEMMs run fp8)
     out = []
     weights16 = stack(framework).weights16
+    float8 = stack(framework).float8 if precision == "fp8-mixed" else ""
     tf32_convs = precision == "fp32" and stack(framework).cudnn_tf32 and "tf32" in tensor_cores
     transposes = tensor_cores if memory_format == "contiguous" else ()
     for k in kernels:
@@ -144,11 +146,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
             continue
         if attention in KERNEL_VARIANTS and k.cls == "sdpa":
             k = replace(k, variant=f"{KERNEL_VARIANTS[attention]}.{k.variant}")
-        if framework == "megatron" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
-            out.extend(transformer_engine_fp8(k))
-            continue
-        if framework == "torchtitan" and precision == "fp8-mixed" and k.cls == "gemm" and k.dtype == "fp8":
-            out.extend(torchao_float8(k))
+        if float8 and k.cls == "gemm" and k.dtype == "fp8":
+            out.extend(transformer_engine_fp8(k) if float8 == "te" else torchao_float8(k))
             continue
         if transposes and transposes_conv(k, transposes):
             out.append(nchw_transpose(k, DTYPE_BYTES[k.dtype]))

@@ -35,7 +35,9 @@ class Stack:
     engine: str | None = None   # "deepspeed": the DeepSpeed engine's host work per step (costs/engine_host.py)
     default_attention: str = "flash"  # the attention kernel its model code calls when the user names none
     tp_regathers: int = 2       # SP all-gathers a block repeats in backward for its weight gradients (parallel/tensor.py)
-    float8: bool = False        # has float8 training (precision "fp8-mixed"): workload/stack.py adapt_kernels
+    # float8 training (precision "fp8-mixed") and whose kernels run it: "te" (Transformer Engine's fp8 linears:
+    # workload/stack.py transformer_engine_fp8), "torchao" (Float8Linear: workload/stacks/float8.py); "": none
+    float8: str = ""
     grad_buffer: bool = False   # Megatron-Core DDP: one grad buffer per model chunk, reduced asynchronously (parallel/data.py)
     tp_input_gathers: int = 2   # SP all-gathers of a block's sharded input per forward (parallel/tensor.py)
     default_search: bool = True  # pm.search tries it when no framework is named (explore/stack_options.py)
@@ -54,7 +56,7 @@ STACKS = {
                       weights16=True, sharding="megatron", default_fsdp=None, reduce_bytes=4.0,
                       default_recompute="none", recompute=("none", "selective", "full"),
                       compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron",
-                      float8=True, grad_buffer=True),  # Transformer Engine fp8 linears (workload/stack.py transformer_engine_fp8)
+                      float8="te", grad_buffer=True),
     # Megatron-DeepSpeed: Megatron-LM's model code trained by deepspeed.initialize (DeepSpeed 0.16.4
     # deepspeed/runtime/engine.py, zero/stage_1_and_2.py): the engine's host work is priced on top
     "deepspeed": Stack("deepspeed", "microsoft/Megatron-DeepSpeed (Megatron-LM layers) on DeepSpeed 0.16.4 "
@@ -71,7 +73,7 @@ STACKS = {
                         default_recompute="every-2", recompute=("none", "full", "selective-op", "every-k"),
                         compiles=True, rope_saves=False, swiglu_saved=4, compiles_loss=True,
                         searched=("none", "full", "selective-op", "every-2"), tp_regathers=0,
-                        float8=True),  # torchao Float8Linear (training.float8 converter: workload/stacks/float8.py)
+                        float8="torchao"),  # the training.float8 converter
     # KempnerForge (KempnerInstitute/KempnerForge 01b461a kempnerforge/distributed/parallel.py apply_fsdp2:
     # FSDP2 per block, MixedPrecisionPolicy(bf16, reduce fp32), torch.compile of the model; 0c4eba1
     # distributed/tensor_parallel.py _build_block_tp_plan: ColwiseParallel(input_layouts=Shard(1)) on each of
@@ -93,7 +95,11 @@ STACKS = {
                    compiles=True, rope_saves=False, swiglu_saved=4, searched=("none", "full"),
                    # llm-foundry llmfoundry/models/layers/attention.py: attn_impl='flash' calls flash-attn 2's
                    # flash_attn_varlen_func (flash_attn_fn) when flash-attn 2 is installed
-                   default_attention="flash2"),
+                   default_attention="flash2",
+                   # Composer's precision amp_fp8 (composer/core/precision.py get_precision_context): bf16 autocast
+                   # inside te.fp8_autocast, so the Transformer Engine linears llm-foundry builds for fp8
+                   # (llmfoundry/models/layers/fc.py fc_type "te", ffns.py ffn_type "te_ln_mlp") run fp8
+                   float8="te"),
     # TensorFlow 1.x graph mode with parameter servers (perfmodel/workload/stacks/tensorflow.py):
     # fp32 variables on the servers, the update there, no activation checkpointing or compilation
     "tensorflow": Stack("tensorflow", "tensorflow v1.10 python/training/device_setter.py, core/kernels/"
