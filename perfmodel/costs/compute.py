@@ -18,6 +18,7 @@ import numpy as np
 from perfmodel.core.algebra import maximum, to_sympy
 from perfmodel.core.errors import PerfModelError, UnsupportedError
 from perfmodel.costs.cnn import CNN_CLASSES, cnn_kernel_time
+from perfmodel.costs.optimizers import OPTIMIZER_BYTES
 from perfmodel.core.memo import PLAIN_TYPES, IdentityMemo, scalar
 from perfmodel.costs.host import DEFAULT_CPU_PER_KERNEL_S, HostCosts  # noqa: F401 (re-exported)
 from perfmodel.forms.registry import get_form
@@ -146,7 +147,7 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
     if cls in CNN_CLASSES:  # convolutions by kind/kernel/stride, batch norm, activations, pooling
         gpu, entry = cnn_kernel_time(profile, kern, symbolic)
         return gpu, _cpu(profile, entry)
-    if cls in ("adamw", "sgd"):
+    if cls in OPTIMIZER_BYTES:
         entry, scale = _optimizer_entry(profile, cls)
         return _gpu(entry, symbolic, params=_number(kern.size["params"], symbolic) * scale), _cpu(profile, entry)
     entry, factor = profile.mem_entry(cls, kern.dtype, kern.variant)
@@ -183,12 +184,14 @@ def held_sequence(size: dict, entry) -> tuple[dict, object]:
 
 
 def _optimizer_entry(profile: Profile, cls: str):
-    fused = profile.compute.get("adamw:fused") or profile.entry("adamw:foreach")
-    if cls == "adamw":
-        return fused, 1.0
-    # SGD with momentum moves 20 bytes/param (read w, g, m; write w, m) against
-    # fused AdamW's 28 (read w, g, m, v; write w, m, v): same kernel shape, fewer bytes.
-    return fused, 20.0 / 28.0
+    """The measured AdamW kernel and the factor that scales it to ``cls``'s bytes: the same kernel shape
+    (one multi-tensor pass over every parameter), ``OPTIMIZER_BYTES`` moved. AdamW and SGD take the fused
+    kernel where measured; RMSprop has no fused implementation in torch, so its foreach one."""
+    fused, foreach = profile.compute.get("adamw:fused"), profile.compute.get("adamw:foreach")
+    entry = (foreach or fused) if cls == "rmsprop" else (fused or foreach)
+    if entry is None:
+        entry = profile.entry("adamw:foreach")  # neither measured: the error names the profile's classes
+    return entry, OPTIMIZER_BYTES[cls] / OPTIMIZER_BYTES["adamw"]
 
 
 def phase_time(profile: Profile, kernels: list[Kernel], *, symbolic: bool = False):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfmodel.core import algebra
+from perfmodel.costs.optimizers import MOMENTS, moment_bytes
 from perfmodel.costs.stack_memory import op_sac_layer_bytes
 from perfmodel.workload.kernels import is_mixed
 from perfmodel.workload.model import Transformer
@@ -171,7 +172,7 @@ def optimizer_state_bytes(optimizer="adamw", states=None, fp8_params=False) -> f
     main, moment = OPTIMIZER_STATES["fp32" if states is None else states]
     if states == "bf16" and fp8_params:
         main = 2.0
-    return main + moment * (2.0 if optimizer == "adamw" else 1.0)
+    return main + moment * MOMENTS[optimizer]
 
 
 def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pytorch",
@@ -184,7 +185,7 @@ def model_state_bytes(precision="bf16-mixed", optimizer="adamw", framework="pyto
     fp32 master copy + moments 12 (``optimizer_state_bytes``: fewer under ``optimizer_states``),
     gradients ``megatron_grad_bytes`` (4: fp32 main_grad, 2: 16-bit).
     """
-    opt = 8.0 if optimizer == "adamw" else 4.0
+    opt = moment_bytes(optimizer)
     if megatron_code(framework) and is_mixed(precision):
         return {"weights": 2.0, "weight_copies": 0.0,
                 "optimizer": optimizer_state_bytes(optimizer, optimizer_states, fp8_params),

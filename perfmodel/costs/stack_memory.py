@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.workload.stacks import stack
+from perfmodel.costs.optimizers import moment_bytes
 
 PARAM_BYTES = 2.0   # MixedPrecisionPolicy / MixedPrecision param_dtype=bf16: unsharded parameters
 GRAD_BYTES = 2.0    # the unsharded gradient autograd writes, in param_dtype
@@ -23,12 +24,12 @@ def fsdp_model_states(params, shard_ranks, *, optimizer="adamw") -> dict:
     FSDP2 (``_fsdp_param.py``: the sharded DTensor keeps the original fp32 dtype, the
     all-gather output is cast to ``param_dtype``) and FSDP1 (``flat_param._local_shard`` fp32,
     ``_mp_shard`` only during the all-gather): 4 B of weights, 4 B of gradient (the
-    reduce-scattered shard, cast back to fp32) and the optimizer's 8 (AdamW) or 4 (SGD) bytes
+    reduce-scattered shard, cast back to fp32) and the optimizer's 8 (AdamW, RMSprop with momentum) or 4 (SGD) bytes
     per parameter, all divided over the ranks sharding them. No cached 16-bit copies: the
     unsharded bf16 parameters are communication buffers (``fsdp_buffers``).
     """
     n = np.asarray(shard_ranks, float)
-    opt = 8.0 if optimizer == "adamw" else 4.0
+    opt = moment_bytes(optimizer)
     return {"weights": 4.0 * params / n, "weight_copies": 0.0 * params, "optimizer": opt * params / n,
             "gradients": 4.0 * params / n}
 

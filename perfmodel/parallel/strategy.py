@@ -32,7 +32,7 @@ from perfmodel.workload.stacks.offload import check_offload, check_offload_layer
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
 
-OPTIMIZERS = ("adamw", "sgd")
+OPTIMIZERS = ("adamw", "sgd", "rmsprop")  # costs/memory.py MOMENTS, costs/compute.py OPTIMIZER_BYTES
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv")
 CHUNKED_SCHEDULES = ("interleaved", "interleaved-zb", "zbv")  # v >= 2 model chunks per rank
 PLACEMENTS = ORDERS
