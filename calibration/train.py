@@ -358,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['model']}: dp={strategy.dp} micro_batch={strategy.micro_batch} {precision}: "
                   f"step {row['step_time_s'] * 1e3:.2f} ms (min {row['step_time_min_s'] * 1e3:.2f}, "
                   f"p90 {row['step_time_p90_s'] * 1e3:.2f}) over {args.steps} steps -> {args.out}")
+        if dist.is_initialized():  # every rank done before any tears its process group down
+            dist.barrier()
     except PerfModelError as exc:
         if ctx is None or ctx["rank"] == 0:
             print(f"calibration.train: error: {exc}", file=sys.stderr)
