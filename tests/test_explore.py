@@ -33,10 +33,10 @@ def l13b():
 
 @pytest.fixture(scope="module")
 def found(l13b, a100x8):
-    # the space of PyTorch and Megatron-LM alone, uncompiled, no offload (the stack axes: below and
+    # the space of PyTorch and Megatron-LM alone, uncompiled, no offload, no userbuffers (the stack axes: below and
     # tests/test_search_stacks.py)
     return search(l13b, a100x8, 512, top_k=150_000, framework=("pytorch", "megatron"), compile=False,
-                  offload_layers=0)
+                  offload_layers=0, tp_comm_overlap=[None])
 
 
 # --- the space --------------------------------------------------------------------------------
@@ -98,7 +98,8 @@ def _default_jobs(model):
     per cp, DDP-like stacks (pytorch; deepspeed under its pipeline engine's rules) without and Megatron-LM with and without overlapped
     tensor-parallel communication and gradient reduction, FSDP stacks (torchtitan, fsdp1) sharding
     all; pytorch and the FSDP stacks compiled or not, pytorch and Megatron-LM offloading 20 or all
-    (Megatron: 39) of the 40 blocks at pp = 1 without recomputation."""
+    (Megatron: 39) of the 40 blocks at pp = 1 without recomputation; Megatron-LM's userbuffers and compiled
+    torchtitan's async TP again over tp > 1 with sequence parallelism."""
     kw = dict(fsdp=(None, "full", "hybrid"), bucket_mib=(25.0, 100.0, 400.0), empty_ok=True)
     meg = dict(tp_overlap=(False, True), dp_overlap=(True, False))
     out = []
@@ -110,6 +111,10 @@ def _default_jobs(model):
         megatron1 = enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw)
         deepspeed = enumerate_space(model, n, 8, 512, cp=cp, pipeline_engine=True, **kw)  # its pipeline engine's rules
         out += [(ddp, 2 * 3), (deepspeed, 3), (ddp1, 2 * 2), (megatron, 3), (megatron1, 2), (fsdp, 2 * 4 + 2 * 2)]
+        tp_sp = dict(sequence_parallel=(True,), min_tp=2)  # an overlap of the tensor-parallel collectives
+        out += [(enumerate_space(model, n, 8, 512, cp=cp, **meg, **kw, **tp_sp), 3),
+                (enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw, **tp_sp), 2),
+                (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), **kw, **tp_sp), 4)]
     return out
 
 

@@ -35,4 +35,4 @@ def test_nemotron4_340b_as_published_fits_and_its_step_is_near_the_best_of_its_p
     case = {c.label: c for _, c in published_cases()}["nemotron4-340B-3072"]
     r = rank_case(case, top_k=10, whole_space=False)
     assert r.fits and r.best_same_precision_s <= r.published_s <= 1.10 * r.best_same_precision_s
-    assert r.gaps == ("tp_comm_overlap='userbuffers'",)
+    assert r.gaps == ()  # TE userbuffers, its overlap, is in the default space

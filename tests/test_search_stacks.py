@@ -55,6 +55,13 @@ def test_default_space_holds_every_stack_option(priced):
         ("pytorch", 2), ("pytorch", 4), ("megatron", 2), ("megatron", 3)}  # half and all (Megatron keeps one)
     assert {s.recompute for s in specs if s.framework == "torchtitan"} == {"none", "full", "selective-op", "every-2"}
     assert {s.recompute for s in specs if s.framework == "fsdp1"} == {"none", "full"}
+    # each stack's own tensor-parallel overlap beside none: userbuffers (Megatron-Core), async TP (torchtitan, compiled)
+    assert {(s.framework, s.tp_comm_overlap) for s in specs if s.tp_comm_overlap} == {
+        ("megatron", "userbuffers"), ("torchtitan", "async")}
+    assert all(s.compile for s in specs if s.tp_comm_overlap == "async")
+    assert all(s.family[-1] == s.tp_comm_overlap for s in specs)  # its own root bounds an overlap job
+    for job, rows in priced:  # an overlap job prices tensor groups with sequence parallelism only
+        assert not job.spec.tp_comm_overlap or ((rows["tp"] > 1) & rows["sequence_parallel"].astype(bool)).all()
     assert all(s.recompute == "none" for s in specs if s.offload_layers)
     for job, rows in priced:  # offload runs without pipelining
         assert not job.spec.offload_layers or (rows["pp"] == 1).all()
@@ -188,3 +195,17 @@ def test_published_llama_405b_in_the_default_space_is_beaten():
     top = pm.search(case.model, case.cluster, case.strategy.global_batch, top_k=1)
     assert top["fits"].all() and top["step_time"].iloc[0] <= published.step_time
     assert top.attrs["evaluated"] + top.attrs["pruned"] > 350_000
+
+
+def test_an_overlap_row_is_the_prediction_of_its_strategy():
+    df = pm.search(MODEL, H100, 16, framework="megatron", top_k=400, **{k: v for k, v in SMALL.items() if k != "cp"})
+    ub = df[df["tp_comm_overlap"] == "userbuffers"]
+    assert len(ub) and (ub["tp"] > 1).all() and ub["sequence_parallel"].all()
+    for _, row in pd.concat([ub.head(3), df[df["tp_comm_overlap"] == ""].head(2)]).iterrows():
+        s = strategy_of(row)
+        assert s.tp_comm_overlap == (row["tp_comm_overlap"] or None)
+        assert pm.predict(MODEL, H100, s).step_time == row["step_time"]
+    none = pm.search(MODEL, H100, 16, framework="megatron", tp_comm_overlap=[None], top_k=5, max_micro_batch=2)
+    assert set(none["tp_comm_overlap"]) == {""}
+    with pytest.raises(pm.errors.InvalidInputError, match="tp_comm_overlap"):
+        pm.search(MODEL, H100, 16, framework="torchtitan", tp_comm_overlap="userbuffers")

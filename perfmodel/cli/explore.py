@@ -135,7 +135,8 @@ def cmd_search(args) -> int:
                 framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                 dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
                 bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int),
-                level=args.level)
+                tp_comm_overlap=None if args.tp_comm_overlap is None else
+                _csv(args.tp_comm_overlap, lambda v: None if v == "none" else v), level=args.level)
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
@@ -209,6 +210,8 @@ def add_parsers(sub) -> None:
                    "(default 25, as torch's bucket_cap_mb; pm.search tries 25,100,400)")
     p.add_argument("--offload-layers", default="0", help="comma-separated activation CPU offloads tried (blocks, pp = 1, "
                    "no recomputation; pytorch and megatron; default 0: none)")
+    p.add_argument("--tp-comm-overlap", default=None, help="comma-separated tensor-parallel overlaps tried: none, "
+                   "userbuffers, userbuffers-nemo, async (default: none and each stack's own)")
     cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)

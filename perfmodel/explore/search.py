@@ -46,7 +46,9 @@ LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micr
         "global_batch", "zero", "bucket_mib", "recompute", "sequence_parallel", "precision")
 # Strategy fields search holds fixed: the software stack, the context- and expert-parallel sizes
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int,
-                "compile": bool, "offload_layers": int}
+                "compile": bool, "offload_layers": int,
+                "tp_comm_overlap": lambda v: v if isinstance(v, str) and v else None}  # a row holds "" for none
+TP_COMM_OVERLAP_CHOICES = ("userbuffers", "userbuffers-nemo", "async")
 
 
 def _clusters(cluster) -> list:
@@ -125,12 +127,16 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     offload = stack.pop("offload_layers")
     if offload is not None:
         offload = _values("offload_layers", offload, lambda n, v: check_int(n, v, minimum=0))
+    overlaps = stack.pop("tp_comm_overlap", None)
+    if overlaps is not None:
+        overlaps = _values("tp_comm_overlap", overlaps,
+                           lambda n, v: v if v in (None, "") else check_choice(n, v, TP_COMM_OVERLAP_CHOICES))
     zero = _values("zero", zero, lambda n, v: check_int(n, v, minimum=0))
     sequence_parallel = _values("sequence_parallel", stack.pop("sequence_parallel"), check_flag)
     cp_fixed = isinstance(stack["cp"], int)
     stack = {**stack, "framework": frameworks, "tp_overlap": _choices(stack["tp_overlap"], bool),
              "dp_overlap": _values("dp_overlap", stack["dp_overlap"], check_flag),
-             "cp": _choices(stack["cp"], int), "offload_layers": offload}
+             "cp": _choices(stack["cp"], int), "offload_layers": offload, "tp_comm_overlap": overlaps}
     for name in ("tp_overlap", "dp_overlap", "cp"):
         if not stack[name]:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
@@ -228,7 +234,7 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
     ``enumerate_space`` search passes through; one space per framework, cp and pipeline bound)."""
     rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
     choices = {k: opts[k] for k in ("precision", "recompute")}
-    choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers")})
+    choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers", "tp_comm_overlap")})
     for cl in _clusters(cluster):
         if opts["precision"] is not None:
             _check_precisions(cl, opts["precision"])
@@ -238,30 +244,37 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
         specs = job_specs(model, cl, choices, cp_sizes(model, cl, opts["stack"], opts["cp_fixed"]))
         if not specs:
             raise InvalidInputError("no framework of the search takes the options asked for (recompute, compile, "
-                                    "offload_layers): see docs/stacks.md")
+                                    "offload_layers, tp_comm_overlap): see docs/stacks.md")
         spaces = {}
         for spec in specs:
             stack = _stack_of(opts, spec.framework, spec.cp)
             fsdp_stack = stacks.stack(spec.framework).sharding in ("fsdp1", "fsdp2")
             # one space per distinct enumeration (torchtitan and FSDP1 share theirs; DeepSpeed's pipeline engine has its own)
+            # an overlap of tensor-parallel collectives needs them: tp > 1 with sequence parallelism
+            tpo = bool(spec.tp_comm_overlap)
             key = ((3,) if fsdp_stack else opts["zero"], spec.cp, stack["tp_overlap"], stack["dp_overlap"],
-                   1 if spec.offload_layers else None, stacks.stack(spec.framework).engine == "deepspeed")
+                   1 if spec.offload_layers else None, stacks.stack(spec.framework).engine == "deepspeed", tpo)
             if key not in spaces:
                 space_of = functools.partial(
                     enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=key[0],
-                    sequence_parallel=opts["sequence_parallel"], cp=spec.cp, tp_overlap=stack["tp_overlap"],
-                    dp_overlap=stack["dp_overlap"], max_pp=key[4], pipeline_engine=key[5], **limits)
-                spaces[key], last = space_of(empty_ok=True), space_of
+                    sequence_parallel=(True,) if tpo else opts["sequence_parallel"], cp=spec.cp,
+                    tp_overlap=stack["tp_overlap"], dp_overlap=stack["dp_overlap"], max_pp=key[4],
+                    pipeline_engine=key[5], min_tp=2 if tpo else 1, **limits)
+                spaces[key] = space_of(empty_ok=True)
+                if not tpo:  # the error an empty search raises names the rules of a space without the overlap's
+                    last = space_of
             space = spaces[key]
             for k in ("divisibility", "batch"):
                 rejected[k] += space.rejected[k]
             for k, v in space.detail.items():
                 detail[k] = detail.get(k, 0) + v
+            # (the tensor group and sequence parallelism of an overlap job's base only validate it: the space sets both)
             base = Strategy(dp=opts["stack"]["ep"], optimizer=opts["optimizer"], placement=opts["placement"],
                             framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=stack["ep"],
                             compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
-                            precision=spec.precision)
-            stack.update(compile=spec.compile, offload_layers=spec.offload_layers)
+                            precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
+                            tp_comm_overlap=spec.tp_comm_overlap or None)
+            stack.update(compile=spec.compile, offload_layers=spec.offload_layers, tp_comm_overlap=spec.tp_comm_overlap)
             jobs.append(Job(len(jobs), cl, prof, price, stack, space, spec, base))
     if not any(len(j.space) for j in jobs):
         last()  # every layout emptied: the error of the last one names the rule
@@ -276,13 +289,13 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            max_tp_nodes: int = 1, framework=None, attention: str | None = None, tp_overlap=(False, True),
            dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile=None, offload_layers=None,
-           prune: bool = True) -> pd.DataFrame:
+           tp_comm_overlap=None, prune: bool = True) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
-    ``framework``, ``compile``, ``precision``, ``recompute`` and ``offload_layers`` left None
-    take what the stacks have (``stack_options``: every framework that runs the model, compile
-    where it compiles, fp8 where the GPU and the stack have it, activation offload at pp = 1,
-    each stack's checkpointing policies); each may name one value or a list. Under FSDP
+    ``framework``, ``compile``, ``precision``, ``recompute``, ``offload_layers`` and ``tp_comm_overlap``
+    left None take what the stacks have (``stack_options``: every framework that runs the model, compile
+    where it compiles, fp8 where the GPU and the stack have it, activation offload at pp = 1, each stack's
+    checkpointing policies and tensor-parallel overlap beside none); each may name one value or a list. Under FSDP
     frameworks (torchtitan, fsdp1) ``zero`` is 3.
 
     ``zero`` lists the ZeRO stages and ``fsdp`` the PyTorch FSDP modes (None, "full",
@@ -314,7 +327,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
                      "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile,
-                     "offload_layers": offload_layers})
+                     "offload_layers": offload_layers, "tp_comm_overlap": tp_comm_overlap})
     _check_graph(model, opts)
     opts["level"] = check_level(level)
     sort_by, larger_is_better = _sort_column(sort_by, prices)

@@ -250,7 +250,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
                     fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False,
-                    max_pp: int | None = None, pipeline_engine: bool = False) -> Space:
+                    max_pp: int | None = None, pipeline_engine: bool = False, min_tp: int = 1) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
@@ -262,7 +262,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     ``Strategy.bucket_mib``; the first one only where nothing is bucketed) and ``dp_overlap`` whether the
     gradient reduction overlaps backward (Megatron-LM --overlap-grad-reduce; values after the first only
     where gradients are bucketed). ``max_pp`` bounds the pipeline size (1 for activation offload, which
-    Megatron-Core refuses with pipelining). ``cp`` and ``ep`` are the
+    Megatron-Core refuses with pipelining); ``min_tp`` the tensor group (2 for an overlap of its collectives). ``cp`` and ``ep`` are the
     context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
     then the empty space comes back with its counts, for a search over several such spaces).
@@ -280,6 +280,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         fsdp = tuple(f for f in fsdp if f != "hybrid") or (None,)
     max_tp = gpus_per_node * check_int("max_tp_nodes", max_tp_nodes)
     pairs = tp_pp_pairs(n_gpus, max_tp, max_pp)
+    pairs = pairs[pairs[:, 0] >= min_tp]
     size = (len(pairs) * min(max_micro_batch, global_batch) * max_virtual_stages * len(zero) * len(sequence_parallel)
             * len(bucket_mib) * len(dp_overlap))
     if size > LIMITS["search_grid"]:  # each configuration holds ~10 numbers before the rules thin them out

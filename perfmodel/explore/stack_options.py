@@ -45,7 +45,7 @@ FLOAT8 = "fp8-mixed"
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One (framework, cp, compile, offload, precision, recompute) to price over a space."""
+    """One (framework, cp, compile, offload, precision, recompute, tensor-parallel overlap) to price over a space."""
 
     framework: str
     cp: int
@@ -53,8 +53,15 @@ class JobSpec:
     offload_layers: int
     precision: str
     recompute: str
-    family: tuple   # (framework, cp, precision): the specs one root bounds
+    family: tuple   # (framework, cp, precision, tp_comm_overlap): the specs one root bounds
     root: bool      # no recomputation, no offload, compiled where the stack compiles
+    # Strategy.tp_comm_overlap ("" none): its jobs price only tp > 1 with sequence parallelism
+    tp_comm_overlap: str = ""
+
+
+# the tensor-parallel overlap each stack's code has (Strategy.tp_comm_overlap): Megatron-Core's
+# --tp-comm-overlap (Transformer Engine userbuffers, TE's default SMs) and torchtitan's async TP (compiled only)
+TP_COMM_OVERLAPS = {"megatron": "userbuffers", "torchtitan": "async"}
 
 
 def default_frameworks(model) -> tuple:
@@ -135,6 +142,7 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
     compile, precision, recompute and offload_layers as ``search`` received them (None: default)."""
     given = options["framework"] is not None
     frameworks = options["framework"] if given else default_frameworks(model)
+    tp_can_split = cl.gpus_per_node > 1 and not isinstance(model, GraphModel)
     out = []
     for cp in cps:
         for fw in frameworks:
@@ -147,10 +155,24 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
             # reduces fp32 ones (parallel/deepspeed.py), so Megatron-LM's root does not bound it
             under = fw
             for c, k, p in ((c, k, p) for c in compiles for k in offloads for p in precisions):
-                for r in policies if not k else [r for r in policies if r == "none"]:
-                    root = under == fw and r == "none" and not k and c == max(compiles)
-                    out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p), root))
+                for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split):
+                    for r in policies if not k else [r for r in policies if r == "none"]:
+                        root = under == fw and r == "none" and not k and c == max(compiles)
+                        out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p, o), root, o))
     return out
+
+
+def _overlap_choices(fw: str, compiled: bool, asked, tp_can_split: bool) -> tuple:
+    """The tensor-parallel overlaps to try for framework ``fw`` ("" none): by default none and the stack's own
+    (``TP_COMM_OVERLAPS``; torchtitan's async TP only compiled) where a tensor group can form; ``asked``
+    (a tuple with None or "" for none) keeps those the stack takes."""
+    own = TP_COMM_OVERLAPS.get(fw)
+    if own == "async" and not compiled:
+        own = None
+    if asked is None:
+        return ("", own) if own and tp_can_split else ("",)
+    return tuple(dict.fromkeys(v or "" for v in asked if not v or v == own or (fw == "megatron" and
+                                                                              v == "userbuffers-nemo")))
 
 
 def check_frameworks(framework) -> tuple | None:

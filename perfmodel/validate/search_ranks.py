@@ -58,6 +58,8 @@ def space_gaps(s: Strategy) -> tuple:
             and getattr(s, k) != getattr(defaults, k) and not k.startswith("bucket_mb")]
     if s.attention != Strategy(framework=s.framework).attention:  # the search takes each stack's own kernel
         gaps.append(f"attention={s.attention!r}")
+    if s.tp_comm_overlap == "userbuffers-nemo":  # searched by default: each stack's own overlap, TE's default SMs
+        gaps.append("tp_comm_overlap='userbuffers-nemo'")
     gaps += [f"{k}={getattr(s, k)} > {limit}" for k, limit in SEARCH_LIMITS.items() if getattr(s, k) > limit]
     if s.global_batch is None:
         gaps.append("global_batch unset")
