@@ -90,3 +90,32 @@ def test_random_sweeps_give_finite_tables_or_refuse_clearly(seed):
             continue
         numbers = table.select_dtypes("number").to_numpy(float)
         assert np.isfinite(numbers[~np.isnan(numbers)]).all(), (model.name, over)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_zero_bubble_and_layout_options_predict_or_refuse_clearly(seed):
+    # torch's zero-bubble schedules on torchtitan, and the CNN memory formats, over random shapes
+    rng = random.Random(200 + seed)
+    predicted = 0
+    for _ in range(30):
+        if rng.random() < 0.5:
+            model = pm.preset(rng.choice(["llama-3-8b", "gpt2-small", "llama-2-13b"]))
+            cluster = pm.cluster(rng.choice(["dgx-h100", "dgx-a100-80gb"]), nodes=rng.choice([1, 2]))
+            pp = rng.choice([2, 4])
+            kw = dict(dp=cluster.n_gpus // pp, pp=pp, micro_batch=rng.choice([1, 2]), framework="torchtitan",
+                      schedule=rng.choice(["interleaved-zb", "zbv"]), virtual_stages=rng.choice([2, 2, 3]),
+                      precision=rng.choice(["bf16-mixed", "fp8-mixed"]), compile=rng.random() < 0.5)
+            kw["global_batch"] = kw["dp"] * kw["micro_batch"] * rng.choice([1, 4, 8, 9])
+        else:
+            model = pm.preset(rng.choice(["resnet50", "efficientnet-b0", "resnext50-32x4d"]))
+            cluster = pm.cluster(rng.choice(["a100-sxm4-80gb", "v100-sxm2-32gb", "p100-pcie-16gb", "t4"]))
+            kw = dict(micro_batch=rng.choice([16, 64]), optimizer=rng.choice(["sgd", "rmsprop"]),
+                      precision=rng.choice(["fp16-mixed", "fp32", "tf32"]), memory_format=rng.choice(["nchw", "nhwc"]))
+        try:
+            p = pm.predict(model, cluster, pm.Strategy(**kw))
+        except PerfModelError as e:
+            assert str(e) and "\n" not in str(e).strip()
+            continue
+        assert np.isfinite(p.step_time) and p.step_time > 0 and np.isfinite(p.peak_memory)
+        predicted += 1
+    assert predicted >= 10

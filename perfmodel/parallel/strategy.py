@@ -405,7 +405,8 @@ def _check_schedule(s: Strategy, layers: int) -> None:
     if s.stage_layers is None and not interleaves(layers, s.pp * s.virtual_stages):
         valid = [v for v in divisors(layers // s.pp) if layers % (s.pp * v) == 0] if layers % s.pp == 0 else []
         hint = f"virtual_stages in {valid}" if valid else f"pp dividing {layers}"
-        raise InvalidInputError(f"interleaved schedule needs layers={layers} divisible by pp × virtual_stages"
+        what = "interleaved schedule" if s.schedule == "interleaved" else f"schedule={s.schedule!r}"
+        raise InvalidInputError(f"{what} needs layers={layers} divisible by pp × virtual_stages"
                                 f" = {s.pp} × {s.virtual_stages} (try {hint})")
     if s.schedule == "interleaved" and s.micro_batches % s.pp:
         raise InvalidInputError(f"interleaved schedule needs the micro-batches per step ({s.micro_batches}) "
