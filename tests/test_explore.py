@@ -99,7 +99,7 @@ def _default_jobs(model):
     tensor-parallel communication and gradient reduction, FSDP stacks (torchtitan, fsdp1) sharding
     all; pytorch and the FSDP stacks compiled or not, pytorch and Megatron-LM offloading 20 or all
     (Megatron: 39) of the 40 blocks at pp = 1 without recomputation; Megatron-LM's userbuffers and compiled
-    torchtitan's async TP again over tp > 1 with sequence parallelism."""
+    torchtitan's async TP again over tp > 1 with sequence parallelism; torchtitan's zero-bubble schedules."""
     kw = dict(fsdp=(None, "full", "hybrid"), bucket_mib=(25.0, 100.0, 400.0), empty_ok=True)
     meg = dict(tp_overlap=(False, True), dp_overlap=(True, False))
     out = []
@@ -115,6 +115,9 @@ def _default_jobs(model):
         out += [(enumerate_space(model, n, 8, 512, cp=cp, **meg, **kw, **tp_sp), 3),
                 (enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw, **tp_sp), 2),
                 (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), **kw, **tp_sp), 4)]
+        for zb in ("interleaved-zb", "zbv"):  # torchtitan's zero-bubble schedules: 2 x 4 jobs, 4 with async TP
+            out += [(enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw), 8),
+                    (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw, **tp_sp), 4)]
     return out
 
 

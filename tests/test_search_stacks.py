@@ -59,7 +59,13 @@ def test_default_space_holds_every_stack_option(priced):
     assert {(s.framework, s.tp_comm_overlap) for s in specs if s.tp_comm_overlap} == {
         ("megatron", "userbuffers"), ("torchtitan", "async")}
     assert all(s.compile for s in specs if s.tp_comm_overlap == "async")
-    assert all(s.family[-1] == s.tp_comm_overlap for s in specs)  # its own root bounds an overlap job
+    assert all(s.family[-2:] == (s.tp_comm_overlap, s.schedule) for s in specs)  # its own root bounds each
+    # torch's zero-bubble schedules for torchtitan's chunked rows (not with offload, which runs without pipelining)
+    assert {(s.framework, s.schedule) for s in specs if s.schedule != "interleaved"} == {
+        ("torchtitan", "interleaved-zb"), ("torchtitan", "zbv")}
+    for job, rows in priced:  # a zero-bubble job prices pipelined rows with virtual stages only
+        if job.spec.schedule != "interleaved":
+            assert ((rows["pp"] > 1) & (rows["virtual_stages"] >= 2)).all()
     for job, rows in priced:  # an overlap job prices tensor groups with sequence parallelism only
         assert not job.spec.tp_comm_overlap or ((rows["tp"] > 1) & rows["sequence_parallel"].astype(bool)).all()
     assert all(s.recompute == "none" for s in specs if s.offload_layers)
@@ -209,3 +215,17 @@ def test_an_overlap_row_is_the_prediction_of_its_strategy():
     assert set(none["tp_comm_overlap"]) == {""}
     with pytest.raises(pm.errors.InvalidInputError, match="tp_comm_overlap"):
         pm.search(MODEL, H100, 16, framework="torchtitan", tp_comm_overlap="userbuffers")
+
+
+def test_a_zero_bubble_row_is_the_prediction_of_its_strategy():
+    model = pm.transformer(layers=8, hidden=1024, heads=16, seq=1024, vocab=32000, name="eight")
+    df = pm.search(model, H100, 32, framework="torchtitan", schedule=["zbv"], top_k=2000, max_micro_batch=2,
+                   max_virtual_stages=2)
+    assert set(df["schedule"]) <= {"1f1b", "zbv"} and (df["schedule"] == "zbv").any()
+    zbv = df[df["schedule"] == "zbv"]
+    assert (zbv["virtual_stages"] == 2).all() and (zbv["micro_batches"] >= 2 * zbv["pp"] - 1).all()
+    for _, row in zbv.head(3).iterrows():
+        s = strategy_of(row)
+        assert s.schedule == "zbv" and pm.predict(model, H100, s).step_time == row["step_time"]
+    with pytest.raises(pm.errors.UnknownNameError, match="schedule"):
+        pm.search(model, H100, 32, framework="torchtitan", schedule="1f1b")

@@ -25,7 +25,7 @@ from perfmodel.core.errors import InfeasibleError, InvalidInputError, Unsupporte
 from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
 from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
-from perfmodel.explore.stack_options import TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
+from perfmodel.explore.stack_options import CHUNKED, TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
@@ -127,6 +127,9 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     offload = stack.pop("offload_layers")
     if offload is not None:
         offload = _values("offload_layers", offload, lambda n, v: check_int(n, v, minimum=0))
+    schedules = stack.pop("schedule", None)
+    if schedules is not None:
+        schedules = _values("schedule", schedules, lambda n, v: check_choice(n, v, CHUNKED))
     overlaps = stack.pop("tp_comm_overlap", None)
     if overlaps is not None:
         overlaps = _values("tp_comm_overlap", overlaps,
@@ -136,7 +139,8 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     cp_fixed = isinstance(stack["cp"], int)
     stack = {**stack, "framework": frameworks, "tp_overlap": _choices(stack["tp_overlap"], bool),
              "dp_overlap": _values("dp_overlap", stack["dp_overlap"], check_flag),
-             "cp": _choices(stack["cp"], int), "offload_layers": offload, "tp_comm_overlap": overlaps}
+             "cp": _choices(stack["cp"], int), "offload_layers": offload, "tp_comm_overlap": overlaps,
+             "schedule": schedules}
     for name in ("tp_overlap", "dp_overlap", "cp"):
         if not stack[name]:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
@@ -201,7 +205,7 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     return Strategy(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), micro_batch=int(row["micro_batch"]),
                     global_batch=int(row["global_batch"]), zero=int(row["zero"]), recompute=str(row["recompute"]),
                     precision=str(row["precision"]), optimizer=optimizer, placement=placement,
-                    schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v,
+                    schedule=str(row.get("schedule", "interleaved")) if v > 1 else "1f1b", virtual_stages=v,
                     sequence_parallel=bool(row["sequence_parallel"]), **stack)
 
 
@@ -210,7 +214,7 @@ def _table(cols: dict, idx: np.ndarray, global_batch: int) -> pd.DataFrame:
     top = {k: v[idx] for k, v in cols.items()}
     top["cluster"] = top.pop("cluster_name")
     top["global_batch"] = np.full(idx.size, global_batch)
-    top["schedule"] = np.where(top["virtual_stages"] > 1, "interleaved", "1f1b")
+    top["schedule"] = np.where(top["virtual_stages"] > 1, top["schedule"], "1f1b")  # the job's chunked schedule
     top["fits"] = top["fits"].astype(bool)
     words = np.array([BOTTLENECK_WORDS[k] for k in BREAKDOWN_KEYS], dtype=object)
     top["bottleneck"] = words[np.argmax(np.stack([top[k] for k in BREAKDOWN_KEYS]), axis=0)]
@@ -234,7 +238,8 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
     ``enumerate_space`` search passes through; one space per framework, cp and pipeline bound)."""
     rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
     choices = {k: opts[k] for k in ("precision", "recompute")}
-    choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers", "tp_comm_overlap")})
+    choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers", "tp_comm_overlap",
+                                                  "schedule")})
     for cl in _clusters(cluster):
         if opts["precision"] is not None:
             _check_precisions(cl, opts["precision"])
@@ -251,17 +256,18 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
             fsdp_stack = stacks.stack(spec.framework).sharding in ("fsdp1", "fsdp2")
             # one space per distinct enumeration (torchtitan and FSDP1 share theirs; DeepSpeed's pipeline engine has its own)
             # an overlap of tensor-parallel collectives needs them: tp > 1 with sequence parallelism
-            tpo = bool(spec.tp_comm_overlap)
+            tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
             key = ((3,) if fsdp_stack else opts["zero"], spec.cp, stack["tp_overlap"], stack["dp_overlap"],
-                   1 if spec.offload_layers else None, stacks.stack(spec.framework).engine == "deepspeed", tpo)
+                   1 if spec.offload_layers else None, stacks.stack(spec.framework).engine == "deepspeed", tpo,
+                   spec.schedule)
             if key not in spaces:
                 space_of = functools.partial(
                     enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=key[0],
                     sequence_parallel=(True,) if tpo else opts["sequence_parallel"], cp=spec.cp,
                     tp_overlap=stack["tp_overlap"], dp_overlap=stack["dp_overlap"], max_pp=key[4],
-                    pipeline_engine=key[5], min_tp=2 if tpo else 1, **limits)
+                    pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, **limits)
                 spaces[key] = space_of(empty_ok=True)
-                if not tpo:  # the error an empty search raises names the rules of a space without the overlap's
+                if not (tpo or zb):  # the error an empty search raises names the rules of a plain space
                     last = space_of
             space = spaces[key]
             for k in ("divisibility", "batch"):
@@ -273,8 +279,10 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
                             framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=stack["ep"],
                             compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
                             precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
-                            tp_comm_overlap=spec.tp_comm_overlap or None)
-            stack.update(compile=spec.compile, offload_layers=spec.offload_layers, tp_comm_overlap=spec.tp_comm_overlap)
+                            tp_comm_overlap=spec.tp_comm_overlap or None, pp=2 if zb else 1,
+                            schedule=spec.schedule if zb else "1f1b", virtual_stages=2 if zb else 1)
+            stack.update(compile=spec.compile, offload_layers=spec.offload_layers, tp_comm_overlap=spec.tp_comm_overlap,
+                         schedule=spec.schedule)
             jobs.append(Job(len(jobs), cl, prof, price, stack, space, spec, base))
     if not any(len(j.space) for j in jobs):
         last()  # every layout emptied: the error of the last one names the rule
@@ -289,7 +297,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            max_tp_nodes: int = 1, framework=None, attention: str | None = None, tp_overlap=(False, True),
            dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile=None, offload_layers=None,
-           tp_comm_overlap=None, prune: bool = True) -> pd.DataFrame:
+           tp_comm_overlap=None, schedule=None, prune: bool = True) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``compile``, ``precision``, ``recompute``, ``offload_layers`` and ``tp_comm_overlap``
@@ -327,7 +335,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
                      "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile,
-                     "offload_layers": offload_layers, "tp_comm_overlap": tp_comm_overlap})
+                     "offload_layers": offload_layers, "tp_comm_overlap": tp_comm_overlap, "schedule": schedule})
     _check_graph(model, opts)
     opts["level"] = check_level(level)
     sort_by, larger_is_better = _sort_column(sort_by, prices)

@@ -206,7 +206,7 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap
 ROW_CLASSES = 8  # (pp = 1 with virtual stages, dp = 1, tp = 1): the row flags the kept cells depend on
 
 
-def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False):
+def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False, schedule="interleaved"):
     """(reason, rule text, mask of configurations breaking it), in order of application."""
     heads, kv = getattr(model, "heads", None), getattr(model, "kv_heads", None)
     layers = model.layers
@@ -228,10 +228,20 @@ def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False):
     if pipeline_engine:  # parallel/deepspeed.py check_pipeline_engine: what DeepSpeed's PipelineEngine refuses
         rules.append(("divisibility", "DeepSpeed's pipeline engine: 1F1B without interleaving, zero 0 or 1 with pp > 1",
                       (v > 1) | ((pp > 1) & (g["zero"] >= 2))))
+    if schedule != "interleaved":  # torch's zero-bubble schedules (parallel/zero_bubble.py): chunked stages only
+        rules.append(("divisibility", f"schedule={schedule!r} needs pp > 1 and " +
+                      ("virtual_stages = 2" if schedule == "zbv" else "virtual_stages >= 2"),
+                      (pp == 1) | ((v != 2) if schedule == "zbv" else (v < 2))))
     rules.append(("batch", f"global_batch={global_batch} must be a multiple of dp × micro_batch",
                   global_batch % (dp * mb) != 0))
     m = global_batch // (dp * mb)
-    rules.append(("batch", "interleaving needs micro-batches divisible by pp", (v > 1) & (m % pp != 0)))
+    if schedule == "interleaved":
+        rules.append(("batch", "interleaving needs micro-batches divisible by pp", (v > 1) & (m % pp != 0)))
+    elif schedule == "zbv":
+        rules.append(("batch", "schedule='zbv' is priced for at least 2·pp − 1 micro-batches", m < 2 * pp - 1))
+    else:
+        rules.append(("batch", "schedule='interleaved-zb' needs pp <= micro-batches, a multiple of max(1, m // pp)",
+                      (m < pp) | (m % np.maximum(m // pp, 1) != 0)))
     return rules
 
 
@@ -250,11 +260,12 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
                     max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
                     fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False,
-                    max_pp: int | None = None, pipeline_engine: bool = False, min_tp: int = 1) -> Space:
+                    max_pp: int | None = None, pipeline_engine: bool = False, min_tp: int = 1,
+                    schedule: str = "interleaved") -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
-    Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages``
-    (more than one means the interleaved schedule); tensor groups span at most
+    Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages`` (more than one: the
+    ``schedule``, interleaved or zero-bubble, whose forms' rules apply); tensor groups span at most
     ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes); ``tp_overlap`` lists the
     choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1), ``fsdp``
     the PyTorch FSDP modes tried beside the ZeRO stages (None: none; "hybrid" only on more than
@@ -262,8 +273,8 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
     ``Strategy.bucket_mib``; the first one only where nothing is bucketed) and ``dp_overlap`` whether the
     gradient reduction overlaps backward (Megatron-LM --overlap-grad-reduce; values after the first only
     where gradients are bucketed). ``max_pp`` bounds the pipeline size (1 for activation offload, which
-    Megatron-Core refuses with pipelining); ``min_tp`` the tensor group (2 for an overlap of its collectives). ``cp`` and ``ep`` are the
-    context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
+    Megatron-Core refuses with pipelining); ``min_tp`` the tensor group (2 for an overlap of its collectives).
+    ``cp`` and ``ep`` are the context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
     InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
     then the empty space comes back with its counts, for a search over several such spaces).
     """
@@ -300,7 +311,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
     rejected, detail = _apply_rules(model, global_batch, g, alive, cp, ep,
-                                    None if empty_ok else (n_gpus, max_micro_batch), pipeline_engine)
+                                    None if empty_ok else (n_gpus, max_micro_batch), pipeline_engine, schedule)
     rows, cells = alive.final()
     grid = _trimmed({k: v[rows] if v.shape[0] > 1 else v for k, v in g.items()}, cells)  # the rows left
     return Space(arrays=grid.columns_flat(), rejected=rejected, detail=detail, n_gpus=n_gpus,
@@ -365,14 +376,15 @@ class Alive:
         return self.index, self.cells
 
 
-def _apply_rules(model, global_batch, g, alive: Alive, cp, ep, raise_empty, pipeline_engine=False):
+def _apply_rules(model, global_batch, g, alive: Alive, cp, ep, raise_empty, pipeline_engine=False,
+                 schedule="interleaved"):
     """Remove from ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
     ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space.
     A rule on the rows alone (dp, tp, pp, micro-batch, virtual stages) is counted on each row's
     alive cells, not cell by cell (the same counts)."""
     rejected, detail = dict.fromkeys(REASONS, 0), {}
     ndim = 1 + len(FACTORED_AXES)
-    for reason, text, bad in _rules(model, global_batch, g, cp, ep, pipeline_engine):
+    for reason, text, bad in _rules(model, global_batch, g, cp, ep, pipeline_engine, schedule):
         per_row = _row_rule(bad, ndim)
         if per_row is not None:
             per_row = np.broadcast_to(per_row, alive.rows.shape)

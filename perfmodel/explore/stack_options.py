@@ -57,11 +57,19 @@ class JobSpec:
     root: bool      # no recomputation, no offload, compiled where the stack compiles
     # Strategy.tp_comm_overlap ("" none): its jobs price only tp > 1 with sequence parallelism
     tp_comm_overlap: str = ""
+    # the schedule of the rows with virtual stages: "interleaved", or one of torch's zero-bubble ones, whose
+    # jobs price only those rows
+    schedule: str = "interleaved"
 
 
 # the tensor-parallel overlap each stack's code has (Strategy.tp_comm_overlap): Megatron-Core's
 # --tp-comm-overlap (Transformer Engine userbuffers, TE's default SMs) and torchtitan's async TP (compiled only)
 TP_COMM_OVERLAPS = {"megatron": "userbuffers", "torchtitan": "async"}
+# the chunked pipeline schedules each stack runs (Strategy.schedule with virtual stages): torch's zero-bubble ones
+# where the stack pipelines with torch.distributed.pipelining (parallel/zero_bubble.py), searched by default
+# for torchtitan
+CHUNKED = ("interleaved", "interleaved-zb", "zbv")
+SEARCHED_SCHEDULES = {"torchtitan": CHUNKED}
 
 
 def default_frameworks(model) -> tuple:
@@ -155,11 +163,23 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
             # reduces fp32 ones (parallel/deepspeed.py), so Megatron-LM's root does not bound it
             under = fw
             for c, k, p in ((c, k, p) for c in compiles for k in offloads for p in precisions):
-                for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split):
+                for o, sch in ((o, sch) for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split)
+                               for sch in _schedule_choices(fw, k, options.get("schedule"))):
                     for r in policies if not k else [r for r in policies if r == "none"]:
                         root = under == fw and r == "none" and not k and c == max(compiles)
-                        out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p, o), root, o))
+                        out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p, o, sch), root, o, sch))
     return out
+
+
+def _schedule_choices(fw: str, offload: int, asked) -> tuple:
+    """The chunked schedules to try for framework ``fw`` (``SEARCHED_SCHEDULES``; "interleaved" elsewhere);
+    ``asked`` keeps those the stack runs. Offload runs without pipelining: interleaved only (nothing to chunk)."""
+    runs = SEARCHED_SCHEDULES.get(fw, ("interleaved",))
+    if offload:
+        return ("interleaved",)
+    if asked is None:
+        return runs
+    return tuple(v for v in asked if v in runs)
 
 
 def _overlap_choices(fw: str, compiled: bool, asked, tp_can_split: bool) -> tuple:

@@ -60,6 +60,11 @@ class Schedule(IntEnum):
                 "interleaved-zb": cls.INTERLEAVED_ZB, "zbv": cls.ZBV}[name]
 
 
+def _chunked(name: str) -> Schedule:
+    """The schedule of a search row with virtual stages: a zero-bubble one where asked for, else interleaved."""
+    return Schedule.named(name) if name in ("interleaved-zb", "zbv") else Schedule.INTERLEAVED
+
+
 FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "shard_stage",
                 "ps_servers", "bucket_bytes", "schedule")
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
@@ -174,7 +179,8 @@ class StepConfig:
         """A search space's configurations (``explore.space.Space.arrays``: dp, tp, pp,
         virtual_stages, micro_batch, micro_batches, zero, fsdp, sequence_parallel, tp_overlap,
         one entry each) over the fields of ``base`` (a ``Strategy``) that search does not vary.
-        More than one virtual stage means the interleaved schedule, otherwise 1F1B."""
+        More than one virtual stage means ``base``'s chunked schedule (the interleaved one unless it names a
+        zero-bubble one), otherwise 1F1B."""
         v = np.asarray(arrays["virtual_stages"], float)
         fsdp = np.asarray(arrays["fsdp"], object)
         return replace(cls.from_strategy(base), dp=arrays["dp"], tp=arrays["tp"], pp=arrays["pp"],
@@ -182,7 +188,7 @@ class StepConfig:
                        shard_stage=arrays["zero"], sequence_parallel=arrays["sequence_parallel"],
                        tp_overlap=arrays["tp_overlap"], fsdp=np.not_equal(fsdp, None),
                        hybrid=np.equal(fsdp, "hybrid"), bucket_bytes=bucket_bytes(base, arrays["dp"]),
-                       schedule=np.where(v > 1, float(Schedule.INTERLEAVED), float(Schedule.ONE_F_ONE_B)))
+                       schedule=np.where(v > 1, float(_chunked(base.schedule)), float(Schedule.ONE_F_ONE_B)))
 
     def rows(self, lo: int, hi: int) -> StepConfig:
         """Configurations ``lo`` to ``hi`` of these (the arrays of one entry per configuration sliced)."""
