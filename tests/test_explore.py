@@ -427,6 +427,11 @@ def test_cli_compare_search_sweep(tmp_path, capsys):
     assert "configurations evaluated" in out and "rejected: divisibility" in out
     written = pd.read_csv(tmp_path / "s.csv")
     assert len(written) == 3 and (written["framework"] == "megatron").all() and written["tp_overlap"].all()
+    assert main(["search", "--model", "llama-3-8b", "--gpu", "dgx-h100", "--nodes", "2", "--global-batch", "64",
+                 "--top-k", "2", "--framework", "torchtitan", "--schedules", "zbv", "--tp-comm-overlap", "none",
+                 "--out", str(tmp_path / "z.csv")]) == 0
+    written = pd.read_csv(tmp_path / "z.csv", keep_default_na=False)
+    assert (written["schedule"] == "zbv").all() and (written["tp_comm_overlap"] == "").all()
     assert main(["sweep", *args, "--over", "nodes", "--values", "1", "2", "--tp", "8", "--micro-batch", "1",
                  "--global-batch", "32", "--scaling", "strong", "--plot", str(tmp_path / "w.svg")]) == 0
     assert (tmp_path / "w.svg").read_text().lstrip().startswith("<?xml")

@@ -136,7 +136,8 @@ def cmd_search(args) -> int:
                 dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
                 bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int),
                 tp_comm_overlap=None if args.tp_comm_overlap is None else
-                _csv(args.tp_comm_overlap, lambda v: None if v == "none" else v), level=args.level)
+                _csv(args.tp_comm_overlap, lambda v: None if v == "none" else v),
+                schedule=None if args.schedules is None else _csv(args.schedules, str), level=args.level)
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
@@ -212,6 +213,8 @@ def add_parsers(sub) -> None:
                    "no recomputation; pytorch and megatron; default 0: none)")
     p.add_argument("--tp-comm-overlap", default=None, help="comma-separated tensor-parallel overlaps tried: none, "
                    "userbuffers, userbuffers-nemo, async (default: none and each stack's own)")
+    p.add_argument("--schedules", default=None, help="comma-separated schedules of the rows with virtual stages: "
+                   "interleaved, interleaved-zb, zbv (default: interleaved, and the zero-bubble ones for torchtitan)")
     cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)
