@@ -117,7 +117,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
     convolutions an NCHW layout transposes (``c.memory_format``; workload/stack.py ``adapt_kernels``)."""
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
              "loss": "eager" if c.loss == "chunked" else c.loss, "tensor_cores": tensor_core_dtypes(gpu_name),
-             "memory_format": c.memory_format}
+             "memory_format": c.memory_format, "norm_kernels": c.norm_kernels}
     multiple = vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
@@ -132,7 +132,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
 
 # the StepConfig fields kernel_lists reads
 COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm",
-                  "memory_format")
+                  "memory_format", "norm_kernels")
 
 
 @memo_by_fields(COMPUTE_FIELDS)
@@ -334,7 +334,7 @@ STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
                  "framework", "attention", "compile", "loss", "offload_layers", "stage_layers", "grad_reduce_fp32",
-                 "optimizer_states", "fp8_params")
+                 "optimizer_states", "fp8_params", "norm_kernels")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from perfmodel.core import algebra
 from perfmodel.costs.optimizers import MOMENTS, moment_bytes
+from perfmodel.workload.stacks.norms import composite_saved_bytes
 from perfmodel.costs.stack_memory import op_sac_layer_bytes
 from perfmodel.workload.kernels import is_mixed
 from perfmodel.workload.model import Transformer
@@ -45,7 +46,7 @@ CUDA_CONTEXT_BYTES = 0.5 * 2**30  # CUDA context + cuBLAS/cuDNN workspaces, outs
 
 
 def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf16-mixed",
-                           recompute="none", framework="pytorch", compiled=False):
+                           recompute="none", framework="pytorch", compiled=False, norm_kernels="fused"):
     """Bytes saved for backward per token by one block (per GPU, tensor-parallel aware).
 
     pytorch (autocast over fp32 parameters): the residual stream and the norm
@@ -65,7 +66,8 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         return model.activation_bytes_per_token(tp=tp, sp=sp, precision=precision, recompute=recompute)
     if every_k(recompute) is not None:  # every k-th block checkpointed: the average block
         share = checkpointed_share(recompute)
-        kw = {"tp": tp, "sp": sp, "precision": precision, "framework": framework, "compiled": compiled}
+        kw = {"tp": tp, "sp": sp, "precision": precision, "framework": framework, "compiled": compiled,
+              "norm_kernels": norm_kernels}
         return share * layer_activation_bytes(model, recompute="full", **kw) \
             + (1.0 - share) * layer_activation_bytes(model, recompute="none", **kw)
     h, f = model.hidden, model.ffn_hidden
@@ -82,6 +84,8 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
     gemm_in = 1.0 if megatron and precision == "fp8-mixed" else 2.0  # saved GEMM inputs (TE fp8: 1 byte)
     stats = 8.0 if model.norm == "layernorm" else 4.0
     norm_inputs = 2 * (stream * h + stats) / sp_div            # two norm inputs (+ mean/rstd)
+    if norm_kernels == "composite" and model.norm == "rmsnorm" and not compiled:  # stacks/norms.py: its fp32 copy
+        norm_inputs = 2 * (composite_saved_bytes(stream) * h + stats) / sp_div      # and normalized input
     casts = 2 * gemm_in * h / sp_div if is_mixed(precision) else 0.0  # normed inputs feeding QKV and MLP
     if compiled:  # Inductor's min-cut partitioner recomputes the normed inputs from x and rstd
         casts = 0.0

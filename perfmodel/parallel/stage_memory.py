@@ -35,6 +35,8 @@ def activation_terms(model, c: StepConfig, *, precision, recompute, seq):
     kw = {"framework": framework} if framework != "pytorch" else {}
     if c.compile:
         kw["compiled"] = True
+    if c.norm_kernels != "fused":
+        kw["norm_kernels"] = c.norm_kernels
     act_layer = mem.layer_activation_bytes(model, tp=tp, sp=c.sequence_parallel, precision=precision,
                                            recompute=recompute, **kw)
     if c.attention == "unfused" and recompute == "none":

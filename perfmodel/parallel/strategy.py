@@ -27,6 +27,7 @@ from perfmodel.workload.stacks import check_stack_options, stack, takes_main_gra
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
+from perfmodel.workload.stacks.norms import check_norm_kernels
 from perfmodel.parallel.zero_bubble import check_zero_bubble, check_zero_bubble_batches
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
@@ -136,10 +137,11 @@ class Strategy:
     # the blocks' GEMM weights are fp8 parameters (Transformer Engine fp8_model_init: NeMo fp8_params,
     # Megatron-Core --fp8-param-gather) with no bf16 copy; needs precision "fp8-mixed"
     fp8_params: bool = False
-    # a CNN's activation layout (workload/stacks/layout.py): "channels_last" (NHWC: what the bundled
-    # convolution measurements ran) or "contiguous" (NCHW, PyTorch's default: cuDNN transposes around
-    # each tensor-core convolution); a transformer has no convolutions, so it is priced the same either way
+    # a CNN's activation layout (workload/stacks/layout.py): "channels_last" (NHWC, as measured) or "contiguous"
+    # (NCHW, PyTorch's default: cuDNN transposes around each tensor-core convolution); no effect on a transformer
     memory_format: str = DEFAULT_MEMORY_FORMAT
+    # the eager model code's RMSNorm (workload/stacks/norms.py): "fused" or "composite" (HF's, fms's elementwise ops)
+    norm_kernels: str = "fused"
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -190,6 +192,7 @@ class Strategy:
         self._check_optimizer_layout()
         check_cp_comm(self.framework, self.cp_comm, self.cp)
         object.__setattr__(self, "memory_format", check_memory_format(self.memory_format))
+        check_norm_kernels(self.norm_kernels, self.framework)
 
     def _check_optimizer_layout(self):
         """``optimizer_states`` and ``fp8_params``: Megatron-Core's model code and optimizer (framework='megatron')."""

@@ -59,7 +59,8 @@ def strategy_of(r: dict):
                     tp_overlap=_yes(r["tp_overlap"]), dp_overlap=_yes(r["dp_overlap"]), cp=int(r["cp"] or 1),
                     grad_reduce_fp32=_yes(r["grad_reduce_fp32"]) if r.get("grad_reduce_fp32") else None,
                     cp_comm=r.get("cp_comm") or None, tp_comm_overlap=r.get("tp_comm_overlap") or None,
-                    optimizer_states=r.get("optimizer_states") or None, fp8_params=_yes(r.get("fp8_params") or "false"))
+                    optimizer_states=r.get("optimizer_states") or None, fp8_params=_yes(r.get("fp8_params") or "false"),
+                    norm_kernels=r.get("norm_kernels") or "fused")
 
 
 def formula_flops(r: dict, m) -> float:

@@ -19,6 +19,7 @@ from perfmodel.workload.stacks import FRAMEWORKS, stack  # noqa: F401 (FRAMEWORK
 from perfmodel.workload.stacks.compile import fuse_memory_bound
 from perfmodel.workload.stacks.float8 import torchao_float8
 from perfmodel.workload.stacks.layout import nchw_transpose, transposes_conv
+from perfmodel.workload.stacks.norms import composite_rmsnorm
 # "flash": the profile's attention class as measured (PyTorch SDPA's pick; cuDNN attention on Hopper at
 # torch 2.11, also Transformer Engine's fused attention); "flash2": FlashAttention-2 (flash-attn 2.x, or
 # SDPA's FLASH_ATTENTION backend), priced by the profile's ``sdpa:fa2.*`` classes where it has them, else
@@ -102,7 +103,7 @@ def fused_loss(k: Kernel) -> list[Kernel]:
 
 
 def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager",
-                  tensor_cores=(), memory_format="channels_last"):
+                  tensor_cores=(), memory_format="channels_last", norm_kernels="fused"):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
@@ -110,16 +111,15 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     per-micro-batch weight and input casts disappear, and layer norms and residual
     adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``;
-    ``attention="flash2"``/``"flash3"``: it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``,
-    ``fa3.bwd``, ...).
+    ``attention="flash2"``/``"flash3"``: it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``, ...).
     ``precision="fp8-mixed"``: a stack's ``float8`` kernels, ``transformer_engine_fp8`` (Megatron-Core, FSDP1 as
-    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan);
-    ``compiled``: Inductor's fused groups (``perfmodel.workload.stacks.compile``);
-    ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too (FSDP
-    ``param_dtype=bf16``), ``torchtitan`` under ``fp8-mixed``: ``torchao_float8``.
+    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan); ``compiled``: Inductor's fused groups
+    (``perfmodel.workload.stacks.compile``); ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too
+    (FSDP ``param_dtype=bf16``).
     ``tensor_cores``: the dtypes the GPU's tensor cores take. Under ``precision="fp32"`` a stack with
     ``cudnn_tf32`` runs its convolutions as tf32 where they include tf32; ``memory_format="contiguous"``
-    (NCHW) gives each dense or grouped convolution pass in one of them cuDNN's transposes (``stacks/layout.py``).
+    (NCHW) gives each dense or grouped convolution pass in one of them cuDNN's transposes (``stacks/layout.py``);
+    ``norm_kernels="composite"`` runs an eager step's RMSNorms as their elementwise ops (``stacks/norms.py``).
     """
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
@@ -138,6 +138,9 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
                 continue
             if k.cls in _RESIDUAL_STREAM and k.dtype == "fp32":
                 k = replace(k, dtype=low)
+        if norm_kernels == "composite" and not compiled and k.cls == "rmsnorm":
+            out.extend(composite_rmsnorm(k, DTYPE_BYTES[k.dtype]))
+            continue
         if loss != "eager" and loss_kernel(k):
             out.extend(fused_loss(k))
             continue
