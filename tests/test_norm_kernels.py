@@ -59,3 +59,15 @@ def test_bad_values_name_the_choices_and_the_stacks():
         pm.Strategy(norm_kernels="split")
     with pytest.raises(UnsupportedError, match="norm_kernels='composite'.*framework='megatron'.*pytorch"):
         pm.Strategy(framework="megatron", norm_kernels="composite")
+
+
+def test_the_command_line_takes_it(capsys):
+    from perfmodel.cli import main
+
+    args = ["predict", "--model", "llama-2-7b", "--gpu", "dgx-a100-80gb", "--dp", "8", "--micro-batch", "2",
+            "--framework", "fsdp1"]
+    assert main(args) == 0
+    fused = capsys.readouterr().out
+    assert main([*args, "--norm-kernels", "composite"]) == 0
+    composite = capsys.readouterr().out
+    assert "norm_kernels=composite" in composite and "norm_kernels" not in fused

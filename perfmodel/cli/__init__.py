@@ -128,18 +128,17 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-layers", type=NONNEGATIVE_INT, default=0,
                    help="activation CPU offload of the first k blocks: save_on_cpu (pytorch), --cpu-offloading-num-layers (megatron)")
     p.add_argument("--cp-comm", default=None, choices=["p2p", "all_gather", "all_to_all"],
-                   help="context-parallel K/V exchange: megatron p2p or all_gather (--cp-comm-type), torch all_gather "
-                        "or all_to_all (set_rotate_method); default: the framework's")
+                   help="context-parallel K/V exchange (--cp-comm-type, set_rotate_method); default: the framework's")
     p.add_argument("--grad-reduce", default=None, choices=["fp32", "bf16"],
-                   help="megatron: the gradient buffer and its reduction dtype (grad_reduce_in_fp32; NeMo "
-                        "grad_sync_dtype); default: the framework's (fp32 under bf16 and fp8)")
+                   help="megatron: gradient buffer and reduction dtype (grad_reduce_in_fp32); default fp32")
     p.add_argument("--optimizer-states", default=None, choices=list(OPTIMIZER_STATES),
-                   help="megatron: fp32 (Megatron-Core's distributed optimizer), remainders (Apex "
-                        "DistributedFusedAdam as NeMo 1.x runs it), bf16 (its optim.dtype bf16); docs/memory.md")
+                   help="megatron: fp32 (distributed optimizer), remainders (Apex, NeMo 1.x), bf16; docs/memory.md")
     p.add_argument("--fp8-params", action="store_true",
                    help="megatron, fp8-mixed: GEMM weights held as fp8 parameters (NeMo fp8_params, --fp8-param-gather)")
     p.add_argument("--memory-format", default=DEFAULT_MEMORY_FORMAT, choices=list(MEMORY_FORMATS),
                    help="CNN activations: channels_last (NHWC) or contiguous (NCHW: cuDNN transposes; docs/cnn.md)")
+    p.add_argument("--norm-kernels", default="fused", choices=["fused", "composite"],
+                   help="eager RMSNorm: one fused kernel, or HF's / fms's elementwise ops (docs/stacks.md)")
     add_stack_args(p)
 
 
@@ -193,7 +192,8 @@ def strategy_from_args(args, n_gpus: int):
                     offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None),
                     grad_reduce_fp32=GRAD_REDUCE[getattr(args, "grad_reduce", None)],
                     optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False),
-                    memory_format=getattr(args, "memory_format", DEFAULT_MEMORY_FORMAT))
+                    memory_format=getattr(args, "memory_format", DEFAULT_MEMORY_FORMAT),
+                    norm_kernels=getattr(args, "norm_kernels", "fused"))
 
 
 GRAD_REDUCE = {None: None, "fp32": True, "bf16": False}  # --grad-reduce -> Strategy.grad_reduce_fp32
