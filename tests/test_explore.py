@@ -479,3 +479,15 @@ def test_sweeping_virtual_stages_interleaves_the_schedule():
     df = pm.sweep("gpt2-small", "virtual_stages", [1, 2], cluster=pm.cluster("h200", gpus_per_node=2),
                   strategy=pm.Strategy(pp=2, micro_batch=1, global_batch=8))
     assert list(df.schedule) == ["1f1b", "interleaved"] and df.step_time.iloc[1] < df.step_time.iloc[0]
+
+
+def test_a_search_row_names_its_stack_in_a_few_words():
+    from perfmodel.explore.output import stack_label
+
+    assert stack_label({"framework": "megatron", "precision": "fp8-mixed", "tp_comm_overlap": "userbuffers",
+                        "cp": 2}) == "megatron fp8 userbuffers cp2"
+    assert stack_label({"framework": "torchtitan", "precision": "bf16-mixed", "compile": True, "fsdp": "full",
+                        "tp_comm_overlap": "", "schedule": "zbv", "offload_layers": 0}) == \
+        "torchtitan compile fsdp-full zbv"
+    assert stack_label({"framework": "pytorch", "precision": "bf16-mixed", "fsdp": float("nan"),
+                        "schedule": "interleaved", "offload_layers": 4}) == "pytorch offload4"

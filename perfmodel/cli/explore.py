@@ -18,7 +18,7 @@ from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.readers import read_json_file, read_toml_file
 from perfmodel.explore.caveats import search_intervals
 from perfmodel.explore.compare import _value, compare
-from perfmodel.explore.output import FLOPS_NOTE, format_table, write_table
+from perfmodel.explore.output import FLOPS_NOTE, format_table, stack_label, write_table
 from perfmodel.explore.search import search
 from perfmodel.explore.sweep import AXES, SCALE_AXES, sweep
 from perfmodel.explore.ties import tie_line
@@ -150,9 +150,10 @@ def cmd_search(args) -> int:
     df = search_intervals(df, model, cl, profile=args.profile, level=args.level)
     df.attrs.update(a, model=getattr(model, "name", ""), gpu=cl.gpu.name)
     df.insert(0, "rank", range(1, len(df) + 1))
-    print(format_table(df, ("rank", "dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero",
-                            "recompute", "sequence_parallel", "step_time", "interval", "tokens_per_second",
-                            "tflops_per_gpu", "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck", "caveat"),
+    shown = df.assign(stack=[stack_label(row) for _, row in df.iterrows()])  # which framework, precision, ...
+    print(format_table(shown, ("rank", "dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero",
+                               "recompute", "sequence_parallel", "stack", "step_time", "interval", "tokens_per_second",
+                               "tflops_per_gpu", "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck", "caveat"),
                        best_column=None))
     print(_notes(df))
 

@@ -47,7 +47,7 @@ SHOWN = {
     "peak_memory": ("memory/GPU", _gib), "memory_capacity": ("capacity", _gib), "fits": ("fits", _flag),
     "usd_per_hour": ("$/hour", _usd), "usd_per_million_tokens": ("$/M tokens", lambda x: f"${x:,.3f}"),
     "bottleneck": ("bottleneck", str), "interval": ("interval", str), "caveat": ("caveat", str),
-    "model": ("model", str), "cluster": ("cluster", str),
+    "model": ("model", str), "cluster": ("cluster", str), "stack": ("stack", str),
 }
 # CSV / JSON column names with their unit where the name alone does not say it
 UNITS = {"step_time": "step_time_s", "peak_memory": "peak_memory_bytes", "memory_capacity": "memory_capacity_bytes",
@@ -81,6 +81,27 @@ def with_intervals(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def stack_label(row) -> str:
+    """A search row's software stack in a few words: the framework, then what is not its default (a precision
+    other than bf16 autocast, compile, FSDP's mode, the tensor-parallel overlap, a zero-bubble schedule, cp,
+    activation offload), e.g. ``megatron fp8 userbuffers`` or ``torchtitan compile zbv``."""
+    words = [str(row.get("framework", ""))]
+    precision = str(row.get("precision", "bf16-mixed"))
+    words += [] if precision == "bf16-mixed" else [precision.removesuffix("-mixed")]
+    words += ["compile"] if bool(row.get("compile", False)) else []
+    fsdp = row.get("fsdp")
+    words += [f"fsdp-{fsdp}"] if isinstance(fsdp, str) and fsdp else []
+    for key in ("tp_comm_overlap",):
+        value = row.get(key)
+        words += [str(value)] if isinstance(value, str) and value else []
+    schedule = str(row.get("schedule", ""))
+    words += [schedule] if schedule in ("interleaved-zb", "zbv") else []
+    cp, offload = int(row.get("cp", 1) or 1), int(row.get("offload_layers", 0) or 0)
+    words += [f"cp{cp}"] if cp > 1 else []
+    words += [f"offload{offload}"] if offload else []
+    return " ".join(w for w in words if w)
+
+
 def format_table(df: pd.DataFrame, columns, *, best_column: str | None = "best") -> str:
     """An aligned text table of ``columns`` (those present, each once), rows marked '*' where
     ``best_column`` is true; an ``interval`` column is made from interval_low_s/high_s."""
@@ -90,7 +111,7 @@ def format_table(df: pd.DataFrame, columns, *, best_column: str | None = "best")
     marks = ["*" if best_column in df.columns and bool(b) else "" for b in df.get(best_column, [False] * len(df))]
     body = [[mark] + [_cell(c, row[c]) for c in columns] for mark, (_, row) in zip(marks, df.iterrows())]
     widths = [max(len(r[i]) for r in [headers, *body]) for i in range(len(headers))]
-    left = {"label", "recompute", "precision", "bottleneck", "gpu", "caveat"}
+    left = {"label", "recompute", "precision", "bottleneck", "gpu", "caveat", "stack"}
     def line(cells):
         out = []
         for i, cell in enumerate(cells):
