@@ -29,12 +29,16 @@ def _strategy(rng: random.Random, n_gpus: int, heads: int | None, experts: int =
     mb = rng.choice([1, 2, 8])
     fsdp = rng.choice([None, None, "full", "hybrid"])
     schedule = rng.choice(["1f1b", "gpipe", "interleaved"]) if pp > 1 else "1f1b"
+    global_batch = dp * mb * rng.choice([1, 4, 8])
+    zero, recompute = 0 if fsdp else rng.choice([0, 1, 2, 3]), rng.choice(["none", "selective", "full"])
+    precision = rng.choice(["bf16-mixed", "fp16-mixed", "fp32", "fp8-mixed"])
+    virtual = rng.choice([1, 2]) if schedule == "interleaved" else 1
+    framework = rng.choice(["pytorch", "megatron"])
+    if precision == "fp8-mixed" and framework == "pytorch":  # eager autocast has no fp8 linears (the same draws)
+        precision = "bf16-mixed"
     return pm.Strategy(
-        dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=dp * mb * rng.choice([1, 4, 8]),
-        zero=0 if fsdp else rng.choice([0, 1, 2, 3]), fsdp=fsdp, recompute=rng.choice(["none", "selective", "full"]),
-        precision=rng.choice(["bf16-mixed", "fp16-mixed", "fp32", "fp8-mixed"]), schedule=schedule,
-        virtual_stages=rng.choice([1, 2]) if schedule == "interleaved" else 1,
-        sequence_parallel=sp, framework=rng.choice(["pytorch", "megatron"]),
+        dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=global_batch, zero=zero, fsdp=fsdp, recompute=recompute,
+        precision=precision, schedule=schedule, virtual_stages=virtual, sequence_parallel=sp, framework=framework,
         attention="flash" if cp > 1 else rng.choice(["flash", "unfused"]), tp_overlap=rng.random() < 0.3,
         optimizer=rng.choice(["adamw", "sgd"]), placement=rng.choice(["tp-pp-dp", "dp-tp-pp"]), cp=cp, ep=ep)
 

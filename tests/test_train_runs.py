@@ -146,11 +146,19 @@ def test_train_errors_name_the_problem(tmp_path):
     assert done.returncode == 2 and "precision 'fp16-mixed' needs a GPU; on the CPU use fp32" in done.stderr
 
 
+# what a gloo process group's teardown prints when it aborts a finished run (seen twice in full-suite runs on two
+# busy cores, never alone in 16 runs); the run is made once more then, and must pass
+GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 @pytest.mark.slow
 def test_fsdp_run_under_torchrun(tmp_path):
     out = tmp_path / "runs.csv"
-    done = _train([*TINY, "--fsdp", "full", "--steps", "2", "--warmup", "1", "--device", "cpu", "--out", str(out)],
-                  procs=2)
+    args = [*TINY, "--fsdp", "full", "--steps", "2", "--warmup", "1", "--device", "cpu", "--out", str(out)]
+    done = _train(args, procs=2)
+    if done.returncode != 0 and GLOO_TEARDOWN_ABORT in done.stderr:
+        out.unlink(missing_ok=True)
+        done = _train(args, procs=2)
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(out).iloc[0]
     assert row.dp == 2 and row.fsdp == "full" and row.backend == "gloo" and row.gpus_per_node == 2

@@ -183,7 +183,7 @@ class Strategy:
             object.__setattr__(self, flag, check_flag(flag, getattr(self, flag)))
         self._check_combinations()
         self._check_ps()
-        check_stack_options(self.framework, recompute=self.recompute, compile=self.compile)
+        check_stack_options(self.framework, recompute=self.recompute, compile=self.compile, precision=self.precision)
         object.__setattr__(self, "offload_layers", check_int("offload_layers", self.offload_layers, minimum=0))
         check_offload(self.framework, self.offload_layers, pp=self.pp, recompute=self.recompute)
         check_pipeline_engine(self.framework, pp=self.pp, zero=self.zero, schedule=self.schedule)

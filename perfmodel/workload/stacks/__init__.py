@@ -137,9 +137,13 @@ def takes(option: str) -> list[str]:
     return [s.name for s in STACKS.values() if policy in s.recompute]
 
 
-def check_stack_options(framework: str, *, recompute: str, compile: bool = False) -> None:
+def check_stack_options(framework: str, *, recompute: str, compile: bool = False, precision: str = "") -> None:
     """Raise when an option does not apply to the framework, naming the stacks that take it."""
     st = stack(framework)
+    if precision == "fp8-mixed" and not st.float8:
+        raise UnsupportedError(f"precision='fp8-mixed' (float8 training) does not apply to framework={framework!r}: "
+                               f"its code has no fp8 linears; stacks that take it: "
+                               f"{', '.join(s.name for s in STACKS.values() if s.float8)}")
     if compile and not st.compiles:
         raise UnsupportedError(f"'compile'=True does not apply to framework={framework!r} (its kernels are "
                                f"its own fused CUDA ones); stacks that take it: {', '.join(takes('compile'))}")
