@@ -229,3 +229,13 @@ def test_a_zero_bubble_row_is_the_prediction_of_its_strategy():
         assert s.schedule == "zbv" and pm.predict(model, H100, s).step_time == row["step_time"]
     with pytest.raises(pm.errors.UnknownNameError, match="schedule"):
         pm.search(model, H100, 32, framework="torchtitan", schedule="1f1b")
+
+
+def test_fp8_is_searched_only_with_the_stacks_that_have_fp8_linears():
+    df = pm.search(MODEL, H100, 16, precision="fp8-mixed", top_k=5000, max_micro_batch=2, max_virtual_stages=2)
+    assert set(df["framework"]) <= {"megatron", "torchtitan", "fsdp1"} and (df["precision"] == "fp8-mixed").all()
+    both = pm.search(MODEL, H100, 16, precision=["bf16-mixed", "fp8-mixed"], framework=("pytorch", "megatron"),
+                     top_k=5000, max_micro_batch=2, max_virtual_stages=2)
+    assert set(both.loc[both["framework"] == "pytorch", "precision"]) == {"bf16-mixed"}
+    with pytest.raises(pm.errors.UnsupportedError, match="fp8-mixed.*framework='pytorch'.*megatron, torchtitan"):
+        pm.search(MODEL, H100, 16, precision="fp8-mixed", framework="pytorch")

@@ -88,9 +88,12 @@ def _compile_choices(spec, compile, given: bool) -> tuple:
     return tuple(dict.fromkeys(v for v in values if spec.compiles or not v))
 
 
-def _precision_choices(spec, gpu, precision) -> tuple:
-    if precision is not None:
-        return precision
+def _precision_choices(spec, gpu, precision, given: bool = False) -> tuple:
+    if precision is not None:  # fp8 only where the stack has fp8 linears (an error if a framework asked for takes none)
+        kept = tuple(p for p in precision if p != FLOAT8 or spec.float8)
+        if given and not kept:
+            stacks.check_stack_options(spec.name, recompute="none", precision=FLOAT8)
+        return kept
     fp8 = spec.float8 and gemm_dtype(FLOAT8) in gpu.peak_flops
     return ("bf16-mixed", FLOAT8) if fp8 else ("bf16-mixed",)
 
@@ -158,7 +161,7 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
             compiles = _compile_choices(spec, options["compile"], given)
             policies = _recompute_choices(spec, options["recompute"], given)
             offloads = _offload_choices(spec, model, options["offload_layers"], given)
-            precisions = _precision_choices(spec, cl.gpu, options["precision"])
+            precisions = _precision_choices(spec, cl.gpu, options["precision"], given)
             # each stack is its own family: Megatron-DeepSpeed reduces 16-bit gradients where Megatron-LM
             # reduces fp32 ones (parallel/deepspeed.py), so Megatron-LM's root does not bound it
             under = fw
