@@ -16,7 +16,6 @@ data-parallel communication + optimizer.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import cache
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from perfmodel.costs import offload
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
-from perfmodel.hardware import load_gpu
+from perfmodel.hardware import tensor_core_dtypes
 from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
 from perfmodel.parallel.config import StepConfig
@@ -98,16 +97,6 @@ class ComputeTimes:
 
 def _flops(kernels):
     return sum(k.flops * floats(k.count) for k in kernels)
-
-
-@cache
-def tensor_core_dtypes(gpu_name: str) -> tuple:
-    """The dtypes the named GPU multiplies on tensor cores; a GPU not in the catalog (a user's profile
-    of another card) is taken to have them for every 16-bit and tf32 dtype, as every GPU since Ampere."""
-    try:
-        return load_gpu(gpu_name).tensor_core_dtypes
-    except PerfModelError:
-        return ("tf32", "bf16", "fp16", "fp8")
 
 
 def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = ""):

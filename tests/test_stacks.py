@@ -114,7 +114,7 @@ def test_compile_is_faster_and_torchao_float8_adds_casts(llama8b):
 
 
 def test_float8_quantizes_only_the_gemms_each_stack_its_own_way(llama8b):
-    # Transformer Engine (Megatron-Core; FSDP1 as Composer's amp_fp8 runs llm-foundry's te layers) and torchao
+    # Transformer Engine (Megatron-Core; FSDP1 under Composer's amp_fp8 with TE linears) and torchao
     # (torchtitan) cast a GEMM's operands; norms and residual adds stay on the bf16 residual stream
     fwd, bwd = steps.layer_kernels(llama8b, 2, precision="fp8-mixed")
     for framework, cast in (("megatron", "attn.qkv.fp8_cast"), ("fsdp1", "attn.qkv.fp8_cast"),

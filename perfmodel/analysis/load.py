@@ -17,10 +17,10 @@ import numpy as np
 from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.compute import time_by_class
 from perfmodel.core.errors import InvalidInputError, PerfModelError
+from perfmodel.hardware import tensor_core_dtypes
 from perfmodel.hardware.common import FrozenMap
 from perfmodel.predict import Prediction, default_profile, predict, profile_for
 from perfmodel.parallel.strategy import Strategy
-from perfmodel.step import tensor_core_dtypes
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.stack import adapt_kernels

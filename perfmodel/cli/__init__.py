@@ -28,7 +28,7 @@ from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
 from perfmodel.fit.nccl_tests import import_logs
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.hardware import cluster, load_gpu
-from perfmodel.parallel.strategy import SCHEDULES, Strategy, parse_stage_layers
+from perfmodel.parallel.strategy import SCHEDULES, TP_COMM_OVERLAPS, Strategy, parse_stage_layers
 from perfmodel.predict import predict
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.report.fit_plots import write_residual_plots
@@ -123,7 +123,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
     p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"],
                    help="cross-entropy: eager fp32 logits, Inductor-compiled, or chunked (default: the framework's)")
-    p.add_argument("--tp-comm-overlap", default=None, choices=["userbuffers", "userbuffers-nemo", "async"],
+    p.add_argument("--tp-comm-overlap", default=None, choices=list(TP_COMM_OVERLAPS),
                    help="tensor-parallel collectives beside their GEMMs: TE userbuffers, with NeMo's tuned SMs (megatron), async TP (torchtitan)")
     p.add_argument("--offload-layers", type=NONNEGATIVE_INT, default=0,
                    help="activation CPU offload of the first k blocks: save_on_cpu (pytorch), --cpu-offloading-num-layers (megatron)")

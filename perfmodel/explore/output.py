@@ -91,9 +91,8 @@ def stack_label(row) -> str:
     words += ["compile"] if bool(row.get("compile", False)) else []
     fsdp = row.get("fsdp")
     words += [f"fsdp-{fsdp}"] if isinstance(fsdp, str) and fsdp else []
-    for key in ("tp_comm_overlap",):
-        value = row.get(key)
-        words += [str(value)] if isinstance(value, str) and value else []
+    overlap = row.get("tp_comm_overlap")
+    words += [overlap] if isinstance(overlap, str) and overlap else []
     schedule = str(row.get("schedule", ""))
     words += [schedule] if schedule in ("interleaved-zb", "zbv") else []
     cp, offload = int(row.get("cp", 1) or 1), int(row.get("offload_layers", 0) or 0)

@@ -25,11 +25,11 @@ from perfmodel.core.errors import InfeasibleError, InvalidInputError, Unsupporte
 from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
 from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
-from perfmodel.explore.stack_options import CHUNKED, TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
+from perfmodel.explore.stack_options import TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
-from perfmodel.parallel.strategy import OPTIMIZERS, PLACEMENTS, Strategy
+from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, OPTIMIZERS, PLACEMENTS, TP_COMM_OVERLAPS, Strategy
 from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
@@ -48,7 +48,6 @@ LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micr
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int,
                 "compile": bool, "offload_layers": int,
                 "tp_comm_overlap": lambda v: v if isinstance(v, str) and v else None}  # a row holds "" for none
-TP_COMM_OVERLAP_CHOICES = ("userbuffers", "userbuffers-nemo", "async")
 
 
 def _clusters(cluster) -> list:
@@ -129,11 +128,11 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         offload = _values("offload_layers", offload, lambda n, v: check_int(n, v, minimum=0))
     schedules = stack.pop("schedule", None)
     if schedules is not None:
-        schedules = _values("schedule", schedules, lambda n, v: check_choice(n, v, CHUNKED))
+        schedules = _values("schedule", schedules, lambda n, v: check_choice(n, v, CHUNKED_SCHEDULES))
     overlaps = stack.pop("tp_comm_overlap", None)
     if overlaps is not None:
         overlaps = _values("tp_comm_overlap", overlaps,
-                           lambda n, v: v if v in (None, "") else check_choice(n, v, TP_COMM_OVERLAP_CHOICES))
+                           lambda n, v: v if v in (None, "") else check_choice(n, v, tuple(TP_COMM_OVERLAPS)))
     zero = _values("zero", zero, lambda n, v: check_int(n, v, minimum=0))
     sequence_parallel = _values("sequence_parallel", stack.pop("sequence_parallel"), check_flag)
     cp_fixed = isinstance(stack["cp"], int)

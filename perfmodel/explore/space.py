@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfmodel.core.errors import InfeasibleError, InvalidInputError
+from perfmodel.parallel import zero_bubble
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.strategy import interleaves
 from perfmodel.core.checks import LIMITS, check_int, check_positive, check_size, divisors
@@ -229,19 +230,17 @@ def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False, schedule="
         rules.append(("divisibility", "DeepSpeed's pipeline engine: 1F1B without interleaving, zero 0 or 1 with pp > 1",
                       (v > 1) | ((pp > 1) & (g["zero"] >= 2))))
     if schedule != "interleaved":  # torch's zero-bubble schedules (parallel/zero_bubble.py): chunked stages only
-        rules.append(("divisibility", f"schedule={schedule!r} needs pp > 1 and " +
-                      ("virtual_stages = 2" if schedule == "zbv" else "virtual_stages >= 2"),
-                      (pp == 1) | ((v != 2) if schedule == "zbv" else (v < 2))))
+        rules.append(("divisibility", f"schedule={schedule!r} needs pp > 1 and virtual_stages "
+                      f"{'= 2' if schedule == 'zbv' else '>= 2'}",
+                      ~zero_bubble.stages_ok(schedule, pp, v)))
     rules.append(("batch", f"global_batch={global_batch} must be a multiple of dp × micro_batch",
                   global_batch % (dp * mb) != 0))
     m = global_batch // (dp * mb)
     if schedule == "interleaved":
         rules.append(("batch", "interleaving needs micro-batches divisible by pp", (v > 1) & (m % pp != 0)))
-    elif schedule == "zbv":
-        rules.append(("batch", "schedule='zbv' is priced for at least 2·pp − 1 micro-batches", m < 2 * pp - 1))
     else:
-        rules.append(("batch", "schedule='interleaved-zb' needs pp <= micro-batches, a multiple of max(1, m // pp)",
-                      (m < pp) | (m % np.maximum(m // pp, 1) != 0)))
+        rules.append(("batch", f"schedule={schedule!r} is priced for the micro-batch counts of its form",
+                      ~zero_bubble.batches_ok(schedule, m, pp)))
     return rules
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from perfmodel.core.checks import check_int
 from perfmodel.core.errors import InvalidInputError, PerfModelError, UnsupportedError
-from perfmodel.parallel.strategy import Strategy, check_against
+from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, TP_COMM_OVERLAPS, Strategy, check_against
 from perfmodel.workload import stacks
 from perfmodel.workload.graph import GraphModel
 from perfmodel.workload.kernels import gemm_dtype
@@ -62,14 +62,12 @@ class JobSpec:
     schedule: str = "interleaved"
 
 
-# the tensor-parallel overlap each stack's code has (Strategy.tp_comm_overlap): Megatron-Core's
+# the tensor-parallel overlap searched by default beside none (Strategy.tp_comm_overlap): Megatron-Core's
 # --tp-comm-overlap (Transformer Engine userbuffers, TE's default SMs) and torchtitan's async TP (compiled only)
-TP_COMM_OVERLAPS = {"megatron": "userbuffers", "torchtitan": "async"}
-# the chunked pipeline schedules each stack runs (Strategy.schedule with virtual stages): torch's zero-bubble ones
-# where the stack pipelines with torch.distributed.pipelining (parallel/zero_bubble.py), searched by default
-# for torchtitan
-CHUNKED = ("interleaved", "interleaved-zb", "zbv")
-SEARCHED_SCHEDULES = {"torchtitan": CHUNKED}
+SEARCHED_OVERLAPS = {"megatron": "userbuffers", "torchtitan": "async"}
+# the chunked pipeline schedules searched by default (Strategy.schedule with virtual stages): torch's zero-bubble
+# ones for torchtitan, which pipelines with torch.distributed.pipelining (parallel/zero_bubble.py)
+SEARCHED_SCHEDULES = {"torchtitan": CHUNKED_SCHEDULES}
 
 
 def default_frameworks(model) -> tuple:
@@ -187,15 +185,15 @@ def _schedule_choices(fw: str, offload: int, asked) -> tuple:
 
 def _overlap_choices(fw: str, compiled: bool, asked, tp_can_split: bool) -> tuple:
     """The tensor-parallel overlaps to try for framework ``fw`` ("" none): by default none and the stack's own
-    (``TP_COMM_OVERLAPS``; torchtitan's async TP only compiled) where a tensor group can form; ``asked``
+    (``SEARCHED_OVERLAPS``; torchtitan's async TP only compiled) where a tensor group can form; ``asked``
     (a tuple with None or "" for none) keeps those the stack takes."""
-    own = TP_COMM_OVERLAPS.get(fw)
-    if own == "async" and not compiled:
-        own = None
+    def runs(v):  # the stack's code has it (torchtitan's async TP only compiled)
+        return TP_COMM_OVERLAPS.get(v) == fw and (v != "async" or compiled)
+
+    own = SEARCHED_OVERLAPS.get(fw)
     if asked is None:
-        return ("", own) if own and tp_can_split else ("",)
-    return tuple(dict.fromkeys(v or "" for v in asked if not v or v == own or (fw == "megatron" and
-                                                                              v == "userbuffers-nemo")))
+        return ("", own) if own and runs(own) and tp_can_split else ("",)
+    return tuple(dict.fromkeys(v or "" for v in asked if not v or runs(v)))
 
 
 def check_frameworks(framework) -> tuple | None:

@@ -16,6 +16,7 @@ from perfmodel.hardware.catalog import (
     load_gpu,
     load_link,
     load_node,
+    tensor_core_dtypes,
 )
 from perfmodel.hardware.gpu import DTYPES, GPU
 from perfmodel.hardware.link import LINK_KINDS, Link
@@ -38,4 +39,5 @@ __all__ = [
     "load_link",
     "load_node",
     "part_of_node",
+    "tensor_core_dtypes",
 ]

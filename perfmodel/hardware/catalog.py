@@ -341,6 +341,17 @@ def load_gpu(name_or_path) -> GPU:
     return _load("GPU", GPU, name_or_path, _gpu_file, _bundled_gpus)
 
 
+@cache
+def tensor_core_dtypes(gpu_name: str) -> tuple:
+    """The dtypes the named GPU multiplies on tensor cores (``GPU.tensor_core_dtypes``); a GPU not in the
+    catalog (a user's profile of another card) is taken to have them for every 16-bit and tf32 dtype, as every
+    GPU since Ampere."""
+    try:
+        return load_gpu(gpu_name).tensor_core_dtypes
+    except PerfModelError:
+        return ("tf32", "bf16", "fp16", "fp8")
+
+
 def load_link(name) -> Link:
     """A bundled link by name or alias (``'nvlink4-nvswitch'``, ``'hdr'``, ``'25gbe'``)."""
     if isinstance(name, Link):

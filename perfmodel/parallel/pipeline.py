@@ -136,10 +136,10 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_s
         everything = sum(t.on(st) for st in sts)
     else:
         everything = model.layers * t.layers_fb + t.embed_f + t.embed_b + t.head_f + t.head_b
-    drain = 1.0
-    if np.any(zero_bubble(c)):
+    drain, zb = 1.0, zero_bubble(c)
+    if np.any(zb):
         ratio = drain_ratio(t.layer_f, t.layer_b, wgrad_share * t.layer_b, c.pp, c.schedule == Schedule.ZBV)
-        drain = pick(zero_bubble(c), ratio, 1.0)
+        drain = pick(zb, ratio, 1.0)
     return schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain), worst
 
 

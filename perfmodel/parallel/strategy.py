@@ -36,6 +36,7 @@ from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_place
 OPTIMIZERS = ("adamw", "sgd", "rmsprop")  # costs/memory.py MOMENTS, costs/compute.py OPTIMIZER_BYTES
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv")
 CHUNKED_SCHEDULES = ("interleaved", "interleaved-zb", "zbv")  # v >= 2 model chunks per rank
+TP_COMM_OVERLAPS = {"userbuffers": "megatron", "userbuffers-nemo": "megatron", "async": "torchtitan"}  # -> its stack
 PLACEMENTS = ORDERS
 FSDP = (None, "full", "hybrid", "shard-grad-op")
 LOSSES = ("eager", "compiled", "fused", "chunked")
@@ -251,9 +252,8 @@ class Strategy:
         method = self.tp_comm_overlap
         if method is None:
             return
-        takes = {"userbuffers": "megatron", "userbuffers-nemo": "megatron", "async": "torchtitan"}
-        check_choice("tp_comm_overlap", method, tuple(takes))
-        if self.framework != takes[method]:
+        check_choice("tp_comm_overlap", method, tuple(TP_COMM_OVERLAPS))
+        if self.framework != TP_COMM_OVERLAPS[method]:
             raise UnsupportedError(f"tp_comm_overlap={method!r} does not apply to framework={self.framework!r}: "
                                    f"'userbuffers' and 'userbuffers-nemo' are Megatron-Core's (framework='megatron'), "
                                    f"'async' torchtitan's")

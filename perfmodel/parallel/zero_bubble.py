@@ -76,6 +76,21 @@ def drain_ratio(f, b_total, w, pp, zbv):
     return pick(zbv, zbv_drain(f, b, w, q + 1.0), interleaved_zb_drain(f, b, w, q + 1.0)) / whole
 
 
+def stages_ok(schedule: str, pp, virtual_stages):
+    """Where a zero-bubble schedule can run (numbers or arrays): pp > 1 with its chunks per rank (zbv: 2)."""
+    chunks = virtual_stages == 2 if schedule == "zbv" else virtual_stages >= 2
+    return (pp > 1) & chunks
+
+
+def batches_ok(schedule: str, m, pp):
+    """Where a zero-bubble schedule's priced form holds for m micro-batches (numbers or arrays): interleaved ZB
+    needs m >= pp and m a multiple of its rounds, max(1, m // pp) (torch's own check); ZBV m >= 2·pp − 1
+    (torch pads its order to that many)."""
+    if schedule == "zbv":
+        return m >= 2 * pp - 1
+    return (m >= pp) & (m % np.maximum(m // pp, 1) == 0)
+
+
 def check_zero_bubble(schedule: str, framework: str, pp: int, virtual_stages: int) -> None:
     """torch's zero-bubble schedules: its own pipelining (torchtitan), pp > 1, their chunks per rank."""
     if schedule not in ZERO_BUBBLE:
@@ -84,26 +99,19 @@ def check_zero_bubble(schedule: str, framework: str, pp: int, virtual_stages: in
     if framework not in TORCH_PIPELINING:
         raise UnsupportedError(f"{name} does not apply to framework={framework!r}; stacks that run "
                                f"torch's pipeline schedules: {', '.join(TORCH_PIPELINING)}")
-    if pp == 1:
-        raise InvalidInputError(f"{name} needs pp > 1 (it schedules pipeline stages)")
-    if schedule == "zbv" and virtual_stages != 2:
-        raise InvalidInputError(f"{name} runs two model chunks per rank in a V: use virtual_stages=2 "
-                                f"(got {virtual_stages})")
-    if schedule == "interleaved-zb" and virtual_stages < 2:
-        raise InvalidInputError(f"{name} loops over model chunks: use virtual_stages >= 2 (got {virtual_stages})")
+    if not stages_ok(schedule, pp, virtual_stages):
+        chunks = "two model chunks per rank in a V: virtual_stages=2" if schedule == "zbv" else \
+            "model chunks in a loop: virtual_stages >= 2"
+        raise InvalidInputError(f"{name} needs pp > 1 and {chunks} (got pp={pp}, virtual_stages={virtual_stages})")
 
 
 def check_zero_bubble_batches(schedule: str, m: int, pp: int) -> None:
     """The micro-batches per step torch's zero-bubble schedules take (torch 2.13 ``schedules.py``) and that the
     forms above hold for."""
-    if schedule == "interleaved-zb":
-        rounds = max(1, m // pp)
-        if m % rounds:
-            raise InvalidInputError(f"schedule='interleaved-zb' needs the micro-batches per step ({m}) to be a multiple "
-                                    f"of its rounds, max(1, m // pp) = {rounds} (torch ScheduleInterleavedZeroBubble)")
-        if m < pp:
-            raise InvalidInputError(f"schedule='interleaved-zb' is priced for at least pp={pp} micro-batches per step "
-                                    f"(got {m}): fewer never fill the pipeline")
-    elif schedule == "zbv" and m < 2 * pp - 1:
+    if schedule not in ZERO_BUBBLE or batches_ok(schedule, m, pp):
+        return
+    if schedule == "zbv":
         raise InvalidInputError(f"schedule='zbv' is priced for at least 2·pp − 1 = {2 * pp - 1} micro-batches per step "
                                 f"(got {m}): torch's ScheduleZBVZeroBubble pads its order to that many")
+    raise InvalidInputError(f"schedule='interleaved-zb' needs at least pp={pp} micro-batches per step, a multiple of its "
+                            f"rounds max(1, m // pp) = {max(1, m // pp)} (torch ScheduleInterleavedZeroBubble; got {m})")
