@@ -97,6 +97,9 @@ def calibration_table() -> dict:
     return json.loads(json.dumps(_shipped()))
 
 
+# stacks that run another stack's kernels and collectives, apart from defaults a user can name on either:
+# llm-foundry is Composer's FSDP1 with MPT's fused loss (workload/stacks)
+SAME_KERNELS = {"llm-foundry": "fsdp1"}
 # fused attention kernels, each priced on its own measured curve (docs/model.md §5): one stack family
 FUSED_ATTENTION = ("flash", "flash2", "flash3", "cudnn")
 
@@ -111,6 +114,7 @@ def stack_key(framework: str, attention: str, precision: str) -> str:
     the unfused attention's kernel list differs, and stays apart.
     """
     kernel = "flash" if attention in FUSED_ATTENTION else attention
+    framework = SAME_KERNELS.get(framework, framework)
     return "/".join([framework, kernel] + (["fp8"] if str(precision).startswith("fp8") else []))
 
 
@@ -129,7 +133,7 @@ def cell(kind: str, share):
 
 # stacks priced by one model code and sharding share a regime (workload/stacks): DeepSpeed runs are
 # Megatron-LM's layers plus the engine's host work; FSDP1 and torchtitan (FSDP2) shard the torch model code
-REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "torchtitan": "fsdp", "kempnerforge": "fsdp"}
+REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "llm-foundry": "fsdp", "torchtitan": "fsdp", "kempnerforge": "fsdp"}
 
 
 def regime_framework(framework: str) -> str:

@@ -1,5 +1,6 @@
-"""from_hf_config: published parameter counts of nine public configs, mapping details, errors."""
+"""from_hf_config: published parameter counts of ten public configs, mapping details, errors."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ PUBLISHED = {
     "llama-2-7b-hf": 6_738_415_616, "meta-llama-3-8b": 8_030_261_248, "mistral-7b-v0.1": 7_241_732_096,
     "mixtral-8x7b-v0.1": 46_702_792_704, "qwen2-7b": 7_615_616_512, "gpt2": 124_439_808,
     "pythia-1.4b": 1_414_647_808, "falcon-7b": 6_921_720_704, "bert-base-uncased": 110_000_000,
+    "mpt-7b": 6_649_286_656,
 }
 
 
@@ -25,7 +27,7 @@ def test_parameter_counts_within_one_percent(name):
 
 
 def test_exact_where_the_architecture_is_expressible():
-    for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b"):
+    for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b", "mpt-7b"):
         assert from_hf_config(FIXTURES / f"{name}.json").params == PUBLISHED[name]
 
 
@@ -91,3 +93,22 @@ def test_unsupported_shapes_and_bad_files(tmp_path):
         from_hf_config(bad)
     with pytest.raises(pm.InvalidInputError, match="'config' must be a dict or a path"):
         from_hf_config(42)
+
+
+def test_mpt_mapping_follows_llm_foundry_config():
+    mpt = from_hf_config(FIXTURES / "mpt-7b.json")
+    # ALiBi turns learned positions off (configuration_mpt.py _validate_config); no_bias drops every bias
+    assert (mpt.position, mpt.bias, mpt.tied_embeddings, mpt.activation, mpt.ffn_hidden, mpt.norm) == (
+        "none", False, True, "gelu", 16384, "layernorm")
+    assert dataclasses.replace(mpt, name="mpt-7b") == pm.preset("mpt-7b")
+    cfg = json.loads((FIXTURES / "mpt-7b.json").read_text())
+    learned = from_hf_config({**cfg, "attn_config": {"alibi": False}, "no_bias": False})
+    assert learned.position == "learned" and learned.bias
+    assert learned.params - mpt.params == 2048 * 4096 + 32 * (3 * 4096 + 4096 + 16384 + 4096 + 2 * 4096) + 4096
+    gqa = from_hf_config({**cfg, "attn_config": {"attn_type": "grouped_query_attention", "kv_n_heads": 8},
+                          "ffn_config": {"ffn_type": "mptglu", "ffn_hidden_size": 11008}})
+    assert (gqa.kv_heads, gqa.activation, gqa.ffn_hidden) == (8, "swiglu", 11008)
+    with pytest.raises(pm.UnsupportedError, match="attn_type='cross_attention' is not modelled"):
+        from_hf_config({**cfg, "attn_config": {"attn_type": "cross_attention"}})
+    with pytest.raises(pm.InvalidInputError, match="'attn_config' and 'ffn_config' of an MPT config"):
+        from_hf_config({**cfg, "attn_config": [1]})

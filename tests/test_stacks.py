@@ -140,6 +140,27 @@ def test_losses_compiled_and_chunked_hold_less(llama8b):
     assert preds[3].peak_memory == preds[1].peak_memory and preds[3].step_time < preds[0].step_time
 
 
+
+def test_llm_foundry_is_fsdp1_with_mpt_fused_loss():
+    """framework="llm-foundry" alone takes MPT's fused cross-entropy; the rest is Composer's FSDP1, so with the
+    loss named the two stacks price the same step and memory."""
+    m, c = pm.preset("mpt-7b", seq=8192), pm.cluster("dgx-h100")
+    foundry = pm.Strategy(dp=8, micro_batch=2, framework="llm-foundry", recompute="full")
+    assert foundry.loss == "fused" and foundry.is_default("loss") and foundry.fsdp == "full"
+    assert foundry.attention == "flash2"
+    fsdp1 = pm.Strategy(dp=8, micro_batch=2, framework="fsdp1", recompute="full")
+    assert fsdp1.loss == "eager"
+    logits = 2 * 8192 * m.vocab
+    a, b = pm.predict(m, c, foundry), pm.predict(m, c, fsdp1)
+    assert a.memory["loss"] == pytest.approx(4 * logits) and b.memory["loss"] == pytest.approx(12 * logits)
+    assert a.peak_memory < b.peak_memory and a.step_time < b.step_time
+    same = pm.predict(m, c, fsdp1.replace(loss="fused"))
+    assert same.step_time == pytest.approx(a.step_time, rel=1e-12)
+    assert same.peak_memory == pytest.approx(a.peak_memory, rel=1e-12)
+    with pytest.raises(UnsupportedError, match="recompute='selective-op' is not a checkpointing policy of "
+                                               "framework='llm-foundry'"):
+        pm.Strategy(dp=8, framework="llm-foundry", recompute="selective-op")
+
 # TorchTitan (Liang et al. 2024, arXiv 2410.06511), Table 1 and Table 2: Llama 3.1 8B on 8 H100
 # (96 GB HBM2e), memory as torchtitan logs it (max reserved, GiB). Table 1: local batch 2, seq 8192,
 # per-op selective checkpointing; Table 2: local batch 1, full checkpointing, compile + float8.

@@ -149,7 +149,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS),
                    help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies; torchtitan: "
-                        "FSDP2 with its defaults; fsdp1: FSDP1 as HF accelerate / llm-foundry (docs/stacks.md)")
+                        "FSDP2 with its defaults; fsdp1: FSDP1 as HF accelerate / Composer; llm-foundry: fsdp1 with "
+                        "MPT's fused loss (docs/stacks.md)")
     p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
     p.add_argument("--attention", default=None, choices=list(ATTENTIONS),
                    help="attention kernel (default: the framework's; docs/hardware.md)")

@@ -273,7 +273,7 @@ class Strategy:
         if self.attention is None:
             object.__setattr__(self, "attention", self._default_attention())
         if self.loss is None:  # torchtitan compiles the loss with the blocks (compile.components)
-            object.__setattr__(self, "loss", "compiled" if self.compile and st.compiles_loss else "eager")
+            object.__setattr__(self, "loss", st.loss_default(self.compile))
         check_choice("loss", self.loss, LOSSES)
         if st.default_fsdp and self.fsdp is None and self.zero == 0 and not self.ps_servers:
             object.__setattr__(self, "fsdp", st.default_fsdp)
@@ -380,7 +380,7 @@ class Strategy:
             return value == f.default
         st = stack(self.framework)
         unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
-                 "loss": "compiled" if self.compile and st.compiles_loss else "eager",
+                 "loss": st.loss_default(self.compile),
                  "attention": self._default_attention()}
         return value == unset[name]
 

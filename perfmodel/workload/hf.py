@@ -101,8 +101,39 @@ def _bert(cfg: dict, family: str) -> dict:
                 tied_embeddings=True, position="learned", arch="encoder", causal=False)
 
 
+def _mpt(cfg: dict, family: str) -> dict:
+    """MPT (llm-foundry ``MPTConfig``, mosaicml/llm-foundry 8c8dd48 models/mpt/configuration_mpt.py): pre-LayerNorm,
+    a GELU MLP of expansion_ratio·d_model (``ffn_config.ffn_type`` "mptglu": gated), biases unless ``no_bias``,
+    tied head; learned positions unless ALiBi or RoPE (the config turns ``learned_pos_emb`` off for either)."""
+    layers, hidden, heads, vocab = _need(cfg, family, "n_layers", "d_model", "n_heads", "vocab_size")
+    attn, ffn = cfg.get("attn_config") or {}, cfg.get("ffn_config") or {}
+    if not isinstance(attn, dict) or not isinstance(ffn, dict):
+        raise InvalidInputError("'attn_config' and 'ffn_config' of an MPT config must be JSON objects")
+    if cfg.get("head_dim") is not None and check_int("head_dim", cfg["head_dim"]) * heads != hidden:
+        raise UnsupportedError(f"head_dim={cfg['head_dim']} × n_heads={heads} != d_model={hidden}: "
+                               "perfmodel.transformer ties head_dim to hidden/heads")
+    kind = attn.get("attn_type", "multihead_attention")
+    kv = {"multihead_attention": heads, "multiquery_attention": 1}.get(kind)
+    if kind == "grouped_query_attention":
+        kv = check_int("kv_n_heads", attn.get("kv_n_heads", heads))
+    if kv is None:
+        raise UnsupportedError(f"attn_type={kind!r} is not modelled (known: multihead_attention, "
+                               "multiquery_attention, grouped_query_attention)")
+    ratio = cfg.get("expansion_ratio", 4)
+    ffn_hidden = ffn.get("ffn_hidden_size") or int(hidden * ratio)  # ffn.py resolve_ffn_hidden_size
+    position = "rotary" if attn.get("rope") else "none" if attn.get("alibi") else \
+        "learned" if cfg.get("learned_pos_emb", True) else "none"
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv, vocab=vocab,
+                ffn_hidden=check_int("ffn_hidden_size", ffn_hidden), seq=cfg.get("max_seq_len", 2048),
+                activation="swiglu" if ffn.get("ffn_type") == "mptglu" else "gelu",
+                norm="rmsnorm" if "rmsnorm" in str(cfg.get("norm_type", "")) else "layernorm",
+                bias=not bool(cfg.get("no_bias", False)), tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+                position=position)
+
+
 FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "gpt2": _gpt2,
-            "gpt_neox": _neox, "falcon": _falcon, "bert": _bert}
+            "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
+            "mpt": _mpt}
 
 
 def read_config(path_or_dict) -> dict:

@@ -8,7 +8,7 @@ the source of every field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfmodel.core.checks import check_choice
 from perfmodel.core.errors import UnsupportedError
@@ -45,6 +45,13 @@ class Stack:
     # fp32 convolutions run as TF32 on tensor cores: PyTorch's torch.backends.cudnn.allow_tf32 defaults to True
     # (torch 2.13 ATen/Context.h allow_tf32_cudnn = true; matmuls stay fp32: allow_tf32_cublas false since 1.12)
     cudnn_tf32: bool = True
+    # the loss its model code computes when the user names none: "eager" (F.cross_entropy over the fp32
+    # logits), "fused" (a fused cross-entropy kernel); a compiled stack with compiles_loss takes "compiled"
+    default_loss: str = "eager"
+
+    def loss_default(self, compiled: bool) -> str:
+        """The ``Strategy.loss`` this framework runs when the user names none."""
+        return "compiled" if compiled and self.compiles_loss else self.default_loss
 
 
 STACKS = {
@@ -108,6 +115,15 @@ STACKS = {
                         default_recompute="none", recompute=("none",), compiles=False, rope_saves=False,
                         swiglu_saved=4, searched=("none",), cudnn_tf32=False),  # TF32 came with TF 2.4
 }
+# llm-foundry: Composer's FSDP1 over llm-foundry's model code (mosaicml/llm-foundry 8c8dd48): FSDP1 as the
+# fsdp1 record has it (scripts/train/yamls/pretrain/mpt-*.yaml: FULL_SHARD, mixed_precision PURE,
+# limit_all_gathers); MPT's loss is flash-attn's fused cross-entropy (models/mpt/modeling_mpt.py
+# ComposerMPTCausalLM: loss_fn='fused_crossentropy' by default), its norm LPLayerNorm in bf16
+# (models/layers/norm.py, MPTConfig norm_type='low_precision_layernorm': one fused kernel, as priced)
+STACKS["llm-foundry"] = replace(
+    STACKS["fsdp1"], name="llm-foundry", default_loss="fused", default_search=False,
+    source="mosaicml/llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py, models/layers/norm.py, "
+           "scripts/train/yamls/pretrain; Composer FSDP1 (torch/distributed/fsdp, torch 2.4)")
 FRAMEWORKS = tuple(STACKS)
 
 
