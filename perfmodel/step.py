@@ -106,7 +106,8 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
     convolutions an NCHW layout transposes (``c.memory_format``; workload/stack.py ``adapt_kernels``)."""
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
              "loss": "eager" if c.loss == "chunked" else c.loss, "tensor_cores": tensor_core_dtypes(gpu_name),
-             "memory_format": c.memory_format, "norm_kernels": c.norm_kernels}
+             "memory_format": c.memory_format, "norm_kernels": c.norm_kernels, "float8_recipe": c.float8_recipe,
+             "fp8_params": c.fp8_params}
     multiple = vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
@@ -121,7 +122,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
 
 # the StepConfig fields kernel_lists reads
 COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm",
-                  "memory_format", "norm_kernels")
+                  "memory_format", "norm_kernels", "float8_recipe", "fp8_params")
 
 
 @memo_by_fields(COMPUTE_FIELDS)
@@ -318,7 +319,7 @@ CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",
-                  "schedule", "grad_reduce_fp32", "ps_local_reduce")
+                  "schedule", "grad_reduce_fp32", "ps_local_reduce", "fp8_params")
 STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",

@@ -40,13 +40,13 @@ from perfmodel.workload.stacks import FRAMEWORKS
 from perfmodel.workload.stack import ATTENTIONS
 from perfmodel.costs.memory import OPTIMIZER_STATES
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, MEMORY_FORMATS
+from perfmodel.workload.stacks.float8 import RECIPES
 from perfmodel.validate.host import write_host_gpu
 from perfmodel.fit.compute import POWER_ONSET_S
 from perfmodel.fit.build import build_profile
 
 # Modules that add their own sub-commands (compare/sweep/search, validate, plan).
-EXTENSIONS = ("perfmodel.cli.explore", "perfmodel.cli.validate", "perfmodel.cli.transient", "perfmodel.cli.sites",
-              "perfmodel.cli.share")
+EXTENSIONS = tuple(f"perfmodel.cli.{name}" for name in ("explore", "validate", "transient", "sites", "share"))
 
 
 class Parser(argparse.ArgumentParser):
@@ -81,8 +81,7 @@ POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
 
 
 def _renamed_bucket(text: str):
-    raise argparse.ArgumentTypeError(f"--bucket-mb is now --bucket-mib (MiB, as torch's bucket_cap_mb): "
-                                     f"use --bucket-mib {text}")
+    raise argparse.ArgumentTypeError(f"--bucket-mb is now --bucket-mib (MiB, as torch's bucket_cap_mb): use --bucket-mib {text}")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -121,20 +120,22 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-mb", type=_renamed_bucket, help=argparse.SUPPRESS)
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
-    p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"],
-                   help="cross-entropy: eager fp32 logits, Inductor-compiled, or chunked (default: the framework's)")
+    p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"], help="cross-entropy: "
+                   "eager fp32 logits, Inductor-compiled, a fused kernel or chunked (default: the framework's)")
     p.add_argument("--tp-comm-overlap", default=None, choices=list(TP_COMM_OVERLAPS),
                    help="tensor-parallel collectives beside their GEMMs: TE userbuffers, with NeMo's tuned SMs (megatron), async TP (torchtitan)")
     p.add_argument("--offload-layers", type=NONNEGATIVE_INT, default=0,
                    help="activation CPU offload of the first k blocks: save_on_cpu (pytorch), --cpu-offloading-num-layers (megatron)")
     p.add_argument("--cp-comm", default=None, choices=["p2p", "all_gather", "all_to_all"],
                    help="context-parallel K/V exchange (--cp-comm-type, set_rotate_method); default: the framework's")
-    p.add_argument("--grad-reduce", default=None, choices=["fp32", "bf16"],
-                   help="megatron: gradient buffer and reduction dtype (grad_reduce_in_fp32); default fp32")
+    p.add_argument("--grad-reduce", default=None, choices=["fp32", "bf16"], help="megatron: gradient buffer and "
+                   "reduction dtype (grad_reduce_in_fp32); default fp32")
     p.add_argument("--optimizer-states", default=None, choices=list(OPTIMIZER_STATES),
                    help="megatron: fp32 (distributed optimizer), remainders (Apex, NeMo 1.x), bf16; docs/memory.md")
-    p.add_argument("--fp8-params", action="store_true",
-                   help="megatron, fp8-mixed: GEMM weights held as fp8 parameters (NeMo fp8_params, --fp8-param-gather)")
+    p.add_argument("--fp8-params", action="store_true", help="fp8-mixed: GEMM weights as fp8 parameters (megatron: NeMo "
+                   "fp8_params, --fp8-param-gather), or gathered in fp8 (torchtitan: enable_fsdp_float8_all_gather)")
+    p.add_argument("--float8-recipe", default=None, choices=[r for names in RECIPES.values() for r in names],
+                   help="fp8 scaling: torchao's recipes (torchtitan), TE's delayed (default: the framework's)")
     p.add_argument("--memory-format", default=DEFAULT_MEMORY_FORMAT, choices=list(MEMORY_FORMATS),
                    help="CNN activations: channels_last (NHWC) or contiguous (NCHW: cuDNN transposes; docs/cnn.md)")
     p.add_argument("--norm-kernels", default="fused", choices=["fused", "composite"],
@@ -147,10 +148,8 @@ def add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
     p.add_argument("--ep", type=POSITIVE_INT, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
 
-    p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS),
-                   help="pytorch: eager autocast; megatron: 16-bit weights with fp32 master copies; torchtitan: "
-                        "FSDP2 with its defaults; fsdp1: FSDP1 as HF accelerate / Composer; llm-foundry: fsdp1 with "
-                        "MPT's fused loss (docs/stacks.md)")
+    p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS), help="the training framework, "
+                   "with its defaults: pytorch (eager autocast), megatron, torchtitan (FSDP2), fsdp1, ... (docs/stacks.md)")
     p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
     p.add_argument("--attention", default=None, choices=list(ATTENTIONS),
                    help="attention kernel (default: the framework's; docs/hardware.md)")
@@ -194,7 +193,7 @@ def strategy_from_args(args, n_gpus: int):
                     grad_reduce_fp32=GRAD_REDUCE[getattr(args, "grad_reduce", None)],
                     optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False),
                     memory_format=getattr(args, "memory_format", DEFAULT_MEMORY_FORMAT),
-                    norm_kernels=getattr(args, "norm_kernels", "fused"))
+                    norm_kernels=getattr(args, "norm_kernels", "fused"), float8_recipe=getattr(args, "float8_recipe", None))
 
 
 GRAD_REDUCE = {None: None, "fp32": True, "bf16": False}  # --grad-reduce -> Strategy.grad_reduce_fp32

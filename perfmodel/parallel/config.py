@@ -70,7 +70,7 @@ FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stage
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
 SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
                  "offload_layers", "grad_reduce_fp32", "cp_comm", "ps_local_reduce", "optimizer_states", "fp8_params",
-                 "memory_format", "norm_kernels")
+                 "memory_format", "norm_kernels", "float8_recipe")
 
 
 def _frozen(value, dtype):
@@ -147,6 +147,7 @@ class StepConfig:
     fp8_params: bool = False  # GEMM weights held as fp8 parameters (Strategy)
     memory_format: str = "channels_last"  # a CNN's activation layout (workload/stacks/layout.py)
     norm_kernels: str = "fused"  # the eager model code's RMSNorm (workload/stacks/norms.py)
+    float8_recipe: str = ""  # the fp8 GEMMs' scaling recipe ("" without fp8; workload/stacks/float8.py)
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -173,7 +174,7 @@ class StepConfig:
                    tp_comm_overlap=s.tp_comm_overlap or "", offload_layers=s.offload_layers,
                    grad_reduce_fp32=s.grad_reduce_fp32, cp_comm=s.cp_comm, ps_local_reduce=s.ps_local_reduce,
                    optimizer_states=s.optimizer_states, fp8_params=s.fp8_params,
-                   memory_format=s.memory_format, norm_kernels=s.norm_kernels)
+                   memory_format=s.memory_format, norm_kernels=s.norm_kernels, float8_recipe=s.float8_recipe or "")
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

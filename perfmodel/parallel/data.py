@@ -307,7 +307,7 @@ def fsdp_reduce_bytes(framework: str, lo: float) -> float:
     return st.reduce_bytes if st.sharding in ("fsdp1", "fsdp2") else lo
 
 
-def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowdown=0.0):
+def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowdown=0.0, fp8_gathered=0.0):
     """ZeRO-3 / FSDP: per-unit all-gathers (forward, backward) and reduce-scatters, per micro-batch.
 
     Rajbhandari et al. 2020, §7.2.2: all-gather Ψ forward, Ψ again backward,
@@ -330,7 +330,9 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     ``torch.cuda.synchronize()`` (DeepSpeed issue #1069, PR #1188), so all of them are exposed.
 
     ``units``: dict name -> (count, params per unit, forward s, backward s) for
-    "layer", "embed", "head"; the embedding unit runs first when present.
+    "layer", "embed", "head"; the embedding unit runs first when present. ``fp8_gathered``: a block's
+    parameters FSDP2 all-gathers in fp8, 1 byte each (torchao's float8 all-gather, ``Strategy.fp8_params``
+    under torchtitan: its linears' weights; workload/stacks/float8.py).
     """
     rpn, nodes = _shard_group(lay, c)
     dp_rpn, dp_nodes = lay["dp"]
@@ -345,6 +347,7 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     pieces = {name: pick(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0) for name in units}
     size = [units[name][1] * lo / pieces[name] for name in units]
     grads = [s * reduce_lo / lo for s in size]  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)
+    size[0] = size[0] - np.multiply(fp8_gathered, lo - 1.0) / pieces["layer"]  # "layer" first: 1 B, not lo
     # each collective of all units in one call (``stacked_time``)
     gathers = stacked_time(coll, "all_gather", size, rpn, nodes)
     scatters = stacked_time(coll, "reduce_scatter", grads, rpn, nodes)
@@ -429,7 +432,8 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     shard = by_sharding(c, (lambda cc: ddp_exposed(coll, lay, cc, params, window, nb, buckets, slowdown=slow),
                             lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, nb.param, slow,
                                                    forward_s=forward, index=st.index),
-                            lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow)
+                            lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow,
+                                                  fp8_gathered=fp8_gathered(cc, p.gemm_layer / cc.tp))
                             + fsdp2_copy_passes(buckets.copy_s, params, cc)),
                         (window, forward))
     if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
@@ -439,6 +443,12 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     else:
         out = pick(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return pick((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
+
+
+def fp8_gathered(c: StepConfig, gemm_params):
+    """A block's parameters FSDP2 gathers in fp8: its linears' weights under torchao's float8 all-gather
+    (``Strategy.fp8_params`` with an FSDP2 stack: precision fp8-mixed, checked there), else none."""
+    return gemm_params if c.fp8_params and stack(c.framework).sharding == "fsdp2" else 0.0
 
 
 def by_sharding(c: StepConfig, branches, others=()):

@@ -25,6 +25,7 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.float8 import float8_recipe
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
 from perfmodel.workload.stacks.norms import check_norm_kernels
@@ -84,18 +85,14 @@ class Strategy:
     ps_local_reduce: bool = False
     placement: str = "tp-pp-dp"
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
-    framework: str = "pytorch"          # "pytorch": eager autocast; "megatron": 16-bit weights + fp32 master
-    #                                     ("deepspeed": Megatron-DeepSpeed; the rest: workload/stacks)
-    # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "cudnn": cuDNN's as published;
-    # "unfused": s² scores;
-    # None: the framework's default (workload/stacks: fsdp1 "flash2", the others "flash"; with cp > 1 the
-    # kernel its ring runs, workload/stacks/context.py: "flash2" under torch's context parallelism)
+    framework: str = "pytorch"          # the training framework's record: workload/stacks STACKS
+    # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "cudnn": cuDNN's as published; "unfused":
+    # s² scores; None: the framework's default (workload/stacks; under cp > 1 its ring's, stacks/context.py)
     attention: str | None = None
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
-    # --overlap-grad-reduce); False: it starts after the backward pass (Megatron-LM's "local" DDP,
-    # DeepSpeed's pipeline engine), and under ZeRO-3 no gather or reduce-scatter overlaps compute
-    # (DeepSpeed ZeRO-3 of early 2021)
+    # --overlap-grad-reduce); False: after the backward pass (Megatron-LM's "local" DDP, DeepSpeed's pipeline
+    # engine), and under ZeRO-3 no gather or reduce-scatter overlaps compute (DeepSpeed ZeRO-3 of early 2021)
     dp_overlap: bool = True
     # context parallelism (Megatron-Core --context-parallel-size): the sequence split over cp ranks,
     # attention as a ring over them (Liu et al. 2023); gradients reduced over dp × cp
@@ -126,9 +123,8 @@ class Strategy:
     # (DistributedDataParallelConfig.grad_reduce_in_fp32); None: the framework's default (Megatron-LM
     # forces fp32 under bf16); NeMo's performance recipes set False (costs/memory.py megatron_grad_bytes)
     grad_reduce_fp32: bool | None = None
-    # the context-parallel K/V exchange (workload/stacks/context.py CP_COMMS): Megatron-Core --cp-comm-type
-    # "p2p" (its default) or "all_gather"; torch's set_rotate_method "all_gather" (its default) or
-    # "all_to_all"; None: the framework's default
+    # the context-parallel K/V exchange (workload/stacks/context.py CP_COMMS): Megatron-Core --cp-comm-type "p2p"
+    # (its default) or "all_gather"; torch's set_rotate_method "all_gather" (its default) or "all_to_all"
     cp_comm: str | None = None
     # how a Megatron-code optimizer keeps its states (costs/memory.py OPTIMIZER_STATES): "fp32" (Megatron-Core's
     # DistributedOptimizer: fp32 main params and moments), "remainders" (Apex DistributedFusedAdam as NeMo 1.x
@@ -143,6 +139,9 @@ class Strategy:
     memory_format: str = DEFAULT_MEMORY_FORMAT
     # the eager model code's RMSNorm (workload/stacks/norms.py): "fused" or "composite" (HF's, fms's elementwise ops)
     norm_kernels: str = "fused"
+    # fp8 scaling (workload/stacks/float8.py RECIPES): torchao's "tensorwise", "rowwise", "rowwise_with_gw_hp";
+    # Transformer Engine's "delayed"; None: the stack's default under fp8-mixed, else none
+    float8_recipe: str | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -160,9 +159,8 @@ class Strategy:
             raise InvalidInputError(f"'zero' must be 0, 1, 2 or 3: got {self.zero}")
         object.__setattr__(self, "ps_servers", check_size("ps_servers", self.ps_servers, minimum=0))
         if self.bucket_mb is not None:
-            raise InvalidInputError(f"'bucket_mb' is now 'bucket_mib': PyTorch's bucket_cap_mb counts MiB "
-                                    f"(2**20 bytes, torch/nn/parallel/distributed.py), so the bucket is given in "
-                                    f"MiB; got bucket_mb={self.bucket_mb!r} (use bucket_mib={self.bucket_mb!r})")
+            raise InvalidInputError(f"'bucket_mb' is now 'bucket_mib': PyTorch's bucket_cap_mb counts MiB (2**20 "
+                                    f"bytes); got bucket_mb={self.bucket_mb!r} (use bucket_mib={self.bucket_mb!r})")
         if self.bucket_mib is not None and check_positive("bucket_mib", self.bucket_mib) < MIN_BUCKET_MB:
             raise InvalidInputError(f"'bucket_mib' must be >= {MIN_BUCKET_MB} (1 KiB; each bucket is one collective "
                                     f"call, so smaller ones only add launches): got {self.bucket_mib!r}")
@@ -174,7 +172,6 @@ class Strategy:
         check_choice("schedule", self.schedule, SCHEDULES)
         check_choice("placement", self.placement, PLACEMENTS)
         check_choice("fsdp", self.fsdp, FSDP)
-        check_choice("framework", self.framework, FRAMEWORKS)
         check_choice("attention", self.attention, ATTENTIONS)
         if isinstance(self.stage_layers, str):  # "7,8,8,7" as typed
             object.__setattr__(self, "stage_layers", parse_stage_layers(self.stage_layers))
@@ -194,9 +191,11 @@ class Strategy:
         check_cp_comm(self.framework, self.cp_comm, self.cp)
         object.__setattr__(self, "memory_format", check_memory_format(self.memory_format))
         check_norm_kernels(self.norm_kernels, self.framework)
+        object.__setattr__(self, "float8_recipe", float8_recipe(stack(self.framework).float8, self.float8_recipe,
+                                                                self.framework, self.precision, self.fp8_params) or None)
 
     def _check_optimizer_layout(self):
-        """``optimizer_states`` and ``fp8_params``: Megatron-Core's model code and optimizer (framework='megatron')."""
+        """``optimizer_states`` (Megatron-Core's optimizer) and ``fp8_params`` (its model code; torchtitan's float8)."""
         object.__setattr__(self, "fp8_params", check_flag("fp8_params", self.fp8_params))
         if self.optimizer_states is None and not self.fp8_params:
             return
@@ -209,12 +208,12 @@ class Strategy:
                                        f"framework={self.framework!r}; stacks that take it: {takes}")
         if not self.fp8_params:
             return
-        if self.framework not in takes_main_grad():
-            raise UnsupportedError(f"'fp8_params'=True builds Transformer Engine linears with fp8 weights: it does not "
-                                   f"apply to framework={self.framework!r}; stacks that take it: {takes}")
+        if self.framework not in (*takes_main_grad(), "torchtitan"):  # torchao: its float8 all-gather (stacks/float8.py)
+            raise UnsupportedError(f"'fp8_params'=True keeps or gathers the GEMM weights in fp8 (Transformer Engine fp8 "
+                                   f"parameters; torchao's FSDP2 float8 all-gather): it does not apply to framework="
+                                   f"{self.framework!r}; stacks that take it: {takes}, torchtitan")
         if self.precision != "fp8-mixed":
-            raise InvalidInputError(f"'fp8_params'=True keeps the GEMM weights in fp8: it needs "
-                                    f"precision='fp8-mixed' (got {self.precision!r})")
+            raise InvalidInputError(f"'fp8_params'=True keeps the GEMM weights in fp8: it needs precision='fp8-mixed' (got {self.precision!r})")
         if self.optimizer_states == "remainders":
             raise InvalidInputError("'optimizer_states'='remainders' cannot hold fp8 parameters: their fp32 main "
                                     "copy is not the bf16 value plus a remainder, so NeMo stores it whole "
@@ -376,12 +375,13 @@ class Strategy:
         """Whether field ``name`` holds what it would hold if left unset (the framework's default)."""
         f = next(f for f in fields(self) if f.name == name)
         value = getattr(self, name)
-        if f.default is not None or name not in ("recompute", "loss", "fsdp", "attention"):
+        if f.default is not None or name not in ("recompute", "loss", "fsdp", "attention", "float8_recipe"):
             return value == f.default
         st = stack(self.framework)
         unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
                  "loss": st.loss_default(self.compile),
-                 "attention": self._default_attention()}
+                 "attention": self._default_attention(),
+                 "float8_recipe": float8_recipe(st.float8, None, self.framework, self.precision) or None}
         return value == unset[name]
 
     def _default_attention(self) -> str:

@@ -110,7 +110,8 @@ def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
         cp, mb = int(r["cp"]), int(r["micro_batch"])
         s = Strategy(dp=int(r["dp"]), cp=cp, micro_batch=mb, framework=r["framework"], recompute=r["recompute"],
                      compile=_yes(r["compile"]), loss=r["loss"], precision=r["precision"],
-                     attention=r["attention"] or None, norm_kernels=r.get("norm_kernels") or "fused")
+                     attention=r["attention"] or None, norm_kernels=r.get("norm_kernels") or "fused",
+                     float8_recipe=r.get("float8_recipe") or None, fp8_params=_yes(r.get("fp8_params") or "false"))
         step = mb * m.seq / (cp * float(r["published_tokens_per_s_per_gpu"]))
         cases.append(Case(line=line, label=r["name"], model=m, cluster=cluster(r["node"], nodes=int(r["nodes"])),
                           strategy=s, metric="step_time_s", measured=step,

@@ -103,7 +103,8 @@ def fused_loss(k: Kernel) -> list[Kernel]:
 
 
 def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager",
-                  tensor_cores=(), memory_format="channels_last", norm_kernels="fused"):
+                  tensor_cores=(), memory_format="channels_last", norm_kernels="fused", float8_recipe="tensorwise",
+                  fp8_params=False):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
@@ -113,7 +114,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``;
     ``attention="flash2"``/``"flash3"``: it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``, ...).
     ``precision="fp8-mixed"``: a stack's ``float8`` kernels, ``transformer_engine_fp8`` (Megatron-Core, FSDP1 as
-    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan); ``compiled``: Inductor's fused groups
+    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan, under ``float8_recipe``, its weights all-gathered in
+    fp8 under ``fp8_params``); ``compiled``: Inductor's fused groups
     (``perfmodel.workload.stacks.compile``); ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too
     (FSDP ``param_dtype=bf16``).
     ``tensor_cores``: the dtypes the GPU's tensor cores take. Under ``precision="fp32"`` a stack with
@@ -150,7 +152,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
         if attention in KERNEL_VARIANTS and k.cls == "sdpa":
             k = replace(k, variant=f"{KERNEL_VARIANTS[attention]}.{k.variant}")
         if float8 and k.cls == "gemm" and k.dtype == "fp8":
-            out.extend(transformer_engine_fp8(k) if float8 == "te" else torchao_float8(k))
+            out.extend(transformer_engine_fp8(k) if float8 == "te" else torchao_float8(k, float8_recipe or "tensorwise",
+                                                                                   fp8_gather=bool(fp8_params)))
             continue
         if transposes and transposes_conv(k, transposes):
             out.append(nchw_transpose(k, DTYPE_BYTES[k.dtype]))

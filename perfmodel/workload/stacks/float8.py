@@ -3,12 +3,34 @@
 torchtitan v0.2.2 ``torchtitan/components/quantization/float8.py`` converts every ``nn.Linear``
 with torchao ``Float8LinearConfig`` but those in ``filter_fqns``, which the Llama 3 recipes set to
 the output layer (``models/llama3/train_configs/llama3_8b.toml``: ``filter_fqns = ["output"]``);
-the default recipe is tensorwise dynamic scaling (``recipe_name=None``). torchao
-``torchao/float8/float8_linear.py`` (``matmul_with_hp_or_float8_args``): forward casts the input
-and the weight (an amax reduction over the 16-bit tensor, then the scaled cast: 2 + 2 bytes read,
-1 written per element), dgrad casts the output gradient the same way and lays the fp8 weight out
-for cuBLAS (1 byte read, 1 written), wgrad lays out the fp8 output gradient and input likewise.
-All three GEMMs run in fp8; the LM head stays bf16.
+the default recipe is tensorwise dynamic scaling (``recipe_name=None``), and ``recipe_name`` picks
+torchao's others (``Strategy.float8_recipe``, ``RECIPES``). torchao (pytorch/ao 36027d8
+``torchao/float8/float8_linear.py`` ``matmul_with_hp_or_float8_args``, ``config.py``
+``Float8LinearConfig.from_recipe_name``) saves the 16-bit input and weight and casts each GEMM's
+operands from them:
+
+* ``tensorwise``: forward casts the input and the weight (an amax reduction over the 16-bit tensor,
+  then the scaled cast: 2 + 2 bytes read, 1 written per element); dgrad casts the output gradient the
+  same way and lays the fp8 weight out for cuBLAS (1 byte read, 1 written); wgrad lays out the fp8
+  output gradient and input likewise (one scale per tensor: the compiled graph reuses the casts);
+* ``rowwise``: every operand scaled along the GEMM's own reduction axis (``AXISWISE``), so each of the
+  six operands of the three GEMMs is cast from its 16-bit tensor (amax + cast each): the forward's
+  two, dgrad's output gradient and weight, wgrad's output gradient and input;
+* ``rowwise_with_gw_hp``: forward as ``rowwise``; dgrad casts the output gradient rowwise and the
+  weight tensorwise; wgrad runs in bf16 on the saved 16-bit tensors (no casts).
+
+``fp8_gather`` (``Strategy.fp8_params`` under torchtitan: torchtitan's ``enable_fsdp_float8_all_gather``
+with ``precompute_float8_dynamic_scale_for_fsdp``, tensorwise only, torchao ``config.py`` asserts it):
+FSDP2 all-gathers the linears' weights already in fp8 (``fsdp_utils.py``
+``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`` casts the local shard with the scale precomputed
+once per step), so the forward casts no weight; dgrad still lays the fp8 weight out. The shard's cast runs
+on FSDP2's all-gather copy-in stream and the scale's amax over the shards once per step (about 4 bytes per
+sharded parameter): neither is priced.
+
+All three GEMMs of a linear run in fp8 (but wgrad under ``rowwise_with_gw_hp``); the LM head stays
+bf16. Rowwise GEMMs are torch's CUTLASS rowwise ``_scaled_mm`` kernel, priced at the profile's fp8
+GEMM rate as the tensorwise cuBLAS one (pytorch/pytorch#147971: within 90-100% of tensorwise for most
+shapes with fast accumulation; its long tail and the backward's slow accumulation are not priced).
 """
 
 from __future__ import annotations
@@ -17,14 +39,44 @@ from dataclasses import replace
 
 import numpy as np
 
+from perfmodel.core.checks import check_choice
+from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.workload.ops import Kernel, mem
 
 AMAX_CAST = 5.0 / 8.0   # bytes of amax + cast per element, as fp32 copies (8 bytes each)
 LAYOUT = 2.0 / 8.0      # bytes of an fp8 transpose per element, as fp32 copies
+# the scaling recipes each kind of float8 linears has, its default first: torchao's recipe names
+# (Float8LinearRecipeName); Transformer Engine's delayed scaling (the DelayedScaling recipe Megatron-Core
+# and Composer's amp_fp8 build by default: amax from history, one fused cast + transpose per operand)
+RECIPES = {"torchao": ("tensorwise", "rowwise", "rowwise_with_gw_hp"), "te": ("delayed",)}
 
 
-def torchao_float8(k: Kernel) -> list[Kernel]:
-    """A GEMM of a torchao ``Float8Linear`` (tensorwise scaling) and the casts it adds."""
+def float8_recipe(kind: str, recipe, framework: str, precision: str, fp8_gather: bool = False) -> str:
+    """The scaling recipe a step runs: ``recipe`` checked against the float8 linears of its stack (``kind``, the
+    stack's ``float8``), or their default; "" when the step does not run fp8. ``fp8_gather``: torchao's float8
+    all-gather (``Strategy.fp8_params``), which takes tensorwise scaling only."""
+    if precision != "fp8-mixed":
+        if recipe is not None:
+            raise InvalidInputError(f"'float8_recipe'={recipe!r} scales fp8 GEMMs: it needs precision='fp8-mixed' "
+                                    f"(got {precision!r})")
+        return ""
+    if recipe is None:
+        return RECIPES[kind][0]
+    if recipe not in RECIPES[kind]:
+        others = [k for k, names in RECIPES.items() if recipe in names]
+        if others:
+            raise UnsupportedError(f"float8_recipe={recipe!r} is a recipe of {others[0]}'s float8 linears: "
+                                   f"framework={framework!r} runs {kind}'s, which take {', '.join(RECIPES[kind])}")
+        check_choice("float8_recipe", recipe, RECIPES[kind])
+    if fp8_gather and kind == "torchao" and recipe != "tensorwise":
+        raise InvalidInputError(f"'fp8_params'=True (torchao's float8 all-gather) takes tensorwise scaling only "
+                                f"(torchao float8/config.py asserts it): got float8_recipe={recipe!r}")
+    return recipe
+
+
+def torchao_float8(k: Kernel, recipe: str = "tensorwise", fp8_gather: bool = False) -> list[Kernel]:
+    """A GEMM of a torchao ``Float8Linear`` under ``recipe`` and the casts it adds (``fp8_gather``: its weight
+    all-gathered in fp8 by FSDP2)."""
     if k.name.startswith("lm_head"):
         return [replace(k, dtype="bf16")]
     m, n, kk = k.size["m"], k.size["n"], k.size["k"]
@@ -33,8 +85,15 @@ def torchao_float8(k: Kernel) -> list[Kernel]:
     def cast(tag, elems, factor):
         return mem(f"{k.name}.{tag}", "copy", k.phase, np.multiply(elems, factor), count=k.count, variant="fwd")
 
-    if k.name.endswith(".wgrad"):
+    wgrad, dgrad = k.name.endswith(".wgrad"), ".dgrad" in k.name
+    if recipe == "rowwise_with_gw_hp" and wgrad:
+        return [replace(k, dtype="bf16")]
+    if recipe != "tensorwise" and (wgrad or dgrad):  # each operand scaled along its own axis: cast anew
+        return [cast("fp8_rowwise_cast", np.add(a, b), AMAX_CAST), k]
+    if wgrad:
         return [cast("fp8_layout", np.add(a, b), LAYOUT), k]
-    if ".dgrad" in k.name:
+    if dgrad:
         return [cast("fp8_grad_cast", a, AMAX_CAST), cast("fp8_w_layout", b, LAYOUT), k]
+    if fp8_gather:
+        return [cast("fp8_cast", a, AMAX_CAST), k]
     return [cast("fp8_cast", a, AMAX_CAST), cast("fp8_w_cast", b, AMAX_CAST), k]
