@@ -8,9 +8,8 @@ import pytest
 import perfmodel as pm
 from perfmodel.core.errors import InvalidInputError, UnknownNameError, UnsupportedError
 from perfmodel.parallel.config import StepConfig
-from perfmodel.parallel.data import fp8_gathered
 from perfmodel.workload.ops import linear
-from perfmodel.workload.stacks.float8 import AMAX_CAST, LAYOUT, torchao_float8
+from perfmodel.workload.stacks.float8 import AMAX_CAST, LAYOUT, fp8_gathered, torchao_float8
 
 M, K, N = 1024, 4096, 6144  # tokens, in, out of one linear
 
@@ -70,20 +69,21 @@ def test_recipes_order_as_their_casts_and_gemms_say(runs):
 
 def test_float8_all_gather_moves_one_byte_per_linear_weight(runs):
     assert runs["gather"].breakdown["dp_comm"] < runs["tensorwise"].breakdown["dp_comm"]
-    s = pm.Strategy(dp=8, framework="torchtitan", precision="fp8-mixed", fp8_params=True)
-    assert fp8_gathered(StepConfig.from_strategy(s), 123.0) == 123.0
-    assert fp8_gathered(StepConfig.from_strategy(s.replace(fp8_params=False)), 123.0) == 0.0
-    mega = pm.Strategy(dp=8, framework="megatron", precision="fp8-mixed", fp8_params=True)
-    assert fp8_gathered(StepConfig.from_strategy(mega), np.float64(5.0)) == 0.0  # not an FSDP2 gather
+    assert fp8_gathered(True, "torchtitan", 123.0) == 123.0
+    assert fp8_gathered(False, "torchtitan", 123.0) == 0.0
+    assert fp8_gathered(True, "megatron", np.float64(5.0)) == 0.0  # Megatron's fp8 parameters: not an FSDP2 gather
 
 
 def test_defaults_and_refusals_name_the_field():
-    assert pm.Strategy(framework="torchtitan", precision="fp8-mixed").float8_recipe == "tensorwise"
-    assert pm.Strategy(framework="megatron", precision="fp8-mixed").float8_recipe == "delayed"
-    assert pm.Strategy(framework="torchtitan").float8_recipe is None
+    def recipe(**kw):  # the recipe a step runs (None in the Strategy: the stack's default)
+        return StepConfig.from_strategy(pm.Strategy(**kw)).float8_recipe
+    assert recipe(framework="torchtitan", precision="fp8-mixed") == "tensorwise"
+    assert recipe(framework="megatron", precision="fp8-mixed") == "delayed"
+    assert recipe(framework="torchtitan") == ""
     s = pm.Strategy(framework="torchtitan", precision="fp8-mixed")
-    assert s.is_default("float8_recipe") and "float8_recipe" not in repr(s)
+    assert s.float8_recipe is None and s.is_default("float8_recipe") and "float8_recipe" not in repr(s)
     assert "float8_recipe='rowwise'" in repr(s.replace(float8_recipe="rowwise"))
+    assert s.replace(precision="bf16-mixed").precision == "bf16-mixed"  # the default follows the precision
     with pytest.raises(InvalidInputError, match="'float8_recipe'='rowwise' scales fp8 GEMMs: it needs precision"):
         pm.Strategy(framework="torchtitan", float8_recipe="rowwise")
     with pytest.raises(UnsupportedError, match="float8_recipe='rowwise' is a recipe of torchao's float8 linears: "

@@ -37,7 +37,7 @@ def test_every_validation_source_is_scored_once(rows):
     for r in rows:
         counts[r.source] = counts.get(r.source, 0) + 1
     # measured_sample.csv repeats train_dev.jsonl and published_runs.csv rows: none are counted twice
-    assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45, "published stacks": 7,
+    assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45, "published stacks": 10,
                       "published checks": 78, "cpu steps": 3}
     assert all(math.isfinite(r.log_ratio) for r in rows)
 
@@ -484,7 +484,7 @@ def test_memory_rows_are_stratified_by_reading(rows):
     assert cells == {"pytorch", "torchtitan/parallel/reserved"}
     # the pooled fallback scores: each row against its regime's other run sources (0 where none)
     scores = cal.memory_fallback_scores([r for r in rows if r.memory_log_ratio is not None])
-    assert len(scores) == 30 and scores == sorted(scores)
+    assert len(scores) == 33 and scores == sorted(scores)
 
 
 def test_rows_are_scored_against_the_other_run_sources_of_their_regime():

@@ -62,8 +62,8 @@ def test_options_that_do_not_apply_are_refused_by_name():
     with pytest.raises(UnsupportedError, match="'optimizer_states'='remainders' .* framework='pytorch'; "
                                                "stacks that take it: megatron"):
         pm.Strategy(optimizer_states="remainders")
-    with pytest.raises(UnsupportedError, match="'fp8_params'=True .* framework='torchtitan'; stacks that take it"):
-        pm.Strategy(framework="torchtitan", precision="fp8-mixed", fp8_params=True)
+    with pytest.raises(UnsupportedError, match="'fp8_params'=True .* framework='fsdp1'; stacks that take it"):
+        pm.Strategy(framework="fsdp1", precision="fp8-mixed", fp8_params=True)
     with pytest.raises(InvalidInputError, match="needs precision='fp8-mixed' \\(got 'bf16-mixed'\\)"):
         pm.Strategy(framework="megatron", fp8_params=True)
     with pytest.raises(InvalidInputError, match="'remainders' cannot hold fp8 parameters"):

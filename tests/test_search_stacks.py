@@ -239,3 +239,24 @@ def test_fp8_is_searched_only_with_the_stacks_that_have_fp8_linears():
     assert set(both.loc[both["framework"] == "pytorch", "precision"]) == {"bf16-mixed"}
     with pytest.raises(pm.errors.UnsupportedError, match="fp8-mixed.*framework='pytorch'.*megatron, torchtitan"):
         pm.search(MODEL, H100, 16, precision="fp8-mixed", framework="pytorch")
+
+
+def test_fixed_fields_hold_for_every_row_and_read_back():
+    """search(fixed=...) holds Strategy fields search does not vary: the jobs whose stack or precision does not
+    take them are left out, every row shows them, and each row is what pm.predict says of its Strategy."""
+    fixed = {"grad_reduce_fp32": False, "optimizer_states": "remainders"}
+    df = pm.search(MODEL, H100, 64, top_k=20, fixed=fixed, **SMALL)
+    assert set(df["framework"]) == {"megatron"}  # the only stack with Megatron-Core's gradient buffer
+    assert (df["grad_reduce_fp32"] == False).all() and (df["optimizer_states"] == "remainders").all()  # noqa: E712
+    plain = pm.search(MODEL, H100, 64, top_k=20, framework="megatron", **SMALL)
+    assert df["step_time"].iloc[0] <= plain["step_time"].iloc[0]  # bf16 gradients move half the bytes
+    for _, row in df.head(4).iterrows():
+        s = strategy_of(row)
+        assert (s.grad_reduce_fp32, s.optimizer_states) == (False, "remainders")
+        assert pm.predict(MODEL, H100, s).step_time == pytest.approx(row["step_time"], rel=1e-9)
+    fp8 = pm.search(MODEL, H100, 64, top_k=5, framework="torchtitan", fixed={"fp8_params": True}, **SMALL)
+    assert set(fp8["precision"]) == {"fp8-mixed"}  # the bf16 jobs do not take the float8 all-gather
+    with pytest.raises(pm.UnknownNameError, match="unknown fixed field 'dp'"):
+        pm.search(MODEL, H100, 64, fixed={"dp": 2}, **SMALL)
+    with pytest.raises(pm.InvalidInputError, match="no job of the search takes fixed=.*grad_reduce_fp32"):
+        pm.search(MODEL, H100, 64, framework="torchtitan", fixed={"grad_reduce_fp32": False}, **SMALL)

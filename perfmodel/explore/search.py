@@ -21,7 +21,7 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from perfmodel.core.errors import InfeasibleError, InvalidInputError, UnsupportedError, unknown_name
+from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelError, UnsupportedError, unknown_name
 from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
 from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
@@ -48,6 +48,12 @@ LEAD = ("cluster", "gpus", "dp", "tp", "pp", "virtual_stages", "schedule", "micr
 STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_overlap": bool, "cp": int, "ep": int,
                 "compile": bool, "offload_layers": int,
                 "tp_comm_overlap": lambda v: v if isinstance(v, str) and v else None}  # a row holds "" for none
+# Strategy fields search does not vary that ``search(fixed=...)`` holds for every candidate (a row has them as
+# columns then), each with how a table cell reads back (None where a cell holds None or NaN)
+_NAME = lambda v: v if isinstance(v, str) and v else None  # noqa: E731
+_FLAG = lambda v: None if v is None or v != v else bool(v)  # noqa: E731
+FIXED_FIELDS = {"grad_reduce_fp32": _FLAG, "optimizer_states": _NAME, "fp8_params": bool, "float8_recipe": _NAME,
+                "norm_kernels": str, "loss": _NAME, "cp_comm": _NAME, "memory_format": str}
 
 
 def _clusters(cluster) -> list:
@@ -88,6 +94,18 @@ def _stack_of(opts, fw: str, cp: int) -> dict:
     return {"framework": fw, "attention": st["attention"] or default_attention(fw, cp),  # None: its own (its ring's)
             "tp_overlap": overlap("tp_overlap", False),
             "dp_overlap": overlap("dp_overlap", True), "cp": cp, "ep": st["ep"]}
+
+
+def _fixed(fixed) -> dict:
+    """``search(fixed=...)`` as a dict of ``FIXED_FIELDS`` (their values are checked by each job's Strategy)."""
+    if fixed is None:
+        return {}
+    if not isinstance(fixed, dict):
+        raise InvalidInputError(f"'fixed' must be a dict of Strategy fields: got {type(fixed).__name__}")
+    for name in fixed:
+        if name not in FIXED_FIELDS:
+            raise unknown_name("fixed field", name, FIXED_FIELDS)
+    return dict(fixed)
 
 
 def _buckets(bucket_mib) -> tuple:
@@ -196,6 +214,7 @@ def strategy_of(row, *, optimizer: str = "adamw", placement: str = "tp-pp-dp") -
     v = int(row["virtual_stages"])
     defaults = Strategy()
     stack = {k: cast(row.get(k, getattr(defaults, k))) for k, cast in STACK_FIELDS.items()}
+    stack.update({k: cast(row[k]) for k, cast in FIXED_FIELDS.items() if k in row})
     fsdp = row.get("fsdp")
     stack["fsdp"] = fsdp if isinstance(fsdp, str) else None  # a table cell may hold NaN for None
     bucket = row.get("bucket_mib")  # a compare or sweep row may hold the Strategy's default (None, NaN)
@@ -231,11 +250,24 @@ def _sort_column(sort_by, prices) -> tuple[str, bool]:
     return sort_by, valid[sort_by]
 
 
+def _job_base(opts, spec, stack: dict, fixed: dict) -> Strategy:
+    """The ``Strategy`` of a job's fields search does not vary (the space sets dp, tp, pp, ... per row; an overlap
+    job's tensor group and sequence parallelism, a zero-bubble job's stages, only validate it here)."""
+    tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
+    return Strategy(dp=opts["stack"]["ep"], optimizer=opts["optimizer"], placement=opts["placement"],
+                    framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=stack["ep"],
+                    compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
+                    precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
+                    tp_comm_overlap=spec.tp_comm_overlap or None, pp=2 if zb else 1,
+                    schedule=spec.schedule if zb else "1f1b", virtual_stages=2 if zb else 1, **fixed)
+
+
 def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
     """(jobs, rejected counts, counts per rule, capacity notes): one job per cluster and
     ``stack_options.JobSpec``, its space enumerated (``limits``: the keyword arguments of
     ``enumerate_space`` search passes through; one space per framework, cp and pipeline bound)."""
-    rejected, detail, capacity, jobs = dict.fromkeys(REASONS, 0), {}, [], []
+    rejected, detail, capacity, jobs, refused = dict.fromkeys(REASONS, 0), {}, [], [], []
+    fixed = opts.get("fixed", {})  # search(fixed=...): the Strategy fields every candidate holds
     choices = {k: opts[k] for k in ("precision", "recompute")}
     choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers", "tp_comm_overlap",
                                                   "schedule")})
@@ -273,16 +305,18 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
                 rejected[k] += space.rejected[k]
             for k, v in space.detail.items():
                 detail[k] = detail.get(k, 0) + v
-            # (the tensor group and sequence parallelism of an overlap job's base only validate it: the space sets both)
-            base = Strategy(dp=opts["stack"]["ep"], optimizer=opts["optimizer"], placement=opts["placement"],
-                            framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=stack["ep"],
-                            compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
-                            precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
-                            tp_comm_overlap=spec.tp_comm_overlap or None, pp=2 if zb else 1,
-                            schedule=spec.schedule if zb else "1f1b", virtual_stages=2 if zb else 1)
+            try:
+                base = _job_base(opts, spec, stack, fixed)
+            except PerfModelError as e:  # a fixed field this job's stack or precision does not take: not its job
+                if not fixed:
+                    raise
+                refused.append(str(e))
+                continue
             stack.update(compile=spec.compile, offload_layers=spec.offload_layers, tp_comm_overlap=spec.tp_comm_overlap,
-                         schedule=spec.schedule)
+                         schedule=spec.schedule, **fixed)
             jobs.append(Job(len(jobs), cl, prof, price, stack, space, spec, base))
+    if not jobs and refused:
+        raise InvalidInputError(f"no job of the search takes fixed={fixed!r}: {refused[0]}")
     if not any(len(j.space) for j in jobs):
         last()  # every layout emptied: the error of the last one names the rule
     return jobs, rejected, detail, capacity
@@ -296,7 +330,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            max_tp_nodes: int = 1, framework=None, attention: str | None = None, tp_overlap=(False, True),
            dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile=None, offload_layers=None,
-           tp_comm_overlap=None, schedule=None, prune: bool = True) -> pd.DataFrame:
+           tp_comm_overlap=None, schedule=None, prune: bool = True, fixed: dict | None = None) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``compile``, ``precision``, ``recompute``, ``offload_layers`` and ``tp_comm_overlap``
@@ -325,6 +359,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     ``attrs`` hold "rejected" (configurations per reason: divisibility, batch, memory),
     "rejected_detail" (per rule), "evaluated", "feasible", "pruned" and "seconds".
 
+    ``fixed``: ``FIXED_FIELDS`` held for every candidate (docs/explore.md), e.g. ``{"grad_reduce_fp32": False}``.
     Each row carries its step-time interval at ``level`` (``step_time_low``/``step_time_high``);
     ``tie`` marks the rows whose interval of the sort column overlaps the first's (docs/accuracy.md).
     """
@@ -336,7 +371,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
                      "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile,
                      "offload_layers": offload_layers, "tp_comm_overlap": tp_comm_overlap, "schedule": schedule})
     _check_graph(model, opts)
-    opts["level"] = check_level(level)
+    opts["level"], opts["fixed"] = check_level(level), _fixed(fixed)
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
               "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}

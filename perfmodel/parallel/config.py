@@ -19,6 +19,8 @@ import numpy as np
 
 from perfmodel.core.algebra import is_symbolic
 from perfmodel.core.errors import PerfModelError
+from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks.float8 import float8_recipe
 
 MIB = 2**20  # Strategy.bucket_mib is in MiB, as torch DDP bucket_cap_mb (bucket_cap_mb * 1024 * 1024)
 
@@ -174,7 +176,8 @@ class StepConfig:
                    tp_comm_overlap=s.tp_comm_overlap or "", offload_layers=s.offload_layers,
                    grad_reduce_fp32=s.grad_reduce_fp32, cp_comm=s.cp_comm, ps_local_reduce=s.ps_local_reduce,
                    optimizer_states=s.optimizer_states, fp8_params=s.fp8_params,
-                   memory_format=s.memory_format, norm_kernels=s.norm_kernels, float8_recipe=s.float8_recipe or "")
+                   memory_format=s.memory_format, norm_kernels=s.norm_kernels,
+                   float8_recipe=float8_recipe(stack(s.framework).float8, s.float8_recipe, s.framework, s.precision))
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

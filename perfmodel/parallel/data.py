@@ -1,8 +1,7 @@
 """Data-parallel communication: DDP buckets, ZeRO-1/2/3, FSDP (full, hybrid), parameter servers.
 
-Each function returns the exposed seconds per step for arrays of
-configurations (``c``: a ``perfmodel.parallel.config.StepConfig``);
-docs/distributed.md derives every formula.
+Each function returns the exposed seconds per step for arrays of configurations (``c``: a
+``perfmodel.parallel.config.StepConfig``); docs/distributed.md derives every formula.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flig
                                         slowed)
 from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks.float8 import fp8_gathered
 
 DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
 # DeepSpeed ZeRO-3 gathers each parameter of a Megatron-LM block above stage3_param_persistence_threshold
@@ -325,14 +325,12 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     (each paying the collective's latency, which grows with the ring's n − 1 steps), the
     embedding and the head in one each.
 
-    ``c.dp_overlap`` False: every gather and reduce-scatter waits for compute and compute
-    for it, as in DeepSpeed ZeRO-3 before mid-2021, whose gather launch called
-    ``torch.cuda.synchronize()`` (DeepSpeed issue #1069, PR #1188), so all of them are exposed.
+    ``c.dp_overlap`` False: every gather and reduce-scatter waits for compute and compute for it, as in DeepSpeed
+    ZeRO-3 before mid-2021 (its gather launch synchronized the device: DeepSpeed #1069, PR #1188): all exposed.
 
     ``units``: dict name -> (count, params per unit, forward s, backward s) for
     "layer", "embed", "head"; the embedding unit runs first when present. ``fp8_gathered``: a block's
-    parameters FSDP2 all-gathers in fp8, 1 byte each (torchao's float8 all-gather, ``Strategy.fp8_params``
-    under torchtitan: its linears' weights; workload/stacks/float8.py).
+    parameters gathered in fp8, 1 byte each (``workload/stacks/float8.fp8_gathered``).
     """
     rpn, nodes = _shard_group(lay, c)
     dp_rpn, dp_nodes = lay["dp"]
@@ -433,7 +431,7 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
                             lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, nb.param, slow,
                                                    forward_s=forward, index=st.index),
                             lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow,
-                                                  fp8_gathered=fp8_gathered(cc, p.gemm_layer / cc.tp))
+                                                  fp8_gathered=fp8_gathered(cc.fp8_params, cc.framework, p.gemm_layer / cc.tp))
                             + fsdp2_copy_passes(buckets.copy_s, params, cc)),
                         (window, forward))
     if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
@@ -443,12 +441,6 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
     else:
         out = pick(c.ps_servers > 0, ps_time(c, params, backward, links, nb.grad), shard)
     return pick((c.dp > 1) | (c.ps_servers > 0), out, 0.0)
-
-
-def fp8_gathered(c: StepConfig, gemm_params):
-    """A block's parameters FSDP2 gathers in fp8: its linears' weights under torchao's float8 all-gather
-    (``Strategy.fp8_params`` with an FSDP2 stack: precision fp8-mixed, checked there), else none."""
-    return gemm_params if c.fp8_params and stack(c.framework).sharding == "fsdp2" else 0.0
 
 
 def by_sharding(c: StepConfig, branches, others=()):

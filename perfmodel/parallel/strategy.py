@@ -140,7 +140,7 @@ class Strategy:
     # the eager model code's RMSNorm (workload/stacks/norms.py): "fused" or "composite" (HF's, fms's elementwise ops)
     norm_kernels: str = "fused"
     # fp8 scaling (workload/stacks/float8.py RECIPES): torchao's "tensorwise", "rowwise", "rowwise_with_gw_hp";
-    # Transformer Engine's "delayed"; None: the stack's default under fp8-mixed, else none
+    # Transformer Engine's "delayed"; None: the stack's default (its first) under fp8-mixed
     float8_recipe: str | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
@@ -191,8 +191,7 @@ class Strategy:
         check_cp_comm(self.framework, self.cp_comm, self.cp)
         object.__setattr__(self, "memory_format", check_memory_format(self.memory_format))
         check_norm_kernels(self.norm_kernels, self.framework)
-        object.__setattr__(self, "float8_recipe", float8_recipe(stack(self.framework).float8, self.float8_recipe,
-                                                                self.framework, self.precision, self.fp8_params) or None)
+        float8_recipe(stack(self.framework).float8, self.float8_recipe, self.framework, self.precision, self.fp8_params)
 
     def _check_optimizer_layout(self):
         """``optimizer_states`` (Megatron-Core's optimizer) and ``fp8_params`` (its model code; torchtitan's float8)."""
@@ -375,13 +374,12 @@ class Strategy:
         """Whether field ``name`` holds what it would hold if left unset (the framework's default)."""
         f = next(f for f in fields(self) if f.name == name)
         value = getattr(self, name)
-        if f.default is not None or name not in ("recompute", "loss", "fsdp", "attention", "float8_recipe"):
+        if f.default is not None or name not in ("recompute", "loss", "fsdp", "attention"):
             return value == f.default
         st = stack(self.framework)
         unset = {"recompute": st.default_recompute, "fsdp": st.default_fsdp if self.zero == 0 else None,
                  "loss": st.loss_default(self.compile),
-                 "attention": self._default_attention(),
-                 "float8_recipe": float8_recipe(st.float8, None, self.framework, self.precision) or None}
+                 "attention": self._default_attention()}
         return value == unset[name]
 
     def _default_attention(self) -> str:

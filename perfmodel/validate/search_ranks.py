@@ -5,7 +5,10 @@
 
 For each run of ``validate.runs`` (check data, nothing fitted): the published configuration priced by
 ``pm.predict`` (fits or not), then the default search space twice: as it is (every stack, fp8 where it
-applies) and at the run's own precision. The rank is 1 + the fitting plans predicted strictly faster
+applies) and at the run's own precision; and a third time in the space of the run's own stack (``like``:
+its framework, precision, attention, compile and tensor-parallel overlap, its other stack fields held by
+``search(fixed=...)``, micro-batch and virtual-stage bounds raised to hold its own), which holds the published
+plan unless ``like_gaps`` says why not. The rank is 1 + the fitting plans predicted strictly faster
 than the published one (">N" past the ``top`` rows kept), and "beaten" says whether the best plan is at
 least as fast. ``gaps`` names the published options the default space does not try.
 """
@@ -18,7 +21,7 @@ from dataclasses import dataclass, fields
 
 import pandas as pd
 
-from perfmodel.explore.search import STACK_FIELDS, search
+from perfmodel.explore.search import FIXED_FIELDS, STACK_FIELDS, search
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
 from perfmodel.validate.runs import published_cases
@@ -44,6 +47,8 @@ class SearchRank:
     best_s: float
     best_same_precision_s: float
     gaps: tuple
+    rank_like: str = ""      # in the space of the run's own stack (``like_space``)
+    like_gaps: tuple = ()    # the published fields that space still does not hold
 
     @property
     def beaten(self) -> bool:
@@ -66,6 +71,23 @@ def space_gaps(s: Strategy) -> tuple:
     return tuple(gaps)
 
 
+def like_space(s: Strategy) -> tuple[dict, tuple]:
+    """(``search`` keywords whose space holds the plan ``s``: its own stack, its non-default fixed fields, bounds
+    raised to its micro-batch and virtual stages; the fields of ``s`` that space still does not hold)."""
+    fixed = {k: getattr(s, k) for k in FIXED_FIELDS if not s.is_default(k)}
+    kw = dict(framework=s.framework, precision=s.precision, attention=s.attention, compile=s.compile,
+              tp_comm_overlap=(s.tp_comm_overlap or "",), fixed=fixed,
+              max_micro_batch=max(SEARCH_LIMITS["micro_batch"], s.micro_batch),
+              max_virtual_stages=max(SEARCH_LIMITS["virtual_stages"], s.virtual_stages))
+    if s.schedule in ("interleaved-zb", "zbv"):
+        kw["schedule"] = (s.schedule,)
+    held = SEARCHED | set(FIXED_FIELDS) | {"attention", "tp_comm_overlap"}
+    defaults = Strategy()
+    gaps = [f"{k}={getattr(s, k)!r}" for k in (f.name for f in fields(Strategy)) if k not in held
+            and getattr(s, k) != getattr(defaults, k) and not k.startswith("bucket_mb")]
+    return kw, tuple(gaps + (["global_batch unset"] if s.global_batch is None else []))
+
+
 def _rank(top: pd.DataFrame, published_s: float, top_k: int) -> str:
     faster = int((top["step_time"] < published_s).sum())
     return f">{top_k}" if faster >= top_k else str(faster + 1)
@@ -79,13 +101,15 @@ def rank_case(case, top_k: int = 200, *, whole_space: bool = True) -> SearchRank
     batch = s.global_batch if s.global_batch is not None else s.dp * s.micro_batch
     same = search(case.model, case.cluster, batch, top_k=top_k, precision=s.precision)
     top = search(case.model, case.cluster, batch, top_k=top_k) if whole_space else None
+    like_kw, like_gaps = like_space(s)
+    like = search(case.model, case.cluster, batch, top_k=top_k, **like_kw)
     inf = float("inf")
 
     def best(df):
         return float("nan") if df is None else float(df["step_time"].min()) if len(df) else inf
     return SearchRank(case.label, float(p.step_time), bool(p.fits),
                       "" if top is None else _rank(top, p.step_time, top_k), _rank(same, p.step_time, top_k),
-                      best(top), best(same), space_gaps(s))
+                      best(top), best(same), space_gaps(s), _rank(like, p.step_time, top_k), like_gaps)
 
 
 def rank_runs(only: str | None = None, top_k: int = 200):
@@ -100,17 +124,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.top < 1:
         ap.error(f"--top must be >= 1: got {args.top}")
-    print(f"{'run':34} {'published s':>11} {'fits':>5} {'rank':>5} {'same prec':>9} {'best s':>8} "
-          f"{'best same':>9}  gaps")
+    print(f"{'run':34} {'published s':>11} {'fits':>5} {'rank':>5} {'same prec':>9} {'like':>5} {'best s':>8} "
+          f"{'best same':>9}  gaps (of the default space; of its own stack's)")
     ranks = []
     for r in rank_runs(args.only, args.top):
         ranks.append(r)
         print(f"{r.name:34} {r.published_s:11.3f} {str(r.fits):>5} {r.rank:>5} {r.rank_same_precision:>9} "
-              f"{r.best_s:8.3f} {r.best_same_precision_s:9.3f}  {', '.join(r.gaps)}", flush=True)
-    near = sum(r.rank_same_precision.isdigit() and int(r.rank_same_precision) <= NEAR_TOP for r in ranks)
+              f"{r.rank_like:>5} {r.best_s:8.3f} {r.best_same_precision_s:9.3f}  {', '.join(r.gaps)}"
+              f"{'; ' + ', '.join(r.like_gaps) if r.like_gaps else ''}", flush=True)
+    def near(key):
+        return sum(getattr(r, key).isdigit() and int(getattr(r, key)) <= NEAR_TOP for r in ranks)
     print(f"{len(ranks)} runs: {sum(r.fits for r in ranks)} published plans predicted to fit; best plan at least as "
           f"fast in {sum(r.beaten for r in ranks)}; published plan in the first {NEAR_TOP} "
-          f"at its own precision in {near}")
+          f"at its own precision in {near('rank_same_precision')}, in its own stack's space in {near('rank_like')} "
+          f"(that space holds it whole in {sum(not r.like_gaps for r in ranks)})")
     return 0
 
 

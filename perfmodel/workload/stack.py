@@ -107,17 +107,15 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
                   fp8_params=False):
     """The kernel list of a step as another software stack runs it.
 
-    ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision,
-    Micikevicius et al. 2018): the model's weights are 16-bit, so autocast's
-    per-micro-batch weight and input casts disappear, and layer norms and residual
-    adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
+    ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision, Micikevicius et al. 2018): the
+    model's weights are 16-bit, so autocast's per-micro-batch weight and input casts disappear, and layer norms
+    and residual adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
     ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``;
     ``attention="flash2"``/``"flash3"``: it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``, ...).
     ``precision="fp8-mixed"``: a stack's ``float8`` kernels, ``transformer_engine_fp8`` (Megatron-Core, FSDP1 as
-    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan, under ``float8_recipe``, its weights all-gathered in
-    fp8 under ``fp8_params``); ``compiled``: Inductor's fused groups
-    (``perfmodel.workload.stacks.compile``); ``torchtitan`` and ``fsdp1`` keep 16-bit parameters for compute too
-    (FSDP ``param_dtype=bf16``).
+    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan: ``float8_recipe``, ``fp8_params``); ``compiled``:
+    Inductor's fused groups (``perfmodel.workload.stacks.compile``); ``torchtitan`` and ``fsdp1`` keep 16-bit
+    parameters for compute too (FSDP ``param_dtype=bf16``).
     ``tensor_cores``: the dtypes the GPU's tensor cores take. Under ``precision="fp32"`` a stack with
     ``cudnn_tf32`` runs its convolutions as tf32 where they include tf32; ``memory_format="contiguous"``
     (NCHW) gives each dense or grouped convolution pass in one of them cuDNN's transposes (``stacks/layout.py``);

@@ -41,6 +41,7 @@ import numpy as np
 
 from perfmodel.core.checks import check_choice
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
+from perfmodel.workload.stacks import stack
 from perfmodel.workload.ops import Kernel, mem
 
 AMAX_CAST = 5.0 / 8.0   # bytes of amax + cast per element, as fp32 copies (8 bytes each)
@@ -97,3 +98,9 @@ def torchao_float8(k: Kernel, recipe: str = "tensorwise", fp8_gather: bool = Fal
     if fp8_gather:
         return [cast("fp8_cast", a, AMAX_CAST), k]
     return [cast("fp8_cast", a, AMAX_CAST), cast("fp8_w_cast", b, AMAX_CAST), k]
+
+
+def fp8_gathered(fp8_params, framework: str, gemm_params):
+    """A block's parameters FSDP2 all-gathers in fp8: its linears' weights under torchao's float8 all-gather
+    (``Strategy.fp8_params`` with an FSDP2 stack, precision fp8-mixed: checked there), else none."""
+    return gemm_params if fp8_params and stack(framework).sharding == "fsdp2" else 0.0
