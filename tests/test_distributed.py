@@ -238,6 +238,22 @@ def test_megatron_placement_puts_tensor_groups_inside_a_node():
     assert float(pipeline_crossings(layout(1, 2, 8, 8)["pp"])) == 1.0  # 4 stages per node
 
 
+def test_a_group_that_does_not_tile_the_node_straddles_two():
+    # tp 3 on 8-GPU nodes: ranks 6-8 sit on two nodes, and that group's collectives pace the step
+    assert tuple(map(float, group_layout(3, 1, 8))) == (2, 2)
+    assert tuple(map(float, group_layout(6, 1, 8))) == (3, 2)
+    assert tuple(map(float, group_layout(3, 2, 8))) == (2, 2)  # span 6 (pp 3 after tp 2)
+    for size, stride in ((1, 1), (2, 1), (4, 2), (8, 1), (2, 4)):  # spans that divide the node: inside it
+        assert float(group_layout(size, stride, 8)[1]) == 1.0
+    m = pm.preset("gpt3-175b")
+    c = pm.cluster("dgx-a100-80gb", nodes=24)
+
+    def tp_seconds(tp):
+        s = pm.Strategy(tp=tp, micro_batch=1, global_batch=384, framework="megatron", recompute="full", zero=1)
+        return pm.predict(m, c, s).breakdown["tp_comm"]
+    assert tp_seconds(3) > tp_seconds(4)  # a straddling group of 3 crosses the network; 4 stay on NVLink
+
+
 def test_tensor_group_across_nodes_uses_the_ring_over_both_fabrics():
     m = pm.transformer(2, 8192, 64, 2048, 51200)
     coll = flat_coll(inter=B / 8)

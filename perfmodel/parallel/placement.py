@@ -10,9 +10,12 @@ uses the intra-node fabric when ``nodes == 1``, the network when
 ``ranks_per_node == 1`` and the two-level ring model otherwise
 (``perfmodel.costs.comm.hierarchical_time``).
 
-Sizes and strides are assumed to divide ``gpus_per_node`` or be multiples of
-it (powers of two on 8-GPU nodes always are); a group that does not tile the
-nodes evenly is treated as if it did.
+Sizes and strides that divide ``gpus_per_node`` or are multiples of it (powers
+of two on 8-GPU nodes always are) tile the nodes. A group that would fit in one
+node but whose span does not divide it (tp = 3 or 6 on 8-GPU nodes) does not:
+the groups follow one another across node boundaries, so some straddle two
+nodes, and the collective of the slowest group paces the step; such a group is
+priced as its worst member, ceil(size / 2) ranks on each of two nodes.
 
 Context-parallel ranks sit right after the tensor group, then the
 expert-parallel ranks (Megatron-Core's order "tp-cp-ep-dp-pp"), whatever the
@@ -40,6 +43,8 @@ def group_layout(size, stride, gpus_per_node):
     fits = stride * size <= gpn                      # the whole group inside one node
     per_node = np.where(fits, size, np.where(stride >= gpn, 1.0, np.maximum(1.0, gpn // np.maximum(stride, 1.0))))
     per_node = np.minimum(per_node, size)
+    straddles = fits & (np.mod(gpn, np.maximum(stride * size, 1.0)) != 0)  # consecutive groups cross node edges
+    per_node = np.where(straddles, np.ceil(size / 2.0), per_node)
     return per_node, np.ceil(size / per_node)
 
 

@@ -5,10 +5,11 @@
 
 For each run of ``validate.runs`` (check data, nothing fitted): the published configuration priced by
 ``pm.predict`` (fits or not), then the default search space twice: as it is (every stack, fp8 where it
-applies) and at the run's own precision; and a third time in the space of the run's own stack (``like``:
-its framework, precision, attention, compile and tensor-parallel overlap, its other stack fields held by
-``search(fixed=...)``, micro-batch and virtual-stage bounds raised to hold its own), which holds the published
-plan unless ``like_gaps`` says why not. The rank is 1 + the fitting plans predicted strictly faster
+applies) and at the run's own precision; and a third time over the layouts of the run's own stack and
+settings (``like``: its framework, precision, attention, compile, overlaps, ZeRO stage or FSDP mode,
+checkpointing and sequence parallelism, its other stack fields held by ``search(fixed=...)``; dp, tp, pp,
+virtual stages, micro-batch and cp (1 or its own) searched, the bounds raised to hold its own), which holds
+the published plan unless ``like_gaps`` says why not: which layout an expert would pick with that software. The rank is 1 + the fitting plans predicted strictly faster
 than the published one (">N" past the ``top`` rows kept), and "beaten" says whether the best plan is at
 least as fast. ``gaps`` names the published options the default space does not try.
 """
@@ -76,7 +77,9 @@ def like_space(s: Strategy) -> tuple[dict, tuple]:
     raised to its micro-batch and virtual stages; the fields of ``s`` that space still does not hold)."""
     fixed = {k: getattr(s, k) for k in FIXED_FIELDS if not s.is_default(k)}
     kw = dict(framework=s.framework, precision=s.precision, attention=s.attention, compile=s.compile,
-              tp_comm_overlap=(s.tp_comm_overlap or "",), fixed=fixed,
+              tp_comm_overlap=(s.tp_comm_overlap or "",), fixed=fixed, zero=(s.zero,), fsdp=(s.fsdp,),
+              recompute=(s.recompute,), sequence_parallel=(s.sequence_parallel,), tp_overlap=(s.tp_overlap,),
+              dp_overlap=(s.dp_overlap,), cp=tuple(sorted({1, s.cp})), offload_layers=(s.offload_layers,),
               max_micro_batch=max(SEARCH_LIMITS["micro_batch"], s.micro_batch),
               max_virtual_stages=max(SEARCH_LIMITS["virtual_stages"], s.virtual_stages))
     if s.schedule in ("interleaved-zb", "zbv"):
