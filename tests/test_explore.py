@@ -442,6 +442,19 @@ def test_cli_errors_are_one_line(capsys):
                  "--sort-by", "fast"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("perfmodel: error: unknown sort column 'fast'") and err.count("\n") == 1
+    for bad, said in (("dp=2", "--fixed takes FIELD=VALUE items"), ("fp8_params=maybe", "takes true or false")):
+        code = main(["search", "--model", "llama-2-13b", "--gpu", "dgx-a100-80gb", "--global-batch", "64",
+                     "--fixed", bad])
+        err = capsys.readouterr().err
+        assert code == 2 and said in err and err.count("\n") == 1
+
+
+def test_cli_search_holds_fixed_fields(tmp_path, capsys):
+    assert main(["search", "--model", "llama-2-7b", "--gpu", "dgx-h100", "--global-batch", "64", "--top-k", "2",
+                 "--framework", "megatron", "--fixed", "grad_reduce_fp32=false,optimizer_states=remainders",
+                 "--out", str(tmp_path / "f.csv")]) == 0
+    written = pd.read_csv(tmp_path / "f.csv")
+    assert (~written["grad_reduce_fp32"]).all() and (written["optimizer_states"] == "remainders").all()
 
 
 def test_strategies_file(tmp_path, capsys):

@@ -19,7 +19,7 @@ from perfmodel.core.readers import read_json_file, read_toml_file
 from perfmodel.explore.caveats import search_intervals
 from perfmodel.explore.compare import _value, compare
 from perfmodel.explore.output import FLOPS_NOTE, format_table, stack_label, write_table
-from perfmodel.explore.search import search
+from perfmodel.explore.search import FIXED_FIELDS, search
 from perfmodel.explore.sweep import AXES, SCALE_AXES, sweep
 from perfmodel.explore.ties import tie_line
 from perfmodel.predict import INTERVAL_KIND
@@ -124,6 +124,25 @@ def _bool(text: str) -> bool:
     return low in ("true", "1", "yes")
 
 
+def _fixed(text: str | None) -> dict | None:
+    """``--fixed grad_reduce_fp32=false,optimizer_states=remainders`` as ``search(fixed=...)`` takes it."""
+    if not text:
+        return None
+    out = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in FIXED_FIELDS:
+            raise InvalidInputError(f"--fixed takes FIELD=VALUE items with FIELD one of {', '.join(FIXED_FIELDS)}: "
+                                    f"got {item!r}")
+        flag = name in ("grad_reduce_fp32", "fp8_params")
+        try:
+            out[name] = _bool(value.strip()) if flag else value.strip()
+        except ValueError:
+            raise InvalidInputError(f"--fixed {name}= takes true or false: got {value!r}") from None
+    return out
+
+
 def cmd_search(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
     df = search(model, cl, args.global_batch, top_k=args.top_k, sort_by=args.sort_by, prices=args.price,
@@ -137,7 +156,8 @@ def cmd_search(args) -> int:
                 bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int),
                 tp_comm_overlap=None if args.tp_comm_overlap is None else
                 _csv(args.tp_comm_overlap, lambda v: None if v == "none" else v),
-                schedule=None if args.schedules is None else _csv(args.schedules, str), level=args.level)
+                schedule=None if args.schedules is None else _csv(args.schedules, str), level=args.level,
+                fixed=_fixed(args.fixed))
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
@@ -216,6 +236,8 @@ def add_parsers(sub) -> None:
                    "userbuffers, userbuffers-nemo, async (default: none and each stack's own)")
     p.add_argument("--schedules", default=None, help="comma-separated schedules of the rows with virtual stages: "
                    "interleaved, interleaved-zb, zbv (default: interleaved, and the zero-bubble ones for torchtitan)")
+    p.add_argument("--fixed", default=None, help="Strategy fields held for every candidate, FIELD=VALUE,...: "
+                   "e.g. grad_reduce_fp32=false,optimizer_states=remainders (docs/explore.md)")
     cli.add_stack_args(p)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)
