@@ -36,3 +36,22 @@ def test_nemotron4_340b_as_published_fits_and_its_step_is_near_the_best_of_its_p
     r = rank_case(case, top_k=10, whole_space=False)
     assert r.fits and r.best_same_precision_s <= r.published_s <= 1.10 * r.best_same_precision_s
     assert r.gaps == ()  # TE userbuffers, its overlap, is in the default space
+
+
+def test_the_own_stack_space_holds_the_published_plan():
+    """like_space: the published stack and settings held (fixed fields included), the layout searched, the
+    bounds raised to the plan's own micro-batch and virtual stages: the plan is one of its rows."""
+    from perfmodel.validate.search_ranks import like_space
+
+    m = pm.transformer(layers=8, hidden=1024, heads=16, seq=1024, vocab=32000, name="small")
+    c = pm.cluster("dgx-h100")
+    s = pm.Strategy(dp=2, tp=2, pp=2, micro_batch=1, global_batch=32, zero=1, framework="megatron",
+                    sequence_parallel=True, schedule="interleaved", virtual_stages=2, grad_reduce_fp32=False,
+                    optimizer_states="remainders")
+    kw, gaps = like_space(s)
+    assert gaps == () and kw["fixed"] == {"grad_reduce_fp32": False, "optimizer_states": "remainders"}
+    assert kw["zero"] == (1,) and kw["cp"] == (1,) and kw["max_virtual_stages"] == 8
+    df = pm.search(m, c, 32, top_k=5000, **kw)
+    mine = df[(df.dp == 2) & (df.tp == 2) & (df.pp == 2) & (df.virtual_stages == 2) & (df.micro_batch == 1)]
+    step = pm.predict(m, c, s).step_time
+    assert any(abs(t / step - 1) < 1e-9 for t in mine["step_time"])

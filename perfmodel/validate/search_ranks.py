@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 
 import pandas as pd
 
+from perfmodel.core.errors import PerfModelError
 from perfmodel.explore.search import FIXED_FIELDS, STACK_FIELDS, search
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
@@ -105,14 +106,17 @@ def rank_case(case, top_k: int = 200, *, whole_space: bool = True) -> SearchRank
     same = search(case.model, case.cluster, batch, top_k=top_k, precision=s.precision)
     top = search(case.model, case.cluster, batch, top_k=top_k) if whole_space else None
     like_kw, like_gaps = like_space(s)
-    like = search(case.model, case.cluster, batch, top_k=top_k, **like_kw)
+    try:
+        like = _rank(search(case.model, case.cluster, batch, top_k=top_k, **like_kw), p.step_time, top_k)
+    except PerfModelError as e:  # e.g. one data-parallel rank: the space enumerates no sharded layout of it
+        like, like_gaps = "-", (*like_gaps, f"no layout of its stack: {str(e).split(':')[0]}")
     inf = float("inf")
 
     def best(df):
         return float("nan") if df is None else float(df["step_time"].min()) if len(df) else inf
     return SearchRank(case.label, float(p.step_time), bool(p.fits),
                       "" if top is None else _rank(top, p.step_time, top_k), _rank(same, p.step_time, top_k),
-                      best(top), best(same), space_gaps(s), _rank(like, p.step_time, top_k), like_gaps)
+                      best(top), best(same), space_gaps(s), like, like_gaps)
 
 
 def rank_runs(only: str | None = None, top_k: int = 200):
