@@ -9,8 +9,9 @@ applies) and at the run's own precision; and a third time over the layouts of th
 settings (``like``: its framework, precision, attention, compile, overlaps, ZeRO stage or FSDP mode,
 checkpointing and sequence parallelism, its other stack fields held by ``search(fixed=...)``; dp, tp, pp,
 virtual stages, micro-batch and cp (1 or its own) searched, the bounds raised to hold its own), which holds
-the published plan unless ``like_gaps`` says why not: which layout an expert would pick with that software. The rank is 1 + the fitting plans predicted strictly faster
-than the published one (">N" past the ``top`` rows kept), and "beaten" says whether the best plan is at
+the published plan unless ``like_gaps`` says why not: which layout an expert would pick with that software.
+The rank is 1 + the fitting plans predicted strictly faster than the published one (">N" past the ``top`` rows kept), ``gap`` how much slower the published plan is priced
+than the best of its own stack's space, and "beaten" says whether the best plan is at
 least as fast. ``gaps`` names the published options the default space does not try.
 """
 
@@ -51,6 +52,12 @@ class SearchRank:
     gaps: tuple
     rank_like: str = ""      # in the space of the run's own stack (``like_space``)
     like_gaps: tuple = ()    # the published fields that space still does not hold
+    best_like_s: float = float("nan")  # the best plan of that space
+
+    @property
+    def like_gap(self) -> float:
+        """How much slower the published plan is priced than the best of its own stack's space (NaN: none)."""
+        return self.published_s / self.best_like_s - 1.0
 
     @property
     def beaten(self) -> bool:
@@ -106,17 +113,19 @@ def rank_case(case, top_k: int = 200, *, whole_space: bool = True) -> SearchRank
     same = search(case.model, case.cluster, batch, top_k=top_k, precision=s.precision)
     top = search(case.model, case.cluster, batch, top_k=top_k) if whole_space else None
     like_kw, like_gaps = like_space(s)
-    try:
-        like = _rank(search(case.model, case.cluster, batch, top_k=top_k, **like_kw), p.step_time, top_k)
-    except PerfModelError as e:  # e.g. one data-parallel rank: the space enumerates no sharded layout of it
-        like, like_gaps = "-", (*like_gaps, f"no layout of its stack: {str(e).split(':')[0]}")
     inf = float("inf")
 
     def best(df):
         return float("nan") if df is None else float(df["step_time"].min()) if len(df) else inf
+    try:
+        own = search(case.model, case.cluster, batch, top_k=top_k, **like_kw)
+        like, best_like = _rank(own, p.step_time, top_k), best(own)
+    except PerfModelError as e:  # e.g. one data-parallel rank: the space enumerates no sharded layout of it
+        like, best_like = "-", float("nan")
+        like_gaps = (*like_gaps, f"no layout of its stack: {str(e).split(':')[0]}")
     return SearchRank(case.label, float(p.step_time), bool(p.fits),
                       "" if top is None else _rank(top, p.step_time, top_k), _rank(same, p.step_time, top_k),
-                      best(top), best(same), space_gaps(s), like, like_gaps)
+                      best(top), best(same), space_gaps(s), like, like_gaps, best_like)
 
 
 def rank_runs(only: str | None = None, top_k: int = 200):
@@ -131,20 +140,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.top < 1:
         ap.error(f"--top must be >= 1: got {args.top}")
-    print(f"{'run':34} {'published s':>11} {'fits':>5} {'rank':>5} {'same prec':>9} {'like':>5} {'best s':>8} "
-          f"{'best same':>9}  gaps (of the default space; of its own stack's)")
+    print(f"{'run':34} {'published s':>11} {'fits':>5} {'rank':>5} {'same prec':>9} {'like':>5} {'gap':>6} "
+          f"{'best s':>8} {'best same':>9}  gaps (of the default space; of its own stack's)")
     ranks = []
     for r in rank_runs(args.only, args.top):
         ranks.append(r)
         print(f"{r.name:34} {r.published_s:11.3f} {str(r.fits):>5} {r.rank:>5} {r.rank_same_precision:>9} "
-              f"{r.rank_like:>5} {r.best_s:8.3f} {r.best_same_precision_s:9.3f}  {', '.join(r.gaps)}"
+              f"{r.rank_like:>5} {r.like_gap:+6.1%} {r.best_s:8.3f} {r.best_same_precision_s:9.3f}  {', '.join(r.gaps)}"
               f"{'; ' + ', '.join(r.like_gaps) if r.like_gaps else ''}", flush=True)
     def near(key):
         return sum(getattr(r, key).isdigit() and int(getattr(r, key)) <= NEAR_TOP for r in ranks)
     print(f"{len(ranks)} runs: {sum(r.fits for r in ranks)} published plans predicted to fit; best plan at least as "
           f"fast in {sum(r.beaten for r in ranks)}; published plan in the first {NEAR_TOP} "
           f"at its own precision in {near('rank_same_precision')}, in its own stack's space in {near('rank_like')} "
-          f"(that space holds it whole in {sum(not r.like_gaps for r in ranks)})")
+          f"(that space holds it whole in {sum(not r.like_gaps for r in ranks)}), priced within 5% of that space's "
+          f"best in {sum(r.like_gap <= 0.05 for r in ranks)}, within 10% in {sum(r.like_gap <= 0.10 for r in ranks)}")
     return 0
 
 
