@@ -69,6 +69,10 @@ def test_recipes_order_as_their_casts_and_gemms_say(runs):
 
 def test_float8_all_gather_moves_one_byte_per_linear_weight(runs):
     assert runs["gather"].breakdown["dp_comm"] < runs["tensorwise"].breakdown["dp_comm"]
+    # the two blocks in flight hold their linears' weights at 1 byte: 2 x 218,103,808 bytes fewer (Llama 3 8B)
+    gemm_block = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
+    held = runs["tensorwise"].memory["comm_buffers"] - runs["gather"].memory["comm_buffers"]
+    assert held == pytest.approx(2 * gemm_block, rel=1e-9)
     assert fp8_gathered(True, "torchtitan", 123.0) == 123.0
     assert fp8_gathered(False, "torchtitan", 123.0) == 0.0
     assert fp8_gathered(True, "megatron", np.float64(5.0)) == 0.0  # Megatron's fp8 parameters: not an FSDP2 gather

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks.float8 import fp8_gathered
 from perfmodel.costs.optimizers import moment_bytes
 
 PARAM_BYTES = 2.0   # MixedPrecisionPolicy / MixedPrecision param_dtype=bf16: unsharded parameters
@@ -34,7 +35,7 @@ def fsdp_model_states(params, shard_ranks, *, optimizer="adamw") -> dict:
             "gradients": 4.0 * params / n}
 
 
-def fsdp_buffers(unit, kept_unsharded, *, reduce_bytes=4.0, prefetch=2):
+def fsdp_buffers(unit, kept_unsharded, *, reduce_bytes=4.0, prefetch=2, fp8_unit=0.0):
     """Unsharded parameters and gradients in flight (bytes), the larger of two moments.
 
     * around the loss: the modules kept unsharded after forward (``kept_unsharded`` parameters:
@@ -45,10 +46,13 @@ def fsdp_buffers(unit, kept_unsharded, *, reduce_bytes=4.0, prefetch=2):
     * a block's backward: its parameters and the prefetched block's (16-bit), its unsharded
       16-bit gradient and the reduce-scatter input in ``reduce_dtype`` (FSDP2
       ``_fsdp_collectives.foreach_reduce``: ``reduce_scatter_input`` of the unsharded size).
+
+    ``fp8_unit``: a block's parameters gathered in fp8 (torchao's float8 all-gather), one byte less each.
     """
     unit = np.asarray(unit, float)
-    around_loss = PARAM_BYTES * (np.asarray(kept_unsharded, float) + prefetch * unit)
-    block_backward = (PARAM_BYTES * prefetch + GRAD_BYTES + reduce_bytes) * unit
+    fp8 = prefetch * (PARAM_BYTES - 1.0) * np.asarray(fp8_unit, float)
+    around_loss = PARAM_BYTES * (np.asarray(kept_unsharded, float) + prefetch * unit) - fp8
+    block_backward = (PARAM_BYTES * prefetch + GRAD_BYTES + reduce_bytes) * unit - fp8
     return np.maximum(around_loss, block_backward)
 
 
@@ -186,7 +190,7 @@ def allocator_bytes(allocated, c, unit, free=0.0):
 
 
 def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c, *, optimizer="adamw",
-                       head=0.0, embed=0.0) -> dict:
+                       head=0.0, embed=0.0, gemm_unit=0.0) -> dict:
     """The model-state terms of a stage as an FSDP stack keeps them (other stacks: ``terms`` as given).
 
     ``params``: the stage's parameters per GPU, ``unit``: one block's, ``head`` / ``embed``: the
@@ -204,7 +208,8 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
         kept = np.where(np.asarray(c.pp) > 1, params, kept)
     # fsdp="shard-grad-op" (FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False): the same
     kept = np.where(np.asarray(c.reshard, bool), kept, params)
-    buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes)
+    buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes,
+                           fp8_unit=fp8_gathered(c.fp8_params, framework, gemm_unit))
     # one rank: FSDP still casts into unsharded 16-bit parameters, one block at a time
     return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c.dp, float)}
 

@@ -83,7 +83,7 @@ def stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_ra
                                                   grad_bytes=nb.grad, framework=framework, fsdp=c.fsdp)
     terms = stack_memory.stack_model_states(terms, framework, params, unit, shard_ranks, c, optimizer=optimizer,
                                             head=pick(st.head, p.head, 0.0) / tp,
-                                            embed=pick(st.embed, p.embed, 0.0) / tp)
+                                            embed=pick(st.embed, p.embed, 0.0) / tp, gemm_unit=p.gemm_layer / tp)
     saved = tokens * acts["layer"] * (layer_batches(c, st) - c.offload_layers * in_flight(c, st.index))  # offloaded
     saved = saved + pick(st.head, acts["final"], 0.0) + pick(st.embed, tokens * 4.0 * model.hidden, 0.0)
     cache = terms["weight_copies"]

@@ -25,7 +25,7 @@ FSDP2 all-gathers the linears' weights already in fp8 (``fsdp_utils.py``
 ``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`` casts the local shard with the scale precomputed
 once per step), so the forward casts no weight; dgrad still lays the fp8 weight out. The shard's cast runs
 on FSDP2's all-gather copy-in stream and the scale's amax over the shards once per step (about 4 bytes per
-sharded parameter): neither is priced.
+sharded parameter): neither is priced. The unsharded buffers hold those weights at 1 byte (``fsdp_buffers``).
 
 All three GEMMs of a linear run in fp8 (but wgrad under ``rowwise_with_gw_hp``); the LM head stays
 bf16. Rowwise GEMMs are torch's CUTLASS rowwise ``_scaled_mm`` kernel, priced at the profile's fp8
