@@ -127,6 +127,18 @@ def test_float8_quantizes_only_the_gemms_each_stack_its_own_way(llama8b):
                                                                     precision="fp8-mixed")).step_time > 0
 
 
+def test_transformer_engine_casts_the_weights_again_where_no_one_caches_them(llama8b):
+    # Megatron-Core passes is_first_microbatch, so TE keeps each weight's fp8 cast; Composer (fsdp1, llm-foundry)
+    # does not, so every forward, the recomputed one too, casts each weight to fp8 and its transpose: 4 B a weight
+    fwd, bwd = steps.layer_kernels(llama8b, 2, precision="fp8-mixed", recompute="full")
+    casts = {fw: {k.name: float(k.size["x"]) for k in adapt_kernels(fwd + bwd, precision="fp8-mixed", framework=fw)
+                  if k.name.endswith("fp8_w_cast")} for fw in ("megatron", "fsdp1", "llm-foundry")}
+    assert casts["megatron"] == {} and casts["fsdp1"] == casts["llm-foundry"]
+    qkv = 4096 * (4096 + 2 * 1024)
+    assert casts["fsdp1"]["attn.qkv.fp8_w_cast"] == casts["fsdp1"]["attn.qkv.recompute.fp8_w_cast"] == 0.5 * qkv
+    assert not any(".dgrad" in name or ".wgrad" in name for name in casts["fsdp1"])
+
+
 def test_losses_compiled_and_chunked_hold_less(llama8b):
     c = pm.cluster("dgx-h100")
     s = pm.Strategy(dp=8, micro_batch=2, framework="torchtitan", recompute="selective-op")

@@ -61,7 +61,7 @@ def unfused_attention(k: Kernel) -> list[Kernel]:
             probs("softmax_bwd", "softmax", 1.5), bmm("dq", d, s), bmm("dk", d, s)]
 
 
-def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
+def transformer_engine_fp8(k: Kernel, weight_cache: bool = True) -> list[Kernel]:
     """A GEMM as Megatron-Core runs it under fp8 with Transformer Engine.
 
     Each linear layer quantizes the input it multiplies (forward, and the recomputed
@@ -71,6 +71,11 @@ def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
     (``transformer_engine/pytorch/module/linear.py``: ``fp8_cast_transpose_fused``).
     The weight-gradient GEMM reuses those transposes. The output layer is Megatron's
     own ``ColumnParallelLinear``, outside Transformer Engine, so the LM head stays bf16.
+
+    ``weight_cache`` False (a stack that calls TE's linears without ``is_first_microbatch``, ``Stack.te_weight_cache``):
+    each forward, the recomputed one included, casts the weight again into its fp8 value and transpose
+    (TransformerEngine v2.1 ``module/linear.py``: ``update_workspace = is_first_microbatch is None or ...``,
+    ``cache_name=None``), the same 4 bytes per element as an activation's cast.
     """
     if k.name.startswith("lm_head"):
         return [replace(k, dtype="bf16")]
@@ -79,7 +84,11 @@ def transformer_engine_fp8(k: Kernel) -> list[Kernel]:
     operand = np.multiply(k.size["m"], k.size["k"])  # the activation (forward) or dy (dgrad): tokens × K
     tag = ".fp8_grad_cast" if ".dgrad" in k.name else ".fp8_cast"
     cast = mem_kernel(k.name + tag, "copy", k.phase, np.multiply(operand, 0.5), count=k.count, variant="fwd")
-    return [cast, k]
+    if weight_cache or ".dgrad" in k.name:
+        return [cast, k]
+    weight = np.multiply(k.size["n"], k.size["k"])
+    return [cast, mem_kernel(k.name + ".fp8_w_cast", "copy", k.phase, np.multiply(weight, 0.5), count=k.count,
+                             variant="fwd"), k]
 
 
 def loss_kernel(k: Kernel) -> bool:
@@ -125,10 +134,10 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     check_choice("attention", attention, ATTENTIONS)
     mixed = steps.is_mixed(precision)
     low = steps.activation_dtype(precision)  # the residual stream: 16-bit under fp8 too (only GEMMs run fp8)
-    out = []
-    weights16 = stack(framework).weights16
-    float8 = stack(framework).float8 if precision == "fp8-mixed" else ""
-    tf32_convs = precision == "fp32" and stack(framework).cudnn_tf32 and "tf32" in tensor_cores
+    out, st = [], stack(framework)
+    weights16 = st.weights16
+    float8 = st.float8 if precision == "fp8-mixed" else ""
+    tf32_convs = precision == "fp32" and st.cudnn_tf32 and "tf32" in tensor_cores
     transposes = tensor_cores if memory_format == "contiguous" else ()
     for k in kernels:
         if tf32_convs and k.cls == "conv" and k.dtype == "fp32":
@@ -150,8 +159,8 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
         if attention in KERNEL_VARIANTS and k.cls == "sdpa":
             k = replace(k, variant=f"{KERNEL_VARIANTS[attention]}.{k.variant}")
         if float8 and k.cls == "gemm" and k.dtype == "fp8":
-            out.extend(transformer_engine_fp8(k) if float8 == "te" else torchao_float8(k, float8_recipe or "tensorwise",
-                                                                                   fp8_gather=bool(fp8_params)))
+            out.extend(transformer_engine_fp8(k, st.te_weight_cache) if float8 == "te" else
+                       torchao_float8(k, float8_recipe or "tensorwise", fp8_gather=bool(fp8_params)))
             continue
         if transposes and transposes_conv(k, transposes):
             out.append(nchw_transpose(k, DTYPE_BYTES[k.dtype]))

@@ -38,6 +38,9 @@ class Stack:
     # float8 training (precision "fp8-mixed") and whose kernels run it: "te" (Transformer Engine's fp8 linears:
     # workload/stack.py transformer_engine_fp8), "torchao" (Float8Linear: workload/stacks/float8.py); "": none
     float8: str = ""
+    # Transformer Engine keeps each weight's fp8 cast between micro-batches (the caller passes is_first_microbatch:
+    # Megatron-Core's TELinear); False: every forward casts it again (workload/stack.py transformer_engine_fp8)
+    te_weight_cache: bool = True
     grad_buffer: bool = False   # Megatron-Core DDP: one grad buffer per model chunk, reduced asynchronously (parallel/data.py)
     tp_input_gathers: int = 2   # SP all-gathers of a block's sharded input per forward (parallel/tensor.py)
     default_search: bool = True  # pm.search tries it when no framework is named (explore/stack_options.py)
@@ -105,8 +108,10 @@ STACKS = {
                    default_attention="flash2",
                    # Composer's precision amp_fp8 (composer/core/precision.py get_precision_context): bf16 autocast
                    # inside te.fp8_autocast, so the Transformer Engine linears llm-foundry builds for fp8
-                   # (llmfoundry/models/layers/fc.py fc_type "te", ffns.py ffn_type "te_ln_mlp") run fp8
-                   float8="te"),
+                   # (llmfoundry/models/layers/fc.py fc_type "te", ffns.py ffn_type "te_ln_mlp") run fp8; neither
+                   # passes is_first_microbatch (FSDP frees the gathered weight after each forward anyway), so TE
+                   # casts every weight again in every forward
+                   float8="te", te_weight_cache=False),
     # TensorFlow 1.x graph mode with parameter servers (perfmodel/workload/stacks/tensorflow.py):
     # fp32 variables on the servers, the update there, no activation checkpointing or compilation
     "tensorflow": Stack("tensorflow", "tensorflow v1.10 python/training/device_setter.py, core/kernels/"
