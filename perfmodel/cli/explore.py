@@ -19,7 +19,7 @@ from perfmodel.core.readers import read_json_file, read_toml_file
 from perfmodel.explore.caveats import search_intervals
 from perfmodel.explore.compare import _value, compare
 from perfmodel.explore.output import FLOPS_NOTE, format_table, stack_label, write_table
-from perfmodel.explore.search import FIXED_FIELDS, search
+from perfmodel.explore.search import FIXED_FIELDS, FIXED_FLAGS, search
 from perfmodel.explore.sweep import AXES, SCALE_AXES, sweep
 from perfmodel.explore.ties import tie_line
 from perfmodel.predict import INTERVAL_KIND
@@ -135,9 +135,8 @@ def _fixed(text: str | None) -> dict | None:
         if not sep or name not in FIXED_FIELDS:
             raise InvalidInputError(f"--fixed takes FIELD=VALUE items with FIELD one of {', '.join(FIXED_FIELDS)}: "
                                     f"got {item!r}")
-        flag = name in ("grad_reduce_fp32", "fp8_params")
         try:
-            out[name] = _bool(value.strip()) if flag else value.strip()
+            out[name] = _bool(value.strip()) if name in FIXED_FLAGS else value.strip()
         except ValueError:
             raise InvalidInputError(f"--fixed {name}= takes true or false: got {value!r}") from None
     return out
