@@ -504,3 +504,9 @@ def test_a_search_row_names_its_stack_in_a_few_words():
         "torchtitan compile fsdp-full zbv"
     assert stack_label({"framework": "pytorch", "precision": "bf16-mixed", "fsdp": float("nan"),
                         "schedule": "interleaved", "offload_layers": 4}) == "pytorch offload4"
+    # the fields search(fixed=...) holds, where a row carries them
+    assert stack_label({"framework": "megatron", "precision": "fp8-mixed", "grad_reduce_fp32": False,
+                        "optimizer_states": "remainders", "fp8_params": True, "float8_recipe": "delayed"}) == \
+        "megatron fp8 grad-bf16 states-remainders fp8-params"
+    assert stack_label({"framework": "torchtitan", "precision": "fp8-mixed", "float8_recipe": "rowwise",
+                        "grad_reduce_fp32": float("nan")}) == "torchtitan fp8 rowwise"

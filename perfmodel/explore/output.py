@@ -84,7 +84,8 @@ def with_intervals(df: pd.DataFrame) -> pd.DataFrame:
 def stack_label(row) -> str:
     """A search row's software stack in a few words: the framework, then what is not its default (a precision
     other than bf16 autocast, compile, FSDP's mode, the tensor-parallel overlap, a zero-bubble schedule, cp,
-    activation offload), e.g. ``megatron fp8 userbuffers`` or ``torchtitan compile zbv``."""
+    activation offload; the fields ``search(fixed=...)`` held: bf16 gradients, optimizer states, fp8 parameters, a
+    float8 recipe not the default), e.g. ``megatron fp8 userbuffers`` or ``torchtitan compile zbv``."""
     words = [str(row.get("framework", ""))]
     precision = str(row.get("precision", "bf16-mixed"))
     words += [] if precision == "bf16-mixed" else [precision.removesuffix("-mixed")]
@@ -98,6 +99,12 @@ def stack_label(row) -> str:
     cp, offload = int(row.get("cp", 1) or 1), int(row.get("offload_layers", 0) or 0)
     words += [f"cp{cp}"] if cp > 1 else []
     words += [f"offload{offload}"] if offload else []
+    # the fields search(fixed=...) held, where a row has them
+    words += ["grad-bf16"] if row.get("grad_reduce_fp32") is False or row.get("grad_reduce_fp32") == 0 else []
+    states, recipe = row.get("optimizer_states"), row.get("float8_recipe")
+    words += [f"states-{states}"] if isinstance(states, str) and states else []
+    words += ["fp8-params"] if bool(row.get("fp8_params", False)) else []
+    words += [recipe] if isinstance(recipe, str) and recipe and recipe not in ("tensorwise", "delayed") else []
     return " ".join(w for w in words if w)
 
 
