@@ -73,7 +73,8 @@ def compute_share(model, s: Strategy, profile) -> float:
     fwd, bwd = steps.step_kernels(model, s.micro_batch, tp=s.tp, sp=s.sequence_parallel, precision=s.precision,
                                   recompute=s.recompute)
     kernels = adapt_kernels(fwd + bwd, precision=s.precision, framework=s.framework, attention=s.attention,
-                            tensor_cores=tensor_core_dtypes(profile.gpu), memory_format=s.memory_format)
+                            tensor_cores=tensor_core_dtypes(profile.gpu), memory_format=s.memory_format,
+                            float8_recipe=s.float8_recipe or "", fp8_params=s.fp8_params)
     by_class = {k: float(np.sum(v)) for k, v in time_by_class(profile, kernels).items()}
     total = sum(by_class.values())
     if total <= 0:

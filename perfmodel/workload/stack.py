@@ -61,7 +61,7 @@ def unfused_attention(k: Kernel) -> list[Kernel]:
             probs("softmax_bwd", "softmax", 1.5), bmm("dq", d, s), bmm("dk", d, s)]
 
 
-def transformer_engine_fp8(k: Kernel, weight_cache: bool = True) -> list[Kernel]:
+def transformer_engine_fp8(k: Kernel, weight_cache: bool = True, recipe: str = "delayed") -> list[Kernel]:
     """A GEMM as Megatron-Core runs it under fp8 with Transformer Engine.
 
     Each linear layer quantizes the input it multiplies (forward, and the recomputed
@@ -76,18 +76,24 @@ def transformer_engine_fp8(k: Kernel, weight_cache: bool = True) -> list[Kernel]
     each forward, the recomputed one included, casts the weight again into its fp8 value and transpose
     (TransformerEngine v2.1 ``module/linear.py``: ``update_workspace = is_first_microbatch is None or ...``,
     ``cache_name=None``), the same 4 bytes per element as an activation's cast.
+
+    ``recipe="tensorwise"`` (TE's current scaling) reads each tensor once more for its amax before the cast
+    (TransformerEngine v2.5 ``pytorch/csrc/extensions/cast.cpp`` ``quantize_impl``: ``nvte_compute_amax``, then
+    the scale, then the quantize kernel): 6 bytes per element where delayed scaling, whose amax comes from
+    the history, moves 4.
     """
     if k.name.startswith("lm_head"):
         return [replace(k, dtype="bf16")]
     if k.name.endswith(".wgrad"):
         return [k]
+    per = 0.75 if recipe == "tensorwise" else 0.5  # bytes per element as fp32 copies (8 B each)
     operand = np.multiply(k.size["m"], k.size["k"])  # the activation (forward) or dy (dgrad): tokens × K
     tag = ".fp8_grad_cast" if ".dgrad" in k.name else ".fp8_cast"
-    cast = mem_kernel(k.name + tag, "copy", k.phase, np.multiply(operand, 0.5), count=k.count, variant="fwd")
+    cast = mem_kernel(k.name + tag, "copy", k.phase, np.multiply(operand, per), count=k.count, variant="fwd")
     if weight_cache or ".dgrad" in k.name:
         return [cast, k]
     weight = np.multiply(k.size["n"], k.size["k"])
-    return [cast, mem_kernel(k.name + ".fp8_w_cast", "copy", k.phase, np.multiply(weight, 0.5), count=k.count,
+    return [cast, mem_kernel(k.name + ".fp8_w_cast", "copy", k.phase, np.multiply(weight, per), count=k.count,
                              variant="fwd"), k]
 
 
@@ -111,18 +117,26 @@ def fused_loss(k: Kernel) -> list[Kernel]:
                        variant="fwd")]
 
 
+def float8_gemm(k: Kernel, st, recipe: str = "", fp8_params=False) -> list[Kernel]:
+    """An fp8 GEMM and its casts as stack ``st``'s float8 linears run it (``recipe`` "": their default)."""
+    if st.float8 == "te":
+        return transformer_engine_fp8(k, st.te_weight_cache, recipe or "delayed")
+    return torchao_float8(k, recipe or "tensorwise", fp8_gather=bool(fp8_params))
+
+
 def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager",
-                  tensor_cores=(), memory_format="channels_last", norm_kernels="fused", float8_recipe="tensorwise",
+                  tensor_cores=(), memory_format="channels_last", norm_kernels="fused", float8_recipe="",
                   fp8_params=False):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision, Micikevicius et al. 2018): the
     model's weights are 16-bit, so autocast's per-micro-batch weight and input casts disappear, and layer norms
     and residual adds run on 16-bit activations (fused LayerNorm, no fp32 residual stream).
-    ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``;
-    ``attention="flash2"``/``"flash3"``: it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``, ...).
+    ``attention="unfused"``: the FlashAttention kernel becomes ``unfused_attention``; ``"flash2"``/``"flash3"``:
+    it is priced as FlashAttention-2/-3 (variant ``fa2.fwd``, ...).
     ``precision="fp8-mixed"``: a stack's ``float8`` kernels, ``transformer_engine_fp8`` (Megatron-Core, FSDP1 as
-    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan: ``float8_recipe``, ``fp8_params``); ``compiled``:
+    llm-foundry runs fp8) or ``torchao_float8`` (torchtitan), under ``float8_recipe`` ("": the stack's default) and,
+    for torchao, ``fp8_params`` (its float8 all-gather); ``compiled``:
     Inductor's fused groups (``perfmodel.workload.stacks.compile``); ``torchtitan`` and ``fsdp1`` keep 16-bit
     parameters for compute too (FSDP ``param_dtype=bf16``).
     ``tensor_cores``: the dtypes the GPU's tensor cores take. Under ``precision="fp32"`` a stack with
@@ -159,8 +173,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
         if attention in KERNEL_VARIANTS and k.cls == "sdpa":
             k = replace(k, variant=f"{KERNEL_VARIANTS[attention]}.{k.variant}")
         if float8 and k.cls == "gemm" and k.dtype == "fp8":
-            out.extend(transformer_engine_fp8(k, st.te_weight_cache) if float8 == "te" else
-                       torchao_float8(k, float8_recipe or "tensorwise", fp8_gather=bool(fp8_params)))
+            out.extend(float8_gemm(k, st, float8_recipe, fp8_params))
             continue
         if transposes and transposes_conv(k, transposes):
             out.append(nchw_transpose(k, DTYPE_BYTES[k.dtype]))

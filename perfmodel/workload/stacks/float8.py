@@ -48,8 +48,9 @@ AMAX_CAST = 5.0 / 8.0   # bytes of amax + cast per element, as fp32 copies (8 by
 LAYOUT = 2.0 / 8.0      # bytes of an fp8 transpose per element, as fp32 copies
 # the scaling recipes each kind of float8 linears has, its default first: torchao's recipe names
 # (Float8LinearRecipeName); Transformer Engine's delayed scaling (the DelayedScaling recipe Megatron-Core
-# and Composer's amp_fp8 build by default: amax from history, one fused cast + transpose per operand)
-RECIPES = {"torchao": ("tensorwise", "rowwise", "rowwise_with_gw_hp"), "te": ("delayed",)}
+# and Composer's amp_fp8 build by default: amax from history, one fused cast + transpose per operand) and
+# current scaling (Float8CurrentScaling: Megatron-Core --fp8-recipe tensorwise, megatron/core/fp8_utils.py)
+RECIPES = {"torchao": ("tensorwise", "rowwise", "rowwise_with_gw_hp"), "te": ("delayed", "tensorwise")}
 
 
 def float8_recipe(kind: str, recipe, framework: str, precision: str, fp8_gather: bool = False) -> str:
