@@ -135,7 +135,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp8-params", action="store_true", help="fp8-mixed: GEMM weights as fp8 parameters (megatron: NeMo "
                    "fp8_params, --fp8-param-gather), or gathered in fp8 (torchtitan: enable_fsdp_float8_all_gather)")
     p.add_argument("--float8-recipe", default=None, choices=[r for names in RECIPES.values() for r in names],
-                   help="fp8 scaling: torchao's recipes (torchtitan), TE's delayed (default: the framework's)")
+                   help="fp8 scaling: torchao's recipes (torchtitan), TE's delayed or tensorwise (default: the framework's)")
     p.add_argument("--memory-format", default=DEFAULT_MEMORY_FORMAT, choices=list(MEMORY_FORMATS),
                    help="CNN activations: channels_last (NHWC) or contiguous (NCHW: cuDNN transposes; docs/cnn.md)")
     p.add_argument("--norm-kernels", default="fused", choices=["fused", "composite"],
