@@ -134,7 +134,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="megatron: fp32 (distributed optimizer), remainders (Apex, NeMo 1.x), bf16; docs/memory.md")
     p.add_argument("--fp8-params", action="store_true", help="fp8-mixed: GEMM weights as fp8 parameters (megatron: NeMo "
                    "fp8_params, --fp8-param-gather), or gathered in fp8 (torchtitan: enable_fsdp_float8_all_gather)")
-    p.add_argument("--float8-recipe", default=None, choices=[r for names in RECIPES.values() for r in names],
+    p.add_argument("--float8-recipe", default=None, choices=list(dict.fromkeys(r for names in RECIPES.values() for r in names)),
                    help="fp8 scaling: torchao's recipes (torchtitan), TE's delayed or tensorwise (default: the framework's)")
     p.add_argument("--memory-format", default=DEFAULT_MEMORY_FORMAT, choices=list(MEMORY_FORMATS),
                    help="CNN activations: channels_last (NHWC) or contiguous (NCHW: cuDNN transposes; docs/cnn.md)")
