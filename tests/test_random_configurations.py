@@ -14,6 +14,7 @@ import pytest
 import perfmodel as pm
 from perfmodel.core.errors import PerfModelError
 from perfmodel.workload.presets import list_presets
+from perfmodel.workload.stacks.float8 import RECIPES
 
 NODES = ("dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-1-v100", "h200", "t4", "k80")
 
@@ -123,3 +124,29 @@ def test_random_zero_bubble_and_layout_options_predict_or_refuse_clearly(seed):
         assert np.isfinite(p.step_time) and p.step_time > 0 and np.isfinite(p.peak_memory)
         predicted += 1
     assert predicted >= 10
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_float8_and_fsdp_stack_options_predict_or_refuse_clearly(seed):
+    # the float8 recipes, torchao's float8 all-gather and the FSDP1 stacks over random shapes and clusters
+    rng = random.Random(300 + seed)
+    predicted = 0
+    for _ in range(30):
+        model = pm.preset(rng.choice(["llama-3-8b", "mpt-7b", "mpt-125m", "gpt2-small"]))
+        cluster = pm.cluster(rng.choice(["dgx-h100", "grand-teton-h100", "dgx-a100-80gb"]), nodes=rng.choice([1, 2]))
+        framework = rng.choice(["torchtitan", "fsdp1", "llm-foundry", "megatron"])
+        precision = rng.choice(["bf16-mixed", "fp8-mixed", "fp8-mixed"])
+        recipes = RECIPES["te" if framework != "torchtitan" else "torchao"] if precision == "fp8-mixed" else ()
+        kw = dict(dp=cluster.n_gpus, micro_batch=rng.choice([1, 2]), framework=framework, precision=precision,
+                  compile=rng.random() < 0.3 and framework != "megatron",
+                  float8_recipe=rng.choice([None, *recipes]) if rng.random() < 0.9 else "rowwise",  # some refused
+                  fp8_params=rng.random() < 0.2, recompute=rng.choice(["none", "full"]))
+        try:
+            p = pm.predict(model, cluster, pm.Strategy(**kw))
+        except PerfModelError as e:
+            assert str(e) and "\n" not in str(e).strip()
+            continue
+        values = [p.step_time, p.peak_memory, p.reserved_memory, *p.interval]
+        assert all(np.isfinite(float(v)) and float(v) > 0 for v in values), (model.name, kw)
+        predicted += 1
+    assert predicted >= 8
