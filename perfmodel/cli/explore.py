@@ -161,6 +161,7 @@ def cmd_search(args) -> int:
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
                                                                           if args.ep > 1 else "")
+    with_cp += f", holding {args.fixed}" if args.fixed else ""
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs{with_cp}), global batch {args.global_batch}: "
           f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms "
           f"({a['pruned']:,} more pruned: bounded by a faster one), {a['feasible']:,} fit; "
