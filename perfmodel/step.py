@@ -38,6 +38,7 @@ from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time,
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
 from perfmodel.parallel.tensor import tp_comm_times
+from perfmodel.parallel.tp_overlap import UB_PIPELINE_SPLITS
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
@@ -122,7 +123,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
 
 # the StepConfig fields kernel_lists reads
 COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm",
-                  "memory_format", "norm_kernels", "float8_recipe", "fp8_params")
+                  "memory_format", "norm_kernels", "float8_recipe", "fp8_params", "tp_comm_overlap")
 
 
 @memo_by_fields(COMPUTE_FIELDS)
@@ -145,16 +146,35 @@ def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> Com
         layer_flops_b=_flops(parts["layer_b"]), head_flops=_flops(parts["head_f"] + parts["head_b"]),
         layer_recompute_flops=sum(k.flops * floats(k.count) for k in parts["layer_b"]
                                   if ".recompute" in k.name),
-        tp_gemms=_linear_gemm_times(profile, lf + parts["layer_b"]), cpu=PhaseTimes(**cpu))
+        tp_gemms=_linear_gemm_times(profile, lf + parts["layer_b"], c.tp if c.tp_comm_overlap else None),
+        cpu=PhaseTimes(**cpu))
 
 
-def _linear_gemm_times(profile, kernels) -> tuple:
-    """GPU seconds of each tensor-parallel linear's GEMMs (forward, dgrad, wgrad) in one block."""
+def _linear_gemm_times(profile, kernels, chunks=None) -> tuple:
+    """GPU seconds of each tensor-parallel linear's GEMMs (forward, dgrad, wgrad) in one block.
+
+    ``chunks``: the tensor-parallel size when the GEMMs run in chunks beside their collectives
+    (``parallel/tp_overlap.py``); then also ``<name>@ring``, the GEMM as tp chunks of its tokens
+    (Transformer Engine ``CommOverlapP2PBase::split_overlap_ag``, torch's fused all-gather/reduce-scatter
+    matmuls), and ``<name>@split``, as ``UB_PIPELINE_SPLITS`` chunks of its output features
+    (``CommOverlapBase::split_overlap_rs``; TransformerEngine v2.1 ``comm_gemm_overlap.cpp``): one GEMM
+    per chunk, each less efficient than the whole.
+    """
     out = {}
     for k in kernels:
         base = k.name.replace("attn.", "").replace("mlp.", "")
         if k.cls == "gemm" and base.split(".")[0] in ("qkv", "proj", "fc1", "fc2") and ".recompute" not in k.name:
-            out[base] = out.get(base, 0.0) + kernel_time(profile, k)[0] * floats(k.count)
+            count = floats(k.count)
+            out[base] = out.get(base, 0.0) + kernel_time(profile, k)[0] * count
+            if chunks is None:
+                continue
+            tp = floats(chunks)
+            ring = replace(k, size={**k.size, "m": np.divide(k.size["m"], tp)}, flops=np.divide(k.flops, tp))
+            split = replace(k, size={**k.size, "n": np.divide(k.size["n"], UB_PIPELINE_SPLITS)},
+                            flops=np.divide(k.flops, UB_PIPELINE_SPLITS))
+            out[base + "@ring"] = out.get(base + "@ring", 0.0) + tp * kernel_time(profile, ring)[0] * count
+            out[base + "@split"] = out.get(base + "@split", 0.0) + \
+                UB_PIPELINE_SPLITS * kernel_time(profile, split)[0] * count
     return tuple(out.items())
 
 

@@ -194,6 +194,28 @@ def test_tensor_parallel_overlap_by_hand():
     # pipeline: a quarter of the collective waits for the last chunk, the rest hides behind the GEMM
     assert ub.pipeline(4e-3, 8e-3, 132) == pytest.approx(1e-3 + 8e-3 * (132 / 116 - 1))
     assert ub.bulk(10e-3, 4e-3, 132) == pytest.approx(10e-3 - 4e-3)
+    # run as chunk GEMMs (TE split_overlap_ag / _rs): what the chunks take beyond the whole GEMM is exposed too
+    o = ub.UbOverlap("ring_exchange")
+    assert ub.exposed(8e-3, 8e-3, o, 8, 132, {"ring": 9e-3}) == pytest.approx(8e-3 - 9e-3 * 7 / 8 + 1e-3)
+    assert ub.exposed(8e-3, 8e-3, o, 8, 132) == pytest.approx(1e-3)
+    split = ub.UbOverlap("pipeline", 16, True)
+    assert ub.exposed(4e-3, 8e-3, split, 8, 132, {"split": 9e-3}) == \
+        pytest.approx(1e-3 + max(3e-3 - 9e-3 * (132 / 116) * 0.75, 0.0) + 9e-3 * 132 / 116 - 8e-3)
+
+
+def test_chunked_gemms_cost_their_chunks():
+    """A GEMM split into tp chunks of its tokens, or 4 of its outputs, takes at least the whole GEMM's time and
+    more where its chunks are small (step._linear_gemm_times); userbuffers rows price that time."""
+    from perfmodel.step import _linear_gemm_times
+
+    prof = pm.load_profile("h100-sxm5-80gb")
+    fwd, bwd = steps.layer_kernels(pm.preset("llama-3-70b"), 1, tp=8, sp=True, precision="bf16-mixed")
+    t = dict(_linear_gemm_times(prof, fwd + bwd, 8))
+    assert set(t) >= {"qkv", "qkv@ring", "qkv@split", "fc2.dgrad@ring"}
+    for name in ("qkv", "proj", "fc1", "fc2", "fc2.dgrad"):
+        assert t[name + "@ring"] >= t[name] and t[name + "@split"] >= t[name]
+    assert t["qkv@ring"] > 1.02 * t["qkv"]  # 1,024 of 8,192 tokens per chunk: not a whole wave's efficiency
+    assert "qkv@ring" not in dict(_linear_gemm_times(prof, fwd + bwd))
 
 
 def test_userbuffers_hide_tensor_parallel_time_and_bad_combinations_say_why():

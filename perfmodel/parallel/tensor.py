@@ -81,8 +81,11 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
                           overlapped_cost(2 * ar, hidden_by, slowdown))
     bwd = pick(on, pick(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
     if c.tp_comm_overlap and gemms is not None:
+        chunks = {k: {"ring": gemms.tp_gemm(k + "@ring"), "split": gemms.tp_gemm(k + "@split")} for k in _UB_GEMMS
+                  if dict(gemms.tp_gemms).get(k + "@ring") is not None}
         ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
-                                      method=c.tp_comm_overlap, config=ub_config(c.tp_comm_overlap, model.hidden))
+                                      method=c.tp_comm_overlap, config=ub_config(c.tp_comm_overlap, model.hidden),
+                                      chunks=chunks or None)
         fwd, bwd = pick(on & sp, ub_f, fwd), pick(on & sp, ub_b, bwd)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back

@@ -95,9 +95,10 @@ def shared(comm_s, gemm_s, sms, num_sm):
     return gemm_s + beside * num_sm / max(sms - num_sm, 1)
 
 
-def pipeline(comm_s, gemm_s, sms, num_sm=UB_SMS, splits=UB_PIPELINE_SPLITS):
-    """Exposed seconds of TE's pipelined reduce-scatter (the last of the chunks waits), SM loss included."""
-    g = slowed(gemm_s, sms, num_sm)
+def pipeline(comm_s, gemm_s, sms, num_sm=UB_SMS, splits=UB_PIPELINE_SPLITS, chunked_s=None):
+    """Exposed seconds of TE's pipelined reduce-scatter (the last of the chunks waits), SM loss included;
+    ``chunked_s``: the GEMM's seconds as its ``splits`` chunk GEMMs (None: as the whole one)."""
+    g = slowed(gemm_s if chunked_s is None else chunked_s, sms, num_sm)
     rest = (splits - 1.0) / splits
     return comm_s / splits + np.maximum(comm_s * rest - g * rest, 0.0) + (g - gemm_s)
 
@@ -108,17 +109,21 @@ def bulk(comm_s, gemm_s, sms, num_sm=UB_SMS, sm_margin=True):
     return np.maximum(comm_s - g, 0.0) + (g - gemm_s)
 
 
-def exposed(comm_s, gemm_s, o: UbOverlap, tp, sms):
-    """Exposed seconds of one collective beside its GEMM under the overlap ``o``."""
+def exposed(comm_s, gemm_s, o: UbOverlap, tp, sms, chunks=None):
+    """Exposed seconds of one collective beside its GEMM under the overlap ``o``; ``chunks``: the GEMM's
+    seconds run as chunks, ``{"ring": tp chunks of its tokens, "split": o.splits of its outputs}`` (None: as
+    the whole GEMM), the time beyond the whole GEMM's counted as exposed."""
+    chunks = chunks or {}
     if o.method == "pipeline":
-        return pipeline(comm_s, gemm_s, sms, o.num_sm, o.splits)
+        return pipeline(comm_s, gemm_s, sms, o.num_sm, o.splits, chunks.get("split"))
     if o.method == "bulk":
         return bulk(comm_s, gemm_s, sms, o.num_sm, o.sm_margin)
-    g = slowed(gemm_s, sms, o.num_sm) if o.sm_margin else gemm_s  # ring exchange: copy engines
+    ring = chunks.get("ring", gemm_s)
+    g = slowed(ring, sms, o.num_sm) if o.sm_margin else ring  # ring exchange: copy engines
     return ring_exchange(comm_s, g, tp) + (g - gemm_s)
 
 
-def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers", config=None):
+def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers", config=None, chunks=None):
     """(forward, backward) exposed tensor-parallel seconds of one block under sequence parallelism.
 
     ``gemms``: seconds of each linear's GEMMs, keys ``qkv``, ``proj``, ``fc1``, ``fc2`` with
@@ -126,21 +131,25 @@ def overlapped_layer(ag_s, rs_s, gemms: dict, tp, sms, *, method="userbuffers", 
     fc1, reduce-scatters after proj and fc2; backward: the all-gathers of dy before proj and fc2
     dgrad, the re-gathered inputs beside qkv and fc1 dgrad, the input-gradient reduce-scatters
     beside qkv and fc1 wgrad (the six collectives of ``step.tp_comm_times`` without overlap).
-    ``config``: each GEMM's ``UbOverlap`` (``ub_config``; TE's defaults when None).
+    ``config``: each GEMM's ``UbOverlap`` (``ub_config``; TE's defaults when None). ``chunks``: name ->
+    the GEMM's seconds as chunk GEMMs (``exposed``; None: priced as the whole GEMMs).
     """
     def g(name):
         return gemms[name]
+
+    def c_of(name):
+        return (chunks or {}).get(name)
 
     if method == "async":
         ring = [(ag_s, "qkv"), (rs_s, "proj"), (ag_s, "fc1"), (rs_s, "fc2")]
         # no re-gather (DTensor saved the gathered input); each input gradient's reduce-scatter is
         # fused with the dgrad matmul that produces it (fused_matmul_reduce_scatter)
         back = [(ag_s, "proj.dgrad"), (rs_s, "qkv.dgrad"), (ag_s, "fc2.dgrad"), (rs_s, "fc1.dgrad")]
-        fwd = sum(ring_exchange(c, g(n), tp) for c, n in ring)
-        return fwd, sum(ring_exchange(c, g(n), tp) for c, n in back)
+        fwd = sum(exposed(c, g(n), _RING, tp, sms, c_of(n)) for c, n in ring)
+        return fwd, sum(exposed(c, g(n), _RING, tp, sms, c_of(n)) for c, n in back)
     cfg = TE_DEFAULT if config is None else config
     pairs_f = (("qkv", ag_s), ("proj", rs_s), ("fc1", ag_s), ("fc2", rs_s))
     pairs_b = (("proj.dgrad", ag_s), ("qkv.dgrad", ag_s), ("qkv.wgrad", rs_s),
                ("fc2.dgrad", ag_s), ("fc1.dgrad", ag_s), ("fc1.wgrad", rs_s))
-    fwd = sum(exposed(c, g(n), cfg[n], tp, sms) for n, c in pairs_f)
-    return fwd, sum(exposed(c, g(n), cfg[n], tp, sms) for n, c in pairs_b)
+    fwd = sum(exposed(c, g(n), cfg[n], tp, sms, c_of(n)) for n, c in pairs_f)
+    return fwd, sum(exposed(c, g(n), cfg[n], tp, sms, c_of(n)) for n, c in pairs_b)
