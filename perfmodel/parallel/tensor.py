@@ -81,8 +81,8 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
                           overlapped_cost(2 * ar, hidden_by, slowdown))
     bwd = pick(on, pick(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
     if c.tp_comm_overlap and gemms is not None:
-        chunks = {k: {"ring": gemms.tp_gemm(k + "@ring"), "split": gemms.tp_gemm(k + "@split")} for k in _UB_GEMMS
-                  if dict(gemms.tp_gemms).get(k + "@ring") is not None}
+        timed = dict(gemms.tp_gemms)  # the chunk GEMMs' seconds where compute_times priced them
+        chunks = {k: {"ring": timed[k + "@ring"], "split": timed[k + "@split"]} for k in _UB_GEMMS if k + "@ring" in timed}
         ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
                                       method=c.tp_comm_overlap, config=ub_config(c.tp_comm_overlap, model.hidden),
                                       chunks=chunks or None)
