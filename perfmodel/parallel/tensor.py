@@ -81,11 +81,7 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
                           overlapped_cost(2 * ar, hidden_by, slowdown))
     bwd = pick(on, pick(np.asarray(c.tp_overlap, bool), overlapped, plain), 0.0)
     if c.tp_comm_overlap and gemms is not None:
-        timed = dict(gemms.tp_gemms)  # the chunk GEMMs' seconds where compute_times priced them
-        chunks = {k: {"ring": timed[k + "@ring"], "split": timed[k + "@split"]} for k in _UB_GEMMS if k + "@ring" in timed}
-        ub_f, ub_b = overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms,
-                                      method=c.tp_comm_overlap, config=ub_config(c.tp_comm_overlap, model.hidden),
-                                      chunks=chunks or None)
+        ub_f, ub_b = _overlapped(model, c, gemms, ag, rs, sms)
         fwd, bwd = pick(on & sp, ub_f, fwd), pick(on & sp, ub_b, bwd)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back
@@ -94,6 +90,15 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
                       embed_b=pick(on & sp, ag, 0.0),
                       head_f=pick(on, pick(sp, ag, 0.0) + loss_time(model, coll, lay, c), 0.0),
                       head_b=pick(on, pick(sp, rs, ar), 0.0))
+
+
+def _overlapped(model, c: StepConfig, gemms, ag, rs, sms):
+    """(forward, backward) exposed seconds of a block's SP collectives under ``c.tp_comm_overlap``, its GEMMs'
+    seconds whole and as chunk GEMMs read from ``gemms`` (``step._linear_gemm_times``)."""
+    timed = dict(gemms.tp_gemms)
+    chunks = {k: {"ring": timed[k + "@ring"], "split": timed[k + "@split"]} for k in _UB_GEMMS if k + "@ring" in timed}
+    return overlapped_layer(ag, rs, {k: gemms.tp_gemm(k) for k in _UB_GEMMS}, c.tp, sms, method=c.tp_comm_overlap,
+                            config=ub_config(c.tp_comm_overlap, model.hidden), chunks=chunks or None)
 
 
 def loss_time(model, coll, lay, c: StepConfig):
