@@ -166,7 +166,7 @@ def _linear_gemm_times(profile, kernels, chunks=None) -> tuple:
         if k.cls == "gemm" and base.split(".")[0] in ("qkv", "proj", "fc1", "fc2") and ".recompute" not in k.name:
             count = floats(k.count)
             out[base] = out.get(base, 0.0) + kernel_time(profile, k)[0] * count
-            if chunks is None:
+            if chunks is None or base.endswith(".wgrad"):  # the overlaps chunk forward and dgrad GEMMs only
                 continue
             tp = floats(chunks)
             ring = replace(k, size={**k.size, "m": np.divide(k.size["m"], tp)}, flops=np.divide(k.flops, tp))

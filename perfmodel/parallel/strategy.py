@@ -140,7 +140,7 @@ class Strategy:
     # the eager model code's RMSNorm (workload/stacks/norms.py): "fused" or "composite" (HF's, fms's elementwise ops)
     norm_kernels: str = "fused"
     # fp8 scaling (workload/stacks/float8.py RECIPES): torchao's "tensorwise", "rowwise", "rowwise_with_gw_hp";
-    # Transformer Engine's "delayed"; None: the stack's default (its first) under fp8-mixed
+    # Transformer Engine's "delayed", "tensorwise"; None: the stack's default (its first) under fp8-mixed
     float8_recipe: str | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
