@@ -55,6 +55,8 @@ def test_long_sequences_saturate_near_the_16k_rate():
 def test_gemm_rates_match_maximum_achievable_matmul_flops_and_fp8_is_not_twice_bf16():
     rows = checks.gemm_checks()
     assert (rows.error.abs() < 0.20).all(), rows
+    capped = rows[rows.gpu == "h100-sxm5-96gb-hbm2e-500w"]  # FBGEMM#2546 on "H100 500W": within 5%
+    assert len(capped) == 3 and (capped.error.abs() < 0.05).all(), capped
     h100 = rows[rows.gpu == H100].set_index("dtype")
     published_ratio = h100.loc["fp8", "published"] / h100.loc["bf16", "published"]   # 1.77
     predicted_ratio = h100.loc["fp8", "predicted"] / h100.loc["bf16", "predicted"]

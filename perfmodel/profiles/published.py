@@ -38,6 +38,8 @@ from perfmodel.hardware import load_gpu
 REFERENCE = Path(__file__).with_name("data") / "reference"
 ATTENTION_CSV = REFERENCE / "attention_published.csv"
 MAMF_CSV = REFERENCE / "gemm_mamf.csv"
+# GEMM rates published for a GPU as a check of its profile, never fitted (the MAMF file's columns)
+GEMM_CHECKS_CSV = REFERENCE / "gemm_checks_published.csv"
 GEMM_CSV = REFERENCE / "gemm_published.csv"
 SAME_ARCH_CSV = REFERENCE / "gemm_same_architecture.csv"
 OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
@@ -113,6 +115,11 @@ def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
 def mamf_table() -> pd.DataFrame:
     """Maximum Achievable Matmul FLOPS rows: gpu, dtype, m, n, k, tflops, torch, source."""
     return pd.read_csv(MAMF_CSV)
+
+
+def gemm_check_table() -> pd.DataFrame:
+    """Every GEMM rate that checks a profile (not fitted): the MAMF rows and ``GEMM_CHECKS_CSV``'s."""
+    return pd.concat([mamf_table(), pd.read_csv(GEMM_CHECKS_CSV)], ignore_index=True)
 
 
 @lru_cache(maxsize=1)

@@ -5,7 +5,8 @@
 1. attention: each profile's ``sdpa:fa2``/``sdpa:fa3`` classes against the digitised FlashAttention-2/-3 rows
    (fitted: the error is in-sample) and the Azure AI-benchmarking-guide FlashAttention-2
    point (not fitted: a check);
-2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows (not fitted: a check);
+2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows and FBGEMM's 500 W H100 rows
+   (``gemm_checks_published.csv``; not fitted: a check);
 3. runs: TorchTitan (Liang et al. 2024, arXiv 2410.06511) Tables 1-2, Llama 3.1 8B on 8 H100 (96 GB
    HBM2e at 500 W: ``grand-teton-h100``), tokens/s per GPU predicted against published (not fitted: a check).
 """
@@ -19,7 +20,7 @@ import pandas as pd
 
 import perfmodel as pm
 from perfmodel.costs.compute import kernel_time
-from perfmodel.profiles.published import attention_flops, attention_pass_flops, attention_table, mamf_table
+from perfmodel.profiles.published import attention_flops, attention_pass_flops, attention_table, gemm_check_table
 from perfmodel.profiles.reference import microbench_rows
 from perfmodel.validate.published import read_published_stacks
 from perfmodel.workload.ops import Kernel
@@ -65,9 +66,10 @@ def azure_flash_check(gpu: str) -> tuple[float, float] | None:
 
 
 def gemm_checks() -> pd.DataFrame:
-    """Predicted vs published TFLOP/s at each Maximum Achievable Matmul FLOPS shape."""
+    """Predicted vs published TFLOP/s at each Maximum Achievable Matmul FLOPS shape and each other published
+    GEMM rate that checks a profile (``gemm_check_table``: FBGEMM's on the 500 W H100)."""
     rows = []
-    for _, r in mamf_table().iterrows():
+    for _, r in gemm_check_table().iterrows():
         p = pm.load_profile(r.gpu)
         k = Kernel("mm", "gemm", "fwd", {"m": float(r.m), "n": float(r.n), "k": float(r.k)}, 1,
                    2.0 * r.m * r.n * r.k, "fwd", r["dtype"])
@@ -86,7 +88,7 @@ def torchtitan_checks(attention: str = "flash2", node: str = TORCHTITAN_NODE) ->
     torchtitan (October 2024) let context-parallel SDPA use only the FLASH and EFFICIENT backends
     (torchtitan/distributed/utils.py before commit 5cfe514b6, 2025-03-20), hence FlashAttention-2."""
     rows = []
-    for case in read_published_stacks():  # the paper's rows, as bundled (published_stack_runs.csv)
+    for case in (c for c in read_published_stacks() if "Liang et al. 2024" in c.source):  # the paper's rows
         s = dataclasses.replace(case.strategy, attention=attention)
         p = pm.predict(case.model, pm.cluster(node), s)
         tps = s.micro_batch * case.model.seq / (s.cp * case.measured)
@@ -115,7 +117,7 @@ def main() -> None:
         if hit:
             print(f"{gpu}: Azure FlashAttention-2 fwd+bwd {hit[1]:.0f} TFLOP/s, predicted {hit[0]:.0f} "
                   f"({hit[0] / hit[1] - 1:+.1%}, check)")
-    print("\nGEMM at the Maximum Achievable Matmul FLOPS shapes (check):")
+    print("\nGEMM at the Maximum Achievable Matmul FLOPS shapes and FBGEMM's 500 W H100 shapes (check):")
     print(gemm_checks().round(3).to_string(index=False))
     for attention in ("flash2", "flash"):
         tt = torchtitan_checks(attention)
