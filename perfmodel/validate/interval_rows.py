@@ -26,7 +26,8 @@ from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
 from perfmodel.validate.measured import Case, read_measured
-from perfmodel.validate.published import (CUDA_CONTEXT_BYTES, read_published, read_published_checks,
+from perfmodel.costs.memory import CUDA_CONTEXT_BYTES  # what a reserved reading adds beyond the allocator
+from perfmodel.validate.published import (read_published, read_published_checks,
                                           read_published_stacks)
 from perfmodel.workload.model import transformer
 

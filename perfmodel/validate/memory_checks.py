@@ -24,7 +24,7 @@ from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
 from perfmodel.core.readers import read_text_file
-from perfmodel.validate.published import CUDA_CONTEXT_BYTES, read_published, read_published_checks, read_published_stacks
+from perfmodel.validate.published import read_published, read_published_checks, read_published_stacks
 from perfmodel.workload.presets import preset
 
 CHECKS_CSV = Path(__file__).resolve().parent.parent / "data" / "memory_checks.csv"
@@ -66,7 +66,7 @@ def _scored(name, outcome, measured, p, source) -> MemoryCheck:
     """One run scored. A reading is torchtitan's ``max_reserved`` (metrics.py: ``memory_stats()
     ["reserved_bytes.all.peak"]``, the caching allocator's alone, without the CUDA context), so it is
     compared with ``reserved_memory``; the flat rule keeps its old form (+ the context) for reference."""
-    flat = p.peak_memory * (1 + mem.ALLOCATOR_RESERVE) + CUDA_CONTEXT_BYTES
+    flat = p.peak_memory * (1 + mem.ALLOCATOR_RESERVE) + mem.CUDA_CONTEXT_BYTES
     return MemoryCheck(name, outcome, measured, p.peak_memory / GIB, bool(p.fits), _flat_fits(p),
                        p.reserved_memory / GIB, flat / GIB, source)
 

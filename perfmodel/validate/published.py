@@ -92,7 +92,6 @@ def read_published(path: str | Path = PUBLISHED_CSV) -> list[Case]:
 
 
 STACK_RUNS_CSV = PUBLISHED_CSV.parent / "published_stack_runs.csv"
-CUDA_CONTEXT_BYTES = 0.5 * 2**30  # what a reading of reserved memory adds beyond the allocator (CUDA context)
 
 
 def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
