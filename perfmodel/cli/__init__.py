@@ -4,7 +4,7 @@
     perfmodel fit TABLES_DIR... -o profile.json
     perfmodel calibrate --out DIR [--quick]
     perfmodel import-nccl-tests LOG... --out DIR
-    perfmodel list models|gpus|nodes|profiles
+    perfmodel list models|gpus|nodes|profiles|frameworks
 
 Errors from perfmodel become one line on stderr and exit status 2.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel import __version__
-from perfmodel.cli.listing import listing
+from perfmodel.cli.listing import LISTINGS, listing
 from perfmodel.core.extras import require_installed
 from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
 from perfmodel.fit.nccl_tests import import_logs
@@ -396,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_import_nccl)
     p = sub.add_parser("list", help="list bundled models, GPUs, nodes or profiles")
-    p.add_argument("what", choices=["models", "gpus", "nodes", "profiles"])
+    p.add_argument("what", choices=list(LISTINGS))
     p.set_defaults(func=cmd_list)
     for name in EXTENSIONS:
         try:

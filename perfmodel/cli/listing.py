@@ -1,12 +1,16 @@
-"""``perfmodel list``: bundled models, GPUs, nodes and profiles, one aligned line each with what
-tells them apart (parameters, memory, measured or datasheet)."""
+"""``perfmodel list``: bundled models, GPUs, nodes, profiles and the frameworks' stack records, one aligned
+line each with what tells them apart (parameters, memory, measured or datasheet, a framework's defaults)."""
 
 from __future__ import annotations
+
+import re
 
 from perfmodel.hardware import list_gpus, list_nodes, load_gpu, load_node
 from perfmodel.profiles.origin import origin_word, profile_origin
 from perfmodel.profiles.profile import list_profiles, load_profile
 from perfmodel.workload.presets import list_presets, preset
+from perfmodel.workload.stacks import STACKS
+from perfmodel.workload.stacks.float8 import RECIPES
 
 # bytes per parameter of mixed-precision AdamW training state: fp32 weights, gradients and two moments,
 # plus the 16-bit copy (Rajbhandari et al. 2020, ZeRO §3: 16 bytes per parameter)
@@ -65,7 +69,27 @@ def _profiles():
     return ("name", "gpu", "origin", "from"), rows
 
 
+def _code(source: str) -> str:
+    """The code and version a stack record follows: the first two words of its source."""
+    words = [w for w in re.split(r"[ ,():]+", source) if w]
+    return " ".join(words[:2])
+
+
+def _frameworks():
+    """Each ``Strategy.framework`` with the defaults it takes when the user names none (workload/stacks)."""
+    rows = []
+    for name, st in STACKS.items():
+        fp8 = f"{st.float8}: {', '.join(RECIPES[st.float8])}" if st.float8 else "-"
+        rows.append((name, st.sharding, st.default_fsdp or "-", st.default_recompute, st.default_attention,
+                     st.default_loss, fp8, "yes" if st.compiles else "-", _code(st.source)))
+    return ("framework", "sharding", "fsdp", "recompute", "attention", "loss", "float8 (recipes)", "compile",
+            "code it follows (docs/stacks.md)"), rows
+
+
+LISTINGS = {"models": _models, "gpus": _gpus, "nodes": _nodes, "profiles": _profiles, "frameworks": _frameworks}
+
+
 def listing(what: str) -> str:
-    """The aligned table of ``what``: "models", "gpus", "nodes" or "profiles"."""
-    head, rows = {"models": _models, "gpus": _gpus, "nodes": _nodes, "profiles": _profiles}[what]()
+    """The aligned table of ``what``: one of ``LISTINGS``."""
+    head, rows = LISTINGS[what]()
     return _table(head, rows)
