@@ -1,15 +1,15 @@
-"""MPT-7B as llm-foundry trains it on 8 H100s: how far the sequence can grow, and what fits.
+"""MPT-7B trained through Composer on 8 H100s: how far the sequence can grow, and what fits.
 
 Run:
     python examples/long_context_mpt.py           # sequence 2k to 64k, bf16 and fp8, three loss/stack choices
     python examples/long_context_mpt.py --quick   # 2k and 32k, bf16 only (what the test suite runs)
 
-llm-foundry trains through Composer's FSDP1 (``framework="llm-foundry"``: FULL_SHARD, bf16 parameters
+MPT's trainer runs Composer's FSDP1 (``framework="composer"``: FULL_SHARD, bf16 parameters
 and reductions, flash-attn 2, and MPT's fused cross-entropy, which holds 4 bytes per logit where an eager
 ``F.cross_entropy`` over fp32 logits holds 12; docs/stacks.md). Each row keeps one sequence per GPU and
-checkpoints every block (``recompute="full"``), as llm-foundry's pretraining configs do from 3B up, and
-is priced three ways: llm-foundry as it runs, the same FSDP1 step with an eager loss (``framework="fsdp1"``,
-as a Hugging Face model under accelerate would compute it), and llm-foundry with fp8 through Transformer
+checkpoints every block (``recompute="full"``), as MPT's pretraining configs do from 3B up, and
+is priced three ways: Composer as MPT runs it, the same FSDP1 step with an eager loss (``framework="fsdp1"``,
+as a Hugging Face model under accelerate would compute it), and Composer with fp8 through Transformer
 Engine (Composer's ``amp_fp8``; every forward casts the weights again, as no caller keeps TE's cache).
 """
 
@@ -22,10 +22,10 @@ import pandas as pd
 import perfmodel as pm
 from perfmodel.explore.output import format_table
 
-STACKS = {"llm-foundry": dict(framework="llm-foundry"), "fsdp1, eager loss": dict(framework="fsdp1"),
-          "llm-foundry, fp8": dict(framework="llm-foundry", precision="fp8-mixed")}
+STACKS = {"composer": dict(framework="composer"), "fsdp1, eager loss": dict(framework="fsdp1"),
+          "composer, fp8": dict(framework="composer", precision="fp8-mixed")}
 SEQS = (2048, 8192, 32768, 65536)
-QUICK = {"seqs": (2048, 32768), "stacks": ("llm-foundry", "fsdp1, eager loss")}
+QUICK = {"seqs": (2048, 32768), "stacks": ("composer", "fsdp1, eager loss")}
 
 
 def rows(seqs, stacks, cluster):

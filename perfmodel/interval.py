@@ -98,8 +98,8 @@ def calibration_table() -> dict:
 
 
 # stacks that run another stack's kernels and collectives, apart from defaults a user can name on either:
-# llm-foundry is Composer's FSDP1 with MPT's fused loss (workload/stacks)
-SAME_KERNELS = {"llm-foundry": "fsdp1"}
+# composer is Composer's FSDP1 with MPT's fused loss (workload/stacks)
+SAME_KERNELS = {"composer": "fsdp1"}
 # fused attention kernels, each priced on its own measured curve (docs/model.md §5): one stack family
 FUSED_ATTENTION = ("flash", "flash2", "flash3", "cudnn")
 
@@ -133,7 +133,7 @@ def cell(kind: str, share):
 
 # stacks priced by one model code and sharding share a regime (workload/stacks): DeepSpeed runs are
 # Megatron-LM's layers plus the engine's host work; FSDP1 and torchtitan (FSDP2) shard the torch model code
-REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "llm-foundry": "fsdp", "torchtitan": "fsdp", "kempnerforge": "fsdp"}
+REGIME_FRAMEWORK = {"deepspeed": "megatron", "fsdp1": "fsdp", "composer": "fsdp", "torchtitan": "fsdp", "kempnerforge": "fsdp"}
 
 
 def regime_framework(framework: str) -> str:

@@ -120,7 +120,7 @@ def test_list_tells_entries_apart(capsys):
     assert re.search(r"^a100-sxm4-80gb +80 GiB .*profile: datasheet", out, re.M)
     assert main(["list", "frameworks"]) == 0  # each stack record with the defaults it takes
     out = capsys.readouterr().out
-    assert re.search(r"^llm-foundry +fsdp1 +full +none +flash2 +fused +te: delayed, tensorwise", out, re.M)
+    assert re.search(r"^composer +fsdp1 +full +none +flash2 +fused +te: delayed, tensorwise", out, re.M)
     assert re.search(r"^torchtitan +fsdp2 +full +every-2 .*torchao: tensorwise, rowwise", out, re.M)
 
 

@@ -134,7 +134,7 @@ def test_random_float8_and_fsdp_stack_options_predict_or_refuse_clearly(seed):
     for _ in range(30):
         model = pm.preset(rng.choice(["llama-3-8b", "mpt-7b", "mpt-125m", "gpt2-small"]))
         cluster = pm.cluster(rng.choice(["dgx-h100", "grand-teton-h100", "dgx-a100-80gb"]), nodes=rng.choice([1, 2]))
-        framework = rng.choice(["torchtitan", "fsdp1", "llm-foundry", "megatron"])
+        framework = rng.choice(["torchtitan", "fsdp1", "composer", "megatron"])
         precision = rng.choice(["bf16-mixed", "fp8-mixed", "fp8-mixed"])
         recipes = RECIPES["te" if framework != "torchtitan" else "torchao"] if precision == "fp8-mixed" else ()
         kw = dict(dp=cluster.n_gpus, micro_batch=rng.choice([1, 2]), framework=framework, precision=precision,

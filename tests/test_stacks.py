@@ -128,12 +128,12 @@ def test_float8_quantizes_only_the_gemms_each_stack_its_own_way(llama8b):
 
 
 def test_transformer_engine_casts_the_weights_again_where_no_one_caches_them(llama8b):
-    # Megatron-Core passes is_first_microbatch, so TE keeps each weight's fp8 cast; Composer (fsdp1, llm-foundry)
+    # Megatron-Core passes is_first_microbatch, so TE keeps each weight's fp8 cast; the fsdp1 and composer stacks
     # does not, so every forward, the recomputed one too, casts each weight to fp8 and its transpose: 4 B a weight
     fwd, bwd = steps.layer_kernels(llama8b, 2, precision="fp8-mixed", recompute="full")
     casts = {fw: {k.name: float(k.size["x"]) for k in adapt_kernels(fwd + bwd, precision="fp8-mixed", framework=fw)
-                  if k.name.endswith("fp8_w_cast")} for fw in ("megatron", "fsdp1", "llm-foundry")}
-    assert casts["megatron"] == {} and casts["fsdp1"] == casts["llm-foundry"]
+                  if k.name.endswith("fp8_w_cast")} for fw in ("megatron", "fsdp1", "composer")}
+    assert casts["megatron"] == {} and casts["fsdp1"] == casts["composer"]
     qkv = 4096 * (4096 + 2 * 1024)
     assert casts["fsdp1"]["attn.qkv.fp8_w_cast"] == casts["fsdp1"]["attn.qkv.recompute.fp8_w_cast"] == 0.5 * qkv
     assert not any(".dgrad" in name or ".wgrad" in name for name in casts["fsdp1"])
@@ -153,25 +153,25 @@ def test_losses_compiled_and_chunked_hold_less(llama8b):
 
 
 
-def test_llm_foundry_is_fsdp1_with_mpt_fused_loss():
-    """framework="llm-foundry" alone takes MPT's fused cross-entropy; the rest is Composer's FSDP1, so with the
+def test_composer_is_fsdp1_with_mpt_fused_loss():
+    """framework="composer" alone takes MPT's fused cross-entropy; the rest is Composer's FSDP1, so with the
     loss named the two stacks price the same step and memory."""
     m, c = pm.preset("mpt-7b", seq=8192), pm.cluster("dgx-h100")
-    foundry = pm.Strategy(dp=8, micro_batch=2, framework="llm-foundry", recompute="full")
-    assert foundry.loss == "fused" and foundry.is_default("loss") and foundry.fsdp == "full"
-    assert foundry.attention == "flash2"
+    mpt = pm.Strategy(dp=8, micro_batch=2, framework="composer", recompute="full")
+    assert mpt.loss == "fused" and mpt.is_default("loss") and mpt.fsdp == "full"
+    assert mpt.attention == "flash2"
     fsdp1 = pm.Strategy(dp=8, micro_batch=2, framework="fsdp1", recompute="full")
     assert fsdp1.loss == "eager"
     logits = 2 * 8192 * m.vocab
-    a, b = pm.predict(m, c, foundry), pm.predict(m, c, fsdp1)
+    a, b = pm.predict(m, c, mpt), pm.predict(m, c, fsdp1)
     assert a.memory["loss"] == pytest.approx(4 * logits) and b.memory["loss"] == pytest.approx(12 * logits)
     assert a.peak_memory < b.peak_memory and a.step_time < b.step_time
     same = pm.predict(m, c, fsdp1.replace(loss="fused"))
     assert same.step_time == pytest.approx(a.step_time, rel=1e-12)
     assert same.peak_memory == pytest.approx(a.peak_memory, rel=1e-12)
     with pytest.raises(UnsupportedError, match="recompute='selective-op' is not a checkpointing policy of "
-                                               "framework='llm-foundry'"):
-        pm.Strategy(dp=8, framework="llm-foundry", recompute="selective-op")
+                                               "framework='composer'"):
+        pm.Strategy(dp=8, framework="composer", recompute="selective-op")
 
 # TorchTitan (Liang et al. 2024, arXiv 2410.06511), Table 1 and Table 2: Llama 3.1 8B on 8 H100
 # (96 GB HBM2e), memory as torchtitan logs it (max reserved, GiB). Table 1: local batch 2, seq 8192,

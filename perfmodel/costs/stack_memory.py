@@ -147,7 +147,7 @@ ALLOCATORS = {
     # stream): the block, allocated on the unshard stream, returns to that stream's pool only once the
     # compute stream has passed the free; the limiter (limit_all_gathers, PR #83917) bounds it to one unit
     "fsdp1": Allocator(False, 1.0, "torch 2.13 torch/distributed/fsdp/_flat_param.py _free_unsharded_flat_param"),
-    "llm-foundry": Allocator(False, 1.0, "Composer's FSDP1 (no allocator setting in llm-foundry's launch): as fsdp1"),
+    "composer": Allocator(False, 1.0, "Composer's FSDP1 (no allocator setting in llm-foundry's launch): as fsdp1"),
     "tensorflow": Allocator(False, 0.0, "TensorFlow BFC allocator, priced as fixed segments"),
 }
 

@@ -120,13 +120,13 @@ STACKS = {
                         default_recompute="none", recompute=("none",), compiles=False, rope_saves=False,
                         swiglu_saved=4, searched=("none",), cudnn_tf32=False),  # TF32 came with TF 2.4
 }
-# llm-foundry: Composer's FSDP1 over llm-foundry's model code (mosaicml/llm-foundry 8c8dd48): FSDP1 as the
+# composer: Composer's FSDP1 over MPT's model code (mosaicml/llm-foundry 8c8dd48): FSDP1 as the
 # fsdp1 record has it (scripts/train/yamls/pretrain/mpt-*.yaml: FULL_SHARD, mixed_precision PURE,
 # limit_all_gathers); MPT's loss is flash-attn's fused cross-entropy (models/mpt/modeling_mpt.py
 # ComposerMPTCausalLM: loss_fn='fused_crossentropy' by default), its norm LPLayerNorm in bf16
 # (models/layers/norm.py, MPTConfig norm_type='low_precision_layernorm': one fused kernel, as priced)
-STACKS["llm-foundry"] = replace(
-    STACKS["fsdp1"], name="llm-foundry", default_loss="fused", default_search=False,
+STACKS["composer"] = replace(
+    STACKS["fsdp1"], name="composer", default_loss="fused", default_search=False,
     source="mosaicml/llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py, models/layers/norm.py, "
            "scripts/train/yamls/pretrain; Composer FSDP1 (torch/distributed/fsdp, torch 2.4)")
 FRAMEWORKS = tuple(STACKS)
