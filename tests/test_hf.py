@@ -95,7 +95,7 @@ def test_unsupported_shapes_and_bad_files(tmp_path):
         from_hf_config(42)
 
 
-def test_mpt_mapping_follows_composer_config():
+def test_mpt_mapping_follows_mptconfig():
     mpt = from_hf_config(FIXTURES / "mpt-7b.json")
     # ALiBi turns learned positions off (configuration_mpt.py _validate_config); no_bias drops every bias
     assert (mpt.position, mpt.bias, mpt.tied_embeddings, mpt.activation, mpt.ffn_hidden, mpt.norm) == (
