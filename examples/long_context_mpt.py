@@ -10,7 +10,8 @@ and reductions, flash-attn 2, and MPT's fused cross-entropy, which holds 4 bytes
 checkpoints every block (``recompute="full"``), as MPT's pretraining configs do from 3B up, and
 is priced three ways: Composer as MPT runs it, the same FSDP1 step with an eager loss (``framework="fsdp1"``,
 as a Hugging Face model under accelerate would compute it), and Composer with fp8 through Transformer
-Engine (Composer's ``amp_fp8``; every forward casts the weights again, as no caller keeps TE's cache).
+Engine (Composer's ``amp_fp8`` over ``fc_type="te"`` linears, the only ones it turns fp8; every forward casts
+the weights again, as no caller keeps TE's cache).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import perfmodel as pm
 from perfmodel.explore.output import format_table
 
 STACKS = {"composer": dict(framework="composer"), "fsdp1, eager loss": dict(framework="fsdp1"),
-          "composer, fp8": dict(framework="composer", precision="fp8-mixed")}
+          "composer, fp8": dict(framework="composer", precision="fp8-mixed", fc_type="te")}
 SEQS = (2048, 8192, 32768, 65536)
 QUICK = {"seqs": (2048, 32768), "stacks": ("composer", "fsdp1, eager loss")}
 

@@ -21,6 +21,7 @@ from perfmodel.parallel.ps_async import AsyncPS, async_ps, server_count, server_
 from perfmodel.workload.variables import model_variables
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.costs.cnn import cnn_caveats
+from perfmodel.workload.stacks.composer import fc_type_caveats, run_strategy
 from perfmodel.costs import memory as mem_costs, stack_memory
 from perfmodel.profiles.profile import Profile, list_profiles, load_profile
 from perfmodel.parallel.strategy import Strategy, check_against, fill_dp
@@ -232,19 +233,21 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     if s.ps_async:
         return async_prediction(model, cluster, s, prof, level)
     coll = _collectives(cluster, prof)
-    out = compose.step_quantities(model, cluster, prof, coll, c, precision=s.precision, recompute=s.recompute,
+    run = run_strategy(s)  # the kernels it runs (Composer's amp_fp8 over torch linears: bf16 GEMMs)
+    out = compose.step_quantities(model, cluster, prof, coll, c, precision=run.precision, recompute=s.recompute,
                                   optimizer=s.optimizer, placement=s.placement)
     got = _NUMBERS((prof, cluster, model, out),
-                   (s.batch, s.micro_batch, s.precision, s.recompute, s.framework, s.attention, level),
-                   lambda: _numbers(model, cluster, prof, s, out, level))
-    return Prediction.of({**got, "strategy": s, "breakdown": dict(got["breakdown"]), "memory": dict(got["memory"])})
+                   (s.batch, s.micro_batch, run.precision, s.recompute, s.framework, s.attention, level),
+                   lambda: _numbers(model, cluster, prof, run, out, level))
+    return Prediction.of({**got, "strategy": s, "breakdown": dict(got["breakdown"]), "memory": dict(got["memory"]),
+                          "caveats": got["caveats"] + fc_type_caveats(s)})
 
 
 def _checked(model, cluster, s: Strategy) -> tuple:
-    """(``s`` with dp filled, its StepConfig), or a clear error when it cannot run here."""
+    """(``s`` with dp filled, the StepConfig of the step it runs), or a clear error when it cannot run here."""
     s = fill_dp(s, cluster.n_gpus)  # dp=None (the default): GPUs / (tp × pp × cp), as the CLI
     check_strategy(model, cluster, s)
-    return s, None if s.ps_async else StepConfig.from_strategy(s)
+    return s, None if s.ps_async else StepConfig.from_strategy(run_strategy(s))
 
 
 def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: float) -> FrozenDict:

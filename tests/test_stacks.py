@@ -9,6 +9,7 @@ import perfmodel as pm
 from perfmodel.core.errors import InvalidInputError, PerfModelError, UnsupportedError
 from perfmodel.costs import stack_memory
 from perfmodel.costs.memory import layer_activation_bytes
+from perfmodel.explore import strategy_of
 from perfmodel.validate.published import read_published_stacks
 from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import mem
@@ -173,11 +174,39 @@ def test_composer_is_fsdp1_with_mpt_fused_loss():
                                                "framework='composer'"):
         pm.Strategy(dp=8, framework="composer", recompute="selective-op")
 
+
+def test_composer_amp_fp8_runs_fp8_only_in_transformer_engine_linears():
+    """Composer's amp_fp8 is te.fp8_autocast alone: MPT's torch linears (fc_type="torch") run the bf16 step, TE's
+    ("te") the fp8 one, which fc_type=None prices too and says so; fc_type belongs to composer alone."""
+    m, c = pm.preset("mpt-3b"), pm.cluster("dgx-h100")
+    base = dict(dp=8, micro_batch=8, framework="composer", recompute="full")
+    bf16 = pm.predict(m, c, pm.Strategy(**base))
+    torch_fc = pm.predict(m, c, pm.Strategy(**base, precision="fp8-mixed", fc_type="torch"))
+    assert torch_fc.step_time == pytest.approx(bf16.step_time, rel=1e-12)
+    assert torch_fc.peak_memory == pytest.approx(bf16.peak_memory, rel=1e-12)
+    assert torch_fc.strategy.precision == "fp8-mixed" and "turns no nn.Linear fp8" in torch_fc.caveats[-1]
+    te = pm.predict(m, c, pm.Strategy(**base, precision="fp8-mixed", fc_type="te"))
+    default = pm.predict(m, c, pm.Strategy(**base, precision="fp8-mixed"))
+    assert te.step_time < 0.9 * bf16.step_time and default.step_time == pytest.approx(te.step_time, rel=1e-12)
+    assert not te.caveats and "fc_type='torch' to price that" in default.caveats[-1]
+    assert not bf16.caveats  # no fp8 asked, nothing to say
+    with pytest.raises(UnsupportedError, match="'fc_type'='te' .* framework='fsdp1'; the stack that takes it: "
+                                               "composer"):
+        pm.Strategy(dp=8, framework="fsdp1", fc_type="te")
+    with pytest.raises(pm.UnknownNameError, match="unknown fc_type 'linear'"):
+        pm.Strategy(dp=8, framework="composer", fc_type="linear")
+    # search holds it like the other fixed fields: torch linears price (and show) the bf16 step
+    rows = pm.search(m, c, 64, framework="composer", precision="fp8-mixed", fixed={"fc_type": "torch"}, top_k=3)
+    assert set(rows["precision"]) == {"bf16-mixed"} and set(rows["fc_type"]) == {"torch"}
+    s = strategy_of(rows.iloc[0])
+    assert pm.predict(m, c, s).step_time == pytest.approx(rows["step_time"].iloc[0], rel=1e-9)
+
 # TorchTitan (Liang et al. 2024, arXiv 2410.06511), Table 1 and Table 2: Llama 3.1 8B on 8 H100
 # (96 GB HBM2e), memory as torchtitan logs it (max reserved, GiB). Table 1: local batch 2, seq 8192,
 # per-op selective checkpointing; Table 2: local batch 1, full checkpointing, compile + float8.
 # The torch.compile of that version compiled the blocks, not the loss (loss="eager").
-@pytest.mark.parametrize("case", read_published_stacks(), ids=lambda c: c.label)
+@pytest.mark.parametrize("case", [c for c in read_published_stacks() if "reserved_memory_bytes" in c.extra],
+                         ids=lambda c: c.label)
 def test_torchtitan_reserved_memory_within_five_percent_of_the_paper(case):
     # the paper's rows (published_stack_runs.csv) on its hosts (96 GB HBM2e at 500 W)
     p = pm.predict(case.model, case.cluster, case.strategy)

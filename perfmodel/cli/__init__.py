@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError
+from perfmodel.cli.argtypes import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, renamed_bucket
 from perfmodel import __version__
 from perfmodel.cli.listing import LISTINGS, listing
 from perfmodel.core.extras import require_installed
@@ -41,6 +41,7 @@ from perfmodel.workload.stack import ATTENTIONS
 from perfmodel.costs.memory import OPTIMIZER_STATES
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, MEMORY_FORMATS
 from perfmodel.workload.stacks.float8 import RECIPES
+from perfmodel.workload.stacks.composer import FC_TYPES
 from perfmodel.validate.host import write_host_gpu
 from perfmodel.fit.compute import POWER_ONSET_S
 from perfmodel.fit.build import build_profile
@@ -54,34 +55,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _bounded(kind, low: float, *, strict: bool = False):
-    """An argparse ``type``: a finite ``kind`` (int or float) >= ``low`` (> ``low`` when ``strict``)."""
-    what = "an integer" if kind is int else "a number"
-    bound = f"{'>' if strict else '>='} {low:g}"
-
-    def parse(text: str):
-        try:
-            if not text.isascii():  # int() also reads '٣' and other Unicode digits
-                raise ValueError(text)
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}") from None
-        if not math.isfinite(value) or value < low or (strict and value == low):
-            raise argparse.ArgumentTypeError(f"must be {what} {bound}: got {text!r}")
-        return value
-    parse.__name__ = f"{kind.__name__} {bound}"
-    return parse
-
-
-POSITIVE_INT = _bounded(int, 1)
-NONNEGATIVE_INT = _bounded(int, 0)
-POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
-
-
-def _renamed_bucket(text: str):
-    raise argparse.ArgumentTypeError(f"--bucket-mb is now --bucket-mib (MiB, as torch's bucket_cap_mb): use --bucket-mib {text}")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -117,7 +90,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=None,
                    help="gradient bucket size in MiB (default: the framework's; 25 as torch's bucket_cap_mb, "
                         "Megatron-Core max(4e7, 1e6 x dp) fp32 elements)")
-    p.add_argument("--bucket-mb", type=_renamed_bucket, help=argparse.SUPPRESS)
+    p.add_argument("--bucket-mb", type=renamed_bucket, help=argparse.SUPPRESS)
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
     p.add_argument("--loss", default=None, choices=["eager", "compiled", "fused", "chunked"], help="cross-entropy: "
@@ -140,6 +113,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="CNN activations: channels_last (NHWC) or contiguous (NCHW: cuDNN transposes; docs/cnn.md)")
     p.add_argument("--norm-kernels", default="fused", choices=["fused", "composite"],
                    help="eager RMSNorm: one fused kernel, or HF's / fms's elementwise ops (docs/stacks.md)")
+    p.add_argument("--fc-type", default=None, choices=list(FC_TYPES), help="composer: MPT's linears, torch (amp_fp8 runs "
+                   "them bf16) or te (fp8); default te under fp8-mixed, as llm-foundry's tutorial pairs them")
     add_stack_args(p)
 
 
@@ -193,7 +168,8 @@ def strategy_from_args(args, n_gpus: int):
                     grad_reduce_fp32=GRAD_REDUCE[getattr(args, "grad_reduce", None)],
                     optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False),
                     memory_format=getattr(args, "memory_format", DEFAULT_MEMORY_FORMAT),
-                    norm_kernels=getattr(args, "norm_kernels", "fused"), float8_recipe=getattr(args, "float8_recipe", None))
+                    norm_kernels=getattr(args, "norm_kernels", "fused"), float8_recipe=getattr(args, "float8_recipe", None),
+                    fc_type=getattr(args, "fc_type", None))
 
 
 GRAD_REDUCE = {None: None, "fp32": True, "bf16": False}  # --grad-reduce -> Strategy.grad_reduce_fp32

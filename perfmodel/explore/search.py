@@ -35,6 +35,7 @@ from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.composer import run_strategy, runs_no_fp8
 from perfmodel.workload.stacks.context import default_attention
 from perfmodel.hardware import as_cluster
 
@@ -53,7 +54,7 @@ STACK_FIELDS = {"framework": str, "attention": str, "tp_overlap": bool, "dp_over
 _NAME = lambda v: v if isinstance(v, str) and v else None  # noqa: E731
 _FLAG = lambda v: None if v is None or v != v else bool(v)  # noqa: E731
 FIXED_FIELDS = {"grad_reduce_fp32": _FLAG, "optimizer_states": _NAME, "fp8_params": bool, "float8_recipe": _NAME,
-                "norm_kernels": str, "loss": _NAME, "cp_comm": _NAME, "memory_format": str}
+                "norm_kernels": str, "loss": _NAME, "cp_comm": _NAME, "memory_format": str, "fc_type": _NAME}
 FIXED_FLAGS = tuple(name for name, cast in FIXED_FIELDS.items() if cast in (bool, _FLAG))  # true or false
 
 
@@ -313,6 +314,8 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
                     raise
                 refused.append(str(e))
                 continue
+            if runs_no_fp8(base):  # Composer's amp_fp8 over torch linears runs bf16 (workload/stacks/composer.py)
+                base, spec = run_strategy(base), dataclasses.replace(spec, precision="bf16-mixed")
             stack.update(compile=spec.compile, offload_layers=spec.offload_layers, tp_comm_overlap=spec.tp_comm_overlap,
                          schedule=spec.schedule, **fixed)
             jobs.append(Job(len(jobs), cl, prof, price, stack, space, spec, base))

@@ -1,14 +1,10 @@
 """Parallel strategy: how a step is split over GPUs, as validated data.
 
-Fields follow the contract in the design notes. ``zero`` is the ZeRO stage
-(Rajbhandari et al. 2020; 3 is what PyTorch FSDP's FULL_SHARD does);
-``fsdp="hybrid"`` shards within a node and replicates across nodes (FSDP
-HYBRID_SHARD). ``ps_servers`` > 0 trains with parameter servers instead of
-all-reduce. ``placement`` orders the groups from fastest-varying rank up:
-the default puts tensor groups inside a node first, then pipeline, then data.
-``framework``, ``attention`` and ``tp_overlap`` describe the software stack
-(docs/distributed.md); ``check_against`` checks a strategy against a model and
-a GPU count.
+Fields follow the contract in the design notes. ``zero`` is the ZeRO stage (Rajbhandari et al. 2020;
+3 is what PyTorch FSDP's FULL_SHARD does); ``fsdp="hybrid"`` shards within a node and replicates
+across nodes (HYBRID_SHARD). ``ps_servers`` > 0 trains with parameter servers instead of all-reduce.
+``placement`` orders the groups from fastest-varying rank up (tensor groups inside a node first).
+``framework`` and the fields after it describe the software stack (docs/stacks.md).
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_fl
 from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad
 from perfmodel.workload.stacks.checkpointing import check_recompute
+from perfmodel.workload.stacks.composer import check_fc_type
 from perfmodel.workload.stacks.float8 import float8_recipe
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
@@ -142,6 +139,9 @@ class Strategy:
     # fp8 scaling (workload/stacks/float8.py RECIPES): torchao's "tensorwise", "rowwise", "rowwise_with_gw_hp";
     # Transformer Engine's "delayed", "tensorwise"; None: the stack's default (its first) under fp8-mixed
     float8_recipe: str | None = None
+    # MPT's linear layers under Composer (workload/stacks/composer.py): "torch" (nn.Linear: amp_fp8 runs them bf16),
+    # "te" (Transformer Engine's, fp8 under amp_fp8); None: "te" under fp8-mixed, as llm-foundry's tutorial pairs them
+    fc_type: str | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -192,6 +192,7 @@ class Strategy:
         object.__setattr__(self, "memory_format", check_memory_format(self.memory_format))
         check_norm_kernels(self.norm_kernels, self.framework)
         float8_recipe(stack(self.framework).float8, self.float8_recipe, self.framework, self.precision, self.fp8_params)
+        check_fc_type(self.framework, self.fc_type)
 
     def _check_optimizer_layout(self):
         """``optimizer_states`` (Megatron-Core's optimizer) and ``fp8_params`` (its model code; torchtitan's float8)."""

@@ -96,7 +96,7 @@ def score(path: str | Path = CHECKS_CSV) -> list[MemoryCheck]:
     ran += [c for c in read_published_checks() if c.label.startswith(DGX_CLOUD)]
     for case in ran:
         checks.append(_scored(case.label, "ran", None, predict(case.model, case.cluster, case.strategy), case.source))
-    for case in read_published_stacks():
+    for case in (c for c in read_published_stacks() if "reserved_memory_bytes" in c.extra):
         p = predict(case.model, case.cluster, case.strategy)
         checks.append(_scored(case.label, "reading", case.extra["reserved_memory_bytes"] / GIB, p, case.source))
     return checks

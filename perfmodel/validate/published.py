@@ -99,8 +99,9 @@ def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
 
     A row gives tokens per second per GPU as torchtitan logs it (local batch x seq / (step x cp)), so
     the step is micro_batch x seq / (cp x rate); its memory (``published_memory_gib``, what the stack
-    logs: max reserved) is kept as ``extra["reserved_memory_bytes"]``. ``attention`` names the SDPA backend
-    the run's torch picked (blank: the stack's default, under context parallelism its ring's).
+    logs: max reserved; blank where the source gives none) is kept as ``extra["reserved_memory_bytes"]``.
+    ``attention`` names the SDPA backend the run's torch picked (blank: the stack's default, under context
+    parallelism its ring's); ``fc_type``, MPT's linears under Composer (blank: None).
     """
     text = read_text_file(Path(path), field="published", expect="the published stack-runs CSV")
     cases = []
@@ -110,12 +111,14 @@ def read_published_stacks(path: str | Path = STACK_RUNS_CSV) -> list[Case]:
         s = Strategy(dp=int(r["dp"]), cp=cp, micro_batch=mb, framework=r["framework"], recompute=r["recompute"],
                      compile=_yes(r["compile"]), loss=r["loss"], precision=r["precision"],
                      attention=r["attention"] or None, norm_kernels=r.get("norm_kernels") or "fused",
-                     float8_recipe=r.get("float8_recipe") or None, fp8_params=_yes(r.get("fp8_params") or "false"))
+                     float8_recipe=r.get("float8_recipe") or None, fp8_params=_yes(r.get("fp8_params") or "false"),
+                     fc_type=r.get("fc_type") or None)
         step = mb * m.seq / (cp * float(r["published_tokens_per_s_per_gpu"]))
+        memory = r["published_memory_gib"]  # blank where the source gives none
         cases.append(Case(line=line, label=r["name"], model=m, cluster=cluster(r["node"], nodes=int(r["nodes"])),
                           strategy=s, metric="step_time_s", measured=step,
                           source=f"published_stack_runs.csv ({r['certainty']}, {r['date']}): {r['source']}",
-                          extra={"reserved_memory_bytes": float(r["published_memory_gib"]) * 2**30}))
+                          extra={"reserved_memory_bytes": float(memory) * 2**30} if memory else {}))
     return cases
 
 

@@ -106,9 +106,9 @@ STACKS = {
                    # llm-foundry llmfoundry/models/layers/attention.py: attn_impl='flash' calls flash-attn 2's
                    # flash_attn_varlen_func (flash_attn_fn) when flash-attn 2 is installed
                    default_attention="flash2",
-                   # Composer's precision amp_fp8 (composer/core/precision.py get_precision_context): bf16 autocast
-                   # inside te.fp8_autocast, so the Transformer Engine linears llm-foundry builds for fp8
-                   # (llmfoundry/models/layers/fc.py fc_type "te", ffns.py ffn_type "te_ln_mlp") run fp8; neither
+                   # Composer's precision amp_fp8 (composer/core/precision.py get_precision_context): te.fp8_autocast
+                   # alone, so only the Transformer Engine linears llm-foundry builds for fp8 run it
+                   # (llmfoundry/models/layers/fc.py fc_type "te": Strategy.fc_type, stacks/composer.py); neither
                    # passes is_first_microbatch (FSDP frees the gathered weight after each forward anyway), so TE
                    # casts every weight again in every forward
                    float8="te", te_weight_cache=False),
