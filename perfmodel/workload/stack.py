@@ -102,6 +102,29 @@ def loss_kernel(k: Kernel) -> bool:
     return k.cls == "cross_entropy" or k.name in ("logits.float", "logits.grad_cast")
 
 
+def unpad_copies(k: Kernel) -> list[Kernel]:
+    """What llm-foundry's MPT does around each flash-attn 2 call (llm-foundry 8c8dd48
+    ``llmfoundry/models/layers/attention.py`` ``flash_attn_fn``, with flash-attn ``bert_padding``): it gathers
+    q, k and v to their unpadded rows (``index_first_axis``: a ``torch.gather``, 2 B read and 2 written per
+    element) for ``flash_attn_varlen_func`` and scatters the output back (``pad_input``: ``torch.zeros``, 2 B,
+    then an ``index_put``, 2 + 2 B), padding or not. Backward: the output gradient gathered (2 + 2 B), and each
+    of q, k, v's gradients scattered into zeros (2 B, then 2 + 2). Priced as copies moving those bytes (an fp32
+    copy moves 8 B per element), one per launch."""
+    b, s, d = k.size["batch"], k.size["seq"], k.size["head_dim"]
+    q = np.multiply(np.multiply(b, s), np.multiply(k.size["heads"], d))
+    kv = np.multiply(np.multiply(b, s), np.multiply(k.size["kv_heads"], d))
+
+    def copy(tag, elems, moved):
+        return mem_kernel(f"{k.name}.{tag}", "copy", k.phase, np.multiply(elems, moved / 8.0), count=k.count,
+                          variant="fwd")
+
+    if k.variant.endswith("fwd"):
+        return [copy("unpad_q", q, 4.0), copy("unpad_k", kv, 4.0), copy("unpad_v", kv, 4.0),
+                copy("pad_zeros", q, 2.0), copy("pad_out", q, 4.0)]
+    return [copy("pad_out.bwd", q, 4.0), *(copy(f"unpad_{x}.bwd_{op}", n, moved) for x, n in (("q", q), ("k", kv), ("v", kv))
+                                          for op, moved in (("zeros", 2.0), ("scatter", 4.0)))]
+
+
 def fused_loss(k: Kernel) -> list[Kernel]:
     """The cross-entropy as one fused kernel over the 16-bit logits (``loss`` "fused" or "compiled").
 
@@ -122,6 +145,15 @@ def float8_gemm(k: Kernel, st, recipe: str = "", fp8_params=False) -> list[Kerne
     if st.float8 == "te":
         return transformer_engine_fp8(k, st.te_weight_cache, recipe or "delayed")
     return torchao_float8(k, recipe or "tensorwise", fp8_gather=bool(fp8_params))
+
+
+def _attention(k: Kernel, attention: str, unpads: bool) -> list[Kernel]:
+    """An attention kernel as ``attention`` runs it (``unpads``: with MPT's copies around flash-attn 2)."""
+    if attention == "unfused":
+        return unfused_attention(k)
+    if attention in KERNEL_VARIANTS:
+        k = replace(k, variant=f"{KERNEL_VARIANTS[attention]}.{k.variant}")
+    return [*unpad_copies(k), k] if unpads else [k]
 
 
 def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager",
@@ -151,6 +183,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     out, st = [], stack(framework)
     weights16 = st.weights16
     float8 = st.float8 if precision == "fp8-mixed" else ""
+    unpads = st.unpads_attention and attention == "flash2"  # MPT's flash-attn 2 path (unpad_copies)
     tf32_convs = precision == "fp32" and st.cudnn_tf32 and "tf32" in tensor_cores
     transposes = tensor_cores if memory_format == "contiguous" else ()
     for k in kernels:
@@ -167,11 +200,9 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
         if loss != "eager" and loss_kernel(k):
             out.extend(fused_loss(k))
             continue
-        if attention == "unfused" and k.cls == "sdpa":
-            out.extend(unfused_attention(k))
+        if k.cls == "sdpa":
+            out.extend(_attention(k, attention, unpads))
             continue
-        if attention in KERNEL_VARIANTS and k.cls == "sdpa":
-            k = replace(k, variant=f"{KERNEL_VARIANTS[attention]}.{k.variant}")
         if float8 and k.cls == "gemm" and k.dtype == "fp8":
             out.extend(float8_gemm(k, st, float8_recipe, fp8_params))
             continue

@@ -51,6 +51,9 @@ class Stack:
     # the loss its model code computes when the user names none: "eager" (F.cross_entropy over the fp32
     # logits), "fused" (a fused cross-entropy kernel); a compiled stack with compiles_loss takes "compiled"
     default_loss: str = "eager"
+    # the model code unpads q, k, v and pads the output around each flash-attn 2 call (MPT's flash_attn_fn:
+    # workload/stack.py unpad_copies)
+    unpads_attention: bool = False
 
     def loss_default(self, compiled: bool) -> str:
         """The ``Strategy.loss`` this framework runs when the user names none."""
@@ -124,11 +127,12 @@ STACKS = {
 # fsdp1 record has it (scripts/train/yamls/pretrain/mpt-*.yaml: FULL_SHARD, mixed_precision PURE,
 # limit_all_gathers); MPT's loss is flash-attn's fused cross-entropy (models/mpt/modeling_mpt.py
 # ComposerMPTCausalLM: loss_fn='fused_crossentropy' by default), its norm LPLayerNorm in bf16
-# (models/layers/norm.py, MPTConfig norm_type='low_precision_layernorm': one fused kernel, as priced)
+# (models/layers/norm.py, MPTConfig norm_type='low_precision_layernorm': one fused kernel, as priced); its
+# attn_impl='flash' unpads q, k, v for flash_attn_varlen_func and pads the output (models/layers/attention.py)
 STACKS["composer"] = replace(
-    STACKS["fsdp1"], name="composer", default_loss="fused", default_search=False,
+    STACKS["fsdp1"], name="composer", default_loss="fused", default_search=False, unpads_attention=True,
     source="mosaicml/llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py, models/layers/norm.py, "
-           "scripts/train/yamls/pretrain; Composer FSDP1 (torch/distributed/fsdp, torch 2.4)")
+           "models/layers/attention.py, scripts/train/yamls/pretrain; Composer FSDP1 (torch/distributed/fsdp, torch 2.4)")
 FRAMEWORKS = tuple(STACKS)
 
 
