@@ -164,8 +164,8 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
     ranges = table.get("host_shape_range", {}) if kind == "host" else table["shape_range"]
     for name in SHAPE_FIELDS:
         value = getattr(model, name, None)
-        if value is None:
-            return f"workload without '{name}' (not a transformer)"
+        if not value:  # a traced graph (CNN, ViT) carries 0 or no transformer shape
+            return "not a transformer (no interval row checks a traced graph's step)"
         lo, hi = ranges.get(name, (math.inf, -math.inf))
         if not lo <= value <= hi:
             return f"{name}={value} outside calibrated {lo}-{hi}"
