@@ -10,6 +10,7 @@ from perfmodel.profiles.origin import origin_word, profile_origin
 from perfmodel.profiles.profile import list_profiles, load_profile
 from perfmodel.workload.presets import list_presets, preset
 from perfmodel.workload.stacks import STACKS
+from perfmodel.workload.stacks.composer import TAKES_FC_TYPE
 from perfmodel.workload.stacks.float8 import RECIPES
 
 # bytes per parameter of mixed-precision AdamW training state: fp32 weights, gradients and two moments,
@@ -80,6 +81,7 @@ def _frameworks():
     rows = []
     for name, st in STACKS.items():
         fp8 = f"{st.float8}: {', '.join(RECIPES[st.float8])}" if st.float8 else "-"
+        fp8 += " (fc_type='te' linears)" if name in TAKES_FC_TYPE else ""  # Composer's amp_fp8 (stacks/composer.py)
         rows.append((name, st.sharding, st.default_fsdp or "-", st.default_recompute, st.default_attention,
                      st.default_loss, fp8, "yes" if st.compiles else "-", _code(st.source)))
     return ("framework", "sharding", "fsdp", "recompute", "attention", "loss", "float8 (recipes)", "compile",
