@@ -128,7 +128,8 @@ def test_random_zero_bubble_and_layout_options_predict_or_refuse_clearly(seed):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_random_float8_and_fsdp_stack_options_predict_or_refuse_clearly(seed):
-    # the float8 recipes, torchao's float8 all-gather and the FSDP1 stacks over random shapes and clusters
+    # the float8 recipes, torchao's float8 all-gather, the FSDP1 stacks and Composer's fc_type and attention
+    # over random shapes and clusters
     rng = random.Random(300 + seed)
     predicted = 0
     for _ in range(30):
@@ -140,7 +141,9 @@ def test_random_float8_and_fsdp_stack_options_predict_or_refuse_clearly(seed):
         kw = dict(dp=cluster.n_gpus, micro_batch=rng.choice([1, 2]), framework=framework, precision=precision,
                   compile=rng.random() < 0.3 and framework != "megatron",
                   float8_recipe=rng.choice([None, *recipes]) if rng.random() < 0.9 else "rowwise",  # some refused
-                  fp8_params=rng.random() < 0.2, recompute=rng.choice(["none", "full"]))
+                  fp8_params=rng.random() < 0.2, recompute=rng.choice(["none", "full"]),
+                  fc_type=rng.choice([None, "torch", "te"]) if rng.random() < 0.5 else None,  # composer's alone
+                  attention=rng.choice([None, "unfused"]) if framework == "composer" else None)
         try:
             p = pm.predict(model, cluster, pm.Strategy(**kw))
         except PerfModelError as e:
