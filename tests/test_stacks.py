@@ -178,7 +178,7 @@ def test_composer_is_fsdp1_with_mpt_fused_loss():
 
 
 def test_mpt_unpads_around_flash_attention_by_hand():
-    """llm-foundry's flash_attn_fn gathers q, k, v (2 + 2 B an element) and pads the output (zeros 2 B, index_put
+    """MPT's flash_attn_fn gathers q, k, v (2 + 2 B an element) and pads the output (zeros 2 B, index_put
     2 + 2); backward gathers the output gradient (2 + 2) and scatters each of dq, dk, dv into zeros (2, then 2 + 2)."""
     from perfmodel.workload.ops import Kernel
     from perfmodel.workload.stack import unpad_copies
@@ -214,6 +214,11 @@ def test_composer_amp_fp8_runs_fp8_only_in_transformer_engine_linears():
         pm.Strategy(dp=8, framework="fsdp1", fc_type="te")
     with pytest.raises(pm.UnknownNameError, match="unknown fc_type 'linear'"):
         pm.Strategy(dp=8, framework="composer", fc_type="linear")
+    # the analyses that price a Strategy themselves take the step it runs too (mixed GPU types here)
+    small, mixed = pm.preset("mpt-125m"), {"h100": 2, "h200": 2}
+    a, b = (pm.predict_mixed(small, mixed, pm.Strategy(**{**base, "dp": None}, **kw))
+            for kw in (dict(precision="fp8-mixed", fc_type="torch"), {}))
+    assert a["step_time_s"].tolist() == pytest.approx(b["step_time_s"].tolist(), rel=1e-12)
     # search holds it like the other fixed fields: torch linears price (and show) the bf16 step
     rows = pm.search(m, c, 64, framework="composer", precision="fp8-mixed", fixed={"fc_type": "torch"}, top_k=3)
     assert set(rows["precision"]) == {"bf16-mixed"} and set(rows["fc_type"]) == {"torch"}

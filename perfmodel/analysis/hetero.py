@@ -29,6 +29,7 @@ import pandas as pd
 
 from dataclasses import replace
 
+from perfmodel.workload.stacks.composer import run_strategy
 from perfmodel.core.checks import LIMITS, check_choice, check_int, check_size
 from perfmodel.analysis.hetero_async import mixed_async
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
@@ -108,7 +109,7 @@ class _Type:
         key = (batch, workers)
         if key not in self._exchange:
             cl = make_cluster(self.gpu, nodes=workers)
-            s = self.strategy.replace(dp=workers, micro_batch=int(batch))
+            s = run_strategy(self.strategy.replace(dp=workers, micro_batch=int(batch)))  # the kernels it runs
             out = evaluate(self.model, cl, self.resolved_profile(cl), coll, StepConfig.from_strategy(s),
                            precision=s.precision, recompute=s.recompute, optimizer=s.optimizer,
                            placement=s.placement)
@@ -308,6 +309,7 @@ def stage_costs(model, gpu: str, strategy, profile=None) -> tuple[float, float, 
         raise UnsupportedError(f"{gpu} has no {gemm_dtype(strategy.precision)} support (supported: "
                                f"{', '.join(sorted(spec.peak_flops))}); choose another precision")
     prof = default_profile(one) if profile is None else load_profile(profile)
+    strategy = run_strategy(strategy)  # the kernels it runs (workload/stacks/composer.py)
     c = StepConfig.from_strategy(strategy.replace(
         dp=1, tp=1, pp=1, cp=1, ep=1, sequence_parallel=False, global_batch=None, stage_layers=None, zero=0,
         fsdp=None, ps_servers=0, schedule="1f1b", virtual_stages=1))

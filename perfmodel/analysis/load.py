@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfmodel.workload.stacks.composer import run_strategy
 from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.compute import time_by_class
 from perfmodel.core.errors import InvalidInputError, PerfModelError
@@ -70,6 +71,7 @@ def as_job(item, cluster):
 
 def compute_share(model, s: Strategy, profile) -> float:
     """Fraction of one micro-batch's kernel time (forward + backward) in compute-bound classes."""
+    s = run_strategy(s)  # the kernels it runs (workload/stacks/composer.py)
     fwd, bwd = steps.step_kernels(model, s.micro_batch, tp=s.tp, sp=s.sequence_parallel, precision=s.precision,
                                   recompute=s.recompute)
     kernels = adapt_kernels(fwd + bwd, precision=s.precision, framework=s.framework, attention=s.attention,

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfmodel.workload.stacks.composer import run_strategy
 from perfmodel.costs import memory as mem, stack_memory
 from perfmodel.costs.comm import datasheet_entry, hierarchical_time, lookup_entry
 from perfmodel.costs.wan import SITE_ALGORITHMS, ring_edges, three_level_time, wan_time
@@ -312,6 +313,7 @@ def _pp_across(model, multi, strategy, profile) -> tuple[dict, tuple]:
     tp_rpn = min(s.tp, whole.gpus_per_node)
     lay = {"pp": (np.float64(s.pp / multi.n_sites), np.float64(multi.n_sites)),
            "tp": (np.float64(tp_rpn), np.float64(s.tp / tp_rpn))}
+    s = run_strategy(s)  # the kernels it runs (workload/stacks/composer.py)
     c = StepConfig.from_strategy(s)
     act = activation_bytes(model, c, s.precision)
     extra = max(float(p2p_time(across_wan, lay, c, act) - p2p_time(across_dc, lay, c, act)), 0.0)

@@ -24,6 +24,7 @@ import sympy as sp
 
 from dataclasses import replace
 
+from perfmodel.workload.stacks.composer import run_strategy
 from perfmodel.core.algebra import to_sympy, where
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.costs.comm import ring_formula
@@ -71,7 +72,7 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
     cluster = as_cluster(cluster)
     if not isinstance(strategy, Strategy):
         raise InvalidInputError(f"'strategy' must be a pm.Strategy: got {strategy!r}")
-    strategy = fill_dp(strategy, cluster.n_gpus)
+    strategy = run_strategy(fill_dp(strategy, cluster.n_gpus))  # the kernels it runs (workload/stacks/composer.py)
     unknown = [f for f in free if f not in FREE]
     if unknown:
         raise UnsupportedError(f"cannot leave {unknown} free (free symbols supported: {', '.join(FREE)})")
