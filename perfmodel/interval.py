@@ -101,7 +101,7 @@ def calibration_table() -> dict:
 # composer is Composer's FSDP1 with MPT's fused loss (workload/stacks)
 SAME_KERNELS = {"composer": "fsdp1"}
 # fused attention kernels, each priced on its own measured curve (docs/model.md §5): one stack family
-FUSED_ATTENTION = ("flash", "flash2", "flash3", "cudnn")
+FUSED_ATTENTION = ("flash", "flash2", "flash3", "cudnn", "flash1", "triton")
 
 
 def stack_key(framework: str, attention: str, precision: str) -> str:

@@ -189,9 +189,12 @@ def test_mpt_unpads_around_flash_attention_by_hand():
     assert len(fwd) == 5 and len(bwd) == 7 and all(k.cls == "copy" for k in fwd + bwd)
     assert sum(k.size["x"] for k in fwd) * 8 == pytest.approx(4 * (q + 2 * kv) + 6 * q)
     assert sum(k.size["x"] for k in bwd) * 8 == pytest.approx(4 * q + 6 * (q + 2 * kv))
-    names = {s: [k.name for k in adapt_kernels(steps.step_kernels(pm.preset("mpt-125m"), 1)[0], precision="bf16-mixed",
-                                                framework=s, attention="flash2")] for s in ("composer", "fsdp1")}
-    assert "attn.sdpa.unpad_q" in names["composer"] and not any("unpad" in n for n in names["fsdp1"])
+    names = {(s, a): [k.name for k in adapt_kernels(steps.step_kernels(pm.preset("mpt-125m"), 1)[0],
+                                                     precision="bf16-mixed", framework=s, attention=a)]
+             for s in ("composer", "fsdp1") for a in ("flash1", "flash2", "triton")}
+    assert "attn.sdpa.unpad_q" in names["composer", "flash2"] and not any("unpad" in n for n in names["fsdp1", "flash2"])
+    # flash-attn 1 took unpadded q, k, v too (flash_attn_unpadded_func); MPT's Triton path takes them padded
+    assert "attn.sdpa.unpad_q" in names["composer", "flash1"] and not any("unpad" in n for n in names["composer", "triton"])
 
 
 def test_composer_amp_fp8_runs_fp8_only_in_transformer_engine_linears():

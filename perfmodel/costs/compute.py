@@ -25,6 +25,16 @@ from perfmodel.forms.registry import get_form
 from perfmodel.profiles.profile import Profile
 from perfmodel.workload.ops import Kernel, aligned_view, mem as mem_kernel
 
+# attention kernels priced only on the GPUs whose curves are published (fit/published.py), not by the
+# profile's own attention: the message says where
+ONLY_PUBLISHED = {
+    "fa3": "attention='flash3' (FlashAttention-3) runs on Hopper GPUs only (flash-attn hopper/) and",
+    "fa1": "attention='flash1' (FlashAttention-1) is published for the A100 80GB and the H100 SXM5 (also priced "
+           "for the A100 40GB and the H200) and",
+    "triton": "attention='triton' (flash-attn's Triton kernel) is published for the A100 80GB only (also priced for "
+              "the A100 40GB) and",
+}
+
 
 def _gpu(entry: dict, symbolic: bool = False, **variables):
     params = _ZEROED.get(entry, "t_cpu")
@@ -131,10 +141,10 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
     if cls == "sdpa":
         key = f"sdpa:{kern.variant}"
         if not profile.has(key):  # a kernel choice (``fa2.fwd``) the profile has no curve for: its own attention
-            if kern.variant.startswith("fa3."):  # FlashAttention-3 runs on Hopper only (flash-attn hopper/)
-                raise UnsupportedError(f"attention='flash3' (FlashAttention-3) has no curve in the profile of "
-                                       f"{profile.gpu!r}: it runs on Hopper GPUs only and is published for the "
-                                       f"H100 SXM5 (also priced for the H200); use attention='flash2' or 'flash'")
+            kernel = kern.variant.rsplit(".", 1)[0]
+            if kernel in ONLY_PUBLISHED:
+                raise UnsupportedError(f"{ONLY_PUBLISHED[kernel]} has no curve in the profile of {profile.gpu!r}: "
+                                       f"it is priced where it is published; use attention='flash2' or 'flash'")
             key = f"sdpa:{kern.variant.rsplit('.', 1)[-1]}"
         entry = profile.entry(key)
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}

@@ -10,7 +10,10 @@ replace the copy, fitted with the forms and regression of this project's own tab
   backward only: split by the H100's published forward share, ``FORWARD_SHARE_FROM``): the kernel of
   flash-attn 2.x and of PyTorch's ``FLASH_ATTENTION`` backend, which ``Strategy(attention="flash2")``
   prices; FlashAttention-3 (``sdpa:fa3.*``, Hopper only, ``attention="flash3"``) and cuDNN attention
-  (``sdpa:cudnn.*``, ``attention="cudnn"``) on the H100 SXM5 (Shah et al. 2024, Figs. 5-6).
+  (``sdpa:cudnn.*``, ``attention="cudnn"``) on the H100 SXM5 (Shah et al. 2024, Figs. 5-6);
+  FlashAttention-1 (``sdpa:fa1.*``, ``attention="flash1"``) on the A100 and the H100 and the Triton
+  kernel (``sdpa:triton.*``, ``attention="triton"``) on the A100 (Dao 2023, Figs. 4 and 7, forward+
+  backward only; no Hopper measurement of the Triton kernel is published, docs/hardware.md).
   ``sdpa:fwd``/``sdpa:bwd`` stay the profile's own attention
   (on Hopper the H200's measured SDPA, cuDNN attention at torch 2.11, as torchtitan v0.2.2 asks for first:
   torchtitan/models/attention.py, ``ScaledDotProductAttentionWrapper``);
@@ -39,16 +42,18 @@ from perfmodel.profiles.profile import Profile
 from perfmodel.profiles.published import attention_rows, attention_source, overlap_slowdown
 
 DEFAULT_ATTENTION_KERNEL = "fa2"
-PUBLISHED_KERNELS = ("fa2", "fa3", "cudnn")  # fitted into every profile whose GPU has rows of them
+PUBLISHED_KERNELS = ("fa2", "fa3", "cudnn", "fa1", "triton")  # fitted into every profile whose GPU has rows of them
 # GPUs whose attention is another's published curve: the H200 SXM has the H100 SXM5's compute
 # (GH100, 132 SMs at 1980 MHz, 700 W; only memory differs), the A100 40GB the A100 80GB's (GA100,
 # 108 SMs at 1410 MHz), and attention is compute-bound
 SAME_COMPUTE = {"h200-sxm-141gb": "h100-sxm5-80gb", "a100-sxm4-40gb": "a100-sxm4-80gb"}
-# GPUs with forward+backward rows only, and the GPU whose published forward and backward of the same
-# kernel split them: flash-attn 2.x builds one CUDA source (csrc/flash_attn/src, Ampere mma tiles)
-# for sm_80 and sm_90 (setup.py), so the forward's share of the time is taken as the H100's at the same
-# shape (an assumption: the forward+backward total is what the A100 rows measure)
-FORWARD_SHARE_FROM = {"a100-sxm4-80gb": "h100-sxm5-80gb"}
+# A kernel with forward+backward rows only is split into forward and backward by the forward's share of
+# the time of FlashAttention-2 on the H100 at the same shape, where both passes are published:
+# flash-attn 2.x builds one CUDA source (csrc/flash_attn/src, Ampere mma tiles) for sm_80 and sm_90
+# (setup.py). An assumption for the A100's FlashAttention-2 and for FlashAttention-1 and the Triton kernel
+# (whose own header says its forward is faster and its backward slower than FlashAttention-1's): the
+# forward+backward total is what those rows measure.
+FORWARD_SHARE_FROM = ("h100-sxm5-80gb", "fa2")
 # the longest program's tail: at most one sweep of n key blocks per SM (the last wave's programs); the
 # figures fix batch x seq, so they hold the tail's share constant and cannot bound it themselves
 TAIL_MAX = 1.0
@@ -56,8 +61,13 @@ TAIL_MAX = 1.0
 # 326 vs 370 TFLOP/s), which the saturating head-dim term of ``sdpa_tiles`` cannot follow: its fit keeps
 # head dims up to 128, where models are, and the 256 rows stay in the table as a check (docs/hardware.md)
 MAX_FITTED_HEAD_DIM = {"fa2": 128, "cudnn": 128}  # cuDNN: 581 at 256 against 595-617 at 128
-# flash-attn instantiates head dims in steps of 32; cuDNN on Hopper runs as if padded to steps of 64
-BLOCK_FORM = {"fa2": "sdpa_tiles", "fa3": "sdpa_tiles", "cudnn": "sdpa_tiles64"}
+# flash-attn 2 instantiates head dims in steps of 32; cuDNN on Hopper runs as if padded to steps of 64;
+# flash-attn 1 runs head dims up to 32, 64 or 128 in the kernel of that size (csrc/flash_attn/fmha_api.cpp)
+# and the Triton kernel pads to the next power of two (BLOCK_HEADDIM): steps of 64 from 33 to 128. Both run
+# head dim 64 faster per FLOP than 128 (Dao 2023, Figs. 4 and 7: A100 110 against 83 TFLOP/s and 100
+# against 95, not causal), which a saturating head-dim term cannot follow: their rate falls with head dim
+BLOCK_FORM = {"fa2": "sdpa_tiles", "fa3": "sdpa_tiles", "cudnn": "sdpa_tiles64", "fa1": "sdpa_tiles64_falling",
+              "triton": "sdpa_tiles64_falling"}
 
 
 def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *, folds: int = 5,
@@ -67,11 +77,12 @@ def fit_published_attention(gpu: str, kernel: str = DEFAULT_ATTENTION_KERNEL, *,
     table = attention_rows(gpu, kernel)
     if table.empty:
         return {}
-    table = table[table.head_dim <= MAX_FITTED_HEAD_DIM.get(kernel, np.inf)]
     source = f"published: {kernel} {attention_source(gpu, kernel)}"
-    if not (table.phase == "fwd").any() and gpu in FORWARD_SHARE_FROM:
-        table = _split_by_forward_share(table, FORWARD_SHARE_FROM[gpu], kernel, folds=folds, seed=seed)
-        source = f"{source}; forward share of the time from the {FORWARD_SHARE_FROM[gpu]} fit"
+    table = table[table.head_dim <= MAX_FITTED_HEAD_DIM.get(kernel, np.inf)]
+    donor = FORWARD_SHARE_FROM
+    if not (table.phase == "fwd").any() and (gpu, kernel) != donor:
+        table = _split_by_forward_share(table, *donor, folds=folds, seed=seed)
+        source = f"{source}; forward share of the time from the {donor[0]} {donor[1]} fit"
     if not (table.phase == "fwd").any():
         return {}
     opts = {"sms": float(load_gpu(gpu).sm_count), "form_name": BLOCK_FORM[kernel], "folds": folds, "seed": seed,
@@ -154,5 +165,5 @@ def with_published(profile: Profile, *, kernels: tuple = PUBLISHED_KERNELS) -> P
     if not notes:
         return profile
     compute = {**profile.compute, **fitted}
-    meta = {**profile.meta, "published_fits": notes}
+    meta = {**profile.meta, "published_fits": {**profile.meta.get("published_fits", {}), **notes}}
     return replace(profile, compute=compute, host=host, meta=meta)

@@ -27,6 +27,8 @@ CNN classes (``scaled_ref``): t = max(t_cpu, t0 + c · t_ref), t_ref = the impli
 
 from __future__ import annotations
 
+from functools import partial
+
 import math
 
 import numpy as np
@@ -429,7 +431,13 @@ def _sym_sdpa(p, batch, heads, seq, head_dim, causal, step):
     return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + flops / rate)
 
 
-def _sdpa_tiles_time(p, batch, heads, seq, head_dim, causal, step):
+def _head_dim_factor(d_pad, d_half, falling):
+    # the rate's head-dim term: saturating, d/(d + d_half); or falling, 1 + d_half/d, where a kernel runs
+    # large head dims slower per FLOP (FlashAttention-1 and flash-attn's Triton kernel at 128 against 64)
+    return 1.0 + d_half / d_pad if falling else d_pad / (d_pad + d_half)
+
+
+def _sdpa_tiles_time(p, batch, heads, seq, head_dim, causal, step, falling=False):
     # FlashAttention-2 (Dao 2023, Alg. 1): each program owns one T-row query block and sweeps
     # the key blocks, skipping those above the diagonal when causal; diagonal blocks are
     # computed and masked (p_diag: their extra cost). The kernel ends with its longest
@@ -438,18 +446,19 @@ def _sdpa_tiles_time(p, batch, heads, seq, head_dim, causal, step):
     is_causal = np.asarray(causal) > 0
     tiles = np.where(is_causal, n * (n + 1) / 2 + n * p["p_diag"], n * n)
     d_pad = np.ceil(head_dim / step) * step
-    rate = p["R"] * d_pad / (d_pad + p["d_half"]) * np.where(np.mod(head_dim, 8) != 0, p["p_mis"], 1.0)
+    rate = p["R"] * _head_dim_factor(d_pad, p["d_half"], falling) * np.where(np.mod(head_dim, 8) != 0,
+                                                                           p["p_mis"], 1.0)
     tile_flops = 4.0 * p["T"] ** 2 * d_pad
     compute = (batch * heads * tiles + p["k_tail"] * n * p["sms"]) * tile_flops / rate
     return np.maximum(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + compute)
 
 
-def _sym_sdpa_tiles(p, batch, heads, seq, head_dim, causal, step):
+def _sym_sdpa_tiles(p, batch, heads, seq, head_dim, causal, step, falling=False):
     n = sp.ceiling(seq / p["T"])
     tiles = n ** 2 * (1 - causal) + causal * (n * (n + 1) / 2 + n * p["p_diag"])
     d_pad = sp.ceiling(head_dim / step) * step
-    rate = p["R"] * d_pad / (d_pad + p["d_half"]) * sp.Piecewise((p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)),
-                                                                 (1, True))
+    rate = p["R"] * _head_dim_factor(d_pad, p["d_half"], falling) * sp.Piecewise(
+        (p["p_mis"], sp.Ne(sp.Mod(head_dim, 8), 0)), (1, True))
     compute = (batch * heads * tiles + p["k_tail"] * n * p["sms"]) * 4 * p["T"] ** 2 * d_pad / rate
     return sp.Max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + compute)
 
@@ -469,7 +478,11 @@ for _name, _step, _params, _fn, _sym, _doc in (
          "FlashAttention-2 by blocks: query-block x key-block tiles (causal skips those above the diagonal) "
          "plus the longest program's sweep"),
         ("sdpa_tiles64", 64, SDPA_TILES, _sdpa_tiles_time, _sym_sdpa_tiles,
-         "as sdpa_tiles with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)")):
+         "as sdpa_tiles with head_dim padded to a multiple of 64 (cuDNN attention on Hopper)"),
+        ("sdpa_tiles64_falling", 64, SDPA_TILES, partial(_sdpa_tiles_time, falling=True),
+         partial(_sym_sdpa_tiles, falling=True),
+         "as sdpa_tiles64 with a rate R·(1 + d_half/d) falling with head dim (FlashAttention-1, flash-attn's "
+         "Triton kernel)")):
     _define(Form(
         _name, ("batch", "heads", "seq", "head_dim", "causal"), _params,
         lambda p, batch, heads, seq, head_dim, causal, step=_step, fn=_fn: fn(

@@ -75,12 +75,13 @@ def _sdpa_flash(step):
     return fn
 
 
-def _sdpa_tiles(step):
+def _sdpa_tiles(step, falling=False):
     def fn(p, batch, heads, seq, head_dim, causal):
         n = _ceil(seq / p["T"])
         tiles = n * (n + 1) / 2 + n * p["p_diag"] if causal > 0 else n * n
         d_pad = _ceil(head_dim / step) * step
-        rate = p["R"] * d_pad / (d_pad + p["d_half"]) * (p["p_mis"] if head_dim % 8 != 0 else 1.0)
+        d_term = 1.0 + p["d_half"] / d_pad if falling else d_pad / (d_pad + p["d_half"])
+        rate = p["R"] * d_term * (p["p_mis"] if head_dim % 8 != 0 else 1.0)
         tile_flops = 4.0 * p["T"] ** 2 * d_pad
         compute = (batch * heads * tiles + p["k_tail"] * n * p["sms"]) * tile_flops / rate
         return _max(p["t_cpu"], p["t0"] + p["c_row"] * batch * heads * seq + compute)
@@ -111,6 +112,7 @@ SCALAR_FNS: Mapping[str, Callable] = MappingProxyType({
     "sdpa_flash64": _sdpa_flash(64.0),
     "sdpa_tiles": _sdpa_tiles(32),
     "sdpa_tiles64": _sdpa_tiles(64),
+    "sdpa_tiles64_falling": _sdpa_tiles(64, falling=True),
     "per_param": lambda p, params: p["t0"] + params * p["beta"],
     "scaled_ref": lambda p, t_ref: _max(p["t_cpu"], p["t0"] + p["c"] * t_ref),
     "comm_alpha_beta": lambda p, size, n, factor: _alpha(p, n) + size * factor / p["busbw_bytes_per_s"],

@@ -83,8 +83,8 @@ class Strategy:
     placement: str = "tp-pp-dp"
     stage_layers: tuple | None = None   # uneven pipeline split: layers per stage, first to last
     framework: str = "pytorch"          # the training framework's record: workload/stacks STACKS
-    # "flash": SDPA's attention; "flash2"/"flash3": FlashAttention-2/-3; "cudnn": cuDNN's as published; "unfused":
-    # s² scores; None: the framework's default (workload/stacks; under cp > 1 its ring's, stacks/context.py)
+    # "flash": SDPA's; "flash1/2/3": FlashAttention-1/-2/-3; "triton": flash-attn's Triton kernel; "cudnn": cuDNN's
+    # as published; "unfused": s² scores; None: the framework's default (under cp > 1 its ring's, stacks/context.py)
     attention: str | None = None
     tp_overlap: bool = False            # Megatron-LM async tensor-parallel communication in backward
     # data-parallel gradient reduction overlaps the last backward (PyTorch DDP, FSDP, Megatron-Core
@@ -306,7 +306,7 @@ class Strategy:
         if self.schedule == "interleaved" and self.pp == 1:
             raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
                                     "use schedule='1f1b' or pp >= 2")
-        if self.cp > 1 and self.attention == "unfused":
+        if self.cp > 1 and self.attention in ("unfused", "flash1", "triton"):  # the rings call SDPA or TE kernels
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
                                     f"blocks: use attention='flash', 'flash2', 'flash3' or 'cudnn' (got {self.attention!r})")
         if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it

@@ -6,7 +6,9 @@ Tables under ``data/reference/`` (source and date on every row):
   H100 SXM5, forward (causal and not; head dims 64, 128, 256) and backward (not causal; head
   dims 64 and 128), sequence 512..16k (Shah et al. 2024, arXiv 2407.08608, Figs. 5-6), and
   FlashAttention-2 forward+backward (pass ``fwdbwd``, causal and not, head dims 64 and 128) on
-  the A100 80GB and the H100 (Dao 2023, arXiv 2307.08691, Figs. 4 and 7). The figures fix
+  the A100 80GB and the H100 (Dao 2023, arXiv 2307.08691, Figs. 4 and 7), and from the same figures
+  FlashAttention-1 (``fa1``: flash-attn 1.x) on both and the Triton kernel (``triton``:
+  flash-attn's ``flash_attn_triton.py``, which MPT's ``attn_impl='triton'`` copies) on the A100. The figures fix
   batch x seq = 16k tokens and heads x head_dim = 2048; FLOPs = 4·b·heads·s²·d forward,
   halved when causal, 2.5x that backward, 3.5x forward+backward (the papers' convention).
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
@@ -43,7 +45,7 @@ GEMM_CHECKS_CSV = REFERENCE / "gemm_checks_published.csv"
 GEMM_CSV = REFERENCE / "gemm_published.csv"
 SAME_ARCH_CSV = REFERENCE / "gemm_same_architecture.csv"
 OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
-ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
+ATTENTION_KERNELS = ("fa2", "fa3", "cudnn", "fa1", "triton")
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (FlashAttention-2 paper, §4.1)
 
 
@@ -107,8 +109,9 @@ def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
     """The figures ``kernel``'s rows on ``gpu`` come from, each named once (None if there are none)."""
     t = attention_table()
     t = t[(t.gpu == gpu) & (t.kernel == kernel)]
-    figures = t.source.str.split(r"; (?:bar labels|label hidden)", regex=True).str[0]
-    return None if t.empty else " + ".join(dict.fromkeys(figures)) + " (bar labels digitised 2026-12-01)"
+    parts = t.source.str.split(r"; (?:label hidden by the legend: bar height |bar labels )?digitised ", regex=True)
+    figures, dates = parts.str[0], parts.str[-1]
+    return None if t.empty else " + ".join(dict.fromkeys(figures)) + f" (bar labels digitised {dates.max()})"
 
 
 @lru_cache(maxsize=1)

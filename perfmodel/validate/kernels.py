@@ -2,7 +2,7 @@
 
     python -m perfmodel.validate.kernels            # prints three tables
 
-1. attention: each profile's ``sdpa:fa2``/``sdpa:fa3`` classes against the digitised FlashAttention-2/-3 rows
+1. attention: each profile's ``sdpa:fa1``/``fa2``/``fa3``/``cudnn``/``triton`` classes against the digitised rows
    (fitted: the error is in-sample) and the Azure AI-benchmarking-guide FlashAttention-2
    point (not fitted: a check);
 2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows and FBGEMM's 500 W H100 rows
@@ -102,7 +102,8 @@ def torchtitan_checks(attention: str = "flash2", node: str = TORCHTITAN_NODE) ->
 def main() -> None:
     pd.set_option("display.width", 160)
     for gpu, kernel in (("h100-sxm5-80gb", "fa2"), ("h100-sxm5-80gb", "fa3"), ("h100-sxm5-80gb", "cudnn"),
-                        ("a100-sxm4-80gb", "fa2")):
+                        ("a100-sxm4-80gb", "fa2"), ("a100-sxm4-80gb", "fa1"), ("h100-sxm5-80gb", "fa1"),
+                        ("a100-sxm4-80gb", "triton")):
         att = attention_errors(gpu, kernel)
         print(f"attention, {gpu} {kernel} rows (fitted):")
         print(att[["pass", "head_dim", "causal", "seq", "tflops", "predicted", "error"]].round(3)

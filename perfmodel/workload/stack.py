@@ -24,11 +24,17 @@ from perfmodel.workload.stacks.norms import composite_rmsnorm
 # torch 2.11, also Transformer Engine's fused attention); "flash2": FlashAttention-2 (flash-attn 2.x, or
 # SDPA's FLASH_ATTENTION backend), priced by the profile's ``sdpa:fa2.*`` classes where it has them, else
 # the profile's own; "flash3": FlashAttention-3 (flash-attn's hopper/ build), ``sdpa:fa3.*``, Hopper only;
-# "cudnn": cuDNN's fused attention as published in 2024 (``sdpa:cudnn.*``, else the profile's own)
-ATTENTIONS = ("flash", "flash2", "flash3", "cudnn", "unfused")
+# "cudnn": cuDNN's fused attention as published in 2024 (``sdpa:cudnn.*``, else the profile's own);
+# "flash1": FlashAttention-1 (flash-attn 1.x, as MPT's attn_impl='flash' ran it before flash-attn 2), ``sdpa:fa1.*``;
+# "triton": flash-attn's Triton kernel (flash_attn_triton.py; MPT's attn_impl='triton', llm-foundry before
+# v0.7.0: llmfoundry/models/layers/flash_attn_triton.py copies it), ``sdpa:triton.*``; each priced where published
+ATTENTIONS = ("flash", "flash2", "flash3", "cudnn", "flash1", "triton", "unfused")
 FLASH2_VARIANT = "fa2"
 # attention -> the profile's sdpa:<variant>.* classes
-KERNEL_VARIANTS = {"flash2": FLASH2_VARIANT, "flash3": "fa3", "cudnn": "cudnn"}
+KERNEL_VARIANTS = {"flash2": FLASH2_VARIANT, "flash3": "fa3", "cudnn": "cudnn", "flash1": "fa1", "triton": "triton"}
+# the kernels MPT's flash_attn_fn calls on unpadded q, k, v (flash-attn 1's flash_attn_unpadded_func, 2's
+# flash_attn_varlen_func); its triton_flash_attn_fn takes them padded
+UNPADDED_ATTENTIONS = ("flash1", "flash2")
 _RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
 
 
@@ -104,7 +110,8 @@ def loss_kernel(k: Kernel) -> bool:
 
 def unpad_copies(k: Kernel) -> list[Kernel]:
     """What llm-foundry's MPT does around each flash-attn 2 call (llm-foundry 8c8dd48
-    ``llmfoundry/models/layers/attention.py`` ``flash_attn_fn``, with flash-attn ``bert_padding``): it gathers
+    ``llmfoundry/models/layers/attention.py`` ``flash_attn_fn``, with flash-attn ``bert_padding``; flash-attn 1's
+    ``flash_attn_unpadded_func`` the same way, 1ad53be, 2023-06): it gathers
     q, k and v to their unpadded rows (``index_first_axis``: a ``torch.gather``, 2 B read and 2 written per
     element) for ``flash_attn_varlen_func`` and scatters the output back (``pad_input``: ``torch.zeros``, 2 B,
     then an ``index_put``, 2 + 2 B), padding or not. Backward: the output gradient gathered (2 + 2 B), and each
@@ -183,7 +190,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     out, st = [], stack(framework)
     weights16 = st.weights16
     float8 = st.float8 if precision == "fp8-mixed" else ""
-    unpads = st.unpads_attention and attention == "flash2"  # MPT's flash-attn 2 path (unpad_copies)
+    unpads = st.unpads_attention and attention in UNPADDED_ATTENTIONS  # MPT's flash-attn path (unpad_copies)
     tf32_convs = precision == "fp32" and st.cudnn_tf32 and "tf32" in tensor_cores
     transposes = tensor_cores if memory_format == "contiguous" else ()
     for k in kernels:
