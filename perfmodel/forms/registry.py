@@ -3,7 +3,7 @@
 A Profile stores, for each op class or collective, the *name* of a closed form
 and its fitted parameters. Loading a profile looks the name up here: nothing
 from a file is ever executed. The registry is the union of the ``FORMS`` tuples
-of :mod:`perfmodel.forms.compute` and :mod:`perfmodel.forms.comm`; importing a
+of :mod:`perfmodel.forms.compute`, :mod:`perfmodel.forms.attention` and :mod:`perfmodel.forms.comm`; importing a
 module never adds to it. Each form carries its twin on Python floats
 (:mod:`perfmodel.forms.scalar`), which ``Form.evaluate`` uses for one-number variables.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from perfmodel.core.errors import unknown_name
-from perfmodel.forms import comm, compute
+from perfmodel.forms import attention, comm, compute
 from perfmodel.forms.base import Form
 from perfmodel.forms.scalar import SCALAR_FNS
 
@@ -30,7 +30,7 @@ def _registry(*groups: Iterable[Form]) -> Mapping[str, Form]:
     return MappingProxyType(forms)
 
 
-FORMS: Mapping[str, Form] = _registry(compute.FORMS, comm.FORMS)
+FORMS: Mapping[str, Form] = _registry(compute.FORMS, attention.FORMS, comm.FORMS)
 COMM_FORMS: tuple[str, ...] = tuple(f.name for f in comm.FORMS)
 
 
