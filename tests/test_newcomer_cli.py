@@ -37,7 +37,7 @@ def test_predict_output_names_interval_profile_origin_and_loss(capsys):
     step = next(line for line in out.splitlines() if line.startswith("step time"))
     assert p.interval_kind in step and f"{p.interval_level:.0%}" in step and p.interval_regime in step
     assert re.search(r"^profile +h200-sxm-141gb \(measured: fitted to h200-2026-11-29; published measurements: "
-                     r"overlap_compute_slowdown, sdpa:cudnn.bwd, sdpa:cudnn.fwd, sdpa:fa1.bwd, sdpa:fa1.fwd, "
+                     r"fp8_linear:rowwise, fp8_linear:tensorwise, overlap_compute_slowdown, sdpa:cudnn.bwd, sdpa:cudnn.fwd, sdpa:fa1.bwd, sdpa:fa1.fwd, "
                      r"sdpa:fa2.bwd, sdpa:fa2.fwd, "
                      r"sdpa:fa3.bwd, sdpa:fa3.fwd\)$", out, re.M)
     assert re.search(r"^  loss .*cross-entropy over tokens × vocab: what its backward holds \(eager: 3 fp32", out, re.M)

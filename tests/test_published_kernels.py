@@ -66,8 +66,9 @@ def test_gemm_rates_match_maximum_achievable_matmul_flops_and_fp8_is_not_twice_b
 def test_origin_names_the_published_classes_and_stays_datasheet():
     p = pm.load_profile(H100)
     # gemm:bf16 is its die's measured curve (the H200's, datasheet-scaled): XLA's sm_90 rows only check it
-    assert ("published measurements: overlap_compute_slowdown, sdpa:cudnn.bwd, sdpa:cudnn.fwd, sdpa:fa1.bwd, "
-            "sdpa:fa1.fwd, sdpa:fa2.bwd, sdpa:fa2.fwd, sdpa:fa3.bwd, sdpa:fa3.fwd") in profile_origin(p)
+    assert ("published measurements: fp8_linear:rowwise, fp8_linear:tensorwise, overlap_compute_slowdown, "
+            "sdpa:cudnn.bwd, sdpa:cudnn.fwd, sdpa:fa1.bwd, sdpa:fa1.fwd, sdpa:fa2.bwd, sdpa:fa2.fwd, sdpa:fa3.bwd, "
+            "sdpa:fa3.fwd") in profile_origin(p)
     assert p.compute["gemm:bf16"]["source"].startswith("datasheet-scaled from h200-sxm-141gb")
     assert "Shah et al. 2024" in p.compute["sdpa:fa2.fwd"]["source"]
     assert "Shah et al. 2024" not in p.compute["sdpa:fwd"]["source"]  # attention="flash" keeps its own curve

@@ -154,6 +154,12 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
         if kern.dtype in ("fp32", "tf32") and fast:  # no FlashAttention in fp32: scale by the GEMM rate ratio
             t = t * profile.entry(fast)["params"]["R"] / profile.entry(gemm_key(profile, kern.dtype))["params"]["R"]
         return t, _cpu(profile, entry)
+    if cls == "fp8_linear":  # a float8 linear beyond its GEMMs and cast bytes, where measured (else nothing)
+        entry = profile.compute.get(f"fp8_linear:{kern.variant}")
+        if entry is None:
+            return 0.0, 0.0
+        mk = _number(kern.size["mk"], symbolic) if symbolic else kern.size["mk"]
+        return _gpu(entry, symbolic, mk=mk, share=kern.size["share"]), 0.0
     if cls in CNN_CLASSES:  # convolutions by kind/kernel/stride, batch norm, activations, pooling
         gpu, entry = cnn_kernel_time(profile, kern, symbolic)
         return gpu, _cpu(profile, entry)

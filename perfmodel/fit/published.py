@@ -18,6 +18,8 @@ replace the copy, fitted with the forms and regression of this project's own tab
   (on Hopper the H200's measured SDPA, cuDNN attention at torch 2.11, as torchtitan v0.2.2 asks for first:
   torchtitan/models/attention.py, ``ScaledDotProductAttentionWrapper``);
 * GEMM over shapes where a GPU's own are published (:mod:`perfmodel.fit.published_gemm`);
+* torchao float8 linears beyond their GEMMs and casts (``fp8_linear:<recipe>``), where published
+  (:mod:`perfmodel.fit.published_float8`);
 * ``host["overlap_compute_slowdown"]``: compute slowed while NCCL runs beside it
   (Lee et al. 2025), which data-parallel pricing applies to the overlapped seconds.
 
@@ -34,6 +36,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from perfmodel.fit.published_float8 import fit_published_float8
 from perfmodel.fit.published_gemm import fit_published_gemm
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.forms.registry import get_form
@@ -156,6 +159,8 @@ def with_published(profile: Profile, *, kernels: tuple = PUBLISHED_KERNELS) -> P
               for kernel in kernels for key, entry in fit_published_attention(gpu, kernel).items()}
     # GEMM over shapes, where published (a die's rows serve its other memory sizes; measured entries stay)
     fitted.update(fit_published_gemm(gpu, profile.compute))
+    # torchao float8 linears beyond their GEMMs and casts, priced with the curves above (fit/published_float8.py)
+    fitted.update(fit_published_float8(replace(profile, compute={**profile.compute, **fitted}), gpu))
     notes = {k: v["source"] for k, v in fitted.items()}
     host = dict(profile.host)
     slowdown = overlap_slowdown(profile.gpu)

@@ -395,6 +395,16 @@ _define(Form(
 ))
 
 
+# torchao float8 linears (perfmodel/fit/published_float8.py): what a float8 linear's forward and backward take beyond
+# its GEMMs and the casts' bytes, measured against bfloat16: a fixed time per linear, t0 (``share`` of it per GEMM),
+# and a time per element of the linear's input (``mk``)
+_define(Form(
+    "fp8_linear_extra", ("mk", "share"), ("t0", "a"),
+    lambda p, mk, share: p["t0"] * share + p["a"] * mk,
+    lambda p, mk, share: p["t0"] * share + p["a"] * mk,
+    "float8 linear beyond its GEMMs and cast bytes: fixed time per linear + time per input element",
+))
+
 _define(Form(
     "per_param", ("params",), ("t0", "beta"),
     lambda p, /, params: p["t0"] + params * p["beta"],

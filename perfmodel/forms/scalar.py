@@ -114,6 +114,7 @@ SCALAR_FNS: Mapping[str, Callable] = MappingProxyType({
     "sdpa_tiles64": _sdpa_tiles(64),
     "sdpa_tiles64_falling": _sdpa_tiles(64, falling=True),
     "per_param": lambda p, params: p["t0"] + params * p["beta"],
+    "fp8_linear_extra": lambda p, mk, share: p["t0"] * share + p["a"] * mk,
     "scaled_ref": lambda p, t_ref: _max(p["t_cpu"], p["t0"] + p["c"] * t_ref),
     "comm_alpha_beta": lambda p, size, n, factor: _alpha(p, n) + size * factor / p["busbw_bytes_per_s"],
     "comm_logistic": _logistic,

@@ -20,6 +20,9 @@ Tables under ``data/reference/`` (source and date on every row):
   those GPUs' ``gemm`` entries by :func:`perfmodel.fit.published.fit_published_gemm`.
 * ``gemm_same_architecture.csv``: GEMM rates of a sibling die for a GPU with none published: cuBLAS
   7.0 sgemm on a Tesla K40 (GK110B, Kepler) for the K80's GK210, carried at the same fraction of peak.
+* ``float8_linear_published.csv``: the speedup over bfloat16 of a compiled LayerNorm -> Linear -> Sigmoid
+  forward+backward with torchao's float8 linear, by the forward's M, K, N (pytorch/ao's float8 README,
+  ``benchmarks/float8/float8_roofline.py``), fitted by :mod:`perfmodel.fit.published_float8`.
 * ``overlap_slowdown.csv``: how much slower compute runs while NCCL kernels run beside it
   (Lee et al. 2025, arXiv 2507.03114).
 
@@ -45,6 +48,7 @@ GEMM_CHECKS_CSV = REFERENCE / "gemm_checks_published.csv"
 GEMM_CSV = REFERENCE / "gemm_published.csv"
 SAME_ARCH_CSV = REFERENCE / "gemm_same_architecture.csv"
 OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
+FLOAT8_LINEAR_CSV = REFERENCE / "float8_linear_published.csv"
 ATTENTION_KERNELS = ("fa2", "fa3", "cudnn", "fa1", "triton")
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (FlashAttention-2 paper, §4.1)
 
@@ -112,6 +116,12 @@ def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
     parts = t.source.str.split(r"; (?:label hidden by the legend: bar height |bar labels )?digitised ", regex=True)
     figures, dates = parts.str[0], parts.str[-1]
     return None if t.empty else " + ".join(dict.fromkeys(figures)) + f" (bar labels digitised {dates.max()})"
+
+
+@lru_cache(maxsize=1)
+def float8_linear_table() -> pd.DataFrame:
+    """Every published float8-linear speedup row: gpu, recipe, m, k, n (the forward's), speedup, source."""
+    return pd.read_csv(FLOAT8_LINEAR_CSV)
 
 
 @lru_cache(maxsize=1)

@@ -7,7 +7,9 @@
    point (not fitted: a check);
 2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows and FBGEMM's 500 W H100 rows
    (``gemm_checks_published.csv``; not fitted: a check);
-3. runs: TorchTitan (Liang et al. 2024, arXiv 2410.06511) Tables 1-2, Llama 3.1 8B on 8 H100 (96 GB
+3. float8 linears: torchao's published LayerNorm -> Linear -> Sigmoid speedups over bfloat16 against the profile's
+   pricing with its fitted ``fp8_linear:<recipe>`` (fitted: in-sample; ``cv_mape`` holds the held-out error);
+4. runs: TorchTitan (Liang et al. 2024, arXiv 2410.06511) Tables 1-2, Llama 3.1 8B on 8 H100 (96 GB
    HBM2e at 500 W: ``grand-teton-h100``), tokens/s per GPU predicted against published (not fitted: a check).
 """
 
@@ -20,7 +22,9 @@ import pandas as pd
 
 import perfmodel as pm
 from perfmodel.costs.compute import kernel_time
-from perfmodel.profiles.published import attention_flops, attention_pass_flops, attention_table, gemm_check_table
+from perfmodel.fit.published_float8 import block_seconds
+from perfmodel.profiles.published import (attention_flops, attention_pass_flops, attention_table, float8_linear_table,
+                                          gemm_check_table)
 from perfmodel.profiles.reference import microbench_rows
 from perfmodel.validate.published import read_published_stacks
 from perfmodel.workload.ops import Kernel
@@ -80,6 +84,15 @@ def gemm_checks() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def float8_linear_checks(gpu: str = "h100-sxm5-80gb") -> pd.DataFrame:
+    """Published against predicted speedup of each float8 linear row of ``gpu`` (perfmodel/fit/published_float8.py)."""
+    p = pm.load_profile(gpu)
+    t = float8_linear_table()
+    t = t[t.gpu == gpu]
+    pred = [block_seconds(p, r.m, r.k, r.n, None) / block_seconds(p, r.m, r.k, r.n, r.recipe) for r in t.itertuples()]
+    return t[["recipe", "m", "k", "n", "speedup"]].assign(predicted=pred, error=np.asarray(pred) / t.speedup - 1)
+
+
 TORCHTITAN_NODE = "grand-teton-h100"  # the paper's hosts (pytorch/torchtitan docs/performance.md)
 
 
@@ -120,6 +133,14 @@ def main() -> None:
                   f"({hit[0] / hit[1] - 1:+.1%}, check)")
     print("\nGEMM at the Maximum Achievable Matmul FLOPS shapes and FBGEMM's 500 W H100 shapes (check):")
     print(gemm_checks().round(3).to_string(index=False))
+    f8 = float8_linear_checks()
+    print("\ntorchao float8 linear speedups over bf16, H100 (fitted: fp8_linear:<recipe>):")
+    print(f8[f8.recipe == "tensorwise"].round(3).to_string(index=False))
+    rw = f8[f8.recipe == "rowwise"]
+    llama = rw[rw.m.isin([8192, 16384]) & rw.k.isin([4096, 16384]) & rw.n.isin([1024, 4096, 16384])]
+    print(f"rowwise: {len(rw)} cells, median |error| {rw.error.abs().median():.1%} (max {rw.error.abs().max():.1%}); "
+          f"M 8k/16k, K 4k/16k, N 1k/4k/16k (Llama 3 8B's linears): {llama.error.abs().median():.1%}")
+    print(llama.round(3).to_string(index=False))
     for attention in ("flash2", "flash"):
         tt = torchtitan_checks(attention)
         print(f"\nTorchTitan paper, Llama 3.1 8B on 8 H100 ({TORCHTITAN_NODE}), tokens/s per GPU, "

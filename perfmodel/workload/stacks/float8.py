@@ -90,15 +90,26 @@ def torchao_float8(k: Kernel, recipe: str = "tensorwise", fp8_gather: bool = Fal
     wgrad, dgrad = k.name.endswith(".wgrad"), ".dgrad" in k.name
     if recipe == "rowwise_with_gw_hp" and wgrad:
         return [replace(k, dtype="bf16")]
+    # the linear's input x[T, in]: m·k of the forward GEMM, n·k of the weight gradient's (TN: m=out, n=in, k=T)
+    extra = linear_extra(k, recipe, 0.0 if dgrad else np.multiply(n if wgrad else m, kk))
     if recipe != "tensorwise" and (wgrad or dgrad):  # each operand scaled along its own axis: cast anew
-        return [cast("fp8_rowwise_cast", np.add(a, b), AMAX_CAST), k]
+        return [cast("fp8_rowwise_cast", np.add(a, b), AMAX_CAST), k, extra]
     if wgrad:
-        return [cast("fp8_layout", np.add(a, b), LAYOUT), k]
+        return [cast("fp8_layout", np.add(a, b), LAYOUT), k, extra]
     if dgrad:
-        return [cast("fp8_grad_cast", a, AMAX_CAST), cast("fp8_w_layout", b, LAYOUT), k]
+        return [cast("fp8_grad_cast", a, AMAX_CAST), cast("fp8_w_layout", b, LAYOUT), k, extra]
     if fp8_gather:
-        return [cast("fp8_cast", a, AMAX_CAST), k]
-    return [cast("fp8_cast", a, AMAX_CAST), cast("fp8_w_cast", b, AMAX_CAST), k]
+        return [cast("fp8_cast", a, AMAX_CAST), k, extra]
+    return [cast("fp8_cast", a, AMAX_CAST), cast("fp8_w_cast", b, AMAX_CAST), k, extra]
+
+
+def linear_extra(k: Kernel, recipe: str, input_elems) -> Kernel:
+    """What one GEMM of a float8 linear takes beyond its GEMM and its casts' bytes, as measured against bfloat16
+    (the profile's ``fp8_linear:<recipe>``, fitted by perfmodel/fit/published_float8.py; none: nothing): a third
+    of the linear's fixed time and half its time per input element (the forward and the weight gradient cast
+    the input, each along its own axis under rowwise scaling). Its own launch: compile does not fuse it."""
+    return Kernel(f"{k.name}.fp8_extra", "fp8_linear", k.phase, {"mk": np.multiply(input_elems, 0.5),
+                                                                  "share": 1.0 / 3.0}, k.count, 0.0, recipe, "fp8")
 
 
 def fp8_gathered(fp8_params, framework: str, gemm_params):
