@@ -60,3 +60,13 @@ def test_a_gpu_without_published_rows_prices_no_extra():
     l4 = pm.load_profile("l4")
     assert not any(k.startswith("fp8_linear:") for k in l4.compute)
     assert pm.predict(m, pm.cluster("l4"), s).step_time > 0
+
+
+def test_rowwise_with_gw_hp_takes_rowwise_extra_on_its_rowwise_gemms():
+    from perfmodel.workload.ops import linear
+    from perfmodel.workload.stacks.float8 import torchao_float8
+    fwd, bwd = linear("mlp.fc1", 8192, 4096, 14336, dtype="fp8")
+    out = {k.name: k for g in fwd + bwd for k in torchao_float8(g, "rowwise_with_gw_hp")}
+    assert out["mlp.fc1.fp8_extra"].variant == out["mlp.fc1.dgrad.fp8_extra"].variant == "rowwise"
+    assert out["mlp.fc1.wgrad"].dtype == "bf16" and "mlp.fc1.wgrad.fp8_extra" not in out
+    assert out["mlp.fc1.fp8_extra"].size["mk"] == 8192 * 4096 / 2 and out["mlp.fc1.dgrad.fp8_extra"].size["mk"] == 0

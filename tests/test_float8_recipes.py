@@ -61,8 +61,9 @@ def runs():
 
 def test_recipes_order_as_their_casts_and_gemms_say(runs):
     t = {name: p.step_time for name, p in runs.items()}
-    # more casts (rowwise), then a bf16 wgrad (gw_hp), each slower; all faster than bf16 at these shapes
-    assert t["gather"] < t["tensorwise"] < t["rowwise"] < t["gw_hp"] < t["bf16"]
+    # more casts and rowwise's measured extra (fp8_linear:rowwise), each slower; all faster than bf16 at these
+    # shapes. gw_hp trades rowwise's fp8 wgrad, its casts and a third of the extra for a bf16 wgrad: no order
+    assert t["gather"] < t["tensorwise"] < t["rowwise"] < t["bf16"] and t["gw_hp"] < t["bf16"]
     # the recipe changes kernels, not what is saved (torchao saves the 16-bit input and weight either way)
     assert runs["rowwise"].peak_memory == pytest.approx(runs["tensorwise"].peak_memory)
 

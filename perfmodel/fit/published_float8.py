@@ -25,8 +25,8 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
+from perfmodel.core.lazy import scipy_optimize
 from perfmodel.costs.compute import kernel_time
 from perfmodel.profiles.profile import Profile
 from perfmodel.profiles.published import float8_linear_table
@@ -71,7 +71,7 @@ def _solve(bf16, fp8, mk, speedup, slope: bool) -> np.ndarray:
         return np.log(bf16 / (fp8 + p[0] + a * mk) / speedup)
 
     x0 = np.array([1e-4, 1e-11]) if slope else np.array([1e-4])
-    sol = optimize.least_squares(residual, x0, bounds=(0.0, np.inf), x_scale=x0)
+    sol = scipy_optimize.least_squares(residual, x0, bounds=(0.0, np.inf), x_scale=x0)
     return np.array([sol.x[0], sol.x[1] if slope else 0.0])
 
 

@@ -91,7 +91,9 @@ def torchao_float8(k: Kernel, recipe: str = "tensorwise", fp8_gather: bool = Fal
     if recipe == "rowwise_with_gw_hp" and wgrad:
         return [replace(k, dtype="bf16")]
     # the linear's input x[T, in]: m·k of the forward GEMM, n·k of the weight gradient's (TN: m=out, n=in, k=T)
-    extra = linear_extra(k, recipe, 0.0 if dgrad else np.multiply(n if wgrad else m, kk))
+    # rowwise_with_gw_hp scales its forward and dgrad operands as rowwise does: they take rowwise's measured extra
+    extra = linear_extra(k, "rowwise" if recipe == "rowwise_with_gw_hp" else recipe,
+                         0.0 if dgrad else np.multiply(n if wgrad else m, kk))
     if recipe != "tensorwise" and (wgrad or dgrad):  # each operand scaled along its own axis: cast anew
         return [cast("fp8_rowwise_cast", np.add(a, b), AMAX_CAST), k, extra]
     if wgrad:
