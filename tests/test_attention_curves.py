@@ -148,3 +148,10 @@ def test_flash1_and_triton_are_priced_only_where_published():
         pm.predict(m, pm.cluster("t4"), s.replace(attention="flash1", precision="fp16-mixed"))
     with pytest.raises(pm.errors.InvalidInputError, match="ring of FlashAttention blocks.*'triton'"):
         pm.Strategy(dp=1, cp=2, attention="triton")
+
+
+def test_search_with_a_kernel_no_ring_calls_keeps_cp_at_one():
+    """The default search lists cp 1-16; flash1, triton and unfused attention run no context-parallel ring."""
+    r = pm.search(pm.preset("mpt-7b", seq=8192), pm.cluster("dgx-a100-80gb", nodes=2), global_batch=64,
+                  framework="composer", attention="triton", top_k=5)
+    assert len(r) and set(r.cp) == {1}

@@ -34,6 +34,7 @@ from perfmodel.core.checks import check_choice, check_flag, check_int, check_pos
 from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
+from perfmodel.workload.stack import NO_RING_ATTENTIONS
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.composer import run_strategy, runs_no_fp8
 from perfmodel.workload.stacks.context import default_attention
@@ -169,7 +170,7 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     if not cp_fixed:  # a list of cp sizes keeps those the stack can run (context parallelism needs flash
         # attention; with expert parallelism the layout places ep inside dp, so cp stays 1 unless asked for)
         stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1
-                            or (stack["attention"] != "unfused" and stack["ep"] == 1))
+                            or (stack["attention"] not in NO_RING_ATTENTIONS and stack["ep"] == 1))
     for cp, overlap in product(stack["cp"], stack["tp_overlap"]):
         base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, framework=(frameworks or ("megatron",))[-1],
                         attention=stack["attention"], cp=check_int("cp", cp), ep=stack["ep"], tp_overlap=overlap,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS
+from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS, NO_RING_ATTENTIONS
 from perfmodel.costs.memory import OPTIMIZER_STATES
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.deepspeed import check_pipeline_engine
@@ -306,7 +306,7 @@ class Strategy:
         if self.schedule == "interleaved" and self.pp == 1:
             raise InvalidInputError("schedule='interleaved' needs pp > 1 (it interleaves pipeline stages): "
                                     "use schedule='1f1b' or pp >= 2")
-        if self.cp > 1 and self.attention in ("unfused", "flash1", "triton"):  # the rings call SDPA or TE kernels
+        if self.cp > 1 and self.attention in NO_RING_ATTENTIONS:
             raise InvalidInputError(f"context parallelism ('cp'={self.cp}) runs attention as a ring of FlashAttention "
                                     f"blocks: use attention='flash', 'flash2', 'flash3' or 'cudnn' (got {self.attention!r})")
         if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it

@@ -35,6 +35,8 @@ KERNEL_VARIANTS = {"flash2": FLASH2_VARIANT, "flash3": "fa3", "cudnn": "cudnn", 
 # the kernels MPT's flash_attn_fn calls on unpadded q, k, v (flash-attn 1's flash_attn_unpadded_func, 2's
 # flash_attn_varlen_func); its triton_flash_attn_fn takes them padded
 UNPADDED_ATTENTIONS = ("flash1", "flash2")
+# kernels a context-parallel ring does not call (torch's ring calls SDPA's backends, TE's its own attention)
+NO_RING_ATTENTIONS = ("unfused", "flash1", "triton")
 _RESIDUAL_STREAM = ("layernorm", "rmsnorm", "residual_add")
 
 
