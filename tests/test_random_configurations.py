@@ -143,7 +143,7 @@ def test_random_float8_and_fsdp_stack_options_predict_or_refuse_clearly(seed):
                   float8_recipe=rng.choice([None, *recipes]) if rng.random() < 0.9 else "rowwise",  # some refused
                   fp8_params=rng.random() < 0.2, recompute=rng.choice(["none", "full"]),
                   fc_type=rng.choice([None, "torch", "te"]) if rng.random() < 0.5 else None,  # composer's alone
-                  attention=rng.choice([None, "unfused"]) if framework == "composer" else None)
+                  attention=rng.choice([None, "unfused", "flash1", "triton"]) if framework == "composer" else None)
         try:
             p = pm.predict(model, cluster, pm.Strategy(**kw))
         except PerfModelError as e:
