@@ -30,11 +30,13 @@ def test_main_grad_dtype_defaults_and_override():
     assert wire_bytes("bf16-mixed", "pytorch").grad == 4.0
 
 
-def test_grad_reduce_fp32_is_megatrons_option():
+def test_grad_reduce_fp32_is_megatrons_and_the_fsdp_stacks_option():
     assert pm.Strategy(framework="megatron", grad_reduce_fp32="false").grad_reduce_fp32 is False
-    with pytest.raises(pm.errors.UnsupportedError, match="'grad_reduce_fp32'.*framework='torchtitan'.*megatron"):
-        pm.Strategy(framework="torchtitan", grad_reduce_fp32=False)
-    with pytest.raises(pm.errors.UnsupportedError, match="stacks that take it: megatron$"):
+    assert pm.Strategy(framework="torchtitan", grad_reduce_fp32=False).grad_reduce_fp32 is False
+    with pytest.raises(pm.errors.UnsupportedError, match="'grad_reduce_fp32'.*framework='pytorch'.*megatron, torchtitan"):
+        pm.Strategy(framework="pytorch", grad_reduce_fp32=False)
+    with pytest.raises(pm.errors.UnsupportedError, match="stacks that take it: megatron, torchtitan, kempnerforge, "
+                                                         "fsdp1, composer$"):
         pm.Strategy(framework="deepspeed", grad_reduce_fp32=False)
     with pytest.raises(pm.errors.InvalidInputError, match="'grad_reduce_fp32' must be True or False"):
         pm.Strategy(framework="megatron", grad_reduce_fp32="half")

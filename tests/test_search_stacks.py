@@ -246,7 +246,7 @@ def test_fixed_fields_hold_for_every_row_and_read_back():
     take them are left out, every row shows them, and each row is what pm.predict says of its Strategy."""
     fixed = {"grad_reduce_fp32": False, "optimizer_states": "remainders"}
     df = pm.search(MODEL, H100, 64, top_k=20, fixed=fixed, **SMALL)
-    assert set(df["framework"]) == {"megatron"}  # the only stack with Megatron-Core's gradient buffer
+    assert set(df["framework"]) == {"megatron"}  # the only stack with Megatron-Core's optimizer states
     assert (df["grad_reduce_fp32"] == False).all() and (df["optimizer_states"] == "remainders").all()  # noqa: E712
     plain = pm.search(MODEL, H100, 64, top_k=20, framework="megatron", **SMALL)
     assert df["step_time"].iloc[0] <= plain["step_time"].iloc[0]  # bf16 gradients move half the bytes
@@ -259,4 +259,4 @@ def test_fixed_fields_hold_for_every_row_and_read_back():
     with pytest.raises(pm.UnknownNameError, match="unknown fixed field 'dp'"):
         pm.search(MODEL, H100, 64, fixed={"dp": 2}, **SMALL)
     with pytest.raises(pm.InvalidInputError, match="no job of the search takes fixed=.*grad_reduce_fp32"):
-        pm.search(MODEL, H100, 64, framework="torchtitan", fixed={"grad_reduce_fp32": False}, **SMALL)
+        pm.search(MODEL, H100, 64, framework="pytorch", fixed={"grad_reduce_fp32": False}, **SMALL)

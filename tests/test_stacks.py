@@ -332,3 +332,19 @@ def test_torchtitan_compile_with_an_eager_loss_leaves_the_loss_kernels_eager():
     kf = [k.name for k in adapt_kernels(hf + hb, precision="bf16-mixed", framework="kempnerforge", compiled=True,
                                         loss="eager")]
     assert any(n.startswith("fused[logits.float+loss") for n in kf)
+
+
+def test_fsdp_reduce_dtype_follows_grad_reduce_fp32():
+    """Composer's FSDP default mixed_precision DEFAULT reduces in fp32, llm-foundry's PURE in bf16 (the stack's
+    default); torchtitan's mixed_precision_reduce float32 by default, bfloat16 when asked: the reduce-scatter moves
+    that dtype and the block backward holds its input in it."""
+    from perfmodel.workload.stacks import gradient_reduce_bytes
+    assert gradient_reduce_bytes("composer") == 2.0 and gradient_reduce_bytes("composer", True) == 4.0
+    assert gradient_reduce_bytes("torchtitan") == 4.0 and gradient_reduce_bytes("torchtitan", False) == 2.0
+    m, c = pm.preset("mpt-1b"), pm.cluster("dgx-a100-40gb", nodes=8)
+    pure, default = (pm.predict(m, c, pm.Strategy(dp=64, micro_batch=4, framework="composer", recompute="full",
+                                                  grad_reduce_fp32=v)) for v in (None, True))
+    assert default.breakdown["dp_comm"] > pure.breakdown["dp_comm"] and default.peak_memory > pure.peak_memory
+    unit = (pm.predict(m, c, pm.Strategy(dp=64, micro_batch=4, framework="composer", recompute="full",
+                                         grad_reduce_fp32=False)))
+    assert unit.step_time == pytest.approx(pure.step_time, rel=1e-12)

@@ -101,8 +101,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="activation CPU offload of the first k blocks: save_on_cpu (pytorch), --cpu-offloading-num-layers (megatron)")
     p.add_argument("--cp-comm", default=None, choices=["p2p", "all_gather", "all_to_all"],
                    help="context-parallel K/V exchange (--cp-comm-type, set_rotate_method); default: the framework's")
-    p.add_argument("--grad-reduce", default=None, choices=["fp32", "bf16"], help="megatron: gradient buffer and "
-                   "reduction dtype (grad_reduce_in_fp32); default fp32")
+    p.add_argument("--grad-reduce", default=None, choices=["fp32", "bf16"], help="gradient reduction dtype: megatron's "
+                   "main_grad (default fp32), an FSDP stack's reduce_dtype (default: the stack's)")
     p.add_argument("--optimizer-states", default=None, choices=list(OPTIMIZER_STATES),
                    help="megatron: fp32 (distributed optimizer), remainders (Apex, NeMo 1.x), bf16; docs/memory.md")
     p.add_argument("--fp8-params", action="store_true", help="fp8-mixed: GEMM weights as fp8 parameters (megatron: NeMo "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks import gradient_reduce_bytes, stack
 from perfmodel.workload.stacks.float8 import fp8_gathered
 from perfmodel.costs.optimizers import moment_bytes
 
@@ -208,7 +208,7 @@ def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c
         kept = np.where(np.asarray(c.pp) > 1, params, kept)
     # fsdp="shard-grad-op" (FSDP1 SHARD_GRAD_OP, FSDP2 reshard_after_forward=False): the same
     kept = np.where(np.asarray(c.reshard, bool), kept, params)
-    buffers = fsdp_buffers(unit, kept, reduce_bytes=st.reduce_bytes,
+    buffers = fsdp_buffers(unit, kept, reduce_bytes=gradient_reduce_bytes(framework, c.grad_reduce_fp32),
                            fp8_unit=fp8_gathered(c.fp8_params, framework, gemm_unit))
     # one rank: FSDP still casts into unsharded 16-bit parameters, one block at a time
     return {**terms, **fsdp, "comm_buffers": buffers + 0.0 * np.asarray(c.dp, float)}

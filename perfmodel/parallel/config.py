@@ -142,7 +142,7 @@ class StepConfig:
     loss: str
     tp_comm_overlap: str
     offload_layers: int = 0
-    grad_reduce_fp32: bool | None = None  # Megatron-Core's main_grad in fp32 (None: the framework's default)
+    grad_reduce_fp32: bool | None = None  # main_grad (Megatron-Core) or FSDP reduce dtype fp32 (None: the framework's)
     cp_comm: str | None = None  # the context-parallel K/V exchange (None: the framework's; stacks/context.py)
     ps_local_reduce: bool = False  # a machine's GPUs sum their gradients before one push (Strategy)
     optimizer_states: str | None = None  # a Megatron-code optimizer's state layout (costs/memory.py OPTIMIZER_STATES)

@@ -19,7 +19,7 @@ from perfmodel.parallel.stacked import stacked_time
 from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flight, pipeline_waits, prefetched_gather,
                                         slowed)
 from perfmodel.parallel.wire import WireBytes
-from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks import gradient_reduce_bytes, stack
 from perfmodel.workload.stacks.float8 import fp8_gathered
 
 DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
@@ -294,8 +294,9 @@ def _shard_group(lay, c):
     return rpn, pick(c.hybrid, 1.0, nodes)
 
 
-def fsdp_reduce_bytes(framework: str, lo: float) -> float:
-    """Bytes per gradient element an FSDP reduce-scatter moves: the stack's ``reduce_dtype``.
+def fsdp_reduce_bytes(framework: str, lo: float, grad_reduce_fp32=None) -> float:
+    """Bytes per gradient element an FSDP reduce-scatter moves: the stack's ``reduce_dtype``, or the one
+    ``Strategy.grad_reduce_fp32`` names (``workload.stacks.gradient_reduce_bytes``).
 
     torchtitan v0.2.2 (``config/job_config.py``: ``mixed_precision_reduce = "float32"``; FSDP2
     ``_fsdp_collectives.foreach_reduce`` reduce-scatters in ``reduce_dtype``): 4 B, twice the bf16
@@ -303,8 +304,7 @@ def fsdp_reduce_bytes(framework: str, lo: float) -> float:
     ``param_dtype`` (``fully_sharded_data_parallel.py``), as accelerate and Composer set it: 2 B.
     Other stacks (DeepSpeed ZeRO-3, plain FSDP over autocast): the gather's ``lo``.
     """
-    st = stack(framework)
-    return st.reduce_bytes if st.sharding in ("fsdp1", "fsdp2") else lo
+    return gradient_reduce_bytes(framework, grad_reduce_fp32) if stack(framework).sharding in ("fsdp1", "fsdp2") else lo
 
 
 def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowdown=0.0, fp8_gathered=0.0):
@@ -341,7 +341,7 @@ def zero3_time(coll, lay, c: StepConfig, units, lo, starts_with_embedding, slowd
     fwd = bwd = 0.0
     ag, rs = {}, {}
     fsdp = np.asarray(c.fsdp, bool)
-    reduce_lo = fsdp_reduce_bytes(c.framework, lo)
+    reduce_lo = fsdp_reduce_bytes(c.framework, lo, c.grad_reduce_fp32)
     pieces = {name: pick(fsdp, 1.0, DS_BLOCK_GATHERS if name == "layer" else 1.0) for name in units}
     size = [units[name][1] * lo / pieces[name] for name in units]
     grads = [s * reduce_lo / lo for s in size]  # the reduce-scatter moves the reduce dtype (fsdp_reduce_bytes)

@@ -19,7 +19,7 @@ from perfmodel.parallel.placement import ORDERS
 from perfmodel.core.checks import (LIMITS, check_choice, check_divides, check_flag, check_int, check_positive, check_size,
                                    divisors)
 from perfmodel.workload.kernels import PRECISIONS
-from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad
+from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad, takes_reduce_dtype
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.composer import check_fc_type
 from perfmodel.workload.stacks.float8 import float8_recipe
@@ -116,9 +116,9 @@ class Strategy:
     # activation CPU offload of the first k blocks (workload/stacks/offload.py: PyTorch save_on_cpu,
     # Megatron-Core --cpu-offloading-num-layers); 0: off
     offload_layers: int = 0
-    # Megatron-Core's gradient buffer (main_grad) and its data-parallel reduction in fp32
-    # (DistributedDataParallelConfig.grad_reduce_in_fp32); None: the framework's default (Megatron-LM
-    # forces fp32 under bf16); NeMo's performance recipes set False (costs/memory.py megatron_grad_bytes)
+    # gradients reduced in fp32: Megatron-Core's main_grad (grad_reduce_in_fp32; NeMo's recipes set False), an FSDP
+    # stack's MixedPrecision reduce_dtype (Composer's mixed_precision DEFAULT: True, PURE: False); None: the
+    # framework's default (Megatron fp32 under bf16, FSDP1 bf16, torchtitan fp32: workload/stacks gradient_reduce_bytes)
     grad_reduce_fp32: bool | None = None
     # the context-parallel K/V exchange (workload/stacks/context.py CP_COMMS): Megatron-Core --cp-comm-type "p2p"
     # (its default) or "all_gather"; torch's set_rotate_method "all_gather" (its default) or "all_to_all"
@@ -223,9 +223,9 @@ class Strategy:
         if self.grad_reduce_fp32 is None:
             return
         object.__setattr__(self, "grad_reduce_fp32", check_flag("grad_reduce_fp32", self.grad_reduce_fp32))
-        if self.framework not in takes_main_grad():
-            raise UnsupportedError(f"'grad_reduce_fp32' sets Megatron-Core's main_grad dtype: it does not apply to "
-                                   f"framework={self.framework!r}; stacks that take it: {', '.join(takes_main_grad())}")
+        if self.framework not in takes_reduce_dtype():  # Megatron-Core's main_grad, FSDP's reduce_dtype
+            raise UnsupportedError(f"'grad_reduce_fp32' sets the gradients' reduction dtype: it does not apply to "
+                                   f"framework={self.framework!r}; stacks that take it: {', '.join(takes_reduce_dtype())}")
 
     def _check_ps(self):
         """Asynchronous servers and variable placement: only with parameter servers, data parallel only."""

@@ -154,6 +154,23 @@ def takes_main_grad() -> list[str]:
     return [s.name for s in STACKS.values() if s.model_code == "megatron" and s.engine is None]
 
 
+def takes_reduce_dtype() -> list[str]:
+    """Frameworks whose gradient-reduction dtype ``Strategy.grad_reduce_fp32`` sets: Megatron-Core's main_grad
+    (``takes_main_grad``) and the FSDP stacks' ``MixedPrecision(reduce_dtype=...)`` (``gradient_reduce_bytes``)."""
+    return takes_main_grad() + [s.name for s in STACKS.values() if s.sharding in ("fsdp1", "fsdp2")]
+
+
+def gradient_reduce_bytes(framework: str, grad_reduce_fp32=None) -> float:
+    """Bytes per gradient element an FSDP stack reduce-scatters: its record's reduce dtype (torchtitan
+    ``mixed_precision_reduce = "float32"``; FSDP1 as accelerate and llm-foundry's ``mixed_precision: PURE`` set
+    it, bf16), or fp32 / bf16 where ``grad_reduce_fp32`` names it (Composer's ``mixed_precision: DEFAULT``,
+    its FSDP default: ``reduce_dtype=torch.float32``, composer/distributed/mosaic_parallelism.py
+    ``get_mixed_precision``; torchtitan ``mixed_precision_reduce = "bfloat16"``)."""
+    if grad_reduce_fp32 is None:
+        return stack(framework).reduce_bytes
+    return 4.0 if grad_reduce_fp32 else 2.0
+
+
 def takes(option: str) -> list[str]:
     """Frameworks that take a stack option (a recompute policy or "compile")."""
     if option == "compile":
