@@ -344,7 +344,7 @@ STEP_FIELDS = ("micro_batches", "cp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
                  "framework", "attention", "compile", "loss", "offload_layers", "stage_layers", "grad_reduce_fp32",
-                 "optimizer_states", "fp8_params", "norm_kernels")
+                 "optimizer_states", "fp8_params", "norm_kernels", "expandable_segments")
 _PIECES = ChainMemo(4096)
 _MODELS = ChainMemo(256)
 

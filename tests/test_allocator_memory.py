@@ -44,6 +44,25 @@ def test_expandable_segments_fit_on_the_allocated_bytes():
     assert p.fits and p.reserved_memory == pytest.approx(1.05 * p.peak_memory + 2 * 3 * 12288 * 128256)
 
 
+def test_strategy_sets_the_allocator_a_stack_launches_with():
+    """Strategy.expandable_segments overrides the stack's launch (ALLOCATORS): the same step needs its allocated
+    bytes with expandable segments, 1.05 x them with fixed ones; reserved memory is the same either way."""
+    m = dataclasses.replace(pm.preset("llama-3-8b"), seq=12288)
+    base = dict(dp=8, micro_batch=3, recompute="full")
+    titan_fixed = pm.predict(m, "dgx-h100", pm.Strategy(**base, framework="torchtitan", expandable_segments=False))
+    assert not titan_fixed.fits  # the case above, launched without expandable segments
+    fixed, on = (pm.predict(m, "dgx-h100", pm.Strategy(**base, framework="fsdp1", expandable_segments=v))
+                 for v in (None, True))
+    assert on.reserved_memory == fixed.reserved_memory and on.peak_memory == fixed.peak_memory
+    assert not fixed.fits and on.fits  # 78.4 GiB allocated: under 80 GiB, its 1.05 x not
+    assert float(sm.required_bytes(100e9, "megatron", expandable=True)) == pytest.approx(100e9)
+    assert float(sm.required_bytes(100e9, "torchtitan", expandable=False)) == pytest.approx(105e9)
+    with pytest.raises(pm.errors.UnsupportedError, match="'expandable_segments'.*tensorflow.*BFC"):
+        pm.Strategy(framework="tensorflow", ps_servers=1, expandable_segments=True)
+    with pytest.raises(pm.errors.InvalidInputError, match="'expandable_segments' must be True or False"):
+        pm.Strategy(expandable_segments="maybe")
+
+
 @pytest.fixture(scope="module")
 def checks():
     return {c.name: c for c in memory_checks.score()}

@@ -115,6 +115,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="eager RMSNorm: one fused kernel, or HF's / fms's elementwise ops (docs/stacks.md)")
     p.add_argument("--fc-type", default=None, choices=list(FC_TYPES), help="composer: MPT's linears, torch (amp_fp8 runs "
                    "them bf16) or te (fp8); default te under fp8-mixed, as llm-foundry's tutorial pairs them")
+    p.add_argument("--allocator", default=None, choices=["expandable", "fixed"], help="PyTorch's caching allocator: "
+                   "expandable_segments on or off (default: as the framework's launch scripts set it; docs/memory.md)")
     add_stack_args(p)
 
 
@@ -169,10 +171,12 @@ def strategy_from_args(args, n_gpus: int):
                     optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False),
                     memory_format=getattr(args, "memory_format", DEFAULT_MEMORY_FORMAT),
                     norm_kernels=getattr(args, "norm_kernels", "fused"), float8_recipe=getattr(args, "float8_recipe", None),
-                    fc_type=getattr(args, "fc_type", None))
+                    fc_type=getattr(args, "fc_type", None),
+                    expandable_segments=ALLOCATOR[getattr(args, "allocator", None)])
 
 
 GRAD_REDUCE = {None: None, "fp32": True, "bf16": False}  # --grad-reduce -> Strategy.grad_reduce_fp32
+ALLOCATOR = {None: None, "expandable": True, "fixed": False}  # --allocator -> Strategy.expandable_segments
 
 
 def cmd_predict(args) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 from perfmodel.workload.stacks import gradient_reduce_bytes, stack
 from perfmodel.workload.stacks.float8 import fp8_gathered
 from perfmodel.costs.optimizers import moment_bytes
+from perfmodel.core.errors import UnsupportedError
 
 PARAM_BYTES = 2.0   # MixedPrecisionPolicy / MixedPrecision param_dtype=bf16: unsharded parameters
 GRAD_BYTES = 2.0    # the unsharded gradient autograd writes, in param_dtype
@@ -152,6 +153,14 @@ ALLOCATORS = {
 }
 
 
+def check_expandable(framework: str) -> None:
+    """Raise unless ``framework`` runs PyTorch's caching allocator (``Strategy.expandable_segments`` sets it)."""
+    if stack(framework).sharding == "ps":
+        takes = ", ".join(name for name in ALLOCATORS if stack(name).sharding != "ps")
+        raise UnsupportedError(f"'expandable_segments' sets PyTorch's caching allocator: framework={framework!r} runs "
+                               f"TensorFlow's BFC allocator; stacks that take it: {takes}")
+
+
 def held_bytes(framework: str, unit):
     """Bytes a stack's ``record_stream`` keeps out of reuse: ``held_units`` 16-bit copies of one
     FSDP unit of ``unit`` parameters per GPU (FSDP1: one gathered FlatParameter)."""
@@ -169,13 +178,14 @@ def reserved_bytes(allocated, framework: str = "pytorch", held=0.0, free=0.0):
     return np.asarray(allocated, float) * (1.0 + ALLOCATOR_RESERVE) + held + free
 
 
-def required_bytes(allocated, framework: str = "pytorch", held=0.0):
+def required_bytes(allocated, framework: str = "pytorch", held=0.0, expandable=None):
     """Bytes the allocator needs before it raises an OOM, for a peak of ``allocated`` bytes.
 
     Expandable segments: allocated + held (free pages are unmapped and the allocation retried);
     fixed segments: ``reserved_bytes`` (free blocks inside live segments cannot be given back).
+    ``expandable``: ``Strategy.expandable_segments`` (None: the stack's launch, ``ALLOCATORS``).
     """
-    if ALLOCATORS[stack(framework).name].expandable:
+    if ALLOCATORS[stack(framework).name].expandable if expandable is None else expandable:
         return np.asarray(allocated, float) + held
     return reserved_bytes(allocated, framework, held)
 
@@ -186,7 +196,8 @@ def allocator_bytes(allocated, c, unit, free=0.0):
     blocks reserved at the peak that the allocator gives back before an OOM (reserved only)."""
     sharded = (np.asarray(c.dp) > 1) & (np.asarray(c.shard_stage) >= 3)
     held = np.where(sharded, held_bytes(c.framework, unit), 0.0)
-    return reserved_bytes(allocated, c.framework, held, free), required_bytes(allocated, c.framework, held)
+    return (reserved_bytes(allocated, c.framework, held, free),
+            required_bytes(allocated, c.framework, held, c.expandable_segments))
 
 
 def stack_model_states(terms: dict, framework: str, params, unit, shard_ranks, c, *, optimizer="adamw",

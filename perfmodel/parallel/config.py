@@ -72,7 +72,7 @@ FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stage
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
 SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
                  "offload_layers", "grad_reduce_fp32", "cp_comm", "ps_local_reduce", "optimizer_states", "fp8_params",
-                 "memory_format", "norm_kernels", "float8_recipe")
+                 "memory_format", "norm_kernels", "float8_recipe", "expandable_segments")
 
 
 def _frozen(value, dtype):
@@ -150,6 +150,7 @@ class StepConfig:
     memory_format: str = "channels_last"  # a CNN's activation layout (workload/stacks/layout.py)
     norm_kernels: str = "fused"  # the eager model code's RMSNorm (workload/stacks/norms.py)
     float8_recipe: str = ""  # the fp8 GEMMs' scaling recipe ("" without fp8; workload/stacks/float8.py)
+    expandable_segments: bool | None = None  # PyTorch's allocator setting (None: the stack's launch; Strategy)
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -177,7 +178,8 @@ class StepConfig:
                    grad_reduce_fp32=s.grad_reduce_fp32, cp_comm=s.cp_comm, ps_local_reduce=s.ps_local_reduce,
                    optimizer_states=s.optimizer_states, fp8_params=s.fp8_params,
                    memory_format=s.memory_format, norm_kernels=s.norm_kernels,
-                   float8_recipe=float8_recipe(stack(s.framework).float8, s.float8_recipe, s.framework, s.precision))
+                   float8_recipe=float8_recipe(stack(s.framework).float8, s.float8_recipe, s.framework, s.precision),
+                   expandable_segments=s.expandable_segments)
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

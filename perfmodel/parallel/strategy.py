@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from perfmodel.workload.stack import ATTENTIONS, FRAMEWORKS, NO_RING_ATTENTIONS
 from perfmodel.costs.memory import OPTIMIZER_STATES
+from perfmodel.costs.stack_memory import check_expandable
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.parallel.deepspeed import check_pipeline_engine
 from perfmodel.parallel.placement import ORDERS
@@ -120,28 +121,25 @@ class Strategy:
     # stack's MixedPrecision reduce_dtype (Composer's mixed_precision DEFAULT: True, PURE: False); None: the
     # framework's default (Megatron fp32 under bf16, FSDP1 bf16, torchtitan fp32: workload/stacks gradient_reduce_bytes)
     grad_reduce_fp32: bool | None = None
-    # the context-parallel K/V exchange (workload/stacks/context.py CP_COMMS): Megatron-Core --cp-comm-type "p2p"
-    # (its default) or "all_gather"; torch's set_rotate_method "all_gather" (its default) or "all_to_all"
+    # the context-parallel K/V exchange (workload/stacks/context.py CP_COMMS; None: the stack's first)
     cp_comm: str | None = None
-    # how a Megatron-code optimizer keeps its states (costs/memory.py OPTIMIZER_STATES): "fp32" (Megatron-Core's
-    # DistributedOptimizer: fp32 main params and moments), "remainders" (Apex DistributedFusedAdam as NeMo 1.x
-    # runs it for a bf16 model: int16 remainders of the fp32 main params), "bf16" (NeMo's optim.dtype bf16:
-    # bf16 moments, no main copy); None: "fp32"
+    # how a Megatron-code optimizer keeps its states (costs/memory.py OPTIMIZER_STATES): "fp32" (DistributedOptimizer),
+    # "remainders" (Apex DistributedFusedAdam, NeMo 1.x: int16 remainders), "bf16" (NeMo optim.dtype); None: "fp32"
     optimizer_states: str | None = None
-    # the blocks' GEMM weights are fp8 parameters (Transformer Engine fp8_model_init: NeMo fp8_params,
-    # Megatron-Core --fp8-param-gather) with no bf16 copy; needs precision "fp8-mixed"
+    # GEMM weights as fp8 parameters, no bf16 copy (TE fp8_model_init; torchao: its float8 all-gather); fp8-mixed only
     fp8_params: bool = False
     # a CNN's activation layout (workload/stacks/layout.py): "channels_last" (NHWC, as measured) or "contiguous"
     # (NCHW, PyTorch's default: cuDNN transposes around each tensor-core convolution); no effect on a transformer
     memory_format: str = DEFAULT_MEMORY_FORMAT
     # the eager model code's RMSNorm (workload/stacks/norms.py): "fused" or "composite" (HF's, fms's elementwise ops)
     norm_kernels: str = "fused"
-    # fp8 scaling (workload/stacks/float8.py RECIPES): torchao's "tensorwise", "rowwise", "rowwise_with_gw_hp";
-    # Transformer Engine's "delayed", "tensorwise"; None: the stack's default (its first) under fp8-mixed
+    # fp8 scaling (workload/stacks/float8.py RECIPES: torchao's, Transformer Engine's); None: the stack's first
     float8_recipe: str | None = None
-    # MPT's linear layers under Composer (workload/stacks/composer.py): "torch" (nn.Linear: amp_fp8 runs them bf16),
-    # "te" (Transformer Engine's, fp8 under amp_fp8); None: "te" under fp8-mixed, as llm-foundry's tutorial pairs them
+    # MPT's linears under Composer (workload/stacks/composer.py): "torch" (bf16 under amp_fp8), "te"; None: "te" if fp8
     fc_type: str | None = None
+    # PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: only the allocated bytes must
+    # fit (costs/stack_memory.py ALLOCATORS); None: as the stack's launch scripts set it (torchtitan on, others off)
+    expandable_segments: bool | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -220,6 +218,9 @@ class Strategy:
                                     "(store_params=True); use optimizer_states='fp32' (or 'bf16')")
 
     def _check_grad_reduce(self):
+        if self.expandable_segments is not None:  # a PyTorch allocator setting (TensorFlow's BFC allocator has none)
+            object.__setattr__(self, "expandable_segments", check_flag("expandable_segments", self.expandable_segments))
+            check_expandable(self.framework)
         if self.grad_reduce_fp32 is None:
             return
         object.__setattr__(self, "grad_reduce_fp32", check_flag("grad_reduce_fp32", self.grad_reduce_fp32))
