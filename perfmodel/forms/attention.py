@@ -1,4 +1,4 @@
-"""Closed forms for attention kernels (numpy body + sympy twin, see fit/forms.py).
+"""Closed forms for attention kernels (numpy body + sympy twin; forms/base.py).
 
 ``sdpa_flash``: FlashAttention-2 (Dao 2023) time = t0 + F / (R · s/(s+s_half) · d_eff),
 F = 4·b·heads·s²·d, halved when causal (the masked half is skipped). ``sdpa_tiles`` counts T×T

@@ -1,4 +1,4 @@
-"""Closed forms for compute kernels (numpy body + sympy twin, see fit/forms.py).
+"""Closed forms for compute kernels (numpy body + sympy twin; forms/base.py).
 
 GEMM (``gemm_smooth``; ``gemm_two``, ``gemm_two_levels`` and ``gemm_tiles`` below)
     t = max(t_cpu, t0 + 2mnk / (R · q(m, n) · k/(k + k_half)) / a(n, k), bytes / bw)
