@@ -335,7 +335,7 @@ def test_torchtitan_compile_with_an_eager_loss_leaves_the_loss_kernels_eager():
 
 
 def test_fsdp_reduce_dtype_follows_grad_reduce_fp32():
-    """Composer's FSDP default mixed_precision DEFAULT reduces in fp32, llm-foundry's PURE in bf16 (the stack's
+    """Composer's FSDP default mixed_precision DEFAULT reduces in fp32, MPT's pretraining yamls' PURE in bf16 (the stack's
     default); torchtitan's mixed_precision_reduce float32 by default, bfloat16 when asked: the reduce-scatter moves
     that dtype and the block backward holds its input in it."""
     from perfmodel.workload.stacks import gradient_reduce_bytes
