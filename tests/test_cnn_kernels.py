@@ -269,6 +269,7 @@ def test_only_3x3_and_5x5_at_stride_1_are_winograd_shapes():
                                                                    (3, 3, 2), (7, 7, 2), (5, 5, 2)))
     assert pooled_label(1, 7, 1, 1, 768) == "dense-gemm" and pooled_label(3, 3, 1, 1, 64) == "dense"
     assert pooled_label(3, 3, 2, 96, 96) == "depthwise"  # only dense shapes take the GEMM-only pool
+    assert pooled_label(3, 3, 2, 1, 64) == pooled_label(1, 1, 2, 1, 64) == "dense-gemm-strided"
 
 
 def test_a_shape_winograd_cannot_run_takes_the_gemm_only_pool_not_the_kind_pool(h200):
@@ -289,26 +290,51 @@ def test_a_shape_winograd_cannot_run_takes_the_gemm_only_pool_not_the_kind_pool(
     assert class_entry(kind_only, row) == (None, None)
 
 
-def test_the_gemm_only_pool_is_fitted_on_the_shapes_winograd_cannot_run(h200):
+def test_the_gemm_only_pools_are_fitted_on_the_shapes_winograd_cannot_run_by_stride(h200):
     rows = []
-    for kernel, stride, c in ((1, 1, 64), (1, 1, 256), (1, 2, 128), (3, 2, 64), (3, 1, 64), (3, 1, 128), (7, 2, 3)):
-        kern = conv_pass_kernel("c", "fwd", "fwd", 32, c, c, 28, kernel, stride, dtype="bf16")
-        rows.append({"op": "conv2d", "phase": "fwd", "timing": "eager", "dtype": "bf16", "batch": 32, "cin": c,
-                     "cout": c, "hw": 28, "kernel": kernel, "stride": stride, "groups": 1, "bytes": np.nan,
-                     "time_s": 1.5 * float(reference_seconds(h200, kern)[0])})
+    shapes = {1.5: ((1, 1, 64), (1, 1, 128), (1, 1, 256), (1, 1, 512)),  # stride 1, no Winograd
+              2.5: ((1, 2, 128), (3, 2, 64), (3, 2, 128), (7, 2, 64)),  # strided
+              0.6: ((3, 1, 64), (3, 1, 128), (7, 2, 3))}  # Winograd's 3x3, and a 3-channel stem
+    for scale, group in shapes.items():
+        for kernel, stride, c in group:
+            kern = conv_pass_kernel("c", "fwd", "fwd", 32, c, c, 28, kernel, stride, dtype="bf16")
+            rows.append({"op": "conv2d", "phase": "fwd", "timing": "eager", "dtype": "bf16", "batch": 32, "cin": c,
+                         "cout": c, "hw": 28, "kernel": kernel, "stride": stride, "groups": 1, "bytes": np.nan,
+                         "time_s": scale * float(reference_seconds(h200, kern)[0])})
     table = class_rows(pd.DataFrame(rows))
-    # 3x3 at stride 1 runs by Winograd; a 3-channel stem is no GEMM-shaped layer: neither joins the pool
-    assert list(table.gemm_only_key != "") == [True, True, True, True, False, False, False]
+    # 3x3 at stride 1 runs by Winograd; a 3-channel stem is no GEMM-shaped layer: neither joins a pool
+    assert list(table.gemm_only_key) == ["conv.dense-gemm:bf16:fwd"] * 4 + ["conv.dense-gemm-strided:bf16:fwd"] * 4 \
+        + [""] * 3
     entries = fit_classes(pd.DataFrame(rows), h200)
-    assert entries["conv.dense-gemm:bf16:fwd"]["n_points"] == 4
-    assert entries["conv.dense-gemm:bf16:fwd"]["params"]["c"] == pytest.approx(1.5, rel=0.05)
-    assert entries["conv.dense:bf16:fwd"]["n_points"] == 7
+    for key, c in (("conv.dense-gemm:bf16:fwd", 1.5), ("conv.dense-gemm-strided:bf16:fwd", 2.5)):
+        assert entries[key]["n_points"] == 4
+        assert entries[key]["params"]["c"] == pytest.approx(c, rel=0.05)
+    assert entries["conv.dense:bf16:fwd"]["n_points"] == 11
+
+
+def test_a_strided_shape_takes_the_strided_pool_else_the_stride_1_pool(h200):
+    def entry(c):
+        return {"form": "scaled_ref", "params": {"t0": 0.0, "c": c, "t_cpu": 0.0}, "n_points": 5, "source": "t"}
+    others = {k: v for k, v in h200.compute.items() if not k.startswith("conv.dense-gemm")}
+    pools = {"conv.dense-gemm:bf16:dgrad": entry(0.9), "conv.dense-gemm-strided:bf16:dgrad": entry(2.4)}
+    prof = dataclasses.replace(h200, compute={**others, **pools})
+    down = conv_pass_kernel("c", "bwd", "dgrad", 64, 128, 128, 56, 3, 2, dtype="bf16")  # ResNet v1.5's 3x3 s2
+    seven = conv_pass_kernel("c", "bwd", "dgrad", 64, 128, 128, 17, 7, 1, dtype="bf16")
+    assert class_entry(prof, down)[1] == "conv.dense-gemm-strided:bf16:dgrad"
+    assert class_entry(prof, seven)[1] == "conv.dense-gemm:bf16:dgrad"
+    t_ref, _ = reference_seconds(prof, down)
+    assert float(cnn_kernel_time(prof, down)[0]) == pytest.approx(2.4 * float(t_ref), rel=1e-12)
+    # a profile fitted without strided rows prices them by its stride-1 pool, not at c = 1
+    stride_1_only = dataclasses.replace(h200, compute={**others, "conv.dense-gemm:bf16:dgrad": entry(0.9)})
+    assert class_entry(stride_1_only, down)[1] == "conv.dense-gemm:bf16:dgrad"
 
 
 def test_the_k80_carries_the_p100s_gemm_only_pool():
     k80, p100 = pm.load_profile("k80"), pm.load_profile("p100-pcie-16gb")
-    for part in ("fwd", "dgrad", "wgrad"):
-        key = f"conv.dense-gemm:fp32:{part}"
+    for key in (f"conv.dense-gemm{s}:fp32:{part}" for s in ("", "-strided") for part in ("fwd", "dgrad", "wgrad")):
         assert k80.entry(key)["params"]["c"] == p100.entry(key)["params"]["c"]
         assert k80.entry(key)["source"].startswith("carried from p100-pcie-16gb")
+    # DeepBench's P100: a strided data gradient costs more over its implicit GEMM than a stride-1 one
+    assert p100.entry("conv.dense-gemm-strided:fp32:dgrad")["params"]["c"] > \
+        1.5 * p100.entry("conv.dense-gemm:fp32:dgrad")["params"]["c"]
     assert "conv.dense:fp32:fwd" not in k80.compute  # the Winograd-heavy kind pool is not carried

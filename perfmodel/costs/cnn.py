@@ -19,9 +19,13 @@ dtype), then a pooled entry, then c = 1: an unmeasured class runs at exactly its
 time, and :func:`unmeasured` names it so a prediction says so. The pooled entry depends on
 whether cuDNN could run the shape by Winograd (:func:`winograd_eligible`): an eligible one takes
 the kind's entry ``conv.<kind>:<dtype>:<pass>`` (pooled over every measured shape, mostly 3x3);
-an ineligible dense one (1x1, 1x7, 7x1, 3x1, 1x3, 7x7, any stride 2) takes
-``conv.dense-gemm:<dtype>:<pass>``, pooled over the measured ineligible shapes only, so no
-Winograd saving measured on 3x3 rows is lent to a shape whose algorithms are all GEMMs.
+an ineligible dense one (1x1, 1x7, 7x1, 3x1, 1x3 at stride 1) takes
+``conv.dense-gemm:<dtype>:<pass>``, pooled over the measured ineligible stride-1 shapes only, so no
+Winograd saving measured on 3x3 rows is lent to a shape whose algorithms are all GEMMs; a strided
+one (3x3 or 7x7 stride 2, 1x1 stride 2) takes ``conv.dense-gemm-strided:<dtype>:<pass>``, pooled over
+the measured strided shapes, falling back to the stride-1 pool where a profile has none. A strided
+data gradient writes a larger input than its GEMM's rows suggest: DeepBench's 1x1 stride-2 rows take
+2.4x (P100) and 1.7x (V100, fp32) their implicit GEMM against 1.2x and 0.8x at stride 1 (docs/cnn.md).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ BANDWIDTH_KINDS = ("depthwise",)
 # both stride 1; every other dense shape runs a GEMM-family algorithm (implicit, precomputed or explicit GEMM)
 WINOGRAD_FILTERS = ((3, 3), (5, 5))
 GEMM_ONLY = "gemm"  # the pooled label of dense shapes no Winograd algorithm accepts: conv.dense-gemm
+STRIDED = "strided"  # ... and of those with a stride above 1: conv.dense-gemm-strided
 CONV_SIZE = ("m", "n", "k", "x", "kh", "kw", "stride", "groups", "cin")  # what a 'conv' kernel carries
 
 
@@ -75,10 +80,11 @@ def winograd_eligible(kh, kw, stride) -> bool:
 
 def pooled_label(kh, kw, stride, groups, cin) -> str:
     """The pooled class a convolution falls back to: its kind (``dense``, ``grouped``, ``depthwise``), or
-    ``dense-gemm`` for a dense shape no Winograd algorithm runs (see :func:`winograd_eligible`)."""
+    ``dense-gemm`` for a dense shape no Winograd algorithm runs (see :func:`winograd_eligible`), and
+    ``dense-gemm-strided`` for such a shape with a stride above 1."""
     kind = conv_kind(groups, cin)
     if kind == "dense" and not winograd_eligible(kh, kw, stride):
-        return f"{kind}-{GEMM_ONLY}"
+        return f"{kind}-{GEMM_ONLY}" + (f"-{STRIDED}" if int(stride) > 1 else "")
     return kind
 
 
@@ -107,9 +113,11 @@ def class_entry(profile, kern: Kernel):
     if kern.cls == "conv":
         s = kern.size
         pooled = "conv." + pooled_label(*(_scalar(s[k]) for k in ("kh", "kw", "stride", "groups", "cin")))
-        candidates.append(f"{pooled}:{kern.dtype}:{kern.variant}")
-        candidates += [k for k in sorted(profile.compute)
-                       if k.startswith(pooled + ":") and k.endswith(":" + kern.variant)]
+        pools = [pooled, pooled.removesuffix(f"-{STRIDED}")] if pooled.endswith(STRIDED) else [pooled]
+        for pool in pools:  # a profile without a strided pool prices strided shapes by the stride-1 one
+            candidates.append(f"{pool}:{kern.dtype}:{kern.variant}")
+            candidates += [k for k in sorted(profile.compute)
+                           if k.startswith(pool + ":") and k.endswith(":" + kern.variant)]
     for key in candidates:
         if key in profile.compute:
             return profile.compute[key], key

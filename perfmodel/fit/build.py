@@ -54,7 +54,7 @@ SEED_TABLES = {"v100-sxm2-32gb": Path(__file__).resolve().parents[1] / "data" / 
 CONV_CARRIED = {"k80": "p100-pcie-16gb"}
 # a class fitted on rows of one kernel shape and stride; the pooled ``conv.<kind>:...`` entries mix shapes
 # a class of one kernel shape, or the pooled dense shapes no Winograd algorithm runs (costs.cnn.pooled_label)
-SHAPE_CLASS = re.compile(r"^conv\.[a-z]+-(k\d+x\d+-s\d+|gemm):(?P<dtype>[a-z0-9]+):")
+SHAPE_CLASS = re.compile(r"^conv\.[a-z]+-(k\d+x\d+-s\d+|gemm|gemm-strided):(?P<dtype>[a-z0-9]+):")
 
 
 def _gpu(name):
@@ -206,8 +206,9 @@ def carried_conv(profile: Profile, donor: Profile) -> Profile:
     GPU's own cuDNN, in its dtypes). Each class's c is a ratio to the implicit GEMM, so here it multiplies
     this GPU's own GEMM fit: cuDNN's algorithm choice (Winograd for 3x3, lowering for 1x1) is assumed to cost
     the same relative to a GEMM on both GPUs. The donor's pooled kind entries are not carried (mostly 3x3
-    Winograd rows); its pooled ``conv.dense-gemm`` entries (the measured shapes no Winograd algorithm runs) are,
-    and price the shapes it did not measure one by one that Winograd cannot run either (1x7, 3x3 stride 2 ...);
+    Winograd rows); its pooled ``conv.dense-gemm`` and ``conv.dense-gemm-strided`` entries (the measured shapes
+    no Winograd algorithm runs, at stride 1 and above) are, and price the shapes it did not measure one by one
+    that Winograd cannot run either (1x7 at stride 1, 3x3 at stride 2 ...);
     the rest run at their implicit GEMM (c = 1, named by ``costs.cnn.unmeasured``)."""
     dtypes = set(load_gpu(profile.gpu).peak_flops)
     carried = {}

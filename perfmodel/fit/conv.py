@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import PerfModelError
-from perfmodel.costs.cnn import CONV_PASSES, MEM_CLASSES, conv_label, conv_pass_kernel, pooled_label, reference_seconds
+from perfmodel.costs.cnn import (CONV_PASSES, GEMM_ONLY, MEM_CLASSES, conv_label, conv_pass_kernel, pooled_label,
+                                 reference_seconds)
 from perfmodel.costs.conv import conv_output_size, gemm_part_seconds
 from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
@@ -151,8 +152,9 @@ def _as_int(col: pd.Series, default: float) -> pd.Series:
 
 def class_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Rows the CNN classes are fitted on, each with its profile key (``key``), kind-level key
-    (``kind_key``) and, for a dense shape no Winograd algorithm runs, the pooled ``conv.dense-gemm``
-    key (``gemm_only_key``, else empty; :func:`perfmodel.costs.cnn.pooled_label`): convolution passes timed
+    (``kind_key``) and, for a dense shape no Winograd algorithm runs, the pooled ``conv.dense-gemm`` key
+    (``conv.dense-gemm-strided`` above stride 1; ``gemm_only_key``, else empty;
+    :func:`perfmodel.costs.cnn.pooled_label`): convolution passes timed
     alone (phase fwd, dgrad or wgrad) and the bandwidth-bound layers (phase fwd or bwd, 'bytes' = bytes moved)."""
     conv = table[(table.op == "conv2d") & table.phase.isin(CONV_PASSES)].copy()
     conv["groups"] = _as_int(conv["groups"], 1.0) if "groups" in conv else 1.0
@@ -163,7 +165,7 @@ def class_rows(table: pd.DataFrame) -> pd.DataFrame:
     conv["key"] = [f"conv.{lb}:{d}:{p}" for lb, d, p in zip(labels, conv.dtype, conv.phase)]
     conv["kind_key"] = [f"conv.{lb.split('-')[0]}:{d}:{p}" for lb, d, p in zip(labels, conv.dtype, conv.phase)]
     pooled = [pooled_label(k, k, s, g, c) for k, s, g, c in zip(conv.kernel, conv.stride, conv.groups, conv.cin)]
-    conv["gemm_only_key"] = [f"conv.{pl}:{d}:{p}" if pl.endswith("-gemm") and c >= GEMM_POOL_MIN_CHANNELS else ""
+    conv["gemm_only_key"] = [f"conv.{pl}:{d}:{p}" if f"-{GEMM_ONLY}" in pl and c >= GEMM_POOL_MIN_CHANNELS else ""
                              for pl, d, p, c in zip(pooled, conv.dtype, conv.phase, conv.cin)]
     mem = table[table.op.isin(MEM_CLASSES) & table.phase.isin(MEM_CLASS_PASSES)].copy()
     mem["bytes"] = pd.to_numeric(mem["bytes"], errors="coerce")
@@ -176,7 +178,7 @@ def class_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def class_keys(rows: pd.DataFrame) -> list[str]:
     """Every class key with enough rows: per class, each convolution kind pooled, then the dense shapes
-    no Winograd algorithm runs, pooled."""
+    no Winograd algorithm runs, pooled at stride 1 and above it."""
     counts = rows.groupby("key").size()
     conv = rows[rows.op == "conv2d"]
     kinds = conv.groupby("kind_key").size()
