@@ -1,6 +1,7 @@
 """GEMM curves fitted to published rates over shapes; GPUs without them keep the scaled curve.
 
-Fitted: Azure's A100 cuBLASLt shapes, DeepBench's P100 (``perfmodel/profiles/data/reference/gemm_published.csv``).
+Fitted: Azure's A100 cuBLASLt shapes, DeepBench's P100 and the V100's and T4's fp32
+(``perfmodel/profiles/data/reference/gemm_published.csv``; their fp16 rows check).
 XLA's measured sm_90 matmul table checks the H100's bf16 curve, carried from this project's H200 (same die), and
 tests the fitting routine itself (``fit_published_gemm(..., checks={})``).
 ``python -m perfmodel.fit.published_gemm`` prints the fit; docs/hardware.md has its numbers.
@@ -133,3 +134,31 @@ def test_a100_entries_fit_the_published_cublaslt_shapes_better_than_the_scaled_c
 def test_a_dtype_borrows_rows_only_where_the_table_says_it_shares_the_rate():
     assert _rate_peers(A100, "bf16") == ["fp16"] and _rate_peers(A100, "fp16") == ["bf16"]
     assert _rate_peers(H100, "fp16") == []  # the H100's fp16 keeps its scaled curve (tested above)
+
+
+def test_a_saturation_half_point_is_fitted_only_where_the_rows_reach_down_to_it():
+    import pandas as pd
+    from perfmodel.fit.published_gemm import HALF_SEEN, seen
+
+    entry = {"form": "gemm_smooth", "params": {"k_half": 41.0, "m_half": 14.0, "n_half": 12.0}}
+    deepbench = pd.DataFrame({"m": [512.0, 7680.0], "n": [8.0, 48000.0], "k": [512.0, 500000.0]})
+    # k and m start at 512, far above 4 x 41 and 4 x 14: those halves keep the scaled entry's; n reaches 8
+    assert seen(deepbench, entry) == ("R", "n_half", "t0")
+    low_k = deepbench.assign(k=[HALF_SEEN * 41.0, 4096.0])
+    assert "k_half" in seen(low_k, entry)
+
+
+@pytest.mark.parametrize("gpu", ["v100-sxm2-32gb", "t4"])
+def test_deepbench_fits_the_fp32_gemm_and_checks_the_skinny_heavy_fp16_rows(gpu):
+    profile, scaled = pm.load_profile(gpu), datasheet_profile(gpu, pm.load_profile(REFERENCE_PROFILE))
+    fp32 = profile.compute["gemm:fp32"]
+    assert fp32["n_points"] == 104 and f"DeepBench_NV_{'V100' if gpu.startswith('v100') else 'T4'}.xlsx" \
+        in fp32["source"]
+    assert fp32["cv_mape"] < 0.11 and fp32["params"]["R"] <= pm.load_gpu(gpu).peak_flops["fp32"]
+    # better than the curve scaled from the H200 on the same rows (V100 36.7%, T4 22.9%: docs/hardware.md)
+    assert scaled_error(gpu, fp32, "fp32") < 0.5 * scaled_error(gpu, scaled.compute["gemm:fp32"], "fp32")
+    # DeepBench's starts at k = 512 cannot see k_half: the scaled entry's stays
+    assert fp32["params"]["k_half"] == pytest.approx(scaled.compute["gemm:fp32"]["params"]["k_half"])
+    fp16 = profile.compute["gemm:fp16"]  # CHECK_ONLY: 64 of its 104 rows are skinny (n <= 128)
+    assert fp16["n_points"] == 0 and fp16["source"].startswith("datasheet-scaled")
+    assert (gemm_rows(gpu).query("dtype == 'fp16'").n <= 128).sum() == 64

@@ -1,4 +1,4 @@
-"""The P100 and K80 GEMM and convolution classes seeded from public kernel benchmarks.
+"""The P100, T4 and K80 GEMM and convolution classes seeded from public kernel benchmarks.
 
 Fitted: ``perfmodel/profiles/data/reference/gemm_published.csv`` (the P100 rows) and
 ``perfmodel/data/deepbench-p100/compute.csv``, both converted from baidu-research/DeepBench
@@ -186,3 +186,16 @@ def test_the_k80_gemm_fit_meets_a_k80s_own_sgemm():
     rate = 2.0 * n**3 / float(get_form(e["form"]).evaluate({**e["params"], "t_cpu": 0.0}, m=n, n=n, k=n))
     median = sorted(published)[3:5]
     assert rate / (sum(median) / 2 * 1e9) - 1 == pytest.approx(0.0, abs=0.05)
+
+
+def test_the_t4_convolutions_are_seeded_from_deepbench_over_its_own_fp32_gemm():
+    t4 = pm.load_profile("t4")
+    assert t4.meta["seeded_from"] == "deepbench-t4"
+    for dtype in ("fp32", "fp16"):  # Turing has no bf16: the table's two sheets
+        entry = t4.entry(f"conv.dense-k3x3-s1:{dtype}:fwd")
+        assert entry["source"] == "measured (published): deepbench-t4" and entry["n_points"] == 24
+        assert 0 < entry["cv_mape"] < entry["reference_only_mape"]
+    # the strided data gradient costs more over its implicit GEMM than the stride-1 one, as on the P100 and V100
+    for dtype in ("fp32", "fp16"):
+        assert t4.entry(f"conv.dense-gemm-strided:{dtype}:dgrad")["params"]["c"] > \
+            1.5 * t4.entry(f"conv.dense-gemm:{dtype}:dgrad")["params"]["c"]

@@ -43,10 +43,11 @@ CALIBRATED_H200_PROFILE = "h200-sxm-141gb-calibrated"
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 # Public convolution benchmarks that seed the CNN classes of GPUs this project has not measured:
 # baidu-research/DeepBench results/train/DeepBench_NV_V100.xlsx (commit da81ba7; CUDA 10.1, cuDNN 7.6.2,
-# NCHW), and DeepBench_NV_P100.xlsx (same commit; CUDA 8.0.88, cuDNN 6.0.21, a PCIe board), converted by
-# tools/deepbench_conv.py
+# NCHW), DeepBench_NV_P100.xlsx (same commit; CUDA 8.0.88, cuDNN 6.0.21, a PCIe board) and DeepBench_NV_T4.xlsx
+# (same commit; CUDA 10.1, cuDNN 7.6.2), converted by tools/deepbench_conv.py
 SEED_TABLES = {"v100-sxm2-32gb": Path(__file__).resolve().parents[1] / "data" / "deepbench-v100",
-               "p100-pcie-16gb": Path(__file__).resolve().parents[1] / "data" / "deepbench-p100"}
+               "p100-pcie-16gb": Path(__file__).resolve().parents[1] / "data" / "deepbench-p100",
+               "t4": Path(__file__).resolve().parents[1] / "data" / "deepbench-t4"}
 # GPUs with no published convolution table take the convolution classes of a GPU measured with the cuDNN
 # generation their users ran: the K80's TensorFlow 1.x runs of 2017 used cuDNN 5.1, DeepBench's P100 table
 # cuDNN 6.0.21. No Kepler table of this kind is public: DeepBench has no Kepler GPU, and convnet-benchmarks'

@@ -37,7 +37,11 @@ SHARED_RATE = {"a100-sxm4-80gb": {"bf16": "fp16"}}
 # (132 SMs, same clocks, 700 W; only the HBM differs). XLA's sm_90 table prices bf16 8192^3 at 827 TFLOP/s and
 # 2048x2048x13312 at 803, above the best torch matmul rate a shape search finds on an H100 SXM (794.5 at that
 # shape, gemm_mamf.csv) and above this project's H200 (736 and 701; 664 sustained): docs/hardware.md
-CHECK_ONLY = {"h100-sxm5-80gb": ("bf16",)}
+# DeepBench's V100 and T4 fp16 rows check their scaled curves too: 64 of their 104 shapes are skinny (n = 8-128 with
+# m, k of 512-7680: a few output tiles), and in gemm_tiles their slowness can only go into the tile efficiencies
+# (e4, e8, e16 fitted 0.40 / 0.48 / 0.55 on the V100), which then price a tall-skinny convolution GEMM as if it
+# had few tiles: ResNet-50's 7x7 stem at batch 128 (m 1.6 M, n 64) took 6.2 ms forward instead of 1.3 (docs/hardware.md)
+CHECK_ONLY = {"h100-sxm5-80gb": ("bf16",), "v100-sxm2-32gb": ("fp16",), "t4": ("fp16",)}
 BIG_FLOPS = 1e9  # CV is scored on GEMMs of at least 1 GFLOP, as ComputeFitter scores its GEMM fits
 SMALL_WEIGHT = 0.3  # smaller GEMMs sit near the launch latency: they weigh less, as in ComputeFitter's memory fits
 # the aligned-family parameters each GEMM form fits (bounds as ComputeFitter's)
@@ -49,6 +53,12 @@ ALIGNED = {
     "gemm_tiles": ("R", "k_half", "e16", "e8", "e4", "t_split", "t0"),
 }
 CUBE_ONLY = ("R", "t0")  # what rows with m = n = k identify without confounding m, n and k
+# a saturation half-point h (rate x d/(d + h) in dimension d) is seen only by rows with d near it: their
+# smallest d at most this many times h (the factor at most 0.8). DeepBench's GEMMs start at m, k = 512, far above
+# the scaled entry's m_half 14 and k_half 41-118 (fp32, fp16): a free h there runs to a bound (k_half 1 or 331) and
+# misprices the small-k GEMMs a 1x1 convolution is, so an unseen h keeps the scaled entry's value
+HALF_SEEN = 4.0
+HALF_DIMENSION = {"k_half": "k", "m_half": "m", "n_half": "n"}
 BOUNDS = {"R": Free(7e14, 1e12, 5e15), "t0": Free(3e-6, 1e-8, 1e-3), "e16": Free(0.9, 0.3, 1.2),
           "e8": Free(0.75, 0.2, 1.2), "e4": Free(0.6, 0.1, 1.2), "t_split": Free(3e-6, 1e-8, 1e-3), **SATURATION}
 
@@ -118,12 +128,20 @@ def fit_published_gemm(gpu: str, compute, *, folds: int = 5, seed: int = 0, chec
             fits = [_noted(fit_gemm_entry(rows, compute[f"gemm:{d}"], peak_flops=peak, folds=len(rows), seed=seed,
                                           names=CUBE_ONLY), d, dtype) for d in starts]
         else:
-            fits = [fit_gemm_entry(rows, start, peak_flops=peak, folds=folds, seed=seed)
+            fits = [fit_gemm_entry(rows, start, peak_flops=peak, folds=folds, seed=seed, names=seen(rows, start))
                     for start in {before["form"]: before, "gemm_tiles": as_tiles(before)}.values()]
         best = min(fits, key=lambda e: e["cv_mape"])
         candidates = {e["form"]: round(e["cv_mape"], 4) for e in fits}
         out[f"gemm:{dtype}"] = {**best, "candidates": candidates}
     return out
+
+
+def seen(rows, entry: dict) -> tuple:
+    """The aligned-family parameters of ``entry``'s form that ``rows`` identify: all but a saturation
+    half-point whose dimension's smallest published value lies above ``HALF_SEEN`` times the entry's own."""
+    return tuple(name for name in ALIGNED[entry["form"]]
+                 if name not in HALF_DIMENSION
+                 or rows[HALF_DIMENSION[name]].min() <= HALF_SEEN * float(entry["params"][name]))
 
 
 def _noted(entry: dict, start: str, dtype: str) -> dict:
@@ -183,7 +201,7 @@ def main() -> None:
     for gpu in sorted(set(gemm_table().gpu) | set(same_architecture_table().gpu)):
         scaled = datasheet_profile(gpu, reference).compute
         for dtype in CHECK_ONLY.get(gpu, ()):
-            print(f"{gpu} gemm:{dtype}: check only, the scaled curve of the same die: "
+            print(f"{gpu} gemm:{dtype}: check only (CHECK_ONLY), the scaled curve: "
                   f"{scaled_error(gpu, scaled[f'gemm:{dtype}'], dtype):.1%} MAPE on the published rows "
                   f"(median signed {scaled_bias(gpu, scaled[f'gemm:{dtype}'], dtype):+.1%})")
         for key, entry in fit_published_gemm(gpu, scaled).items():
