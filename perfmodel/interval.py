@@ -49,6 +49,9 @@ SHORT_STEP_S = 0.06
 # shapes the calibration range is checked on (transformer fields)
 SHAPE_FIELDS = ("hidden", "seq")
 UNCALIBRATED = "uncalibrated"
+# the regimes of a traced graph's step (a CNN: no transformer shape), ``cnn/<framework>``, calibrated on the published
+# CNN checks apart from the transformer regimes (validate/interval_rows.py:traced_scored_rows), on any GPU profile
+TRACED = "cnn"
 TABLE_SCHEMA = 5  # raise when the table's keys change (5: the fallback pools per profile origin)
 EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
                "memory": {"regimes": {}}, "fallback": {}, "fallback_floor": math.log(4.0)}  # no data at all: [step / 4, 4 x step]
@@ -156,6 +159,8 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
     """Why a configuration lies outside every calibrated regime (None when it does not)."""
     if profile_gpu != cluster_gpu:
         return f"profile of {profile_gpu} used for {cluster_gpu}"
+    if traced(model):  # its regime is its framework's (traced_regime); the transformer checks do not apply
+        return None if kind != "host" else "not a transformer (no interval row checks a traced graph on a CPU host)"
     if kind == "datasheet" and cluster_gpu not in table["datasheet_gpus"]:
         # datasheet scaling is as good as the GPU's datasheet ratios: checked per GPU
         return f"datasheet profile of {cluster_gpu} never checked against measurements"
@@ -163,13 +168,21 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
         return f"stack {stack} not validated"
     ranges = table.get("host_shape_range", {}) if kind == "host" else table["shape_range"]
     for name in SHAPE_FIELDS:
-        value = getattr(model, name, None)
-        if not value:  # a traced graph (CNN, ViT) carries 0 or no transformer shape
-            return "not a transformer (no interval row checks a traced graph's step)"
+        value = getattr(model, name)
         lo, hi = ranges.get(name, (math.inf, -math.inf))
         if not lo <= value <= hi:
             return f"{name}={value} outside calibrated {lo}-{hi}"
     return None
+
+
+def traced_regime(framework: str) -> str:
+    """The regime of a traced graph's step under ``framework``."""
+    return f"{TRACED}/{regime_framework(framework)}"
+
+
+def traced(model) -> bool:
+    """Whether ``model`` is a traced graph (CNN, ViT: 0 or no transformer shape), not a transformer."""
+    return not all(getattr(model, name, None) for name in SHAPE_FIELDS)
 
 
 def half_width(scores, level: float) -> float:
@@ -215,7 +228,8 @@ def fallback_half_width(table: dict, level: float, origin: str = "datasheet") ->
     return fallback_interval(table, level, origin)[1]
 
 
-def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", step=1.0) -> np.ndarray:
+def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", step=1.0,
+            is_traced: bool = False) -> np.ndarray:
     """The regime name of each step (arrays of shares and steps broadcast)."""
     share, step = np.broadcast_arrays(np.asarray(share, dtype=float), np.asarray(step, dtype=float))
     names = np.asarray(np.char.add(np.char.add(cell(kind, share).astype(str), f"/{regime_framework(framework)}"),
@@ -223,18 +237,21 @@ def regimes(kind: str, share, host_share, reason, framework: str = "pytorch", st
     if reason is not None:
         names[...] = f"{UNCALIBRATED}: {reason}"
         return names
+    if is_traced:
+        names[...] = traced_regime(framework)
     host = np.broadcast_to(np.asarray(host_share) >= HOST_SHARE, names.shape) & (kind != "host")
     names[host] = f"{UNCALIBRATED}: host-bound"
     return names
 
 
-def _one_regime(kind: str, share: float, host_share: float, reason, framework: str, step: float) -> str:
+def _one_regime(kind: str, share: float, host_share: float, reason, framework: str, step: float,
+                is_traced: bool = False) -> str:
     """:func:`regimes` of one step."""
     if reason is not None:
         return f"{UNCALIBRATED}: {reason}"
     if host_share >= HOST_SHARE and kind != "host":  # on a CPU device the host work is the step's own
         return f"{UNCALIBRATED}: host-bound"
-    return regime_name(kind, share, framework, step)
+    return traced_regime(framework) if is_traced else regime_name(kind, share, framework, step)
 
 
 def log_interval(table: dict, names: np.ndarray, level: float,
@@ -379,7 +396,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
     if isinstance(step, float) and all(isinstance(breakdown[k], float) for k in _SHARE_KEYS):  # one prediction
         step = max(step, 1e-300)
         share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
-        raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step)
+        raw = _one_regime(kind, share, breakdown["host_overhead"] / step, reason, framework, step, traced(model))
         c, w = regime_log_interval(table, raw, level, origin_of(kind, reason))
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
         if "regime_scale" in table["regimes"].get(raw, {}) and not name.startswith(UNCALIBRATED):
@@ -387,7 +404,8 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)
-    raw = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework, step)
+    raw = regimes(kind, np.broadcast_to(share, np.broadcast(share, host, step).shape), host, reason, framework, step,
+                  traced(model))
     c, w = log_interval(table, raw, level, origin_of(kind, reason))
     names = relabel(table, raw, level)
     if "difficulty" in table:

@@ -109,7 +109,7 @@ def test_held_back_splits_keep_run_sources_whole(rows, monkeypatch):
 
 def test_shipped_table_is_what_the_generator_builds(rows):
     shipped = iv.calibration_table()
-    fresh = cal.build_table(rows, shipped["method"], shipped["memory"]["method"])
+    fresh = cal.build_table(rows, shipped["method"], shipped["memory"]["method"], cal.traced_scored_rows())
     assert shipped["command"] == "python -m perfmodel.validate.intervals --write"
     assert shipped["validated_stacks"] == fresh["validated_stacks"]
     assert shipped["shape_range"] == fresh["shape_range"] and shipped["datasheet_gpus"] == fresh["datasheet_gpus"]
@@ -537,3 +537,33 @@ def test_cpu_steps_are_a_regime_of_their_own(rows):
     assert set(table["fallback"]) == set(iv.ORIGINS)
     assert all(p["rows"] == sum(e["n"] for n, e in table["regimes"].items() if n.startswith(o + "/"))
                for o, p in table["fallback"].items())
+
+
+def test_cnn_steps_have_regimes_of_their_own_calibrated_on_the_published_cnn_checks(rows):
+    traced = cal.traced_scored_rows()
+    assert {r.cell for r in traced} == {"cnn/pytorch", "cnn/tensorflow"} and len(traced) == 99
+    table = iv.calibration_table()
+    # the transformer regimes and their fallback pools are what they are without the CNN rows
+    alone = cal.build_table(rows, table["method"], table["memory"]["method"])
+    both = cal.build_table(rows, table["method"], table["memory"]["method"], traced)
+    assert {k: v for k, v in both["regimes"].items() if not k.startswith("cnn/")} == alone["regimes"]
+    assert both["fallback"] == alone["fallback"]
+    # a CNN step takes its framework's regime, with the table's centre and width at the level
+    p = pm.predict("resnet50", "a100", pm.Strategy(micro_batch=256))
+    assert p.interval_regime == "cnn/pytorch"
+    c, w = iv.regime_log_interval(table, "cnn/pytorch", 0.9)
+    assert p.interval == pytest.approx((p.step_time * math.exp(c - w), p.step_time * math.exp(c + w)))
+    tf = pm.predict("resnet-cifar32", "k80", pm.Strategy(micro_batch=128, precision="fp32", framework="tensorflow"))
+    assert tf.interval_regime == "cnn/tensorflow"
+    assert tf.interval[1] / tf.step_time > p.interval[1] / p.step_time  # the K80's InceptionV3 rows: +47...+56%
+    # no CNN row ran under FSDP: the datasheet origin's fallback, and the label says why
+    fsdp = pm.predict("resnet50", "a100", pm.Strategy(micro_batch=256, framework="fsdp1"))
+    assert fsdp.interval_regime == "uncalibrated: no validation rows in cnn/fsdp"
+    assert fsdp.interval[1] / fsdp.step_time == pytest.approx(math.exp(sum(iv.fallback_interval(table, 0.9))))
+    # in-sample the regimes hold their rows at the level; a new source is what the left-out check measures
+    for name in ("cnn/pytorch", "cnn/tensorflow"):
+        c, w = iv.regime_log_interval(table, name, 0.9)
+        mine = [r for r in traced if r.cell == name]
+        assert sum(abs(r.log_ratio - c) <= w for r in mine) >= 0.9 * len(mine)
+    left = table["traced_left_out"]["0.9"]
+    assert left["rows"] == 99 and 0 < left["coverage"] <= 1

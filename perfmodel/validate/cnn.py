@@ -69,12 +69,16 @@ def score(rows: list[dict] | None = None, profiles: dict | None = None) -> list[
     out = []
     for r in read_cnn_runs() if rows is None else rows:
         batch = int(r["batch"])
-        p = predict(preset(r["model"]), r["gpu"], Strategy(micro_batch=batch, precision=r["precision"],
-                                                           optimizer=r["optimizer"], memory_format=r["layout"]),
-                    profile=(profiles or {}).get(r["gpu"]))
+        p = predict(*row_inputs(r), profile=(profiles or {}).get(r["gpu"]))
         out.append(CnnRow(r["model"], r["family"], r["gpu"], r["layout"], batch, float(r["samples_per_s"]),
                           batch / float(p.step_time), r["source"]))
     return out
+
+
+def row_inputs(r: dict) -> tuple:
+    """(model, GPU, strategy) of one published row, as a user would write them (one GPU)."""
+    return preset(r["model"]), r["gpu"], Strategy(micro_batch=int(r["batch"]), precision=r["precision"],
+                                                   optimizer=r["optimizer"], memory_format=r["layout"])
 
 
 def relative_errors(scored: list[CnnRow]) -> dict[CnnRow, float]:

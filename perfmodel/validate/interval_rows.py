@@ -25,6 +25,7 @@ from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
+from perfmodel.validate import cnn, tf_ps
 from perfmodel.validate.measured import Case, read_measured
 from perfmodel.costs.memory import CUDA_CONTEXT_BYTES  # what a reserved reading adds beyond the allocator
 from perfmodel.validate.published import (read_published, read_published_checks,
@@ -36,7 +37,9 @@ TRAIN_DEV = DATA / "h200-2026-11-29" / "train_dev.jsonl"
 GPU_RUNS = DATA / "h200-calibration-2026-11-30" / "gpu_runs.csv"
 CPU_RUNS = DATA / "cpu-interference-2026-12-01"  # train.csv: each job's steps alone, beside co-located ones
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "measured_sample.csv"  # in the repository only
-SOURCE_FILES = {"h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.jsonl",
+SOURCE_FILES = {"published cnn": "perfmodel/data/published_cnn_runs.csv (one GPU, PyTorch)",
+                "tensorflow ps": "perfmodel/data/published_tf_ps_runs.csv (K80, TensorFlow 1.x, 1-64 GPUs)",
+                "h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.jsonl",
                 "h200 gpu_runs": "perfmodel/data/h200-calibration-2026-11-30/gpu_runs.csv",
                 "published": "perfmodel/data/published_runs.csv (sources: published_runs.md)",
                 "published stacks": "perfmodel/data/published_stack_runs.csv",
@@ -68,6 +71,7 @@ class Scored:
     n_gpus: int = 1
     power_capped: bool = False  # priced on a power-capped part's profile (profiles/power_cap.py)
     run_source: str = ""  # the run source it comes from (:func:`run_source`): held-back splits keep it whole
+    traced: bool = False  # a traced graph's step (a CNN): a regime ``cnn/<framework>`` (``interval.traced_regime``)
 
     @cached_property
     def features(self) -> tuple:
@@ -86,7 +90,8 @@ class Scored:
 
     @property
     def cell(self) -> str:
-        return iv.regime_name(self.kind, self.share, self.framework, self.step_s)
+        return iv.traced_regime(self.framework) if self.traced else iv.regime_name(self.kind, self.share, self.framework,
+                                                                                    self.step_s)
 
 
 def read_train_dev(path: Path = TRAIN_DEV) -> list[Case]:
@@ -188,3 +193,34 @@ def _configuration(case: Case) -> str:
 def scored_rows() -> list[Scored]:
     """Every validation row predicted and scored."""
     return [score(source, case) for source, case in validation_cases()]
+
+
+def traced_scored_rows() -> list[Scored]:
+    """The published CNN checks predicted and scored, each in its regime ``cnn/<framework>``: the one-GPU
+    PyTorch rows (``validate/cnn.py``) and the K80 TensorFlow parameter-server rows (``validate/tf_ps.py``); a row's
+    step is its batch (per GPU, or over the cluster) over its published throughput."""
+    found = []
+    for r in cnn.read_cnn_runs():
+        model, gpu, strategy = cnn.row_inputs(r)
+        measured = int(r["batch"]) / float(r["samples_per_s"])
+        found.append(_traced("published cnn", r["source"], f"{r['model']}|{gpu}|{r['layout']}|{r['batch']}",
+                             model, cluster(gpu), strategy, measured))
+    for r in tf_ps.load_rows():
+        model, c, strategy = tf_ps.row_inputs(r)
+        measured = int(r["batch"]) * int(r["gpus"]) / float(r["images_per_s"])
+        found.append(_traced("tensorflow ps", r["source"], "|".join(str(r[k]) for k in
+                                                                     ("setting", "model", "batch", "gpus")),
+                             model, c, strategy, measured))
+    return found
+
+
+def _traced(source: str, cited: str, group: str, model, c, s, measured: float) -> Scored:
+    p = predict(model, c, s)
+    prof = default_profile(c)
+    share, host = iv.shares(p.step_time, p.breakdown)
+    return Scored(source=source, group=group, label=group, kind=iv.profile_kind(prof),
+                  stack=iv.stack_key(s.framework, s.attention, s.precision), hidden=0, seq=0, profile_gpu=prof.gpu,
+                  cluster_gpu=c.gpu.name, share=float(share), host_share=float(host),
+                  log_ratio=math.log(measured / p.step_time), framework=s.framework, step_s=p.step_time,
+                  n_gpus=c.n_gpus, power_capped=iv.power_capped(prof), traced=True,
+                  run_source=f"{source}|{cited.split(':')[0]}")  # the repository: timm's layouts are one harness

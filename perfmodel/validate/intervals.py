@@ -36,7 +36,7 @@ from perfmodel import interval as iv
 from perfmodel.validate import conformal
 from perfmodel.validate.interval_rows import (CPU_RUNS, GPU_RUNS, OWN_RUNS, SAMPLE, SOURCE_FILES,  # noqa: F401
                                               TRAIN_DEV, Scored, read_cpu_steps, read_train_dev, run_source,
-                                              score, scored_rows, validation_cases)
+                                              score, scored_rows, traced_scored_rows, validation_cases)
 
 COMMAND = "python -m perfmodel.validate.intervals --write"
 QUANTILES = (0.5, 0.8, 0.9, 0.95)
@@ -61,9 +61,10 @@ def _count_units(entries: dict, rows: list[Scored], cell) -> None:
         entry["run_sources"] = len({r.run_source for r in mine})
 
 
-def build_table(rows: list[Scored], method: str = "weighted", memory_method: str | None = None) -> dict:
+def build_table(rows: list[Scored], method: str = "weighted", memory_method: str | None = None,
+                traced: list[Scored] = ()) -> dict:
     """The calibration table of ``rows``: centre, scale and scores per regime (step time and memory, each
-    with its score), validated stacks, shape ranges."""
+    with its score), validated stacks, shape ranges; and the ``traced`` graphs' regimes (``cnn/<framework>``)."""
     regimes = conformal.calibrate([conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source, r.features)
                                    for r in rows if r.kind != "host"], method)
     hosts = [conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source) for r in rows if r.kind == "host"]
@@ -71,7 +72,11 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
     regimes |= conformal.calibrate(hosts, "split") if hosts else {}
     for name in {it.regime for it in hosts}:  # past the levels its rows support, the stated Laplace prior
         regimes[name]["beyond_rows"] = "laplace"
-    _count_units(regimes, rows, lambda r: r.cell)
+    # a CNN's kernels are other classes than a transformer's: its own quantiles too, out of the pools and the
+    # fallback (each row against its regime's other run sources; a regime of one source, against no bias)
+    regimes |= conformal.calibrate([conformal.Item(r.cell, _score_unit(r), r.log_ratio, r.source)
+                                    for r in traced], "split") if traced else {}
+    _count_units(regimes, list(rows) + list(traced), lambda r: r.cell)
     difficulty = {}
     for entry in regimes.values():  # one fit for the table, every regime carries it
         if "difficulty" in entry:
@@ -305,15 +310,16 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
              unit: str = "source") -> dict:
     """The table to ship: every row's scores, provenance, the held-back coverage of every score and the
     chosen one (splits keep ``unit`` whole), and the chosen one's with configurations held back."""
-    rows = scored_rows()
+    rows, traced = scored_rows(), traced_scored_rows()
     checks, others = compare_methods(rows, level=level, splits=splits, fraction=fraction, unit=unit)
     method = choose_method(checks, level, others)
     memory_method = choose_method({m: h["memory"] for m, h in checks.items()}, level,
                                   {lv: {m: h["memory"] for m, h in o.items()} for lv, o in others.items()})
     counts = {}
-    for r in rows:
+    for r in rows + traced:
         counts[r.source] = counts.get(r.source, 0) + 1
     sources = {name: {"file": SOURCE_FILES[name], "rows": n} for name, n in counts.items()}
+    core = build_table(rows, method, memory_method, traced)
     return {"schema_version": iv.TABLE_SCHEMA, "created": _dt.date.today().isoformat(), "command": COMMAND,
             "method_note": "centre = median ln(measured / predicted) per regime; scores = |ln ratio - centre| "
                            "(split) or |ln ratio - centre| / scale with all regimes pooled (weighted; normalised: "
@@ -327,7 +333,8 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
                            "memory regime without rows, or of one run source, the stated prior "
                            f"(±{100 * (math.exp(iv.MEMORY_PRIOR_90) - 1):.0f}% at 90%)",
             "comm_share_threshold": iv.COMM_SHARE, "host_share_threshold": iv.HOST_SHARE,
-            "short_step_s": iv.SHORT_STEP_S, "sources": sources, **build_table(rows, method, memory_method),
+            "short_step_s": iv.SHORT_STEP_S, "sources": sources, **core,
+            "traced_left_out": traced_left_out(traced, core["fallback"]),
             "held_back": {**checks[method], "memory": checks[memory_method]["memory"]},
             "held_back_configurations": held_back(rows, level=level, splits=splits, fraction=fraction, method=method,
                                                   memory_method=memory_method, unit="configuration"),
@@ -345,6 +352,25 @@ def generate(*, level: float = iv.DEFAULT_LEVEL, splits: int = 200, fraction: fl
                               for m, h in checks.items()},
             "memory_method_choice": {m: {k: h["memory"][k] for k in ("coverage", "median_half_width_pct")}
                                      for m, h in checks.items()}}
+
+
+def traced_left_out(traced: list[Scored], fallback: dict, levels=QUANTILES) -> dict:
+    """Each run source of the traced graphs' rows left out: its rows priced by the regimes the other sources
+    calibrate (a regime with no other source, by ``fallback``, the transformer rows' pools of the rows' origin),
+    coverage and median half-width per level; what a CNN table from a new source should expect."""
+    out = {}
+    for level in levels:
+        inside, widths = [], []
+        for source in sorted({r.run_source for r in traced}):
+            table = build_table([], "split", "split", [r for r in traced if r.run_source != source])
+            table["fallback"] = fallback
+            for r in (r for r in traced if r.run_source == source):
+                c, w = iv.regime_log_interval(table, r.cell, level, r.kind)
+                inside.append(abs(r.log_ratio - c) <= w)
+                widths.append(100 * math.exp(c) * math.sinh(w))
+        out[f"{level:g}"] = {"coverage": float(np.mean(inside)), "median_half_width_pct": float(np.median(widths)),
+                             "rows": len(inside)}
+    return out
 
 
 def report(table: dict) -> str:
@@ -367,6 +393,10 @@ def report(table: dict) -> str:
         lines.append(f"memory: coverage {m['coverage']:.1%}, median half-width {m['median_half_width_pct']:.1f}%")
         lines += _per_regime(m["per_regime"])
     lines += _unseen(table.get("unseen_regimes", {}))
+    if table.get("traced_left_out"):
+        lines.append("CNN rows, each run source left out (priced by the others' regimes): coverage / median half-width "
+                     + "; ".join(f"{lv}: {c['coverage']:.1%} / {c['median_half_width_pct']:.1f}%"
+                                 for lv, c in table["traced_left_out"].items()))
     for what, key in (("step time", "method_choice"), ("memory", "memory_method_choice")):
         lines.append(f"scores compared ({what}): " + "; ".join(
             f"{name} coverage {c['coverage']:.1%} median half-width {c['median_half_width_pct']:.1f}%"

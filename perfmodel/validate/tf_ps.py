@@ -74,6 +74,11 @@ def load_rows(path=TF_PS_CSV) -> list[dict]:
 def predict_row(r: dict, profile=None) -> float:
     """Predicted images/s of one published row (``profile``: a profile name, path or Profile; default the
     row's GPU's bundled one). A machine without a NIC entry (one DGX-1) is priced without a network."""
+    return float(predict(*row_inputs(r), profile=profile).samples_per_second)
+
+
+def row_inputs(r: dict) -> tuple:
+    """(model, cluster, strategy) of one published row, as a user would write them."""
     nodes, gpn, gpus = int(r["nodes"]), int(r["gpus_per_node"]), int(r["gpus"])
     nic = vm_nic(**MACHINE_NIC[r["machine"]]) if r["machine"] in MACHINE_NIC else None
     if nic is None and nodes > 1:
@@ -82,7 +87,7 @@ def predict_row(r: dict, profile=None) -> float:
     c = cluster(r["gpu"], nodes=nodes, gpus_per_node=gpn, nic=nic)
     s = Strategy(dp=gpus, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework="tensorflow",
                  ps_servers=int(r["ps_servers"]), ps_local_reduce=r["variable_update"] == "distributed_replicated")
-    return float(predict(preset(TF_MODELS.get(r["model"], r["model"])), c, s, profile=profile).samples_per_second)
+    return preset(TF_MODELS.get(r["model"], r["model"])), c, s
 
 
 def score(rows=None) -> list[TfPsRow]:
