@@ -25,7 +25,8 @@ Winograd saving measured on 3x3 rows is lent to a shape whose algorithms are all
 one (3x3 or 7x7 stride 2, 1x1 stride 2) takes ``conv.dense-gemm-strided:<dtype>:<pass>``, pooled over
 the measured strided shapes, falling back to the stride-1 pool where a profile has none. A strided
 data gradient writes a larger input than its GEMM's rows suggest: DeepBench's 1x1 stride-2 rows take
-2.4x (P100) and 1.7x (V100, fp32) their implicit GEMM against 1.2x and 0.8x at stride 1 (docs/cnn.md).
+2.4x (P100), 2.2x (V100) and 1.9x (T4) their implicit GEMM in fp32, against 1.15x, 0.98x and 0.84x at
+stride 1 (docs/cnn.md).
 """
 
 from __future__ import annotations
