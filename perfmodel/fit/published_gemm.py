@@ -37,11 +37,13 @@ SHARED_RATE = {"a100-sxm4-80gb": {"bf16": "fp16"}}
 # (132 SMs, same clocks, 700 W; only the HBM differs). XLA's sm_90 table prices bf16 8192^3 at 827 TFLOP/s and
 # 2048x2048x13312 at 803, above the best torch matmul rate a shape search finds on an H100 SXM (794.5 at that
 # shape, gemm_mamf.csv) and above this project's H200 (736 and 701; 664 sustained): docs/hardware.md
-# DeepBench's V100 and T4 fp16 rows check their scaled curves too: 64 of their 104 shapes are skinny (n = 8-128 with
-# m, k of 512-7680: a few output tiles), and in gemm_tiles their slowness can only go into the tile efficiencies
-# (e4, e8, e16 fitted 0.40 / 0.48 / 0.55 on the V100), which then price a tall-skinny convolution GEMM as if it
-# had few tiles: ResNet-50's 7x7 stem at batch 128 (m 1.6 M, n 64) took 6.2 ms forward instead of 1.3 (docs/hardware.md)
-CHECK_ONLY = {"h100-sxm5-80gb": ("bf16",), "v100-sxm2-32gb": ("fp16",), "t4": ("fp16",)}
+CHECK_ONLY = {"h100-sxm5-80gb": ("bf16",)}
+# gpu -> dtypes whose published rows fit the rate and the latency only, the tile efficiencies staying the scaled
+# entry's: DeepBench's V100 and T4 fp16 rows, 64 of 104 skinny (n = 8-128 with m, k of 512-7680: a few output
+# tiles). Fitted in full, their slowness went into gemm_tiles' tile efficiencies (V100 e4, e8, e16 = 0.40 / 0.48 /
+# 0.55), which then priced a tall-skinny convolution GEMM as if it had few tiles: ResNet-50's 7x7 stem at batch
+# 128 (m 1.6 M, n 64) at 6.2 ms forward instead of 1.3 (docs/hardware.md)
+RATE_ONLY = {"v100-sxm2-32gb": ("fp16",), "t4": ("fp16",)}
 BIG_FLOPS = 1e9  # CV is scored on GEMMs of at least 1 GFLOP, as ComputeFitter scores its GEMM fits
 SMALL_WEIGHT = 0.3  # smaller GEMMs sit near the launch latency: they weigh less, as in ComputeFitter's memory fits
 # the aligned-family parameters each GEMM form fits (bounds as ComputeFitter's)
@@ -117,7 +119,9 @@ def fit_published_gemm(gpu: str, compute, *, folds: int = 5, seed: int = 0, chec
         if before is None or before.get("n_points") or len(rows) < MIN_RATE_ROWS or before["form"] not in ALIGNED:
             continue  # measured by this project, too few rows, or a form without an aligned family
         peak = load_gpu(gpu).peak_flops.get(dtype)
-        if ((rows.m == rows.n) & (rows.n == rows.k)).all():
+        if dtype in RATE_ONLY.get(gpu, ()):
+            fits = [fit_gemm_entry(rows, before, peak_flops=peak, folds=folds, seed=seed, names=CUBE_ONLY)]
+        elif ((rows.m == rows.n) & (rows.n == rows.k)).all():
             # cubes vary one size: they identify the rate and the latency, not how saturation splits over
             # m, n and k (freed, the three halves trade freely), nor tile shapes: those keep the scaled entry's
             fits = [fit_gemm_entry(rows, before, peak_flops=peak, folds=folds, seed=seed, names=CUBE_ONLY)]
