@@ -37,6 +37,7 @@ from perfmodel.hardware import list_gpus
 from perfmodel.predict import predict
 from perfmodel.profiles.profile import Profile
 from perfmodel.validate import host
+from perfmodel.validate.launch import failure_line
 from perfmodel.validate.host import OtherLoad
 
 # gradient all-reduces follow compute that has swept the caches: time them so (8x a core's L2 here)
@@ -191,9 +192,11 @@ def measure_runs(runs, out_csv: str | Path, *, target, device: str = "cpu", thre
         cmd = train_command(run, Path(out_csv), gpu=gpu, device=device, steps=steps, warmup=warmup,
                             profile=profile)
         out = _call(cmd, threads, f"training {run.label}")
+        if out.returncode != 0 and run.procs > 1:  # torchrun's standalone rendezvous can fail once on a busy host
+            log(f"{run.label} procs={run.procs}: exit {out.returncode} ({failure_line(out)}); launching it again")
+            out = _call(cmd, threads, f"training {run.label}")
         if out.returncode != 0:
-            tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["(no output)"]
-            failures.append(f"{run.label} procs={run.procs}: exit {out.returncode}: {tail[0]}")
+            failures.append(f"{run.label} procs={run.procs}: exit {out.returncode}: {failure_line(out)}")
         else:
             log(out.stdout.strip().splitlines()[-1])
     return failures
