@@ -199,3 +199,11 @@ def test_the_t4_convolutions_are_seeded_from_deepbench_over_its_own_fp32_gemm():
     for dtype in ("fp32", "fp16"):
         assert t4.entry(f"conv.dense-gemm-strided:{dtype}:dgrad")["params"]["c"] > \
             1.5 * t4.entry(f"conv.dense-gemm:{dtype}:dgrad")["params"]["c"]
+
+
+def test_the_profile_origin_names_where_the_convolution_classes_come_from():
+    from perfmodel.profiles.origin import profile_origin
+
+    assert profile_origin(pm.load_profile("t4")).endswith("; convolution classes fitted to deepbench-t4")
+    assert profile_origin(pm.load_profile("k80")).endswith("; convolution classes carried from p100-pcie-16gb")
+    assert "convolution classes" not in profile_origin(pm.load_profile("h100-sxm5-80gb"))

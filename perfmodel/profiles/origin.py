@@ -1,5 +1,6 @@
 """Where a profile's numbers come from, in words: measured (fitted to tables) or datasheet-derived,
-and which classes were fitted to a GPU's published microbenchmarks instead (``meta["published_fits"]``)."""
+which classes were fitted to a GPU's published microbenchmarks instead (``meta["published_fits"]``), and
+where its convolution classes come from when not from the reference (``seeded_from``, ``conv_carried_from``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ def profile_origin(profile) -> str:
     meta = profile.meta
     published = meta.get("published_fits") or {}
     extra = f"; published measurements: {', '.join(sorted(published))}" if published else ""
+    if meta.get("seeded_from"):  # fit/build.py:seeded, a public convolution table of this GPU
+        extra += f"; convolution classes fitted to {meta['seeded_from']}"
+    elif meta.get("conv_carried_from"):  # fit/build.py:carried_conv
+        extra += f"; convolution classes carried from {meta['conv_carried_from']}"
     if meta.get("fitted_from"):
         fallback = meta.get("fallback_classes")
         rest = f"; {fallback} classes from the bundled profile" if fallback else ""
