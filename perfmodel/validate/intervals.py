@@ -358,19 +358,17 @@ def traced_left_out(traced: list[Scored], fallback: dict, levels=QUANTILES) -> d
     """Each run source of the traced graphs' rows left out: its rows priced by the regimes the other sources
     calibrate (a regime with no other source, by ``fallback``, the transformer rows' pools of the rows' origin),
     coverage and median half-width per level; what a CNN table from a new source should expect."""
-    out = {}
-    for level in levels:
-        inside, widths = [], []
-        for source in sorted({r.run_source for r in traced}):
-            table = build_table([], "split", "split", [r for r in traced if r.run_source != source])
-            table["fallback"] = fallback
-            for r in (r for r in traced if r.run_source == source):
+    found = {level: ([], []) for level in levels}  # level -> (inside, half-width %) per row
+    for source in sorted({r.run_source for r in traced}):
+        table = {**build_table([], "split", "split", [r for r in traced if r.run_source != source]),
+                 "fallback": fallback}
+        for r in (r for r in traced if r.run_source == source):
+            for level, (inside, widths) in found.items():
                 c, w = iv.regime_log_interval(table, r.cell, level, r.kind)
                 inside.append(abs(r.log_ratio - c) <= w)
                 widths.append(100 * math.exp(c) * math.sinh(w))
-        out[f"{level:g}"] = {"coverage": float(np.mean(inside)), "median_half_width_pct": float(np.median(widths)),
-                             "rows": len(inside)}
-    return out
+    return {f"{level:g}": {"coverage": float(np.mean(inside)), "median_half_width_pct": float(np.median(widths)),
+                           "rows": len(inside)} for level, (inside, widths) in found.items()}
 
 
 def report(table: dict) -> str:
