@@ -115,3 +115,18 @@ def test_an_mfu_row_carries_the_rate_of_its_stated_formula():
         peak = 989.4e12 if "h100" in name else 312e12
         flops_per_token = 6 * m.params + 12 * m.layers * m.hidden * m.seq
         assert float(r["published_tokens_per_s_per_gpu"]) == pytest.approx(mfu * peak / flops_per_token, rel=2e-3)
+
+
+def test_olmo_core_rows_give_the_whole_step_of_their_scripts():
+    # OLMo-core e27ba74: global batch x 4096 tokens over 8 GPUs at the README's tokens/s per device, as
+    # micro-batches of rank_microbatch_size; FSDP2 (torchtitan's), compiled, float8 with its all-gather
+    cases = {c.label: c for c in read_published_checks() if c.label.startswith("olmo-core-")}
+    assert len(cases) == 8
+    accumulation = {"olmo-1b": 16, "olmo-7b": 64, "llama3-8b": 64, "olmo-13b": 256}
+    for name, c in cases.items():
+        s = c.strategy
+        assert s.framework == "torchtitan" and s.compile and s.attention == "flash2" and s.recompute == "none"
+        assert c.cluster.n_gpus == 8 and s.micro_batches == accumulation[name[len("olmo-core-"):].rsplit("-", 1)[0]]
+        assert s.fp8_params == name.endswith("-fp8") and s.precision == ("fp8-mixed" if name.endswith("-fp8") else "bf16-mixed")
+    assert cases["olmo-core-llama3-8b-bf16"].measured == pytest.approx(1024 * 4096 / (8 * 9500), rel=1e-4)
+    assert cases["olmo-core-olmo-13b-fp8"].measured == pytest.approx(2048 * 4096 / (8 * 5500), rel=1e-4)
