@@ -130,3 +130,15 @@ def test_olmo_core_rows_give_the_whole_step_of_their_scripts():
         assert s.fp8_params == name.endswith("-fp8") and s.precision == ("fp8-mixed" if name.endswith("-fp8") else "bf16-mixed")
     assert cases["olmo-core-llama3-8b-bf16"].measured == pytest.approx(1024 * 4096 / (8 * 9500), rel=1e-4)
     assert cases["olmo-core-olmo-13b-fp8"].measured == pytest.approx(2048 * 4096 / (8 * 5500), rel=1e-4)
+
+
+def test_olmo_core_rows_on_more_nodes_pay_the_cross_node_all_reduce():
+    # tools/olmo_core_nodes.py: one node is the rows as scored; on two, hybrid sharding all-reduces each
+    # micro-batch's fp32 gradient shard across nodes, so every row's predicted step per GPU grows
+    from tools.olmo_core_nodes import errors
+    one, two = errors(1), errors(2)
+    cases = {c.label: c for c in read_published_checks() if c.label.startswith("olmo-core-")}
+    assert set(one) == set(two) == set(cases)
+    for name, c in cases.items():
+        assert one[name] == pytest.approx(c.measured / pm.predict(c.model, c.cluster, c.strategy).step_time - 1)
+        assert two[name] < one[name]
