@@ -142,8 +142,12 @@ def test_flash1_and_triton_are_priced_only_where_published():
     fa2, fa1, tri = (pm.predict(m, a100, s.replace(attention=a)).step_time for a in ("flash2", "flash1", "triton"))
     assert fa1 > fa2 and tri > fa2
     assert pm.predict(m, pm.cluster("h100"), s.replace(attention="flash1")).step_time > 0
-    with pytest.raises(pm.errors.UnsupportedError, match="attention='triton' .* A100 80GB only .* 'h100-sxm5-80gb'"):
+    with pytest.raises(pm.errors.UnsupportedError, match="attention='triton' .* A100 80GB only .* 'h100-sxm5-80gb'"
+                                                          ".*attention='flash1'.* is priced on this GPU"):
         pm.predict(m, pm.cluster("h100"), s.replace(attention="triton"))
+    with pytest.raises(pm.errors.UnsupportedError, match="'l4': it is priced where it is published; use "
+                                                          "attention='flash2' or 'flash'$"):  # no FlashAttention-1 curve
+        pm.predict(m, pm.cluster("l4"), s.replace(attention="triton"))
     with pytest.raises(pm.errors.UnsupportedError, match="attention='flash1' .* 't4'"):
         pm.predict(m, pm.cluster("t4"), s.replace(attention="flash1", precision="fp16-mixed"))
     with pytest.raises(pm.errors.InvalidInputError, match="ring of FlashAttention blocks.*'triton'"):

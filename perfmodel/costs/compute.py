@@ -34,6 +34,10 @@ ONLY_PUBLISHED = {
     "triton": "attention='triton' (flash-attn's Triton kernel) is published for the A100 80GB only (also priced for "
               "the A100 40GB) and",
 }
+# the nearest kernel with a curve where the asked one has none: on the A100, where both are published (Dao 2023,
+# Fig. 4), the Triton kernel's forward + backward runs within 2-6% of FlashAttention-1's (docs/stacks.md)
+NEAREST_PUBLISHED = {"triton": ("fa1", "attention='flash1' (FlashAttention-1), which the Triton kernel ran within "
+                                       "2-6% of on the A100, is priced on this GPU")}
 
 
 def _gpu(entry: dict, symbolic: bool = False, **variables):
@@ -143,8 +147,10 @@ def _kernel_time(profile: Profile, kern: Kernel, symbolic: bool = False):
         if not profile.has(key):  # a kernel choice (``fa2.fwd``) the profile has no curve for: its own attention
             kernel = kern.variant.rsplit(".", 1)[0]
             if kernel in ONLY_PUBLISHED:
+                near, words = NEAREST_PUBLISHED.get(kernel, ("", ""))
+                hint = f"; {words}" if near and profile.has(f"sdpa:{near}.fwd") else ""
                 raise UnsupportedError(f"{ONLY_PUBLISHED[kernel]} has no curve in the profile of {profile.gpu!r}: "
-                                       f"it is priced where it is published; use attention='flash2' or 'flash'")
+                                       f"it is priced where it is published; use attention='flash2' or 'flash'{hint}")
             key = f"sdpa:{kern.variant.rsplit('.', 1)[-1]}"
         entry = profile.entry(key)
         size = {k: v for k, v in kern.size.items() if k != "kv_heads"}
