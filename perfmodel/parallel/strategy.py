@@ -184,7 +184,7 @@ class Strategy:
         check_offload(self.framework, self.offload_layers, pp=self.pp, recompute=self.recompute)
         check_pipeline_engine(self.framework, pp=self.pp, zero=self.zero, schedule=self.schedule)
         self._check_tp_comm_overlap()
-        self._check_grad_reduce()
+        self._check_memory_settings()
         self._check_optimizer_layout()
         check_cp_comm(self.framework, self.cp_comm, self.cp)
         object.__setattr__(self, "memory_format", check_memory_format(self.memory_format))
@@ -217,8 +217,8 @@ class Strategy:
                                     "copy is not the bf16 value plus a remainder, so NeMo stores it whole "
                                     "(store_params=True); use optimizer_states='fp32' (or 'bf16')")
 
-    def _check_grad_reduce(self):
-        if self.expandable_segments is not None:  # a PyTorch allocator setting (TensorFlow's BFC allocator has none)
+    def _check_memory_settings(self):  # PyTorch's allocator (TensorFlow's BFC has none); the gradients' reduce dtype
+        if self.expandable_segments is not None:
             object.__setattr__(self, "expandable_segments", check_flag("expandable_segments", self.expandable_segments))
             check_expandable(self.framework)
         if self.grad_reduce_fp32 is None:
