@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from tools.deepbench_gemm import replace_gpu_rows
+from perfmodel.core.entry import run_command
 
 ALIGN = 8  # 16-byte vectors of 16-bit elements: the aligned family of the GEMM forms
 DTYPES = {"FP16": "fp16", "BF16": "bf16", "FP8": "fp8"}
@@ -67,4 +68,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

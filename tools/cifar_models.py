@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tools.presets_cli import presets_main
+from perfmodel.core.entry import run_command
 
 CIFAR = {"resnet-cifar15": ("resnet", (2, 2, 2)), "resnet-cifar32": ("resnet", (5, 5, 5)),
          "shake-shake-small": ("shake", 32), "shake-shake-big": ("shake", 96)}
@@ -197,4 +198,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

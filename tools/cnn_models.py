@@ -15,6 +15,7 @@ import types
 from functools import lru_cache
 from pathlib import Path
 
+from perfmodel.core.entry import run_command
 from perfmodel.core.errors import unknown_name
 from perfmodel.workload.cnn_presets import GRAPH_PRESETS, GRAPHS_DIR, _key
 from tools.cifar_models import CIFAR
@@ -373,4 +374,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

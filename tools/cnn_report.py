@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import perfmodel as pm
+from perfmodel.core.entry import run_command
 
 PREFIXES = ("conv.", "batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool", "se_scale")
 
@@ -32,16 +33,20 @@ def steps() -> None:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--steps"]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("profiles", nargs="*", default=["h200-sxm-141gb", "v100-sxm2-32gb"],
+                        help="bundled profile names or profile paths")
+    parser.add_argument("--steps", action="store_true", help="print the presets' step times instead")
+    args = parser.parse_args(argv)
+    if args.steps:
         steps()
         return 0
     print("| profile | class | rows | CV error | reference alone | c |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for name in argv or ["h200-sxm-141gb", "v100-sxm2-32gb"]:
+    for name in args.profiles:
         print("\n".join(rows(name)))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

@@ -16,6 +16,7 @@ import argparse
 
 import pandas as pd
 
+from perfmodel.core.entry import run_command
 from tools.deepbench_conv import _sheets, conv_rows
 from tools.deepbench_gemm import gemm_rows
 
@@ -70,4 +71,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

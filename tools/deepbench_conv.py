@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
+from perfmodel.core.entry import run_command
 from perfmodel.fit.tables import COMPUTE_COLUMNS
 
 NS = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
@@ -119,4 +120,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

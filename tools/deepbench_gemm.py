@@ -17,6 +17,7 @@ import argparse
 import csv
 from pathlib import Path
 
+from perfmodel.core.entry import run_command
 from tools.deepbench_conv import block_rows, data_cells, is_number, workbook_rows
 
 COLUMNS = ("gpu", "dtype", "batch", "m", "n", "k", "tflops", "timing", "source")
@@ -66,4 +67,4 @@ def replace_gpu_rows(path: Path, gpu: str, rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

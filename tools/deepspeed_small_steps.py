@@ -11,12 +11,13 @@ host work (``costs/engine_host.py``) sets a step, and by how much the breakdown'
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 import pandas as pd
 
 import perfmodel as pm
+from perfmodel.core.entry import run_command
 from perfmodel.core.errors import PerfModelError
 
 
@@ -53,14 +54,16 @@ def grid() -> pd.DataFrame:
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true", help="print every configuration, not the ten most host-bound")
+    show_all = parser.parse_args(argv).all
     t = grid()
     print(f"{len(t)} configurations; host share of the step: median {t.host_share.median():.1%}, "
           f"p90 {np.percentile(t.host_share, 90):.1%}; steps with host share > 25%: {(t.host_share > 0.25).sum()}")
     print(f"median step {t.step_ms.median():.1f} ms, median host {t.host_ms.median():.2f} ms")
-    shown = t if "--all" in argv else t.sort_values("host_share", ascending=False).head(10)
+    shown = t if show_all else t.sort_values("host_share", ascending=False).head(10)
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

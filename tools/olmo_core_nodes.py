@@ -17,6 +17,7 @@ import argparse
 import statistics
 from dataclasses import replace
 
+from perfmodel.core.entry import run_command
 from perfmodel.hardware import cluster
 from perfmodel.predict import predict
 from perfmodel.validate.published import read_published_checks
@@ -51,4 +52,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

@@ -16,6 +16,7 @@ import argparse
 import statistics
 from pathlib import Path
 
+from perfmodel.core.entry import run_command
 from perfmodel.core.readers import read_csv_file
 from perfmodel.validate import tf_ps
 
@@ -46,4 +47,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

@@ -17,10 +17,10 @@ import argparse
 import hashlib
 import json
 import random
-import sys
 import warnings
 from pathlib import Path
 
+from perfmodel.core.entry import run_command
 import perfmodel as pm
 from perfmodel.fit.tables import legacy_h200_to_tidy
 
@@ -112,4 +112,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_command(main))

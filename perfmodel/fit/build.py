@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfmodel.core.entry import no_options, run_command
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
 from perfmodel.fit.conv import fit_classes
 from perfmodel.fit.published import with_published
@@ -222,7 +223,8 @@ def carried_conv(profile: Profile, donor: Profile) -> Profile:
     return replace(profile, compute={**kept, **carried}, meta={**profile.meta, "conv_carried_from": donor.gpu})
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    no_options(__doc__, argv)
     PROFILES_DIR.mkdir(exist_ok=True)
     for name, profile in bundled_profiles().items():
         profile.save(PROFILES_DIR / f"{name}.json")
@@ -230,4 +232,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

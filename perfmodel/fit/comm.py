@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfmodel.core.entry import run_command
 from perfmodel.costs.comm import BUSBW_FACTOR, COLLECTIVES, COMM_FORMS
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.fit import regression
@@ -284,4 +285,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

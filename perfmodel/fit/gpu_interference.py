@@ -22,12 +22,12 @@ each table where ``predict_shared`` finds it (``perfmodel.analysis.interference.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from perfmodel.core.entry import run_command
 from perfmodel.analysis.contention import solve_sharing
 from perfmodel.analysis.interference import CLASSES, GPU_MODES, InterferenceTable, gpu_table_path
 from perfmodel.core.errors import InvalidInputError, PerfModelError
@@ -183,4 +183,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_command(main))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel.core.entry import run_command
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.readers import read_csv_file, read_json_file
 
@@ -86,4 +87,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfmodel.core.entry import no_options, run_command
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
 from perfmodel.forms.registry import get_form
 from perfmodel.hardware import load_gpu
@@ -200,7 +201,8 @@ def _big_rows(gpu: str, entry: dict, dtype: str):
     return pred[big], rows.time_s.to_numpy(float)[big]
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    no_options(__doc__, argv)
     reference = load_profile(REFERENCE_PROFILE)
     for gpu in sorted(set(gemm_table().gpu) | set(same_architecture_table().gpu)):
         scaled = datasheet_profile(gpu, reference).compute
@@ -217,4 +219,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel.core.entry import run_command
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.readers import read_csv_file
 from perfmodel.costs.cnn import CNN_CLASSES, kernel_label
@@ -28,6 +29,7 @@ from perfmodel.costs.compute import kernel_time
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
 from perfmodel.profiles.profile import load_profile
+from perfmodel.workload.kernels import PRECISIONS, gemm_dtype
 from perfmodel.workload.presets import preset
 
 CNN_RUNS_CSV = Path(__file__).resolve().parent.parent / "data" / "published_cnn_runs.csv"
@@ -139,6 +141,11 @@ def class_breakdown(model: str, gpu: str, batch: int, precision: str = "fp16-mix
     """GPU seconds of one step's forward, backward and loss kernels by class (``conv.depthwise:wgrad``,
     ``batchnorm:bwd``, ``silu:fwd`` ...), largest first; the optimizer and communication are not included."""
     graph, profile = preset(model), load_profile(gpu)
+    dtype = gemm_dtype(precision)
+    if f"gemm:{dtype}" not in profile.compute:
+        have = [p for p in PRECISIONS if f"gemm:{gemm_dtype(p)}" in profile.compute]
+        raise InvalidInputError(f"precision {precision!r}: profile {profile.name!r} has no {dtype} GEMM rate; "
+                                f"valid here: {', '.join(have)}")
     fwd, bwd = graph.layer_kernels(batch, precision=precision)
     loss_fwd, loss_bwd = graph.head_kernels(batch, precision=precision)
     out: dict[str, float] = {}
@@ -174,10 +181,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--breakdown", nargs=3, metavar=("MODEL", "GPU", "BATCH"),
                         help="print one step's GPU time by kernel class instead")
-    parser.add_argument("--precision", default="fp16-mixed")
+    parser.add_argument("--precision", default="fp16-mixed", choices=PRECISIONS,
+                        help="of --breakdown (fp32 on a GPU without 16-bit rates, e.g. the k80)")
     args = parser.parse_args(argv)
     if args.breakdown:
         model, gpu, batch = args.breakdown
+        if not batch.isdigit() or int(batch) < 1:
+            raise InvalidInputError(f"--breakdown BATCH {batch!r}: a positive whole number of images, e.g. 256")
         parts = class_breakdown(model, gpu, int(batch), args.precision)
         total = sum(parts.values())
         print(f"{model} on {gpu}, batch {batch}, {args.precision}: {total * 1e3:.1f} ms of kernels")
@@ -189,4 +199,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import statistics
 
+from perfmodel.core.entry import run_command
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.costs.cnn import CONV_PASSES, MEM_CLASSES
 from perfmodel.profiles.profile import Profile, load_profile
@@ -105,4 +106,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

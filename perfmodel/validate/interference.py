@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from perfmodel.core.entry import run_command
 from perfmodel.analysis.interference import CLASSES
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.analysis.load import job_load
@@ -195,4 +195,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_command(main))

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from perfmodel.core.entry import run_command
 from perfmodel import interval as iv
 from perfmodel.validate import conformal
 from perfmodel.validate.interval_rows import (CPU_RUNS, GPU_RUNS, OWN_RUNS, SAMPLE, SOURCE_FILES,  # noqa: F401
@@ -459,4 +460,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 import perfmodel as pm
+from perfmodel.core.entry import no_options, run_command
 from perfmodel.costs.compute import kernel_time
 from perfmodel.fit.published_float8 import block_seconds
 from perfmodel.profiles.published import (attention_flops, attention_pass_flops, attention_table, float8_linear_table,
@@ -112,7 +113,8 @@ def torchtitan_checks(attention: str = "flash2", node: str = TORCHTITAN_NODE) ->
     return pd.DataFrame(rows)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    no_options(__doc__, argv)
     pd.set_option("display.width", 160)
     for gpu, kernel in (("h100-sxm5-80gb", "fa2"), ("h100-sxm5-80gb", "fa3"), ("h100-sxm5-80gb", "cudnn"),
                         ("a100-sxm4-80gb", "fa2"), ("a100-sxm4-80gb", "fa1"), ("h100-sxm5-80gb", "fa1"),
@@ -150,4 +152,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfmodel.core.entry import no_options, run_command
 from perfmodel.costs import memory as mem
 from perfmodel.hardware import cluster
 from perfmodel.parallel.strategy import Strategy
@@ -115,7 +116,8 @@ def summary(checks: list[MemoryCheck]) -> dict:
             "median_error": median_error("reading_gib"), "median_error_flat": median_error("reading_flat_gib")}
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    no_options(__doc__, argv)
     checks = score()
     print(f"{'run':34} {'outcome':>8} {'alloc':>7} {'fits':>5} {'flat':>5} {'reading':>8} {'flat':>7}")
     for c in checks:
@@ -129,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

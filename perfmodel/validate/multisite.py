@@ -22,6 +22,7 @@ from functools import cache
 from pathlib import Path
 
 import pandas as pd
+from perfmodel.core.entry import no_options, run_command
 from perfmodel.core.lazy import scipy_optimize
 
 from perfmodel.analysis.multisite import MultiSiteStrategy, diloco_period
@@ -87,7 +88,8 @@ def compare(wire_bytes: float | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    no_options(__doc__, argv)
     table = compare()
     pd.set_option("display.width", 140)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
@@ -100,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_command(main))

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
 
+from perfmodel.core.entry import no_options, run_command
 from perfmodel.costs.comm import hierarchical_time
 from perfmodel.hardware.build import cluster as build_cluster
 from perfmodel.hardware.catalog import load_link
@@ -69,11 +69,11 @@ def score() -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    del argv
+    no_options(__doc__, argv)
     pd.set_option("display.width", 200)
     print(score().to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(run_command(main))

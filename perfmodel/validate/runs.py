@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from perfmodel.core.entry import run_command
 from perfmodel.predict import predict
 from perfmodel.validate.measured import Case
 from perfmodel.validate.published import read_published, read_published_checks, read_published_stacks
@@ -121,4 +122,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 
 import pandas as pd
 
+from perfmodel.core.entry import run_command
 from perfmodel.core.errors import PerfModelError
 from perfmodel.explore.search import FIXED_FIELDS, STACK_FIELDS, search
 from perfmodel.parallel.strategy import Strategy
@@ -159,4 +160,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))

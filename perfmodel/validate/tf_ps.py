@@ -19,6 +19,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
+from perfmodel.core.entry import run_command
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.readers import read_csv_file
 from perfmodel.hardware import cluster
@@ -136,4 +137,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command(main))
