@@ -37,6 +37,7 @@ from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time,
                                          pipeline_time, stages, zero_bubble)
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
+from perfmodel.parallel.stragglers import FLEET_SPREAD, slowest_device_lag
 from perfmodel.parallel.tensor import tp_comm_times
 from perfmodel.parallel.tp_overlap import UB_PIPELINE_SPLITS
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
@@ -313,15 +314,32 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
                                                          optimizer, local.seq),
                      lambda: memory_terms(model, lay_dp, _dp_config(one, c), sts, p, precision=precision,
                                           recompute=recompute, optimizer=optimizer, seq=local.seq))
-    return _PIECES((critical, exposed, memory), fields_key(one, STEP_FIELDS, "step"),
-                   lambda: _assemble(c, critical, exposed, memory))
+    spread = device_spread(cluster)
+    return _PIECES((critical, exposed, memory), fields_key(one, STEP_FIELDS, "step", spread),
+                   lambda: _assemble(c, critical, exposed, memory, spread))
 
 
-def _assemble(c: StepConfig, critical, exposed, memory) -> FrozenDict:
-    """The step from its pieces: the pipeline, its sends, the exposed data-parallel and optimizer seconds."""
+def device_spread(cluster) -> float:
+    """σ of a device's speed over the median's for the cluster's GPU (``parallel/stragglers.py``)."""
+    spread = getattr(getattr(cluster, "gpu", None), "speed_spread", None)
+    return FLEET_SPREAD if spread is None else spread
+
+
+def _assemble(c: StepConfig, critical, exposed, memory, spread: float = FLEET_SPREAD) -> FrozenDict:
+    """The step from its pieces: the pipeline, its sends, the exposed data-parallel and optimizer seconds,
+    the kernels at the pace of the slowest of the step's GPUs (``parallel/stragglers.py``)."""
     (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms, *held) = critical, exposed, memory
+    lag = slowest_device_lag(c.dp * c.tp * c.pp * c.cp, spread)
+    kernels = parts["forward"] + parts["backward"]
+    bubble = pipe - c.micro_batches * worst
+    # the bubble idles for other stages' kernels: it lengthens by the kernels' share of a stage's time
+    bubble = bubble * (1.0 + lag * kernels / maximum(c.micro_batches * worst, 1e-300))
+    worst = worst + lag * kernels / c.micro_batches
+    pipe = c.micro_batches * worst + bubble
+    opt = opt * (1.0 + lag)
+    parts = {**parts, "forward": parts["forward"] * (1.0 + lag), "backward": parts["backward"] * (1.0 + lag)}
     out = {"step_time": pipe + p2p + dp_exposed + opt + engine, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
-           "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": pipe - c.micro_batches * worst,
+           "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": bubble, "slowest_device_lag": lag,
            "peak_memory": peak, "memory": FrozenDict(terms), "cp": float(c.cp)}
     # the caching allocator's bytes; the peak's moment (an index of costs.memory.PEAK_MOMENTS)
     out.update(parts, reserved_memory=held[0], required_memory=held[1], peak_moment=held[2])
@@ -340,7 +358,7 @@ CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",
                   "schedule", "grad_reduce_fp32", "ps_local_reduce", "fp8_params")
-STEP_FIELDS = ("micro_batches", "cp")
+STEP_FIELDS = ("micro_batches", "cp", "dp", "tp", "pp")
 MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
                  "framework", "attention", "compile", "loss", "offload_layers", "stage_layers", "grad_reduce_fp32",

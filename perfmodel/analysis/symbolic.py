@@ -37,9 +37,10 @@ from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import PhaseTimes, schedule_seconds, stages
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.strategy import Strategy, fill_dp
+from perfmodel.parallel.stragglers import slowest_device_lag
 from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import check_strategy, default_profile, profile_for
-from perfmodel.step import kernel_lists, bucket_costs, dp_backward_windows, optimizer_time, param_counts
+from perfmodel.step import bucket_costs, device_spread, dp_backward_windows, kernel_lists, optimizer_time, param_counts
 from perfmodel.workload.ops import Kernel
 from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
@@ -109,7 +110,8 @@ def _step_expr(model, cluster, prof, c: StepConfig, s) -> sp.Expr:
     p = param_counts(model, c)
     params = st.params(p, c.tp)
     opt = optimizer_time(prof, c, params, 1.0, optimizer=s.optimizer, precision=s.precision)
-    return pipe + _ddp_expr(cluster, prof, c, s, params, dp_backward_windows(prof, t, [st])[0]) + opt
+    lag = 1 + slowest_device_lag(c.dp, device_spread(cluster))  # the slowest data-parallel rank's kernels
+    return pipe * lag + _ddp_expr(cluster, prof, c, s, params, dp_backward_windows(prof, t, [st])[0]) + opt * lag
 
 
 def _ddp_expr(cluster, prof, c: StepConfig, s, params, backward):

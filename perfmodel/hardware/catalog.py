@@ -40,6 +40,7 @@ GPU_OPTIONAL = (
     "gpus_per_pcie",
     "tdp_w",
     "power_limit_w",
+    "speed_spread",
 )
 LINK_REQUIRED = ("kind", "bandwidth", "latency")
 LINK_OPTIONAL = (
@@ -198,6 +199,7 @@ def gpu_from_dict(data: Mapping, where: str, default_name: str = "") -> GPU:
             gpus_per_pcie=check_int("gpus_per_pcie", data.get("gpus_per_pcie", 1), minimum=1),
             tdp_w=data.get("tdp_w"),
             power_limit_w=data.get("power_limit_w"),
+            speed_spread=data.get("speed_spread"),
             aliases=_str_tuple(data, "aliases"),
             source=str(data.get("source", "")),
             nvlink=_link_name(data, "nvlink", ("nvlink",)),

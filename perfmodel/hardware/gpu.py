@@ -20,6 +20,7 @@ DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 # Volta at 8x the fp32 FMA rate (V100, T4 datasheets), while a P100's paired fp16 in CUDA cores gives 2x
 TENSOR_CORE_ONLY = ("tf32", "bf16", "fp8")
 TENSOR_CORE_FP16_RATIO = 4.0
+MAX_SPEED_SPREAD = 0.5  # a σ of half the median speed: beyond any fleet measured (22% variation at most)
 # other spellings accepted by GPU.peak (torch dtype names, precision names)
 DTYPE_ALIASES = {
     "float32": "fp32",
@@ -61,6 +62,9 @@ class GPU:
     tdp_w: float | None = None
     # the board power limit it runs at, where set below ``tdp_w`` (W); None: at its TDP
     power_limit_w: float | None = None
+    # σ of one device's speed over the median device's, across a fleet of this GPU (a fraction); None: the
+    # published fleet figure (perfmodel/parallel/stragglers.py), 0 for devices that run at one speed
+    speed_spread: float | None = None
     aliases: tuple[str, ...] = ()
     source: str = ""
     nvlink: str | None = None  # link name of its NVLink generation, e.g. "nvlink4"
@@ -98,6 +102,13 @@ class GPU:
         if self.power_limit_w is not None and self.tdp_w is not None and self.power_limit_w > self.tdp_w:
             raise InvalidInputError(f"{owner}: 'power_limit_w' must be at most tdp_w={self.tdp_w:g}: "
                                     f"got {self.power_limit_w:g}")
+        if self.speed_spread is not None:
+            spread = self.speed_spread
+            if isinstance(spread, bool) or not isinstance(spread, numbers.Real) or not 0 <= spread <= MAX_SPEED_SPREAD:
+                raise InvalidInputError(f"{owner}: 'speed_spread' must be a fraction from 0 to {MAX_SPEED_SPREAD:g} "
+                                        f"(the σ of a device's speed over the median device's, e.g. 0.015): "
+                                        f"got {spread!r}")
+            set_(self, "speed_spread", float(spread))
         set_(self, "aliases", tuple(self.aliases))
         set_(self, "sources", FrozenMap(self.sources))
 

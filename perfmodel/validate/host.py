@@ -69,6 +69,7 @@ def write_host_gpu(path: str | Path, table: pd.DataFrame, meta: dict, threads: i
         f'memory_bandwidth = "{fig["mem_bw_bytes_per_s"]:.6g}B/s"',
         f'memory = "{int(memory)}B"',
         f"sm_count = {int(threads)}",
+        "speed_spread = 0",
         "",
         "[peak_flops]",
         f'fp32 = "{fig["peak_fp32_flops"]:.6g}FLOPS"',
@@ -78,6 +79,7 @@ def write_host_gpu(path: str | Path, table: pd.DataFrame, meta: dict, threads: i
         f'memory_bandwidth = "median of {fig["bandwidth_rows"]} copy/add rows moving >= 32 MiB (compute.csv)"',
         'memory = "host RAM (metadata.json memory_bytes)"',
         'sm_count = "torch threads per process"',
+        'speed_spread = "the processes share one host\'s cores: no fleet of devices to wait for"',
     ]
     path = Path(path)
     path.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,59 @@
+"""The slowest GPU sets a synchronous step: devices of one model differ in speed, and every rank waits.
+
+GPUs of one model and SKU do not run at one speed. At their power limit each die's power management
+settles at its own clock (manufacturing variability), so a kernel takes longer on some devices than
+on others, persistently. Sinha et al., "Not All GPUs Are Created Equal: Characterizing Variability in
+Large-Scale, Accelerator-Rich Systems" (SC22, arXiv 2208.11035v3), measured over 90% of the GPUs of
+five clusters (Summit, Vortex, Frontera, Longhorn, Corona) running SGEMM, ResNet-50, BERT, LAMMPS
+and PageRank: "8% (max 22%) average performance variation". Their variation is the box plot's
+whisker span over the median, (Q3 + 1.5 IQR − (Q1 − 1.5 IQR)) / Q2 = 4 IQR / median
+(hal-uw/gpu_variability_sc22_artifact @bc84e72, ``plot_script/plot_aggregated.py``). For a normal
+spread IQR = 1.349 σ, so σ = 8% / (4 × 1.349) = 1.48% of the median speed (:data:`FLEET_SPREAD`).
+
+A synchronous step (data-parallel gradients, FSDP gathers, tensor-parallel collectives, pipeline
+flushes) waits for its slowest rank, so its compute takes the expected maximum of ``n`` devices'
+times, not one device's: 1 + σ · E[max of n standard normals], the expectation by Blom's plotting
+position Φ⁻¹((n − 0.375) / (n + 0.25)) (Blom 1958, *Statistical Estimates and Transformed
+Beta-Variables*; 4.4% above the exact order statistic at n = 2, 0.7% at n = 8). A profile's curves
+are one device's measurements, or published ones: the median device in expectation, so ``n`` = 1
+adds nothing. Asynchronous workers do not wait for each other and take no lag.
+"""
+
+from __future__ import annotations
+
+from statistics import NormalDist
+
+import numpy as np
+
+from perfmodel.core.algebra import is_symbolic
+from perfmodel.core.errors import InvalidInputError
+
+FLEET_SPREAD = 0.08 / (4 * 1.349)  # σ of a device's speed over the fleet's median (module docstring)
+FLEET_SPREAD_SOURCE = ("Sinha et al. SC22 (arXiv 2208.11035v3): 8% average variation = 4 IQR / median "
+                       "(hal-uw/gpu_variability_sc22_artifact @bc84e72 plot_script/plot_aggregated.py); "
+                       "σ = 8% / (4 × 1.349)")
+BLOM_ALPHA = 0.375  # Blom 1958: E[k-th of n] ≈ Φ⁻¹((k − α) / (n − 2α + 1))
+_NORMAL = NormalDist()
+
+
+def expected_max_normal(n):
+    """E[max of ``n`` independent standard normals] by Blom's approximation; 0 at n = 1.
+
+    Works on numbers, numpy arrays (each distinct count computed once) and sympy expressions."""
+    if is_symbolic(n):
+        import sympy as sp
+
+        return sp.sqrt(2) * sp.erfinv(2 * (n - BLOM_ALPHA) / (n + 1 - 2 * BLOM_ALPHA) - 1)
+    counts = np.asarray(n, dtype=float)
+    if np.any(~np.isfinite(counts)) or np.any(counts < 1):
+        raise InvalidInputError(f"device counts must be finite and >= 1: got {n!r}")
+    unique, inverse = np.unique(counts, return_inverse=True)
+    z = np.array([_NORMAL.inv_cdf((k - BLOM_ALPHA) / (k + 1 - 2 * BLOM_ALPHA)) for k in unique])
+    out = z[inverse].reshape(counts.shape)
+    return float(out) if out.ndim == 0 else out
+
+
+def slowest_device_lag(n, spread: float = FLEET_SPREAD):
+    """The fraction by which the slowest of ``n`` devices' kernels outlast the median device's:
+    ``spread`` · E[max of n standard normals]."""
+    return spread * expected_max_normal(n)
