@@ -37,7 +37,7 @@ from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time,
                                          pipeline_time, stages, zero_bubble)
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
-from perfmodel.parallel.stragglers import FLEET_SPREAD, slowest_device_lag
+from perfmodel.parallel.stragglers import FLEET_SPREAD, lagged_seconds, slowest_device_lag
 from perfmodel.parallel.tensor import tp_comm_times
 from perfmodel.parallel.tp_overlap import UB_PIPELINE_SPLITS
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
@@ -325,19 +325,26 @@ def device_spread(cluster) -> float:
     return FLEET_SPREAD if spread is None else spread
 
 
-def _assemble(c: StepConfig, critical, exposed, memory, spread: float = FLEET_SPREAD) -> FrozenDict:
-    """The step from its pieces: the pipeline, its sends, the exposed data-parallel and optimizer seconds,
-    the kernels at the pace of the slowest of the step's GPUs (``parallel/stragglers.py``)."""
-    (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms, *held) = critical, exposed, memory
+def slowest_pace(c: StepConfig, pipe, worst, parts: dict, spread: float = FLEET_SPREAD):
+    """(pipeline s, bottleneck stage s, bubble s, ``parts`` (``_outputs``), lag) with the kernels at the
+    pace of the slowest of the step's GPUs (``parallel/stragglers.py``); the optimizer is scaled by the caller."""
     lag = slowest_device_lag(c.dp * c.tp * c.pp * c.cp, spread)
-    kernels = parts["forward"] + parts["backward"]
+    grow, host = lagged_seconds(parts["forward"] + parts["backward"], parts["host_overhead"], lag)
     bubble = pipe - c.micro_batches * worst
-    # the bubble idles for other stages' kernels: it lengthens by the kernels' share of a stage's time
-    bubble = bubble * (1.0 + lag * kernels / maximum(c.micro_batches * worst, 1e-300))
-    worst = worst + lag * kernels / c.micro_batches
-    pipe = c.micro_batches * worst + bubble
+    # the bubble idles for other stages' kernels: it lengthens as the bottleneck stage does
+    bubble = bubble * (1.0 + grow / maximum(c.micro_batches * worst, 1e-300))
+    worst = worst + grow / c.micro_batches
+    parts = {**parts, "forward": parts["forward"] * (1.0 + lag), "backward": parts["backward"] * (1.0 + lag),
+             "host_overhead": host}
+    return c.micro_batches * worst + bubble, worst, bubble, parts, lag
+
+
+def _assemble(c: StepConfig, critical, exposed, memory, spread: float = FLEET_SPREAD) -> FrozenDict:
+    """The step from its pieces: the pipeline (its kernels at the slowest GPU's pace, ``slowest_pace``), its
+    sends, the exposed data-parallel and optimizer seconds."""
+    (_, _, pipe, worst, parts), (p2p, dp_exposed, opt, engine), (peak, terms, *held) = critical, exposed, memory
+    pipe, worst, bubble, parts, lag = slowest_pace(c, pipe, worst, parts, spread)
     opt = opt * (1.0 + lag)
-    parts = {**parts, "forward": parts["forward"] * (1.0 + lag), "backward": parts["backward"] * (1.0 + lag)}
     out = {"step_time": pipe + p2p + dp_exposed + opt + engine, "pipeline": pipe, "bottleneck_stage": worst, "p2p": p2p,
            "dp_comm": dp_exposed, "optimizer": opt, "pipeline_bubble": bubble, "slowest_device_lag": lag,
            "peak_memory": peak, "memory": FrozenDict(terms), "cp": float(c.cp)}

@@ -22,7 +22,8 @@ FAKE_MODEL = SimpleNamespace(params=1e6, name="fake")
 def linear_compute(monkeypatch):
     def fake_predict(self, batch):
         t = PER_SAMPLE_S[self.gpu] * batch
-        return SimpleNamespace(step_time=t, fits=True, interval=(0.9 * t, 1.1 * t), interval_regime="fake")
+        return SimpleNamespace(step_time=t, fits=True, interval=(0.9 * t, 1.1 * t), interval_regime="fake",
+                               breakdown={"forward": t, "backward": 0.0, "optimizer": 0.0, "host_overhead": 0.0})
 
     monkeypatch.setattr(hetero._Type, "predict", fake_predict)
     monkeypatch.setattr(hetero._Type, "exchange", lambda self, batch, workers, coll: EXCHANGE_S)

@@ -41,7 +41,8 @@ from perfmodel.parallel.pipeline import schedule_seconds
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import default_profile, predict, profile_for
 from perfmodel.profiles.profile import load_profile
-from perfmodel.step import compute_times, evaluate
+from perfmodel.parallel.stragglers import lagged_seconds, slowest_device_lag
+from perfmodel.step import compute_times, device_spread, evaluate
 from perfmodel.workload.kernels import gemm_dtype
 from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
@@ -124,7 +125,15 @@ class _Type:
         return self._cache[batch]
 
     def time(self, batch: int) -> float:
-        return 0.0 if batch == 0 else float(self.predict(batch).step_time)
+        """A step of this type's slowest worker of ``count`` (``parallel/stragglers.py``; one GPU's
+        prediction otherwise, as ``predict`` prices a step on ``count`` GPUs of one type)."""
+        if batch == 0:
+            return 0.0
+        p = self.predict(batch)
+        b = p.breakdown
+        lag = slowest_device_lag(self.count, device_spread(self.cluster))
+        grow, _ = lagged_seconds(b["forward"] + b["backward"], b["host_overhead"], lag)
+        return float(p.step_time + grow + lag * b["optimizer"])
 
     def speed(self, batch: int) -> float:
         return batch / self.time(batch)

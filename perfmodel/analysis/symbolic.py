@@ -25,7 +25,7 @@ import sympy as sp
 from dataclasses import replace
 
 from perfmodel.workload.stacks.composer import run_strategy
-from perfmodel.core.algebra import to_sympy, where
+from perfmodel.core.algebra import maximum, to_sympy, where
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.costs.comm import ring_formula
 from perfmodel.costs.compute import kernel_time, phase_time
@@ -37,7 +37,7 @@ from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import PhaseTimes, schedule_seconds, stages
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.strategy import Strategy, fill_dp
-from perfmodel.parallel.stragglers import slowest_device_lag
+from perfmodel.parallel.stragglers import lagged_seconds, slowest_device_lag
 from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import check_strategy, default_profile, profile_for
 from perfmodel.step import bucket_costs, device_spread, dp_backward_windows, kernel_lists, optimizer_time, param_counts
@@ -110,8 +110,13 @@ def _step_expr(model, cluster, prof, c: StepConfig, s) -> sp.Expr:
     p = param_counts(model, c)
     params = st.params(p, c.tp)
     opt = optimizer_time(prof, c, params, 1.0, optimizer=s.optimizer, precision=s.precision)
-    lag = 1 + slowest_device_lag(c.dp, device_spread(cluster))  # the slowest data-parallel rank's kernels
-    return pipe * lag + _ddp_expr(cluster, prof, c, s, params, dp_backward_windows(prof, t, [st])[0]) + opt * lag
+    # the slowest data-parallel rank's kernels (step._assemble): what the exposed host time does not hide
+    gpu = c.micro_batches * PhaseTimes(**{name: phase_time(prof, ks, symbolic=True)[1]
+                                          for name, ks in parts.items()}).on(st)
+    lag = slowest_device_lag(c.dp, device_spread(cluster))
+    grow, _ = lagged_seconds(gpu, maximum(pipe - gpu, 0.0), lag)
+    return pipe + grow + _ddp_expr(cluster, prof, c, s, params, dp_backward_windows(prof, t, [st])[0]) \
+        + opt * (1 + lag)
 
 
 def _ddp_expr(cluster, prof, c: StepConfig, s, params, backward):

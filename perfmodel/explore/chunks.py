@@ -194,8 +194,8 @@ def _lowest(parts) -> dict:
 
 
 def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
-    """(the pipeline's seconds (``step._critical_path``; less the host seconds inside it under an
-    engine, ``pipeline_floor``), the pieces the first stage's data-parallel seconds need), per configuration."""
+    """(the pipeline's seconds (``step._critical_path`` at the slowest GPU's pace, ``step.slowest_pace``; less
+    the host seconds inside it under an engine, ``pipeline_floor``), the pieces the first stage's data-parallel seconds need), per configuration."""
     cl, prof, spec = job.cluster, job.profile, job.spec
     lay, lay_dp, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
     local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model
@@ -203,7 +203,8 @@ def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
     sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
     critical = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute, sms,
                                       (prof, cl, p))
-    pipe = critical[2] - (critical[4]["host_overhead"] if stacks.stack(c.framework).engine is not None else 0.0)
+    pipe, _, _, parts, _ = compose.slowest_pace(c, critical[2], critical[3], critical[4], compose.device_spread(cl))
+    pipe = pipe - (parts["host_overhead"] if stacks.stack(c.framework).engine is not None else 0.0)
     return pipe, {"shape": (lay, lay_dp, sts, p), "compute": t, "critical": critical}
 
 

@@ -12,7 +12,8 @@ spread IQR = 1.349 σ, so σ = 8% / (4 × 1.349) = 1.48% of the median speed (:d
 
 A synchronous step (data-parallel gradients, FSDP gathers, tensor-parallel collectives, pipeline
 flushes) waits for its slowest rank, so its compute takes the expected maximum of ``n`` devices'
-times, not one device's: 1 + σ · E[max of n standard normals], the expectation by Blom's plotting
+times, not one device's: 1 + σ · E[max of n standard normals] (what a launch-bound phase's host time
+hid of it excepted: :func:`lagged_seconds`), the expectation by Blom's plotting
 position Φ⁻¹((n − 0.375) / (n + 0.25)) (Blom 1958, *Statistical Estimates and Transformed
 Beta-Variables*; 4.4% above the exact order statistic at n = 2, 0.7% at n = 8). A profile's curves
 are one device's measurements, or published ones: the median device in expectation, so ``n`` = 1
@@ -25,7 +26,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from perfmodel.core.algebra import is_symbolic
+from perfmodel.core.algebra import is_symbolic, maximum
 from perfmodel.core.errors import InvalidInputError
 
 FLEET_SPREAD = 0.08 / (4 * 1.349)  # σ of a device's speed over the fleet's median (module docstring)
@@ -47,13 +48,26 @@ def expected_max_normal(n):
     counts = np.asarray(n, dtype=float)
     if np.any(~np.isfinite(counts)) or np.any(counts < 1):
         raise InvalidInputError(f"device counts must be finite and >= 1: got {n!r}")
+    if counts.ndim == 0 or np.all(counts == counts.flat[0]):  # one GPU count (a search over one cluster)
+        z = _blom(float(counts.flat[0]))
+        return z if counts.ndim == 0 else np.full(counts.shape, z)
     unique, inverse = np.unique(counts, return_inverse=True)
-    z = np.array([_NORMAL.inv_cdf((k - BLOM_ALPHA) / (k + 1 - 2 * BLOM_ALPHA)) for k in unique])
-    out = z[inverse].reshape(counts.shape)
-    return float(out) if out.ndim == 0 else out
+    return np.array([_blom(k) for k in unique])[inverse].reshape(counts.shape)
+
+
+def _blom(n: float) -> float:
+    return _NORMAL.inv_cdf((n - BLOM_ALPHA) / (n + 1 - 2 * BLOM_ALPHA))
 
 
 def slowest_device_lag(n, spread: float = FLEET_SPREAD):
     """The fraction by which the slowest of ``n`` devices' kernels outlast the median device's:
     ``spread`` · E[max of n standard normals]."""
     return spread * expected_max_normal(n)
+
+
+def lagged_seconds(kernels, host, lag):
+    """(seconds a step grows by, host seconds still exposed) when its kernels, ``kernels`` GPU seconds
+    with ``host`` seconds of launch overhead exposed beside them, take ``1 + lag`` times as long: a phase
+    runs max(GPU, CPU), so the exposed host time hides the first of the growth."""
+    grow = maximum(lag * kernels - host, 0.0)
+    return grow, host + grow - lag * kernels
