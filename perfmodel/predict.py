@@ -80,6 +80,9 @@ class Prediction:
     caveats: tuple = ()                 # what the prediction priced without a measurement, in words
     # the moment of the step that sets peak_memory, one of costs.memory.PEAK_MOMENTS (docs/memory.md)
     peak_moment: str = ""
+    # how much longer the step's kernels run than one device's: the slowest of its GPUs sets a synchronous
+    # step's pace (parallel/stragglers.py, docs/distributed.md); 0 on one GPU and for asynchronous workers
+    slowest_device_lag: float = 0.0
 
     @classmethod
     def of(cls, values: dict) -> Prediction:
@@ -111,6 +114,7 @@ class Prediction:
         out["memory_interval"], out["memory_interval_regime"] = list(self.memory_interval), self.memory_interval_regime
         out["caveats"] = list(self.caveats)
         out["peak_moment"] = self.peak_moment
+        out["slowest_device_lag"] = self.slowest_device_lag
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -275,6 +279,7 @@ def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: floa
         profile_origin=profile_origin(prof), ps=None, memory_interval=(mem.low, mem.high),
         memory_interval_regime=mem.regime, caveats=cnn_caveats(model, prof, s.precision),
         peak_moment=mem_costs.PEAK_MOMENTS[int(out["peak_moment"])],
+        slowest_device_lag=float(out["slowest_device_lag"]),
     )
 
 

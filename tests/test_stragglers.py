@@ -83,3 +83,23 @@ def test_the_cpu_host_file_has_no_spread(tmp_path):
     from perfmodel.validate.interval_rows import CPU_RUNS
 
     assert pm.cluster(str(CPU_RUNS / "cpu-host.toml")).gpu.speed_spread == 0.0
+
+
+def test_the_prediction_says_how_much_slower_its_kernels_run():
+    s = pm.Strategy(micro_batch=1, recompute="full")
+    assert pm.predict("llama-3-8b", pm.cluster("h100"), s).slowest_device_lag == 0.0
+    eight = pm.predict("llama-3-8b", pm.cluster("dgx-h100"), s.replace(zero=3))
+    assert eight.slowest_device_lag == pytest.approx(slowest_device_lag(8))
+    assert eight.to_dict()["slowest_device_lag"] == eight.slowest_device_lag
+    from perfmodel.report.tables import prediction_table
+
+    assert "the slowest of the 8 GPUs sets the pace" in prediction_table(eight)
+
+
+def test_asynchronous_workers_wait_for_nobody():
+    from perfmodel.hardware.cloud import server_vm
+
+    c = pm.cluster("v100", nodes=4, servers=server_vm(vcpus=4, provider="gcp", count=1))
+    p = pm.predict("resnet-cifar32", c, pm.Strategy(micro_batch=128, precision="fp32", optimizer="sgd",
+                                                     framework="tensorflow", ps_servers=1, ps_async=True))
+    assert p.slowest_device_lag == 0.0

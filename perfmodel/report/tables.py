@@ -67,6 +67,10 @@ def prediction_table(p) -> str:
         "",
         "time breakdown (per step)",
     ]
+    lag = getattr(p, "slowest_device_lag", 0.0)
+    if lag > 0:
+        lines[-1] += (f"   (kernels {lag:.1%} slower than one GPU's: the slowest of the {s.gpus:,} GPUs sets the pace, "
+                      "docs/distributed.md)")
     total = max(p.step_time, 1e-30)
     for key, value in p.breakdown.items():
         if value > 1e-6 * total:  # rounding residue of a term that is zero
