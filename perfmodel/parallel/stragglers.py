@@ -22,7 +22,7 @@ adds nothing. Asynchronous workers do not wait for each other and take no lag.
 
 from __future__ import annotations
 
-from statistics import NormalDist
+from functools import lru_cache
 
 import numpy as np
 
@@ -34,7 +34,6 @@ FLEET_SPREAD_SOURCE = ("Sinha et al. SC22 (arXiv 2208.11035v3): 8% average varia
                        "(hal-uw/gpu_variability_sc22_artifact @bc84e72 plot_script/plot_aggregated.py); "
                        "σ = 8% / (4 × 1.349)")
 BLOM_ALPHA = 0.375  # Blom 1958: E[k-th of n] ≈ Φ⁻¹((k − α) / (n − 2α + 1))
-_NORMAL = NormalDist()
 
 
 def expected_max_normal(n):
@@ -55,8 +54,11 @@ def expected_max_normal(n):
     return np.array([_blom(k) for k in unique])[inverse].reshape(counts.shape)
 
 
+@lru_cache(maxsize=256)
 def _blom(n: float) -> float:
-    return _NORMAL.inv_cdf((n - BLOM_ALPHA) / (n + 1 - 2 * BLOM_ALPHA))
+    from statistics import NormalDist  # imports random, decimal and fractions: not at ``import perfmodel``
+
+    return NormalDist().inv_cdf((n - BLOM_ALPHA) / (n + 1 - 2 * BLOM_ALPHA))
 
 
 def slowest_device_lag(n, spread: float = FLEET_SPREAD):
