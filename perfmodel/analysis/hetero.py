@@ -39,9 +39,9 @@ from perfmodel.parallel.data import ps_time
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import schedule_seconds
 from perfmodel.parallel.strategy import Strategy
+from perfmodel.parallel.stragglers import lagged_seconds, slowest_device_lag
 from perfmodel.predict import default_profile, predict, profile_for
 from perfmodel.profiles.profile import load_profile
-from perfmodel.parallel.stragglers import lagged_seconds, slowest_device_lag
 from perfmodel.step import compute_times, device_spread, evaluate
 from perfmodel.workload.kernels import gemm_dtype
 from perfmodel.workload.model import Transformer

@@ -194,8 +194,9 @@ def _lowest(parts) -> dict:
 
 
 def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
-    """(the pipeline's seconds (``step._critical_path`` at the slowest GPU's pace, ``step.slowest_pace``; less
-    the host seconds inside it under an engine, ``pipeline_floor``), the pieces the first stage's data-parallel seconds need), per configuration."""
+    """(the pipeline's seconds (``step._critical_path`` at the slowest GPU's pace, ``step.slowest_pace``;
+    less the host seconds inside it under an engine, ``pipeline_floor``), the pieces the first stage's
+    data-parallel seconds need), per configuration."""
     cl, prof, spec = job.cluster, job.profile, job.spec
     lay, lay_dp, sts, p = compose._shape(model, c, cl.gpus_per_node, opts["placement"])
     local = replace(model, seq=model.seq // c.cp) if c.cp > 1 else model

@@ -30,9 +30,6 @@ from perfmodel.core.algebra import is_symbolic, maximum
 from perfmodel.core.errors import InvalidInputError
 
 FLEET_SPREAD = 0.08 / (4 * 1.349)  # σ of a device's speed over the fleet's median (module docstring)
-FLEET_SPREAD_SOURCE = ("Sinha et al. SC22 (arXiv 2208.11035v3): 8% average variation = 4 IQR / median "
-                       "(hal-uw/gpu_variability_sc22_artifact @bc84e72 plot_script/plot_aggregated.py); "
-                       "σ = 8% / (4 × 1.349)")
 BLOM_ALPHA = 0.375  # Blom 1958: E[k-th of n] ≈ Φ⁻¹((k − α) / (n − 2α + 1))
 
 
