@@ -103,3 +103,19 @@ def test_asynchronous_workers_wait_for_nobody():
     p = pm.predict("resnet-cifar32", c, pm.Strategy(micro_batch=128, precision="fp32", optimizer="sgd",
                                                      framework="tensorflow", ps_servers=1, ps_async=True))
     assert p.slowest_device_lag == 0.0
+
+
+def test_exposed_host_time_hides_the_first_of_the_growth():
+    from perfmodel.parallel.stragglers import lagged_seconds
+
+    assert lagged_seconds(10.0, 0.1, 0.02) == pytest.approx((0.1, 0.0))  # 0.2 s more kernels, 0.1 s was idle
+    assert lagged_seconds(10.0, 0.5, 0.02) == pytest.approx((0.0, 0.3))  # all of it under the host's time
+    s = pm.Strategy(micro_batch=1)  # a launch-bound step: the host issues kernels slower than they run
+    one = pm.predict("gpt2-small", pm.cluster("h100"), s)
+    eight = pm.predict("gpt2-small", pm.cluster("dgx-h100"), s)
+    assert one.breakdown["host_overhead"] > 0
+    kernels = one.breakdown["forward"] + one.breakdown["backward"]
+    grown = (eight.breakdown["forward"] + eight.breakdown["backward"] + eight.breakdown["host_overhead"]
+             - kernels - one.breakdown["host_overhead"])
+    assert grown == pytest.approx(max(slowest_device_lag(8) * kernels - one.breakdown["host_overhead"], 0.0),
+                                  abs=1e-12)
