@@ -119,3 +119,28 @@ def test_exposed_host_time_hides_the_first_of_the_growth():
              - kernels - one.breakdown["host_overhead"])
     assert grown == pytest.approx(max(slowest_device_lag(8) * kernels - one.breakdown["host_overhead"], 0.0),
                                   abs=1e-12)
+
+
+def test_a_cluster_can_name_its_fleet_spread():
+    s = pm.Strategy(micro_batch=1, recompute="full", zero=3)
+    screened = pm.predict("llama-3-8b", pm.cluster("dgx-h100", speed_spread=0.0), s)
+    wide = pm.predict("llama-3-8b", pm.cluster("dgx-h100", speed_spread=0.03), s)
+    assert screened.slowest_device_lag == 0.0
+    assert wide.slowest_device_lag == pytest.approx(0.03 * expected_max_normal(8))
+    assert wide.step_time > pm.predict("llama-3-8b", pm.cluster("dgx-h100"), s).step_time > screened.step_time
+    with pytest.raises(InvalidInputError, match="speed_spread"):
+        pm.cluster("dgx-h100", speed_spread=0.9)
+
+
+def test_the_command_line_takes_the_spread(capsys):
+    from perfmodel.cli import main
+
+    args = ["predict", "--model", "gpt2-small", "--gpu", "dgx-h100", "--micro-batch", "8", "--json"]
+    assert main(args + ["--speed-spread", "0"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["slowest_device_lag"] == 0.0
+    with pytest.raises(SystemExit):
+        main(args + ["--speed-spread", "-1"])
+    assert main(args + ["--speed-spread", "0.9"]) == 2
+    assert "speed_spread" in capsys.readouterr().err

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError
-from perfmodel.cli.argtypes import NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, renamed_bucket
+from perfmodel.cli.argtypes import NONNEGATIVE_FLOAT, NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, renamed_bucket
 from perfmodel import __version__
 from perfmodel.cli.listing import LISTINGS, listing
 from perfmodel.core.extras import require_installed
@@ -65,6 +65,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default=None, help="GPU or node preset (or cluster TOML); default h200")
     p.add_argument("--nodes", type=POSITIVE_INT, default=1, help="number of nodes (default 1)")
     p.add_argument("--gpus-per-node", type=POSITIVE_INT, default=None, help="GPUs per node for a bare GPU name")
+    p.add_argument("--speed-spread", type=NONNEGATIVE_FLOAT, default=None, metavar="SIGMA",
+                   help="σ of a GPU's speed over the fleet's median, a fraction (default: the GPU file's, else "
+                        "0.0148, Sinha et al. SC22); a synchronous step waits for its slowest GPU")
     p.add_argument("--profile", default=None, help="profile JSON (default: the GPU's bundled profile)")
     p.add_argument("--seq", type=POSITIVE_INT, default=None, help="override the model's sequence length")
 
@@ -153,7 +156,8 @@ def load_model(args):
 
 
 def load_cluster(args):
-    return cluster(args.gpu or "h200", nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    return cluster(args.gpu or "h200", nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                   speed_spread=getattr(args, "speed_spread", None))
 
 
 def strategy_from_args(args, n_gpus: int):

@@ -28,6 +28,7 @@ def _bounded(kind, low: float, *, strict: bool = False):
 POSITIVE_INT = _bounded(int, 1)
 NONNEGATIVE_INT = _bounded(int, 0)
 POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
+NONNEGATIVE_FLOAT = _bounded(float, 0.0)
 
 
 def renamed_bucket(text: str):

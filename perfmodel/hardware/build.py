@@ -129,7 +129,7 @@ def _file_roles(path_arg) -> tuple[ServerVM | None, Link | None]:
 
 def cluster(
     name_or_path: str = "h200", nodes: int = 1, gpus_per_node: int | None = None, servers: ServerVM | None = None,
-    nic: Link | None = None,
+    nic: Link | None = None, speed_spread: float | None = None,
 ) -> Cluster:
     """A homogeneous cluster: ``nodes`` copies of a node preset, GPU or user file.
 
@@ -139,6 +139,8 @@ def cluster(
     ``servers``: CPU-only parameter-server VMs beside the nodes (``hardware.servers.server_vm``;
     a file's ``[servers]`` table unless given). ``nic``: each node's network as one link, e.g. a
     cloud VM's cap (``hardware.cloud.vm_nic``; a file's ``[workers]`` table unless given).
+    ``speed_spread``: σ of a GPU's speed over the fleet's median (``GPU.speed_spread``; unset: the GPU
+    file's, else the published fleet figure), e.g. 0 for a fleet screened to one speed (docs/distributed.md).
     """
     nodes = check_int("nodes", nodes)
     name = ""
@@ -158,6 +160,8 @@ def cluster(
         node = found
     if nic is not None:  # the VM's network as its cloud caps it: one link per node
         node = dataclasses.replace(node, nic=nic, nics_per_node=1)
+    if speed_spread is not None:  # the GPU checks the value
+        node = dataclasses.replace(node, gpu=dataclasses.replace(node.gpu, speed_spread=speed_spread))
     return Cluster(node=node, nodes=nodes, name=name, servers=servers)
 
 
