@@ -37,7 +37,7 @@ from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time,
                                          pipeline_time, stages, zero_bubble)
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
-from perfmodel.parallel.stragglers import FLEET_SPREAD, lagged_seconds, slowest_device_lag
+from perfmodel.parallel.stragglers import FLEET_SPREAD, device_spread, lagged_seconds, slowest_device_lag
 from perfmodel.parallel.tensor import tp_comm_times
 from perfmodel.parallel.tp_overlap import UB_PIPELINE_SPLITS
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
@@ -317,12 +317,6 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
     spread = device_spread(cluster)
     return _PIECES((critical, exposed, memory), fields_key(one, STEP_FIELDS, "step", spread),
                    lambda: _assemble(c, critical, exposed, memory, spread))
-
-
-def device_spread(cluster) -> float:
-    """σ of a device's speed over the median's for the cluster's GPU (``parallel/stragglers.py``)."""
-    spread = getattr(getattr(cluster, "gpu", None), "speed_spread", None)
-    return FLEET_SPREAD if spread is None else spread
 
 
 def slowest_pace(c: StepConfig, pipe, worst, parts: dict, spread: float = FLEET_SPREAD):

@@ -39,10 +39,10 @@ from perfmodel.parallel.data import ps_time
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import schedule_seconds
 from perfmodel.parallel.strategy import Strategy
-from perfmodel.parallel.stragglers import lagged_seconds, slowest_device_lag
+from perfmodel.parallel.stragglers import device_spread, paced_growth
 from perfmodel.predict import default_profile, predict, profile_for
 from perfmodel.profiles.profile import load_profile
-from perfmodel.step import compute_times, device_spread, evaluate
+from perfmodel.step import compute_times, evaluate
 from perfmodel.workload.kernels import gemm_dtype
 from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
@@ -131,9 +131,8 @@ class _Type:
             return 0.0
         p = self.predict(batch)
         b = p.breakdown
-        lag = slowest_device_lag(self.count, device_spread(self.cluster))
-        grow, _ = lagged_seconds(b["forward"] + b["backward"], b["host_overhead"], lag)
-        return float(p.step_time + grow + lag * b["optimizer"])
+        return float(p.step_time + paced_growth(b["forward"] + b["backward"], b["host_overhead"], b["optimizer"],
+                                                self.count, device_spread(self.cluster)))
 
     def speed(self, batch: int) -> float:
         return batch / self.time(batch)

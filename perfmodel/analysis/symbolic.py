@@ -37,10 +37,10 @@ from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import PhaseTimes, schedule_seconds, stages
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.strategy import Strategy, fill_dp
-from perfmodel.parallel.stragglers import lagged_seconds, slowest_device_lag
+from perfmodel.parallel.stragglers import device_spread, paced_growth
 from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import check_strategy, default_profile, profile_for
-from perfmodel.step import bucket_costs, device_spread, dp_backward_windows, kernel_lists, optimizer_time, param_counts
+from perfmodel.step import bucket_costs, dp_backward_windows, kernel_lists, optimizer_time, param_counts
 from perfmodel.workload.ops import Kernel
 from perfmodel.workload.model import Transformer
 from perfmodel.workload.presets import as_model
@@ -113,10 +113,8 @@ def _step_expr(model, cluster, prof, c: StepConfig, s) -> sp.Expr:
     # the slowest data-parallel rank's kernels (step._assemble): what the exposed host time does not hide
     gpu = c.micro_batches * PhaseTimes(**{name: phase_time(prof, ks, symbolic=True)[1]
                                           for name, ks in parts.items()}).on(st)
-    lag = slowest_device_lag(c.dp, device_spread(cluster))
-    grow, _ = lagged_seconds(gpu, maximum(pipe - gpu, 0.0), lag)
-    return pipe + grow + _ddp_expr(cluster, prof, c, s, params, dp_backward_windows(prof, t, [st])[0]) \
-        + opt * (1 + lag)
+    return pipe + opt + paced_growth(gpu, maximum(pipe - gpu, 0.0), opt, c.dp, device_spread(cluster)) \
+        + _ddp_expr(cluster, prof, c, s, params, dp_backward_windows(prof, t, [st])[0])
 
 
 def _ddp_expr(cluster, prof, c: StepConfig, s, params, backward):

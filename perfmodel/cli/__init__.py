@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from perfmodel.core.errors import InvalidInputError, PerfModelError
+from perfmodel.core.entry import run_command
+from perfmodel.core.errors import InvalidInputError
 from perfmodel.cli.argtypes import NONNEGATIVE_FLOAT, NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, renamed_bucket
 from perfmodel import __version__
 from perfmodel.cli.listing import LISTINGS, listing
@@ -460,24 +461,13 @@ def main(argv=None) -> int:
     import warnings
 
     warnings.formatwarning = _one_line_warning  # a what-if the user should see, not a source location
-    args = build_parser().parse_args(argv)
-    try:
-        check_outputs(args)
-        code = args.func(args)
-        sys.stdout.flush()  # a reader that stopped early (| head) shows here, not at interpreter exit
-        return code
-    except BrokenPipeError:
-        # the reader has what it wanted; point stdout at devnull so the exit flush is quiet too
-        import os
+    return run_command(_run, argv, prog="perfmodel")  # an input or file error: one line, status 2
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except PerfModelError as exc:
-        print(f"perfmodel: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # a file that cannot be read or written (permissions, a full disk, ...)
-        print(f"perfmodel: error: {exc}", file=sys.stderr)
-        return 2
+
+def _run(argv) -> int:
+    args = build_parser().parse_args(argv)
+    check_outputs(args)
+    return args.func(args)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from perfmodel.parallel.data import DataParallelWork, _stage_exposed
 from perfmodel.parallel.deepspeed import reduce_seconds
 from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
 from perfmodel.parallel.pipeline import Stage
+from perfmodel.parallel.stragglers import device_spread
 from perfmodel.parallel.wire import wire_bytes
 from perfmodel.predict import BREAKDOWN_KEYS, finish
 from perfmodel.workload import stacks
@@ -204,7 +205,7 @@ def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
     sms = getattr(getattr(cl, "gpu", None), "sm_count", 132)
     critical = compose._critical_path(model, local, coll, lay, c, t, sts, spec.precision, spec.recompute, sms,
                                       (prof, cl, p))
-    pipe, _, _, parts, _ = compose.slowest_pace(c, critical[2], critical[3], critical[4], compose.device_spread(cl))
+    pipe, _, _, parts, _ = compose.slowest_pace(c, critical[2], critical[3], critical[4], device_spread(cl))
     pipe = pipe - (parts["host_overhead"] if stacks.stack(c.framework).engine is not None else 0.0)
     return pipe, {"shape": (lay, lay_dp, sts, p), "compute": t, "critical": critical}
 

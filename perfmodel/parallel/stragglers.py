@@ -70,3 +70,16 @@ def lagged_seconds(kernels, host, lag):
     runs max(GPU, CPU), so the exposed host time hides the first of the growth."""
     grow = maximum(lag * kernels - host, 0.0)
     return grow, host + grow - lag * kernels
+
+
+def device_spread(cluster) -> float:
+    """σ of a device's speed over the median's for the cluster's GPU: its ``speed_spread``, else the fleet's."""
+    spread = getattr(getattr(cluster, "gpu", None), "speed_spread", None)
+    return FLEET_SPREAD if spread is None else spread
+
+
+def paced_growth(kernels, host, optimizer, n, spread: float = FLEET_SPREAD):
+    """Seconds a one-stage step on ``n`` devices grows by at its slowest device's pace: its kernels' growth past
+    the exposed ``host`` time (:func:`lagged_seconds`) and its optimizer's (``step.slowest_pace`` for pipelines)."""
+    lag = slowest_device_lag(n, spread)
+    return lagged_seconds(kernels, host, lag)[0] + lag * optimizer
