@@ -71,6 +71,26 @@ def test_a_gpu_bound_backward_still_hides_the_hooks():
     assert ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"] == pytest.approx(sync, rel=1e-6)
 
 
+def test_full_recompute_runs_each_block_forward_and_its_waits_again():
+    # Megatron-DeepSpeed f4157be: _checkpointed_forward re-runs ParallelTransformerLayer.forward (and its two
+    # torch.tensor(0.0, device=...) waits) in backward; selective re-runs only the attention core
+    m = pm.transformer(layers=24, hidden=2048, heads=16, seq=2048, vocab=50304)
+    c = pm.cluster("dgx-a100-80gb")
+    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 0, "precision": "bf16-mixed"}
+    cpu = HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
+
+    def engine(recompute):
+        meg = pm.predict(m, c, pm.Strategy(framework="megatron", recompute=recompute, **kw))
+        ds = pm.predict(m, c, pm.Strategy(framework="deepspeed", recompute=recompute, **kw))
+        return ds.breakdown["host_overhead"] - meg.breakdown["host_overhead"]
+
+    once = 4 * (engine_host.BATCH_OPS + 24 * 2 * 2) * cpu
+    assert engine("none") == pytest.approx(once, rel=1e-6)
+    assert engine("selective") == pytest.approx(once, rel=1e-6)
+    assert engine("full") == pytest.approx(once + 4 * 24 * 2 * 2 * cpu, rel=1e-6)
+    assert engine_host.layer_forwards("full") == 2.0 and engine_host.layer_forwards("selective") == 1.0
+
+
 def test_deepspeed_is_megatron_plus_its_engine_and_reduction():
     m = pm.transformer(layers=24, hidden=1024, heads=16, seq=1024, vocab=50304)
     c = pm.cluster("dgx-a100-80gb")

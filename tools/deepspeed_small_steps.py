@@ -2,6 +2,7 @@
 
     python -m tools.deepspeed_small_steps            # the grid's summary and its ten most host-bound rows
     python -m tools.deepspeed_small_steps --all      # every row
+    python -m tools.deepspeed_small_steps --recompute full   # the same grid under full recomputation
 
 The grid: hidden 1024/1536/2048, 12 or 24 layers, sequence 1024, bf16, ZeRO-1 where dp > 1, on 2, 4
 or 8 GPUs split every way tp · pp · dp allows (tp ≤ gpus, pp dividing the layers), micro-batch 1, 2,
@@ -28,7 +29,7 @@ def _splits(gpus, layers):
                 yield tp, pp, gpus // (tp * pp)
 
 
-def grid() -> pd.DataFrame:
+def grid(recompute: str = "none") -> pd.DataFrame:
     """One row per configuration: step seconds, its host-work share and the engine's host seconds."""
     rows = []
     for hidden in (1024, 1536, 2048):
@@ -40,7 +41,8 @@ def grid() -> pd.DataFrame:
                     for mb in (1, 2, 4, 8):
                         for m_count in (1, 8):
                             s = pm.Strategy(dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=dp * mb * m_count,
-                                            zero=1 if dp > 1 else 0, precision="bf16-mixed", framework="deepspeed")
+                                            zero=1 if dp > 1 else 0, precision="bf16-mixed", framework="deepspeed",
+                                            recompute=recompute)
                             try:
                                 p = pm.predict(m, c, s)
                             except PerfModelError:
@@ -56,8 +58,11 @@ def grid() -> pd.DataFrame:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="print every configuration, not the ten most host-bound")
-    show_all = parser.parse_args(argv).all
-    t = grid()
+    parser.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                        help="the checkpointing policy of every configuration (default none)")
+    args = parser.parse_args(argv)
+    show_all = args.all
+    t = grid(args.recompute)
     print(f"{len(t)} configurations; host share of the step: median {t.host_share.median():.1%}, "
           f"p90 {np.percentile(t.host_share, 90):.1%}; steps with host share > 25%: {(t.host_share > 0.25).sum()}")
     print(f"median step {t.step_ms.median():.1f} ms, median host {t.host_ms.median():.2f} ms")

@@ -26,7 +26,10 @@ behind the part of that backward the GPU still has queued when the host has issu
 host-to-device copy, which ATen's ``copy_kernel_cuda`` runs as ``memcpy_and_sync`` (cudaMemcpyAsync then
 cudaStreamSynchronize; pytorch/pytorch#120996 shows ``torch.tensor(x, device=cuda)`` synchronising), so
 the GPU idles twice per layer while the host builds the tensor and issues the next kernel
-(``layer_sync_time``).
+(``layer_sync_time``). Under full recomputation ``ParallelTransformer._checkpointed_forward`` runs each
+layer's ``forward`` again inside ``tensor_parallel.checkpoint``'s backward (``custom(l, l +
+checkpoint_num_layers)``), so those waits come twice per micro-batch; selective recomputation re-runs only
+the attention core (``checkpoint_core_attention``), not the layer's ``forward`` (``layer_forwards``).
 """
 
 from __future__ import annotations
@@ -76,6 +79,12 @@ def layer_sync_time(cpu_per_kernel_s, layers):
     return np.asarray(layers, float) * LAYER_SYNCS * 2.0 * cpu_per_kernel_s
 
 
+def layer_forwards(recompute) -> float:
+    """How many times each micro-batch runs a Megatron-DeepSpeed block's ``forward``: twice under full
+    recomputation (the checkpointed forward is re-run in backward), once otherwise."""
+    return 2.0 if recompute == "full" else 1.0
+
+
 def deepspeed_host_time(zero, tensors, micro_batches, backward_slack_s):
     """Exposed engine seconds per step: the per-step part whole (fp16's ``has_overflow`` and
     BF16_Optimizer's ``assert all_groups_norm > 0.`` wait for the GPU), and per micro-step the hooks'
@@ -93,17 +102,19 @@ def deepspeed_host_time(zero, tensors, micro_batches, backward_slack_s):
     return step_s + micro_batches * np.maximum(hooks - backward_slack_s, 0.0)
 
 
-def engine_host_time(profile, model, c, sts, backward_slack_s):
+def engine_host_time(profile, model, c, sts, backward_slack_s, recompute="none"):
     """The training engine's exposed host seconds per step, the slowest stage's (DeepSpeed only);
     ``c`` is the StepConfig priced, ``sts`` its pipeline stages, ``backward_slack_s`` each stage's
-    backward GPU seconds per micro-batch still queued when its host has issued them."""
+    backward GPU seconds per micro-batch still queued when its host has issued them, ``recompute`` the
+    checkpointing policy (full re-runs each block's forward and its waits: ``layer_forwards``)."""
     if stack(c.framework).engine != "deepspeed":
         return 0.0
     cpu = HostCosts.of(profile).cpu_per_kernel_s
+    forwards = layer_forwards(recompute)
     worst = 0.0
     for st, slack in zip(sts, backward_slack_s):
+        syncs = batch_sync_time(cpu, np.logical_or(st.embed, st.head)) + forwards * layer_sync_time(cpu, st.layers)
         this = deepspeed_host_time(c.shard_stage, stage_tensors(model, st.layers, st.embed, st.head),
-                                   c.micro_batches, slack) \
-            + c.micro_batches * (batch_sync_time(cpu, np.logical_or(st.embed, st.head)) + layer_sync_time(cpu, st.layers))
+                                   c.micro_batches, slack) + c.micro_batches * syncs
         worst = np.maximum(worst, np.where(st.valid, this, 0.0))
     return worst

@@ -171,7 +171,7 @@ def engine_exposed(profile, coll, lay, lay_dp, c: StepConfig, dpc: StepConfig, w
     ``cpu``: the host seconds issuing each part of one micro-batch (a ``PhaseTimes``, ``ComputeTimes.cpu``)."""
     p2p, dp_exposed, opt = priced
     slack = tuple(np.maximum(back - cpu.on(st, "b"), 0.0) for st, back in zip(work.stages, work.backward_s))
-    host = engine_host_time(profile, model, c, work.stages, slack)
+    host = engine_host_time(profile, model, c, work.stages, slack, recompute)
     if stack(c.framework).engine != "deepspeed":
         return p2p, dp_exposed, opt, host
     p2p = p2p_seconds(coll, lay, c, activation_bytes(model, c, precision), work.stages)
