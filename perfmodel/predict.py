@@ -9,6 +9,7 @@ from functools import cache
 import numpy as np
 
 from perfmodel import step as compose
+from perfmodel.core.checks import check_positive
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import ChainMemo, IdentityMemo
@@ -83,6 +84,9 @@ class Prediction:
     # how much longer the step's kernels run than one device's: the slowest of its GPUs sets a synchronous
     # step's pace (parallel/stragglers.py, docs/distributed.md); 0 on one GPU and for asynchronous workers
     slowest_device_lag: float = 0.0
+    # the fraction of each GPU's memory the plan was asked to leave free: ``fits`` and ``over_capacity``
+    # are measured against memory_capacity x (1 - memory_headroom)
+    memory_headroom: float = 0.0
 
     @classmethod
     def of(cls, values: dict) -> Prediction:
@@ -115,6 +119,7 @@ class Prediction:
         out["caveats"] = list(self.caveats)
         out["peak_moment"] = self.peak_moment
         out["slowest_device_lag"] = self.slowest_device_lag
+        out["memory_headroom"] = self.memory_headroom
         out["breakdown"] = dict(self.breakdown)
         out["memory"] = dict(self.memory)
         out["strategy"] = {k: v for k, v in self.strategy.__dict__.items()}
@@ -193,8 +198,18 @@ def check_strategy(model, cluster, s: Strategy) -> None:
                                f"precision{fp8}")
 
 
-def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus):
-    """Throughput, FLOP rates, MFU and capacity from ``compose.evaluate``'s arrays."""
+def check_headroom(value) -> float:
+    """``memory_headroom`` checked: the fraction of each GPU's memory a plan must leave free, 0 <= h < 1."""
+    h = check_positive("memory_headroom", value, allow_zero=True)
+    if h >= 1.0:
+        raise InvalidInputError(f"'memory_headroom' is the fraction of GPU memory to leave free, 0 <= h < 1 "
+                                f"(e.g. 0.1 for 10%): got {value!r}")
+    return h
+
+
+def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n_gpus, headroom: float = 0.0):
+    """Throughput, FLOP rates, MFU and capacity from ``compose.evaluate``'s arrays; a plan fits when what it
+    needs leaves ``headroom`` (a fraction) of the GPU's memory free."""
     step = out["step_time"]
     tokens = s_batch * model.seq
     # kernel FLOPs are per GPU of a tensor (and context) group: × tp × cp for the whole model,
@@ -209,22 +224,25 @@ def finish(model, cluster, s_batch, out: dict, precision: str, recompute: str, n
     # caching allocator: what it holds (reserved >= allocated) and what it needs before an OOM, per stack
     reserved = out.get("reserved_memory", stack_memory.reserved_bytes(out["peak_memory"]))
     need = out.get("required_memory", reserved) + mem_costs.CUDA_CONTEXT_BYTES
+    budget = capacity * (1.0 - headroom)
     return {
         "tokens_per_second": tokens / step, "samples_per_second": s_batch / step,
         "tflops_per_gpu": hw_flops / step / n_gpus / 1e12, "mfu": model_flops / step / n_gpus / peak,
-        "model_flops": model_flops, "fits": need <= capacity, "over_capacity": np.maximum(need - capacity, 0.0),
+        "model_flops": model_flops, "fits": need <= budget, "over_capacity": np.maximum(need - budget, 0.0),
         "memory_capacity": capacity, "reserved_memory": reserved,
     }
 
 
 def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=None,
-            level: float = DEFAULT_LEVEL) -> Prediction:
+            level: float = DEFAULT_LEVEL, memory_headroom: float = 0.0) -> Prediction:
     """Predict one training step of ``model`` on ``cluster`` under ``strategy``.
 
     ``interval`` holds the measured step with probability ``level`` in its calibrated regime
-    (docs/accuracy.md).
+    (docs/accuracy.md). ``fits`` asks the plan to leave ``memory_headroom`` (a fraction, default 0) of
+    each GPU's memory free; ``over_capacity`` is measured against that budget.
     """
     level = check_level(level)
+    headroom = check_headroom(memory_headroom)
 
     cluster = as_cluster(cluster)
     model = as_model(model)
@@ -235,14 +253,14 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
     prof = _SAME_CLUSTER((cluster,), "profile", lambda: default_profile(cluster)) if profile is None \
         else profile_for(cluster, profile)
     if s.ps_async:
-        return async_prediction(model, cluster, s, prof, level)
+        return async_prediction(model, cluster, s, prof, level, headroom)
     coll = _collectives(cluster, prof)
     run = run_strategy(s)  # the kernels it runs (Composer's amp_fp8 over torch linears: bf16 GEMMs)
     out = compose.step_quantities(model, cluster, prof, coll, c, precision=run.precision, recompute=s.recompute,
                                   optimizer=s.optimizer, placement=s.placement)
     got = _NUMBERS((prof, cluster, model, out),
-                   (s.batch, s.micro_batch, run.precision, s.recompute, s.framework, s.attention, level),
-                   lambda: _numbers(model, cluster, prof, run, out, level))
+                   (s.batch, s.micro_batch, run.precision, s.recompute, s.framework, s.attention, level, headroom),
+                   lambda: _numbers(model, cluster, prof, run, out, level, headroom))
     return Prediction.of({**got, "strategy": s, "breakdown": dict(got["breakdown"]), "memory": dict(got["memory"]),
                           "caveats": got["caveats"] + fc_type_caveats(s)})
 
@@ -254,11 +272,11 @@ def _checked(model, cluster, s: Strategy) -> tuple:
     return s, None if s.ps_async else StepConfig.from_strategy(run_strategy(s))
 
 
-def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: float) -> FrozenDict:
+def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: float, headroom: float = 0.0) -> FrozenDict:
     """Every field of a Prediction but its strategy, from ``compose.step_quantities``' mapping."""
     n_gpus = cluster.n_gpus
     out = {**quantities, "micro_batch": float(s.micro_batch)}
-    derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, n_gpus)
+    derived = finish(model, cluster, s.batch, out, s.precision, s.recompute, n_gpus, headroom)
     breakdown = {k: float(out[k]) for k in BREAKDOWN_KEYS}
     worst = max(breakdown, key=breakdown.get)
     memory = {k: float(v) for k, v in out["memory"].items()}
@@ -279,21 +297,21 @@ def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: floa
         profile_origin=profile_origin(prof), ps=None, memory_interval=(mem.low, mem.high),
         memory_interval_regime=mem.regime, caveats=cnn_caveats(model, prof, s.precision),
         peak_moment=mem_costs.PEAK_MOMENTS[int(out["peak_moment"])],
-        slowest_device_lag=float(out["slowest_device_lag"]),
+        slowest_device_lag=float(out["slowest_device_lag"]), memory_headroom=headroom,
     )
 
 
 ASYNC_REGIME = "uncalibrated: asynchronous parameter servers (no measured rows; the one-worker step's interval, scaled)"
 
 
-def async_prediction(model, cluster, s: Strategy, prof: Profile, level: float) -> Prediction:
+def async_prediction(model, cluster, s: Strategy, prof: Profile, level: float, headroom: float = 0.0) -> Prediction:
     """Asynchronous parameter servers: one worker's step priced alone (one GPU, no data parallelism;
     the update runs on the servers, so no optimizer step), then the cluster of ``s.dp`` such workers
     and the servers (``perfmodel.parallel.ps_async.async_ps``). ``step_time`` is a worker's period
     between its updates; throughput is the cluster's; ``ps`` holds the rest."""
     one = Cluster(node=part_of_node(cluster.node, 1), nodes=1)
     alone = replace(s, dp=1, ps_servers=0, ps_async=False, ps_placement=None, global_batch=None)
-    solo = predict(model, one, alone, profile=prof, level=level)
+    solo = predict(model, one, alone, profile=prof, level=level, memory_headroom=headroom)
     compute = solo.step_time - solo.breakdown["optimizer"]
     ps = async_ps(compute_s=compute, backward_s=solo.breakdown["backward"], variables=model_variables(model),
                   workers=s.dp, servers=server_count(s, cluster), spec=server_spec(cluster),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from perfmodel.core.entry import run_command
 from perfmodel.core.errors import InvalidInputError
-from perfmodel.cli.argtypes import NONNEGATIVE_FLOAT, NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, renamed_bucket
+from perfmodel.cli.argtypes import NONNEGATIVE_FLOAT, NONNEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, headroom_fraction, renamed_bucket
 from perfmodel import __version__
 from perfmodel.cli.listing import LISTINGS, listing
 from perfmodel.core.extras import require_installed
@@ -71,6 +71,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "0.0148, Sinha et al. SC22); a synchronous step waits for its slowest GPU")
     p.add_argument("--profile", default=None, help="profile JSON (default: the GPU's bundled profile)")
     p.add_argument("--seq", type=POSITIVE_INT, default=None, help="override the model's sequence length")
+
+
+def add_headroom_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memory-headroom", type=headroom_fraction, default=0.0, metavar="FRACTION",
+                   help="a plan fits only if it leaves this fraction of each GPU's memory free (default 0)")
 
 
 def add_strategy_args(p: argparse.ArgumentParser) -> None:
@@ -186,7 +191,8 @@ ALLOCATOR = {None: None, "expandable": True, "fixed": False}  # --allocator -> S
 
 def cmd_predict(args) -> int:
     model, cl = load_model(args), load_cluster(args)
-    p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile, level=args.level)
+    p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile, level=args.level,
+                memory_headroom=args.memory_headroom)
     print(json.dumps(p.to_dict(), indent=1, default=str) if args.json else prediction_table(p))
     return 0
 
@@ -363,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--level", type=POSITIVE_FLOAT, default=0.9,
                    help="coverage level of the step-time interval (default 0.9; docs/accuracy.md)")
+    add_headroom_arg(p)
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("fit", help="fit calibration tables into a profile")
     p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv (several: one profile)")

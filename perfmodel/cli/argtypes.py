@@ -31,5 +31,13 @@ POSITIVE_FLOAT = _bounded(float, 0.0, strict=True)
 NONNEGATIVE_FLOAT = _bounded(float, 0.0)
 
 
+def headroom_fraction(text: str) -> float:
+    """An argparse ``type`` for --memory-headroom: a fraction 0 <= h < 1."""
+    value = NONNEGATIVE_FLOAT(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction >= 0 and < 1 (0.1 keeps 10% free): got {text!r}")
+    return value
+
+
 def renamed_bucket(text: str):
     raise argparse.ArgumentTypeError(f"--bucket-mb is now --bucket-mib (MiB, as torch's bucket_cap_mb): use --bucket-mib {text}")

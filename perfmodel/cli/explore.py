@@ -68,7 +68,8 @@ def cmd_compare(args) -> int:
     defaults = {k: getattr(args, k) for k in ("global_batch", "micro_batch", "precision", "recompute")
                 if getattr(args, k) is not None}
     model, cl = cli.load_model(args), cli.load_cluster(args)
-    df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults, level=args.level)
+    df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults, level=args.level,
+                 memory_headroom=args.memory_headroom)
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs); * = fastest that fits\n")
     print(format_table(df, ("label", "global_batch", "step_time", "interval", "tokens_per_second", "tflops_per_gpu",
                             "mfu", "peak_memory", "fits", "bottleneck", "caveat")))
@@ -96,7 +97,7 @@ def cmd_sweep(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
     s = cli.strategy_from_args(args, cl.n_gpus)
     df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
-               profile=args.profile, scaling=args.scaling, level=args.level)
+               profile=args.profile, scaling=args.scaling, level=args.level, memory_headroom=args.memory_headroom)
     how = f" ({args.scaling} scaling)" if args.over in ("nodes", "gpus") else ""
     print(f"{getattr(model, 'name', '')} on {cl.gpu.name}: sweep over {args.over}{how}, strategy {df.attrs['strategy']}")
     if df.attrs.get("batch_note"):
@@ -156,7 +157,7 @@ def cmd_search(args) -> int:
                 tp_comm_overlap=None if args.tp_comm_overlap is None else
                 _csv(args.tp_comm_overlap, lambda v: None if v == "none" else v),
                 schedule=None if args.schedules is None else _csv(args.schedules, str), level=args.level,
-                fixed=_fixed(args.fixed))
+                fixed=_fixed(args.fixed), memory_headroom=args.memory_headroom)
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
@@ -186,6 +187,7 @@ def _common(p) -> None:
     p.add_argument("--out", default=None, help="also write the table: FILE.csv, FILE.json or FILE.md")
     p.add_argument("--level", type=POSITIVE_FLOAT, default=0.9,
                    help="coverage level of each row's step-time interval (default 0.9; docs/accuracy.md)")
+    cli.add_headroom_arg(p)
 
 
 def add_parsers(sub) -> None:

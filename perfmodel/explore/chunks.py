@@ -112,7 +112,8 @@ def chunks(model, job: Job, opts, chunk: int, eager=None, floor=None):
                                    optimizer=opts["optimizer"], placement=opts["placement"], known=pieces)
             out["micro_batch"] = c.micro_batch
             # elementwise on the grid, as on its configurations
-            grid = {**out, **finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus)}
+            grid = {**out, **finish(model, cl, space.global_batch, out, precision, recompute, cl.n_gpus,
+                                    opts.get("memory_headroom", 0.0))}
             grid.update({"mem_" + k: v for k, v in out["memory"].items()})
             names = [*RESULTS, *BREAKDOWN_KEYS, *("mem_" + k for k in out["memory"])]
             now = names if eager is None else [k for k in names if k in eager]

@@ -146,9 +146,10 @@ def mark_best(df: pd.DataFrame, column: str = "tokens_per_second") -> pd.DataFra
 
 
 def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | None = None,
-            level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+            level: float = DEFAULT_LEVEL, memory_headroom: float = 0.0) -> pd.DataFrame:
     """One row per strategy (``pm.predict``), in the given order, with the best fitting one marked.
-    Each row's interval is stated at ``level``.
+    Each row's interval is stated at ``level``; a row fits when it leaves ``memory_headroom`` (a fraction)
+    of each GPU's memory free.
 
     ``strategies``: a list of Strategy objects, mappings or strings, or a mapping
     label -> strategy. ``defaults`` (e.g. ``{"global_batch": 512}``) fill fields a
@@ -172,7 +173,8 @@ def compare(model, cluster, strategies, *, profile=None, defaults: Mapping | Non
         shown = label or (spec if isinstance(spec, str) else None)
         try:
             s = parse_strategy(spec, cl.n_gpus, **dict(defaults or {}))
-            rows.append(prediction_row(predict(model, cl, s, profile=profile, level=level), shown))
+            rows.append(prediction_row(predict(model, cl, s, profile=profile, level=level,
+                                               memory_headroom=memory_headroom), shown))
         except PerfModelError as exc:
             raise type(exc)(f"strategy {shown or spec!r}: {exc}") from None
 

@@ -28,7 +28,7 @@ from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
 from perfmodel.explore.stack_options import TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
-from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, default_profile, profile_for
+from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, check_headroom, default_profile, profile_for
 from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, OPTIMIZERS, PLACEMENTS, TP_COMM_OVERLAPS, Strategy
 from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
@@ -199,13 +199,16 @@ def _check_precisions(cl, precisions) -> None:
 
 def _memory_message(cols, evaluated, capacity_note, opts) -> str:
     i = 0
-    need = (cols["memory_capacity"][i] + cols["over_capacity"][i]) / 2**30
+    headroom = opts.get("memory_headroom", 0.0)
+    need = (cols["memory_capacity"][i] * (1.0 - headroom) + cols["over_capacity"][i]) / 2**30
     at = ", ".join(f"{k}={_plain(cols[k][i])}" for k in ("dp", "tp", "pp", "micro_batch", "zero", "recompute"))
     tips = ["more GPUs or GPUs with more memory"]
     tips += [] if 3 in opts["zero"] else ["zero=3"]
     tips += [] if opts["recompute"] is None or "full" in opts["recompute"] else ["recompute='full'"]
+    tips += ["a smaller memory_headroom"] if headroom > 0 else []
+    kept = f" less the {headroom:.0%} memory_headroom" if headroom > 0 else ""
     return (f"no configuration fits in memory: all {evaluated:,} that pass the divisibility and batch "
-            f"rules need more than {capacity_note}; the smallest needs {need:.1f} GiB per GPU ({at}); "
+            f"rules need more than {capacity_note}{kept}; the smallest needs {need:.1f} GiB per GPU ({at}); "
             f"try {' or '.join(tips)}")
 
 
@@ -336,7 +339,8 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            max_tp_nodes: int = 1, framework=None, attention: str | None = None, tp_overlap=(False, True),
            dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile=None, offload_layers=None,
-           tp_comm_overlap=None, schedule=None, prune: bool = True, fixed: dict | None = None) -> pd.DataFrame:
+           tp_comm_overlap=None, schedule=None, prune: bool = True, fixed: dict | None = None,
+           memory_headroom: float = 0.0) -> pd.DataFrame:
     """The ``top_k`` fastest (or cheapest) configurations that fit, best first.
 
     ``framework``, ``compile``, ``precision``, ``recompute``, ``offload_layers`` and ``tp_comm_overlap``
@@ -366,6 +370,8 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     "rejected_detail" (per rule), "evaluated", "feasible", "pruned" and "seconds".
 
     ``fixed``: ``FIXED_FIELDS`` held for every candidate (docs/explore.md), e.g. ``{"grad_reduce_fp32": False}``.
+    ``memory_headroom``: the fraction of each GPU's memory a plan must leave free to count as fitting (default 0;
+    e.g. 0.1 keeps 10% for what the model does not count: allocator spikes, other processes).
     Each row carries its step-time interval at ``level`` (``step_time_low``/``step_time_high``);
     ``tie`` marks the rows whose interval of the sort column overlaps the first's (docs/accuracy.md).
     """
@@ -378,6 +384,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
                      "offload_layers": offload_layers, "tp_comm_overlap": tp_comm_overlap, "schedule": schedule})
     _check_graph(model, opts)
     opts["level"], opts["fixed"] = check_level(level), _fixed(fixed)
+    opts["memory_headroom"] = check_headroom(memory_headroom)
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
               "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}

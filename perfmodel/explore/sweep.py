@@ -76,9 +76,9 @@ def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: i
 
 
 def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None = None, profile=None,
-          scaling: str = "weak", level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+          scaling: str = "weak", level: float = DEFAULT_LEVEL, memory_headroom: float = 0.0) -> pd.DataFrame:
     """One row per value of ``over`` (``pm.predict`` of each point), in the given order, each interval
-    stated at ``level``.
+    stated at ``level``, each point fitting when it leaves ``memory_headroom`` of each GPU's memory free.
 
     ``over``: "nodes", "gpus", "global_batch", "micro_batch", "seq", "gpu" (GPU or
     node preset names, same node count) or any other Strategy field ("tp", "zero",
@@ -104,7 +104,7 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     for value in values:
         try:
             m, c, st = _point(model, cl, s, over, value, scaling, s.batch)
-            p = predict(m, c, st, profile=profile, level=level)
+            p = predict(m, c, st, profile=profile, level=level, memory_headroom=memory_headroom)
         except PerfModelError as exc:
             raise type(exc)(f"sweep over {over}={value!r}: {exc}") from None
         row = {over: value, "cluster": c.name, "gpu": c.gpu.name, "nodes": c.nodes, "gpus": c.n_gpus,

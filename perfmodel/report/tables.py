@@ -59,6 +59,7 @@ def prediction_table(p) -> str:
         f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}   (executed FLOPs, recomputation included)",
         f"MFU              {p.mfu:.1%}   (model FLOPs over peak: recomputation not counted)",
         f"peak memory      {format_bytes(p.peak_memory)} of {format_bytes(p.memory_capacity)}"
+        + (f" ({getattr(p, 'memory_headroom', 0.0):.0%} kept free)" if getattr(p, "memory_headroom", 0.0) else "")
         + ("" if p.fits else f"   DOES NOT FIT (over by {format_bytes(p.over_capacity)})")
         + f"   (interval {format_bytes(p.memory_interval[0])} – {format_bytes(p.memory_interval[1])}, "
           f"{p.interval_level:.0%}, {p.memory_interval_regime})",
