@@ -113,6 +113,20 @@ def test_predict_single_gpu_and_data_parallel():
     assert fused.step_time > 0
 
 
+def test_only_the_stacks_that_wrap_any_module_train_a_traced_graph():
+    # Megatron-LM, Megatron-DeepSpeed, torchtitan, KempnerForge and llm-foundry run their own transformer code
+    g, c = pm.preset("resnet50"), pm.cluster("dgx-a100-80gb")
+    for framework in ("megatron", "deepspeed", "torchtitan", "kempnerforge", "composer"):
+        with pytest.raises(pm.UnsupportedError, match=f"framework='{framework}' trains its own transformer code.*"
+                                                      "'pytorch' or 'fsdp1' or 'tensorflow'"):
+            pm.predict(g, c, pm.Strategy(dp=8, micro_batch=32, framework=framework))
+    assert pm.predict(g, c, pm.Strategy(dp=8, micro_batch=32, framework="fsdp1", fsdp="full")).step_time > 0
+    # search takes the graph stacks by default, and refuses one that cannot run it when asked
+    assert set(pm.search(g, c, 256, top_k=3)["framework"]) <= {"pytorch", "fsdp1"}
+    with pytest.raises(pm.UnsupportedError, match="framework='megatron' trains its own transformer code"):
+        pm.search(g, c, 256, top_k=3, framework=["pytorch", "megatron"])
+
+
 def test_tensor_and_pipeline_parallel_are_rejected():
     g = pm.preset("resnet50")
     with pytest.raises(pm.UnsupportedError, match="only data parallelism is modelled for it"):

@@ -13,6 +13,8 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.core.errors import PerfModelError
+from perfmodel.workload import stacks
+from perfmodel.workload.graph import GraphModel
 from perfmodel.workload.presets import list_presets
 from perfmodel.workload.stacks.float8 import RECIPES
 
@@ -153,3 +155,31 @@ def test_random_float8_and_fsdp_stack_options_predict_or_refuse_clearly(seed):
         assert all(np.isfinite(float(v)) and float(v) > 0 for v in values), (model.name, kw)
         predicted += 1
     assert predicted >= 8
+
+
+def _plans(framework: str) -> list[dict]:
+    base = {"framework": framework, "micro_batch": 2, "precision": "fp32" if framework == "tensorflow" else "bf16-mixed"}
+    plans = [{}, {"zero": 1}, {"zero": 3}, {"fsdp": "full"}, {"tp": 2, "sequence_parallel": True}, {"pp": 2},
+             {"recompute": "full"}, {"ps_servers": 1}, {"compile": True}, {"precision": "fp8-mixed"}]
+    return [{**base, **p} for p in plans]
+
+
+@pytest.mark.parametrize("framework", stacks.FRAMEWORKS)
+def test_every_stack_predicts_every_kind_of_model_or_refuses_clearly(framework):
+    # found a crash before: framework="deepspeed" on a traced graph reached Megatron-LM's block shapes
+    predicted = 0
+    for name in ("llama-3-8b", "mixtral-8x7b", "resnet50", "vit-b-16", "resnet-cifar32"):
+        model = pm.preset(name)
+        for plan in _plans(framework):
+            try:
+                p = pm.predict(model, pm.cluster("dgx-h100"), pm.Strategy(**plan))
+            except PerfModelError as e:
+                assert str(e) and "\n" not in str(e).strip()
+                continue
+            values = [p.step_time, p.tokens_per_second, p.peak_memory, *p.interval]
+            assert all(np.isfinite(float(v)) and float(v) > 0 for v in values), (name, plan, values)
+            predicted += 1
+        if isinstance(model, GraphModel) and framework not in stacks.GRAPH_FRAMEWORKS:
+            with pytest.raises(pm.UnsupportedError, match="traced graph: framework=.* trains its own transformer"):
+                pm.predict(model, pm.cluster("dgx-h100"), pm.Strategy(framework=framework))
+    assert predicted >= 3

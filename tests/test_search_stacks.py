@@ -227,8 +227,10 @@ def test_a_zero_bubble_row_is_the_prediction_of_its_strategy():
     for _, row in zbv.head(3).iterrows():
         s = strategy_of(row)
         assert s.schedule == "zbv" and pm.predict(model, H100, s).step_time == row["step_time"]
-    with pytest.raises(pm.errors.UnknownNameError, match="schedule"):
+    with pytest.raises(pm.InvalidInputError, match="rows without them run 1f1b, so '1f1b' is not a choice here"):
         pm.search(model, H100, 32, framework="torchtitan", schedule="1f1b")
+    with pytest.raises(pm.errors.UnknownNameError, match="schedule"):
+        pm.search(model, H100, 32, framework="torchtitan", schedule="looped")
 
 
 def test_fp8_is_searched_only_with_the_stacks_that_have_fp8_linears():

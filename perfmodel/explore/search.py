@@ -25,11 +25,12 @@ from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelE
 from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
 from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
-from perfmodel.explore.stack_options import TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, job_specs
+from perfmodel.explore.stack_options import (TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, default_frameworks,
+                                             job_specs)
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, check_headroom, default_profile, profile_for
-from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, OPTIMIZERS, PLACEMENTS, TP_COMM_OVERLAPS, Strategy
+from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, OPTIMIZERS, PLACEMENTS, SCHEDULES, TP_COMM_OVERLAPS, Strategy
 from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
@@ -150,7 +151,7 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
         offload = _values("offload_layers", offload, lambda n, v: check_int(n, v, minimum=0))
     schedules = stack.pop("schedule", None)
     if schedules is not None:
-        schedules = _values("schedule", schedules, lambda n, v: check_choice(n, v, CHUNKED_SCHEDULES))
+        schedules = _values("schedule", schedules, _check_chunked_schedule)
     overlaps = stack.pop("tp_comm_overlap", None)
     if overlaps is not None:
         overlaps = _values("tp_comm_overlap", overlaps,
@@ -181,13 +182,23 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
             "sequence_parallel": sequence_parallel}
 
 
+def _check_chunked_schedule(name: str, value):
+    """A schedule search may give the rows with virtual stages (v = 1 rows run 1F1B whatever is asked)."""
+    if value not in CHUNKED_SCHEDULES and value in SCHEDULES:
+        raise InvalidInputError(f"{name!r} picks the schedule of the rows with virtual stages "
+                                f"({', '.join(CHUNKED_SCHEDULES)}); rows without them run 1f1b, so {value!r} "
+                                f"is not a choice here: leave 'schedule' unset or name one of those")
+    return check_choice(name, value, CHUNKED_SCHEDULES)
+
+
 def _check_graph(model, opts) -> None:
     """A traced graph's own limits on the stack search holds fixed (data parallel only: the default
     cp choices shrink to 1)."""
     if hasattr(model, "check_strategy"):
         if not opts["cp_fixed"]:
             opts["stack"]["cp"] = (1,)
-        model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0]))
+        for framework in opts["stack"]["framework"] or default_frameworks(model):  # each stack searched
+            model.check_strategy(dataclasses.replace(opts["base"], cp=opts["stack"]["cp"][0], framework=framework))
 
 
 def _check_precisions(cl, precisions) -> None:

@@ -37,7 +37,7 @@ from perfmodel.workload.stacks.offload import OFFLOAD_MODES, check_offload_layer
 # compare/sweep only), and those that wrap any torch module (a traced graph: eager DDP, FSDP1 as
 # accelerate applies it; Megatron-LM and torchtitan run their own model code)
 TRANSFORMER_FRAMEWORKS = tuple(n for n, s in stacks.STACKS.items() if s.sharding != "ps" and s.default_search)
-GRAPH_FRAMEWORKS = ("pytorch", "fsdp1")
+GRAPH_FRAMEWORKS = tuple(f for f in stacks.GRAPH_FRAMEWORKS if stacks.STACKS[f].sharding != "ps")
 # blocks offloaded by default besides none, as fractions of the layers (Megatron keeps one on the GPU)
 OFFLOAD_FRACTIONS = (0.5, 1.0)
 FLOAT8 = "fp8-mixed"

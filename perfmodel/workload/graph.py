@@ -27,7 +27,7 @@ from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.core.checks import check_choice, read_json_file
 from perfmodel.workload.ops import Kernel
 from perfmodel.workload.kernels import PRECISIONS, gemm_dtype, is_mixed
-from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks import GRAPH_FRAMEWORKS, stack
 
 SCHEMA_VERSION = 1
 # Cost classes an op can carry: priced by perfmodel.costs.compute.kernel_time ("bytes" -> the
@@ -193,7 +193,12 @@ class GraphModel:
                 f"params={self.params / 1e6:.2f}M, classes={self.classes})")
 
     def check_strategy(self, strategy) -> None:
-        """Only data parallelism (DDP, ZeRO, FSDP, parameter servers) splits a traced graph."""
+        """Only data parallelism (DDP, ZeRO, FSDP, parameter servers) splits a traced graph, and only a stack
+        that wraps any module (``GRAPH_FRAMEWORKS``) trains it."""
+        if strategy.framework not in GRAPH_FRAMEWORKS:
+            raise UnsupportedError(
+                f"{self.name!r} is a traced graph: framework={strategy.framework!r} trains its own transformer "
+                f"code, not a traced module; use framework={' or '.join(map(repr, GRAPH_FRAMEWORKS))}")
         cp = strategy.cp
         if strategy.tp > 1 or strategy.pp > 1 or cp > 1 or strategy.sequence_parallel:
             raise UnsupportedError(

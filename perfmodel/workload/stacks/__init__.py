@@ -134,6 +134,10 @@ STACKS["composer"] = replace(
     source="mosaicml/llm-foundry 8c8dd48 llmfoundry/models/mpt/modeling_mpt.py, models/layers/norm.py, "
            "models/layers/attention.py, scripts/train/yamls/pretrain; Composer FSDP1 (torch/distributed/fsdp, torch 2.4)")
 FRAMEWORKS = tuple(STACKS)
+# the stacks that train any traced module (a CNN, a ViT, pm.from_torch): eager DDP, FSDP1 as accelerate wraps
+# a module, TensorFlow 1.x's parameter servers; the others run their own transformer code (Megatron-LM's GPT,
+# torchtitan's and KempnerForge's Llama, llm-foundry's MPT)
+GRAPH_FRAMEWORKS = ("pytorch", "fsdp1", "tensorflow")
 
 
 def stack(name: str) -> Stack:
