@@ -46,8 +46,11 @@ HOST_SHARE = 0.25
 # a step predicted shorter than this is its own regime: two runs of one configuration differ by 8-13%
 # below 60 ms on the H200, by at most 2.3% above (gpu_runs.csv); 0.06 s beat 0 and 0.1 s held back
 SHORT_STEP_S = 0.06
-# shapes the calibration range is checked on (transformer fields)
+# the transformer fields that tell a transformer from a traced graph
 SHAPE_FIELDS = ("hidden", "seq")
+# the model fields the calibration range is checked on: its shapes, and its experts per MoE layer (1: dense); a
+# field the shipped table has no range for is not checked
+RANGE_FIELDS = (*SHAPE_FIELDS, "experts")
 UNCALIBRATED = "uncalibrated"
 # the regimes of a traced graph's step (a CNN: no transformer shape), ``cnn/<framework>``, calibrated on the published
 # CNN checks apart from the transformer regimes (validate/interval_rows.py:traced_scored_rows), on any GPU profile
@@ -167,10 +170,14 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
     if stack not in table["validated_stacks"]:
         return f"stack {stack} not validated"
     ranges = table.get("host_shape_range", {}) if kind == "host" else table["shape_range"]
-    for name in SHAPE_FIELDS:
-        value = getattr(model, name)
+    for name in RANGE_FIELDS:
+        if name not in ranges and name not in SHAPE_FIELDS:
+            continue
+        value = getattr(model, name, 1)
         lo, hi = ranges.get(name, (math.inf, -math.inf))
         if not lo <= value <= hi:
+            if name == "experts" and hi == 1:
+                return f"a mixture of experts (experts={value}): no validation row has experts"
             return f"{name}={value} outside calibrated {lo}-{hi}"
     return None
 

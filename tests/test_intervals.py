@@ -350,6 +350,26 @@ def test_other_regimes_without_data_are_labelled():
     assert iv.fallback_half_width(iv.EMPTY_TABLE, 0.9) == pytest.approx(math.log(4))  # no pool at all
 
 
+def test_a_mixture_of_experts_is_outside_every_calibrated_regime():
+    # no validation row has experts: a MoE step takes the honest fallback, not a dense regime's width
+    table = iv._shipped()
+    assert table["shape_range"]["experts"] == [1, 1]
+    moe = pm.predict("mixtral-8x7b", pm.cluster("dgx-h100", nodes=2),
+                     pm.Strategy(framework="megatron", tp=2, ep=4, micro_batch=1, sequence_parallel=True))
+    assert moe.interval_regime == "uncalibrated: a mixture of experts (experts=8): no validation row has experts"
+    dense = pm.predict("llama-3-8b", pm.cluster("dgx-h100", nodes=2), pm.Strategy(framework="megatron", micro_batch=1))
+    assert not dense.interval_regime.startswith("uncalibrated")
+    assert moe.interval[1] / moe.step_time > dense.interval[1] / dense.step_time
+    # a table with MoE rows would widen the range; one without the field does not check it
+    assert iv.uncalibrated_reason({**table, "shape_range": {**table["shape_range"], "experts": [1, 16]}},
+                                  kind="datasheet", stack="megatron/flash", model=pm.preset("mixtral-8x7b"),
+                                  profile_gpu="h100-sxm5-80gb", cluster_gpu="h100-sxm5-80gb") is None
+    no_field = {k: v for k, v in table["shape_range"].items() if k != "experts"}
+    assert iv.uncalibrated_reason({**table, "shape_range": no_field}, kind="datasheet", stack="megatron/flash",
+                                  model=pm.preset("mixtral-8x7b"), profile_gpu="h100-sxm5-80gb",
+                                  cluster_gpu="h100-sxm5-80gb") is None
+
+
 def test_a_table_of_another_schema_reads_as_uncalibrated(tmp_path, monkeypatch):
     old = tmp_path / "intervals.json"
     old.write_text('{"schema_version": 1, "regimes": {}}')

@@ -72,6 +72,7 @@ class Scored:
     power_capped: bool = False  # priced on a power-capped part's profile (profiles/power_cap.py)
     run_source: str = ""  # the run source it comes from (:func:`run_source`): held-back splits keep it whole
     traced: bool = False  # a traced graph's step (a CNN): a regime ``cnn/<framework>`` (``interval.traced_regime``)
+    experts: int = 1  # experts per MoE layer of its model (1: dense)
 
     @cached_property
     def features(self) -> tuple:
@@ -156,7 +157,8 @@ def score(source: str, case: Case) -> Scored:
                   log_ratio=math.log(case.measured / p.step_time), framework=s.framework, step_s=p.step_time,
                   memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus,
                   memory_reading="allocated" if case.peak_memory_bytes else "reserved",
-                  power_capped=iv.power_capped(prof), run_source=run_source(source, case))
+                  power_capped=iv.power_capped(prof), run_source=run_source(source, case),
+                  experts=int(getattr(case.model, "experts", 1)))
 
 
 OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "cpu steps", "measured_sample")

@@ -109,8 +109,8 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
 
 
 def _shape_range(rows: list[Scored]) -> dict:
-    """[min, max] of each of ``perfmodel.interval.SHAPE_FIELDS`` over ``rows`` (empty without rows)."""
-    return {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.SHAPE_FIELDS} \
+    """[min, max] of each of ``perfmodel.interval.RANGE_FIELDS`` over ``rows`` (empty without rows)."""
+    return {f: [min(getattr(r, f) for r in rows), max(getattr(r, f) for r in rows)] for f in iv.RANGE_FIELDS} \
         if rows else {}
 
 
