@@ -46,10 +46,9 @@ HOST_SHARE = 0.25
 # a step predicted shorter than this is its own regime: two runs of one configuration differ by 8-13%
 # below 60 ms on the H200, by at most 2.3% above (gpu_runs.csv); 0.06 s beat 0 and 0.1 s held back
 SHORT_STEP_S = 0.06
-# the transformer fields that tell a transformer from a traced graph
-SHAPE_FIELDS = ("hidden", "seq")
-# the model fields the calibration range is checked on: its shapes, and its experts per MoE layer (1: dense); a
-# field the shipped table has no range for is not checked
+SHAPE_FIELDS = ("hidden", "seq")  # the transformer fields that tell a transformer from a traced graph
+# the model fields the calibration range is checked on: its shapes, its experts per MoE layer (1: dense); a field
+# the shipped table has no range for is not checked
 RANGE_FIELDS = (*SHAPE_FIELDS, "experts")
 UNCALIBRATED = "uncalibrated"
 # the regimes of a traced graph's step (a CNN: no transformer shape), ``cnn/<framework>``, calibrated on the published

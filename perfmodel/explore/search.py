@@ -374,18 +374,15 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     table). ``workers`` > 1 shares the jobs among that many forked processes (None: the CPUs
     this process may use), with results identical to one (docs/explore.md).
 
-    ``cluster`` is a Cluster, a name, or a list of them (each searched whole). ``sort_by``
-    defaults to "tokens_per_second", or "usd_per_million_tokens" when ``prices`` ($/GPU-hour:
-    a number, or a mapping keyed by cluster, node or GPU name) are given. The result's
-    ``attrs`` hold "rejected" (configurations per reason: divisibility, batch, memory),
-    "rejected_detail" (per rule), "evaluated", "feasible", "pruned" and "seconds".
+    ``cluster`` is a Cluster, a name, or a list of them (each searched whole). ``sort_by`` defaults to
+    "tokens_per_second", or "usd_per_million_tokens" when ``prices`` ($/GPU-hour: a number, or a mapping keyed by
+    cluster, node or GPU name) are given. The result's ``attrs`` hold "rejected" (configurations per reason:
+    divisibility, batch, memory), "rejected_detail" (per rule), "evaluated", "feasible", "pruned" and "seconds".
 
     ``fixed``: ``FIXED_FIELDS`` held for every candidate (docs/explore.md), e.g. ``{"grad_reduce_fp32": False}``.
-    ``memory_headroom``: the fraction of each GPU's memory a plan must leave free to count as fitting (default 0;
-    e.g. 0.1 keeps 10% for what the model does not count: allocator spikes, other processes).
-    Each row carries its step-time interval at ``level`` (``step_time_low``/``step_time_high``);
-    ``tie`` marks the rows whose interval of the sort column overlaps the first's (docs/accuracy.md).
-    """
+    ``memory_headroom``: the fraction of each GPU's memory a plan must leave free to fit (default 0). Each row
+    carries its step-time interval at ``level``; ``tie`` marks the rows whose interval of the sort column
+    overlaps the first's (docs/accuracy.md)."""
     t0 = time.perf_counter()
     top_k = check_int("top_k", top_k)
     model = as_model(model)
@@ -394,8 +391,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
                      "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile,
                      "offload_layers": offload_layers, "tp_comm_overlap": tp_comm_overlap, "schedule": schedule})
     _check_graph(model, opts)
-    opts["level"], opts["fixed"] = check_level(level), _fixed(fixed)
-    opts["memory_headroom"] = check_headroom(memory_headroom)
+    opts.update(level=check_level(level), fixed=_fixed(fixed), memory_headroom=check_headroom(memory_headroom))
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
               "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}
