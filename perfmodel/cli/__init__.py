@@ -33,7 +33,8 @@ from perfmodel.parallel.strategy import SCHEDULES, TP_COMM_OVERLAPS, Strategy, p
 from perfmodel.predict import predict
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.report.fit_plots import write_residual_plots
-from perfmodel.report.tables import REPORT_WIDTH, fit_report_table, fit_target_summary, prediction_table
+from perfmodel.report.tables import REPORT_WIDTH, fit_report_table, fit_target_summary, kernel_table, prediction_table
+from perfmodel.analysis.kernel_breakdown import kernel_breakdown
 from perfmodel.workload.hf import from_hf_config
 from perfmodel.workload.hf_hub import from_hf_hub
 from perfmodel.workload.presets import model_from_toml, preset
@@ -191,9 +192,14 @@ ALLOCATOR = {None: None, "expandable": True, "fixed": False}  # --allocator -> S
 
 def cmd_predict(args) -> int:
     model, cl = load_model(args), load_cluster(args)
-    p = predict(model, cl, strategy_from_args(args, cl.n_gpus), profile=args.profile, level=args.level,
-                memory_headroom=args.memory_headroom)
-    print(json.dumps(p.to_dict(), indent=1, default=str) if args.json else prediction_table(p))
+    s = strategy_from_args(args, cl.n_gpus)
+    p = predict(model, cl, s, profile=args.profile, level=args.level, memory_headroom=args.memory_headroom)
+    kernels = kernel_breakdown(model, cl, s, profile=args.profile) if args.kernels else None
+    if args.json:
+        out = p.to_dict() if kernels is None else {**p.to_dict(), "kernels": kernels.to_dict(orient="records")}
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print(prediction_table(p) + ("" if kernels is None else "\n\n" + kernel_table(kernels)))
     return 0
 
 
@@ -370,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", type=POSITIVE_FLOAT, default=0.9,
                    help="coverage level of the step-time interval (default 0.9; docs/accuracy.md)")
     add_headroom_arg(p)
+    p.add_argument("--kernels", action="store_true",
+                   help="also list the busiest stage's kernel time by part, phase and class (GEMM, attention, ...)")
     p.set_defaults(func=cmd_predict)
     p = sub.add_parser("fit", help="fit calibration tables into a profile")
     p.add_argument("tables", nargs="+", help="folders holding compute.csv / collectives.csv (several: one profile)")

@@ -146,3 +146,20 @@ def fit_report_table(report: pd.DataFrame) -> str:
         out += textwrap.wrap(f"{origin} ({len(classes)}, not measured here): " + ", ".join(classes), REPORT_WIDTH,
                              subsequent_indent="  ")
     return "\n".join(out)
+
+
+def kernel_table(df: pd.DataFrame, rows: int = 12) -> str:
+    """``analysis.kernel_breakdown``'s largest rows and the share of each class, as text."""
+    a = df.attrs
+    head = (f"kernels of the busiest stage ({a.get('blocks', 1):g} blocks x {a.get('micro_batches', 1):g} micro-batches "
+            f"per step; each kernel priced alone on {a.get('profile', '')}; launches per block or part and micro-batch)")
+    lines = [head, f"  {'part':<14} {'phase':<9} {'class':<18} {'launches':>8} {'GPU/step':>10} {'host/step':>10} {'share':>6}"]
+    for _, r in df.head(rows).iterrows():
+        lines.append(f"  {r['part']:<14} {r['phase']:<9} {r['class']:<18} {r['launches']:>8g} "
+                     f"{format_seconds(r['gpu_s_per_step']):>10} {format_seconds(r['cpu_s_per_step']):>10} {r['share']:>6.1%}")
+    if len(df) > rows:
+        rest = df.iloc[rows:]
+        lines.append(f"  ... {len(rest)} more rows, {rest['share'].sum():.1%} of the kernel time")
+    shares = df.groupby("class")["share"].sum().sort_values(ascending=False)
+    lines.append("by class: " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items() if v >= 0.005))
+    return "\n".join(lines)

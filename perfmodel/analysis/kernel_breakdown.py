@@ -1,0 +1,84 @@
+"""Where a step's kernel time goes: one rank's kernels by part, phase and cost class.
+
+``kernel_breakdown(model, cluster, strategy)`` lists the kernels ``pm.predict`` prices for the busiest
+pipeline stage (its transformer blocks, the embedding on the first stage, the head and loss on the last) by
+cost class (``gemm``, ``sdpa``, ``copy``, ``rope``, ``swiglu``, ``layernorm``, ...), with GPU and host seconds
+per micro-batch and per step. It answers "is this step GEMM-bound, attention-bound or memory-bound?" before
+anyone profiles it. The seconds are the kernels' own, each priced alone (``costs.compute.kernel_time``): the
+prediction's forward and backward add the pipeline's composition, host time where it exceeds the GPU's, and
+the slowest GPU's pace (docs/distributed.md); communication, the optimizer and waits are not kernels of a
+block and are in ``Prediction.breakdown``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.costs.compute import kernel_time
+from perfmodel.hardware import as_cluster
+from perfmodel.hardware.build import part_of_node
+from perfmodel.hardware.node import Cluster
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.pipeline import stages
+from perfmodel.parallel.strategy import Strategy, fill_dp
+from perfmodel.predict import check_strategy, default_profile, profile_for
+from perfmodel.step import kernel_lists
+from perfmodel.workload.presets import as_model
+from perfmodel.workload.stacks.composer import run_strategy
+
+PARTS = {"layer_f": ("blocks", "forward"), "layer_b": ("blocks", "backward"), "embed_f": ("embedding", "forward"),
+         "embed_b": ("embedding", "backward"), "head_f": ("head and loss", "forward"),
+         "head_b": ("head and loss", "backward")}
+COLUMNS = ("part", "phase", "class", "launches", "gpu_s_per_micro_batch", "gpu_s_per_step", "cpu_s_per_step", "share")
+
+
+def kernel_breakdown(model, cluster=None, strategy: Strategy | None = None, *, profile=None) -> pd.DataFrame:
+    """One row per (part, phase, class) of the busiest pipeline stage's kernels: launches per micro-batch (per
+    block for the blocks), GPU seconds per micro-batch (per block) and per step (× micro-batches, × the stage's blocks), host seconds per step and
+    the share of the stage's kernel GPU time; largest first. A traced graph (a CNN) has one part, its whole
+    graph. ``attrs`` hold the stage's blocks, the micro-batches per step and the profile's name."""
+    cluster, model = as_cluster(cluster), as_model(model)
+    s = strategy or Strategy()
+    if not isinstance(s, Strategy):
+        raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
+    if s.ps_async:  # each asynchronous worker runs the one-GPU step (predict.async_prediction)
+        cluster = Cluster(node=part_of_node(cluster.node, 1), nodes=1)
+        s = replace(s, dp=1, ps_servers=0, ps_async=False, ps_placement=None, global_batch=None)
+    s = fill_dp(s, cluster.n_gpus)
+    check_strategy(model, cluster, s)
+    run = run_strategy(s)
+    c = StepConfig.from_strategy(run)
+    prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
+    local = replace(model, seq=model.seq // s.cp) if s.cp > 1 else model
+    parts, _ = kernel_lists(local, c, run.precision, s.recompute, prof.gpu)
+    blocks = float(max(np.max(st.layers) for st in stages(model, c)))
+    m = float(np.max(c.micro_batches))
+    rows = []
+    for key, kernels in parts.items():
+        part, phase = PARTS[key]
+        times: dict[str, list] = {}
+        for kern in kernels:
+            gpu, cpu = kernel_time(prof, kern)
+            count = float(np.asarray(kern.count, float))
+            t = times.setdefault(kern.cls, [0.0, 0.0, 0.0])
+            t[0] += count
+            t[1] += float(np.asarray(gpu).max()) * count
+            t[2] += float(np.asarray(cpu).max()) * count
+        per_step = m * (blocks if part == "blocks" else 1.0)
+        rows += [{"part": part, "phase": phase, "class": cls, "launches": n, "gpu_s_per_micro_batch": g,
+                  "gpu_s_per_step": g * per_step, "cpu_s_per_step": h * per_step} for cls, (n, g, h) in times.items()]
+    df = pd.DataFrame(rows, columns=COLUMNS[:-1])
+    total = df["gpu_s_per_step"].sum()
+    df["share"] = df["gpu_s_per_step"] / total if total > 0 else 0.0
+    df = df.sort_values("gpu_s_per_step", ascending=False, kind="stable").reset_index(drop=True)
+    df.attrs.update(blocks=blocks, micro_batches=m, profile=prof.name)
+    return df
+
+
+def class_shares(df: pd.DataFrame) -> pd.Series:
+    """Each class's share of the kernel GPU time, over parts and phases, largest first."""
+    return df.groupby("class")["share"].sum().sort_values(ascending=False)
