@@ -37,9 +37,9 @@ COLUMNS = ("part", "phase", "class", "launches", "gpu_s_per_micro_batch", "gpu_s
 
 
 def kernel_breakdown(model, cluster=None, strategy: Strategy | None = None, *, profile=None) -> pd.DataFrame:
-    """One row per (part, phase, class) of the busiest pipeline stage's kernels: launches per micro-batch (per
-    block for the blocks), GPU seconds per micro-batch (per block) and per step (× micro-batches, × the stage's blocks), host seconds per step and
-    the share of the stage's kernel GPU time; largest first. A traced graph (a CNN) has one part, its whole
+    """One row per (part, phase, class) of the busiest pipeline stage's kernels, largest first: launches and GPU
+    seconds per micro-batch (per block for the blocks), GPU and host seconds per step (x micro-batches, x the
+    stage's blocks) and the share of the stage's kernel GPU time. A traced graph (a CNN) is one part, its whole
     graph. ``attrs`` hold the stage's blocks, the micro-batches per step and the profile's name."""
     cluster, model = as_cluster(cluster), as_model(model)
     s = strategy or Strategy()
