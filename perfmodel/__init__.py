@@ -47,7 +47,7 @@ _LAZY = {
     "inner_steps_for": "perfmodel.analysis.multisite_inverse",
     "plan_multisite": "perfmodel.analysis.multisite_inverse",
     "predict_shared": "perfmodel.analysis.contention", "predict_cluster": "perfmodel.analysis.network",
-    "advise_packing": "perfmodel.analysis.packing",
+    "advise_packing": "perfmodel.analysis.packing", "kernel_breakdown": "perfmodel.analysis.kernel_breakdown",
 }
 
 
