@@ -47,7 +47,8 @@ def test_hooks_hide_only_behind_the_backward_the_gpu_still_has_queued():
     m = pm.transformer(layers=4, hidden=256, heads=4, seq=128, vocab=512)
     c = pm.cluster("a100-sxm4-80gb")
     profile = pm.load_profile("a100-sxm4-80gb")
-    kw = {"dp": 1, "micro_batch": 1, "global_batch": 4, "zero": 0, "precision": "bf16-mixed"}
+    kw = {"dp": 1, "micro_batch": 1, "global_batch": 4, "zero": 0, "precision": "bf16-mixed",
+          "attention": "flash"}  # the same kernels under both stacks (deepspeed's own default is unfused)
     meg = pm.predict(m, c, pm.Strategy(framework="megatron", **kw))
     s = pm.Strategy(framework="deepspeed", **kw)
     ds = pm.predict(m, c, s)
@@ -64,7 +65,7 @@ def test_hooks_hide_only_behind_the_backward_the_gpu_still_has_queued():
 def test_a_gpu_bound_backward_still_hides_the_hooks():
     m = pm.transformer(layers=24, hidden=2048, heads=16, seq=2048, vocab=50304)
     c = pm.cluster("dgx-a100-80gb")
-    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 0, "precision": "bf16-mixed"}
+    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 0, "precision": "bf16-mixed", "attention": "flash"}
     meg = pm.predict(m, c, pm.Strategy(framework="megatron", **kw))
     ds = pm.predict(m, c, pm.Strategy(framework="deepspeed", **kw))
     sync = 4 * (engine_host.BATCH_OPS + 24 * 2 * 2) * HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
@@ -76,7 +77,7 @@ def test_full_recompute_runs_each_block_forward_and_its_waits_again():
     # torch.tensor(0.0, device=...) waits) in backward; selective re-runs only the attention core
     m = pm.transformer(layers=24, hidden=2048, heads=16, seq=2048, vocab=50304)
     c = pm.cluster("dgx-a100-80gb")
-    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 0, "precision": "bf16-mixed"}
+    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 0, "precision": "bf16-mixed", "attention": "flash"}
     cpu = HostCosts.of(pm.load_profile("a100-sxm4-80gb")).cpu_per_kernel_s
 
     def engine(recompute):
@@ -94,7 +95,7 @@ def test_full_recompute_runs_each_block_forward_and_its_waits_again():
 def test_deepspeed_is_megatron_plus_its_engine_and_reduction():
     m = pm.transformer(layers=24, hidden=1024, heads=16, seq=1024, vocab=50304)
     c = pm.cluster("dgx-a100-80gb")
-    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 1, "precision": "fp16-mixed",
+    kw = {"dp": 8, "micro_batch": 4, "global_batch": 128, "zero": 1, "precision": "fp16-mixed", "attention": "flash",
           "bucket_mib": 25.0}  # one bucket for both (Megatron-Core would take max(4e7, 1e6·dp) elements)
     meg = pm.predict(m, c, pm.Strategy(framework="megatron", **kw))
     ds = pm.predict(m, c, pm.Strategy(framework="deepspeed", **kw))

@@ -95,7 +95,8 @@ def test_tensor_groups_stay_in_a_node_unless_allowed():
 
 def _default_jobs(model):
     """(space, jobs priced over it) of the default space of ``model`` on 64 A100s (no fp8), by hand:
-    per cp, DDP-like stacks (pytorch; deepspeed under its pipeline engine's rules) without and Megatron-LM with and without overlapped
+    per cp, DDP-like stacks (pytorch; deepspeed under its pipeline engine's rules, at cp = 1 only: its own
+    attention is Megatron-DeepSpeed's unfused CoreAttention, no ring) without and Megatron-LM with and without overlapped
     tensor-parallel communication and gradient reduction, FSDP stacks (torchtitan, fsdp1) sharding
     all; pytorch and the FSDP stacks compiled or not, pytorch and Megatron-LM offloading 20 or all
     (Megatron: 39) of the 40 blocks at pp = 1 without recomputation; Megatron-LM's userbuffers and compiled
@@ -110,7 +111,8 @@ def _default_jobs(model):
         ddp1 = enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **kw)
         megatron1 = enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw)
         deepspeed = enumerate_space(model, n, 8, 512, cp=cp, pipeline_engine=True, **kw)  # its pipeline engine's rules
-        out += [(ddp, 2 * 3), (deepspeed, 3), (ddp1, 2 * 2), (megatron, 3), (megatron1, 2), (fsdp, 2 * 4 + 2 * 2)]
+        out += [(ddp, 2 * 3), (deepspeed, 3 if cp == 1 else 0), (ddp1, 2 * 2), (megatron, 3), (megatron1, 2),
+                (fsdp, 2 * 4 + 2 * 2)]
         tp_sp = dict(sequence_parallel=(True,), min_tp=2)  # an overlap of the tensor-parallel collectives
         out += [(enumerate_space(model, n, 8, 512, cp=cp, **meg, **kw, **tp_sp), 3),
                 (enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw, **tp_sp), 2),

@@ -169,12 +169,15 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("placement", placement, PLACEMENTS)
     # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
-    if not cp_fixed:  # a list of cp sizes keeps those the stack can run (context parallelism needs flash
-        # attention; with expert parallelism the layout places ep inside dp, so cp stays 1 unless asked for)
-        stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1
-                            or (stack["attention"] not in NO_RING_ATTENTIONS and stack["ep"] == 1))
+    # context parallelism needs an attention that runs a ring: the one asked for, else each stack's own
+    ring = [fw for fw in frameworks or ("megatron",)
+            if (stack["attention"] or stacks.stack(fw).default_attention) not in NO_RING_ATTENTIONS]
+    if not cp_fixed:  # a list of cp sizes keeps those the stacks can run (with expert parallelism the layout
+        # places ep inside dp, so cp stays 1 unless asked for)
+        stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1 or (ring and stack["ep"] == 1))
     for cp, overlap in product(stack["cp"], stack["tp_overlap"]):
-        base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement, framework=(frameworks or ("megatron",))[-1],
+        base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement,
+                        framework=(ring if cp > 1 and ring else frameworks or ("megatron",))[-1],
                         attention=stack["attention"], cp=check_int("cp", cp), ep=stack["ep"], tp_overlap=overlap,
                         dp_overlap=stack["dp_overlap"][0])
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
@@ -288,7 +291,7 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
     fixed = opts.get("fixed", {})  # search(fixed=...): the Strategy fields every candidate holds
     choices = {k: opts[k] for k in ("precision", "recompute")}
     choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers", "tp_comm_overlap",
-                                                  "schedule")})
+                                                  "schedule", "attention")})
     for cl in _clusters(cluster):
         if opts["precision"] is not None:
             _check_precisions(cl, opts["precision"])

@@ -32,6 +32,7 @@ from perfmodel.workload.graph import GraphModel
 from perfmodel.workload.kernels import gemm_dtype
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.offload import OFFLOAD_MODES, check_offload_layers
+from perfmodel.workload.stack import NO_RING_ATTENTIONS
 
 # frameworks whose code runs a transformer preset (TensorFlow 1.x parameter servers are searched by
 # compare/sweep only), and those that wrap any torch module (a traced graph: eager DDP, FSDP1 as
@@ -156,6 +157,8 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
     for cp in cps:
         for fw in frameworks:
             spec = stacks.stack(fw)
+            if cp > 1 and (options.get("attention") or spec.default_attention) in NO_RING_ATTENTIONS:
+                continue  # its attention runs no ring (Megatron-DeepSpeed's CoreAttention by default)
             compiles = _compile_choices(spec, options["compile"], given)
             policies = _recompute_choices(spec, options["recompute"], given)
             offloads = _offload_choices(spec, model, options["offload_layers"], given)

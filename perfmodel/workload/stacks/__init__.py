@@ -72,11 +72,14 @@ STACKS = {
                       float8="te", grad_buffer=True),
     # Megatron-DeepSpeed: Megatron-LM's model code trained by deepspeed.initialize (DeepSpeed 0.16.4
     # deepspeed/runtime/engine.py, zero/stage_1_and_2.py): the engine's host work is priced on top
-    "deepspeed": Stack("deepspeed", "microsoft/Megatron-DeepSpeed (Megatron-LM layers) on DeepSpeed 0.16.4 "
+    # Megatron-DeepSpeed f4157be megatron/arguments.py: --transformer-impl defaults to 'local' and every
+    # --use-flash-attn* flag is off, so ParallelAttention runs CoreAttention (baddbmm, FusedScaleMaskSoftmax, bmm)
+    "deepspeed": Stack("deepspeed", "microsoft/Megatron-DeepSpeed f4157be (Megatron-LM layers) on DeepSpeed 0.16.4 "
                        "deepspeed/runtime/engine.py, zero/stage_1_and_2.py",
                        weights16=True, sharding="megatron", default_fsdp=None, reduce_bytes=4.0,
                        default_recompute="none", recompute=("none", "selective", "full"),
-                       compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron", engine="deepspeed"),
+                       compiles=False, rope_saves=False, swiglu_saved=3, model_code="megatron", engine="deepspeed",
+                       default_attention="unfused"),
     # torchtitan v0.2.2: torchtitan/models/llama3/infra/parallelize.py (apply_fsdp, _op_sac_save_list),
     # torchtitan/config/job_config.py (mixed_precision_param "bfloat16", mixed_precision_reduce
     # "float32", activation_checkpoint mode "selective" with selective_ac_option "2")
