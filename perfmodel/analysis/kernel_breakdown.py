@@ -27,6 +27,7 @@ from perfmodel.parallel.pipeline import stages
 from perfmodel.parallel.strategy import Strategy, fill_dp
 from perfmodel.predict import check_strategy, default_profile, profile_for
 from perfmodel.step import kernel_lists
+from perfmodel.workload.graph import GraphModel
 from perfmodel.workload.presets import as_model
 from perfmodel.workload.stacks.composer import run_strategy
 
@@ -39,8 +40,8 @@ COLUMNS = ("part", "phase", "class", "launches", "gpu_s_per_micro_batch", "gpu_s
 def kernel_breakdown(model, cluster=None, strategy: Strategy | None = None, *, profile=None) -> pd.DataFrame:
     """One row per (part, phase, class) of the busiest pipeline stage's kernels, largest first: launches and GPU
     seconds per micro-batch (per block for the blocks), GPU and host seconds per step (x micro-batches, x the
-    stage's blocks) and the share of the stage's kernel GPU time. A traced graph (a CNN) is one part, its whole
-    graph. ``attrs`` hold the stage's blocks, the micro-batches per step and the profile's name."""
+    stage's blocks) and the share of the stage's kernel GPU time. A traced graph (a CNN) is one part, "whole
+    graph". ``attrs`` hold the stage's blocks (0 for a graph), the micro-batches per step and the profile's name."""
     cluster, model = as_cluster(cluster), as_model(model)
     s = strategy or Strategy()
     if not isinstance(s, Strategy):
@@ -58,8 +59,10 @@ def kernel_breakdown(model, cluster=None, strategy: Strategy | None = None, *, p
     blocks = float(max(np.max(st.layers) for st in stages(model, c)))
     m = float(np.max(c.micro_batches))
     rows = []
+    graph = isinstance(model, GraphModel)
     for key, kernels in parts.items():
         part, phase = PARTS[key]
+        part = "whole graph" if graph and part == "blocks" else part
         times: dict[str, list] = {}
         for kern in kernels:
             gpu, cpu = kernel_time(prof, kern)
@@ -68,14 +71,14 @@ def kernel_breakdown(model, cluster=None, strategy: Strategy | None = None, *, p
             t[0] += count
             t[1] += float(np.asarray(gpu).max()) * count
             t[2] += float(np.asarray(cpu).max()) * count
-        per_step = m * (blocks if part == "blocks" else 1.0)
+        per_step = m * (blocks if part == "blocks" else 1.0)  # a graph's one part is its whole step
         rows += [{"part": part, "phase": phase, "class": cls, "launches": n, "gpu_s_per_micro_batch": g,
                   "gpu_s_per_step": g * per_step, "cpu_s_per_step": h * per_step} for cls, (n, g, h) in times.items()]
     df = pd.DataFrame(rows, columns=COLUMNS[:-1])
     total = df["gpu_s_per_step"].sum()
     df["share"] = df["gpu_s_per_step"] / total if total > 0 else 0.0
     df = df.sort_values("gpu_s_per_step", ascending=False, kind="stable").reset_index(drop=True)
-    df.attrs.update(blocks=blocks, micro_batches=m, profile=prof.name)
+    df.attrs.update(blocks=0.0 if graph else blocks, micro_batches=m, profile=prof.name)
     return df
 
 

@@ -151,8 +151,9 @@ def fit_report_table(report: pd.DataFrame) -> str:
 def kernel_table(df: pd.DataFrame, rows: int = 12) -> str:
     """``analysis.kernel_breakdown``'s largest rows and the share of each class, as text."""
     a = df.attrs
-    head = (f"kernels of the busiest stage ({a.get('blocks', 1):g} blocks x {a.get('micro_batches', 1):g} micro-batches "
-            f"per step; each kernel priced alone on {a.get('profile', '')}; launches per block or part and micro-batch)")
+    what = f"the busiest stage ({a['blocks']:g} blocks" if a.get("blocks") else "the traced graph (its whole step"
+    head = (f"kernels of {what} x {a.get('micro_batches', 1):g} micro-batches per step; each kernel priced alone on "
+            f"{a.get('profile', '')}; launches per block or part and micro-batch)")
     lines = [head, f"  {'part':<14} {'phase':<9} {'class':<18} {'launches':>8} {'GPU/step':>10} {'host/step':>10} {'share':>6}"]
     for _, r in df.head(rows).iterrows():
         lines.append(f"  {r['part']:<14} {r['phase']:<9} {r['class']:<18} {r['launches']:>8g} "
