@@ -20,7 +20,8 @@ def test_one_gpu_kernels_add_up_to_the_predicted_forward_and_backward():
         assert df["share"].sum() == pytest.approx(1.0)
         assert list(df["gpu_s_per_step"]) == sorted(df["gpu_s_per_step"], reverse=True)
     cnn = kernel_breakdown("resnet50", "h200", pm.Strategy(micro_batch=256))
-    assert set(cnn["part"]) == {"whole graph"} and cnn.attrs["blocks"] == 0 and "conv" in set(cnn["class"])
+    assert "whole graph" in set(cnn["part"]) and "blocks" not in set(cnn["part"]) and cnn.attrs["blocks"] == 0
+    assert "conv" in set(cnn["class"])
 
 
 def test_data_parallel_kernels_run_at_the_slowest_gpu_pace():
