@@ -52,6 +52,10 @@ def test_pipeline_stages_count_the_busiest_stage_and_async_workers_one_gpu():
         kernel_breakdown("llama-3-8b", c, "tp=2")
     with pytest.raises(pm.UnsupportedError, match="traced graph"):
         kernel_breakdown("resnet50", c, pm.Strategy(framework="megatron"))
+    # what pm.predict refuses, it refuses alike: asynchronous workers without servers
+    for f in (kernel_breakdown, pm.predict):
+        with pytest.raises(pm.InvalidInputError, match="'ps_async'=True needs parameter servers"):
+            f("gpt2-small", "h100", pm.Strategy(ps_async=True))
 
 
 def test_cli_prints_and_exports_the_kernels(capsys):

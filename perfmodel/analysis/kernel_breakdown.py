@@ -24,6 +24,7 @@ from perfmodel.hardware.build import part_of_node
 from perfmodel.hardware.node import Cluster
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.pipeline import stages
+from perfmodel.parallel.ps_async import server_count
 from perfmodel.parallel.strategy import Strategy, fill_dp
 from perfmodel.predict import check_strategy, default_profile, profile_for
 from perfmodel.step import kernel_lists
@@ -46,11 +47,13 @@ def kernel_breakdown(model, cluster=None, strategy: Strategy | None = None, *, p
     s = strategy or Strategy()
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
+    s = fill_dp(s, cluster.n_gpus)
+    check_strategy(model, cluster, s)  # what pm.predict refuses, refused alike
     if s.ps_async:  # each asynchronous worker runs the one-GPU step (predict.async_prediction)
+        server_count(s, cluster)  # no servers: the error pm.predict gives
         cluster = Cluster(node=part_of_node(cluster.node, 1), nodes=1)
         s = replace(s, dp=1, ps_servers=0, ps_async=False, ps_placement=None, global_batch=None)
-    s = fill_dp(s, cluster.n_gpus)
-    check_strategy(model, cluster, s)
+        check_strategy(model, cluster, s)
     run = run_strategy(s)
     c = StepConfig.from_strategy(run)
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
