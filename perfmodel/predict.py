@@ -304,13 +304,30 @@ def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: floa
 ASYNC_REGIME = "uncalibrated: asynchronous parameter servers (no measured rows; the one-worker step's interval, scaled)"
 
 
+def async_worker(cluster, s: Strategy) -> tuple:
+    """(one GPU of ``cluster``, the strategy of one asynchronous worker): each worker's step runs alone, its
+    update on the servers (``s.ps_async``; refused, as predict refuses it, without servers)."""
+    server_count(s, cluster)
+    one = Cluster(node=part_of_node(cluster.node, 1), nodes=1)
+    return one, replace(s, dp=1, ps_servers=0, ps_async=False, ps_placement=None, global_batch=None)
+
+
+def checked_step(model, cluster, s: Strategy) -> tuple:
+    """(``s`` with dp filled, the StepConfig of the step it runs, the cluster it runs on) after the checks
+    ``predict`` makes; an asynchronous parameter-server strategy is its one worker's step on one GPU."""
+    s, c = _checked(model, cluster, s)
+    if s.ps_async:
+        cluster, s = async_worker(cluster, s)
+        s, c = _checked(model, cluster, s)
+    return s, c, cluster
+
+
 def async_prediction(model, cluster, s: Strategy, prof: Profile, level: float, headroom: float = 0.0) -> Prediction:
     """Asynchronous parameter servers: one worker's step priced alone (one GPU, no data parallelism;
     the update runs on the servers, so no optimizer step), then the cluster of ``s.dp`` such workers
     and the servers (``perfmodel.parallel.ps_async.async_ps``). ``step_time`` is a worker's period
     between its updates; throughput is the cluster's; ``ps`` holds the rest."""
-    one = Cluster(node=part_of_node(cluster.node, 1), nodes=1)
-    alone = replace(s, dp=1, ps_servers=0, ps_async=False, ps_placement=None, global_batch=None)
+    one, alone = async_worker(cluster, s)
     solo = predict(model, one, alone, profile=prof, level=level, memory_headroom=headroom)
     compute = solo.step_time - solo.breakdown["optimizer"]
     ps = async_ps(compute_s=compute, backward_s=solo.breakdown["backward"], variables=model_variables(model),

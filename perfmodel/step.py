@@ -307,7 +307,7 @@ def step_quantities(model, cluster, profile, coll, c: StepConfig, *, precision, 
         lambda: known.get("critical") or _critical_path(model, local, coll, lay, c, t, sts, precision, recompute, sms, (profile, cluster, p)))
     exposed = _PIECES(
         (coll, lay, lay_dp, p, sts, timed := critical[1], local, profile, cluster, t),
-        fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer),
+        fields_key(one_dp, EXPOSED_FIELDS, "exposed", precision, optimizer, recompute),
         lambda: _exposed(cluster, profile, coll, lay, lay_dp, c, _dp_config(one, c), p, sts, timed, local,
                          precision=precision, optimizer=optimizer, cpu=t.cpu, first=known.get("first_dp"), recompute=recompute))
     memory = _PIECES((lay_dp, sts, p, model), fields_key(one_dp, MEMORY_FIELDS, "memory", precision, recompute,

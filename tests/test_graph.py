@@ -114,7 +114,7 @@ def test_predict_single_gpu_and_data_parallel():
 
 
 def test_only_the_stacks_that_wrap_any_module_train_a_traced_graph():
-    # Megatron-LM, Megatron-DeepSpeed, torchtitan, KempnerForge and llm-foundry run their own transformer code
+    # Megatron-LM, Megatron-DeepSpeed, torchtitan, KempnerForge and Composer (MPT) run their own transformer code
     g, c = pm.preset("resnet50"), pm.cluster("dgx-a100-80gb")
     for framework in ("megatron", "deepspeed", "torchtitan", "kempnerforge", "composer"):
         with pytest.raises(pm.UnsupportedError, match=f"framework='{framework}' trains its own transformer code.*"

@@ -18,15 +18,11 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError
-from perfmodel.costs.compute import kernel_time
+from perfmodel.costs.compute import class_totals
 from perfmodel.hardware import as_cluster
-from perfmodel.hardware.build import part_of_node
-from perfmodel.hardware.node import Cluster
-from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.pipeline import stages
-from perfmodel.parallel.ps_async import server_count
-from perfmodel.parallel.strategy import Strategy, fill_dp
-from perfmodel.predict import check_strategy, default_profile, profile_for
+from perfmodel.parallel.strategy import Strategy
+from perfmodel.predict import checked_step, default_profile, profile_for
 from perfmodel.step import kernel_lists
 from perfmodel.workload.graph import GraphModel
 from perfmodel.workload.presets import as_model
@@ -47,36 +43,22 @@ def kernel_breakdown(model, cluster=None, strategy: Strategy | None = None, *, p
     s = strategy or Strategy()
     if not isinstance(s, Strategy):
         raise InvalidInputError(f"'strategy' must be a perfmodel.Strategy: got {type(s).__name__}")
-    s = fill_dp(s, cluster.n_gpus)
-    check_strategy(model, cluster, s)  # what pm.predict refuses, refused alike
-    if s.ps_async:  # each asynchronous worker runs the one-GPU step (predict.async_prediction)
-        server_count(s, cluster)  # no servers: the error pm.predict gives
-        cluster = Cluster(node=part_of_node(cluster.node, 1), nodes=1)
-        s = replace(s, dp=1, ps_servers=0, ps_async=False, ps_placement=None, global_batch=None)
-        check_strategy(model, cluster, s)
-    run = run_strategy(s)
-    c = StepConfig.from_strategy(run)
+    s, c, cluster = checked_step(model, cluster, s)  # what pm.predict refuses, refused alike
     prof = default_profile(cluster) if profile is None else profile_for(cluster, profile)
     local = replace(model, seq=model.seq // s.cp) if s.cp > 1 else model
-    parts, _ = kernel_lists(local, c, run.precision, s.recompute, prof.gpu)
+    parts, _ = kernel_lists(local, c, run_strategy(s).precision, s.recompute, prof.gpu)
     blocks = float(max(np.max(st.layers) for st in stages(model, c)))
     m = float(np.max(c.micro_batches))
-    rows = []
     graph = isinstance(model, GraphModel)
+    rows = []
     for key, kernels in parts.items():
         part, phase = PARTS[key]
         part = "whole graph" if graph and part == "blocks" else part
-        times: dict[str, list] = {}
-        for kern in kernels:
-            gpu, cpu = kernel_time(prof, kern)
-            count = float(np.asarray(kern.count, float))
-            t = times.setdefault(kern.cls, [0.0, 0.0, 0.0])
-            t[0] += count
-            t[1] += float(np.asarray(gpu).max()) * count
-            t[2] += float(np.asarray(cpu).max()) * count
         per_step = m * (blocks if part == "blocks" else 1.0)  # a graph's one part is its whole step
-        rows += [{"part": part, "phase": phase, "class": cls, "launches": n, "gpu_s_per_micro_batch": g,
-                  "gpu_s_per_step": g * per_step, "cpu_s_per_step": h * per_step} for cls, (n, g, h) in times.items()]
+        rows += [{"part": part, "phase": phase, "class": cls, "launches": float(np.max(n)),
+                  "gpu_s_per_micro_batch": float(np.max(g)), "gpu_s_per_step": float(np.max(g)) * per_step,
+                  "cpu_s_per_step": float(np.max(h)) * per_step}
+                 for cls, (n, g, h) in class_totals(prof, kernels).items()]
     df = pd.DataFrame(rows, columns=COLUMNS[:-1])
     total = df["gpu_s_per_step"].sum()
     df["share"] = df["gpu_s_per_step"] / total if total > 0 else 0.0

@@ -275,13 +275,20 @@ def _one_phase(profile: Profile, kernels: list[Kernel], host: HostCosts):
     return np.maximum(gpu, cpu), gpu, cpu
 
 
+def class_totals(profile: Profile, kernels: list[Kernel]) -> dict[str, tuple]:
+    """(launches, GPU seconds, host seconds) per cost class of ``kernels`` run once each (for breakdowns)."""
+    out: dict[str, tuple] = {}
+    for kern in kernels:
+        g, c = kernel_time(profile, kern)
+        n = np.asarray(kern.count, float)
+        launches, gpu, cpu = out.get(kern.cls, (0.0, 0.0, 0.0))
+        out[kern.cls] = (launches + n, gpu + g * n, cpu + c * n)
+    return out
+
+
 def time_by_class(profile: Profile, kernels: list[Kernel]) -> dict[str, np.ndarray]:
     """GPU seconds per cost class (for breakdowns and debugging)."""
-    out: dict[str, np.ndarray] = {}
-    for kern in kernels:
-        g, _ = kernel_time(profile, kern)
-        out[kern.cls] = out.get(kern.cls, 0.0) + g * np.asarray(kern.count, float)
-    return out
+    return {cls: gpu for cls, (_, gpu, _) in class_totals(profile, kernels).items()}
 
 
 def copy_pricer(profile):

@@ -26,7 +26,7 @@ from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
 from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
 from perfmodel.explore.stack_options import (TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, default_frameworks,
-                                             job_specs)
+                                             job_specs, runs_ring)
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, check_headroom, default_profile, profile_for
@@ -35,7 +35,6 @@ from perfmodel.core.checks import check_choice, check_flag, check_int, check_pos
 from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
-from perfmodel.workload.stack import NO_RING_ATTENTIONS
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.composer import run_strategy, runs_no_fp8
 from perfmodel.workload.stacks.context import default_attention
@@ -170,8 +169,7 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     check_choice("placement", placement, PLACEMENTS)
     # the fields search holds fixed, checked by Strategy (which names a bad one); the space replaces dp
     # context parallelism needs an attention that runs a ring: the one asked for, else each stack's own
-    ring = [fw for fw in frameworks or ("megatron",)
-            if (stack["attention"] or stacks.stack(fw).default_attention) not in NO_RING_ATTENTIONS]
+    ring = [fw for fw in frameworks or ("megatron",) if runs_ring(fw, stack["attention"])]
     if not cp_fixed:  # a list of cp sizes keeps those the stacks can run (with expert parallelism the layout
         # places ep inside dp, so cp stays 1 unless asked for)
         stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1 or (ring and stack["ep"] == 1))

@@ -146,6 +146,11 @@ def cp_sizes(model, cl, st: dict, fixed: bool) -> list:
     return cps
 
 
+def runs_ring(framework: str, attention: str | None) -> bool:
+    """Whether context parallelism can take ``attention`` (None: the framework's own) as a ring of blocks."""
+    return (attention or stacks.stack(framework).default_attention) not in NO_RING_ATTENTIONS
+
+
 def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
     """Every (framework, cp, compile, offload, precision, recompute) of the space on ``cl``, in
     enumeration order. ``options``: framework (a tuple, or None for the default),
@@ -157,7 +162,7 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
     for cp in cps:
         for fw in frameworks:
             spec = stacks.stack(fw)
-            if cp > 1 and (options.get("attention") or spec.default_attention) in NO_RING_ATTENTIONS:
+            if cp > 1 and not runs_ring(fw, options.get("attention")):
                 continue  # its attention runs no ring (Megatron-DeepSpeed's CoreAttention by default)
             compiles = _compile_choices(spec, options["compile"], given)
             policies = _recompute_choices(spec, options["recompute"], given)
