@@ -35,6 +35,7 @@ import numpy as np
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.memo import clear_memos
+from perfmodel.interval_difficulty import DIFFICULTY, difficulty_features, one_factor, row_factor  # noqa: F401
 from perfmodel.interval_pools import laplace_width, origin_of, pooled_half_width
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "intervals.json"
@@ -54,8 +55,8 @@ UNCALIBRATED = "uncalibrated"
 # the regimes of a traced graph's step (a CNN: no transformer shape), ``cnn/<framework>``, calibrated on the published
 # CNN checks apart from the transformer regimes (validate/interval_rows.py:traced_scored_rows), on any GPU profile
 TRACED = "cnn"
-TABLE_SCHEMA = 5  # raise when the table's keys change (5: the fallback pools per profile origin)
-EMPTY_TABLE = {"validated_stacks": [], "shape_range": {}, "datasheet_gpus": [], "regimes": {},
+TABLE_SCHEMA = 6  # raise when the table's keys change (6: the pricing paths the rows ran)
+EMPTY_TABLE = {"validated_stacks": [], "validated_paths": {}, "shape_range": {}, "datasheet_gpus": [], "regimes": {},
                "memory": {"regimes": {}}, "fallback": {}, "fallback_floor": math.log(4.0)}  # no data at all: [step / 4, 4 x step]
 ORIGINS = ("measured", "datasheet")  # the GPU profile origins a fallback pool is drawn for
 
@@ -157,8 +158,10 @@ def _short(kind: str, step):
     return (np.asarray(step) < SHORT_STEP_S) & (kind != "host")
 
 
-def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str):
-    """Why a configuration lies outside every calibrated regime (None when it does not)."""
+def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gpu: str, cluster_gpu: str,
+                        paths: dict | None = None):
+    """Why a configuration lies outside every calibrated regime (None when it does not); ``paths``: its pricing
+    paths (``parallel/paths.py``), each checked against the values the validation rows ran."""
     if profile_gpu != cluster_gpu:
         return f"profile of {profile_gpu} used for {cluster_gpu}"
     if traced(model):  # its regime is its framework's (traced_regime); the transformer checks do not apply
@@ -168,6 +171,9 @@ def uncalibrated_reason(table: dict, *, kind: str, stack: str, model, profile_gp
         return f"datasheet profile of {cluster_gpu} never checked against measurements"
     if stack not in table["validated_stacks"]:
         return f"stack {stack} not validated"
+    for name, ran in table.get("validated_paths", {}).items() if paths else ():  # in the table's order
+        if name in paths and paths[name] not in ran:
+            return f"{name}={paths[name]} in no validation row"
     ranges = table.get("host_shape_range", {}) if kind == "host" else table["shape_range"]
     for name in RANGE_FIELDS:
         if name not in ranges and name not in SHAPE_FIELDS:
@@ -334,48 +340,6 @@ def _twins(name: str, other: str) -> bool:
     return a[0] == "datasheet" and b[0] == "measured" and a[1:] == b[1:]
 
 
-# what predicts a row's difficulty inside its regime before measuring (the ``normalised`` scores,
-# validate/conformal.py; the regime's own scale carries its profile kind, framework and step class):
-# the exposed communication share, the GPU count (log10: collectives beyond the measured sizes) and a
-# power-capped part (its clock from a formula, profiles/power_cap.py)
-DIFFICULTY = ("comm_share", "log10_gpus", "power_capped")
-
-
-def difficulty_features(share, n_gpus: int, power_capped: bool) -> np.ndarray:
-    """The ``DIFFICULTY`` features of each step's communication ``share`` (on a last axis)."""
-    share = np.asarray(share, dtype=float)
-    cols = [np.clip(share, 0.0, 1.0), np.full(share.shape, math.log10(max(int(n_gpus), 1))),
-            np.full(share.shape, float(bool(power_capped)))]
-    return np.stack(cols, axis=-1)
-
-
-def row_factor(table: dict, names, features) -> np.ndarray:
-    """σ(x) / σ of the regime's typical row, per step: how much wider than its regime's width a step's
-    interval is under a ``normalised`` table (1 for other scores, uncalibrated steps and regimes without rows)."""
-    names = np.asarray(names, dtype=object)
-    out = np.ones(names.shape)
-    beta = table.get("difficulty", {}).get("coef")
-    if beta is None:
-        return out
-    x = np.asarray(features, dtype=float).reshape(names.shape + (len(beta) - 1,))
-    lnsig = beta[0] + x @ np.asarray(beta[1:], dtype=float)
-    for name in set(names.ravel().tolist()):
-        entry = table["regimes"].get(name)
-        if entry is not None and "regime_scale" in entry:  # scored with the difficulty (not a CPU host's)
-            mask = names == name
-            out[mask] = entry.get("regime_scale", 1.0) * np.exp(lnsig[mask]) / entry["scale"]
-    return out
-
-
-def _one_factor(table: dict, name: str, share: float, n_gpus: int, capped: bool) -> float:
-    """:func:`row_factor` of one step of a calibrated regime, on floats (predict's path)."""
-    b0, b_share, b_gpus, b_capped = table["difficulty"]["coef"]  # the order of DIFFICULTY
-    entry = table["regimes"][name]
-    ln_sigma = (b0 + b_share * min(max(share, 0.0), 1.0) + b_gpus * math.log10(max(int(n_gpus), 1))
-                + (b_capped if capped else 0.0))
-    return entry.get("regime_scale", 1.0) * math.exp(ln_sigma) / entry["scale"]
-
-
 def power_capped(profile) -> bool:
     """Whether ``profile`` is a power-capped part's, its compute slowed by a formula (profiles/power_cap.py)."""
     return "power_cap" in profile.meta
@@ -392,13 +356,14 @@ def shares(step, breakdown: dict):
 
 
 def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, attention: str, precision: str,
-           level: float = DEFAULT_LEVEL, table: dict | None = None) -> Interval:
-    """The interval of ``step`` (a number or an array, with ``breakdown`` of the same shape)."""
+           level: float = DEFAULT_LEVEL, table: dict | None = None, paths: dict | None = None) -> Interval:
+    """The interval of ``step`` (a number or an array, with ``breakdown`` of the same shape); ``paths``: the
+    step's pricing paths (``parallel/paths.py``)."""
     level = check_level(level)
     table = table or _shipped()
     kind = profile_kind(profile)
     reason = uncalibrated_reason(table, kind=kind, stack=stack_key(framework, attention, precision),
-                                 model=model, profile_gpu=profile.gpu, cluster_gpu=cluster.gpu.name)
+                                 model=model, profile_gpu=profile.gpu, cluster_gpu=cluster.gpu.name, paths=paths)
     if isinstance(step, float) and all(isinstance(breakdown[k], float) for k in _SHARE_KEYS):  # one prediction
         step = max(step, 1e-300)
         share = sum(breakdown[k] for k in _SHARE_KEYS[:-1]) / step
@@ -406,7 +371,7 @@ def bounds(step, breakdown: dict, *, profile, cluster, model, framework: str, at
         c, w = regime_log_interval(table, raw, level, origin_of(kind, reason))
         name = _shipped_labelled(raw, level) if table is _shipped() else labelled(table, raw, level)
         if "regime_scale" in table["regimes"].get(raw, {}) and not name.startswith(UNCALIBRATED):
-            w *= _one_factor(table, raw, share, cluster.n_gpus, power_capped(profile))
+            w *= one_factor(table, raw, share, cluster.n_gpus, power_capped(profile))
         return Interval(step * math.exp(c - w), step * math.exp(c + w), level, name)
     step = np.asarray(step, dtype=float)
     share, host = shares(step, breakdown)

@@ -18,6 +18,7 @@ from perfmodel.parallel.config import StepConfig
 from perfmodel.hardware.build import part_of_node
 from perfmodel.hardware.node import Cluster
 from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.paths import priced_paths
 from perfmodel.parallel.ps_async import AsyncPS, async_ps, server_count, server_spec
 from perfmodel.workload.variables import model_variables
 from perfmodel.profiles.origin import profile_origin
@@ -282,7 +283,7 @@ def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: floa
     memory = {k: float(v) for k, v in out["memory"].items()}
     step = float(out["step_time"])
     iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
-                attention=s.attention, precision=s.precision, level=level)
+                attention=s.attention, precision=s.precision, level=level, paths=priced_paths(s))
     mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=n_gpus, level=level)
     return FrozenDict(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, profile=prof.name,

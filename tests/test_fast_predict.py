@@ -23,8 +23,9 @@ import perfmodel as pm
 from perfmodel import step
 from perfmodel.core.errors import PerfModelError
 from perfmodel.core.memo import clear_memos
-from perfmodel.interval import bounds
+from perfmodel.interval import Interval, bounds
 from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.paths import priced_paths
 
 predict_module = importlib.import_module("perfmodel.predict")
 
@@ -132,9 +133,16 @@ def _vectorised(model, cluster, profile, strategies):
     batch = np.array([float(s.batch) for s in strategies])
     derived = predict_module.finish(model, cluster, batch, out, s0.precision, s0.recompute, cluster.n_gpus)
     breakdown = {k: np.broadcast_to(np.asarray(out[k], float), batch.shape) for k in predict_module.BREAKDOWN_KEYS}
-    iv = bounds(np.asarray(out["step_time"], float), breakdown, profile=prof, cluster=cluster, model=model,
-                framework=s0.framework, attention=s0.attention, precision=s0.precision)
-    return out, derived, breakdown, iv
+    step_time = np.broadcast_to(np.asarray(out["step_time"], float), batch.shape)
+    low, high, regime = np.empty(batch.shape), np.empty(batch.shape), np.empty(batch.shape, dtype=object)
+    paths = [priced_paths(s) for s in strategies]
+    for kind in {tuple(sorted(p.items())) for p in paths}:  # one bounds call per set of pricing paths, as search
+        mask = np.array([tuple(sorted(p.items())) == kind for p in paths])
+        found = bounds(step_time[mask], {k: v[mask] for k, v in breakdown.items()}, profile=prof, cluster=cluster,
+                       model=model, framework=s0.framework, attention=s0.attention, precision=s0.precision,
+                       paths=dict(kind))
+        low[mask], high[mask], regime[mask] = found.low, found.high, found.regime
+    return out, derived, breakdown, Interval(low, high, found.level, regime)
 
 
 def _check(p, i, out, derived, breakdown, iv):

@@ -245,7 +245,7 @@ def test_normalised_width_follows_the_step_difficulty(rows):
     b = dict(zip(["intercept", *iv.DIFFICULTY], table["difficulty"]["coef"]))
     assert f[1] / f[0] == pytest.approx(math.exp(0.1 * b["comm_share"]))
     assert iv.row_factor(table, names[:1], capped)[0] / f[1] == pytest.approx(math.exp(b["power_capped"]))
-    assert iv._one_factor(table, name, 0.1, 8, True) == pytest.approx(iv.row_factor(table, names[:1], capped)[0])
+    assert iv.one_factor(table, name, 0.1, 8, True) == pytest.approx(iv.row_factor(table, names[:1], capped)[0])
     # uncalibrated names and regimes without rows keep the regime's width
     assert iv.row_factor(table, np.array(["uncalibrated: host-bound"], dtype=object), x[:1])[0] == 1.0
     # a power-capped part is wider than the same job at TDP (its clock comes from a formula)

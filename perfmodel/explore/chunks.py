@@ -26,6 +26,7 @@ from perfmodel.costs.host import HostCosts
 from perfmodel.parallel.data import DataParallelWork, _stage_exposed
 from perfmodel.parallel.deepspeed import reduce_seconds
 from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
+from perfmodel.parallel.paths import placement_path, priced_paths, schedule_path
 from perfmodel.parallel.pipeline import Stage
 from perfmodel.parallel.stragglers import device_spread
 from perfmodel.parallel.wire import wire_bytes
@@ -120,7 +121,8 @@ def chunks(model, job: Job, opts, chunk: int, eager=None, floor=None):
             m = numeric["dp"].size
             cols = Columns({**numeric, **{k: np.broadcast_to(part.flat(grid[k]), (m,)) for k in now}},
                            functools.partial(_later_columns, part, grid, [k for k in names if k not in now]))
-            yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"])
+            yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"],
+                                          priced_paths(job.base))
 
 
 def _later_columns(part, grid: dict, names: list, cells: np.ndarray) -> dict:
@@ -251,19 +253,28 @@ def _collectives(cl, prof) -> dict:
     return hit[1]
 
 
-def _row_columns(model, cl, prof, precision, recompute, stack, level, rows: dict) -> dict:
+def _row_columns(model, cl, prof, precision, recompute, stack, level, paths: dict, rows: dict) -> dict:
     """The columns a chunk's kept ``rows`` add: the software stack (the same for every row of the
-    chunk) and the step-time bounds at the search's level with their regime (perfmodel.interval).
+    chunk) and the step-time bounds at the search's level with their regime (perfmodel.interval), under
+    the job's pricing ``paths`` (``parallel/paths.py``) with each row's schedule and placement.
     Computed only for the rows a ranking keeps, not for every configuration priced."""
     n = rows["dp"].size
     cols = {"precision": np.full(n, precision, dtype=object), "recompute": np.full(n, recompute, dtype=object)}
     for k, v in stack.items():  # the software stack, cp and ep
         if k not in ("tp_overlap", "dp_overlap"):  # numeric columns
             cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else type(v))
-    iv = bounds(rows["step_time"], {k: rows[k] for k in BREAKDOWN_KEYS}, profile=prof, cluster=cl, model=model,
-                framework=stack["framework"], attention=stack["attention"], precision=precision, level=level)
-    cols.update({"step_time_low": np.broadcast_to(iv.low, (n,)), "step_time_high": np.broadcast_to(iv.high, (n,)),
-                 "interval_level": np.full(n, iv.level), "interval_regime": np.broadcast_to(iv.regime, (n,))})
+    tp, pp, dp, v = (np.broadcast_to(rows[k], (n,)).tolist() for k in ("tp", "pp", "dp", "virtual_stages"))
+    kinds = np.array([(schedule_path(p, c, stack["schedule"]), placement_path(paths["placement"], t, p, d))
+                      for t, p, d, c in zip(tp, pp, dp, v)], dtype=object).reshape(n, 2)
+    low, high, regime = np.empty(n), np.empty(n), np.empty(n, dtype=object)
+    for sch, place in set(map(tuple, kinds.tolist())):  # a few kinds of row: one interval call each
+        mask = (kinds[:, 0] == sch) & (kinds[:, 1] == place)
+        iv = bounds(rows["step_time"][mask], {k: rows[k][mask] for k in BREAKDOWN_KEYS}, profile=prof, cluster=cl,
+                    model=model, framework=stack["framework"], attention=stack["attention"], precision=precision,
+                    level=level, paths={**paths, "schedule": sch, "placement": place})
+        low[mask], high[mask], regime[mask] = iv.low, iv.high, iv.regime
+    cols.update({"step_time_low": low, "step_time_high": high, "interval_level": np.full(n, level),
+                 "interval_regime": regime})
     return cols
 
 

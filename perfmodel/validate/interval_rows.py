@@ -22,6 +22,7 @@ from pathlib import Path
 
 from perfmodel import interval as iv
 from perfmodel.hardware import cluster
+from perfmodel.parallel.paths import priced_paths
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
@@ -73,6 +74,7 @@ class Scored:
     run_source: str = ""  # the run source it comes from (:func:`run_source`): held-back splits keep it whole
     traced: bool = False  # a traced graph's step (a CNN): a regime ``cnn/<framework>`` (``interval.traced_regime``)
     experts: int = 1  # experts per MoE layer of its model (1: dense)
+    paths: tuple = ()  # its pricing paths (``parallel/paths.py``), as sorted (name, value) pairs
 
     @cached_property
     def features(self) -> tuple:
@@ -158,7 +160,7 @@ def score(source: str, case: Case) -> Scored:
                   memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus,
                   memory_reading="allocated" if case.peak_memory_bytes else "reserved",
                   power_capped=iv.power_capped(prof), run_source=run_source(source, case),
-                  experts=int(getattr(case.model, "experts", 1)))
+                  experts=int(getattr(case.model, "experts", 1)), paths=tuple(sorted(priced_paths(s).items())))
 
 
 OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "cpu steps", "measured_sample")

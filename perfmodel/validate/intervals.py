@@ -34,6 +34,7 @@ import numpy as np
 
 from perfmodel.core.entry import run_command
 from perfmodel import interval as iv
+from perfmodel.parallel.paths import PATHS
 from perfmodel.validate import conformal
 from perfmodel.validate.interval_rows import (CPU_RUNS, GPU_RUNS, OWN_RUNS, SAMPLE, SOURCE_FILES,  # noqa: F401
                                               TRAIN_DEV, Scored, read_cpu_steps, read_train_dev, run_source,
@@ -98,7 +99,9 @@ def build_table(rows: list[Scored], method: str = "weighted", memory_method: str
     extra = {"difficulty": difficulty} if difficulty else {}
     shapes, host_shapes = _shape_range([r for r in rows if r.kind != "host"]), _shape_range([r for r in rows
                                                                                             if r.kind == "host"])
-    return {**extra, "method": method, "validated_stacks": sorted({r.stack for r in rows}), "shape_range": shapes,
+    ran = {name: sorted({dict(r.paths)[name] for r in rows if r.paths}) for name in PATHS}
+    return {**extra, "method": method, "validated_stacks": sorted({r.stack for r in rows}), "validated_paths": ran,
+            "shape_range": shapes,
             "host_shape_range": host_shapes,
             "datasheet_gpus": sorted({r.cluster_gpu for r in rows if r.kind == "datasheet"}), "regimes": regimes,
             "memory": {"method": memory_method or method, "regimes": memory,
@@ -126,9 +129,9 @@ def memory_fallback_scores(rows: list[Scored]) -> list[float]:
 
 def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, float]:
     """The regime a row falls in under ``table``, and its log centre and half-width (as predict has them)."""
-    shape = type("Shape", (), {"hidden": r.hidden, "seq": r.seq})
+    shape = type("Shape", (), {"hidden": r.hidden, "seq": r.seq, "experts": r.experts})
     reason = iv.uncalibrated_reason(table, kind=r.kind, stack=r.stack, model=shape, profile_gpu=r.profile_gpu,
-                                    cluster_gpu=r.cluster_gpu)
+                                    cluster_gpu=r.cluster_gpu, paths=dict(r.paths))
     raw = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
     centre, width = iv.log_interval(table, raw, level, iv.origin_of(r.kind, reason))
     names = iv.relabel(table, raw, level)

@@ -107,6 +107,13 @@ def check_cp_comm(framework: str, cp_comm: str | None, cp: int) -> None:
                                 f"(got cp={cp})")
 
 
+def cp_exchange(framework: str, cp_comm: str | None = None) -> str:
+    """The K/V exchange a framework's ring runs, named with its implementation: "te:p2p", "torch:all_gather", ...
+    (``cp_comm`` None: the framework's default, ``CP_COMMS``)."""
+    family = _ring_family(framework)
+    return f"{family}:{cp_comm or CP_COMMS[family][0]}"
+
+
 def ring_plan(framework: str, cp_comm: str | None = None) -> RingPlan:
     """The ring-attention implementation a framework's context parallelism runs with K/V exchange ``cp_comm``
     (None: the framework's default, ``CP_COMMS``)."""
