@@ -1,6 +1,11 @@
-"""Build-time tool: Tensor2Tensor 1.9's CIFAR-10 ResNets and Shake-Shake networks in plain torch.
+"""Build-time tool: the CIFAR-10 ResNets and Shake-Shake networks of TensorFlow codes, in plain torch.
 
-    python -m tools.cifar_models --write-presets    # regenerate the four CIFAR graph presets (needs torch)
+    python -m tools.cifar_models --write-presets    # regenerate the eight CIFAR graph presets (needs torch)
+
+Tensor2Tensor 1.9's four (the CIFAR study's models) and tensorflow/models' CIFAR ResNet as DAWNBench trained
+it (``resnet20-cifar-tf``, ``resnet56-cifar-tf``, ``resnet164-cifar-tf``, ``resnet164-basic-cifar-tf``: see
+``TF_RESNET``'s comment below; their counts equal the TF profiler's in DAWNBench's logs, 269.03k, 850.99k,
+1.69m and 2.60m).
 
 The layer structure follows tensor2tensor v1.9.0 exactly, so the trainable parameter
 counts equal T2T's (checked on writing):
@@ -33,7 +38,20 @@ from tools.presets_cli import presets_main
 from perfmodel.core.entry import run_command
 
 CIFAR = {"resnet-cifar15": ("resnet", (2, 2, 2)), "resnet-cifar32": ("resnet", (5, 5, 5)),
-         "shake-shake-small": ("shake", 32), "shake-shake-big": ("shake", 96)}
+         "shake-shake-small": ("shake", 32), "shake-shake-big": ("shake", 96),
+         # tensorflow/models' CIFAR ResNet as DAWNBench ran it (TF_RESNET below): (residual units per stage, bottleneck)
+         "resnet20-cifar-tf": ("tf-resnet", (3, False)), "resnet56-cifar-tf": ("tf-resnet", (9, False)),
+         "resnet164-cifar-tf": ("tf-resnet", (18, True)), "resnet164-basic-cifar-tf": ("tf-resnet", (27, False))}
+# the code each kind follows: (as the graph's note names it, as its variable list does)
+ORIGINS = {"resnet": ("tensor2tensor v1.9.0", "T2T v1.9.0"), "shake": ("tensor2tensor v1.9.0", "T2T v1.9.0"),
+           "tf-resnet": ("dawn-bench-models @faacf04 (tensorflow/models' CIFAR ResNet)",) * 2}
+# TF_RESNET: stanford-futuredata/dawn-bench-models @faacf04 tensorflow/CIFAR10/resnet/resnet_model.py (the CIFAR ResNet of
+# tensorflow/models' resnet example): a 3x3 stem to 16, pre-activation units ("full preactivation"; the first unit
+# activates before splitting the shortcut), widths [16, 16, 32, 64] (basic) or [16, 64, 128, 256] (bottleneck, the
+# 3x3 at a quarter), strides 1, 2, 2 on each stage's first unit; a basic unit's shortcut where the width changes is
+# avg_pool(stride) and a zero pad of the channels, a bottleneck's a strided 1x1 projection without bias; final BN,
+# leaky ReLU, global mean, dense with bias. Batch norm is tf.contrib.layers.batch_norm(fused=True) with its default
+# scale=False (beta, no gamma); the leaky ReLU (0.1) is tf.where(tf.less(x, 0), 0.1 * x, x): three kernels.
 
 
 @lru_cache(maxsize=1)
@@ -134,7 +152,64 @@ def _nets():
             x = F.relu(self.blocks(self.stem_bn(self.stem(x))))
             return self.logits(x.mean(dim=(2, 3)))
 
-    return types.SimpleNamespace(CifarResNet=CifarResNet, ShakeShake=ShakeShake, torch=torch, nn=nn)
+    class BetaNorm(nn.Module):  # tf.contrib.layers.batch_norm(fused=True, scale=False): one kernel, beta only
+        def __init__(self, c):
+            super().__init__()
+            self.beta = nn.Parameter(torch.zeros(c))
+            self.register_buffer("moving_mean", torch.zeros(c))
+            self.register_buffer("moving_variance", torch.ones(c))
+
+        def forward(self, x):
+            return F.batch_norm(x, self.moving_mean, self.moving_variance, None, self.beta, True, 0.1, 1e-3)
+
+    def leaky(x):  # resnet_model._relu: tf.where(tf.less(x, 0.0), leakiness * x, x)
+        return torch.where(x < 0.0, 0.1 * x, x)
+
+    class TfUnit(nn.Module):  # resnet_model._residual / _bottleneck_residual
+        def __init__(self, cin, cout, stride, first, bottleneck):
+            super().__init__()
+            self.first, self.stride, self.pad = first, stride, (cout - cin) // 2
+            self.init_bn = BetaNorm(cin)
+            mid = cout // 4 if bottleneck else cout
+            shapes = ([(cin, mid, 1, stride), (mid, mid, 3, 1), (mid, cout, 1, 1)] if bottleneck
+                      else [(cin, cout, 3, stride), (cout, cout, 3, 1)])
+            self.convs = nn.ModuleList([nn.Conv2d(i, o, k, s, k // 2, bias=False) for i, o, k, s in shapes])
+            self.bns = nn.ModuleList([BetaNorm(i) for i, _, _, _ in shapes[1:]])
+            self.project = nn.Conv2d(cin, cout, 1, stride, bias=False) if bottleneck and cin != cout else None
+            self.avg_pad = not bottleneck and cin != cout
+
+        def forward(self, x):
+            y = leaky(self.init_bn(x))
+            shortcut = y if self.first else x
+            for i, conv in enumerate(self.convs):
+                y = conv(y if i == 0 else leaky(self.bns[i - 1](y)))
+            if self.project is not None:
+                shortcut = self.project(shortcut)
+            elif self.avg_pad:
+                shortcut = F.pad(F.avg_pool2d(shortcut, self.stride, self.stride), (0, 0, 0, 0, self.pad, self.pad))
+            return y + shortcut
+
+    class TfCifarResNet(nn.Module):  # resnet_model.ResNet._build_model
+        def __init__(self, units, bottleneck, classes=10):
+            super().__init__()
+            filters = (16, 64, 128, 256) if bottleneck else (16, 16, 32, 64)
+            self.stem = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+            blocks, cin = [], filters[0]
+            for stage, stride in enumerate((1, 2, 2)):
+                for i in range(units):
+                    cout = filters[stage + 1]
+                    blocks.append(TfUnit(cin, cout, stride if i == 0 else 1, stage == 0 and i == 0, bottleneck))
+                    cin = cout
+            self.blocks = nn.Sequential(*blocks)
+            self.final_bn = BetaNorm(cin)
+            self.logits = nn.Linear(cin, classes)
+
+        def forward(self, x):
+            x = leaky(self.final_bn(self.blocks(self.stem(x))))
+            return self.logits(x.mean(dim=(2, 3)))
+
+    return types.SimpleNamespace(CifarResNet=CifarResNet, ShakeShake=ShakeShake, TfCifarResNet=TfCifarResNet,
+                                 BetaNorm=BetaNorm, torch=torch, nn=nn)
 
 
 def build(name: str, device="meta"):
@@ -142,18 +217,25 @@ def build(name: str, device="meta"):
     kind, arg = CIFAR[name]
     nets = _nets()
     with nets.torch.device(device):
+        if kind == "tf-resnet":
+            return nets.TfCifarResNet(*arg)
         return nets.CifarResNet(arg) if kind == "resnet" else nets.ShakeShake(arg)
 
 
 def tf_variables(module) -> list[list]:
-    """[name, elements, trainable] of the TensorFlow variables the T2T graph creates, in creation
+    """[name, elements, trainable] of the TensorFlow variables the graph creates, in creation
     order: a convolution's kernel then bias, a batch norm's gamma, beta, moving_mean, moving_variance
-    (tf.layers.batch_normalization), the dense logits' kernel and bias. The modules above are
-    registered in the order the T2T code builds them."""
-    nn = _nets().nn
+    (tf.layers.batch_normalization; tf.contrib.layers.batch_norm with scale=False: beta, moving_mean,
+    moving_variance), the dense logits' kernel and bias. The modules above are registered in the order
+    the TensorFlow code builds them."""
+    nets = _nets()
+    nn = nets.nn
     out = []
     for name, m in module.named_modules():
-        if isinstance(m, (nn.Conv2d, nn.Linear)):
+        if isinstance(m, nets.BetaNorm):
+            c = m.beta.numel()
+            out += [[f"{name}/beta", c, True], [f"{name}/moving_mean", c, False], [f"{name}/moving_variance", c, False]]
+        elif isinstance(m, (nn.Conv2d, nn.Linear)):
             out.append([f"{name}/kernel", m.weight.numel(), True])
             if m.bias is not None:
                 out.append([f"{name}/bias", m.bias.numel(), True])
@@ -180,13 +262,14 @@ def write_presets(folder=None, names=None) -> list:
         module = build(key)
         count = sum(p.numel() for p in module.parameters())
         if count != spec["published_params"]:
-            raise UnsupportedError(f"{key}: {count:,} parameters, T2T 1.9 has {spec['published_params']:,}")
+            raise UnsupportedError(f"{key}: {count:,} parameters, its TensorFlow graph has {spec['published_params']:,}")
         x = torch.empty(2, 3, spec["image"], spec["image"], device="meta")
         graph = from_torch(module, x, name=key)
-        note = "input 3x32x32 (CIFAR-10); architecture written in plain torch after tensor2tensor v1.9.0"
+        origin, variables_origin = ORIGINS[CIFAR[key][0]]
+        note = f"input 3x32x32 (CIFAR-10); architecture written in plain torch after {origin}"
         graph = GraphModel(**{**graph.__dict__, "source": spec["source"], "notes": graph.notes + (note,)})
         graph.save(folder / f"{key}.json")
-        variables = {"source": "TensorFlow variables of the T2T v1.9.0 graph, in creation order",
+        variables = {"source": f"TensorFlow variables of the {variables_origin} graph, in creation order",
                      "variables": tf_variables(module)}
         (folder / f"{key}.variables.json").write_text(json.dumps(variables, indent=0) + "\n")
         written += [folder / f"{key}.json", folder / f"{key}.variables.json"]

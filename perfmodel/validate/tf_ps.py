@@ -63,12 +63,12 @@ class TfPsRow:
         return self.predicted_speedup / self.measured_speedup - 1.0
 
 
-def load_rows(path=TF_PS_CSV) -> list[dict]:
-    """The published rows as dicts, checked for the columns the scorer reads."""
-    rows = read_csv_file(path, field="published_tf_ps_runs").to_dict("records")
-    missing = [c for c in COLUMNS if rows and c not in rows[0]]
+def load_rows(path=TF_PS_CSV, field: str = "published_tf_ps_runs", columns=COLUMNS) -> list[dict]:
+    """The published rows as dicts, checked for the ``columns`` the scorer reads."""
+    rows = read_csv_file(path, field=field).to_dict("records")
+    missing = [c for c in columns if rows and c not in rows[0]]
     if missing or not rows:
-        raise InvalidInputError(f"{path}: needs rows with columns {', '.join(COLUMNS)}; missing {missing}")
+        raise InvalidInputError(f"{path}: needs rows with columns {', '.join(columns)}; missing {missing}")
     return rows
 
 

@@ -21,6 +21,8 @@ GRAPHS_DIR = Path(__file__).resolve().parent / "data" / "graphs"
 TV = "torchvision.models"
 TIMM = "timm (huggingface/pytorch-image-models) timm/models"
 T2T = "tensor2tensor v1.9.0 tensor2tensor/models"
+DAWN = ("stanford-futuredata/dawn-bench-models @faacf04 tensorflow/CIFAR10/resnet/resnet_model.py (tensorflow/models' "
+        "CIFAR ResNet: pre-activation units, batch norm without gamma, leaky ReLU 0.1 as tf.where)")
 GRAPH_PRESETS = {
     "resnet50": {"image": 224, "published_params": 25_557_032,
                  "source": f"He et al. 2016, ResNet-50 (v1.5: stride on the 3x3 conv); {TV}.resnet50, 25,557,032 parameters"},
@@ -73,6 +75,17 @@ GRAPH_PRESETS = {
                           "source": f"{T2T}/shake_shake.py shakeshake_small (26 2x32d), 2,926,986 parameters"},
     "shake-shake-big": {"image": 32, "published_params": 26_204_362,
                         "source": f"{T2T}/shake_shake.py shakeshake_big (26 2x96d), 26,204,362 parameters"},
+    # the CIFAR-10 ResNets of tensorflow/models' resnet example as DAWNBench trained them (tools/cifar_models.py)
+    "resnet20-cifar-tf": {"image": 32, "published_params": 269_034,
+                          "source": f"{DAWN}, model resnet20 (3 basic units per stage), 269,034 parameters (TF: 269.03k)"},
+    "resnet56-cifar-tf": {"image": 32, "published_params": 850_986,
+                          "source": f"{DAWN}, model resnet56 (9 basic units per stage), 850,986 parameters (TF: 850.99k)"},
+    "resnet164-cifar-tf": {"image": 32, "published_params": 1_691_146,
+                           "source": f"{DAWN}, model resnet164 --use_bottleneck (18 bottleneck units per stage), "
+                                     "1,691,146 parameters (TF: 1.69m)"},
+    "resnet164-basic-cifar-tf": {"image": 32, "published_params": 2_596_842,
+                                 "source": f"{DAWN}, model resnet164 without bottleneck (27 basic units per stage), "
+                                           "2,596,842 parameters (TF: 2.60m)"},
 }
 
 
