@@ -42,6 +42,12 @@ def test_predict_output_names_interval_profile_origin_and_loss(capsys):
                      r"sdpa:fa3.bwd, sdpa:fa3.fwd\)$", out, re.M)
     assert re.search(r"^  loss .*cross-entropy over tokens × vocab: what its backward holds \(eager: 3 fp32", out, re.M)
     assert "executed FLOPs" in out and "model FLOPs" in out
+    assert re.search(r"^  optimizer .*optimizer states \(AdamW: two fp32 moments\)$", out, re.M)
+    # the optimizer line names the states of the optimizer priced, not AdamW's
+    assert main(["predict", "--model", "resnet20-cifar-tf", "--gpu", "k80", "--framework", "tensorflow",
+                 "--precision", "fp32", "--micro-batch", "128", "--optimizer", "sgd"]) == 0
+    assert re.search(r"^  optimizer .*optimizer states \(SGD: an fp32 momentum buffer\)$", capsys.readouterr().out,
+                     re.M)
     # a datasheet-derived profile says so
     assert main(["predict", "--model", "gpt2-small", "--gpu", "h100", "--micro-batch", "8"]) == 0
     assert re.search(r"^profile +h100-sxm5-80gb \(datasheet: h200-sxm-141gb's fits scaled", capsys.readouterr().out,

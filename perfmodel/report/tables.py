@@ -24,11 +24,23 @@ def _short(value) -> str:
 # what each memory term holds at the step's peak (costs/memory.py, docs/memory.md)
 MEMORY_WORDS = {
     "weights": "fp32 master weights", "weight_copies": "16-bit weight copies autocast keeps for the step",
-    "optimizer": "optimizer states (AdamW: two fp32 moments)", "gradients": "gradients alive at the peak",
+    "optimizer": "optimizer states", "gradients": "gradients alive at the peak",
     "activations": "activations saved for backward",
     "loss": "cross-entropy over tokens × vocab: what its backward holds (eager: 3 fp32 tensors; fused: 4 B a logit)",
     "comm_buffers": "communication buckets and gather buffers", "recompute": "one layer's recomputed activations",
 }
+# each optimizer's states in words (costs/optimizers.py MOMENTS)
+OPTIMIZER_WORDS = {"adamw": "AdamW: two fp32 moments", "sgd": "SGD: an fp32 momentum buffer",
+                   "rmsprop": "RMSprop: fp32 square average and momentum buffer"}
+
+
+def memory_words(key: str, strategy) -> str:
+    """What memory term ``key`` holds, in words, under ``strategy`` (its optimizer names its states)."""
+    words = MEMORY_WORDS.get(key, "")
+    if key == "optimizer" and strategy.optimizer in OPTIMIZER_WORDS:
+        states = getattr(strategy, "optimizer_states", None)
+        return f"{words} ({OPTIMIZER_WORDS[strategy.optimizer]})" + (f", kept as {states!r}" if states else "")
+    return words
 
 
 def _profile_words(p) -> str:
@@ -79,7 +91,7 @@ def prediction_table(p) -> str:
     lines.append("memory breakdown (per GPU)")
     for key, value in p.memory.items():
         if value > 0:
-            lines.append(f"  {key:<16} {format_bytes(value):>12}  {MEMORY_WORDS.get(key, '')}".rstrip())
+            lines.append(f"  {key:<16} {format_bytes(value):>12}  {memory_words(key, s)}".rstrip())
     return "\n".join(lines)
 
 
