@@ -15,6 +15,7 @@ from perfmodel.costs.cnn import (
     conv_kind,
     conv_label,
     conv_pass_kernel,
+    output_fill,
     pooled_label,
     reference_seconds,
     unmeasured,
@@ -121,6 +122,38 @@ def test_predictions_name_unmeasured_cnn_classes(h200):
     p = pm.predict("efficientnet-b0", "h200", pm.Strategy(micro_batch=32))
     assert len(p.caveats) == 1 and "conv.depthwise-k3x3-s1:bf16:fwd" in p.caveats[0]
     assert pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=4)).caveats == ()
+
+
+def _wgrad_rows(h200, a: float):
+    """Weight-gradient rows timed at 0.6 x their implicit GEMM x max(1, SMs / output tiles)^a + 3 µs, from
+    channel counts whose output fills two tiles (16 channels) to many (512)."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for b in (32, 64, 128):
+        for c, hw in ((16, 32), (32, 32), (64, 56), (128, 28), (256, 14), (512, 7)):
+            kern = conv_pass_kernel("c", "bwd", "wgrad", b, c, c, hw, 3, 1, dtype="bf16")
+            t = 3e-6 + 0.6 * float(reference_seconds(h200, kern)[0]) * float(output_fill(h200, kern)) ** a
+            rows.append({"op": "conv2d", "phase": "wgrad", "timing": "eager", "dtype": "bf16", "batch": b,
+                         "cin": c, "cout": c, "hw": hw, "kernel": 3, "stride": 1, "groups": 1,
+                         "bytes": np.nan, "time_s": t * rng.uniform(0.98, 1.02)})
+    return pd.DataFrame(rows)
+
+
+def test_a_pass_of_few_output_tiles_takes_its_sm_shortfall_only_where_cv_shows_it(h200):
+    # 132 SMs: a 16-channel 3x3 weight gradient (m = 16, n = 144) is two 128x128 tiles, a 512-channel one 144
+    few = conv_pass_kernel("c", "bwd", "wgrad", 64, 16, 16, 32, 3, 1, dtype="bf16")
+    many = conv_pass_kernel("c", "bwd", "wgrad", 64, 512, 512, 7, 3, 1, dtype="bf16")
+    assert float(output_fill(h200, few)) == pytest.approx(66.0) and float(output_fill(h200, many)) == 1.0
+    shortfall = fit_classes(_wgrad_rows(h200, 0.5), h200)["conv.dense-k3x3-s1:bf16:wgrad"]
+    assert shortfall["form"] == "scaled_ref_fill" and shortfall["params"]["a"] == pytest.approx(0.5, abs=0.05)
+    plain = fit_classes(_wgrad_rows(h200, 0.0), h200)["conv.dense-k3x3-s1:bf16:wgrad"]
+    assert plain["form"] == "scaled_ref"  # no shortfall in the rows: the extra exponent does not pay
+    # priced: the two-tile pass runs 66^a slower than its scaled reference, the full one not at all
+    prof = dataclasses.replace(h200, compute={**h200.compute, "conv.dense-k3x3-s1:bf16:wgrad": shortfall})
+    p = shortfall["params"]
+    for kern, fill in ((few, 66.0), (many, 1.0)):
+        t_ref = float(reference_seconds(prof, kern)[0])
+        assert float(cnn_kernel_time(prof, kern)[0]) == pytest.approx(p["t0"] + p["c"] * t_ref * fill ** p["a"])
 
 
 def test_the_v100_profile_is_seeded_from_deepbench():

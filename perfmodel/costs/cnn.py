@@ -31,12 +31,15 @@ stride 1 (docs/cnn.md).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from perfmodel.core.algebra import to_sympy
-from perfmodel.core.errors import UnsupportedError
+from perfmodel.core.errors import PerfModelError, UnsupportedError
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.forms.registry import get_form
+from perfmodel.hardware import load_gpu
 from perfmodel.workload.graph import CNN_MEM_CLASSES, conv_gemm_shapes, conv_kind
 from perfmodel.workload.ops import Kernel
 
@@ -53,6 +56,7 @@ WINOGRAD_FILTERS = ((3, 3), (5, 5))
 GEMM_ONLY = "gemm"  # the pooled label of dense shapes no Winograd algorithm accepts: conv.dense-gemm
 STRIDED = "strided"  # ... and of those with a stride above 1: conv.dense-gemm-strided
 CONV_SIZE = ("m", "n", "k", "x", "kh", "kw", "stride", "groups", "cin")  # what a 'conv' kernel carries
+TILE = 128  # the output tile of a SIMT GEMM threadblock (output_fill)
 
 
 def conv_label(kh, kw, stride, groups, cin) -> str:
@@ -150,14 +154,39 @@ def reference_seconds(profile, kern: Kernel, symbolic: bool = False):
     return _evaluate(entry, symbolic, x=x), entry
 
 
+@functools.cache
+def _sm_count(gpu: str) -> float | None:
+    try:
+        return float(load_gpu(gpu).sm_count)
+    except PerfModelError:  # a profile named after no catalog GPU (a CPU host, a custom part)
+        return None
+
+
+def output_fill(profile, kern: Kernel, symbolic: bool = False):
+    """How far a convolution pass's implicit GEMM falls short of one output tile per SM: max(1, SMs / tiles),
+    tiles = ⌈m / 128⌉ · ⌈n / 128⌉ (a SIMT GEMM's 128x128 threadblock tile: CUTLASS 2.x
+    ``include/cutlass/gemm/device/default_gemm_configuration.h``, ``DefaultGemmConfiguration<OpClassSimt>``);
+    1 on a GPU the catalog does not know."""
+    sms = _sm_count(profile.gpu)
+    m, n = kern.size["m"], kern.size["n"]
+    if sms is None:
+        return 1.0
+    if symbolic:
+        import sympy as sp
+
+        return sp.Max(1, sms / (sp.ceiling(to_sympy(m) / TILE) * sp.ceiling(to_sympy(n) / TILE)))
+    return np.maximum(1.0, sms / (np.ceil(np.divide(m, TILE)) * np.ceil(np.divide(n, TILE))))
+
+
 def cnn_kernel_time(profile, kern: Kernel, symbolic: bool = False):
     """(GPU seconds, the entry whose CPU floor applies) of one launch of a CNN kernel."""
     t_ref, ref_entry = reference_seconds(profile, kern, symbolic)
     entry, _ = class_entry(profile, kern)
     if entry is None:
         return t_ref, ref_entry
+    fill = {"fill": output_fill(profile, kern, symbolic)} if "fill" in get_form(entry["form"]).variables else {}
     # the CPU floor stays the reference's: a class fitted on GPU-timed rows (DeepBench) has no CPU term
-    return _evaluate(entry, symbolic, t_ref=t_ref), ref_entry
+    return _evaluate(entry, symbolic, t_ref=t_ref, **fill), ref_entry
 
 
 def unmeasured(profile, kernels) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import argparse
 import datetime as _dt
 import re
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.core.entry import no_options, run_command
+from perfmodel.core.entry import run_command
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
 from perfmodel.fit.conv import fit_classes
 from perfmodel.fit.published import with_published
@@ -223,10 +224,35 @@ def carried_conv(profile: Profile, donor: Profile) -> Profile:
     return replace(profile, compute={**kept, **carried}, meta={**profile.meta, "conv_carried_from": donor.gpu})
 
 
+def refit_cnn_classes(profiles: dict) -> dict:
+    """The bundled ``profiles`` (name -> Profile) whose CNN classes come from a public table, those classes fitted
+    again against each profile's own GEMM and copy fits as bundled (the seeded GPUs' table entries replaced, the
+    carried GPUs' taken anew from their donor); every other entry as it was."""
+    out = {}
+    for name, profile in profiles.items():
+        if profile.gpu in SEED_TABLES and name == profile.gpu:
+            own = {k: v for k, v in profile.compute.items()
+                   if not str(v.get("source", "")).startswith("measured (published): deepbench-")}
+            out[name] = seeded(replace(profile, compute=own))
+    for gpu, donor in CONV_CARRIED.items():
+        if gpu in profiles and donor in out:
+            out[gpu] = carried_conv(profiles[gpu], out[donor])
+    return out
+
+
 def main(argv=None) -> None:
-    no_options(__doc__, argv)
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--cnn-classes", action="store_true",
+                        help="refit only the CNN classes of the bundled profiles seeded from public tables "
+                             "(and of the GPUs they are carried to), keeping every other entry as bundled")
+    args = parser.parse_args(argv)
     PROFILES_DIR.mkdir(exist_ok=True)
-    for name, profile in bundled_profiles().items():
+    if args.cnn_classes:
+        bundled = {p.stem: load_profile(p) for p in sorted(PROFILES_DIR.glob("*.json"))}
+        profiles = refit_cnn_classes(bundled)
+    else:
+        profiles = bundled_profiles()
+    for name, profile in profiles.items():
         profile.save(PROFILES_DIR / f"{name}.json")
         print(f"wrote {name}.json ({len(profile.compute)} compute classes)")
 

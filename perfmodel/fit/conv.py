@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import PerfModelError
-from perfmodel.costs.cnn import (CONV_PASSES, GEMM_ONLY, MEM_CLASSES, conv_label, conv_pass_kernel, pooled_label,
-                                 reference_seconds)
+from perfmodel.costs.cnn import (CONV_PASSES, GEMM_ONLY, MEM_CLASSES, conv_label, conv_pass_kernel, output_fill,
+                                 pooled_label, reference_seconds)
 from perfmodel.costs.conv import conv_output_size, gemm_part_seconds
 from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
@@ -143,6 +143,9 @@ def _forward_seconds(rows: pd.DataFrame, gemm_entry: dict, fwd_entry: dict) -> n
 
 # -- CNN kernel classes: a correction of a reference time per class (perfmodel/costs/cnn.py) ----------
 CLASS_FORM = "scaled_ref"
+FILL_FORM = "scaled_ref_fill"  # CLASS_FORM with the pass's SM shortfall (perfmodel/costs/cnn.py output_fill)
+# CV MAPE FILL_FORM must gain over CLASS_FORM to be kept: one point, above the spread of 5-fold CV on ~20 rows
+FILL_MIN_GAIN = 0.01
 MEM_CLASS_PASSES = ("fwd", "bwd")
 
 
@@ -211,31 +214,45 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
         t_ref, _ = reference_seconds(reference, kern)
     except PerfModelError:  # the reference profile has no GEMM of this dtype or no copy curve
         return None
-    X, y = {"t_ref": np.asarray(t_ref, float)}, sub.time_s.to_numpy(float)
-    form = get_form(CLASS_FORM)
-    scores, fits = {}, {}
-    for label, free in _class_starts().items():  # the log-space fit is local: several starts, best CV kept
-        scores[label] = cross_validate(form, X, y, free, {}, folds=min(folds, len(y)), seed=seed)
-        fits[label] = fit_form(form, X, y, free, {})
-    finite = {k: v for k, v in scores.items() if np.isfinite(v)}
-    best = min(finite, key=finite.get) if finite else next(iter(fits))
-    params, cv = fits[best], scores[best]
     bandwidth = kern.cls != "conv" or "depthwise" in key
-    return {"form": CLASS_FORM, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
-            "fit_mape": mape(form.evaluate(params, **X), y), "n_points": int(len(y)), "source": source,
+    X, y = {"t_ref": np.asarray(t_ref, float)}, sub.time_s.to_numpy(float)
+    if not bandwidth:  # a GEMM-referenced pass may also take its SM shortfall (form scaled_ref_fill)
+        X["fill"] = np.broadcast_to(np.asarray(output_fill(reference, kern), float), y.shape)
+    scores, fits = {}, {}
+    for label, (name, free) in _class_starts(fill="fill" in X).items():  # a local log-space fit: best CV kept
+        form = get_form(name)
+        own = {v: X[v] for v in form.variables}
+        scores[label] = cross_validate(form, own, y, free, {}, folds=min(folds, len(y)), seed=seed)
+        fits[label] = fit_form(form, own, y, free, {})
+    starts = _class_starts(fill="fill" in X)
+    finite = {k: v for k, v in scores.items() if np.isfinite(v)}
+    plain = {k: v for k, v in finite.items() if starts[k][0] == CLASS_FORM}
+    best = min(finite, key=finite.get) if finite else next(iter(fits))
+    if plain and (starts[best][0] != CLASS_FORM and not (finite[best] < min(plain.values()) - FILL_MIN_GAIN
+                                                          and np.any(X["fill"] > 1.0))):
+        best = min(plain, key=plain.get)  # the extra exponent only where its rows show a shortfall and CV drops
+    params, cv = fits[best], scores[best]
+    form = get_form(starts[best][0])
+    return {"form": form.name, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
+            "fit_mape": mape(form.evaluate(params, **{v: X[v] for v in form.variables}), y),
+            "n_points": int(len(y)), "source": source,
             "reference": "bytes moved at copy:fp32:fwd" if bandwidth else f"implicit GEMM on gemm:{kern.dtype}",
             "reference_only_mape": mape(X["t_ref"], y), "dtype": str(kern.dtype),
             "candidates": {k: round(v, 4) for k, v in scores.items()},
             "classes": ", ".join(sorted(set(sub.key)) if key not in set(sub.key) else [key])}
 
 
-def _class_starts() -> dict:
-    """Starting points of the class fit. A kernel's own latency t0 stays within a few µs; what an
-    eager loop adds beyond it is the CPU floor t_cpu (dropped from the GPU time, as for other classes)."""
+def _class_starts(fill: bool = False) -> dict:
+    """(form, starting point) of each class fit tried, the best by CV kept. A kernel's own latency t0 stays
+    within a few µs; what an eager loop adds beyond it is the CPU floor t_cpu (dropped from the GPU time, as for
+    other classes). ``fill``: a GEMM-referenced convolution pass, which also tries ``scaled_ref_fill`` (its SM
+    shortfall's exponent a in [0.001, 1.5]; a = 0 is ``scaled_ref``)."""
     out = {}
     for t0, t_cpu in ((1e-6, 1e-5), (1e-6, 3e-5), (1e-8, 1e-4)):
-        out[f"t0 {t0:g}, t_cpu {t_cpu:g}"] = {"t0": Free(t0, 1e-9, 5e-6), "c": Free(1.0, 0.05, 50.0),
-                                               "t_cpu": Free(t_cpu, 1e-7, 5e-4)}
+        base = {"t0": Free(t0, 1e-9, 5e-6), "c": Free(1.0, 0.05, 50.0), "t_cpu": Free(t_cpu, 1e-7, 5e-4)}
+        out[f"t0 {t0:g}, t_cpu {t_cpu:g}"] = (CLASS_FORM, base)
+        if fill:
+            out[f"t0 {t0:g}, t_cpu {t_cpu:g}, fill"] = (FILL_FORM, {**base, "a": Free(0.2, 1e-3, 1.5)})
     return out
 
 

@@ -423,4 +423,15 @@ _define(Form(
     "fitted per-class correction c of a reference time (implicit GEMM or bytes at copy bandwidth) + latency",
 ))
 
+# ... and a convolution whose implicit GEMM has fewer output tiles than the GPU has SMs: fill = max(1, SMs / tiles)
+# (perfmodel/costs/cnn.py output_fill). A plain GEMM fills the SMs by splitting its reduction; a cuDNN pass
+# of few tiles (a weight gradient of few channels: m = Cout, n = C·R·S) fills them at a cost the GEMM fit does
+# not see, fitted as a power a of the shortfall (a = 0: scaled_ref)
+_define(Form(
+    "scaled_ref_fill", ("t_ref", "fill"), ("t0", "c", "a", "t_cpu"),
+    lambda p, t_ref, fill: np.maximum(p["t_cpu"], p["t0"] + p["c"] * t_ref * np.power(fill, p["a"])),
+    lambda p, t_ref, fill: sp.Max(p["t_cpu"], p["t0"] + p["c"] * t_ref * fill ** p["a"]),
+    "scaled_ref with the implicit GEMM's SM shortfall: t0 + c · t_ref · max(1, SMs / output tiles)^a",
+))
+
 FORMS: tuple[Form, ...] = tuple(_DEFINED)  # every compute form, in definition order

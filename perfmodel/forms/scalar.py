@@ -116,6 +116,7 @@ SCALAR_FNS: Mapping[str, Callable] = MappingProxyType({
     "per_param": lambda p, params: p["t0"] + params * p["beta"],
     "fp8_linear_extra": lambda p, mk, share: p["t0"] * share + p["a"] * mk,
     "scaled_ref": lambda p, t_ref: _max(p["t_cpu"], p["t0"] + p["c"] * t_ref),
+    "scaled_ref_fill": lambda p, t_ref, fill: _max(p["t_cpu"], p["t0"] + p["c"] * t_ref * fill ** p["a"]),
     "comm_alpha_beta": lambda p, size, n, factor: _alpha(p, n) + size * factor / p["busbw_bytes_per_s"],
     "comm_logistic": _logistic,
 })
