@@ -314,11 +314,16 @@ def _shipped_log_interval(name: str, level: float, origin: str) -> tuple[float, 
 
 def _log_interval(table: dict, name: str, level: float, origin: str) -> tuple[float, float]:
     """A calibrated regime's centre and width; any other step (no rows, too few for the level, or uncalibrated
-    for a reason) its origin's fallback (:func:`fallback_interval`), whose pool holds the nearest regimes' rows."""
-    w = regime_width(table, name, level, math.nan) if name in table["regimes"] else math.nan
+    for a reason) its origin's fallback (:func:`fallback_interval`), whose pool holds the nearest regimes' rows.
+    A regime whose rows are too few for the level keeps its centre and is never narrower than its widest score:
+    a higher level never gives a narrower interval than the levels its rows support."""
+    entry = table["regimes"].get(name)
+    w = regime_width(table, name, level, math.nan) if entry else math.nan
     if not math.isnan(w):
-        return table["regimes"][name]["centre"], w
-    return fallback_interval(table, level, origin)
+        return entry["centre"], w
+    centre, width = fallback_interval(table, level, origin)
+    own = (entry.get("own_scores") or entry.get("scores")) if entry else None
+    return (entry["centre"], max(width, float(own[-1]) * entry.get("scale", 1.0))) if own else (centre, width)
 
 
 def regime_width(table: dict, name: str, level: float, fallback: float) -> float:

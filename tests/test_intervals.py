@@ -587,3 +587,21 @@ def test_cnn_steps_have_regimes_of_their_own_calibrated_on_the_published_cnn_che
         assert sum(abs(r.log_ratio - c) <= w for r in mine) >= 0.9 * len(mine)
     left = table["traced_left_out"]["0.9"]
     assert left["rows"] == 111 and 0 < left["coverage"] <= 1
+
+
+def test_a_higher_level_never_gives_a_narrower_interval():
+    """A regime whose rows are too few for a level keeps its centre and is never narrower than its widest score
+    (before, it fell to its origin's pool, which can be narrower than the regime's own width one level down)."""
+    import copy
+
+    table = iv.calibration_table()
+    thin = copy.deepcopy(table)
+    entry = thin["regimes"]["cnn/tensorflow"]
+    entry["scores"] = entry["scores"][-12:]  # 12 rows support 12/13 = 92.3%: 0.95 is past them
+    for t in (table, thin):
+        for name in t["regimes"]:
+            widths = [iv.regime_log_interval(t, name, lv, "datasheet")[1] for lv in (0.5, 0.8, 0.9, 0.95)]
+            assert widths == sorted(widths), name
+    assert iv.labelled(thin, "cnn/tensorflow", 0.95).startswith(iv.UNCALIBRATED)  # and it says so
+    c, w = iv.regime_log_interval(thin, "cnn/tensorflow", 0.95, "datasheet")
+    assert c == entry["centre"] and w == pytest.approx(max(entry["scores"][-1], iv.fallback_half_width(thin, 0.95)))
