@@ -2,7 +2,8 @@
 
 ``build_profile`` fits what a calibration folder measured; classes it could not
 fit come from :func:`perfmodel.profiles.datasheet.datasheet_profile`. Regenerate the bundled profiles with
-``python -m perfmodel.fit.build`` (run from a checkout).
+``python -m perfmodel.fit.build`` (run from a checkout); ``--cnn-classes`` refits only the CNN classes of the
+GPUs seeded from public tables (and of those they are carried to), against the bundled GEMM and copy fits.
 """
 
 from __future__ import annotations
