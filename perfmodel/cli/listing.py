@@ -8,6 +8,7 @@ import re
 from perfmodel.hardware import list_gpus, list_nodes, load_gpu, load_node
 from perfmodel.profiles.origin import origin_word, profile_origin
 from perfmodel.profiles.profile import list_profiles, load_profile
+from perfmodel.workload.graph import GraphModel
 from perfmodel.workload.presets import list_presets, preset
 from perfmodel.workload.stacks import STACKS
 from perfmodel.workload.stacks.composer import TAKES_FC_TYPE
@@ -34,8 +35,8 @@ def _models():
     rows = []
     for name in list_presets():
         m = preset(name)
-        shape = (f"{m.layers} layers, hidden {m.hidden}, seq {m.seq}" if hasattr(m, "hidden")
-                 else "traced graph (CNN/ViT)")
+        shape = ("traced graph (CNN/ViT)" if isinstance(m, GraphModel)
+                 else f"{m.layers} layers, hidden {m.hidden}, seq {m.seq}")
         state = m.params * TRAIN_STATE_BYTES_PER_PARAM / 2**30
         rows.append((name, _count(m.params), f"{state:,.1f} GiB", shape))
     return ("name", "params", "train state (16 B/param)", "shape"), rows
