@@ -255,3 +255,15 @@ def test_calibrate_collectives_across_nodes_needs_a_meeting_point(tmp_path, caps
     pytest.importorskip("torch")
     assert main(["calibrate", "--collectives", "--nnodes", "2", "--out", str(tmp_path / "c")]) == 2
     assert "--nnodes 2 needs --rdzv-endpoint HOST:PORT" in capsys.readouterr().err
+
+
+def test_compare_says_which_rows_intervals_are_uncalibrated_and_why(capsys):
+    strategies = ["--strategies", "pp=2,mb=1,schedule=zbv,v=2,framework=torchtitan", "mb=1,framework=torchtitan"]
+    assert main(["compare", "--model", "llama-3-8b", "--gpu", "h200", "--gpus-per-node", "8", "--global-batch", "64",
+                 *strategies]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^uncalibrated intervals \(.*\): 1 row: schedule=zbv in no validation row$", out, re.M)
+    # every row calibrated: no such line
+    assert main(["compare", "--model", "llama-3-8b", "--gpu", "h200", "--gpus-per-node", "8", "--global-batch", "64",
+                 "--strategies", "mb=1,framework=torchtitan", "mb=2,framework=torchtitan"]) == 0
+    assert "uncalibrated intervals" not in capsys.readouterr().out

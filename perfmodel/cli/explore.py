@@ -22,6 +22,7 @@ from perfmodel.explore.output import FLOPS_NOTE, format_table, stack_label, writ
 from perfmodel.explore.search import FIXED_FIELDS, FIXED_FLAGS, search
 from perfmodel.explore.sweep import AXES, SCALE_AXES, sweep
 from perfmodel.explore.ties import tie_line
+from perfmodel.interval import UNCALIBRATED
 from perfmodel.predict import INTERVAL_KIND
 from perfmodel.report.plots import compare_figure, save_figure, sweep_figure
 
@@ -51,10 +52,22 @@ def load_strategies(path):
 
 
 def _notes(df) -> str:
-    """What the interval column is and how TFLOP/s differs from MFU, below a table."""
+    """What the interval column is, which rows' intervals are uncalibrated and why, and how TFLOP/s differs from
+    MFU, below a table."""
     kind = df.attrs.get("interval_kind") or INTERVAL_KIND
     level = f"; stated at {df['interval_level'].iloc[0]:.0%}" if "interval_level" in df.columns and len(df) else ""
-    return f"\ninterval: {kind}{level}\n{FLOPS_NOTE}"
+    return f"\ninterval: {kind}{level}{_uncalibrated(df)}\n{FLOPS_NOTE}"
+
+
+def _uncalibrated(df) -> str:
+    """The rows of ``df`` whose interval no calibrated regime gives, counted by reason ("" when none)."""
+    if "interval_regime" not in df.columns:
+        return ""
+    regimes = df["interval_regime"].astype(str)
+    found = regimes[regimes.str.startswith(UNCALIBRATED)].value_counts()
+    parts = [f"{n} row{'s' * (n > 1)}: {r.removeprefix(UNCALIBRATED + ': ')}" for r, n in found.items()]
+    return ("\nuncalibrated intervals (the pooled width of the profile's origin, docs/accuracy.md): "
+            + "; ".join(parts)) if parts else ""
 
 
 def _out(df, args, figure=None) -> None:
