@@ -198,10 +198,14 @@ def seeded(profile: Profile) -> Profile:
     folder = SEED_TABLES.get(profile.gpu)
     if folder is None:
         return profile
-    name = folder.name
-    entries = fit_classes(read_compute_table(folder), profile, source=f"measured (published): {name}")
+    entries = fit_classes(read_compute_table(folder), profile, source=seeded_source(folder))
     return replace(profile, compute={**profile.compute, **entries},
-                   meta={**profile.meta, "seeded_from": name})
+                   meta={**profile.meta, "seeded_from": folder.name})
+
+
+def seeded_source(folder: Path) -> str:
+    """The source :func:`seeded` names on the classes it fits from ``folder``."""
+    return f"measured (published): {folder.name}"
 
 
 def carried_conv(profile: Profile, donor: Profile) -> Profile:
@@ -232,8 +236,8 @@ def refit_cnn_classes(profiles: dict) -> dict:
     out = {}
     for name, profile in profiles.items():
         if profile.gpu in SEED_TABLES and name == profile.gpu:
-            own = {k: v for k, v in profile.compute.items()
-                   if not str(v.get("source", "")).startswith("measured (published): deepbench-")}
+            table = seeded_source(SEED_TABLES[profile.gpu])  # the entries seeded() wrote: replaced
+            own = {k: v for k, v in profile.compute.items() if v.get("source") != table}
             out[name] = seeded(replace(profile, compute=own))
     for gpu, donor in CONV_CARRIED.items():
         if gpu in profiles and donor in out:

@@ -218,13 +218,12 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
     X, y = {"t_ref": np.asarray(t_ref, float)}, sub.time_s.to_numpy(float)
     if not bandwidth:  # a GEMM-referenced pass may also take its SM shortfall (form scaled_ref_fill)
         X["fill"] = np.broadcast_to(np.asarray(output_fill(reference, kern), float), y.shape)
-    scores, fits = {}, {}
-    for label, (name, free) in _class_starts(fill="fill" in X).items():  # a local log-space fit: best CV kept
+    scores, fits, starts = {}, {}, _class_starts(fill="fill" in X)
+    for label, (name, free) in starts.items():  # a local log-space fit: several starts, best CV kept
         form = get_form(name)
         own = {v: X[v] for v in form.variables}
         scores[label] = cross_validate(form, own, y, free, {}, folds=min(folds, len(y)), seed=seed)
         fits[label] = fit_form(form, own, y, free, {})
-    starts = _class_starts(fill="fill" in X)
     finite = {k: v for k, v in scores.items() if np.isfinite(v)}
     plain = {k: v for k, v in finite.items() if starts[k][0] == CLASS_FORM}
     best = min(finite, key=finite.get) if finite else next(iter(fits))

@@ -38,7 +38,7 @@ def memory_words(key: str, strategy) -> str:
     """What memory term ``key`` holds, in words, under ``strategy`` (its optimizer names its states)."""
     words = MEMORY_WORDS.get(key, "")
     if key == "optimizer" and strategy.optimizer in OPTIMIZER_WORDS:
-        states = getattr(strategy, "optimizer_states", None)
+        states = strategy.optimizer_states
         return f"{words} ({OPTIMIZER_WORDS[strategy.optimizer]})" + (f", kept as {states!r}" if states else "")
     return words
 
