@@ -371,3 +371,60 @@ def test_the_k80_carries_the_p100s_gemm_only_pool():
     assert p100.entry("conv.dense-gemm-strided:fp32:dgrad")["params"]["c"] > \
         1.5 * p100.entry("conv.dense-gemm:fp32:dgrad")["params"]["c"]
     assert "conv.dense:fp32:fwd" not in k80.compute  # the Winograd-heavy kind pool is not carried
+
+
+def test_a_winograd_saving_is_lent_only_as_wide_as_its_rows_were(h200):
+    def entry(c, channels=None):
+        e = {"form": "scaled_ref", "params": {"t0": 0.0, "c": c, "t_cpu": 0.0}, "n_points": 5, "source": "t"}
+        return {**e, "channels": channels} if channels else e
+    wide = {"cin_min": 64.0, "cout_min": 64.0}
+    others = {k: v for k, v in h200.compute.items() if not k.startswith("conv.dense")}
+    prof = dataclasses.replace(h200, compute={**others, "conv.dense-k3x3-s1:bf16:fwd": entry(0.55, wide),
+                                              "conv.dense:bf16:fwd": entry(0.6, wide),
+                                              "conv.dense-gemm:bf16:fwd": entry(1.25)})
+    resnet = conv_pass_kernel("c", "fwd", "fwd", 128, 64, 64, 56, 3, 1, dtype="bf16")
+    cifar = conv_pass_kernel("c", "fwd", "fwd", 128, 16, 16, 32, 3, 1, dtype="bf16")  # a CIFAR ResNet's first stage
+    widening = conv_pass_kernel("c", "fwd", "fwd", 128, 32, 64, 16, 3, 1, dtype="bf16")  # input narrower only
+    stem = conv_pass_kernel("c", "fwd", "fwd", 128, 3, 64, 32, 3, 1, dtype="bf16")  # an RGB stem: its outputs count
+    assert class_entry(prof, resnet)[1] == "conv.dense-k3x3-s1:bf16:fwd"
+    assert class_entry(prof, stem)[1] == "conv.dense-k3x3-s1:bf16:fwd"
+    for narrow in (cifar, widening):  # priced as cuDNN's GEMM-family kernels measured, not at the Winograd c
+        assert class_entry(prof, narrow)[1] == "conv.dense-gemm:bf16:fwd"
+    t_ref, _ = reference_seconds(prof, cifar)
+    assert float(cnn_kernel_time(prof, cifar)[0]) == pytest.approx(1.25 * float(t_ref), rel=1e-12)
+    # the data and weight gradients read their output channels back from their GEMMs
+    for part in ("dgrad", "wgrad"):
+        narrow = conv_pass_kernel("c", "bwd", part, 128, 64, 16, 32, 3, 1, dtype="bf16")
+        keyed = {**prof.compute, f"conv.dense-k3x3-s1:bf16:{part}": entry(0.5, wide)}
+        assert class_entry(dataclasses.replace(prof, compute=keyed), narrow) == (None, None)
+    # an entry without a record (a class bundled before ranges were kept) applies at every width
+    unbounded = dataclasses.replace(prof, compute={**others, "conv.dense-k3x3-s1:bf16:fwd": entry(0.55)})
+    assert class_entry(unbounded, cifar)[1] == "conv.dense-k3x3-s1:bf16:fwd"
+
+
+def test_fitted_winograd_classes_record_the_narrowest_rows_they_saw(h200):
+    rows = []
+    for kernel, stride, cin, cout in ((3, 1, 64, 64), (3, 1, 128, 96), (3, 1, 256, 256), (3, 1, 3, 64),
+                                      (1, 1, 16, 64), (1, 1, 64, 16), (1, 1, 128, 128), (1, 1, 256, 512)):
+        kern = conv_pass_kernel("c", "fwd", "fwd", 32, cin, cout, 28, kernel, stride, dtype="bf16")
+        rows.append({"op": "conv2d", "phase": "fwd", "timing": "eager", "dtype": "bf16", "batch": 32, "cin": cin,
+                     "cout": cout, "hw": 28, "kernel": kernel, "stride": stride, "groups": 1, "bytes": np.nan,
+                     "time_s": 0.7 * float(reference_seconds(h200, kern)[0])})
+    entries = fit_classes(pd.DataFrame(rows), h200)
+    # the 3-channel stem does not widen the input range; 1x1 rows cannot run by Winograd: no range kept on their
+    # classes, and none drawn from them on the kind's pool
+    assert entries["conv.dense-k3x3-s1:bf16:fwd"]["channels"] == {"cin_min": 64.0, "cout_min": 64.0}
+    assert entries["conv.dense:bf16:fwd"]["channels"] == {"cin_min": 64.0, "cout_min": 64.0}
+    assert "channels" not in entries["conv.dense-k1x1-s1:bf16:fwd"]
+    assert "channels" not in entries["conv.dense-gemm:bf16:fwd"]
+
+
+def test_the_bundled_winograd_classes_carry_their_deepbench_channel_range():
+    p100 = pm.load_profile("p100-pcie-16gb")
+    for part in ("fwd", "dgrad", "wgrad"):
+        assert p100.entry(f"conv.dense-k3x3-s1:fp32:{part}")["channels"] == {"cin_min": 64.0, "cout_min": 64.0}
+        assert "channels" not in p100.entry(f"conv.dense-gemm:fp32:{part}")
+    s = pm.Strategy(dp=1, micro_batch=128, precision="fp32", optimizer="sgd", framework="tensorflow")
+    narrow = [c for c in pm.predict("resnet-cifar32", pm.cluster("p100-pcie-16gb"), s).caveats
+              if "fewer channels than any Winograd row" in c]
+    assert len(narrow) == 1 and "conv.dense-k3x3-s1:fp32:fwd" in narrow[0]

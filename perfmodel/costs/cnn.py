@@ -57,6 +57,9 @@ GEMM_ONLY = "gemm"  # the pooled label of dense shapes no Winograd algorithm acc
 STRIDED = "strided"  # ... and of those with a stride above 1: conv.dense-gemm-strided
 CONV_SIZE = ("m", "n", "k", "x", "kh", "kw", "stride", "groups", "cin")  # what a 'conv' kernel carries
 TILE = 128  # the output tile of a SIMT GEMM threadblock (output_fill)
+# A stem's few input channels (RGB) are padded to 8 (workload.graph.conv_gemm_shapes): a class's input-channel
+# range counts its rows of at least this many, and a stem is judged by its output channels alone
+STEM_CHANNELS = 8
 
 
 def conv_label(kh, kw, stride, groups, cin) -> str:
@@ -110,11 +113,39 @@ def kernel_label(kern: Kernel) -> str:
                                 _scalar(s["cin"]))
 
 
+def conv_channels(kern: Kernel) -> tuple[float, float]:
+    """(input, output) channels of a convolution pass: ``cin`` as traced, the output channels read back from
+    its implicit GEMM (forward n, data-gradient k·groups, weight-gradient m; padded to 8 as those shapes are)."""
+    s = kern.size
+    if kern.variant == "dgrad":
+        return _scalar(s["cin"]), _scalar(s["k"]) * _scalar(s["groups"])
+    return _scalar(s["cin"]), _scalar(s["m"] if kern.variant == "wgrad" else s["n"])
+
+
+def within_channels(entry: dict, kern: Kernel) -> bool:
+    """Whether ``kern`` is as wide as the rows ``entry`` was fitted on (its ``channels`` record, kept on the
+    classes whose rows cuDNN may run by Winograd: the fewest output channels, and the fewest input channels
+    among rows of at least ``STEM_CHANNELS``); an entry without the record always applies."""
+    bounds = entry.get("channels") if kern.cls == "conv" else None
+    if not bounds:
+        return True
+    cin, cout = conv_channels(kern)
+    if cout < bounds.get("cout_min", 0.0):
+        return False
+    return cin < STEM_CHANNELS or cin >= (bounds.get("cin_min") or 0.0)
+
+
 def class_entry(profile, kern: Kernel):
-    """(entry, key) of the most specific class fitted for ``kern``; (None, None) when none is."""
+    """(entry, key) of the most specific class fitted for ``kern``; (None, None) when none is.
+
+    A Winograd saving is lent only as wide as it was measured (:func:`within_channels`): a convolution
+    narrower than the rows of every Winograd class that would price it (a CIFAR network's 16 or 32 channels
+    against DeepBench's 64 and up) takes the pooled GEMM-family entry ``conv.dense-gemm``, what cuDNN's
+    implicit- and precomputed-GEMM kernels measured against the GEMM fit, as a shape Winograd cannot run does."""
     label = kernel_label(kern)
     candidates = [f"{label}:{kern.dtype}:{kern.variant}"]
     candidates += [k for k in sorted(profile.compute) if k.startswith(label + ":") and k.endswith(":" + kern.variant)]
+    narrower = False
     if kern.cls == "conv":
         s = kern.size
         pooled = "conv." + pooled_label(*(_scalar(s[k]) for k in ("kh", "kw", "stride", "groups", "cin")))
@@ -125,7 +156,15 @@ def class_entry(profile, kern: Kernel):
                            if k.startswith(pool + ":") and k.endswith(":" + kern.variant)]
     for key in candidates:
         if key in profile.compute:
-            return profile.compute[key], key
+            if within_channels(profile.compute[key], kern):
+                return profile.compute[key], key
+            narrower = True
+    if narrower:
+        gemm = f"conv.{conv_kind(_scalar(kern.size['groups']), _scalar(kern.size['cin']))}-{GEMM_ONLY}"
+        for key in [f"{gemm}:{kern.dtype}:{kern.variant}"] + sorted(
+                k for k in profile.compute if k.startswith(gemm + ":") and k.endswith(":" + kern.variant)):
+            if key in profile.compute:
+                return profile.compute[key], key
     return None, None
 
 
@@ -204,8 +243,26 @@ def cnn_caveats(model, profile, precision: str) -> tuple[str, ...]:
     if not any(getattr(op, "cls", "") in CNN_CLASSES for op in getattr(model, "ops", ())):
         return ()
     fwd, bwd = model.layer_kernels(1, precision=precision)
-    missing = unmeasured(profile, fwd + bwd)
-    if not missing:
-        return ()
-    return (f"{len(missing)} CNN kernel classes not measured on {profile.gpu}, priced at their reference "
-            f"time (implicit GEMM, or bytes at copy bandwidth): {', '.join(missing)}",)
+    missing, narrow = unmeasured(profile, fwd + bwd), narrower_than_measured(profile, fwd + bwd)
+    out = ()
+    if missing:
+        out += (f"{len(missing)} CNN kernel classes not measured on {profile.gpu}, priced at their reference "
+                f"time (implicit GEMM, or bytes at copy bandwidth): {', '.join(missing)}",)
+    if narrow:
+        out += (f"{len(narrow)} convolution classes run here on fewer channels than any Winograd row measured on "
+                f"{profile.gpu}: priced as cuDNN's GEMM-family kernels measured, without a Winograd saving: "
+                f"{', '.join(narrow)}",)
+    return out
+
+
+def narrower_than_measured(profile, kernels) -> list[str]:
+    """Convolution classes among ``kernels`` whose fitted Winograd entry does not reach down to their channels
+    (:func:`class_entry` priced them by the GEMM-family pool, or at c = 1)."""
+    out = set()
+    for kern in kernels:
+        if kern.cls != "conv":
+            continue
+        entry = profile.compute.get(f"{kernel_label(kern)}:{kern.dtype}:{kern.variant}")
+        if entry is not None and not within_channels(entry, kern):
+            out.add(f"{kernel_label(kern)}:{kern.dtype}:{kern.variant}")
+    return sorted(out)

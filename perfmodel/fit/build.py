@@ -20,7 +20,7 @@ import pandas as pd
 
 from perfmodel.core.entry import run_command
 from perfmodel.fit.compute import MIN_POINTS, ComputeFitter
-from perfmodel.fit.conv import fit_classes
+from perfmodel.fit.conv import class_channel_ranges, fit_classes
 from perfmodel.fit.published import with_published
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.core.readers import read_csv_file, read_json_file
@@ -245,6 +245,23 @@ def refit_cnn_classes(profiles: dict) -> dict:
     return out
 
 
+def with_channel_ranges(profile: Profile) -> Profile:
+    """``profile`` with the channel range (``fit.conv.channel_range``) recorded on each convolution class fitted
+    on this project's H200 tables that lacks one, as bundled before ranges were kept (the datasheet-scaled and
+    power-capped copies included: their source names the table); parameters unchanged."""
+    ranges = {}
+    for folder in (CALIBRATED_H200_TABLES, BUNDLED_H200_TABLES):
+        ranges[folder.name] = class_channel_ranges(read_compute_table(folder))
+    compute = dict(profile.compute)
+    for key, entry in profile.compute.items():
+        if not key.startswith("conv.") or "channels" in entry or "depthwise" in key:
+            continue
+        table = next((name for name in ranges if name in str(entry.get("source", ""))), None)
+        if table is not None and key in ranges[table]:
+            compute[key] = {"channels": ranges[table][key], **entry}
+    return replace(profile, compute=compute)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--cnn-classes", action="store_true",
@@ -254,7 +271,7 @@ def main(argv=None) -> None:
     PROFILES_DIR.mkdir(exist_ok=True)
     if args.cnn_classes:
         bundled = {p.stem: load_profile(p) for p in sorted(PROFILES_DIR.glob("*.json"))}
-        profiles = refit_cnn_classes(bundled)
+        profiles = {name: with_channel_ranges(p) for name, p in {**bundled, **refit_cnn_classes(bundled)}.items()}
     else:
         profiles = bundled_profiles()
     for name, profile in profiles.items():

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.core.errors import PerfModelError
-from perfmodel.costs.cnn import (CONV_PASSES, GEMM_ONLY, MEM_CLASSES, conv_label, conv_pass_kernel, output_fill,
-                                 pooled_label, reference_seconds)
+from perfmodel.costs.cnn import (CONV_PASSES, GEMM_ONLY, MEM_CLASSES, STEM_CHANNELS, conv_label, conv_pass_kernel,
+                                 output_fill, pooled_label, reference_seconds, winograd_eligible)
 from perfmodel.costs.conv import conv_output_size, gemm_part_seconds
 from perfmodel.forms.registry import get_form
 from perfmodel.fit.regression import Free, cross_validate, fit_form, mape
@@ -36,7 +36,7 @@ MIN_POINTS = 4
 # The GEMM-only pool describes GEMM-shaped layers: a first layer's 3 image channels are not one (its implicit
 # GEMM's k is padded to 8 channels, right for NHWC tensor cores, 8/3 too many for NCHW fp32), so such rows
 # price only their own class
-GEMM_POOL_MIN_CHANNELS = 8
+GEMM_POOL_MIN_CHANNELS = STEM_CHANNELS
 
 
 def conv_rows(table: pd.DataFrame, variant: str) -> pd.DataFrame:
@@ -232,13 +232,33 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
         best = min(plain, key=plain.get)  # the extra exponent only where its rows show a shortfall and CV drops
     params, cv = fits[best], scores[best]
     form = get_form(starts[best][0])
-    return {"form": form.name, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
+    channels = {"channels": channel_range(sub)} if not bandwidth and lends_winograd(sub) else {}
+    return {**channels, "form": form.name, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
             "fit_mape": mape(form.evaluate(params, **{v: X[v] for v in form.variables}), y),
             "n_points": int(len(y)), "source": source,
             "reference": "bytes moved at copy:fp32:fwd" if bandwidth else f"implicit GEMM on gemm:{kern.dtype}",
             "reference_only_mape": mape(X["t_ref"], y), "dtype": str(kern.dtype),
             "candidates": {k: round(v, 4) for k, v in scores.items()},
             "classes": ", ".join(sorted(set(sub.key)) if key not in set(sub.key) else [key])}
+
+
+def lends_winograd(rows: pd.DataFrame) -> bool:
+    """Whether a convolution class's rows include shapes cuDNN may run by Winograd (3x3 or 5x5 at stride 1), so
+    that its c may hold a Winograd saving (``costs.cnn.class_entry`` lends it only as wide as measured)."""
+    return any(winograd_eligible(k, k, st) for k, st in zip(rows.kernel, rows.stride))
+
+
+def channel_range(rows: pd.DataFrame) -> dict:
+    """The narrowest Winograd shapes (3x3 or 5x5 at stride 1) a convolution class was fitted on: the fewest
+    output channels (padded to 8, as its implicit GEMM has them) and the fewest input channels among rows of at
+    least ``STEM_CHANNELS`` (None when every such row is a stem). ``costs.cnn.within_channels`` lends the class
+    to no narrower kernel: a Winograd saving measured on 64 channels or more is not carried down to a CIFAR
+    network's 16 (docs/cnn.md)."""
+    rows = rows[[winograd_eligible(k, k, st) for k, st in zip(rows.kernel, rows.stride)]]
+    wide = rows.cin[rows.cin >= STEM_CHANNELS]
+    cout = rows.cout.to_numpy(float)
+    cout = np.where(rows.groups.to_numpy(float) == 1, np.ceil(cout / 8.0) * 8.0, cout)
+    return {"cin_min": float(wide.min()) if len(wide) else None, "cout_min": float(cout.min())}
 
 
 def _class_starts(fill: bool = False) -> dict:
@@ -252,6 +272,18 @@ def _class_starts(fill: bool = False) -> dict:
         out[f"t0 {t0:g}, t_cpu {t_cpu:g}"] = (CLASS_FORM, base)
         if fill:
             out[f"t0 {t0:g}, t_cpu {t_cpu:g}, fill"] = (FILL_FORM, {**base, "a": Free(0.2, 1e-3, 1.5)})
+    return out
+
+
+def class_channel_ranges(table: pd.DataFrame) -> dict[str, dict]:
+    """:func:`channel_range` of every convolution class ``table`` can fit (key -> range), without fitting."""
+    rows = class_rows(table)
+    conv = rows[rows.op == "conv2d"]
+    out = {}
+    for key in class_keys(rows):
+        sub = conv[(conv.key == key) | (conv.kind_key == key) | (conv.gemm_only_key == key)]
+        if len(sub) and "depthwise" not in key and lends_winograd(sub):
+            out[key] = channel_range(sub)
     return out
 
 
