@@ -15,7 +15,7 @@ COMMANDS = ("perfmodel.fit.build", "perfmodel.fit.comm", "perfmodel.fit.engine_h
             "perfmodel.validate.cnn_whatif", "perfmodel.validate.interference", "perfmodel.validate.intervals",
             "perfmodel.validate.kernels", "perfmodel.validate.memory_checks", "perfmodel.validate.multisite",
             "perfmodel.validate.nccl_multinode", "perfmodel.validate.runs", "perfmodel.validate.search_ranks",
-            "perfmodel.validate.tf_cifar", "perfmodel.validate.tf_ps", "tools.azure_gemm", "tools.cnn_report", "tools.deepbench_compare",
+            "perfmodel.validate.tf_cifar", "perfmodel.validate.pytorch_cifar", "perfmodel.validate.tf_ps", "tools.azure_gemm", "tools.cnn_report", "tools.deepbench_compare",
             "tools.deepbench_conv", "tools.deepbench_gemm", "tools.deepspeed_small_steps", "tools.olmo_core_nodes",
             "tools.p100_tf_check", "tools.prediction_snapshot")
 

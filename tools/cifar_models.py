@@ -1,11 +1,13 @@
-"""Build-time tool: the CIFAR-10 ResNets and Shake-Shake networks of TensorFlow codes, in plain torch.
+"""Build-time tool: the CIFAR-10 ResNets and Shake-Shake networks of TensorFlow and PyTorch codes, in plain torch.
 
-    python -m tools.cifar_models --write-presets    # regenerate the eight CIFAR graph presets (needs torch)
+    python -m tools.cifar_models --write-presets    # regenerate the ten CIFAR graph presets (needs torch)
 
 Tensor2Tensor 1.9's four (the CIFAR study's models) and tensorflow/models' CIFAR ResNet as DAWNBench trained
 it (``resnet20-cifar-tf``, ``resnet56-cifar-tf``, ``resnet164-cifar-tf``, ``resnet164-basic-cifar-tf``: see
 ``TF_RESNET``'s comment below; their counts equal the TF profiler's in DAWNBench's logs, 269.03k, 850.99k,
-1.69m and 2.60m).
+1.69m and 2.60m), and the two ResNet-164s of DAWNBench's PyTorch code (``preact-resnet164-cifar``,
+``preact-resnet164-basic-cifar``: ``PT_RESNET`` below; 1,703,258 and 2,605,466 parameters, summed by hand
+from that code's layers).
 
 The layer structure follows tensor2tensor v1.9.0 exactly, so the trainable parameter
 counts equal T2T's (checked on writing):
@@ -41,10 +43,18 @@ CIFAR = {"resnet-cifar15": ("resnet", (2, 2, 2)), "resnet-cifar32": ("resnet", (
          "shake-shake-small": ("shake", 32), "shake-shake-big": ("shake", 96),
          # tensorflow/models' CIFAR ResNet as DAWNBench ran it (TF_RESNET below): (residual units per stage, bottleneck)
          "resnet20-cifar-tf": ("tf-resnet", (3, False)), "resnet56-cifar-tf": ("tf-resnet", (9, False)),
-         "resnet164-cifar-tf": ("tf-resnet", (18, True)), "resnet164-basic-cifar-tf": ("tf-resnet", (27, False))}
+         "resnet164-cifar-tf": ("tf-resnet", (18, True)), "resnet164-basic-cifar-tf": ("tf-resnet", (27, False)),
+         # the same depths in DAWNBench's PyTorch code (PT_RESNET below): (blocks per stage, bottleneck)
+         "preact-resnet164-cifar": ("pt-resnet", (18, True)), "preact-resnet164-basic-cifar": ("pt-resnet", (27, False))}
 # the code each kind follows: (as the graph's note names it, as its variable list does)
 ORIGINS = {"resnet": ("tensor2tensor v1.9.0", "T2T v1.9.0"), "shake": ("tensor2tensor v1.9.0", "T2T v1.9.0"),
-           "tf-resnet": ("dawn-bench-models @faacf04 (tensorflow/models' CIFAR ResNet)",) * 2}
+           "tf-resnet": ("dawn-bench-models @faacf04 (tensorflow/models' CIFAR ResNet)",) * 2,
+           "pt-resnet": ("dawn-bench-models @faacf04 (pytorch/CIFAR10 PreActResNet)", None)}
+# PT_RESNET: stanford-futuredata/dawn-bench-models @faacf04 pytorch/CIFAR10/benchmark/cifar10/models/resnet.py,
+# ResNet(PreActBlock | PreActBottleneck, layers=[n] * 3, filters=[16, 32, 64]): a 3x3 stem without bias, blocks
+# that open with BN + ReLU (the activated input feeds the shortcut where the block projects: a 1x1 conv without
+# bias or BN when the stride or width changes), stride 2 on the first block of stages 2 and 3, the bottleneck's
+# 1x1 / 3x3 / 1x1 widening 4x; a final BN + ReLU, global average pooling and a dense layer with bias
 # TF_RESNET: stanford-futuredata/dawn-bench-models @faacf04 tensorflow/CIFAR10/resnet/resnet_model.py (the CIFAR ResNet of
 # tensorflow/models' resnet example): a 3x3 stem to 16, pre-activation units ("full preactivation"; the first unit
 # activates before splitting the shortcut), widths [16, 16, 32, 64] (basic) or [16, 64, 128, 256] (bottleneck, the
@@ -208,8 +218,42 @@ def _nets():
             x = leaky(self.final_bn(self.blocks(self.stem(x))))
             return self.logits(x.mean(dim=(2, 3)))
 
+    class PtBlock(nn.Module):  # PreActBlock / PreActBottleneck
+        def __init__(self, cin, planes, stride, bottleneck):
+            super().__init__()
+            cout = planes * (4 if bottleneck else 1)
+            shapes = ([(cin, planes, 1, 1), (planes, planes, 3, stride), (planes, cout, 1, 1)] if bottleneck
+                      else [(cin, planes, 3, stride), (planes, planes, 3, 1)])
+            self.bns = nn.ModuleList([nn.BatchNorm2d(i) for i, _, _, _ in shapes])
+            self.convs = nn.ModuleList([nn.Conv2d(i, o, k, s, k // 2, bias=False) for i, o, k, s in shapes])
+            self.shortcut = nn.Conv2d(cin, cout, 1, stride, bias=False) if stride != 1 or cin != cout else None
+
+        def forward(self, x):
+            h = F.relu(self.bns[0](x))
+            shortcut = x if self.shortcut is None else self.shortcut(h)
+            for i, conv in enumerate(self.convs):
+                h = conv(h if i == 0 else F.relu(self.bns[i](h)))
+            return h + shortcut
+
+    class PtCifarResNet(nn.Module):  # ResNet(pre-activation block, [n] * 3, [16, 32, 64])
+        def __init__(self, blocks_per_stage, bottleneck, classes=10):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+            blocks, cin = [], 16
+            for stage, planes in enumerate((16, 32, 64)):
+                for i in range(blocks_per_stage):
+                    blocks.append(PtBlock(cin, planes, 2 if stage and not i else 1, bottleneck))
+                    cin = planes * (4 if bottleneck else 1)
+            self.blocks = nn.Sequential(*blocks)
+            self.final_bn = nn.BatchNorm2d(cin)
+            self.logits = nn.Linear(cin, classes)
+
+        def forward(self, x):
+            x = F.relu(self.final_bn(self.blocks(self.stem(x))))
+            return self.logits(F.avg_pool2d(x, x.shape[2:]).flatten(1))
+
     return types.SimpleNamespace(CifarResNet=CifarResNet, ShakeShake=ShakeShake, TfCifarResNet=TfCifarResNet,
-                                 BetaNorm=BetaNorm, torch=torch, nn=nn)
+                                 PtCifarResNet=PtCifarResNet, BetaNorm=BetaNorm, torch=torch, nn=nn)
 
 
 def build(name: str, device="meta"):
@@ -219,6 +263,8 @@ def build(name: str, device="meta"):
     with nets.torch.device(device):
         if kind == "tf-resnet":
             return nets.TfCifarResNet(*arg)
+        if kind == "pt-resnet":
+            return nets.PtCifarResNet(*arg)
         return nets.CifarResNet(arg) if kind == "resnet" else nets.ShakeShake(arg)
 
 
@@ -262,17 +308,20 @@ def write_presets(folder=None, names=None) -> list:
         module = build(key)
         count = sum(p.numel() for p in module.parameters())
         if count != spec["published_params"]:
-            raise UnsupportedError(f"{key}: {count:,} parameters, its TensorFlow graph has {spec['published_params']:,}")
+            raise UnsupportedError(f"{key}: {count:,} parameters, its source code has {spec['published_params']:,}")
         x = torch.empty(2, 3, spec["image"], spec["image"], device="meta")
         graph = from_torch(module, x, name=key)
         origin, variables_origin = ORIGINS[CIFAR[key][0]]
         note = f"input 3x32x32 (CIFAR-10); architecture written in plain torch after {origin}"
         graph = GraphModel(**{**graph.__dict__, "source": spec["source"], "notes": graph.notes + (note,)})
         graph.save(folder / f"{key}.json")
+        written.append(folder / f"{key}.json")
+        if variables_origin is None:  # a PyTorch model: no parameter servers to place its variables on
+            continue
         variables = {"source": f"TensorFlow variables of the {variables_origin} graph, in creation order",
                      "variables": tf_variables(module)}
         (folder / f"{key}.variables.json").write_text(json.dumps(variables, indent=0) + "\n")
-        written += [folder / f"{key}.json", folder / f"{key}.variables.json"]
+        written.append(folder / f"{key}.variables.json")
     return written
 
 

@@ -26,7 +26,7 @@ from perfmodel.parallel.paths import priced_paths
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
-from perfmodel.validate import cnn, tf_cifar, tf_ps
+from perfmodel.validate import cnn, pytorch_cifar, tf_cifar, tf_ps
 from perfmodel.validate.measured import Case, read_measured
 from perfmodel.costs.memory import CUDA_CONTEXT_BYTES  # what a reserved reading adds beyond the allocator
 from perfmodel.validate.published import (read_published, read_published_checks,
@@ -41,6 +41,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "measured_sample.csv
 SOURCE_FILES = {"published cnn": "perfmodel/data/published_cnn_runs.csv (one GPU, PyTorch)",
                 "tensorflow ps": "perfmodel/data/published_tf_ps_runs.csv (K80, TensorFlow 1.x, 1-64 GPUs)",
                 "tensorflow cifar": "perfmodel/data/published_tf_cifar_runs.csv (K80, P100, TensorFlow 1.2, one GPU)",
+                "pytorch cifar": "perfmodel/data/published_pytorch_cifar_runs.csv (K80, P100, PyTorch 0.1.12, one GPU)",
                 "h200 train_dev": "perfmodel/data/h200-2026-11-29/train_dev.jsonl",
                 "h200 gpu_runs": "perfmodel/data/h200-calibration-2026-11-30/gpu_runs.csv",
                 "published": "perfmodel/data/published_runs.csv (sources: published_runs.md)",
@@ -203,8 +204,8 @@ def scored_rows() -> list[Scored]:
 def traced_scored_rows() -> list[Scored]:
     """The published CNN checks predicted and scored, each in its regime ``cnn/<framework>``: the one-GPU
     PyTorch rows (``validate/cnn.py``), the K80 TensorFlow parameter-server rows (``validate/tf_ps.py``) and the
-    one-GPU TensorFlow CIFAR rows (``validate/tf_cifar.py``); a row's step is its batch (per GPU, or over the
-    cluster) over its published throughput."""
+    one-GPU TensorFlow and PyTorch CIFAR rows (``validate/tf_cifar.py``, ``validate/pytorch_cifar.py``); a row's
+    step is its batch (per GPU, or over the cluster) over its published throughput."""
     found = []
     for r in cnn.read_cnn_runs():
         model, gpu, strategy = cnn.row_inputs(r)
@@ -221,6 +222,11 @@ def traced_scored_rows() -> list[Scored]:
         model, c, strategy = tf_cifar.row_inputs(r)
         found.append(_traced("tensorflow cifar", r["source"], f"{r['setting']}|{r['model']}",
                              model, c, strategy, 1.0 / float(r["steps_per_s"])))
+    for r in pytorch_cifar.load_rows():  # an epoch's seconds, read as a step at the epoch's measured/predicted ratio
+        model, c, strategy = pytorch_cifar.row_inputs(r)
+        ratio = float(r["epoch_s"]) / pytorch_cifar.predicted_epoch(r)
+        found.append(_traced("pytorch cifar", r["source"], f"{r['setting']}|{r['model']}", model, c, strategy,
+                             ratio * predict(model, c, strategy).step_time))
     return found
 
 

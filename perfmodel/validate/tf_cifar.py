@@ -54,8 +54,8 @@ def score(rows=None) -> list[tf_ps.TfPsRow]:
     return out
 
 
-def summary(scored: list[tf_ps.TfPsRow]) -> dict[str, tuple[float, float, int]]:
-    """(median |error|, median error, rows) overall and per setting."""
+def summary(scored: list) -> dict[str, tuple[float, float, int]]:
+    """(median |error|, median error, rows) overall and per setting (rows with ``setting`` and ``error``)."""
     groups: dict[str, list[tf_ps.TfPsRow]] = {"all": scored}
     for r in scored:
         groups.setdefault(f"setting {r.setting}", []).append(r)
@@ -69,10 +69,15 @@ def main(argv=None) -> int:
     print(f"{'setting':<10} {'model':<26} {'measured':>9} {'predicted':>9} {'error':>8}   (steps/s, batch 128)")
     for r in scored:
         print(f"{r.setting:<10} {r.model:<26} {r.measured:9.3f} {r.predicted:9.3f} {r.error:+8.1%}")
+    print_summary(scored)
+    return 0
+
+
+def print_summary(scored: list) -> None:
+    """The :func:`summary` table, one line per group."""
     print("\nmedian |error|, median error (rows)")
     for k, (a, m, n) in summary(scored).items():
         print(f"  {k:<20} {a:7.1%} {m:+7.1%}  ({n})")
-    return 0
 
 
 if __name__ == "__main__":

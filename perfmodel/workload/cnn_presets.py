@@ -23,6 +23,8 @@ TIMM = "timm (huggingface/pytorch-image-models) timm/models"
 T2T = "tensor2tensor v1.9.0 tensor2tensor/models"
 DAWN = ("stanford-futuredata/dawn-bench-models @faacf04 tensorflow/CIFAR10/resnet/resnet_model.py (tensorflow/models' "
         "CIFAR ResNet: pre-activation units, batch norm without gamma, leaky ReLU 0.1 as tf.where)")
+DAWN_PT = ("stanford-futuredata/dawn-bench-models @faacf04 pytorch/CIFAR10/benchmark/cifar10/models/resnet.py (full "
+           "pre-activation, batch norm with gamma and beta, ReLU, 1x1 projection where the width or stride changes)")
 GRAPH_PRESETS = {
     "resnet50": {"image": 224, "published_params": 25_557_032,
                  "source": f"He et al. 2016, ResNet-50 (v1.5: stride on the 3x3 conv); {TV}.resnet50, 25,557,032 parameters"},
@@ -86,6 +88,13 @@ GRAPH_PRESETS = {
     "resnet164-basic-cifar-tf": {"image": 32, "published_params": 2_596_842,
                                  "source": f"{DAWN}, model resnet164 without bottleneck (27 basic units per stage), "
                                            "2,596,842 parameters (TF: 2.60m)"},
+    # the same depths in DAWNBench's PyTorch code (tools/cifar_models.py); counts as its utils.count_parameters gives
+    "preact-resnet164-cifar": {"image": 32, "published_params": 1_703_258,
+                               "source": f"{DAWN_PT}, arch preact164 (PreActResNet164: 18 bottleneck blocks per "
+                                         "stage, widths 16/32/64 x 4), 1,703,258 parameters"},
+    "preact-resnet164-basic-cifar": {"image": 32, "published_params": 2_605_466,
+                                     "source": f"{DAWN_PT}, arch preact164-basic (PreActResNet164Basic: 27 basic "
+                                               "blocks per stage, widths 16/32/64), 2,605,466 parameters"},
 }
 
 
