@@ -81,7 +81,8 @@ def test_loading_a_preset_does_not_import_torch():
 
 def test_preset_names_and_errors():
     assert list_graph_presets() == ["efficientnet-b0", "efficientnet-b2", "efficientnet-b3", "efficientnet-b4",
-                                    "inception-v3", "inception-v3-tf", "resnet-cifar15", "resnet-cifar32", "resnet101",
+                                    "inception-v3", "inception-v3-tf", "preact-resnet164-basic-cifar",
+                                    "preact-resnet164-cifar", "resnet-cifar15", "resnet-cifar32", "resnet101",
                                     "resnet152", "resnet164-basic-cifar-tf", "resnet164-cifar-tf", "resnet20-cifar-tf",
                                     "resnet50", "resnet56-cifar-tf", "resnext101-32x4d", "resnext50-32x4d", "seresnext101-32x4d",
                                     "seresnext50-32x4d", "shake-shake-big", "shake-shake-small", "vgg16", "vit-b-16"]
