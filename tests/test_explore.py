@@ -512,3 +512,13 @@ def test_a_search_row_names_its_stack_in_a_few_words():
         "megatron fp8 grad-bf16 states-remainders fp8-params"
     assert stack_label({"framework": "torchtitan", "precision": "fp8-mixed", "float8_recipe": "rowwise",
                         "grad_reduce_fp32": float("nan")}) == "torchtitan fp8 rowwise"
+
+
+def test_search_tries_the_mixed_precision_the_gpu_has():
+    # a V100 or T4 has no bf16 tensor cores, a K80 no 16-bit rate: the default space is what each runs
+    for gpu, expected in (("v100", "fp16-mixed"), ("t4", "fp16-mixed"), ("k80", "fp32"), ("a100", "bf16-mixed")):
+        df = pm.search("gpt2-small", pm.cluster(gpu), global_batch=64, top_k=3)
+        assert set(df["precision"]) == {expected}
+    # asked for, bf16 on a V100 is still refused by name
+    with pytest.raises(pm.UnsupportedError, match="drop \\['bf16-mixed'\\] from 'precision'"):
+        pm.search("gpt2-small", pm.cluster("v100"), global_batch=64, precision="bf16-mixed")

@@ -163,7 +163,8 @@ def cmd_search(args) -> int:
                 max_virtual_stages=args.max_virtual_stages,
                 recompute=_csv(args.recompute, str) if args.recompute else None,
                 zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
-                precision=_csv(args.precision, str), optimizer=args.optimizer, max_tp_nodes=args.max_tp_nodes,
+                precision=_csv(args.precision, str) if args.precision else None, optimizer=args.optimizer,
+                max_tp_nodes=args.max_tp_nodes,
                 framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                 dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
                 bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int),
@@ -241,7 +242,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--recompute", default=None, help="comma-separated policies (default: the framework's)")
     p.add_argument("--zero", default="0,1,2,3")
     p.add_argument("--sequence-parallel", default="false,true")
-    p.add_argument("--precision", default="bf16-mixed")
+    p.add_argument("--precision", default=None, help="comma-separated precisions tried (default, as pm.search: "
+                   "bf16-mixed where the GPU takes bf16, else fp16-mixed, else fp32; and fp8-mixed where it and the "
+                   "stack do)")
     p.add_argument("--optimizer", default="adamw")
     p.add_argument("--bucket-mib", default="25", help="comma-separated DDP / ZeRO-1/2 gradient buckets in MiB "
                    "(default 25, as torch's bucket_cap_mb; pm.search tries 25,100,400)")

@@ -87,6 +87,9 @@ def _compile_choices(spec, compile, given: bool) -> tuple:
     return tuple(dict.fromkeys(v for v in values if spec.compiles or not v))
 
 
+DEFAULT_PRECISIONS = ("bf16-mixed", "fp16-mixed", "fp32")  # most preferred first (mixed_precision)
+
+
 def _precision_choices(spec, gpu, precision, given: bool = False) -> tuple:
     if precision is not None:  # fp8 only where the stack has fp8 linears (an error if a framework asked for takes none)
         kept = tuple(p for p in precision if p != FLOAT8 or spec.float8)
@@ -94,7 +97,13 @@ def _precision_choices(spec, gpu, precision, given: bool = False) -> tuple:
             stacks.check_stack_options(spec.name, recompute="none", precision=FLOAT8)
         return kept
     fp8 = spec.float8 and gemm_dtype(FLOAT8) in gpu.peak_flops
-    return ("bf16-mixed", FLOAT8) if fp8 else ("bf16-mixed",)
+    return (mixed_precision(gpu), FLOAT8) if fp8 else (mixed_precision(gpu),)
+
+
+def mixed_precision(gpu) -> str:
+    """The precision a search tries by default on ``gpu``: bf16 autocast where its tensor cores take bf16, else fp16
+    autocast (V100, T4, P100's 2x fp16 rate), else fp32 (a K80)."""
+    return next((p for p in DEFAULT_PRECISIONS if gemm_dtype(p) in gpu.peak_flops), "fp32")
 
 
 def _recompute_choices(spec, recompute, given: bool) -> tuple:
