@@ -40,7 +40,8 @@ def test_predict_output_names_interval_profile_origin_and_loss(capsys):
                      r"fp8_linear:rowwise, fp8_linear:tensorwise, overlap_compute_slowdown, sdpa:cudnn.bwd, sdpa:cudnn.fwd, sdpa:fa1.bwd, sdpa:fa1.fwd, "
                      r"sdpa:fa2.bwd, sdpa:fa2.fwd, "
                      r"sdpa:fa3.bwd, sdpa:fa3.fwd\)$", out, re.M)
-    assert re.search(r"^  loss .*cross-entropy over tokens × vocab: what its backward holds \(eager: 3 fp32", out, re.M)
+    assert re.search(r"^  loss .*cross-entropy over tokens × vocab \(a CNN: samples × classes\): what its backward holds "
+                     r"\(eager: 3 fp32", out, re.M)
     assert "executed FLOPs" in out and "model FLOPs" in out
     assert re.search(r"^  optimizer .*optimizer states \(AdamW: two fp32 moments\)$", out, re.M)
     # the optimizer line names the states of the optimizer priced, not AdamW's

@@ -26,7 +26,8 @@ MEMORY_WORDS = {
     "weights": "fp32 master weights", "weight_copies": "16-bit weight copies autocast keeps for the step",
     "optimizer": "optimizer states", "gradients": "gradients alive at the peak",
     "activations": "activations saved for backward",
-    "loss": "cross-entropy over tokens × vocab: what its backward holds (eager: 3 fp32 tensors; fused: 4 B a logit)",
+    "loss": "cross-entropy over tokens × vocab (a CNN: samples × classes): what its backward holds "
+            "(eager: 3 fp32 tensors; fused: 4 B a logit)",
     "comm_buffers": "communication buckets and gather buffers", "recompute": "one layer's recomputed activations",
 }
 # each optimizer's states in words (costs/optimizers.py MOMENTS)
