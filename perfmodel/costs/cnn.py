@@ -142,10 +142,16 @@ def class_entry(profile, kern: Kernel):
     narrower than the rows of every Winograd class that would price it (a CIFAR network's 16 or 32 channels
     against DeepBench's 64 and up) takes the pooled GEMM-family entry ``conv.dense-gemm``, what cuDNN's
     implicit- and precomputed-GEMM kernels measured against the GEMM fit, as a shape Winograd cannot run does."""
+    entry, key, _ = _class_match(profile, kern)
+    return entry, key
+
+
+def _class_match(profile, kern: Kernel):
+    """(entry, key, narrower) of :func:`class_entry`; ``narrower``: a fitted class was passed over because
+    ``kern`` is narrower than its rows."""
     label = kernel_label(kern)
     candidates = [f"{label}:{kern.dtype}:{kern.variant}"]
     candidates += [k for k in sorted(profile.compute) if k.startswith(label + ":") and k.endswith(":" + kern.variant)]
-    narrower = False
     if kern.cls == "conv":
         s = kern.size
         pooled = "conv." + pooled_label(*(_scalar(s[k]) for k in ("kh", "kw", "stride", "groups", "cin")))
@@ -154,18 +160,14 @@ def class_entry(profile, kern: Kernel):
             candidates.append(f"{pool}:{kern.dtype}:{kern.variant}")
             candidates += [k for k in sorted(profile.compute)
                            if k.startswith(pool + ":") and k.endswith(":" + kern.variant)]
-    for key in candidates:
-        if key in profile.compute:
-            if within_channels(profile.compute[key], kern):
-                return profile.compute[key], key
-            narrower = True
-    if narrower:
-        gemm = f"conv.{conv_kind(_scalar(kern.size['groups']), _scalar(kern.size['cin']))}-{GEMM_ONLY}"
-        for key in [f"{gemm}:{kern.dtype}:{kern.variant}"] + sorted(
-                k for k in profile.compute if k.startswith(gemm + ":") and k.endswith(":" + kern.variant)):
-            if key in profile.compute:
-                return profile.compute[key], key
-    return None, None
+    found = [key for key in candidates if key in profile.compute]
+    wide = next((key for key in found if within_channels(profile.compute[key], kern)), None)
+    if wide is not None or not found:
+        return (profile.compute[wide] if wide else None), wide, False
+    gemm = f"conv.{conv_kind(_scalar(kern.size['groups']), _scalar(kern.size['cin']))}-{GEMM_ONLY}"
+    key = next((k for k in [f"{gemm}:{kern.dtype}:{kern.variant}"] + sorted(profile.compute)
+                if k in profile.compute and k.startswith(gemm + ":") and k.endswith(":" + kern.variant)), None)
+    return (profile.compute[key] if key else None), key, True
 
 
 def _evaluate(entry: dict, symbolic: bool, **variables):
@@ -256,13 +258,7 @@ def cnn_caveats(model, profile, precision: str) -> tuple[str, ...]:
 
 
 def narrower_than_measured(profile, kernels) -> list[str]:
-    """Convolution classes among ``kernels`` whose fitted Winograd entry does not reach down to their channels
-    (:func:`class_entry` priced them by the GEMM-family pool, or at c = 1)."""
-    out = set()
-    for kern in kernels:
-        if kern.cls != "conv":
-            continue
-        entry = profile.compute.get(f"{kernel_label(kern)}:{kern.dtype}:{kern.variant}")
-        if entry is not None and not within_channels(entry, kern):
-            out.add(f"{kernel_label(kern)}:{kern.dtype}:{kern.variant}")
-    return sorted(out)
+    """Convolution classes among ``kernels`` narrower than every fitted Winograd entry that would price them
+    (:func:`class_entry` took the GEMM-family pool, or c = 1)."""
+    return sorted({f"{kernel_label(kern)}:{kern.dtype}:{kern.variant}" for kern in kernels
+                   if kern.cls == "conv" and _class_match(profile, kern)[2]})

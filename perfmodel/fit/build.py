@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import argparse
 import datetime as _dt
+import functools
 import re
 from pathlib import Path
 
@@ -249,9 +250,7 @@ def with_channel_ranges(profile: Profile) -> Profile:
     """``profile`` with the channel range (``fit.conv.channel_range``) recorded on each convolution class fitted
     on this project's H200 tables that lacks one, as bundled before ranges were kept (the datasheet-scaled and
     power-capped copies included: their source names the table); parameters unchanged."""
-    ranges = {}
-    for folder in (CALIBRATED_H200_TABLES, BUNDLED_H200_TABLES):
-        ranges[folder.name] = class_channel_ranges(read_compute_table(folder))
+    ranges = _h200_channel_ranges()
     compute = dict(profile.compute)
     for key, entry in profile.compute.items():
         if not key.startswith("conv.") or "channels" in entry or "depthwise" in key:
@@ -260,6 +259,12 @@ def with_channel_ranges(profile: Profile) -> Profile:
         if table is not None and key in ranges[table]:
             compute[key] = {"channels": ranges[table][key], **entry}
     return replace(profile, compute=compute)
+
+
+@functools.cache
+def _h200_channel_ranges() -> dict[str, dict]:
+    """The channel ranges of the classes of each H200 table, by the table folder's name (read once)."""
+    return {f.name: class_channel_ranges(read_compute_table(f)) for f in (CALIBRATED_H200_TABLES, BUNDLED_H200_TABLES)}
 
 
 def main(argv=None) -> None:

@@ -206,7 +206,7 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
     ``reference`` is the Profile whose GEMM and copy-bandwidth fits price t_ref (the same GPU's);
     None when it lacks them. ``key`` is a class key or a kind-level key of :func:`class_keys`.
     """
-    sub = rows[(rows.key == key) | (rows.kind_key == key) | (rows.gemm_only_key == key)]
+    sub = class_subset(rows, key)
     if len(sub) < MIN_POINTS or reference is None:
         return None
     kern = _row_kernel(sub)
@@ -232,7 +232,8 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
         best = min(plain, key=plain.get)  # the extra exponent only where its rows show a shortfall and CV drops
     params, cv = fits[best], scores[best]
     form = get_form(starts[best][0])
-    channels = {"channels": channel_range(sub)} if not bandwidth and lends_winograd(sub) else {}
+    winograd = None if bandwidth else channel_range(sub)
+    channels = {"channels": winograd} if winograd else {}
     return {**channels, "form": form.name, "params": {k: float(v) for k, v in params.items()}, "cv_mape": cv,
             "fit_mape": mape(form.evaluate(params, **{v: X[v] for v in form.variables}), y),
             "n_points": int(len(y)), "source": source,
@@ -242,19 +243,15 @@ def fit_class(rows: pd.DataFrame, key: str, reference, *, folds: int = 5, seed: 
             "classes": ", ".join(sorted(set(sub.key)) if key not in set(sub.key) else [key])}
 
 
-def lends_winograd(rows: pd.DataFrame) -> bool:
-    """Whether a convolution class's rows include shapes cuDNN may run by Winograd (3x3 or 5x5 at stride 1), so
-    that its c may hold a Winograd saving (``costs.cnn.class_entry`` lends it only as wide as measured)."""
-    return any(winograd_eligible(k, k, st) for k, st in zip(rows.kernel, rows.stride))
-
-
-def channel_range(rows: pd.DataFrame) -> dict:
+def channel_range(rows: pd.DataFrame) -> dict | None:
     """The narrowest Winograd shapes (3x3 or 5x5 at stride 1) a convolution class was fitted on: the fewest
     output channels (padded to 8, as its implicit GEMM has them) and the fewest input channels among rows of at
-    least ``STEM_CHANNELS`` (None when every such row is a stem). ``costs.cnn.within_channels`` lends the class
-    to no narrower kernel: a Winograd saving measured on 64 channels or more is not carried down to a CIFAR
-    network's 16 (docs/cnn.md)."""
+    least ``STEM_CHANNELS`` (None when every such row is a stem); None for a class with no such row, whose c
+    holds no Winograd saving. ``costs.cnn.within_channels`` lends the class to no narrower kernel: a Winograd
+    saving measured on 64 channels or more is not carried down to a CIFAR network's 16 (docs/cnn.md)."""
     rows = rows[[winograd_eligible(k, k, st) for k, st in zip(rows.kernel, rows.stride)]]
+    if not len(rows):
+        return None
     wide = rows.cin[rows.cin >= STEM_CHANNELS]
     cout = rows.cout.to_numpy(float)
     cout = np.where(rows.groups.to_numpy(float) == 1, np.ceil(cout / 8.0) * 8.0, cout)
@@ -279,12 +276,13 @@ def class_channel_ranges(table: pd.DataFrame) -> dict[str, dict]:
     """:func:`channel_range` of every convolution class ``table`` can fit (key -> range), without fitting."""
     rows = class_rows(table)
     conv = rows[rows.op == "conv2d"]
-    out = {}
-    for key in class_keys(rows):
-        sub = conv[(conv.key == key) | (conv.kind_key == key) | (conv.gemm_only_key == key)]
-        if len(sub) and "depthwise" not in key and lends_winograd(sub):
-            out[key] = channel_range(sub)
-    return out
+    ranges = {key: channel_range(class_subset(conv, key)) for key in class_keys(rows) if "depthwise" not in key}
+    return {key: r for key, r in ranges.items() if r}
+
+
+def class_subset(rows: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The rows of ``rows`` (:func:`class_rows`) one class key of :func:`class_keys` is fitted on."""
+    return rows[(rows.key == key) | (rows.kind_key == key) | (rows.gemm_only_key == key)]
 
 
 def fit_classes(table: pd.DataFrame, reference, *, folds: int = 5, seed: int = 0, source: str = "") -> dict:

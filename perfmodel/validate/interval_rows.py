@@ -224,14 +224,14 @@ def traced_scored_rows() -> list[Scored]:
                              model, c, strategy, 1.0 / float(r["steps_per_s"])))
     for r in pytorch_cifar.load_rows():  # an epoch's seconds, read as a step at the epoch's measured/predicted ratio
         model, c, strategy = pytorch_cifar.row_inputs(r)
-        ratio = float(r["epoch_s"]) / pytorch_cifar.predicted_epoch(r)
+        p = predict(model, c, strategy)
         found.append(_traced("pytorch cifar", r["source"], f"{r['setting']}|{r['model']}", model, c, strategy,
-                             ratio * predict(model, c, strategy).step_time))
+                             float(r["epoch_s"]) / pytorch_cifar.predicted_epoch(r, p) * p.step_time, p))
     return found
 
 
-def _traced(source: str, cited: str, group: str, model, c, s, measured: float) -> Scored:
-    p = predict(model, c, s)
+def _traced(source: str, cited: str, group: str, model, c, s, measured: float, p=None) -> Scored:
+    p = predict(model, c, s) if p is None else p
     prof = default_profile(c)
     share, host = iv.shares(p.step_time, p.breakdown)
     return Scored(source=source, group=group, label=group, kind=iv.profile_kind(prof),

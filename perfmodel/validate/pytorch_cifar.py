@@ -28,11 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.core.entry import run_command
-from perfmodel.hardware import cluster
-from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
 from perfmodel.validate import tf_cifar, tf_ps
-from perfmodel.workload.presets import preset
 
 PYTORCH_CIFAR_CSV = Path(__file__).resolve().parent.parent / "data" / "published_pytorch_cifar_runs.csv"
 COLUMNS = ("setting", "machine", "gpu", "model", "batch", "train_images", "eval_images", "epoch_s", "epochs",
@@ -61,14 +58,13 @@ def load_rows(path=PYTORCH_CIFAR_CSV) -> list[dict]:
 
 def row_inputs(r: dict) -> tuple:
     """(model, cluster, strategy) of one row, as a user would write them."""
-    s = Strategy(dp=1, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework="pytorch",
-                 memory_format="contiguous")
-    return preset(r["model"]), cluster(r["gpu"]), s
+    return tf_cifar.row_inputs(r, framework="pytorch")
 
 
-def predicted_epoch(r: dict) -> float:
-    """Seconds of one epoch: its training steps and its forward passes over the test images."""
-    p = predict(*row_inputs(r))
+def predicted_epoch(r: dict, p=None) -> float:
+    """Seconds of one epoch: its training steps and its forward passes over the test images (``p``: the row's
+    prediction, when already made)."""
+    p = predict(*row_inputs(r)) if p is None else p
     batch = int(r["batch"])
     return int(r["train_images"]) / batch * p.step_time + int(r["eval_images"]) / batch * p.breakdown["forward"]
 

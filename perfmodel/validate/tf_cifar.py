@@ -37,9 +37,9 @@ def load_rows(path=TF_CIFAR_CSV) -> list[dict]:
     return tf_ps.load_rows(path, "published_tf_cifar_runs", COLUMNS)
 
 
-def row_inputs(r: dict) -> tuple:
-    """(model, cluster, strategy) of one row, as a user would write them."""
-    s = Strategy(dp=1, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework="tensorflow",
+def row_inputs(r: dict, framework: str = "tensorflow") -> tuple:
+    """(model, cluster, strategy) of one row, as a user would write them (fp32, SGD, NCHW, one GPU)."""
+    s = Strategy(dp=1, micro_batch=int(r["batch"]), precision="fp32", optimizer="sgd", framework=framework,
                  memory_format="contiguous")
     return preset(r["model"]), cluster(r["gpu"]), s
 
