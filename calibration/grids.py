@@ -202,13 +202,22 @@ CNN_CONV_GPU = [
     (64, 3, 299, 32, 3, 2, 1), (64, 32, 149, 64, 3, 1, 1), (64, 192, 35, 64, 1, 1, 1), (64, 48, 35, 64, 5, 1, 1),
     (64, 64, 35, 96, 3, 1, 1), (64, 288, 35, 384, 3, 2, 1), (64, 768, 17, 192, 1, 1, 1),
     (64, 192, 17, 320, 3, 2, 1), (64, 1280, 8, 448, 1, 1, 1), (64, 128, 5, 768, 5, 1, 1),
+    # CIFAR ResNets at batch 128 (tensorflow/models resnet_cifar, T2T resnet_cifar_32, pre-activation
+    # ResNet-164): 16-64 channels on 32x32 to 8x8 maps, narrower than every row above past the stems,
+    # so that a Winograd class measured at 64+ channels is not the only evidence for them (docs/cnn.md)
+    (128, 3, 32, 16, 3, 1, 1), (128, 16, 32, 16, 3, 1, 1), (128, 16, 32, 32, 3, 2, 1), (128, 32, 16, 32, 3, 1, 1),
+    (128, 32, 16, 64, 3, 2, 1), (128, 64, 8, 64, 3, 1, 1), (128, 64, 32, 16, 1, 1, 1), (128, 16, 32, 64, 1, 1, 1),
+    (128, 128, 16, 32, 1, 1, 1), (128, 32, 16, 128, 1, 1, 1), (128, 256, 8, 64, 1, 1, 1),
+    (128, 64, 8, 256, 1, 1, 1), (128, 64, 32, 128, 1, 2, 1),
 ]
 CNN_CONV_CPU = [(2, 32, 28, 32, 3, 1, 1), (2, 32, 28, 64, 1, 2, 1), (2, 64, 14, 64, 3, 1, 32),
                 (2, 64, 28, 64, 3, 1, 64), (2, 64, 28, 64, 5, 2, 64), (4, 3, 56, 16, 7, 2, 1)]
 CNN_CONV_QUICK = [(1, 8, 8, 8, 3, 2, 1), (1, 8, 8, 8, 3, 1, 8)]  # one dense, one depthwise: the code paths only
 # (batch, channels, hw): activations the CNN layers run on
 CNN_LAYER_GPU = [(64, 64, 112), (64, 256, 56), (64, 512, 28), (64, 1024, 14), (64, 2048, 7), (64, 96, 112),
-                 (64, 144, 56), (64, 480, 14), (64, 1152, 7), (128, 256, 56), (64, 288, 35)]
+                 (64, 144, 56), (64, 480, 14), (64, 1152, 7), (128, 256, 56), (64, 288, 35),
+                 # CIFAR ResNets at batch 128: batch norm over few channels (cuDNN spreads it over channels)
+                 (128, 16, 32), (128, 32, 16), (128, 64, 8), (128, 64, 32), (128, 256, 8)]
 CNN_LAYER_CPU = [(2, 32, 28), (2, 64, 28), (4, 64, 14), (2, 128, 14)]
 CNN_LAYER_QUICK = [(2, 8, 8)]
 CNN_LAYERS = ("batchnorm", "relu", "silu", "sigmoid", "maxpool", "avgpool", "se_pool", "se_scale")

@@ -82,3 +82,20 @@ def test_every_depthwise_class_has_the_rows_of_its_own_fit():
                     rows = [c for c in convs if (c["dtype"], c["phase"], c["kernel"], c["stride"]) ==
                             (dtype, phase, kernel, stride)]
                     assert len(rows) >= MIN_POINTS, (dtype, phase, kernel, stride)
+
+
+def test_the_gpu_grid_measures_the_dense_3x3_class_down_to_a_cifar_networks_16_channels():
+    import pandas as pd
+
+    from perfmodel.fit.conv import channel_range, class_subset
+
+    req = grids.Request(device="cuda:0", dtypes=("fp32",), timings=("eager",))
+    convs = [c for c in grids.cnn_cases(req) if c["op"] == "conv2d"]
+    rows = class_rows(pd.DataFrame([{**c, "time_s": 1e-3, "bytes": float("nan")} for c in convs]))
+    # a profile fitted on this grid lends its 3x3 Winograd class to a CIFAR ResNet's 16-channel layers
+    # (costs.cnn.within_channels), instead of the GEMM-family pool a 64-channel minimum sends them to
+    for phase in ("fwd", "dgrad", "wgrad"):
+        assert channel_range(class_subset(rows, f"conv.dense-k3x3-s1:fp32:{phase}")) == \
+            {"cin_min": 16.0, "cout_min": 16.0}
+    layers = [c for c in grids.cnn_cases(req) if c["op"] == "batchnorm"]
+    assert min(c["cin"] for c in layers) == 16
