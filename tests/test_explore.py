@@ -522,3 +522,17 @@ def test_search_tries_the_mixed_precision_the_gpu_has():
     # asked for, bf16 on a V100 is still refused by name
     with pytest.raises(pm.UnsupportedError, match="drop \\['bf16-mixed'\\] from 'precision'"):
         pm.search("gpt2-small", pm.cluster("v100"), global_batch=64, precision="bf16-mixed")
+
+
+def test_the_command_line_takes_every_checkpointing_policy_and_fsdp_mode_the_api_does(tmp_path, capsys):
+    # compare's --recompute had three choices and predict's --fsdp two, where Strategy takes more
+    out = tmp_path / "rows.csv"
+    assert main(["compare", "--model", "llama-3-8b", "--gpu", "dgx-h100", "--micro-batch", "1", "--recompute",
+                 "selective-op", "--strategies", "framework=torchtitan,fsdp=full", "--out", str(out)]) == 0
+    assert pd.read_csv(out)["recompute"].tolist() == ["selective-op"]
+    assert main(["compare", "--model", "llama-3-8b", "--gpu", "dgx-h100", "--micro-batch", "1", "--recompute",
+                 "selective-op", "--strategies", "framework=megatron,tp=8"]) != 0
+    assert "stacks that take it: torchtitan" in capsys.readouterr().err
+    assert main(["predict", "--model", "llama-2-7b", "--gpu", "dgx-a100-80gb", "--framework", "fsdp1", "--fsdp",
+                 "shard-grad-op", "--micro-batch", "2"]) == 0
+    assert "fsdp=shard-grad-op" in capsys.readouterr().out

@@ -86,7 +86,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro-batch", type=POSITIVE_INT, default=8)
     p.add_argument("--global-batch", type=POSITIVE_INT, default=None)
     p.add_argument("--zero", type=int, default=0, choices=range(4))
-    p.add_argument("--fsdp", default=None, choices=["full", "hybrid"])
+    p.add_argument("--fsdp", default=None, choices=["full", "hybrid", "shard-grad-op"])
     p.add_argument("--recompute", default=None,
                    help="none, selective, full, selective-op (torchtitan) or every-<k>; default: the framework's")
     p.add_argument("--precision", default="bf16-mixed")

@@ -213,7 +213,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--global-batch", type=POSITIVE_INT, default=None, help="global batch for strategies that do not set one")
     p.add_argument("--micro-batch", type=POSITIVE_INT, default=None, help="micro-batch for strategies that do not set one")
     p.add_argument("--precision", default=None)
-    p.add_argument("--recompute", default=None, choices=["none", "selective", "full"])
+    p.add_argument("--recompute", default=None, help="checkpointing for strategies that do not set one: none, "
+                   "selective, full, selective-op (torchtitan) or every-<k>")
     _common(p)
     p.add_argument("--plot", default=None, help="draw throughput, time and memory: FILE.png, .svg or .pdf")
     p.set_defaults(func=cmd_compare)
