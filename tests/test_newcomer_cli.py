@@ -47,8 +47,19 @@ def test_predict_output_names_interval_profile_origin_and_loss(capsys):
     # the optimizer line names the states of the optimizer priced, not AdamW's
     assert main(["predict", "--model", "resnet20-cifar-tf", "--gpu", "k80", "--framework", "tensorflow",
                  "--precision", "fp32", "--micro-batch", "128", "--optimizer", "sgd"]) == 0
-    assert re.search(r"^  optimizer .*optimizer states \(SGD: an fp32 momentum buffer\)$", capsys.readouterr().out,
-                     re.M)
+    out = capsys.readouterr().out
+    assert re.search(r"^  optimizer .*optimizer states \(SGD: an fp32 momentum buffer\)$", out, re.M)
+    # a CNN has no tokens: its rate is samples alone, not a tokens/s line equal to it
+    assert re.search(r"^samples/s  ", out, re.M) and not re.search(r"^tokens/s", out, re.M)
+    # the parameter-server fields the API takes, from the command line too
+    assert main(["predict", "--model", "resnet-cifar32", "--gpu", "k80", "--nodes", "4", "--gpus-per-node", "1",
+                 "--framework", "tensorflow", "--precision", "fp32", "--micro-batch", "128", "--ps-servers", "2",
+                 "--ps-async", "--ps-placement", "round-robin"]) == 0
+    assert "ps_async=True ps_placement=round-robin" in capsys.readouterr().out
+    assert main(["predict", "--model", "resnet-cifar32", "--gpu", "k80", "--nodes", "4", "--gpus-per-node", "1",
+                 "--framework", "tensorflow", "--precision", "fp32", "--micro-batch", "128", "--ps-servers", "2",
+                 "--ps-local-reduce"]) == 0
+    assert "ps_local_reduce=True" in capsys.readouterr().out
     # a datasheet-derived profile says so
     assert main(["predict", "--model", "gpt2-small", "--gpu", "h100", "--micro-batch", "8"]) == 0
     assert re.search(r"^profile +h100-sxm5-80gb \(datasheet: h200-sxm-141gb's fits scaled", capsys.readouterr().out,

@@ -29,7 +29,7 @@ from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
 from perfmodel.fit.nccl_tests import import_logs
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.hardware import cluster, load_gpu
-from perfmodel.parallel.strategy import SCHEDULES, TP_COMM_OVERLAPS, Strategy, parse_stage_layers
+from perfmodel.parallel.strategy import PS_PLACEMENTS, SCHEDULES, TP_COMM_OVERLAPS, Strategy, parse_stage_layers
 from perfmodel.predict import predict
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.report.fit_plots import write_residual_plots
@@ -97,6 +97,10 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ps-servers", type=NONNEGATIVE_INT, default=0)
     p.add_argument("--ps-async", action="store_true",
                    help="asynchronous parameter servers: workers push and pull without waiting (docs/parameter-servers.md)")
+    p.add_argument("--ps-placement", default=None, choices=list(PS_PLACEMENTS), help="variables over the servers: "
+                   "greedy by bytes or round-robin (default: the framework's)")
+    p.add_argument("--ps-local-reduce", action="store_true", help="synchronous ps: a machine sums its GPUs' gradients "
+                   "and pushes once (tf_cnn_benchmarks distributed_replicated)")
     p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=None,
                    help="gradient bucket size in MiB (default: the framework's; 25 as torch's bucket_cap_mb, "
                         "Megatron-Core max(4e7, 1e6 x dp) fp32 elements)")
@@ -177,6 +181,7 @@ def strategy_from_args(args, n_gpus: int):
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
                     dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False),
+                    ps_placement=getattr(args, "ps_placement", None), ps_local_reduce=getattr(args, "ps_local_reduce", False),
                     offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None),
                     grad_reduce_fp32=GRAD_REDUCE[getattr(args, "grad_reduce", None)],
                     optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False),

@@ -67,7 +67,8 @@ def prediction_table(p) -> str:
         "",
         f"step time        {format_seconds(p.step_time)}   (interval {format_seconds(p.interval[0])} – {format_seconds(p.interval[1])}, "
         f"{p.interval_level:.0%}, {p.interval_regime}) — {p.interval_kind}",
-        f"tokens/s         {p.tokens_per_second:,.0f}",
+        # a model without a sequence (a CNN) has no tokens: its rate is samples (images) alone, as repr() says
+        *([f"tokens/s         {p.tokens_per_second:,.0f}"] if p.tokens_per_second != p.samples_per_second else []),
         f"samples/s        {p.samples_per_second:,.2f}",
         f"TFLOP/s per GPU  {p.tflops_per_gpu:.1f}   (executed FLOPs, recomputation included)",
         f"MFU              {p.mfu:.1%}   (model FLOPs over peak: recomputation not counted)",
