@@ -20,7 +20,7 @@ from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, Stage, in_flig
                                         slowed)
 from perfmodel.parallel.wire import WireBytes
 from perfmodel.workload.stacks import gradient_reduce_bytes, stack
-from perfmodel.workload.stacks.float8 import fp8_gathered
+from perfmodel.workload.stacks.float8 import fp8_gathered, gather_bytes_per_param
 
 DS_PREFETCH_BUCKET = 5e7  # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size default (elements per all-gather)
 # DeepSpeed ZeRO-3 gathers each parameter of a Megatron-LM block above stage3_param_persistence_threshold
@@ -428,12 +428,12 @@ def _stage_exposed(coll, lay, c: StepConfig, work: DataParallelWork, st: Stage, 
              "head": (pick(st.head, 1.0, 0.0), p.head / c.tp, t.head_f, t.head_b)}
     slow = work.overlap_slowdown
     shard = by_sharding(c, (lambda cc: ddp_exposed(coll, lay, cc, params, window, nb, buckets, slowdown=slow),
-                            lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, nb.param, slow,
-                                                   forward_s=forward, index=st.index),
+                            lambda cc: zero12_time(coll, lay, cc, params, window, nb.grad, gather_bytes_per_param(
+                                nb.param, params, st.layers * p.gemm_layer / cc.tp, cc.fp8_params, cc.framework), slow,
+                                forward_s=forward, index=st.index),
                             lambda cc: zero3_time(coll, lay, cc, units, nb.activation, st.embed, slow,
                                                   fp8_gathered=fp8_gathered(cc.fp8_params, cc.framework, p.gemm_layer / cc.tp))
-                            + fsdp2_copy_passes(buckets.copy_s, params, cc)),
-                        (window, forward))
+                            + fsdp2_copy_passes(buckets.copy_s, params, cc)), (window, forward))
     if np.ndim(c.ps_servers) == 0 and not c.ps_servers > 0:  # no parameter server: its branch not priced
         shapes = [np.shape(x) for x in (shard, c.dp, c.bucket_bytes, params, backward, *links.values())]
         shape = np.broadcast_shapes(*shapes) if any(shapes) else ()  # all one number: ()

@@ -118,3 +118,14 @@ def fp8_gathered(fp8_params, framework: str, gemm_params):
     """A block's parameters FSDP2 all-gathers in fp8: its linears' weights under torchao's float8 all-gather
     (``Strategy.fp8_params`` with an FSDP2 stack, precision fp8-mixed: checked there), else none."""
     return gemm_params if fp8_params and stack(framework).sharding == "fsdp2" else 0.0
+
+
+def gather_bytes_per_param(param_bytes, params, gemm_params, fp8_params: bool, framework: str):
+    """Bytes per parameter a distributed optimizer's all-gather moves: under a Megatron-code stack with
+    ``fp8_params`` its GEMM weights (``gemm_params`` of ``params``) at one byte, as Megatron-Core's
+    ``--fp8-param-gather`` ("perform the param all-gather in fp8") and NeMo's ``distributed_adam.py`` (fp8
+    buckets sync as ``torch.uint8``) move them; norms, biases and embeddings at ``param_bytes``."""
+    if not (fp8_params and stack(framework).grad_buffer):
+        return param_bytes
+    share = np.minimum(np.divide(gemm_params, np.maximum(params, 1e-300)), 1.0)
+    return param_bytes - share * (param_bytes - 1.0)
