@@ -1,0 +1,77 @@
+"""Step times of NVIDIA's MLPerf Training GPT-3 175B submissions, read from their public result logs.
+
+    python -m tools.mlperf_gpt3 CLONE_OF_training_results_v3.1 CLONE_OF_training_results_v4.0
+
+(clones of github.com/mlcommons/training_results_v3.1 and _v4.0). Each ``result_<n>.txt`` logs MLPerf's
+``block_start`` / ``block_stop`` events around the training between two evaluations, with the block's size in
+tokens (``epoch_count``) and the run's ``global_batch_size`` and ``max_sequence_length``: a block is
+epoch_count / (global batch x sequence) optimizer steps, its step time the block's wall time over that. The
+printed step is the median over every block of every run of a system (the evaluations are outside the blocks).
+The rows of ``perfmodel/data/published_check_runs.csv`` named ``mlperf-*`` carry these medians.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+
+# (row name, training_results version, result folder) as published_check_runs.csv names them
+SYSTEMS = [("mlperf-v3.1-gpt3-768", "v3.1", "eos_n96_ngc23.09_nemo"),
+           ("mlperf-v3.1-gpt3-4096", "v3.1", "eos-dfw_n512_ngc23.09_nemo"),
+           ("mlperf-v3.1-gpt3-6144", "v3.1", "eos-dfw_n768_ngc23.09_nemo"),
+           ("mlperf-v3.1-gpt3-8192", "v3.1", "eos-dfw_n1024_ngc23.09_nemo"),
+           ("mlperf-v3.1-gpt3-10240", "v3.1", "eos-dfw_n1280_ngc23.09_nemo"),
+           ("mlperf-v3.1-gpt3-10752", "v3.1", "eos-dfw_n1344_ngc23.09_nemo"),
+           ("mlperf-v4.0-gpt3-512", "v4.0", "eos_n64_ngc24.04_nemo"),
+           ("mlperf-v4.0-gpt3-10752", "v4.0", "eos-dfw_n1344_ngc24.04_nemo"),
+           ("mlperf-v4.0-gpt3-11616", "v4.0", "eos-dfw_n1452_ngc24.04_nemo")]
+
+
+def _git(repo: str, *args: str) -> str:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout
+
+
+def block_steps(log: str) -> tuple[list[float], dict]:
+    """(seconds per step of each training block, the run's batch keys) of one MLPerf result log."""
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.splitlines() if ":::MLLOG " in line]
+    keys = {e["key"]: e["value"] for e in events
+            if e["key"] in ("global_batch_size", "max_sequence_length", "gradient_accumulation_steps")}
+    tokens_per_step = keys["global_batch_size"] * keys["max_sequence_length"]
+    steps, start = [], None
+    for e in events:
+        if e["key"] == "block_start":
+            start = e
+        elif e["key"] == "block_stop" and start is not None:
+            n = e["metadata"]["epoch_count"] / tokens_per_step
+            steps.append((e["time_ms"] - start["time_ms"]) / 1000.0 / n)
+            start = None
+    return steps, keys
+
+
+def system_step(repo: str, folder: str) -> tuple[float, int, dict]:
+    """(median step seconds, blocks, batch keys) over the result logs of one system's GPT-3 submission."""
+    names = _git(repo, "ls-tree", "--name-only", "HEAD", f"NVIDIA/results/{folder}/gpt3/").split()
+    steps, keys = [], {}
+    for name in sorted(n for n in names if re.search(r"result_\d+\.txt$", n)):
+        these, keys = block_steps(_git(repo, "show", f"HEAD:{name}"))
+        steps += these
+    return statistics.median(steps), len(steps), keys
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    repos = dict(zip(("v3.1", "v4.0"), args))
+    for row, version, folder in SYSTEMS:
+        step, blocks, keys = system_step(repos[version], folder)
+        print(f"{row}: {step:.4f} s per step over {blocks} blocks ({folder}; {keys})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
