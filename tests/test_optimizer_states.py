@@ -55,7 +55,10 @@ def test_fp8_parameters_drop_the_bf16_copy_of_each_layer_gemm_weight():
     # 4 layers x 12,582,912 GEMM weights x 2 bytes of bf16: 100,663,296 bytes fewer; TE's fp8 bytes stay
     assert te_cache.memory["weights"] - fp8_params.memory["weights"] == pytest.approx(2 * 4 * GEMM_LAYER, rel=1e-12)
     assert fp8_params.memory["fp8_weights"] == te_cache.memory["fp8_weights"] == pytest.approx(2 * 4 * GEMM_LAYER)
-    assert fp8_params.step_time == pytest.approx(te_cache.step_time, rel=1e-12)
+    # the compute is the same; only the distributed optimizer's gather is shorter (one byte per GEMM weight)
+    same = {k: v for k, v in te_cache.breakdown.items() if k != "dp_comm"}
+    assert {k: fp8_params.breakdown[k] for k in same} == pytest.approx(same, rel=1e-12)
+    assert fp8_params.breakdown["dp_comm"] < te_cache.breakdown["dp_comm"]
 
 
 def test_options_that_do_not_apply_are_refused_by_name():
