@@ -32,7 +32,7 @@ def test_an_epoch_is_its_training_steps_and_one_pass_over_the_test_images(scored
     r = next(r for r in pytorch_cifar.load_rows() if r["setting"] == "dawn-p100")
     p = pm.predict(*pytorch_cifar.row_inputs(r))
     expected = 50_000 / 128 * p.step_time + 10_000 / 128 * p.breakdown["forward"]
-    assert scored[("dawn-p100", r["model"])].predicted_s == pytest.approx(expected, rel=1e-12)
+    assert scored[("dawn-p100", r["model"])].predicted == pytest.approx(expected, rel=1e-12)
     assert 0 < p.breakdown["forward"] < p.step_time / 2
 
 
@@ -47,4 +47,4 @@ def test_narrow_convolutions_keep_the_cifar_rows_near_their_measurements(scored)
         for pt, t in (("preact-resnet164-cifar", "resnet164-cifar-tf"),
                       ("preact-resnet164-basic-cifar", "resnet164-basic-cifar-tf")):
             tf_step, pt_train_share = 1 / tf[(setting, t)].measured, 391 / (391 + 79 / 3)
-            assert 0.75 < scored[(setting, pt)].measured_s / 391 * pt_train_share / tf_step < 1.05
+            assert 0.75 < scored[(setting, pt)].measured / 391 * pt_train_share / tf_step < 1.05

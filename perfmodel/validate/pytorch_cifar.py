@@ -42,13 +42,13 @@ class EpochRow:
 
     setting: str
     model: str
-    measured_s: float
-    predicted_s: float
+    measured: float  # seconds per epoch
+    predicted: float
 
     @property
     def error(self) -> float:
         """Predicted / measured epochs per second − 1 (+: predicted too fast)."""
-        return self.measured_s / self.predicted_s - 1.0
+        return self.measured / self.predicted - 1.0
 
 
 def load_rows(path=PYTORCH_CIFAR_CSV) -> list[dict]:
@@ -77,11 +77,7 @@ def score(rows=None) -> list[EpochRow]:
 
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    scored = score()
-    print(f"{'setting':<10} {'model':<30} {'measured':>9} {'predicted':>9} {'error':>8}   (s per epoch, batch 128)")
-    for r in scored:
-        print(f"{r.setting:<10} {r.model:<30} {r.measured_s:9.1f} {r.predicted_s:9.1f} {r.error:+8.1%}")
-    tf_cifar.print_summary(scored)
+    tf_cifar.print_report(score(), "s per epoch", digits=1, width=30)
     return 0
 
 

@@ -65,16 +65,16 @@ def summary(scored: list) -> dict[str, tuple[float, float, int]]:
 
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    scored = score()
-    print(f"{'setting':<10} {'model':<26} {'measured':>9} {'predicted':>9} {'error':>8}   (steps/s, batch 128)")
-    for r in scored:
-        print(f"{r.setting:<10} {r.model:<26} {r.measured:9.3f} {r.predicted:9.3f} {r.error:+8.1%}")
-    print_summary(scored)
+    print_report(score(), "steps/s", digits=3, width=26)
     return 0
 
 
-def print_summary(scored: list) -> None:
-    """The :func:`summary` table, one line per group."""
+def print_report(scored: list, unit: str, *, digits: int, width: int) -> None:
+    """Each scored row (``setting``, ``model``, ``measured``, ``predicted``, ``error``; values in ``unit``), then
+    the :func:`summary` table, one line per group (this check's and ``pytorch_cifar``'s report)."""
+    print(f"{'setting':<10} {'model':<{width}} {'measured':>9} {'predicted':>9} {'error':>8}   ({unit}, batch 128)")
+    for r in scored:
+        print(f"{r.setting:<10} {r.model:<{width}} {r.measured:9.{digits}f} {r.predicted:9.{digits}f} {r.error:+8.1%}")
     print("\nmedian |error|, median error (rows)")
     for k, (a, m, n) in summary(scored).items():
         print(f"  {k:<20} {a:7.1%} {m:+7.1%}  ({n})")
