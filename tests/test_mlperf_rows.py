@@ -6,6 +6,8 @@ import numpy as np
 
 from perfmodel.validate.published import read_published_checks
 from tools.mlperf_gpt3 import SYSTEMS, block_steps
+from tools.mlperf_llama31 import SYSTEMS as LLAMA_SYSTEMS
+from tools.mlperf_llama31 import logged_steps as llama_steps
 
 
 def test_an_mlperf_block_gives_its_wall_time_over_its_steps():
@@ -22,10 +24,33 @@ def test_an_mlperf_block_gives_its_wall_time_over_its_steps():
     assert keys == {"global_batch_size": 4, "max_sequence_length": 8}
 
 
-
 def test_every_mlperf_system_is_a_check_row_priced_with_its_configuration():
-    rows = {c.label: c for c in read_published_checks() if c.label.startswith("mlperf-")}
+    rows = {c.label: c for c in read_published_checks() if c.label.startswith("mlperf-") and "gpt3" in c.label}
     assert set(rows) == {name for name, _, _ in SYSTEMS}
     v4 = rows["mlperf-v4.0-gpt3-10752"]
     assert (v4.strategy.tp, v4.strategy.pp, v4.strategy.virtual_stages, v4.strategy.micro_batch) == (4, 6, 8, 1)
     assert v4.strategy.fp8_params and v4.strategy.dp * 24 == 10752 and v4.measured == 0.9207
+
+
+def test_an_mlperf_llama_log_gives_each_logged_training_step():
+    log = "\n".join([
+        ':::MLLOG {"key": "global_batch_size", "value": 1152, "time_ms": 0, "metadata": {}}',
+        ':::MLLOG {"key": "tracked_stats", "value": {"train_step_time": 14.2, "reduced_train_loss": 7.7}, '
+        '"time_ms": 1, "metadata": {"step": 1152.0}}',
+        ':::MLLOG {"key": "tracked_stats", "value": {"validation_step_time": 4.9}, "time_ms": 2, "metadata": {}}',
+        ':::MLLOG {"key": "tracked_stats", "value": {"throughput": 81.0, "train_step_time": 14.22}, '
+        '"time_ms": 3, "metadata": {"step": 0}}',  # a block's summary: a mean, not a step
+        ':::MLLOG {"key": "tracked_stats", "value": {"train_step_time": 16.0, "reduced_train_loss": 7.6}, '
+        '"time_ms": 4, "metadata": {"step": 2304.0}}'])
+    steps, keys = llama_steps(log)
+    assert steps == [14.2, 16.0] and keys == {"global_batch_size": 1152}
+
+
+def test_every_mlperf_llama_system_is_a_check_row_priced_with_its_configuration():
+    rows = {c.label: c for c in read_published_checks() if c.label.startswith("mlperf-v5.0-llama31")}
+    assert set(rows) == {name for name, _ in LLAMA_SYSTEMS}
+    r = rows["mlperf-v5.0-llama31-405b-2432"]
+    s = r.strategy
+    assert (s.tp, s.pp, s.virtual_stages, s.cp, s.micro_batch, s.dp) == (8, 8, 8, 2, 1, 19)
+    assert s.global_batch == 1216 and s.fp8_params and s.stage_layers[0] == s.stage_layers[-1] == 15
+    assert r.model.layers == 126 and r.measured == 12.7273

@@ -51,12 +51,17 @@ def block_steps(log: str) -> tuple[list[float], dict]:
     return steps, keys
 
 
+def result_logs(repo: str, folder: str, benchmark: str = "gpt3") -> list[str]:
+    """The text of every ``result_<n>.txt`` of one system's submission to ``benchmark``, in run order."""
+    names = _git(repo, "ls-tree", "--name-only", "HEAD", f"NVIDIA/results/{folder}/{benchmark}/").split()
+    return [_git(repo, "show", f"HEAD:{name}") for name in sorted(n for n in names if re.search(r"result_\d+\.txt$", n))]
+
+
 def system_step(repo: str, folder: str) -> tuple[float, int, dict]:
     """(median step seconds, blocks, batch keys) over the result logs of one system's GPT-3 submission."""
-    names = _git(repo, "ls-tree", "--name-only", "HEAD", f"NVIDIA/results/{folder}/gpt3/").split()
     steps, keys = [], {}
-    for name in sorted(n for n in names if re.search(r"result_\d+\.txt$", n)):
-        these, keys = block_steps(_git(repo, "show", f"HEAD:{name}"))
+    for log in result_logs(repo, folder):
+        these, keys = block_steps(log)
         steps += these
     return statistics.median(steps), len(steps), keys
 

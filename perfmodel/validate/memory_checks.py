@@ -3,8 +3,8 @@
 Run: ``python -m perfmodel.validate.memory_checks`` (prints every row, then the summary).
 
 Four sources, none fitted to: ``data/memory_checks.csv`` (runs a source reports as having run or
-run out of memory), the Llama 3 405B rows of ``published_runs.csv`` (they ran), the DGX Cloud rows of
-``published_check_runs.csv`` (they ran) and the TorchTitan paper's max-reserved readings in
+run out of memory), the Llama 3 405B rows of ``published_runs.csv`` (they ran), the DGX Cloud and MLPerf rows
+of ``published_check_runs.csv`` (they ran) and the TorchTitan paper's max-reserved readings in
 ``published_stack_runs.csv``. Each is scored twice: with the
 allocator per stack (``costs/stack_memory.py``) and with the flat rule it replaced
 (allocated x 1.05 + 0.5 GiB for every stack), so the change shows row by row (docs/memory.md).
@@ -31,6 +31,7 @@ from perfmodel.workload.presets import preset
 CHECKS_CSV = Path(__file__).resolve().parent.parent / "data" / "memory_checks.csv"
 LLAMA3 = "llama3-405B"  # the Llama 3 405B rows of published_runs.csv
 DGX_CLOUD = "dgxc-"  # the check rows of NVIDIA's DGX Cloud recipes (published_check_runs.csv)
+MLPERF = "mlperf-"  # the check rows of NVIDIA's MLPerf Training submissions (published_check_runs.csv)
 GIB = 2**30
 
 
@@ -92,9 +93,9 @@ def _csv_checks(path) -> list[MemoryCheck]:
 def score(path: str | Path = CHECKS_CSV) -> list[MemoryCheck]:
     """Every published memory outcome scored (see the module docstring)."""
     checks = _csv_checks(path)
-    # runs that trained: Llama Team 2024, Table 4; NVIDIA's DGX Cloud recipes on 80 GB H100s
+    # runs that trained: Llama Team 2024, Table 4; NVIDIA's DGX Cloud recipes and MLPerf runs on 80 GB H100s
     ran = [c for c in read_published() if c.label.startswith(LLAMA3)]
-    ran += [c for c in read_published_checks() if c.label.startswith(DGX_CLOUD)]
+    ran += [c for c in read_published_checks() if c.label.startswith((DGX_CLOUD, MLPERF))]
     for case in ran:
         checks.append(_scored(case.label, "ran", None, predict(case.model, case.cluster, case.strategy), case.source))
     for case in (c for c in read_published_stacks() if "reserved_memory_bytes" in c.extra):
