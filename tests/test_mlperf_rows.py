@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 
 from perfmodel.validate.published import read_published_checks
-from tools.mlperf_gpt3 import SYSTEMS, block_steps
+from tools.mlperf_gpt3 import SYSTEMS, block_steps, result_logs
 from tools.mlperf_llama31 import SYSTEMS as LLAMA_SYSTEMS
 from tools.mlperf_llama31 import logged_steps as llama_steps
 
@@ -54,3 +56,16 @@ def test_every_mlperf_llama_system_is_a_check_row_priced_with_its_configuration(
     assert (s.tp, s.pp, s.virtual_stages, s.cp, s.micro_batch, s.dp) == (8, 8, 8, 2, 1, 19)
     assert s.global_batch == 1216 and s.fp8_params and s.stage_layers[0] == s.stage_layers[-1] == 15
     assert r.model.layers == 126 and r.measured == 12.7273
+
+
+def test_result_logs_are_nvidias_unless_the_folder_names_its_submitter(tmp_path):
+    for path, text in (("NVIDIA/results/eos/gpt3/result_1.txt", "b"), ("NVIDIA/results/eos/gpt3/result_0.txt", "a"),
+                       ("Oracle/results/oci/gpt3/result_0.txt", "c"), ("Oracle/results/oci/gpt3/scaling.json", "{}")):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "logs"], check=True)
+    assert result_logs(str(tmp_path), "eos") == ["a", "b"]
+    assert result_logs(str(tmp_path), "Oracle/oci") == ["c"]

@@ -1,8 +1,8 @@
-"""Step times of NVIDIA's MLPerf Training GPT-3 175B submissions, read from their public result logs.
+"""Step times of the MLPerf Training GPT-3 175B submissions on H100 (NVIDIA's, Azure's, Oracle's), read from their public logs.
 
-    python -m tools.mlperf_gpt3 CLONE_OF_training_results_v3.1 CLONE_OF_training_results_v4.0
+    python -m tools.mlperf_gpt3 CLONE_OF_training_results_v3.1 CLONE_OF_training_results_v4.0 CLONE_OF_..._v4.1
 
-(clones of github.com/mlcommons/training_results_v3.1 and _v4.0). Each ``result_<n>.txt`` logs MLPerf's
+(clones of github.com/mlcommons/training_results_v3.1, _v4.0 and _v4.1). Each ``result_<n>.txt`` logs MLPerf's
 ``block_start`` / ``block_stop`` events around the training between two evaluations, with the block's size in
 tokens (``epoch_count``) and the run's ``global_batch_size`` and ``max_sequence_length``: a block is
 epoch_count / (global batch x sequence) optimizer steps, its step time the block's wall time over that. The
@@ -18,16 +18,23 @@ import statistics
 import subprocess
 import sys
 
-# (row name, training_results version, result folder) as published_check_runs.csv names them
-SYSTEMS = [("mlperf-v3.1-gpt3-768", "v3.1", "eos_n96_ngc23.09_nemo"),
+# (row name, training_results version, result folder) as published_check_runs.csv names them; a folder is
+# NVIDIA's unless it names its submitter ("Azure+NVIDIA/...")
+SYSTEMS = [("mlperf-v3.1-gpt3-512", "v3.1", "eos_n64_ngc23.09_nemo"),
+           ("mlperf-v3.1-gpt3-768", "v3.1", "eos_n96_ngc23.09_nemo"),
            ("mlperf-v3.1-gpt3-4096", "v3.1", "eos-dfw_n512_ngc23.09_nemo"),
            ("mlperf-v3.1-gpt3-6144", "v3.1", "eos-dfw_n768_ngc23.09_nemo"),
            ("mlperf-v3.1-gpt3-8192", "v3.1", "eos-dfw_n1024_ngc23.09_nemo"),
            ("mlperf-v3.1-gpt3-10240", "v3.1", "eos-dfw_n1280_ngc23.09_nemo"),
            ("mlperf-v3.1-gpt3-10752", "v3.1", "eos-dfw_n1344_ngc23.09_nemo"),
+           ("mlperf-v3.1-gpt3-10752-azure", "v3.1", "Azure+NVIDIA/ND_H100_v5_n1344_pytorch"),
            ("mlperf-v4.0-gpt3-512", "v4.0", "eos_n64_ngc24.04_nemo"),
            ("mlperf-v4.0-gpt3-10752", "v4.0", "eos-dfw_n1344_ngc24.04_nemo"),
-           ("mlperf-v4.0-gpt3-11616", "v4.0", "eos-dfw_n1452_ngc24.04_nemo")]
+           ("mlperf-v4.0-gpt3-11616", "v4.0", "eos-dfw_n1452_ngc24.04_nemo"),
+           ("mlperf-v4.1-gpt3-256", "v4.1", "eos_n32_ngc24.09_nemo"),
+           ("mlperf-v4.1-gpt3-512", "v4.1", "eos_n64_ngc24.09_nemo"),
+           ("mlperf-v4.1-gpt3-1536-oci", "v4.1", "Oracle/1536xBM.GPU.H100.8"),
+           ("mlperf-v4.1-gpt3-3072-oci", "v4.1", "Oracle/3072xBM.GPU.H100.8")]
 
 
 def _git(repo: str, *args: str) -> str:
@@ -53,7 +60,8 @@ def block_steps(log: str) -> tuple[list[float], dict]:
 
 def result_logs(repo: str, folder: str, benchmark: str = "gpt3") -> list[str]:
     """The text of every ``result_<n>.txt`` of one system's submission to ``benchmark``, in run order."""
-    names = _git(repo, "ls-tree", "--name-only", "HEAD", f"NVIDIA/results/{folder}/{benchmark}/").split()
+    org, _, folder = folder.rpartition("/")
+    names = _git(repo, "ls-tree", "--name-only", "HEAD", f"{org or 'NVIDIA'}/results/{folder}/{benchmark}/").split()
     return [_git(repo, "show", f"HEAD:{name}") for name in sorted(n for n in names if re.search(r"result_\d+\.txt$", n))]
 
 
@@ -68,10 +76,10 @@ def system_step(repo: str, folder: str) -> tuple[float, int, dict]:
 
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
+    if len(args) != 3:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    repos = dict(zip(("v3.1", "v4.0"), args))
+    repos = dict(zip(("v3.1", "v4.0", "v4.1"), args))
     for row, version, folder in SYSTEMS:
         step, blocks, keys = system_step(repos[version], folder)
         print(f"{row}: {step:.4f} s per step over {blocks} blocks ({folder}; {keys})")
