@@ -1,4 +1,4 @@
-"""Step times of the MLPerf Training GPT-3 175B submissions on H100 (NVIDIA's, Azure's, Oracle's), read from their public logs.
+"""Step times of MLPerf Training GPT-3 175B submissions on H100 (NVIDIA, Azure, Oracle), read from their logs.
 
     python -m tools.mlperf_gpt3 CLONE_OF_training_results_v3.1 CLONE_OF_training_results_v4.0 CLONE_OF_..._v4.1
 
@@ -62,7 +62,8 @@ def result_logs(repo: str, folder: str, benchmark: str = "gpt3") -> list[str]:
     """The text of every ``result_<n>.txt`` of one system's submission to ``benchmark``, in run order."""
     org, _, folder = folder.rpartition("/")
     names = _git(repo, "ls-tree", "--name-only", "HEAD", f"{org or 'NVIDIA'}/results/{folder}/{benchmark}/").split()
-    return [_git(repo, "show", f"HEAD:{name}") for name in sorted(n for n in names if re.search(r"result_\d+\.txt$", n))]
+    logs = sorted(n for n in names if re.search(r"result_\d+\.txt$", n))
+    return [_git(repo, "show", f"HEAD:{name}") for name in logs]
 
 
 def system_step(repo: str, folder: str) -> tuple[float, int, dict]:
