@@ -12,11 +12,13 @@ The rows of ``perfmodel/data/published_check_runs.csv`` named ``mlperf-*`` carry
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
 import subprocess
-import sys
+
+from perfmodel.core.entry import run_command
 
 # (row name, training_results version, result folder) as published_check_runs.csv names them; a folder is
 # NVIDIA's unless it names its submitter ("Azure+NVIDIA/...")
@@ -75,17 +77,23 @@ def system_step(repo: str, folder: str) -> tuple[float, int, dict]:
     return statistics.median(steps), len(steps), keys
 
 
+def clone(path: str) -> str:
+    """``path`` if it is a git clone (the argument type of the commands), else an error naming it."""
+    if subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        raise argparse.ArgumentTypeError(f"{path!r} is not a clone of an mlcommons training_results repository")
+    return path
+
+
 def main(argv=None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
-    repos = dict(zip(("v3.1", "v4.0", "v4.1"), args))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for version in ("v3.1", "v4.0", "v4.1"):
+        parser.add_argument(f"training_results_{version}", type=clone, help=f"a clone of training_results_{version}")
+    args = vars(parser.parse_args(argv))
     for row, version, folder in SYSTEMS:
-        step, blocks, keys = system_step(repos[version], folder)
+        step, blocks, keys = system_step(args[f"training_results_{version}"], folder)
         print(f"{row}: {step:.4f} s per step over {blocks} blocks ({folder}; {keys})")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_command(main))

@@ -11,11 +11,12 @@ logged training step of the system's runs, with the run's batch keys. The rows o
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 
-from tools.mlperf_gpt3 import result_logs
+from perfmodel.core.entry import run_command
+from tools.mlperf_gpt3 import clone, result_logs
 
 # (row name, result folder) as published_check_runs.csv names them: Eos DGX H100, NeMo 25.01
 SYSTEMS = [("mlperf-v5.0-llama31-405b-512", "eos-dfw_n64_ngc25.01_nemo"),
@@ -46,15 +47,14 @@ def system_step(repo: str, folder: str) -> tuple[float, int, dict]:
 
 
 def main(argv=None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("training_results_v5_0", type=clone, help="a clone of training_results_v5.0")
+    repo = parser.parse_args(argv).training_results_v5_0
     for row, folder in SYSTEMS:
-        step, n, keys = system_step(args[0], folder)
+        step, n, keys = system_step(repo, folder)
         print(f"{row}: {step:.4f} s per step over {n} steps ({folder}; {keys})")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_command(main))

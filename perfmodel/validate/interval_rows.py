@@ -26,7 +26,7 @@ from perfmodel.parallel.paths import priced_paths
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
-from perfmodel.validate import cnn, pytorch_cifar, tf_cifar, tf_ps
+from perfmodel.validate import cnn, cnn_ddp, pytorch_cifar, tf_cifar, tf_ps
 from perfmodel.validate.measured import Case, read_measured
 from perfmodel.costs.memory import CUDA_CONTEXT_BYTES  # what a reserved reading adds beyond the allocator
 from perfmodel.validate.published import (read_published, read_published_checks,
@@ -39,6 +39,7 @@ GPU_RUNS = DATA / "h200-calibration-2026-11-30" / "gpu_runs.csv"
 CPU_RUNS = DATA / "cpu-interference-2026-12-01"  # train.csv: each job's steps alone, beside co-located ones
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "measured_sample.csv"  # in the repository only
 SOURCE_FILES = {"published cnn": "perfmodel/data/published_cnn_runs.csv (one GPU, PyTorch)",
+                "cnn ddp": "perfmodel/data/published_cnn_ddp_runs.csv (V100, PyTorch DDP, 1-32 GPUs)",
                 "tensorflow ps": "perfmodel/data/published_tf_ps_runs.csv (K80, TensorFlow 1.x, 1-64 GPUs)",
                 "tensorflow cifar": "perfmodel/data/published_tf_cifar_runs.csv (K80, P100, TensorFlow 1.2, one GPU)",
                 "pytorch cifar": "perfmodel/data/published_pytorch_cifar_runs.csv (K80, P100, PyTorch 0.1.12, one GPU)",
@@ -203,7 +204,7 @@ def scored_rows() -> list[Scored]:
 
 def traced_scored_rows() -> list[Scored]:
     """The published CNN checks predicted and scored, each in its regime ``cnn/<framework>``: the one-GPU
-    PyTorch rows (``validate/cnn.py``), the K80 TensorFlow parameter-server rows (``validate/tf_ps.py``) and the
+    PyTorch rows (``validate/cnn.py``), the V100 data-parallel PyTorch rows (``validate/cnn_ddp.py``), the K80 TensorFlow parameter-server rows (``validate/tf_ps.py``) and the
     one-GPU TensorFlow and PyTorch CIFAR rows (``validate/tf_cifar.py``, ``validate/pytorch_cifar.py``); a row's
     step is its batch (per GPU, or over the cluster) over its published throughput."""
     found = []
@@ -212,6 +213,11 @@ def traced_scored_rows() -> list[Scored]:
         measured = int(r["batch"]) / float(r["samples_per_s"])
         found.append(_traced("published cnn", r["source"], f"{r['model']}|{gpu}|{r['layout']}|{r['batch']}",
                              model, cluster(gpu), strategy, measured))
+    for r in cnn_ddp.load_rows():  # one cluster measured by one team: one run source
+        model, c, strategy = cnn_ddp.row_inputs(r)
+        measured = int(r["batch"]) * int(r["gpus"]) / float(r["images_per_s"])
+        found.append(_traced("cnn ddp", r["source"], f"{r['setting']}|{r['gpus']}",
+                             model, c, strategy, measured))
     for r in tf_ps.load_rows():
         model, c, strategy = tf_ps.row_inputs(r)
         measured = int(r["batch"]) * int(r["gpus"]) / float(r["images_per_s"])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 from pathlib import Path
 
 from perfmodel.core.entry import run_command
@@ -26,6 +25,7 @@ from perfmodel.hardware import cluster
 from perfmodel.hardware.cloud import vm_nic
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
+from perfmodel.validate.speedup import SpeedupErrors, median_abs, print_medians, speedup_cell
 from perfmodel.workload.presets import preset
 
 TF_PS_CSV = Path(__file__).resolve().parent.parent / "data" / "published_tf_ps_runs.csv"
@@ -39,7 +39,7 @@ MACHINE_NIC = {"p2.8xlarge": {"vcpus": 32, "nic": "10Gb/s"}, "n1-standard-32-k80
 
 
 @dataclasses.dataclass(frozen=True)
-class TfPsRow:
+class TfPsRow(SpeedupErrors):
     """One published run, its prediction (images/s) and both speed-ups over its 1-GPU row."""
 
     setting: str
@@ -51,16 +51,6 @@ class TfPsRow:
     predicted: float
     measured_speedup: float = float("nan")
     predicted_speedup: float = float("nan")
-
-    @property
-    def error(self) -> float:
-        """Predicted / measured images/s − 1 (+: predicted too fast)."""
-        return self.predicted / self.measured - 1.0
-
-    @property
-    def speedup_error(self) -> float:
-        """Predicted / measured speed-up − 1 (NaN on the 1-GPU rows)."""
-        return self.predicted_speedup / self.measured_speedup - 1.0
 
 
 def load_rows(path=TF_PS_CSV, field: str = "published_tf_ps_runs", columns=COLUMNS) -> list[dict]:
@@ -106,18 +96,13 @@ def score(rows=None) -> list[TfPsRow]:
     return out
 
 
-def _median_abs(values) -> float:
-    vals = [abs(v) for v in values if v == v]
-    return statistics.median(vals) if vals else float("nan")
-
-
 def summary(scored: list[TfPsRow]) -> dict[str, tuple[float, float, int]]:
     """(median |error| of images/s, median |error| of the speed-up, rows) overall, per setting and mode."""
     groups: dict[str, list[TfPsRow]] = {"all": scored}
     for r in scored:
         groups.setdefault(f"setting {r.setting}", []).append(r)
         groups.setdefault(f"variable_update {r.variable_update}", []).append(r)
-    return {k: (_median_abs(r.error for r in g), _median_abs(r.speedup_error for r in g), len(g))
+    return {k: (median_abs(r.error for r in g), median_abs(r.speedup_error for r in g), len(g))
             for k, g in groups.items()}
 
 
@@ -127,12 +112,10 @@ def main(argv=None) -> int:
     print(f"{'setting':<20} {'model':<13} {'batch':>5} {'gpus':>4} {'mode':<22} {'meas':>7} {'pred':>7} "
           f"{'err':>7} {'speedup m/p':>13} {'err':>7}")
     for r in scored:
-        sp = "" if r.gpus == 1 else f"{r.measured_speedup:5.2f}/{r.predicted_speedup:5.2f}  {r.speedup_error:+7.1%}"
+        sp = speedup_cell(r, r.gpus)
         print(f"{r.setting:<20} {r.model:<13} {r.batch:>5} {r.gpus:>4} {r.variable_update:<22} "
               f"{r.measured:7.1f} {r.predicted:7.1f} {r.error:+7.1%}   {sp}")
-    print("\nmedian |error|: images/s, speed-up over 1 GPU (rows)")
-    for k, (e, s, n) in summary(scored).items():
-        print(f"  {k:<40} {e:6.1%} {s:6.1%}  ({n})")
+    print_medians(summary(scored), 40)
     return 0
 
 
