@@ -12,7 +12,7 @@ from perfmodel.core.errors import InvalidInputError
 # every ``python -m`` command of the package and of tools/ (tools.cifar_models / cnn_models need torch)
 COMMANDS = ("perfmodel.fit.build", "perfmodel.fit.comm", "perfmodel.fit.engine_host", "perfmodel.fit.gpu_interference",
             "perfmodel.fit.ps_cpu", "perfmodel.fit.published_gemm", "perfmodel.validate.cnn", "perfmodel.validate.cnn_ddp",
-            "perfmodel.validate.cnn_whatif", "perfmodel.validate.interference", "perfmodel.validate.intervals",
+            "perfmodel.validate.cnn_whatif", "perfmodel.validate.dlperf_megatron", "perfmodel.validate.interference", "perfmodel.validate.intervals",
             "perfmodel.validate.kernels", "perfmodel.validate.memory_checks", "perfmodel.validate.multisite",
             "perfmodel.validate.nccl_multinode", "perfmodel.validate.runs", "perfmodel.validate.search_ranks",
             "perfmodel.validate.tf_cifar", "perfmodel.validate.pytorch_cifar", "perfmodel.validate.tf_ps", "tools.azure_gemm", "tools.cnn_report", "tools.deepbench_compare",
