@@ -10,14 +10,17 @@ from perfmodel.core.entry import USAGE_ERROR, no_options, run_command
 from perfmodel.core.errors import InvalidInputError
 
 # every ``python -m`` command of the package and of tools/ (tools.cifar_models / cnn_models need torch)
-COMMANDS = ("perfmodel.fit.build", "perfmodel.fit.comm", "perfmodel.fit.engine_host", "perfmodel.fit.gpu_interference",
-            "perfmodel.fit.ps_cpu", "perfmodel.fit.published_gemm", "perfmodel.validate.cnn", "perfmodel.validate.cnn_ddp",
-            "perfmodel.validate.cnn_whatif", "perfmodel.validate.dlperf_megatron", "perfmodel.validate.interference", "perfmodel.validate.intervals",
-            "perfmodel.validate.kernels", "perfmodel.validate.memory_checks", "perfmodel.validate.multisite",
-            "perfmodel.validate.nccl_multinode", "perfmodel.validate.runs", "perfmodel.validate.search_ranks",
-            "perfmodel.validate.tf_cifar", "perfmodel.validate.pytorch_cifar", "perfmodel.validate.tf_ps", "tools.azure_gemm", "tools.cnn_report", "tools.deepbench_compare",
-            "tools.deepbench_conv", "tools.deepbench_gemm", "tools.deepspeed_small_steps", "tools.olmo_core_nodes",
-            "tools.p100_tf_check", "tools.prediction_snapshot", "tools.mlperf_gpt3", "tools.mlperf_llama31")
+COMMANDS = (
+    "perfmodel.fit.build", "perfmodel.fit.comm", "perfmodel.fit.engine_host", "perfmodel.fit.gpu_interference",
+    "perfmodel.fit.ps_cpu", "perfmodel.fit.published_gemm", "perfmodel.validate.cnn",
+    "perfmodel.validate.cnn_ddp", "perfmodel.validate.cnn_whatif", "perfmodel.validate.dlperf_megatron",
+    "perfmodel.validate.interference", "perfmodel.validate.intervals", "perfmodel.validate.kernels",
+    "perfmodel.validate.memory_checks", "perfmodel.validate.multisite",
+    "perfmodel.validate.nccl_multinode", "perfmodel.validate.runs", "perfmodel.validate.search_ranks",
+    "perfmodel.validate.tf_cifar", "perfmodel.validate.pytorch_cifar", "perfmodel.validate.tf_ps",
+    "tools.azure_gemm", "tools.cnn_report", "tools.deepbench_compare", "tools.deepbench_conv",
+    "tools.deepbench_gemm", "tools.deepspeed_small_steps", "tools.olmo_core_nodes", "tools.p100_tf_check",
+    "tools.prediction_snapshot", "tools.mlperf_gpt3", "tools.mlperf_llama31")
 
 
 def test_an_input_error_is_one_line_and_status_2(capsys):

@@ -41,7 +41,8 @@ def main(argv=None) -> int:
     fmt = {"error": "{:+.1%}".format, "measured_s": "{:.3f}".format, "predicted_s": "{:.3f}".format,
            **{t: "{:.0%}".format for t in TERMS}}
     pd.set_option("display.width", 200)
-    print(results[["name", "gpus", "measured_s", "predicted_s", "error", *TERMS]].to_string(index=False, formatters=fmt))
+    table = results[["name", "gpus", "measured_s", "predicted_s", "error", *TERMS]]
+    print(table.to_string(index=False, formatters=fmt))
     print(f"\n{len(results)} rows; error = measured step / predicted step - 1 (+: predicted too fast); "
           f"median |error| {results.error.abs().median():.1%}")
     return 0

@@ -204,9 +204,10 @@ def scored_rows() -> list[Scored]:
 
 def traced_scored_rows() -> list[Scored]:
     """The published CNN checks predicted and scored, each in its regime ``cnn/<framework>``: the one-GPU
-    PyTorch rows (``validate/cnn.py``), the V100 data-parallel PyTorch rows (``validate/cnn_ddp.py``), the K80 TensorFlow parameter-server rows (``validate/tf_ps.py``) and the
-    one-GPU TensorFlow and PyTorch CIFAR rows (``validate/tf_cifar.py``, ``validate/pytorch_cifar.py``); a row's
-    step is its batch (per GPU, or over the cluster) over its published throughput."""
+    PyTorch rows (``validate/cnn.py``), the V100 data-parallel PyTorch rows (``validate/cnn_ddp.py``), the K80
+    TensorFlow parameter-server rows (``validate/tf_ps.py``) and the one-GPU TensorFlow and PyTorch CIFAR rows
+    (``validate/tf_cifar.py``, ``validate/pytorch_cifar.py``); a row's step is its batch (per GPU, or over the
+    cluster) over its published throughput."""
     found = []
     for r in cnn.read_cnn_runs():
         model, gpu, strategy = cnn.row_inputs(r)
