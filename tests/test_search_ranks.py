@@ -26,6 +26,10 @@ def test_the_gaps_name_the_published_options_the_default_space_does_not_try():
         ("attention='unfused'",)
     assert space_gaps(pm.Strategy(dp=4, tp=2, pp=2, micro_batch=2, global_batch=64, zero=1,
                                   framework="megatron", sequence_parallel=True)) == ()
+    # optimizer_states="fp32" is what leaving it unset prices (Megatron's fp32 main params and moments)
+    assert space_gaps(pm.Strategy(dp=4, global_batch=64, zero=1, framework="megatron", optimizer_states="fp32")) == ()
+    assert space_gaps(pm.Strategy(dp=4, global_batch=64, zero=1, framework="megatron", optimizer_states="bf16")) == \
+        ("optimizer_states='bf16'",)
 
 
 def test_nemotron4_340b_as_published_fits_and_its_step_is_near_the_best_of_its_precisions_search():

@@ -66,11 +66,18 @@ class SearchRank:
         return self.best_s <= self.published_s
 
 
+def _set_away(s: Strategy, k: str, defaults: Strategy) -> bool:
+    """Whether field ``k`` of ``s`` is set away from what leaving it unset prices (optimizer_states "fp32" is
+    None's own layout: costs/memory.py ``optimizer_state_bytes``)."""
+    value = getattr(s, k)
+    return value != getattr(defaults, k) and not (k == "optimizer_states" and value == "fp32")
+
+
 def space_gaps(s: Strategy) -> tuple:
     """The published options the default search space does not try (field=value)."""
     defaults = Strategy()
     gaps = [f"{k}={getattr(s, k)!r}" for k in (f.name for f in fields(Strategy)) if k not in SEARCHED
-            and getattr(s, k) != getattr(defaults, k) and not k.startswith("bucket_mb")]
+            and _set_away(s, k, defaults) and not k.startswith("bucket_mb")]
     if s.attention != Strategy(framework=s.framework).attention:  # the search takes each stack's own kernel
         gaps.append(f"attention={s.attention!r}")
     if s.tp_comm_overlap == "userbuffers-nemo":  # searched by default: each stack's own overlap, TE's default SMs
@@ -96,7 +103,7 @@ def like_space(s: Strategy) -> tuple[dict, tuple]:
     held = SEARCHED | set(FIXED_FIELDS) | {"attention", "tp_comm_overlap"}
     defaults = Strategy()
     gaps = [f"{k}={getattr(s, k)!r}" for k in (f.name for f in fields(Strategy)) if k not in held
-            and getattr(s, k) != getattr(defaults, k) and not k.startswith("bucket_mb")]
+            and _set_away(s, k, defaults) and not k.startswith("bucket_mb")]
     return kw, tuple(gaps + (["global_batch unset"] if s.global_batch is None else []))
 
 
