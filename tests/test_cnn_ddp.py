@@ -17,8 +17,7 @@ def rows():
 
 
 def test_each_row_is_priced_on_its_sites_cluster(rows):
-    assert len(rows) == 15 and {r["setting"] for r in rows} == {"dle-ngc20.03-fp32", "dle-ngc20.03-amp",
-                                                                  "pytorch-examples-fp32"}
+    assert len(rows) == 5 and {r["setting"] for r in rows} == {"pytorch-examples-fp32"}
     for r in rows:
         model, c, s = cnn_ddp.row_inputs(r)
         assert c.n_gpus == s.dp == int(r["gpus"]) and c.gpus_per_node == min(int(r["gpus"]), 8)
@@ -28,7 +27,7 @@ def test_each_row_is_priced_on_its_sites_cluster(rows):
 
 
 def test_one_port_per_server_prices_the_multi_server_rows_slower(rows):
-    r = next(r for r in rows if r["setting"] == "dle-ngc20.03-amp" and r["gpus"] == 32)
+    r = next(r for r in rows if r["gpus"] == 32)
     model, c, s = cnn_ddp.row_inputs(r)
     four = dataclasses.replace(c, node=dataclasses.replace(c.node, nics_per_node=4))
     one_port, four_ports = predict(model, c, s), predict(model, four, s)
@@ -38,7 +37,7 @@ def test_one_port_per_server_prices_the_multi_server_rows_slower(rows):
 
 def test_speed_ups_are_over_the_one_gpu_row_of_the_same_setting(rows):
     scored = cnn_ddp.score(rows)
-    assert len(scored) == 15
+    assert len(scored) == 5
     solo = {r.setting: r for r in scored if r.gpus == 1}
     for r in scored:
         if r.gpus == 1:
@@ -48,10 +47,10 @@ def test_speed_ups_are_over_the_one_gpu_row_of_the_same_setting(rows):
             assert r.predicted_speedup == pytest.approx(r.predicted / solo[r.setting].predicted)
             assert 1 < r.predicted_speedup <= r.gpus  # data parallelism adds time, never removes it
     s = cnn_ddp.summary(scored)
-    assert s["all"][2] == 15 and all(math.isfinite(v) for v in s["all"][:2])
+    assert s["all"][2] == 5 and all(math.isfinite(v) for v in s["all"][:2])
 
 
 def test_the_report_prints_every_row(capsys):
     assert cnn_ddp.main([]) == 0
     out = capsys.readouterr().out
-    assert out.count("dle-ngc20.03-amp") >= 5 and "median |error|" in out
+    assert out.count("pytorch-examples-fp32") >= 5 and "median |error|" in out

@@ -4,7 +4,7 @@
 
 Each row is ResNet-50 trained with PyTorch's data parallelism on 1-32 V100-SXM2 GPUs (8 per server,
 NVLink hybrid cube mesh, one 100 Gb/s EDR InfiniBand port per server), as OneFlow's DLPerf measured
-it (sources in ``published_cnn_runs.md``), priced as a user would: ``pm.predict(preset,
+pytorch/examples' ImageNet script (sources in ``published_cnn_runs.md``), priced as a user would: ``pm.predict(preset,
 pm.cluster(node, nodes, gpus_per_node, nic=...), Strategy(dp=gpus, micro_batch=batch, precision=...,
 optimizer="sgd", memory_format=layout))``. Nothing is fitted to these rows: they check. Two errors per
 row, as ``validate.tf_ps`` gives them: the absolute images/s, and the speed-up over the 1-GPU row of
