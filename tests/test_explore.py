@@ -35,7 +35,7 @@ def l13b():
 def found(l13b, a100x8):
     # the space of PyTorch and Megatron-LM alone, uncompiled, no offload, no userbuffers (the stack axes: below and
     # tests/test_search_stacks.py)
-    return search(l13b, a100x8, 512, top_k=150_000, framework=("pytorch", "megatron"), compile=False,
+    return search(l13b, a100x8, 512, top_k=300_000, framework=("pytorch", "megatron"), compile=False,
                   offload_layers=0, tp_comm_overlap=[None])
 
 
@@ -99,8 +99,9 @@ def _default_jobs(model):
     attention is Megatron-DeepSpeed's unfused CoreAttention, no ring) without and Megatron-LM with and without overlapped
     tensor-parallel communication and gradient reduction, FSDP stacks (torchtitan, fsdp1) sharding
     all; pytorch and the FSDP stacks compiled or not, pytorch and Megatron-LM offloading 20 or all
-    (Megatron: 39) of the 40 blocks at pp = 1 without recomputation; Megatron-LM's userbuffers and compiled
-    torchtitan's async TP again over tp > 1 with sequence parallelism; torchtitan's zero-bubble schedules."""
+    (Megatron: 39) of the 40 blocks at pp = 1 without recomputation; Megatron-LM's userbuffers (TE's and
+    NeMo's tables) and compiled torchtitan's async TP again over tp > 1 with sequence parallelism; torchtitan's
+    zero-bubble schedules. Megatron-LM and torchtitan each twice: fp32 and bf16 gradient reduction."""
     kw = dict(fsdp=(None, "full", "hybrid"), bucket_mib=(25.0, 100.0, 400.0), empty_ok=True)
     meg = dict(tp_overlap=(False, True), dp_overlap=(True, False))
     out = []
@@ -111,15 +112,16 @@ def _default_jobs(model):
         ddp1 = enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **kw)
         megatron1 = enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw)
         deepspeed = enumerate_space(model, n, 8, 512, cp=cp, pipeline_engine=True, **kw)  # its pipeline engine's rules
-        out += [(ddp, 2 * 3), (deepspeed, 3 if cp == 1 else 0), (ddp1, 2 * 2), (megatron, 3), (megatron1, 2),
-                (fsdp, 2 * 4 + 2 * 2)]
+        grads = 2  # Megatron-LM's and torchtitan's jobs at fp32 and at bf16 gradient reduction
+        out += [(ddp, 2 * 3), (deepspeed, 3 if cp == 1 else 0), (ddp1, 2 * 2), (megatron, 3 * grads),
+                (megatron1, 2 * grads), (fsdp, 2 * 4 * grads + 2 * 2)]
         tp_sp = dict(sequence_parallel=(True,), min_tp=2)  # an overlap of the tensor-parallel collectives
-        out += [(enumerate_space(model, n, 8, 512, cp=cp, **meg, **kw, **tp_sp), 3),
-                (enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw, **tp_sp), 2),
-                (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), **kw, **tp_sp), 4)]
+        out += [(enumerate_space(model, n, 8, 512, cp=cp, **meg, **kw, **tp_sp), 3 * 2 * grads),
+                (enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw, **tp_sp), 2 * 2 * grads),
+                (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), **kw, **tp_sp), 4 * grads)]
         for zb in ("interleaved-zb", "zbv"):  # torchtitan's zero-bubble schedules: 2 x 4 jobs, 4 with async TP
-            out += [(enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw), 8),
-                    (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw, **tp_sp), 4)]
+            out += [(enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw), 8 * grads),
+                    (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw, **tp_sp), 4 * grads)]
     return out
 
 
@@ -140,9 +142,10 @@ def test_rejections_add_up(found, l13b, a100x8):
     spaces = [enumerate_space(l13b, 64 // cp, 8, 512, cp=cp, tp_overlap=overlap, fsdp=(None, "full", "hybrid"),
                               bucket_mib=(25.0, 100.0, 400.0), dp_overlap=(True, False) if megatron else (True,))
               for cp in (1, 2, 4, 8, 16) for megatron, overlap in ((False, (False,)), (True, (False, True)))]
-    combos = 3  # recompute none / selective / full x one precision
+    # recompute none / selective / full x one precision; Megatron-LM's at fp32 and bf16 gradient reduction
+    combos = [3 * (1 + (i % 2)) for i in range(len(spaces))]
     r = found.attrs["rejected"]
-    assert found.attrs["evaluated"] == sum(map(len, spaces)) * combos
+    assert found.attrs["evaluated"] == sum(len(sp) * n for sp, n in zip(spaces, combos))
     assert set(found["cp"]) == {1, 2, 4, 8, 16} and set(found["framework"]) == {"pytorch", "megatron"}
     assert not (found["tp_overlap"] & (found["framework"] == "pytorch")).any()
     assert (found["tp_overlap"] & (found["framework"] == "megatron")).any()
@@ -152,8 +155,8 @@ def test_rejections_add_up(found, l13b, a100x8):
     assert set(found.loc[found["framework"] == "pytorch", "dp_overlap"]) == {True}
     assert not found.loc[(found["framework"] == "megatron") & (found["zero"] < 3) & (found["dp"] > 1),
                          "dp_overlap"].all()
-    assert r["divisibility"] + r["batch"] == sum(sp.rejected["divisibility"] + sp.rejected["batch"]
-                                                 for sp in spaces) * combos
+    assert r["divisibility"] + r["batch"] == sum((sp.rejected["divisibility"] + sp.rejected["batch"]) * n
+                                                 for sp, n in zip(spaces, combos))
     assert r["memory"] == found.attrs["evaluated"] - found.attrs["feasible"] > 0
     assert sum(found.attrs["rejected_detail"].values()) == r["divisibility"] + r["batch"]
 

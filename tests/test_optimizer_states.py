@@ -70,7 +70,10 @@ def test_options_that_do_not_apply_are_refused_by_name():
     with pytest.raises(InvalidInputError, match="needs precision='fp8-mixed' \\(got 'bf16-mixed'\\)"):
         pm.Strategy(framework="megatron", fp8_params=True)
     with pytest.raises(InvalidInputError, match="'remainders' cannot hold fp8 parameters"):
-        pm.Strategy(framework="megatron", precision="fp8-mixed", fp8_params=True, optimizer_states="remainders")
+        pm.Strategy(framework="megatron", precision="fp8-mixed", fp8_params=True, optimizer_states="remainders", zero=1)
+    # Megatron-LM gathers fp8 parameters in its distributed optimizer only (arguments.py asserts it)
+    with pytest.raises(InvalidInputError, match="distributed optimizer.*needs zero=1 or 2 \\(got zero=0\\)"):
+        pm.Strategy(framework="megatron", precision="fp8-mixed", fp8_params=True)
     with pytest.raises(UnknownNameError, match="known: bf16, fp32, remainders"):
         pm.Strategy(framework="megatron", optimizer_states="fp16")
 

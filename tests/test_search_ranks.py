@@ -19,9 +19,13 @@ def test_the_rank_counts_the_plans_strictly_faster_and_says_when_it_is_past_the_
 def test_the_gaps_name_the_published_options_the_default_space_does_not_try():
     s = pm.Strategy(dp=4, tp=8, micro_batch=16, global_batch=64, framework="megatron", sequence_parallel=True,
                     tp_comm_overlap="userbuffers-nemo", grad_reduce_fp32=False)
-    gaps = space_gaps(s)
-    assert "tp_comm_overlap='userbuffers-nemo'" in gaps and "grad_reduce_fp32=False" in gaps
-    assert "micro_batch=16 > 8" in gaps
+    assert space_gaps(s) == ("micro_batch=16 > 8",)  # NeMo's userbuffers and bf16 gradients are searched
+    # ... under the stacks whose default space has them: fp32 reduction under FSDP1 (bf16 by default) is not
+    assert space_gaps(pm.Strategy(dp=4, global_batch=64, framework="fsdp1", grad_reduce_fp32=True)) == \
+        ("grad_reduce_fp32=True",)
+    fp8 = dict(dp=4, global_batch=64, precision="fp8-mixed", fp8_params=True)
+    assert space_gaps(pm.Strategy(framework="megatron", zero=1, **fp8)) == ()
+    assert space_gaps(pm.Strategy(framework="torchtitan", **fp8)) == ()
     assert space_gaps(pm.Strategy(dp=4, global_batch=64, framework="megatron", attention="unfused")) == \
         ("attention='unfused'",)
     assert space_gaps(pm.Strategy(dp=4, tp=2, pp=2, micro_batch=2, global_batch=64, zero=1,

@@ -55,11 +55,28 @@ def test_default_space_holds_every_stack_option(priced):
         ("pytorch", 2), ("pytorch", 4), ("megatron", 2), ("megatron", 3)}  # half and all (Megatron keeps one)
     assert {s.recompute for s in specs if s.framework == "torchtitan"} == {"none", "full", "selective-op", "every-2"}
     assert {s.recompute for s in specs if s.framework == "fsdp1"} == {"none", "full"}
-    # each stack's own tensor-parallel overlap beside none: userbuffers (Megatron-Core), async TP (torchtitan, compiled)
+    # each stack's own tensor-parallel overlaps beside none: userbuffers (Megatron-Core, TE's and NeMo's tables),
+    # async TP (torchtitan, compiled)
     assert {(s.framework, s.tp_comm_overlap) for s in specs if s.tp_comm_overlap} == {
-        ("megatron", "userbuffers"), ("torchtitan", "async")}
+        ("megatron", "userbuffers"), ("megatron", "userbuffers-nemo"), ("torchtitan", "async")}
     assert all(s.compile for s in specs if s.tp_comm_overlap == "async")
-    assert all(s.family[-2:] == (s.tp_comm_overlap, s.schedule) for s in specs)  # its own root bounds each
+    assert all(s.family[3:5] == (s.tp_comm_overlap, s.schedule) for s in specs)  # its own root bounds each
+    # the stack fields searched beside their defaults: bf16 gradient reduction (bounded by its root), fp8
+    # parameters at fp8 only; Megatron-Core's are their own family (the distributed optimizer only)
+    extras = {(s.framework, s.precision, s.extras) for s in specs if s.extras}
+    assert {(fw, x) for fw, _, x in extras} == {
+        (fw, x) for fw in ("megatron", "torchtitan") for x in ((("grad_reduce_fp32", False),), (("fp8_params", True),),
+                                                               (("grad_reduce_fp32", False), ("fp8_params", True)))}
+    assert all(p == "fp8-mixed" for _, p, x in extras if dict(x).get("fp8_params"))
+    assert {s.family[5] for s in specs if s.framework == "megatron" and s.precision == "fp8-mixed"} == {
+        tuple(zip(("grad_reduce_fp32", "fp8_params"), v)) for v in ((None, False), (None, True), (False, False),
+                                                                   (False, True))}
+    # torchtitan: bf16 reduction and the float8 all-gather bound the rest: their job is the root
+    assert all(s.extras == (("grad_reduce_fp32", False),) + (("fp8_params", True),) * (s.precision == "fp8-mixed")
+               for s in specs if s.root and s.framework == "torchtitan")
+    for job, rows in priced:  # Megatron-Core gathers fp8 parameters in its distributed optimizer only
+        if dict(job.spec.extras).get("fp8_params") and job.spec.framework == "megatron":
+            assert (rows["zero"] >= 1).all()
     # torch's zero-bubble schedules for torchtitan's chunked rows (not with offload, which runs without pipelining)
     assert {(s.framework, s.schedule) for s in specs if s.schedule != "interleaved"} == {
         ("torchtitan", "interleaved-zb"), ("torchtitan", "zbv")}
@@ -204,17 +221,28 @@ def test_published_llama_405b_in_the_default_space_is_beaten():
 
 
 def test_an_overlap_row_is_the_prediction_of_its_strategy():
-    df = pm.search(MODEL, H100, 16, framework="megatron", top_k=400, **{k: v for k, v in SMALL.items() if k != "cp"})
-    ub = df[df["tp_comm_overlap"] == "userbuffers"]
-    assert len(ub) and (ub["tp"] > 1).all() and ub["sequence_parallel"].all()
-    for _, row in pd.concat([ub.head(3), df[df["tp_comm_overlap"] == ""].head(2)]).iterrows():
+    df = pm.search(MODEL, H100, 16, framework="megatron", top_k=4000, **{k: v for k, v in SMALL.items() if k != "cp"})
+    ub = df[df["tp_comm_overlap"] != ""]
+    assert set(ub["tp_comm_overlap"]) == {"userbuffers", "userbuffers-nemo"}
+    assert (ub["tp"] > 1).all() and ub["sequence_parallel"].all()
+    picked = [ub[ub["tp_comm_overlap"] == "userbuffers"].head(2), ub[ub["tp_comm_overlap"] == "userbuffers-nemo"].head(2),
+              df[df["tp_comm_overlap"] == ""].head(2)]
+    for _, row in pd.concat(picked).iterrows():  # each row's searched stack fields read back into its Strategy
         s = strategy_of(row)
         assert s.tp_comm_overlap == (row["tp_comm_overlap"] or None)
+        assert (s.grad_reduce_fp32, s.fp8_params) == (_flag(row["grad_reduce_fp32"]), bool(row["fp8_params"]))
         assert pm.predict(MODEL, H100, s).step_time == row["step_time"]
+    assert {(_flag(g), bool(f)) for g, f in zip(df["grad_reduce_fp32"], df["fp8_params"])} == {
+        (None, False), (False, False), (None, True), (False, True)}  # fp8 is searched, so fp8 parameters are
     none = pm.search(MODEL, H100, 16, framework="megatron", tp_comm_overlap=[None], top_k=5, max_micro_batch=2)
     assert set(none["tp_comm_overlap"]) == {""}
     with pytest.raises(pm.errors.InvalidInputError, match="tp_comm_overlap"):
         pm.search(MODEL, H100, 16, framework="torchtitan", tp_comm_overlap="userbuffers")
+
+
+def _flag(cell):
+    """A search table's cell of an optional flag: None (or NaN) for unset."""
+    return None if cell is None or cell != cell else bool(cell)
 
 
 def test_a_zero_bubble_row_is_the_prediction_of_its_strategy():
@@ -250,7 +278,7 @@ def test_fixed_fields_hold_for_every_row_and_read_back():
     df = pm.search(MODEL, H100, 64, top_k=20, fixed=fixed, **SMALL)
     assert set(df["framework"]) == {"megatron"}  # the only stack with Megatron-Core's optimizer states
     assert (df["grad_reduce_fp32"] == False).all() and (df["optimizer_states"] == "remainders").all()  # noqa: E712
-    plain = pm.search(MODEL, H100, 64, top_k=20, framework="megatron", **SMALL)
+    plain = pm.search(MODEL, H100, 64, top_k=20, framework="megatron", fixed={"grad_reduce_fp32": True}, **SMALL)
     assert df["step_time"].iloc[0] <= plain["step_time"].iloc[0]  # bf16 gradients move half the bytes
     for _, row in df.head(4).iterrows():
         s = strategy_of(row)

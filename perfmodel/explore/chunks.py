@@ -164,10 +164,10 @@ class Floor:
     ``step.step_quantities`` makes on the same configurations: pricing the job reads them
     (``known_pieces``) instead of making those calls again."""
 
-    def __init__(self, model, job: Job, opts, chunk: int):
+    def __init__(self, model, job: Job, opts, chunk: int, shared: dict | None = None):
         self.job, self.coll, self._exact = job, _collectives(job.cluster, job.profile), None
         parts = _parts(job.space, chunk)
-        self.pieces = [(i, part, numeric, c, *_pipeline_pieces(model, job, self.coll, c, opts))
+        self.pieces = [(i, part, numeric, c, *_shared_pieces(shared, model, job, self.coll, c, opts, i))
                        for i, ((part, numeric), c) in enumerate(zip(parts, _configs(job, parts))) if numeric["dp"].size]
         self.low = _lowest((part, numeric, pipe) for _, part, numeric, _, pipe, _ in self.pieces)
 
@@ -195,6 +195,28 @@ def _lowest(parts) -> dict:
         pp1 = low[numeric["pp"] == 1]
         floor["pp1"] = min(floor["pp1"], float(pp1.min()) if pp1.size else np.inf)
     return floor
+
+
+def _shared_pieces(shared: dict | None, model, job: Job, coll, c: StepConfig, opts, part: int):
+    """``_pipeline_pieces`` of a job's part, computed once per search (``shared``, keyed by ``_pipeline_key``) for
+    the jobs that differ only in fields their pipeline does not read; each job gets its own dict of them (its
+    data-parallel seconds are added to it later)."""
+    if shared is None:
+        return _pipeline_pieces(model, job, coll, c, opts)
+    key = _pipeline_key(job, part)
+    if key not in shared:
+        shared[key] = _pipeline_pieces(model, job, coll, c, opts)
+    pipe, pieces = shared[key]
+    return pipe, dict(pieces)
+
+
+def _pipeline_key(job: Job, part: int) -> tuple:
+    """What a part's pipeline pieces depend on: its space, cluster, profile and job, less the searched stack fields
+    only data-parallel seconds and memory read (the gradients' reduction dtype; fp8 parameters under Transformer
+    Engine, whose kernels do not change with them: workload/stack.py float8_gemm)."""
+    te = stacks.stack(job.spec.framework).float8 == "te"
+    kept = tuple((n, v) for n, v in job.spec.extras if n != "grad_reduce_fp32" and not (n == "fp8_params" and te))
+    return (id(job.space), part, id(job.cluster), id(job.profile), replace(job.spec, extras=kept, family=(), root=False))
 
 
 def _pipeline_pieces(model, job: Job, coll, c: StepConfig, opts):
@@ -262,7 +284,7 @@ def _row_columns(model, cl, prof, precision, recompute, stack, level, paths: dic
     cols = {"precision": np.full(n, precision, dtype=object), "recompute": np.full(n, recompute, dtype=object)}
     for k, v in stack.items():  # the software stack, cp and ep
         if k not in ("tp_overlap", "dp_overlap"):  # numeric columns
-            cols[k] = np.full(n, v, dtype=object if isinstance(v, str) else type(v))
+            cols[k] = np.full(n, v, dtype=object if v is None or isinstance(v, str) else type(v))
     tp, pp, dp, v = (np.broadcast_to(rows[k], (n,)).tolist() for k in ("tp", "pp", "dp", "virtual_stages"))
     kinds = np.array([(schedule_path(p, c, stack["schedule"]), placement_path(paths["placement"], t, p, d))
                       for t, p, d, c in zip(tp, pp, dp, v)], dtype=object).reshape(n, 2)

@@ -52,7 +52,8 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
             return best
         families = {j.spec.family + (j.cluster.name,): j.index for j in jobs if j.spec.root}
         first = [j for j in jobs if j.spec.root or j.spec.family + (j.cluster.name,) not in families]
-        floors = {j.index: Floor(model, j, opts, chunk) for j in first}
+        shared = {}  # pipeline pieces of jobs that differ only in what their data-parallel seconds read
+        floors = {j.index: Floor(model, j, opts, chunk, shared) for j in first}
         _waves(RootQueue(first, floors), pool, best, results, model, opts, ranking, chunk, floors)
         started = {j.index for j in first}  # priced or pruned
         rest = {}
@@ -64,7 +65,7 @@ def price_jobs(jobs: list[Job], model, opts, ranking: Ranking, *, chunk: int = C
             if rest.get(j.index, 0.0) is None:
                 best.pruned += len(j.space)
         queue = sorted((j for j in jobs if rest.get(j.index) is not None), key=lambda j: (rest[j.index], j.index))
-        _waves(FamilyQueue(queue, rest, lambda j: floors.setdefault(j.index, Floor(model, j, opts, chunk))), pool,
+        _waves(FamilyQueue(queue, rest, lambda j: floors.setdefault(j.index, Floor(model, j, opts, chunk, shared))), pool,
                best, results, model, opts, ranking, chunk, floors)
     return best
 

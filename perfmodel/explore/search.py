@@ -26,7 +26,7 @@ from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
 from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
 from perfmodel.explore.stack_options import (TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, default_frameworks,
-                                             job_specs, runs_ring)
+                                             job_specs, job_zeros, runs_ring, searched_fields)
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, check_headroom, default_profile, profile_for
@@ -269,16 +269,35 @@ def _sort_column(sort_by, prices) -> tuple[str, bool]:
     return sort_by, valid[sort_by]
 
 
-def _job_base(opts, spec, stack: dict, fixed: dict) -> Strategy:
-    """The ``Strategy`` of a job's fields search does not vary (the space sets dp, tp, pp, ... per row; an overlap
-    job's tensor group and sequence parallelism, a zero-bubble job's stages, only validate it here)."""
+def _job_base(opts, spec, stack: dict, fixed: dict, zero: int) -> Strategy:
+    """The ``Strategy`` of a job's fields search does not vary (the space sets dp, tp, pp, zero ... per row; an
+    overlap job's tensor group and sequence parallelism, a zero-bubble job's stages, only validate it here)."""
     tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
-    return Strategy(dp=opts["stack"]["ep"], optimizer=opts["optimizer"], placement=opts["placement"],
+    return Strategy(dp=opts["stack"]["ep"], optimizer=opts["optimizer"], placement=opts["placement"], zero=zero,
                     framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=stack["ep"],
                     compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
                     precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
                     tp_comm_overlap=spec.tp_comm_overlap or None, pp=2 if zb else 1,
-                    schedule=spec.schedule if zb else "1f1b", virtual_stages=2 if zb else 1, **fixed)
+                    schedule=spec.schedule if zb else "1f1b", virtual_stages=2 if zb else 1,
+                    **dict(spec.extras), **fixed)
+
+
+def _job_space(spaces: dict, model, cl, global_batch, opts, limits, spec, stack: dict, zeros: tuple):
+    """(the space of a job, enumerated once per distinct enumeration in ``spaces``; the call that enumerates it, where
+    it is a plain space, whose error an empty search raises: it names the rules, else None). torchtitan and FSDP1
+    share theirs, DeepSpeed's pipeline engine has its own; an overlap of tensor-parallel collectives needs them:
+    tp > 1 with sequence parallelism."""
+    tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
+    key = (zeros, spec.cp, stack["tp_overlap"], stack["dp_overlap"], 1 if spec.offload_layers else None,
+           stacks.stack(spec.framework).engine == "deepspeed", tpo, spec.schedule)
+    space_of = functools.partial(
+        enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=zeros,
+        sequence_parallel=(True,) if tpo else opts["sequence_parallel"], cp=spec.cp,
+        tp_overlap=stack["tp_overlap"], dp_overlap=stack["dp_overlap"], max_pp=key[4],
+        pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, **limits)
+    if key not in spaces:
+        spaces[key] = space_of(empty_ok=True)
+    return spaces[key], None if tpo or zb else space_of
 
 
 def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
@@ -289,7 +308,7 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
     fixed = opts.get("fixed", {})  # search(fixed=...): the Strategy fields every candidate holds
     choices = {k: opts[k] for k in ("precision", "recompute")}
     choices.update({k: opts["stack"][k] for k in ("framework", "compile", "offload_layers", "tp_comm_overlap",
-                                                  "schedule", "attention")})
+                                                  "schedule", "attention")}, fixed=fixed)
     for cl in _clusters(cluster):
         if opts["precision"] is not None:
             _check_precisions(cl, opts["precision"])
@@ -300,41 +319,30 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
         if not specs:
             raise InvalidInputError("no framework of the search takes the options asked for (recompute, compile, "
                                     "offload_layers, tp_comm_overlap): see docs/stacks.md")
-        spaces = {}
+        spaces, shown, last = {}, searched_fields(specs), None  # the varied stack fields: a column in every row
         for spec in specs:
             stack = _stack_of(opts, spec.framework, spec.cp)
             fsdp_stack = stacks.stack(spec.framework).sharding in ("fsdp1", "fsdp2")
-            # one space per distinct enumeration (torchtitan and FSDP1 share theirs; DeepSpeed's pipeline engine has its own)
-            # an overlap of tensor-parallel collectives needs them: tp > 1 with sequence parallelism
-            tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
-            key = ((3,) if fsdp_stack else opts["zero"], spec.cp, stack["tp_overlap"], stack["dp_overlap"],
-                   1 if spec.offload_layers else None, stacks.stack(spec.framework).engine == "deepspeed", tpo,
-                   spec.schedule)
-            if key not in spaces:
-                space_of = functools.partial(
-                    enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=key[0],
-                    sequence_parallel=(True,) if tpo else opts["sequence_parallel"], cp=spec.cp,
-                    tp_overlap=stack["tp_overlap"], dp_overlap=stack["dp_overlap"], max_pp=key[4],
-                    pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, **limits)
-                spaces[key] = space_of(empty_ok=True)
-                if not (tpo or zb):  # the error an empty search raises names the rules of a plain space
-                    last = space_of
-            space = spaces[key]
+            zeros = (3,) if fsdp_stack else job_zeros(spec, opts["zero"], fixed)
+            if opts["zero"] and not zeros:  # fp8 parameters under Megatron-Core, no distributed optimizer asked for
+                continue
+            space, plain = _job_space(spaces, model, cl, global_batch, opts, limits, spec, stack, zeros)
+            last = plain or last
             for k in ("divisibility", "batch"):
                 rejected[k] += space.rejected[k]
             for k, v in space.detail.items():
                 detail[k] = detail.get(k, 0) + v
             try:
-                base = _job_base(opts, spec, stack, fixed)
+                base = _job_base(opts, spec, stack, fixed, min(zeros))
             except PerfModelError as e:  # a fixed field this job's stack or precision does not take: not its job
-                if not fixed:
+                if not (fixed or spec.extras):
                     raise
                 refused.append(str(e))
                 continue
             if runs_no_fp8(base):  # Composer's amp_fp8 over torch linears runs bf16 (workload/stacks/composer.py)
                 base, spec = run_strategy(base), dataclasses.replace(spec, precision="bf16-mixed")
             stack.update(compile=spec.compile, offload_layers=spec.offload_layers, tp_comm_overlap=spec.tp_comm_overlap,
-                         schedule=spec.schedule, **fixed)
+                         schedule=spec.schedule, **{**shown, **dict(spec.extras), **fixed})
             jobs.append(Job(len(jobs), cl, prof, price, stack, space, spec, base))
     if not jobs and refused:
         raise InvalidInputError(f"no job of the search takes fixed={fixed!r}: {refused[0]}")

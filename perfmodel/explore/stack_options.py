@@ -54,18 +54,36 @@ class JobSpec:
     offload_layers: int
     precision: str
     recompute: str
-    family: tuple   # (framework, cp, precision, tp_comm_overlap): the specs one root bounds
+    family: tuple   # (framework, cp, precision, tp_comm_overlap, schedule, extras): the specs one root bounds
     root: bool      # no recomputation, no offload, compiled where the stack compiles
     # Strategy.tp_comm_overlap ("" none): its jobs price only tp > 1 with sequence parallelism
     tp_comm_overlap: str = ""
     # the schedule of the rows with virtual stages: "interleaved", or one of torch's zero-bubble ones, whose
     # jobs price only those rows
     schedule: str = "interleaved"
+    # (field, value) pairs of ``SEARCHED_FIELDS`` this job sets away from its stack's default
+    extras: tuple = ()
 
 
-# the tensor-parallel overlap searched by default beside none (Strategy.tp_comm_overlap): Megatron-Core's
-# --tp-comm-overlap (Transformer Engine userbuffers, TE's default SMs) and torchtitan's async TP (compiled only)
-SEARCHED_OVERLAPS = {"megatron": "userbuffers", "torchtitan": "async"}
+# the tensor-parallel overlaps searched by default beside none (Strategy.tp_comm_overlap): Megatron-Core's
+# --tp-comm-overlap (Transformer Engine userbuffers, TE's default SMs), the same with NeMo's per-model userbuffers
+# tables, and torchtitan's async TP (compiled only)
+SEARCHED_OVERLAPS = {"megatron": ("userbuffers", "userbuffers-nemo"), "torchtitan": ("async",)}
+# Strategy fields the default space varies for a stack beside its default (the first value): options of its code
+# that change only speed and memory, or, bf16 gradient reduction, the rounding of the reduced gradients
+# (a row names the value it took; search(fixed={"grad_reduce_fp32": True}) holds fp32). fp8_params only at fp8.
+# - megatron: Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32=False (Megatron-LM core_r0.11.0
+#   --main-grads-dtype bf16; NeMo MegatronMixedPrecision(grad_reduce_in_fp32=False), as NeMo's performance
+#   recipes and the MLPerf submissions set it) and --fp8-param-gather (the distributed optimizer only:
+#   arguments.py asserts it, so its jobs take zero >= 1)
+# - torchtitan: job_config mixed_precision_reduce="bfloat16" and float8 enable_fsdp_float8_all_gather
+# Each field: (its values, the default first; whether the last bounds the others configuration by configuration).
+# Under FSDP2 bf16 reduction moves and keeps fewer gradient bytes, nothing else changes: its job is its family's
+# root and bounds the fp32 one; torchao's float8 all-gather likewise (fewer bytes gathered and held, no forward
+# weight cast). Megatron-Core's bf16 gradients are their own family (its optimizer then casts them to fp32: not
+# a bound), and so are its fp8 parameters (zero >= 1 only: job_zeros).
+SEARCHED_FIELDS = {"megatron": {"grad_reduce_fp32": ((None, False), False), "fp8_params": ((False, True), False)},
+                   "torchtitan": {"grad_reduce_fp32": ((None, False), True), "fp8_params": ((False, True), True)}}
 # the chunked pipeline schedules searched by default (Strategy.schedule with virtual stages): torch's zero-bubble
 # ones for torchtitan, which pipelines with torch.distributed.pipelining (parallel/zero_bubble.py)
 SEARCHED_SCHEDULES = {"torchtitan": CHUNKED_SCHEDULES}
@@ -181,12 +199,41 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
             # reduces fp32 ones (parallel/deepspeed.py), so Megatron-LM's root does not bound it
             under = fw
             for c, k, p in ((c, k, p) for c in compiles for k in offloads for p in precisions):
-                for o, sch in ((o, sch) for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split)
-                               for sch in _schedule_choices(fw, k, options.get("schedule"))):
+                for o, sch, (x, x_family, x_root) in (
+                        (o, sch, x) for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split)
+                        for sch in _schedule_choices(fw, k, options.get("schedule"))
+                        for x in extra_choices(fw, p, options.get("fixed") or {})):
                     for r in policies if not k else [r for r in policies if r == "none"]:
-                        root = under == fw and r == "none" and not k and c == max(compiles)
-                        out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p, o, sch), root, o, sch))
+                        root = under == fw and r == "none" and not k and c == max(compiles) and x_root
+                        out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p, o, sch, x_family), root, o, sch, x))
     return out
+
+
+def extra_choices(fw: str, precision: str, fixed: dict) -> list[tuple]:
+    """The ``SEARCHED_FIELDS`` settings of framework ``fw`` at ``precision``, each (the (field, value) pairs it
+    sets away from the stack's default; those that name its family; whether it can be its family's root: each
+    bounding field at its last value); a field in ``fixed`` is held, not varied."""
+    settings = [((), (), True)]
+    for name, (values, bounds) in SEARCHED_FIELDS.get(fw, {}).items():
+        if name in fixed or (name == "fp8_params" and precision != FLOAT8):
+            continue
+        settings = [(x + (((name, v),) if v != values[0] else ()), family + ((name, v),) * (not bounds),
+                     root and (v == values[-1] or not bounds)) for x, family, root in settings for v in values]
+    return settings
+
+
+def searched_fields(specs) -> dict:
+    """The ``SEARCHED_FIELDS`` some job of ``specs`` sets, with the default each other job's row shows."""
+    return {name: SEARCHED_FIELDS[s.framework][name][0][0] for s in specs for name, _ in s.extras}
+
+
+def job_zeros(spec: JobSpec, zeros: tuple, fixed: dict) -> tuple:
+    """The ZeRO stages a job's space takes: Megatron-Core gathers fp8 parameters only under its distributed
+    optimizer (zero >= 1; Megatron-LM core_r0.9.0 megatron/training/arguments.py asserts it)."""
+    fp8_params = dict(spec.extras).get("fp8_params", fixed.get("fp8_params", False))
+    if fp8_params and stacks.stack(spec.framework).sharding == "megatron":
+        return tuple(z for z in zeros if z >= 1)
+    return zeros
 
 
 def _schedule_choices(fw: str, offload: int, asked) -> tuple:
@@ -207,9 +254,8 @@ def _overlap_choices(fw: str, compiled: bool, asked, tp_can_split: bool) -> tupl
     def runs(v):  # the stack's code has it (torchtitan's async TP only compiled)
         return TP_COMM_OVERLAPS.get(v) == fw and (v != "async" or compiled)
 
-    own = SEARCHED_OVERLAPS.get(fw)
     if asked is None:
-        return ("", own) if own and runs(own) and tp_can_split else ("",)
+        return ("", *(v for v in SEARCHED_OVERLAPS.get(fw, ()) if runs(v))) if tp_can_split else ("",)
     return tuple(dict.fromkeys(v or "" for v in asked if not v or runs(v)))
 
 

@@ -23,7 +23,7 @@ from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad, takes_reduce_dtype
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.composer import check_fc_type
-from perfmodel.workload.stacks.float8 import float8_recipe
+from perfmodel.workload.stacks.float8 import check_fp8_params, float8_recipe
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
 from perfmodel.workload.stacks.norms import check_norm_kernels
@@ -204,18 +204,8 @@ class Strategy:
                 raise UnsupportedError(f"'optimizer_states'={self.optimizer_states!r} sets how Megatron-Core's "
                                        f"distributed optimizer keeps its states: it does not apply to "
                                        f"framework={self.framework!r}; stacks that take it: {takes}")
-        if not self.fp8_params:
-            return
-        if self.framework not in (*takes_main_grad(), "torchtitan"):  # torchao: its float8 all-gather (stacks/float8.py)
-            raise UnsupportedError(f"'fp8_params'=True keeps or gathers the GEMM weights in fp8 (Transformer Engine fp8 "
-                                   f"parameters; torchao's FSDP2 float8 all-gather): it does not apply to framework="
-                                   f"{self.framework!r}; stacks that take it: {takes}, torchtitan")
-        if self.precision != "fp8-mixed":
-            raise InvalidInputError(f"'fp8_params'=True keeps the GEMM weights in fp8: it needs precision='fp8-mixed' (got {self.precision!r})")
-        if self.optimizer_states == "remainders":
-            raise InvalidInputError("'optimizer_states'='remainders' cannot hold fp8 parameters: their fp32 main "
-                                    "copy is not the bf16 value plus a remainder, so NeMo stores it whole "
-                                    "(store_params=True); use optimizer_states='fp32' (or 'bf16')")
+        if self.fp8_params:
+            check_fp8_params(self.framework, self.precision, self.zero, self.optimizer_states)
 
     def _check_memory_settings(self):  # PyTorch's allocator (TensorFlow's BFC has none); the gradients' reduce dtype
         if self.expandable_segments is not None:

@@ -26,6 +26,7 @@ import pandas as pd
 from perfmodel.core.entry import run_command
 from perfmodel.core.errors import PerfModelError
 from perfmodel.explore.search import FIXED_FIELDS, STACK_FIELDS, search
+from perfmodel.explore.stack_options import SEARCHED_FIELDS
 from perfmodel.parallel.strategy import Strategy
 from perfmodel.predict import predict
 from perfmodel.validate.runs import published_cases
@@ -73,15 +74,19 @@ def _set_away(s: Strategy, k: str, defaults: Strategy) -> bool:
     return value != getattr(defaults, k) and not (k == "optimizer_states" and value == "fp32")
 
 
+def _searched_value(s: Strategy, k: str) -> bool:
+    """Whether the default space tries field ``k`` at ``s``'s value for ``s``'s stack (``SEARCHED_FIELDS``)."""
+    values = SEARCHED_FIELDS.get(s.framework, {}).get(k)
+    return values is not None and getattr(s, k) in values[0]
+
+
 def space_gaps(s: Strategy) -> tuple:
     """The published options the default search space does not try (field=value)."""
     defaults = Strategy()
     gaps = [f"{k}={getattr(s, k)!r}" for k in (f.name for f in fields(Strategy)) if k not in SEARCHED
-            and _set_away(s, k, defaults) and not k.startswith("bucket_mb")]
+            and _set_away(s, k, defaults) and not k.startswith("bucket_mb") and not _searched_value(s, k)]
     if s.attention != Strategy(framework=s.framework).attention:  # the search takes each stack's own kernel
         gaps.append(f"attention={s.attention!r}")
-    if s.tp_comm_overlap == "userbuffers-nemo":  # searched by default: each stack's own overlap, TE's default SMs
-        gaps.append("tp_comm_overlap='userbuffers-nemo'")
     gaps += [f"{k}={getattr(s, k)} > {limit}" for k, limit in SEARCH_LIMITS.items() if getattr(s, k) > limit]
     if s.global_batch is None:
         gaps.append("global_batch unset")

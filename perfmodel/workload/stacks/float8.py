@@ -41,7 +41,7 @@ import numpy as np
 
 from perfmodel.core.checks import check_choice
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
-from perfmodel.workload.stacks import stack
+from perfmodel.workload.stacks import stack, takes_main_grad
 from perfmodel.workload.ops import Kernel, mem
 
 AMAX_CAST = 5.0 / 8.0   # bytes of amax + cast per element, as fp32 copies (8 bytes each)
@@ -74,6 +74,27 @@ def float8_recipe(kind: str, recipe, framework: str, precision: str, fp8_gather:
         raise InvalidInputError(f"'fp8_params'=True (torchao's float8 all-gather) takes tensorwise scaling only "
                                 f"(torchao float8/config.py asserts it): got float8_recipe={recipe!r}")
     return recipe
+
+
+def check_fp8_params(framework: str, precision: str, zero: int, optimizer_states) -> None:
+    """``Strategy.fp8_params``: Transformer Engine fp8 parameters under Megatron-Core's distributed optimizer, or
+    torchao's FSDP2 float8 all-gather; an error naming the field where the stack or the other fields do not take it."""
+    takes = ", ".join(takes_main_grad())
+    if framework not in (*takes_main_grad(), "torchtitan"):  # torchao: its float8 all-gather (above)
+        raise UnsupportedError(f"'fp8_params'=True keeps or gathers the GEMM weights in fp8 (Transformer Engine fp8 "
+                               f"parameters; torchao's FSDP2 float8 all-gather): it does not apply to framework="
+                               f"{framework!r}; stacks that take it: {takes}, torchtitan")
+    if precision != "fp8-mixed":
+        raise InvalidInputError(f"'fp8_params'=True keeps the GEMM weights in fp8: it needs precision='fp8-mixed' "
+                                f"(got {precision!r})")
+    if optimizer_states == "remainders":
+        raise InvalidInputError("'optimizer_states'='remainders' cannot hold fp8 parameters: their fp32 main "
+                                "copy is not the bf16 value plus a remainder, so NeMo stores it whole "
+                                "(store_params=True); use optimizer_states='fp32' (or 'bf16')")
+    if framework in takes_main_grad() and zero < 1:  # Megatron-LM core_r0.9.0 megatron/training/arguments.py
+        raise InvalidInputError(f"'fp8_params'=True under framework={framework!r} gathers fp8 parameters in the "
+                                f"distributed optimizer ('--fp8-param-gather only supported with distributed "
+                                f"optimizer', Megatron-LM arguments.py): it needs zero=1 or 2 (got zero={zero})")
 
 
 def torchao_float8(k: Kernel, recipe: str = "tensorwise", fp8_gather: bool = False) -> list[Kernel]:
