@@ -442,6 +442,18 @@ def test_cli_compare_search_sweep(tmp_path, capsys):
     assert (tmp_path / "w.svg").read_text().lstrip().startswith("<?xml")
 
 
+def test_cli_search_tries_the_frameworks_pm_search_does(tmp_path, capsys):
+    args = ["search", "--model", "llama-3-8b", "--gpu", "dgx-h100", "--global-batch", "64", "--top-k", "400"]
+    assert main([*args, "--out", str(tmp_path / "all.csv")]) == 0
+    everything = pd.read_csv(tmp_path / "all.csv", keep_default_na=False)
+    assert {"megatron", "torchtitan"} <= set(everything["framework"]) and everything["compile"].any()
+    assert main([*args, "--framework", "megatron,pytorch", "--no-compile", "--out", str(tmp_path / "two.csv")]) == 0
+    two = pd.read_csv(tmp_path / "two.csv", keep_default_na=False)
+    assert set(two["framework"]) <= {"megatron", "pytorch"} and not two["compile"].any()
+    assert main([*args, "--framework", "megatron", "--compile"]) == 2  # no compiled job: an error on one line
+    capsys.readouterr()
+
+
 def test_cli_errors_are_one_line(capsys):
     code = main(["search", "--model", "llama-2-13b", "--gpu", "dgx-a100-80gb", "--global-batch", "64",
                  "--sort-by", "fast"])

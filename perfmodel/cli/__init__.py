@@ -134,14 +134,18 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     add_stack_args(p)
 
 
-def add_stack_args(p: argparse.ArgumentParser) -> None:
-    """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too."""
+def add_stack_args(p: argparse.ArgumentParser, framework_args=None) -> None:
+    """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too
+    (``framework_args``: what adds --framework and --compile instead of one framework, compiled or not)."""
     p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
     p.add_argument("--ep", type=POSITIVE_INT, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
-
-    p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS), help="the training framework, "
-                   "with its defaults: pytorch (eager autocast), megatron, torchtitan (FSDP2), fsdp1, ... (docs/stacks.md)")
-    p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
+    if framework_args:
+        framework_args(p)
+    else:
+        p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS), help="the training framework, "
+                       "with its defaults: pytorch (eager autocast), megatron, torchtitan (FSDP2), fsdp1, ... "
+                       "(docs/stacks.md)")
+        p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
     p.add_argument("--attention", default=None, choices=list(ATTENTIONS),
                    help="attention kernel (default: the framework's; docs/hardware.md)")
     p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")

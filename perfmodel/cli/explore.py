@@ -15,6 +15,7 @@ from pathlib import Path
 from perfmodel import cli
 from perfmodel.cli import POSITIVE_FLOAT, POSITIVE_INT
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.workload.stack import FRAMEWORKS
 from perfmodel.core.readers import read_json_file, read_toml_file
 from perfmodel.explore.caveats import search_intervals
 from perfmodel.explore.compare import _value, compare
@@ -124,6 +125,15 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _search_framework_args(p) -> None:
+    """``perfmodel search``'s --framework (a list) and --compile / --no-compile: by default, as ``pm.search``."""
+    p.add_argument("--framework", default=None, help="comma-separated frameworks searched (default: every one whose "
+                   f"code runs the model, as pm.search; known: {', '.join(FRAMEWORKS)}; docs/stacks.md)")
+    p.add_argument("--compile", default=None, action="store_true", help="compiled jobs only (default: with and "
+                   "without torch.compile where the stack compiles)")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="uncompiled jobs only")
+
+
 def _csv(text: str, cast):
     try:
         return tuple(cast(v.strip()) for v in text.split(",") if v.strip())
@@ -165,8 +175,8 @@ def cmd_search(args) -> int:
                 zero=_csv(args.zero, int), sequence_parallel=_csv(args.sequence_parallel, _bool),
                 precision=_csv(args.precision, str) if args.precision else None, optimizer=args.optimizer,
                 max_tp_nodes=args.max_tp_nodes,
-                framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
+                framework=_csv(args.framework, str) if args.framework else None, attention=args.attention,
+                tp_overlap=args.tp_overlap, dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile,
                 bucket_mib=_csv(args.bucket_mib, float), offload_layers=_csv(args.offload_layers, int),
                 tp_comm_overlap=None if args.tp_comm_overlap is None else
                 _csv(args.tp_comm_overlap, lambda v: None if v == "none" else v),
@@ -257,6 +267,6 @@ def add_parsers(sub) -> None:
                    "interleaved, interleaved-zb, zbv (default: interleaved, and the zero-bubble ones for torchtitan)")
     p.add_argument("--fixed", default=None, help="Strategy fields held for every candidate, FIELD=VALUE,...: "
                    "e.g. grad_reduce_fp32=false,optimizer_states=remainders (docs/explore.md)")
-    cli.add_stack_args(p)
+    cli.add_stack_args(p, _search_framework_args)
     _common(p)
     p.set_defaults(func=cmd_search, plot=None)
