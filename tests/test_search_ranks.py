@@ -58,7 +58,7 @@ def test_the_own_stack_space_holds_the_published_plan():
                     optimizer_states="remainders")
     kw, gaps = like_space(s)
     assert gaps == () and kw["fixed"] == {"grad_reduce_fp32": False, "optimizer_states": "remainders"}
-    assert kw["zero"] == (1,) and kw["cp"] == (1,) and kw["max_virtual_stages"] == 8
+    assert kw["zero"] == (1,) and kw["cp"] == (1,) and kw["max_virtual_stages"] == 16
     df = pm.search(m, c, 32, top_k=5000, **kw)
     mine = df[(df.dp == 2) & (df.tp == 2) & (df.pp == 2) & (df.virtual_stages == 2) & (df.micro_batch == 1)]
     step = pm.predict(m, c, s).step_time

@@ -248,7 +248,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--sort-by", default=None, help="tokens_per_second (default), mfu, step_time, peak_memory, ...")
     p.add_argument("--price", type=POSITIVE_FLOAT, default=None, help="$ per GPU-hour: adds cost columns, ranks by $/M tokens")
     p.add_argument("--max-micro-batch", type=POSITIVE_INT, default=8)
-    p.add_argument("--max-virtual-stages", type=POSITIVE_INT, default=8)
+    p.add_argument("--max-virtual-stages", type=POSITIVE_INT, default=16)
     p.add_argument("--max-tp-nodes", type=POSITIVE_INT, default=1, help="nodes a tensor group may span")
     p.add_argument("--recompute", default=None, help="comma-separated policies (default: the framework's)")
     p.add_argument("--zero", default="0,1,2,3")

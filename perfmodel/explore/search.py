@@ -352,7 +352,7 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
 
 
 def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str | None = None, prices=None,
-           profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 8,
+           profile=None, max_micro_batch: int = 8, max_virtual_stages: int = 16,
            recompute=None, zero=(0, 1, 2, 3), fsdp=FSDP_CHOICES,
            sequence_parallel=(False, True),
            precision=None, optimizer: str = "adamw", placement: str = "tp-pp-dp",

@@ -256,7 +256,7 @@ def _check_options(name, values, valid=None) -> tuple:
 
 
 def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *, max_micro_batch: int = 8,
-                    max_virtual_stages: int = 8, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
+                    max_virtual_stages: int = 16, zero=(0, 1, 2, 3), sequence_parallel=(False, True),
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
                     fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False,
                     max_pp: int | None = None, pipeline_engine: bool = False, min_tp: int = 1,
