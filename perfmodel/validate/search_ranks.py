@@ -7,7 +7,8 @@ For each run of ``validate.runs`` (check data, nothing fitted): the published co
 ``pm.predict`` (fits or not), then the default search space twice: as it is (every stack, fp8 where it
 applies) and at the run's own precision; and a third time over the layouts of the run's own stack and
 settings (``like``: its framework, precision, attention, compile, overlaps, ZeRO stage or FSDP mode,
-checkpointing and sequence parallelism, its other stack fields held by ``search(fixed=...)``; dp, tp, pp,
+checkpointing and sequence parallelism, its other stack fields held by ``search(fixed=...)``, those the default
+space varies among them (``stack_options.SEARCHED_FIELDS``) at their published values too; dp, tp, pp,
 virtual stages, micro-batch and cp (1 or its own) searched, the bounds raised to hold its own), which holds
 the published plan unless ``like_gaps`` says why not: which layout an expert would pick with that software.
 The rank is 1 + the fitting plans predicted strictly faster than the published one (">N" past the ``top`` rows kept), ``gap`` how much slower the published plan is priced
@@ -96,7 +97,9 @@ def space_gaps(s: Strategy) -> tuple:
 def like_space(s: Strategy) -> tuple[dict, tuple]:
     """(``search`` keywords whose space holds the plan ``s``: its own stack, its non-default fixed fields, bounds
     raised to its micro-batch and virtual stages; the fields of ``s`` that space still does not hold)."""
-    fixed = {k: getattr(s, k) for k in FIXED_FIELDS if not s.is_default(k)}
+    # the stack fields the default space varies are held at the published values too (an fp32 reduction stays one)
+    varied = SEARCHED_FIELDS.get(s.framework, {})
+    fixed = {k: getattr(s, k) for k in FIXED_FIELDS if not s.is_default(k) or k in varied}
     kw = dict(framework=s.framework, precision=s.precision, attention=s.attention, compile=s.compile,
               tp_comm_overlap=(s.tp_comm_overlap or "",), fixed=fixed, zero=(s.zero,), fsdp=(s.fsdp,),
               recompute=(s.recompute,), sequence_parallel=(s.sequence_parallel,), tp_overlap=(s.tp_overlap,),
