@@ -80,8 +80,9 @@ SEARCHED_OVERLAPS = {"megatron": ("userbuffers", "userbuffers-nemo"), "torchtita
 # Each field: (its values, the default first; whether the last bounds the others configuration by configuration).
 # Under FSDP2 bf16 reduction moves and keeps fewer gradient bytes, nothing else changes: its job is its family's
 # root and bounds the fp32 one; torchao's float8 all-gather likewise (fewer bytes gathered and held, no forward
-# weight cast). Megatron-Core's bf16 gradients are their own family (its optimizer then casts them to fp32: not
-# a bound), and so are its fp8 parameters (zero >= 1 only: job_zeros).
+# weight cast). Megatron-Core's bf16 gradients are their own family (a bucket of bucket_mib holds twice the
+# gradients, so fewer buckets overlap the backward and the last one, left for after it, can be longer: not a
+# bound), and so are its fp8 parameters (zero >= 1 only: job_zeros).
 SEARCHED_FIELDS = {"megatron": {"grad_reduce_fp32": ((None, False), False), "fp8_params": ((False, True), False)},
                    "torchtitan": {"grad_reduce_fp32": ((None, False), True), "fp8_params": ((False, True), True)}}
 # the chunked pipeline schedules searched by default (Strategy.schedule with virtual stages): torch's zero-bubble
