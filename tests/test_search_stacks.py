@@ -14,6 +14,7 @@ import perfmodel as pm
 from perfmodel.explore import strategy_of
 from perfmodel import step as compose
 from perfmodel.explore.chunks import CHUNK, _collectives, _configs, _parts, chunks, pipeline_floor
+from perfmodel.explore.search import FIXED_FIELDS
 from perfmodel.explore.space import NUMERIC
 from perfmodel.validate.published import read_published
 
@@ -220,6 +221,9 @@ def test_published_llama_405b_in_the_default_space_is_beaten():
     assert top.attrs["evaluated"] + top.attrs["pruned"] > 350_000
 
 
+_flag = FIXED_FIELDS["grad_reduce_fp32"]  # how search reads an optional flag's cell back (None or NaN: unset)
+
+
 def test_an_overlap_row_is_the_prediction_of_its_strategy():
     df = pm.search(MODEL, H100, 16, framework="megatron", top_k=4000, **{k: v for k, v in SMALL.items() if k != "cp"})
     ub = df[df["tp_comm_overlap"] != ""]
@@ -238,11 +242,6 @@ def test_an_overlap_row_is_the_prediction_of_its_strategy():
     assert set(none["tp_comm_overlap"]) == {""}
     with pytest.raises(pm.errors.InvalidInputError, match="tp_comm_overlap"):
         pm.search(MODEL, H100, 16, framework="torchtitan", tp_comm_overlap="userbuffers")
-
-
-def _flag(cell):
-    """A search table's cell of an optional flag: None (or NaN) for unset."""
-    return None if cell is None or cell != cell else bool(cell)
 
 
 def test_a_zero_bubble_row_is_the_prediction_of_its_strategy():

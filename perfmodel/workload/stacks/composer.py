@@ -8,8 +8,7 @@ llm-foundry's MPT builds its linears from ``fc_type`` (mosaicml/llm-foundry 8c8d
 its default is ``"torch"`` (``models/utils/config_defaults.py`` ``fc_type_defaults``), so an
 ``amp_fp8`` run with MPT's defaults has no fp8 layer: every GEMM runs in the bf16 that FSDP's
 ``mixed_precision: PURE`` casts the parameters to. llm-foundry's ``TUTORIAL.md`` pairs ``amp_fp8``
-with ``fc_type: te``; its pull request #271 measured both on ``mpt-3b.yaml`` (throughput per device:
-``torch`` and ``te`` without fp8 23.7k tokens/s, ``te`` with ``amp_fp8`` 29.4k).
+with ``fc_type: te``.
 
 ``fc_type=None`` (the default) under ``precision="fp8-mixed"`` prices the linears as ``"te"``, the
 pairing the tutorial gives, and says so in the prediction's caveats; ``fc_type="torch"`` prices the
