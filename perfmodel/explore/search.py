@@ -30,6 +30,7 @@ from perfmodel.explore.stack_options import (TRANSFORMER_FRAMEWORKS, check_frame
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, check_headroom, default_profile, profile_for
+from perfmodel.parallel.looped_bfs import LOOPED_BFS
 from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, OPTIMIZERS, PLACEMENTS, SCHEDULES, TP_COMM_OVERLAPS, Strategy
 from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
 from perfmodel.workload.presets import as_model
@@ -185,6 +186,10 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
 
 def _check_chunked_schedule(name: str, value):
     """A schedule search may give the rows with virtual stages (v = 1 rows run 1F1B whatever is asked)."""
+    if value == LOOPED_BFS:  # parallel/looped_bfs.py
+        raise InvalidInputError(f"{name!r}={value!r} is not searched: it takes interleaved 1F1B's step time with "
+                                "more memory (every micro-batch held), so where interleaved 1F1B runs (micro-batches a "
+                                "multiple of pp) it is never slower; price a looped-bfs plan with pm.predict")
     if value not in CHUNKED_SCHEDULES and value in SCHEDULES:
         raise InvalidInputError(f"{name!r} picks the schedule of the rows with virtual stages "
                                 f"({', '.join(CHUNKED_SCHEDULES)}); rows without them run 1f1b, so {value!r} "

@@ -54,12 +54,14 @@ class Schedule(IntEnum):
     INTERLEAVED = 2
     INTERLEAVED_ZB = 3  # torch.distributed.pipelining ScheduleInterleavedZeroBubble (parallel/zero_bubble.py)
     ZBV = 4             # torch.distributed.pipelining ScheduleZBVZeroBubble
+    LOOPED_BFS = 5      # torch.distributed.pipelining ScheduleLoopedBFS (parallel/looped_bfs.py)
 
     @classmethod
     def named(cls, name: str) -> Schedule:
-        """The schedule ``Strategy.schedule`` calls ``name`` ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv")."""
+        """The schedule ``Strategy.schedule`` calls ``name`` ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv",
+        "looped-bfs")."""
         return {"1f1b": cls.ONE_F_ONE_B, "gpipe": cls.GPIPE, "interleaved": cls.INTERLEAVED,
-                "interleaved-zb": cls.INTERLEAVED_ZB, "zbv": cls.ZBV}[name]
+                "interleaved-zb": cls.INTERLEAVED_ZB, "zbv": cls.ZBV, "looped-bfs": cls.LOOPED_BFS}[name]
 
 
 def _chunked(name: str) -> Schedule:

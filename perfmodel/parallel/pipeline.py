@@ -14,6 +14,7 @@ from perfmodel.core.algebra import floats, maximum, pick, where
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.placement import pipeline_crossings
+from perfmodel.parallel.looped_bfs import late_chunk_waits
 from perfmodel.parallel.zero_bubble import drain_ratio
 
 
@@ -124,6 +125,11 @@ def zero_bubble(c: StepConfig):
     return (c.schedule == Schedule.INTERLEAVED_ZB) | (c.schedule == Schedule.ZBV)
 
 
+def holds_all(c: StepConfig):
+    """Whether ``c``'s schedule runs every forward of the step before its first backward (GPipe, looped BFS)."""
+    return (c.schedule == Schedule.GPIPE) | (c.schedule == Schedule.LOOPED_BFS)
+
+
 def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_share=0.0):
     """All micro-batches through the pipeline; returns (seconds, bottleneck stage seconds).
 
@@ -140,7 +146,10 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_s
     if np.any(zb):
         ratio = drain_ratio(t.layer_f, t.layer_b, wgrad_share * t.layer_b, c.pp, c.schedule == Schedule.ZBV)
         drain = pick(zb, ratio, 1.0)
-    return schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain), worst
+    seconds = schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain)
+    # breadth first with m < p: each later chunk pass waits for its first input (parallel/looped_bfs.py)
+    waits = late_chunk_waits(c.pp, c.micro_batches, c.virtual_stages) * worst / np.maximum(c.virtual_stages, 1.0)
+    return seconds + pick(c.schedule == Schedule.LOOPED_BFS, waits, 0.0), worst
 
 
 def sendrecv_time(coll, level, size):
@@ -172,7 +181,7 @@ def p2p_time(coll, lay, c: StepConfig, act_bytes):
 def in_flight(c: StepConfig, index):
     """Micro-batches whose activations a stage holds at its peak.
 
-    GPipe: all m. 1F1B: stage s (0-based) of p holds min(m, p − s) (Narayanan et al.
+    GPipe and torch's looped BFS: all m. 1F1B: stage s (0-based) of p holds min(m, p − s) (Narayanan et al.
     2021, §2.2.1). Interleaved over v chunks (Megatron-LM core_r0.10.0
     ``schedules.forward_backward_pipelining_with_interleaving``, groups of N = p micro-batches per
     chunk, ``microbatch_group_size_per_vp_stage``'s default and the fewest it allows): rank s runs
@@ -186,7 +195,8 @@ def in_flight(c: StepConfig, index):
     interleaved = np.minimum(2.0 * (pp - index - 1.0) + (v - 1.0) * pp + 1.0, m * v) / v
     # torch's zero-bubble orders hold p·v chunk forwards on every rank (parallel/zero_bubble.py)
     interleaved = pick(zero_bubble(c), np.minimum(m, pp), interleaved)
-    return pick(c.schedule == Schedule.GPIPE, m, pick(v > 1, interleaved, f1b))
+    # GPipe, and torch's breadth-first loop (all m·v chunk forwards first: parallel/looped_bfs.py), hold all m
+    return pick(holds_all(c), m, pick(v > 1, interleaved, f1b))
 
 
 def _chunk_forwards(chunks, pp, v, chunk):
@@ -209,7 +219,7 @@ def layer_batches(c: StepConfig, st: Stage):
     """
     held = st.layers * in_flight(c, st.index)
     v = floats(c.virtual_stages)
-    if c.stage_layers is None or c.schedule == Schedule.GPIPE or np.all(zero_bubble(c)):
+    if c.stage_layers is None or np.all(holds_all(c)) or np.all(zero_bubble(c)):
         return held
     full = float(max(c.stage_layers))
     d, per_chunk = full - st.layers, full / v
