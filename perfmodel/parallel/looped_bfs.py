@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.core.errors import InvalidInputError, UnsupportedError
-from perfmodel.parallel.zero_bubble import TORCH_PIPELINING
+from perfmodel.core.errors import InvalidInputError
+from perfmodel.parallel.zero_bubble import check_torch_pipelining
 
 LOOPED_BFS = "looped-bfs"
 TORCH_NAME = "ScheduleLoopedBFS"
@@ -37,10 +37,7 @@ def check_looped_bfs(schedule: str, framework: str, pp: int, virtual_stages: int
     """torch's breadth-first schedule: its own pipelining (torchtitan, plain PyTorch), pp > 1, v >= 2 chunks."""
     if schedule != LOOPED_BFS:
         return
-    name = f"schedule={LOOPED_BFS!r} (torch.distributed.pipelining {TORCH_NAME})"
-    if framework not in TORCH_PIPELINING:
-        raise UnsupportedError(f"{name} does not apply to framework={framework!r}; stacks that run "
-                               f"torch's pipeline schedules: {', '.join(TORCH_PIPELINING)}")
+    name = check_torch_pipelining(schedule, TORCH_NAME, framework)
     if pp < 2 or virtual_stages < 2:
         raise InvalidInputError(f"{name} needs pp > 1 and model chunks in a loop: virtual_stages >= 2 (got pp={pp}, "
                                 f"virtual_stages={virtual_stages}; one chunk per rank is schedule='gpipe')")

@@ -147,9 +147,11 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_s
         ratio = drain_ratio(t.layer_f, t.layer_b, wgrad_share * t.layer_b, c.pp, c.schedule == Schedule.ZBV)
         drain = pick(zb, ratio, 1.0)
     seconds = schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain)
-    # breadth first with m < p: each later chunk pass waits for its first input (parallel/looped_bfs.py)
-    waits = late_chunk_waits(c.pp, c.micro_batches, c.virtual_stages) * worst / np.maximum(c.virtual_stages, 1.0)
-    return seconds + pick(c.schedule == Schedule.LOOPED_BFS, waits, 0.0), worst
+    looped = c.schedule == Schedule.LOOPED_BFS
+    if np.any(looped):  # breadth first with m < p: each later chunk pass waits for its first input (looped_bfs.py)
+        waits = late_chunk_waits(c.pp, c.micro_batches, c.virtual_stages) * worst / np.maximum(c.virtual_stages, 1.0)
+        seconds = seconds + pick(looped, waits, 0.0)
+    return seconds, worst
 
 
 def sendrecv_time(coll, level, size):

@@ -91,14 +91,21 @@ def batches_ok(schedule: str, m, pp):
     return (m >= pp) & (m % np.maximum(m // pp, 1) == 0)
 
 
+def check_torch_pipelining(schedule: str, torch_name: str, framework: str) -> str:
+    """Refuse ``schedule`` (torch's ``torch_name``) under a stack that does not pipeline with torch's own schedules;
+    returns the schedule's name for the caller's further errors."""
+    name = f"schedule={schedule!r} (torch.distributed.pipelining {torch_name})"
+    if framework not in TORCH_PIPELINING:
+        raise UnsupportedError(f"{name} does not apply to framework={framework!r}; stacks that run "
+                               f"torch's pipeline schedules: {', '.join(TORCH_PIPELINING)}")
+    return name
+
+
 def check_zero_bubble(schedule: str, framework: str, pp: int, virtual_stages: int) -> None:
     """torch's zero-bubble schedules: its own pipelining (torchtitan), pp > 1, their chunks per rank."""
     if schedule not in ZERO_BUBBLE:
         return
-    name = f"schedule={schedule!r} (torch.distributed.pipelining {ZERO_BUBBLE[schedule]})"
-    if framework not in TORCH_PIPELINING:
-        raise UnsupportedError(f"{name} does not apply to framework={framework!r}; stacks that run "
-                               f"torch's pipeline schedules: {', '.join(TORCH_PIPELINING)}")
+    name = check_torch_pipelining(schedule, ZERO_BUBBLE[schedule], framework)
     if not stages_ok(schedule, pp, virtual_stages):
         chunks = "two model chunks per rank in a V: virtual_stages=2" if schedule == "zbv" else \
             "model chunks in a loop: virtual_stages >= 2"
