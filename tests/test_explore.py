@@ -119,7 +119,7 @@ def _default_jobs(model):
         out += [(enumerate_space(model, n, 8, 512, cp=cp, **meg, **kw, **tp_sp), 3 * 2 * grads),
                 (enumerate_space(model, n, 8, 512, cp=cp, max_pp=1, **meg, **kw, **tp_sp), 2 * 2 * grads),
                 (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), **kw, **tp_sp), 4 * grads)]
-        for zb in ("interleaved-zb", "zbv"):  # torchtitan's zero-bubble schedules: 2 x 4 jobs, 4 with async TP
+        for zb in ("interleaved-zb", "zbv", "dualpipev"):  # torchtitan's zero-bubble schedules: 8 jobs, 4 with async TP
             out += [(enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw), 8 * grads),
                     (enumerate_space(model, n, 8, 512, cp=cp, zero=(3,), schedule=zb, **kw, **tp_sp), 4 * grads)]
     return out

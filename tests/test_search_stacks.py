@@ -80,7 +80,7 @@ def test_default_space_holds_every_stack_option(priced):
             assert (rows["zero"] >= 1).all()
     # torch's zero-bubble schedules for torchtitan's chunked rows (not with offload, which runs without pipelining)
     assert {(s.framework, s.schedule) for s in specs if s.schedule != "interleaved"} == {
-        ("torchtitan", "interleaved-zb"), ("torchtitan", "zbv")}
+        ("torchtitan", "interleaved-zb"), ("torchtitan", "zbv"), ("torchtitan", "dualpipev")}
     for job, rows in priced:  # a zero-bubble job prices pipelined rows with virtual stages only
         if job.spec.schedule != "interleaved":
             assert ((rows["pp"] > 1) & (rows["virtual_stages"] >= 2)).all()

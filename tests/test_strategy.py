@@ -46,7 +46,8 @@ def test_parameter_server_excludes_sharding():
 
 
 def test_interleaving_rules():
-    fails("'virtual_stages'=2 needs schedule='interleaved' (or 'interleaved-zb', 'zbv', 'looped-bfs'; got '1f1b')",
+    fails("'virtual_stages'=2 needs a schedule that loops over model chunks: 'interleaved', 'interleaved-zb', 'zbv', "
+          "'dualpipev', 'looped-bfs' (got '1f1b')",
           Strategy, pp=2, virtual_stages=2)
     fails("schedule='interleaved' needs pp > 1", Strategy, schedule="interleaved")
     fails("interleaved schedule needs layers=12 divisible by pp × virtual_stages = 2 × 4 (try virtual_stages in "

@@ -13,13 +13,16 @@ from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.pipeline import in_flight, stages
 from perfmodel.parallel.zero_bubble import drain_ratio, interleaved_zb_drain, zbv_drain
 
-TORCH_NAMES = {"interleaved-zb": "InterleavedZeroBubble", "zbv": "ZBVZeroBubble", "interleaved": "Interleaved1F1B"}
+TORCH_NAMES = {"interleaved-zb": "InterleavedZeroBubble", "zbv": "ZBVZeroBubble", "interleaved": "Interleaved1F1B",
+               "dualpipev": "DualPipeV"}
 
 
 def _orders(schedule, pp, m, v):
+    """torch's actions per rank; a paired forward and backward (DualPipeV's OVERLAP_F_B) as its two actions in
+    the order torch's runtime performs them (``_PipelineScheduleRuntime``: one after the other)."""
     visualizer = pytest.importorskip("torch.distributed.pipelining._schedule_visualizer")
     ops = visualizer.get_schedule_ops(TORCH_NAMES[schedule], pp, m, num_stages_per_rank=v)
-    return [[a for a in rank if a is not None] for rank in ops]
+    return [[sub for a in rank if a is not None for sub in (a.sub_actions or (a,))] for rank in ops]
 
 
 def _run(orders, f, b, w):

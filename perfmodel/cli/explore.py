@@ -264,7 +264,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--tp-comm-overlap", default=None, help="comma-separated tensor-parallel overlaps tried: none, "
                    "userbuffers, userbuffers-nemo, async (default: none and each stack's own)")
     p.add_argument("--schedules", default=None, help="comma-separated schedules of the rows with virtual stages: "
-                   "interleaved, interleaved-zb, zbv (default: interleaved, and the zero-bubble ones for torchtitan)")
+                   "interleaved, interleaved-zb, zbv, dualpipev (default: interleaved, and torch's zero-bubble ones "
+                   "for torchtitan)")
     p.add_argument("--fixed", default=None, help="Strategy fields held for every candidate, FIELD=VALUE,...: "
                    "e.g. grad_reduce_fp32=false,optimizer_states=remainders (docs/explore.md)")
     cli.add_stack_args(p, _search_framework_args)

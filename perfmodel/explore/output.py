@@ -10,6 +10,7 @@ import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError
 from perfmodel.core.units import format_seconds
+from perfmodel.parallel.zero_bubble import ZERO_BUBBLE
 
 FORMATS = (".csv", ".json", ".md")
 
@@ -95,7 +96,7 @@ def stack_label(row) -> str:
     overlap = row.get("tp_comm_overlap")
     words += [overlap] if isinstance(overlap, str) and overlap else []
     schedule = str(row.get("schedule", ""))
-    words += [schedule] if schedule in ("interleaved-zb", "zbv") else []
+    words += [schedule] if schedule in ZERO_BUBBLE else []
     cp, offload = int(row.get("cp", 1) or 1), int(row.get("offload_layers", 0) or 0)
     words += [f"cp{cp}"] if cp > 1 else []
     words += [f"offload{offload}"] if offload else []

@@ -231,7 +231,7 @@ def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False, schedule="
                       (v > 1) | ((pp > 1) & (g["zero"] >= 2))))
     if schedule != "interleaved":  # torch's zero-bubble schedules (parallel/zero_bubble.py): chunked stages only
         rules.append(("divisibility", f"schedule={schedule!r} needs pp > 1 and virtual_stages "
-                      f"{'= 2' if schedule == 'zbv' else '>= 2'}",
+                      f"{'= 2' if schedule in zero_bubble.V_SHAPED else '>= 2'}",
                       ~zero_bubble.stages_ok(schedule, pp, v)))
     rules.append(("batch", f"global_batch={global_batch} must be a multiple of dp × micro_batch",
                   global_batch % (dp * mb) != 0))

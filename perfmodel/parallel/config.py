@@ -19,6 +19,7 @@ import numpy as np
 
 from perfmodel.core.algebra import is_symbolic
 from perfmodel.core.errors import PerfModelError
+from perfmodel.parallel.zero_bubble import ZERO_BUBBLE
 from perfmodel.workload.stacks import stack
 from perfmodel.workload.stacks.float8 import float8_recipe
 
@@ -55,18 +56,20 @@ class Schedule(IntEnum):
     INTERLEAVED_ZB = 3  # torch.distributed.pipelining ScheduleInterleavedZeroBubble (parallel/zero_bubble.py)
     ZBV = 4             # torch.distributed.pipelining ScheduleZBVZeroBubble
     LOOPED_BFS = 5      # torch.distributed.pipelining ScheduleLoopedBFS (parallel/looped_bfs.py)
+    DUALPIPEV = 6       # torch.distributed.pipelining ScheduleDualPipeV (parallel/zero_bubble.py)
 
     @classmethod
     def named(cls, name: str) -> Schedule:
         """The schedule ``Strategy.schedule`` calls ``name`` ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv",
-        "looped-bfs")."""
+        "looped-bfs", "dualpipev")."""
         return {"1f1b": cls.ONE_F_ONE_B, "gpipe": cls.GPIPE, "interleaved": cls.INTERLEAVED,
-                "interleaved-zb": cls.INTERLEAVED_ZB, "zbv": cls.ZBV, "looped-bfs": cls.LOOPED_BFS}[name]
+                "interleaved-zb": cls.INTERLEAVED_ZB, "zbv": cls.ZBV, "looped-bfs": cls.LOOPED_BFS,
+                "dualpipev": cls.DUALPIPEV}[name]
 
 
 def _chunked(name: str) -> Schedule:
     """The schedule of a search row with virtual stages: a zero-bubble one where asked for, else interleaved."""
-    return Schedule.named(name) if name in ("interleaved-zb", "zbv") else Schedule.INTERLEAVED
+    return Schedule.named(name) if name in ZERO_BUBBLE else Schedule.INTERLEAVED
 
 
 FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stages", "shard_stage",

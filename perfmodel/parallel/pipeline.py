@@ -95,13 +95,13 @@ def stages(model, c: StepConfig) -> list[Stage]:
     ``c.stage_layers`` every stage is listed.
     """
     if c.stage_layers is not None:
-        n, zbv = len(c.stage_layers), bool(np.all(c.schedule == Schedule.ZBV))
-        return [Stage(float(lay), float(i), i == 0, i == (0 if zbv else n - 1), True)
+        n, v_shape = len(c.stage_layers), bool(np.all(v_shaped(c)))
+        return [Stage(float(lay), float(i), i == 0, i == (0 if v_shape else n - 1), True)
                 for i, lay in enumerate(c.stage_layers)]
     pp = floats(c.pp)
     first, middle, last = stage_layers(model.layers, pp)
     single = pp == 1
-    head_first = single | (c.schedule == Schedule.ZBV)  # ZBV's V brings the last chunk back to the first rank
+    head_first = single | v_shaped(c)  # the V (ZBV, DualPipeV) brings the last chunk back to the first rank
     return [Stage(first, 0.0, True, head_first, True), Stage(middle, 1.0, False, False, pp > 2),
             Stage(last, pp - 1, False, ~head_first, ~single)]
 
@@ -122,7 +122,12 @@ def schedule_seconds(slowest_s, all_stages_s, micro_batches, virtual_stages=1.0,
 
 def zero_bubble(c: StepConfig):
     """Whether ``c`` runs one of torch's zero-bubble schedules (``parallel/zero_bubble.py``)."""
-    return (c.schedule == Schedule.INTERLEAVED_ZB) | (c.schedule == Schedule.ZBV)
+    return (c.schedule == Schedule.INTERLEAVED_ZB) | v_shaped(c)
+
+
+def v_shaped(c: StepConfig):
+    """Whether ``c``'s schedule places two chunks per rank in a V (ZBV, DualPipeV: rank r runs r and 2p − 1 − r)."""
+    return (c.schedule == Schedule.ZBV) | (c.schedule == Schedule.DUALPIPEV)
 
 
 def holds_all(c: StepConfig):
@@ -144,7 +149,8 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_s
         everything = model.layers * t.layers_fb + t.embed_f + t.embed_b + t.head_f + t.head_b
     drain, zb = 1.0, zero_bubble(c)
     if np.any(zb):
-        ratio = drain_ratio(t.layer_f, t.layer_b, wgrad_share * t.layer_b, c.pp, c.schedule == Schedule.ZBV)
+        ratio = drain_ratio(t.layer_f, t.layer_b, wgrad_share * t.layer_b, c.pp, c.schedule == Schedule.ZBV,
+                            c.schedule == Schedule.DUALPIPEV)
         drain = pick(zb, ratio, 1.0)
     seconds = schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain)
     looped = c.schedule == Schedule.LOOPED_BFS
@@ -183,7 +189,8 @@ def p2p_time(coll, lay, c: StepConfig, act_bytes):
 def in_flight(c: StepConfig, index):
     """Micro-batches whose activations a stage holds at its peak.
 
-    GPipe and torch's looped BFS: all m. 1F1B: stage s (0-based) of p holds min(m, p − s) (Narayanan et al.
+    GPipe and torch's looped BFS: all m. torch's zero-bubble orders: p on every rank, DualPipeV's p + 1/2 (counted
+    on torch's orders: ``parallel/zero_bubble.py``). 1F1B: stage s (0-based) of p holds min(m, p − s) (Narayanan et al.
     2021, §2.2.1). Interleaved over v chunks (Megatron-LM core_r0.10.0
     ``schedules.forward_backward_pipelining_with_interleaving``, groups of N = p micro-batches per
     chunk, ``microbatch_group_size_per_vp_stage``'s default and the fewest it allows): rank s runs
@@ -195,8 +202,9 @@ def in_flight(c: StepConfig, index):
     pp, v, m = c.pp, c.virtual_stages, c.micro_batches
     f1b = np.minimum(m, np.maximum(pp - index, 1.0))
     interleaved = np.minimum(2.0 * (pp - index - 1.0) + (v - 1.0) * pp + 1.0, m * v) / v
-    # torch's zero-bubble orders hold p·v chunk forwards on every rank (parallel/zero_bubble.py)
-    interleaved = pick(zero_bubble(c), np.minimum(m, pp), interleaved)
+    # torch's zero-bubble orders hold p·v chunk forwards on every rank, DualPipeV's 2p + 1 (parallel/zero_bubble.py)
+    held = pick(c.schedule == Schedule.DUALPIPEV, pp + 0.5, pp)
+    interleaved = pick(zero_bubble(c), np.minimum(m, held), interleaved)
     # GPipe, and torch's breadth-first loop (all m·v chunk forwards first: parallel/looped_bfs.py), hold all m
     return pick(holds_all(c), m, pick(v > 1, interleaved, f1b))
 

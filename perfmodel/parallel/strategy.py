@@ -28,14 +28,14 @@ from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
 from perfmodel.workload.stacks.norms import check_norm_kernels
 from perfmodel.parallel.looped_bfs import LOOPED_BFS, check_looped_bfs
-from perfmodel.parallel.zero_bubble import check_zero_bubble, check_zero_bubble_batches
+from perfmodel.parallel.zero_bubble import ZERO_BUBBLE, check_zero_bubble, check_zero_bubble_batches
 from perfmodel.workload.stacks.offload import check_offload, check_offload_layers
 from perfmodel.workload.stacks.tensorflow import PLACEMENTS as PS_PLACEMENTS
 from perfmodel.workload.stacks.tensorflow import check_tensorflow, default_placement
 
 OPTIMIZERS = ("adamw", "sgd", "rmsprop")  # costs/memory.py MOMENTS, costs/compute.py OPTIMIZER_BYTES
-SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv", "looped-bfs")
-CHUNKED_SCHEDULES = ("interleaved", "interleaved-zb", "zbv")  # v >= 2 model chunks per rank, as search tries them
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "interleaved-zb", "zbv", "looped-bfs", "dualpipev")
+CHUNKED_SCHEDULES = ("interleaved", *ZERO_BUBBLE)  # v >= 2 model chunks per rank, as search tries them
 LOOPED_SCHEDULES = (*CHUNKED_SCHEDULES, LOOPED_BFS)  # all that loop over chunks (looped BFS: never faster, not searched)
 TP_COMM_OVERLAPS = {"userbuffers": "megatron", "userbuffers-nemo": "megatron", "async": "torchtitan"}  # -> its stack
 PLACEMENTS = ORDERS
@@ -291,8 +291,8 @@ class Strategy:
         if self.fsdp and self.zero not in (0, 3):
             raise InvalidInputError(f"'fsdp' already implies full sharding; 'zero' must be 0 or 3 with it: got {self.zero}")
         if self.virtual_stages > 1 and self.schedule not in LOOPED_SCHEDULES:
-            raise InvalidInputError(f"'virtual_stages'={self.virtual_stages} needs schedule='interleaved' (or "
-                                    f"'interleaved-zb', 'zbv', 'looped-bfs'; got {self.schedule!r})")
+            raise InvalidInputError(f"'virtual_stages'={self.virtual_stages} needs a schedule that loops over model "
+                                    f"chunks: {', '.join(map(repr, LOOPED_SCHEDULES))} (got {self.schedule!r})")
         check_zero_bubble(self.schedule, self.framework, self.pp, self.virtual_stages)
         check_looped_bfs(self.schedule, self.framework, self.pp, self.virtual_stages)
         if self.sequence_parallel and self.tp == 1:

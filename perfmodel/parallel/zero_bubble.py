@@ -8,7 +8,14 @@ the drain. torch ships two that torchtitan names in ``parallelism.pipeline_paral
 * ``"interleaved-zb"`` (``ScheduleInterleavedZeroBubble``): v >= 2 chunks per rank, looped as interleaved
   1F1B;
 * ``"zbv"`` (``ScheduleZBVZeroBubble``): two chunks per rank in a V (rank r runs chunks r and 2p − 1 − r,
-  so the first rank holds the embedding and the LM head).
+  so the first rank holds the embedding and the LM head);
+* ``"dualpipev"`` (``ScheduleDualPipeV``, torchtitan's ``DualPipeV``): DeepSeek's DualPipe cut in half onto the
+  same V (DeepSeek-AI 2024, arXiv 2412.19437 §3.2.1; github.com/deepseek-ai/DualPipe). Its steady state pairs one
+  micro-batch's forward through one chunk with another's whole backward through the other (``OVERLAP_F_B``).
+  torch's runtime runs such a pair as the forward, then the backward (``_PipelineScheduleRuntime``: ``for sub_a
+  in action.sub_actions: _perform_action(sub_a)``; torchtitan's trainer registers nothing else for it), so on
+  these stacks the pair takes f + b + w: the communication the pairing hides in DeepSeek's own runtime (expert
+  all-to-alls beside the other micro-batch's compute) is not hidden here.
 
 Each schedule is a fixed order of actions per rank. Its step is the longest chain through those orders,
 a maximum of linear forms in a chunk's forward f, input-gradient b and weight-gradient w seconds. The
@@ -20,11 +27,15 @@ send time:
 * interleaved 1F1B: m·v·(f + b + w) + (p − 1)(f + b + w)  (Narayanan et al. 2021, §2.2);
 * interleaved zero bubble: m·v·(f + b + w) + (p − 1)·max(f + b − w, f, b), for m >= p;
 * ZBV: 2m·(f + b + w) + max of the eight forms of ``ZBV_FORMS``, for m >= 2p − 1 (below that torch pads
-  the schedule to 2p − 1 micro-batches).
+  the schedule to 2p − 1 micro-batches);
+* DualPipeV: 2m·(f + b + w) + max of the six forms of ``DUALPIPEV_FORMS``, for m >= 2p (torch refuses fewer
+  micro-batches than stages).
 
-At f = b = w, both leave (p − 1)·f of the (p − 1)·3f that interleaved 1F1B leaves. Either holds the
-activations of p micro-batches on every rank at its peak (p·v chunk forwards in flight, counted on the
-same orders), as 1F1B does on its first stage.
+At f = b = w, all three leave (p − 1)·f of the (p − 1)·3f that interleaved 1F1B leaves; off that point
+DualPipeV's fill and drain are longer than ZBV's for some ratios and shorter for others (a weight gradient
+long next to the forward favours it). Interleaved ZB and ZBV hold the activations of p micro-batches on
+every rank at its peak (p·v chunk forwards in flight, counted on the same orders), as 1F1B does on its
+first stage; DualPipeV holds 2p + 1 chunk forwards, p + 1/2 micro-batches of the rank's layers.
 """
 
 from __future__ import annotations
@@ -34,7 +45,9 @@ import numpy as np
 from perfmodel.core.algebra import maximum, pick
 from perfmodel.core.errors import InvalidInputError, UnsupportedError
 
-ZERO_BUBBLE = {"interleaved-zb": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble"}
+ZERO_BUBBLE = {"interleaved-zb": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble",
+               "dualpipev": "ScheduleDualPipeV"}
+V_SHAPED = ("zbv", "dualpipev")  # two chunks per rank in a V: rank r runs chunks r and 2p − 1 − r
 TORCH_PIPELINING = ("torchtitan", "pytorch")  # the stacks that pipeline with torch's own schedules
 
 # ZBV's fill and drain: the forms (a, c, d) of a·f + c·b + d·w in q = p − 1, their maximum over q
@@ -49,6 +62,27 @@ ZBV_FORMS = (
     lambda q: (2.0 * q - 1.0, 1.0, -2.0 * q),
 )
 
+# DualPipeV's fill and drain, likewise: q·max(f, f + b − w, 2f − b − w, 2f − 2w) or q·max(b, 2b − w) − f
+DUALPIPEV_FORMS = (
+    lambda q: (q, 0.0, 0.0),
+    lambda q: (q, q, -q),
+    lambda q: (2.0 * q, -q, -q),
+    lambda q: (2.0 * q, 0.0, -2.0 * q),
+    lambda q: (-1.0, q, 0.0),
+    lambda q: (-1.0, 2.0 * q, -q),
+)
+
+
+def _largest_form(forms, f, b, w, pp):
+    """The largest of ``forms`` (a, c, d) of a·f + c·b + d·w at q = p − 1 (numbers, arrays or sympy)."""
+    q = pp - 1.0
+    out = None
+    for form in forms:
+        a, c, d = form(q)
+        term = a * f + c * b + d * w
+        out = term if out is None else maximum(out, term)
+    return out
+
 
 def interleaved_zb_drain(f, b, w, pp):
     """Fill and drain of ``ScheduleInterleavedZeroBubble``: (p − 1)·max(f + b − w, f, b), chunk seconds."""
@@ -57,37 +91,42 @@ def interleaved_zb_drain(f, b, w, pp):
 
 def zbv_drain(f, b, w, pp):
     """Fill and drain of ``ScheduleZBVZeroBubble``: the largest of ``ZBV_FORMS`` at q = p − 1, chunk seconds."""
-    q = pp - 1.0
-    out = None
-    for form in ZBV_FORMS:
-        a, c, d = form(q)
-        term = a * f + c * b + d * w
-        out = term if out is None else maximum(out, term)
-    return out
+    return _largest_form(ZBV_FORMS, f, b, w, pp)
 
 
-def drain_ratio(f, b_total, w, pp, zbv):
+def dualpipev_drain(f, b, w, pp):
+    """Fill and drain of ``ScheduleDualPipeV`` as torch runs it: the largest of ``DUALPIPEV_FORMS``, chunk seconds."""
+    return _largest_form(DUALPIPEV_FORMS, f, b, w, pp)
+
+
+def drain_ratio(f, b_total, w, pp, zbv, dualpipev=False):
     """A zero-bubble schedule's fill and drain over interleaved 1F1B's, (p − 1)(f + b + w), from one layer's
     forward ``f``, backward ``b_total`` (input and weight gradients) and weight-gradient ``w`` seconds (a
-    chunk's are these times its layers: the forms are homogeneous). ``zbv`` picks ZBV, else interleaved ZB."""
+    chunk's are these times its layers: the forms are homogeneous). ``zbv`` picks ZBV, ``dualpipev``
+    DualPipeV, else interleaved ZB."""
     b = b_total - w
     q = np.maximum(np.asarray(pp, float) - 1.0, 1.0)  # pp = 1 has no fill to scale
     whole = np.maximum(q * (f + b_total), 1e-300)
-    return pick(zbv, zbv_drain(f, b, w, q + 1.0), interleaved_zb_drain(f, b, w, q + 1.0)) / whole
+    drain = pick(zbv, zbv_drain(f, b, w, q + 1.0), interleaved_zb_drain(f, b, w, q + 1.0))
+    if np.any(dualpipev):
+        drain = pick(dualpipev, dualpipev_drain(f, b, w, q + 1.0), drain)
+    return drain / whole
 
 
 def stages_ok(schedule: str, pp, virtual_stages):
-    """Where a zero-bubble schedule can run (numbers or arrays): pp > 1 with its chunks per rank (zbv: 2)."""
-    chunks = virtual_stages == 2 if schedule == "zbv" else virtual_stages >= 2
+    """Where a zero-bubble schedule can run (numbers or arrays): pp > 1 with its chunks per rank (the V: 2)."""
+    chunks = virtual_stages == 2 if schedule in V_SHAPED else virtual_stages >= 2
     return (pp > 1) & chunks
 
 
 def batches_ok(schedule: str, m, pp):
     """Where a zero-bubble schedule's priced form holds for m micro-batches (numbers or arrays): interleaved ZB
     needs m >= pp and m a multiple of its rounds, max(1, m // pp) (torch's own check); ZBV m >= 2·pp − 1
-    (torch pads its order to that many)."""
+    (torch pads its order to that many); DualPipeV m >= 2·pp (torch's own check: a micro-batch per stage)."""
     if schedule == "zbv":
         return m >= 2 * pp - 1
+    if schedule == "dualpipev":
+        return m >= 2 * pp
     return (m >= pp) & (m % np.maximum(m // pp, 1) == 0)
 
 
@@ -107,7 +146,7 @@ def check_zero_bubble(schedule: str, framework: str, pp: int, virtual_stages: in
         return
     name = check_torch_pipelining(schedule, ZERO_BUBBLE[schedule], framework)
     if not stages_ok(schedule, pp, virtual_stages):
-        chunks = "two model chunks per rank in a V: virtual_stages=2" if schedule == "zbv" else \
+        chunks = "two model chunks per rank in a V: virtual_stages=2" if schedule in V_SHAPED else \
             "model chunks in a loop: virtual_stages >= 2"
         raise InvalidInputError(f"{name} needs pp > 1 and {chunks} (got pp={pp}, virtual_stages={virtual_stages})")
 
@@ -120,5 +159,8 @@ def check_zero_bubble_batches(schedule: str, m: int, pp: int) -> None:
     if schedule == "zbv":
         raise InvalidInputError(f"schedule='zbv' is priced for at least 2·pp − 1 = {2 * pp - 1} micro-batches per step "
                                 f"(got {m}): torch's ScheduleZBVZeroBubble pads its order to that many")
+    if schedule == "dualpipev":
+        raise InvalidInputError(f"schedule='dualpipev' needs at least as many micro-batches per step as stages, 2·pp = "
+                                f"{2 * pp} (torch ScheduleDualPipeV; got {m})")
     raise InvalidInputError(f"schedule='interleaved-zb' needs at least pp={pp} micro-batches per step, a multiple of its "
                             f"rounds max(1, m // pp) = {max(1, m // pp)} (torch ScheduleInterleavedZeroBubble; got {m})")

@@ -29,6 +29,7 @@ from perfmodel.core.errors import PerfModelError
 from perfmodel.explore.search import FIXED_FIELDS, STACK_FIELDS, search
 from perfmodel.explore.stack_options import SEARCHED_FIELDS
 from perfmodel.parallel.strategy import Strategy
+from perfmodel.parallel.zero_bubble import ZERO_BUBBLE
 from perfmodel.predict import predict
 from perfmodel.validate.runs import published_cases
 
@@ -106,7 +107,7 @@ def like_space(s: Strategy) -> tuple[dict, tuple]:
               dp_overlap=(s.dp_overlap,), cp=tuple(sorted({1, s.cp})), offload_layers=(s.offload_layers,),
               max_micro_batch=max(SEARCH_LIMITS["micro_batch"], s.micro_batch),
               max_virtual_stages=max(SEARCH_LIMITS["virtual_stages"], s.virtual_stages))
-    if s.schedule in ("interleaved-zb", "zbv"):
+    if s.schedule in ZERO_BUBBLE:
         kw["schedule"] = (s.schedule,)
     held = SEARCHED | set(FIXED_FIELDS) | {"attention", "tp_comm_overlap"}
     defaults = Strategy()
