@@ -85,3 +85,6 @@ def test_search_prices_its_rows_as_predict_does():
     for _, row in df.head(3).iterrows():
         s = strategy_of(row)
         assert s.schedule == "dualpipev" and pm.predict(model, h100, s).step_time == row["step_time"]
+    with pytest.raises(InvalidInputError, match=r"no framework .* together \(framework=\('megatron',\), "
+                                                r"schedule=\('dualpipev',\)\)"):
+        pm.search(model, h100, 32, framework="megatron", schedule="dualpipev")

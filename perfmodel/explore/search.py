@@ -322,8 +322,9 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
         capacity.append(f"{cl.gpu.mem_bytes / 2**30:.0f} GiB on {cl.name}")
         specs = job_specs(model, cl, choices, cp_sizes(model, cl, opts["stack"], opts["cp_fixed"]))
         if not specs:
-            raise InvalidInputError("no framework of the search takes the options asked for (recompute, compile, "
-                                    "offload_layers, tp_comm_overlap): see docs/stacks.md")
+            asked = ", ".join(f"{k}={v!r}" for k, v in choices.items() if v is not None and k != "fixed")
+            raise InvalidInputError(f"no framework of the search takes the options asked for together ({asked}): "
+                                    "see docs/stacks.md for which stacks take each")
         spaces, shown, last = {}, searched_fields(specs), None  # the varied stack fields: a column in every row
         for spec in specs:
             stack = _stack_of(opts, spec.framework, spec.cp)

@@ -239,10 +239,11 @@ def job_zeros(spec: JobSpec, zeros: tuple, fixed: dict) -> tuple:
 
 def _schedule_choices(fw: str, offload: int, asked) -> tuple:
     """The chunked schedules to try for framework ``fw`` (``SEARCHED_SCHEDULES``; "interleaved" elsewhere);
-    ``asked`` keeps those the stack runs. Offload runs without pipelining: interleaved only (nothing to chunk)."""
+    ``asked`` keeps those the stack runs. Offload runs without pipelining: interleaved only (nothing to chunk),
+    and none where ``asked`` leaves it out (a list of chunked schedules alone prices pipelined rows only)."""
     runs = SEARCHED_SCHEDULES.get(fw, ("interleaved",))
     if offload:
-        return ("interleaved",)
+        return ("interleaved",) if asked is None or "interleaved" in asked else ()
     if asked is None:
         return runs
     return tuple(v for v in asked if v in runs)
