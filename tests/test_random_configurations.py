@@ -101,7 +101,7 @@ def test_random_sweeps_give_finite_tables_or_refuse_clearly(seed):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_random_zero_bubble_and_layout_options_predict_or_refuse_clearly(seed):
-    # torch's zero-bubble schedules on torchtitan, and the CNN memory formats, over random shapes
+    # torch's zero-bubble, DualPipeV and looped-BFS schedules on torchtitan, and the CNN memory formats, over random shapes
     rng = random.Random(200 + seed)
     predicted = 0
     for _ in range(30):
@@ -110,7 +110,8 @@ def test_random_zero_bubble_and_layout_options_predict_or_refuse_clearly(seed):
             cluster = pm.cluster(rng.choice(["dgx-h100", "dgx-a100-80gb"]), nodes=rng.choice([1, 2]))
             pp = rng.choice([2, 4])
             kw = dict(dp=cluster.n_gpus // pp, pp=pp, micro_batch=rng.choice([1, 2]), framework="torchtitan",
-                      schedule=rng.choice(["interleaved-zb", "zbv"]), virtual_stages=rng.choice([2, 2, 3]),
+                      schedule=rng.choice(["interleaved-zb", "zbv", "dualpipev", "looped-bfs"]),
+                      virtual_stages=rng.choice([2, 2, 3]),
                       precision=rng.choice(["bf16-mixed", "fp8-mixed"]), compile=rng.random() < 0.5)
             kw["global_batch"] = kw["dp"] * kw["micro_batch"] * rng.choice([1, 4, 8, 9])
         else:
