@@ -33,8 +33,8 @@ from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.deepspeed import engine_exposed
 from perfmodel.parallel.expert import ep_comm_times, sharded
 from perfmodel.parallel.fabric import parameter_server_links
-from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time,
-                                         pipeline_time, stages, zero_bubble)
+from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time, pipeline_time, reruns_backward,
+                                         stages, zero_bubble)
 from perfmodel.parallel.placement import layout
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
 from perfmodel.parallel.stragglers import FLEET_SPREAD, device_spread, lagged_seconds, slowest_device_lag
@@ -405,8 +405,13 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
         off = PhaseTimes(*offload.offload_seconds(*host, c, acts, c.micro_batch * local.seq, local.layers, t.wall,
                                                      precision=precision))
         t = replace(t, wall=t.wall + off, gpu=t.gpu + off)
-    timed = t.wall + comm
     share = wgrad_share(t) if np.any(zero_bubble(c)) else 0.0
+    rerun = reruns_backward(c)
+    if np.any(rerun):  # compiled blocks under a split backward: I and W each run the whole backward (zero_bubble.py)
+        t = replace(t, wall=t.wall + PhaseTimes(layer_b=pick(rerun, t.wall.layer_b, 0.0)),
+                    gpu=t.gpu + PhaseTimes(layer_b=pick(rerun, t.gpu.layer_b, 0.0)))
+        share = pick(rerun, 0.5, share)
+    timed = t.wall + comm
     return (comm, timed, *pipeline_time(model, timed, sts, c, share), _outputs(model, c, t, comm, sts, recompute))
 
 

@@ -25,12 +25,12 @@ def _orders(schedule, pp, m, v):
     return [[sub for a in rank if a is not None for sub in (a.sub_actions or (a,))] for rank in ops]
 
 
-def _run(orders, f, b, w):
+def _run(orders, f, b, w, whole=None):
     """Each rank runs its actions in order; an action starts when its rank is free and its inputs are done:
     F(s) after F(s-1); the input gradient I (or a whole backward B) of s after F(s) and the input gradient
-    of s+1; W(s) after I(s). Returns the last finish time."""
+    of s+1; W(s) after I(s). A whole backward takes b + w unless ``whole`` is given. Returns the last finish time."""
     last = max(a.stage_index for rank in orders for a in rank)
-    seconds = {"F": f, "I": b, "W": w, "B": b + w}
+    seconds = {"F": f, "I": b, "W": w, "B": b + w if whole is None else whole}
     done, clock, at = {}, [0.0] * len(orders), [0] * len(orders)
     moved = True
     while moved:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from perfmodel.core.checks import check_int
 from perfmodel.core.errors import InvalidInputError, PerfModelError, UnsupportedError
 from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, TP_COMM_OVERLAPS, Strategy, check_against
+from perfmodel.parallel.zero_bubble import ZERO_BUBBLE
 from perfmodel.workload import stacks
 from perfmodel.workload.graph import GraphModel
 from perfmodel.workload.kernels import gemm_dtype
@@ -54,8 +55,9 @@ class JobSpec:
     offload_layers: int
     precision: str
     recompute: str
-    family: tuple   # (framework, cp, precision, tp_comm_overlap, schedule, extras): the specs one root bounds
-    root: bool      # no recomputation, no offload, compiled where the stack compiles
+    family: tuple   # (framework, cp, precision, tp_comm_overlap, schedule, extras[, compile for a split backward]):
+    # the specs one root bounds
+    root: bool      # no recomputation, no offload, compiled where the stack compiles (but a split backward's)
     # Strategy.tp_comm_overlap ("" none): its jobs price only tp > 1 with sequence parallelism
     tp_comm_overlap: str = ""
     # the schedule of the rows with virtual stages: "interleaved", or one of torch's zero-bubble ones, whose
@@ -204,9 +206,13 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
                         (o, sch, x) for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split)
                         for sch in _schedule_choices(fw, k, options.get("schedule"))
                         for x in extra_choices(fw, p, options.get("fixed") or {})):
+                    # compiled blocks run a split backward twice (parallel/zero_bubble.py): there compiling can
+                    # lose, so each compile setting is a family of its own, with its own root
+                    split = sch in ZERO_BUBBLE
+                    family = (under, cp, p, o, sch, x_family) + ((c,) if split else ())
                     for r in policies if not k else [r for r in policies if r == "none"]:
-                        root = under == fw and r == "none" and not k and c == max(compiles) and x_root
-                        out.append(JobSpec(fw, cp, c, k, p, r, (under, cp, p, o, sch, x_family), root, o, sch, x))
+                        root = under == fw and r == "none" and not k and (split or c == max(compiles)) and x_root
+                        out.append(JobSpec(fw, cp, c, k, p, r, family, root, o, sch, x))
     return out
 
 

@@ -125,6 +125,13 @@ def zero_bubble(c: StepConfig):
     return (c.schedule == Schedule.INTERLEAVED_ZB) | v_shaped(c)
 
 
+def reruns_backward(c: StepConfig):
+    """Whether every backward of ``c`` runs twice: torch's split-backward schedules that split all of them (interleaved
+    ZB, ZBV) over compiled blocks, whose input- and weight-gradient passes each run the block's whole compiled
+    backward (``parallel/zero_bubble.py``)."""
+    return ((c.schedule == Schedule.INTERLEAVED_ZB) | (c.schedule == Schedule.ZBV)) & bool(c.compile)
+
+
 def v_shaped(c: StepConfig):
     """Whether ``c``'s schedule places two chunks per rank in a V (ZBV, DualPipeV: rank r runs r and 2p − 1 − r)."""
     return (c.schedule == Schedule.ZBV) | (c.schedule == Schedule.DUALPIPEV)
@@ -150,7 +157,7 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_s
     drain, zb = 1.0, zero_bubble(c)
     if np.any(zb):
         ratio = drain_ratio(t.layer_f, t.layer_b, wgrad_share * t.layer_b, c.pp, c.schedule == Schedule.ZBV,
-                            c.schedule == Schedule.DUALPIPEV)
+                            c.schedule == Schedule.DUALPIPEV, compiled=bool(c.compile))
         drain = pick(zb, ratio, 1.0)
     seconds = schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain)
     looped = c.schedule == Schedule.LOOPED_BFS

@@ -31,6 +31,19 @@ send time:
 * DualPipeV: 2m·(f + b + w) + max of the six forms of ``DUALPIPEV_FORMS``, for m >= 2p (torch refuses fewer
   micro-batches than stages).
 
+**Compiled blocks run their whole backward twice.** A split backward asks autograd for the input gradient
+(``_backward.stage_backward_input``) and later for the weights' (``stage_backward_weight``, from the nodes it
+saved). torch.compile makes a block one autograd node (AOTAutograd's compiled backward) that returns every
+gradient at once, so each of the two passes runs the whole of it: measured on the CPU with torch 2.13 and per-block
+in-place ``module.compile()`` as torchtitan compiles (``distributed/compile.py:apply_compile``), Inductor and
+aot_eager alike, I and W each took the whole backward's time. torch refuses compiled stage modules for these three
+schedules (``_check_torch_compile_compatibility``: "not supported with stage modules that have used torch.compile")
+but checks for ``OptimizedModule`` wrappers only, which in-place compile does not leave. So with ``compile=True``
+I = W = c, a block's whole backward: interleaved ZB and ZBV split every backward, their forms above hold with
+b = w = c, and every micro-batch's backward costs 2c; DualPipeV splits 2p − 1 − r of rank r's 2m backwards (its
+paired ones run whole), and its step is 2m·(f + c) + c + 2(p − 1)·max(f, c) (``compiled_dualpipev_drain``, read
+off the same orders).
+
 At f = b = w, all three leave (p − 1)·f of the (p − 1)·3f that interleaved 1F1B leaves; off that point
 DualPipeV's fill and drain are longer than ZBV's for some ratios and shorter for others (a weight gradient
 long next to the forward favours it). Interleaved ZB and ZBV hold the activations of p micro-batches on
@@ -99,17 +112,25 @@ def dualpipev_drain(f, b, w, pp):
     return _largest_form(DUALPIPEV_FORMS, f, b, w, pp)
 
 
-def drain_ratio(f, b_total, w, pp, zbv, dualpipev=False):
+def compiled_dualpipev_drain(f, c, pp):
+    """Fill and drain of ``ScheduleDualPipeV`` over compiled blocks, whose split passes each run the whole backward
+    ``c``: c + 2(p − 1)·max(f, c), chunk seconds (the step is 2m·(f + c) plus this)."""
+    return c + 2.0 * (pp - 1.0) * maximum(f, c)
+
+
+def drain_ratio(f, b_total, w, pp, zbv, dualpipev=False, compiled=False):
     """A zero-bubble schedule's fill and drain over interleaved 1F1B's, (p − 1)(f + b + w), from one layer's
     forward ``f``, backward ``b_total`` (input and weight gradients) and weight-gradient ``w`` seconds (a
     chunk's are these times its layers: the forms are homogeneous). ``zbv`` picks ZBV, ``dualpipev``
-    DualPipeV, else interleaved ZB."""
+    DualPipeV, else interleaved ZB. ``compiled``: DualPipeV over compiled blocks (``compiled_dualpipev_drain``;
+    the others take their forms with ``b_total`` the doubled backward and ``w`` half of it, as the caller gives)."""
     b = b_total - w
     q = np.maximum(np.asarray(pp, float) - 1.0, 1.0)  # pp = 1 has no fill to scale
     whole = np.maximum(q * (f + b_total), 1e-300)
     drain = pick(zbv, zbv_drain(f, b, w, q + 1.0), interleaved_zb_drain(f, b, w, q + 1.0))
     if np.any(dualpipev):
-        drain = pick(dualpipev, dualpipev_drain(f, b, w, q + 1.0), drain)
+        dpv = compiled_dualpipev_drain(f, b_total, q + 1.0) if compiled else dualpipev_drain(f, b, w, q + 1.0)
+        drain = pick(dualpipev, dpv, drain)
     return drain / whole
 
 
