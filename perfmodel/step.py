@@ -34,8 +34,9 @@ from perfmodel.parallel.deepspeed import engine_exposed
 from perfmodel.parallel.expert import ep_comm_times, sharded
 from perfmodel.parallel.fabric import parameter_server_links
 from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time, pipeline_time, reruns_backward,
-                                         stages, zero_bubble)
+                                         splits_every_backward, stages, zero_bubble)
 from perfmodel.parallel.placement import layout
+from perfmodel.parallel.zero_bubble import weight_groups
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
 from perfmodel.parallel.stragglers import FLEET_SPREAD, device_spread, lagged_seconds, slowest_device_lag
 from perfmodel.parallel.tensor import tp_comm_times
@@ -92,6 +93,7 @@ class ComputeTimes:
     layer_recompute_flops: np.ndarray | float = 0.0  # FLOPs of the backward's recomputed kernels
     tp_gemms: tuple = ()  # (name, GPU seconds) of each tensor-parallel linear's GEMMs in one block
     cpu: PhaseTimes | None = None  # host seconds issuing each part (None: not priced)
+    layer_recompute: tuple = (0.0, 0.0)  # (wall, GPU) seconds of a layer backward's recomputed forward kernels
 
     def tp_gemm(self, name):
         return dict(self.tp_gemms).get(name, 0.0)
@@ -148,7 +150,13 @@ def compute_times(model, profile, c: StepConfig, *, precision, recompute) -> Com
         layer_recompute_flops=sum(k.flops * floats(k.count) for k in parts["layer_b"]
                                   if ".recompute" in k.name),
         tp_gemms=_linear_gemm_times(profile, lf + parts["layer_b"], c.tp if c.tp_comm_overlap else None),
-        cpu=PhaseTimes(**cpu))
+        cpu=PhaseTimes(**cpu), layer_recompute=_recompute_seconds(profile, parts["layer_b"]))
+
+
+def _recompute_seconds(profile, backward) -> tuple:
+    """(wall, GPU) seconds of the recomputed forward kernels in a layer's backward (0, 0 without recomputation)."""
+    again = [k for k in backward if ".recompute" in k.name]
+    return phase_time(profile, again)[:2] if again else (0.0, 0.0)
 
 
 def _linear_gemm_times(profile, kernels, chunks=None) -> tuple:
@@ -405,14 +413,27 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
         off = PhaseTimes(*offload.offload_seconds(*host, c, acts, c.micro_batch * local.seq, local.layers, t.wall,
                                                      precision=precision))
         t = replace(t, wall=t.wall + off, gpu=t.gpu + off)
-    share = wgrad_share(t) if np.any(zero_bubble(c)) else 0.0
-    rerun = reruns_backward(c)
-    if np.any(rerun):  # compiled blocks under a split backward: I and W each run the whole backward (zero_bubble.py)
-        t = replace(t, wall=t.wall + PhaseTimes(layer_b=pick(rerun, t.wall.layer_b, 0.0)),
-                    gpu=t.gpu + PhaseTimes(layer_b=pick(rerun, t.gpu.layer_b, 0.0)))
-        share = pick(rerun, 0.5, share)
+    t, share = _split_backward(local, t, c, wgrad_share(t) if np.any(zero_bubble(c)) else 0.0)
     timed = t.wall + comm
     return (comm, timed, *pipeline_time(model, timed, sts, c, share), _outputs(model, c, t, comm, sts, recompute))
+
+
+def _split_backward(model, t: ComputeTimes, c: StepConfig, share):
+    """``t`` and the weight-gradient share as torch's split backward runs them where interleaved ZB or ZBV splits
+    every backward (parallel/zero_bubble.py): over compiled blocks each pass runs the whole backward (twice the
+    layer's backward, half of it deferred); over checkpointed eager blocks the weight-gradient pass recomputes the
+    forward once per weight group (the recomputed kernels that many times more, deferred with the weight
+    gradients)."""
+    rerun, split = reruns_backward(c), splits_every_backward(c)
+    again = pick(rerun, 1.0, 0.0)
+    wall_r, gpu_r = (pick(split & ~rerun, weight_groups(model) * x, 0.0) for x in t.layer_recompute)
+    if not (np.any(rerun) or np.any(wall_r)):
+        return t, share
+    wall_b, gpu_b = t.wall.layer_b, t.gpu.layer_b
+    t = replace(t, wall=t.wall + PhaseTimes(layer_b=again * wall_b + wall_r),
+                gpu=t.gpu + PhaseTimes(layer_b=again * gpu_b + gpu_r))
+    deferred = (share * gpu_b + gpu_r) / np.maximum(gpu_b + gpu_r, 1e-300)
+    return t, pick(rerun, 0.5, pick(split, deferred, share))
 
 
 def wgrad_share(t: ComputeTimes):

@@ -57,6 +57,44 @@ def test_torch_runs_a_compiled_blocks_backward_in_both_split_passes():
     assert _compiled_backward_runs(split=True) == 6
 
 
+def _checkpointed_forward_runs(split: bool) -> int:
+    """How often three eager blocks under activation checkpointing run their forward for one forward and backward,
+    the backward split into torch pipelining's two passes or whole."""
+    torch = pytest.importorskip("torch")
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+    from torch.utils.checkpoint import checkpoint
+
+    runs = [0]
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+        def inner(self, x):
+            runs[0] += 1
+            return x + self.b(torch.relu(self.a(x)))
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=False)  # torchtitan's checkpoint_wrapper: non-reentrant
+
+    blocks = torch.nn.Sequential(*[Block() for _ in range(3)])
+    x = torch.randn(4, 16, requires_grad=True)
+    y = blocks(x)
+    if split:
+        _, groups = stage_backward_input([y], [torch.ones_like(y)], [x], blocks.parameters())
+        stage_backward_weight(blocks.parameters(), groups)
+    else:
+        y.backward(torch.ones_like(y))
+    return runs[0]
+
+
+def test_torch_recomputes_a_checkpointed_forward_in_both_split_passes():
+    assert _checkpointed_forward_runs(split=False) == 6  # the forward and one recomputation
+    # and again in the weight-gradient pass, once per weight group: two linears per block
+    assert _checkpointed_forward_runs(split=True) == 6 + 3 * 2
+
+
 def test_the_compiled_forms_are_torchs_orders_with_whole_backwards():
     rng = random.Random(20261207)
     for _ in range(24):
@@ -78,7 +116,8 @@ def test_a_compiled_zbv_plan_pays_its_backward_twice_and_dualpipev_in_its_bubble
 
     def plan(schedule, compiled):
         return pm.predict(model, cl, pm.Strategy(dp=2, pp=4, micro_batch=1, global_batch=32, framework="torchtitan",
-                                                 schedule=schedule, virtual_stages=2, compile=compiled))
+                                                 schedule=schedule, virtual_stages=2, compile=compiled,
+                                                 recompute="none"))  # checkpointed eager blocks pay more: below
 
     base = plan("interleaved", True)
     for schedule in ("zbv", "interleaved-zb"):
@@ -89,3 +128,17 @@ def test_a_compiled_zbv_plan_pays_its_backward_twice_and_dualpipev_in_its_bubble
     assert 1.7 < plan("zbv", True).breakdown["backward"] / dpv.breakdown["backward"] < 2.0  # its pairs run once
     assert dpv.breakdown["pipeline_bubble"] > 2 * plan("dualpipev", False).breakdown["pipeline_bubble"]
     assert dpv.step_time < plan("zbv", True).step_time
+
+
+def test_an_eager_zbv_plan_recomputes_once_per_weight_group_where_it_checkpoints():
+    model, cl = pm.preset("llama-3-8b"), pm.cluster("dgx-h100", nodes=1)
+
+    def backward(schedule, recompute):
+        return pm.predict(model, cl, pm.Strategy(dp=2, pp=4, micro_batch=1, global_batch=32, framework="torchtitan",
+                                                 schedule=schedule, virtual_stages=2, recompute=recompute)
+                          ).breakdown["backward"]
+
+    assert backward("zbv", "none") == pytest.approx(backward("interleaved", "none"), rel=0.03)  # the head's rank only
+    # nine forwards more per backward (a Llama block's weight groups), a forward about a third of such a backward
+    grown = backward("zbv", "full") / backward("interleaved", "full")
+    assert 3.0 < grown < 4.5

@@ -57,7 +57,8 @@ def test_a_plan_differs_from_zbv_by_its_bubble_and_half_a_micro_batch():
     assert c.schedule == Schedule.DUALPIPEV
     first, _, last = stages(model, c)
     assert bool(first.embed) and bool(first.head) and not bool(last.head)  # the V: the head on the first rank
-    dpv, zbv = (pm.predict(model, cl, _strategy(schedule=s, dp=2, pp=4, global_batch=32)) for s in ("dualpipev", "zbv"))
+    dpv, zbv = (pm.predict(model, cl, _strategy(schedule=s, dp=2, pp=4, global_batch=32, recompute="none"))
+                for s in ("dualpipev", "zbv"))  # no checkpointing: ZBV's weight pass would recompute it
     bubble = {k: p.breakdown["pipeline_bubble"] for k, p in (("dpv", dpv), ("zbv", zbv))}
     assert dpv.step_time - zbv.step_time == pytest.approx(bubble["dpv"] - bubble["zbv"])
     act = {k: p.memory["activations"] for k, p in (("dpv", dpv), ("zbv", zbv))}

@@ -100,13 +100,14 @@ def _strategy(schedule, v=2, global_batch=16, **kw):
 
 
 def test_zero_bubble_steps_are_shorter_by_their_bubble_only():
+    # no checkpointing: torch's weight-gradient pass recomputes a checkpointed block (test_compiled_split_backward.py)
     model, cl = pm.preset("llama-3-8b"), pm.cluster("dgx-h100", nodes=1)
-    base = pm.predict(model, cl, _strategy("interleaved"))
-    izb = pm.predict(model, cl, _strategy("interleaved-zb"))
+    base = pm.predict(model, cl, _strategy("interleaved", recompute="none"))
+    izb = pm.predict(model, cl, _strategy("interleaved-zb", recompute="none"))
     bubble = {k: p.breakdown["pipeline_bubble"] for k, p in (("base", base), ("izb", izb))}
     assert bubble["izb"] < 0.8 * bubble["base"]
     assert izb.step_time - base.step_time == pytest.approx(bubble["izb"] - bubble["base"])
-    zbv = pm.predict(model, cl, _strategy("zbv"))
+    zbv = pm.predict(model, cl, _strategy("zbv", recompute="none"))
     assert zbv.breakdown["pipeline_bubble"] < 0.8 * bubble["base"]
 
 

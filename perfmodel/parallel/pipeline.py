@@ -125,11 +125,16 @@ def zero_bubble(c: StepConfig):
     return (c.schedule == Schedule.INTERLEAVED_ZB) | v_shaped(c)
 
 
+def splits_every_backward(c: StepConfig):
+    """Whether ``c``'s schedule splits every backward into input- and weight-gradient passes (interleaved ZB, ZBV)."""
+    return (c.schedule == Schedule.INTERLEAVED_ZB) | (c.schedule == Schedule.ZBV)
+
+
 def reruns_backward(c: StepConfig):
     """Whether every backward of ``c`` runs twice: torch's split-backward schedules that split all of them (interleaved
     ZB, ZBV) over compiled blocks, whose input- and weight-gradient passes each run the block's whole compiled
     backward (``parallel/zero_bubble.py``)."""
-    return ((c.schedule == Schedule.INTERLEAVED_ZB) | (c.schedule == Schedule.ZBV)) & bool(c.compile)
+    return splits_every_backward(c) & bool(c.compile)
 
 
 def v_shaped(c: StepConfig):

@@ -44,6 +44,15 @@ b = w = c, and every micro-batch's backward costs 2c; DualPipeV splits 2p − 1 
 paired ones run whole), and its step is 2m·(f + c) + c + 2(p − 1)·max(f, c) (``compiled_dualpipev_drain``, read
 off the same orders).
 
+**Checkpointed eager blocks recompute their forward once per weight.** Under activation checkpointing
+(non-reentrant ``torch.utils.checkpoint``, torchtitan's ``checkpoint_wrapper``) the input-gradient pass recomputes
+a block's forward once, as a whole backward does; the weight-gradient pass then asks autograd for each weight
+group's gradient in a call of its own (``stage_backward_weight``: one ``autograd.grad`` per param group), and each
+call finds the recomputed tensors freed and recomputes the forward again. Counted with torch 2.13 on a Llama
+block as torchtitan writes it (wq, wk, wv, wo, w1, w2, w3, two RMSNorm weights): 9 recomputations in the
+weight-gradient pass; with biases and LayerNorm still 9 (a bias shares its weight's group), with a two-linear MLP 8
+(``weight_groups``). Where interleaved ZB or ZBV split every backward, each backward pays those recomputations too.
+
 At f = b = w, all three leave (p − 1)·f of the (p − 1)·3f that interleaved 1F1B leaves; off that point
 DualPipeV's fill and drain are longer than ZBV's for some ratios and shorter for others (a weight gradient
 long next to the forward favours it). Interleaved ZB and ZBV hold the activations of p micro-batches on
@@ -110,6 +119,12 @@ def zbv_drain(f, b, w, pp):
 def dualpipev_drain(f, b, w, pp):
     """Fill and drain of ``ScheduleDualPipeV`` as torch runs it: the largest of ``DUALPIPEV_FORMS``, chunk seconds."""
     return _largest_form(DUALPIPEV_FORMS, f, b, w, pp)
+
+
+def weight_groups(model) -> int:
+    """The weight groups torch's weight-gradient pass differentiates one at a time in a transformer block written
+    as torchtitan's: four attention projections, the MLP's two or three (gated) linears, two norms."""
+    return 4 + (3 if getattr(model, "activation", "") == "swiglu" else 2) + 2
 
 
 def compiled_dualpipev_drain(f, c, pp):
