@@ -142,3 +142,15 @@ def test_an_eager_zbv_plan_recomputes_once_per_weight_group_where_it_checkpoints
     # nine forwards more per backward (a Llama block's weight groups), a forward about a third of such a backward
     grown = backward("zbv", "full") / backward("interleaved", "full")
     assert 3.0 < grown < 4.5
+
+
+def test_a_checkpointed_eager_dualpipev_plan_pays_its_first_ranks_split_recomputations():
+    model, cl = pm.preset("llama-3-8b"), pm.cluster("dgx-h100", nodes=1)
+
+    def plan(schedule, recompute):
+        return pm.predict(model, cl, pm.Strategy(dp=2, pp=4, micro_batch=1, global_batch=32, framework="torchtitan",
+                                                 schedule=schedule, virtual_stages=2, recompute=recompute))
+
+    dpv, plain = plan("dualpipev", "every-2"), plan("dualpipev", "none")
+    assert dpv.breakdown["pipeline_bubble"] > 3 * plain.breakdown["pipeline_bubble"]  # 7 x 9 chunk recomputations
+    assert plan("interleaved", "every-2").step_time < dpv.step_time < plan("zbv", "every-2").step_time
