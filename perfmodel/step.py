@@ -439,7 +439,8 @@ def _split_backward(model, t: ComputeTimes, c: StepConfig, share):
     gradients)."""
     rerun, split = reruns_backward(c), splits_every_backward(c)
     again = pick(rerun, 1.0, 0.0)
-    wall_r, gpu_r = (pick(split & ~rerun, weight_groups(model) * x, 0.0) for x in t.layer_recompute)
+    eager = np.logical_and(split, np.logical_not(rerun))
+    wall_r, gpu_r = (pick(eager, weight_groups(model) * x, 0.0) for x in t.layer_recompute)
     if not (np.any(rerun) or np.any(wall_r)):
         return t, share
     wall_b, gpu_b = t.wall.layer_b, t.gpu.layer_b
