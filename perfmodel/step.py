@@ -362,7 +362,7 @@ ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
 SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework", "schedule")
 CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
                    "framework", "micro_batches", "virtual_stages", "stage_layers", "pp", "offload_layers", "cp_comm",
-                   "schedule")
+                   "schedule", "compile")
 # (dp is dp × cp here, as the data-parallel pieces read it)
 EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",
