@@ -27,7 +27,7 @@ from perfmodel.core.errors import PerfModelError
 from perfmodel.hardware import tensor_core_dtypes
 from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
-from perfmodel.parallel.config import Schedule, StepConfig
+from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.context import cp_comm_times, ring_kernels
 from perfmodel.parallel.data import BucketCosts, DataParallelWork, dp_comm_time
 from perfmodel.parallel.deepspeed import engine_exposed
@@ -413,22 +413,11 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
         off = PhaseTimes(*offload.offload_seconds(*host, c, acts, c.micro_batch * local.seq, local.layers, t.wall,
                                                      precision=precision))
         t = replace(t, wall=t.wall + off, gpu=t.gpu + off)
+    weight_recompute = weight_groups(local) * t.layer_recompute[0]  # a split weight pass's recomputations
     t, share = _split_backward(local, t, c, wgrad_share(t) if np.any(zero_bubble(c)) else 0.0)
     timed = t.wall + comm
-    seconds, worst = pipeline_time(model, timed, sts, c, share)
-    seconds = seconds + _dualpipev_recomputes(local, t, c)
-    return comm, timed, seconds, worst, _outputs(model, c, t, comm, sts, recompute)
-
-
-def _dualpipev_recomputes(model, t: ComputeTimes, c: StepConfig):
-    """Seconds DualPipeV's split backwards over checkpointed eager blocks add (parallel/zero_bubble.py): the first rank
-    splits 2p − 1 of its backwards, each weight pass recomputing a chunk's forward once per weight group, in its
-    fill and drain (as over compiled blocks, where that chain was read off torch's orders). An approximation."""
-    on = (c.schedule == Schedule.DUALPIPEV) & (not bool(c.compile))
-    if not np.any(on) or not np.any(t.layer_recompute[0]):
-        return 0.0
-    chunk_layers = model.layers / (2.0 * np.maximum(c.pp, 1.0))
-    return pick(on, (2.0 * c.pp - 1.0) * weight_groups(model) * t.layer_recompute[0] * chunk_layers, 0.0)
+    return (comm, timed, *pipeline_time(model, timed, sts, c, share, weight_recompute),
+            _outputs(model, c, t, comm, sts, recompute))
 
 
 def _split_backward(model, t: ComputeTimes, c: StepConfig, share):

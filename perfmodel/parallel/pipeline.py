@@ -15,7 +15,7 @@ from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entr
 from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.placement import pipeline_crossings
 from perfmodel.parallel.looped_bfs import late_chunk_waits
-from perfmodel.parallel.zero_bubble import drain_ratio
+from perfmodel.parallel.zero_bubble import SPLITS_EVERY_BACKWARD, V_SHAPED, ZERO_BUBBLE, drain_ratio
 
 
 @dataclass(frozen=True)
@@ -120,14 +120,22 @@ def schedule_seconds(slowest_s, all_stages_s, micro_batches, virtual_stages=1.0,
     return micro_batches * slowest_s + maximum(all_stages_s - slowest_s, 0.0) / virtual_stages * drain
 
 
+def _runs(c: StepConfig, names: tuple):
+    """Whether ``c`` runs one of the schedules ``names`` (numbers or arrays)."""
+    out = False
+    for name in names:
+        out = out | (c.schedule == Schedule.named(name))
+    return out
+
+
 def zero_bubble(c: StepConfig):
     """Whether ``c`` runs one of torch's zero-bubble schedules (``parallel/zero_bubble.py``)."""
-    return (c.schedule == Schedule.INTERLEAVED_ZB) | v_shaped(c)
+    return _runs(c, tuple(ZERO_BUBBLE))
 
 
 def splits_every_backward(c: StepConfig):
     """Whether ``c``'s schedule splits every backward into input- and weight-gradient passes (interleaved ZB, ZBV)."""
-    return (c.schedule == Schedule.INTERLEAVED_ZB) | (c.schedule == Schedule.ZBV)
+    return _runs(c, SPLITS_EVERY_BACKWARD)
 
 
 def reruns_backward(c: StepConfig):
@@ -139,7 +147,7 @@ def reruns_backward(c: StepConfig):
 
 def v_shaped(c: StepConfig):
     """Whether ``c``'s schedule places two chunks per rank in a V (ZBV, DualPipeV: rank r runs r and 2p − 1 − r)."""
-    return (c.schedule == Schedule.ZBV) | (c.schedule == Schedule.DUALPIPEV)
+    return _runs(c, V_SHAPED)
 
 
 def holds_all(c: StepConfig):
@@ -147,11 +155,13 @@ def holds_all(c: StepConfig):
     return (c.schedule == Schedule.GPIPE) | (c.schedule == Schedule.LOOPED_BFS)
 
 
-def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_share=0.0):
+def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_share=0.0, weight_recompute=0.0):
     """All micro-batches through the pipeline; returns (seconds, bottleneck stage seconds).
 
     ``wgrad_share``: the weight gradients' share of a layer's backward, which a zero-bubble schedule
-    moves into its fill and drain."""
+    moves into its fill and drain. ``weight_recompute``: seconds a layer's split weight-gradient pass recomputes
+    over checkpointed eager blocks (``zero_bubble.weight_groups`` recomputations), which DualPipeV pays on the
+    first rank's 2p − 1 split backwards."""
     worst = 0.0
     for st in sts:
         worst = np.maximum(worst, pick(st.valid, t.on(st), 0.0))
@@ -165,6 +175,11 @@ def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_s
                             c.schedule == Schedule.DUALPIPEV, compiled=bool(c.compile))
         drain = pick(zb, ratio, 1.0)
     seconds = schedule_seconds(worst, everything, c.micro_batches, c.virtual_stages, drain)
+    dualpipev = (c.schedule == Schedule.DUALPIPEV) & (not bool(c.compile))
+    if np.any(dualpipev) and np.any(weight_recompute):  # in its fill and drain, as the compiled chain read off
+        # torch's orders (parallel/zero_bubble.py); an approximation: the forms with B != I + W are not derived
+        chunk_layers = model.layers / (2.0 * np.maximum(c.pp, 1.0))
+        seconds = seconds + pick(dualpipev, (2.0 * c.pp - 1.0) * weight_recompute * chunk_layers, 0.0)
     looped = c.schedule == Schedule.LOOPED_BFS
     if np.any(looped):  # breadth first with m < p: each later chunk pass waits for its first input (looped_bfs.py)
         waits = late_chunk_waits(c.pp, c.micro_batches, c.virtual_stages) * worst / np.maximum(c.virtual_stages, 1.0)

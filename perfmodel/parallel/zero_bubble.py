@@ -70,6 +70,7 @@ from perfmodel.core.errors import InvalidInputError, UnsupportedError
 ZERO_BUBBLE = {"interleaved-zb": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble",
                "dualpipev": "ScheduleDualPipeV"}
 V_SHAPED = ("zbv", "dualpipev")  # two chunks per rank in a V: rank r runs chunks r and 2p − 1 − r
+SPLITS_EVERY_BACKWARD = ("interleaved-zb", "zbv")  # every backward as I then W (DualPipeV: its fill and drain only)
 TORCH_PIPELINING = ("torchtitan", "pytorch")  # the stacks that pipeline with torch's own schedules
 
 # ZBV's fill and drain: the forms (a, c, d) of a·f + c·b + d·w in q = p − 1, their maximum over q
