@@ -51,6 +51,15 @@ def test_cpu_bound_server_caps_the_cluster():
     assert "CPU (1 vCPUs" in r.bottleneck
 
 
+def test_a_server_without_a_vcpu_count_is_bound_by_its_nic_and_says_its_cpu_is_unpriced():
+    # GPU nodes as servers give no vCPU count: the CPU term is None (not NaN) in the result and its JSON
+    r = _run(20, spec=ServerSpec(1e9, 1e9, None, 0.0))
+    assert r.server_cpu_s == (None,) and r.updates_per_second == pytest.approx(125.0)
+    assert "NIC out" in r.bottleneck
+    p = pm.predict("resnet-cifar32", pm.cluster("v100", 4, 1), pm.Strategy(ps_servers=2, ps_async=True, **TRAIN))
+    assert "NaN" not in json.dumps(p.to_dict()) and None in p.ps.server_cpu_s
+
+
 def test_rpc_and_byte_costs_add_on_the_server_cpu():
     cpu = ServerCpu(1e-9, 2e-9, 3e-9, 1e-5)
     # 8 MB x (2 x 3 + 2 + 1) ns + 4 RPCs (two per trainable variable) x 10 us, over 4 vCPUs

@@ -140,7 +140,7 @@ class AsyncPS:
     pull_s: float
     push_exposed_s: float
     server_demand_s: tuple      # per server: max(NIC out, NIC in, CPU) seconds per update
-    server_cpu_s: tuple         # per server: CPU seconds per update (NaN: not priced)
+    server_cpu_s: tuple         # per server: CPU seconds per update (None: no vCPU count, not priced)
     updates_per_second: float   # cluster throughput (steps/s as TensorFlow counts global steps)
     worker_period_s: float      # time between one worker's updates (its step, or its wait at saturation)
     saturating_workers: float   # W* = worker step / busiest server's demand
@@ -203,7 +203,8 @@ def async_ps(*, compute_s, backward_s, variables, workers: int, servers: int, sp
     w_star = workers / (alone * d_max) if d_max > 0 else np.inf
     return AsyncPS(workers=workers, servers=servers, placement=placement, worker_step_s=float(t_worker.mean()),
                    compute_s=float(compute.mean()), pull_s=pull, push_exposed_s=float(push_exposed.mean()),
-                   server_demand_s=tuple(map(float, demand)), server_cpu_s=tuple(map(float, busy)),
+                   server_demand_s=tuple(map(float, demand)),
+                   server_cpu_s=tuple(float(b) if np.isfinite(b) else None for b in busy),
                    updates_per_second=rate, worker_period_s=float(periods.mean()), saturating_workers=w_star,
                    bottleneck=_bottleneck(workers, w_star, busiest, out, inn, busy, spec),
                    mean_staleness=max(float(np.mean(rate * periods)) - 1.0, 0.0),
