@@ -296,9 +296,17 @@ def test_empty_cluster_is_rejected():
         plan_training(model, NS(worker_gpus=[]), None, 10, step_time_s=1.0)
 
 
-def test_unknown_gpu_lists_known_ones():
-    with pytest.raises(UnknownNameError, match=r"unknown GPU in the prices table 'TPU'.*known: "):
+def test_unknown_gpu_lists_known_ones_and_says_how_to_add_it(tmp_path):
+    with pytest.raises(UnknownNameError, match=r"unknown GPU in the prices table 'TPU'.*known: .*"
+                                               r"prices=PATH, one \[\[price\]\] table"):
         plan_training(NS(params=1e6), NS(gpu="TPU"), None, 10, step_time_s=1.0)
+    # with its price given, the next table it lacks says the same of itself
+    own = tmp_path / "prices.toml"
+    own.write_text('[[price]]\nprovider = "gcp"\nregion = "us-central1"\ngpu = "TPU"\n'
+                   'on_demand_usd_per_gpu_hour = 1.0\nspot_usd_per_gpu_hour = 0.4\nsource = "test"\n'
+                   'date = "2026-12-07"\n')
+    with pytest.raises(UnknownNameError, match=r"revocation table 'TPU'.*revocation=PATH, one \[\[revocation\]\]"):
+        plan_training(NS(params=1e6), NS(gpu="TPU"), None, 10, step_time_s=1.0, prices=str(own))
 
 
 def test_checkpoint_without_params_needs_bytes():

@@ -47,6 +47,10 @@ def gpu_key(name, known) -> str | None:
     return None
 
 
+# the keyword of plan_training that takes each table, and the TOML array its rows are written in
+TABLE_KEYS = {"prices": "price", "revocation": "revocation"}
+
+
 def select_row(table: pd.DataFrame, gpu: str, provider=None, region=None, *, what: str):
     """The row for ``gpu`` (and ``provider``/``region`` when given); else a listing error.
 
@@ -55,7 +59,9 @@ def select_row(table: pd.DataFrame, gpu: str, provider=None, region=None, *, wha
     """
     key = gpu_key(gpu, table["gpu"].unique())
     if key is None:
-        raise unknown_name(f"GPU in the {what} table", gpu, table["gpu"].unique())
+        err = unknown_name(f"GPU in the {what} table", gpu, table["gpu"].unique())
+        raise type(err)(f"{err}; give its row in a TOML file of your own ({what}=PATH, one [[{TABLE_KEYS[what]}]] "
+                         "table per provider, region and GPU, as docs/transient.md shows)")
     rows = table[table["gpu"] == key]
     if provider is not None:
         rows = rows[rows["provider"].str.lower() == str(provider).lower()]
