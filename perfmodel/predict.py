@@ -15,7 +15,7 @@ from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import ChainMemo, IdentityMemo
 from perfmodel.interval import DEFAULT_LEVEL, bounds, check_level, memory_bounds
 from perfmodel.parallel.config import StepConfig
-from perfmodel.hardware.build import part_of_node
+from perfmodel.hardware.build import generic_fabric_caveats, part_of_node
 from perfmodel.hardware.node import Cluster
 from perfmodel.parallel.fabric import cluster_collectives, parameter_server_links
 from perfmodel.parallel.paths import priced_paths
@@ -263,7 +263,7 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
                    (s.batch, s.micro_batch, run.precision, s.recompute, s.framework, s.attention, level, headroom),
                    lambda: _numbers(model, cluster, prof, run, out, level, headroom))
     return Prediction.of({**got, "strategy": s, "breakdown": dict(got["breakdown"]), "memory": dict(got["memory"]),
-                          "caveats": got["caveats"] + fc_type_caveats(s)})
+                          "caveats": got["caveats"] + fc_type_caveats(s) + generic_fabric_caveats(cluster)})
 
 
 def _checked(model, cluster, s: Strategy) -> tuple:

@@ -311,6 +311,15 @@ def test_generic_multi_gpu_node_uses_nvswitch_when_the_gpu_has_nvlink():
     assert cluster("l4", gpus_per_node=8, nodes=2).n_gpus == 16
 
 
+def test_a_prediction_over_several_generic_nodes_says_what_network_it_assumed():
+    s = pm.Strategy(micro_batch=1)
+    over_eth = pm.predict("gpt2-small", cluster("h100", nodes=2), s).caveats
+    assert len(over_eth) == 1 and "2 generic nodes of 1 x h100-sxm5-80gb, joined by one eth25 NIC" in over_eth[0]
+    # one generic node, a node preset: nothing assumed between nodes
+    assert pm.predict("gpt2-small", cluster("h100", gpus_per_node=2), s).caveats == ()
+    assert pm.predict("gpt2-small", cluster("dgx-h100", nodes=2), s).caveats == ()
+
+
 def test_part_of_a_preset_keeps_nics_per_gpu():
     node = cluster("dgx-h100", gpus_per_node=4).node
     assert (node.gpus_per_node, node.nics_per_node) == (4, 4)

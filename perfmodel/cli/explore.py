@@ -97,6 +97,8 @@ def cmd_compare(args) -> int:
 
 
 def _sweep_values(over: str, values: list[str]):
+    # "--values 1,2,4" as well as "--values 1 2 4": no axis value holds a comma
+    values = [v for value in values for v in value.split(",") if v]
     if over in (*SCALE_AXES, "global_batch", "micro_batch", "seq"):
         try:
             return [int(v) for v in values]
@@ -234,7 +236,7 @@ def add_parsers(sub) -> None:
     cli.add_strategy_args(p)
     p.add_argument("--over", required=True, choices=AXES, metavar="AXIS",
                    help="nodes, gpus, global_batch, micro_batch, seq, gpu, or a strategy field (tp, zero, ...)")
-    p.add_argument("--values", nargs="+", required=True, help="values of the axis")
+    p.add_argument("--values", nargs="+", required=True, help="values of the axis (space- or comma-separated)")
     p.add_argument("--scaling", default="weak", choices=["weak", "strong"],
                    help="over nodes/gpus: weak keeps the per-GPU batch, strong the global batch")
     _common(p)

@@ -44,9 +44,23 @@ def gpu_node(gpu: GPU, gpus_per_node: int = 1) -> Node:
         intra=intra,
         nic=nic,
         nics_per_node=1,
-        source=f"generic node (assumed): {gpus_per_node} x {gpu.name}, "
+        source=f"{GENERIC_SOURCE}: {gpus_per_node} x {gpu.name}, "
         f"{intra.name} inside, 1 x {nic.name} NIC",
     )
+
+
+GENERIC_SOURCE = "generic node (assumed)"
+
+
+def generic_fabric_caveats(cluster) -> tuple:
+    """What a cluster of several generic nodes (a bare GPU name) assumed about the network between
+    them, in words; () for one node, a preset or a cluster file."""
+    node = getattr(cluster, "node", None)
+    if node is None or getattr(cluster, "nodes", 1) < 2 or not node.source.startswith(GENERIC_SOURCE):
+        return ()
+    return (f"{cluster.nodes} generic nodes of {node.gpus_per_node} x {node.gpu.name}, joined by one {node.nic.name} "
+            f"NIC each (assumed, as a cloud VM): name a node preset for a server's own fabric (perfmodel list "
+            f"nodes: dgx-h100, hgx-h200, ...) or give the NICs in a cluster file (docs/hardware.md)",)
 
 
 def part_of_node(node: Node, gpus_per_node: int) -> Node:
