@@ -279,3 +279,14 @@ def test_compare_says_which_rows_intervals_are_uncalibrated_and_why(capsys):
     assert main(["compare", "--model", "llama-3-8b", "--gpu", "h200", "--gpus-per-node", "8", "--global-batch", "64",
                  "--strategies", "mb=1,framework=torchtitan", "mb=2,framework=torchtitan"]) == 0
     assert "uncalibrated intervals" not in capsys.readouterr().out
+
+
+def test_without_precision_the_cli_takes_what_the_gpu_runs(capsys):
+    """A V100 has no bf16 and a K80 no fp16: left out, --precision is the GPU's own 16-bit autocast (or fp32)."""
+    expect = {"v100": "fp16-mixed", "k80": "fp32", "h100": "bf16-mixed"}
+    for gpu, precision in expect.items():
+        assert main(["predict", "--model", "resnet50", "--gpu", gpu, "--micro-batch", "32"]) == 0
+        assert f"precision={precision} " in capsys.readouterr().out
+    assert main(["compare", "--model", "resnet50", "--gpu", "t4", "--strategies", "micro_batch=16"]) == 0
+    assert main(["predict", "--model", "resnet50", "--gpu", "v100", "--precision", "bf16-mixed"]) == 2
+    assert "v100-sxm2-32gb has no bf16 support" in capsys.readouterr().err

@@ -29,6 +29,7 @@ from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
 from perfmodel.fit.nccl_tests import import_logs
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.hardware import cluster, load_gpu
+from perfmodel.hardware.gpu import native_mixed_precision
 from perfmodel.parallel.strategy import PS_PLACEMENTS, SCHEDULES, TP_COMM_OVERLAPS, Strategy, parse_stage_layers
 from perfmodel.predict import predict
 from perfmodel.profiles.origin import profile_origin
@@ -89,7 +90,7 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp", default=None, choices=["full", "hybrid", "shard-grad-op"])
     p.add_argument("--recompute", default=None,
                    help="none, selective, full, selective-op (torchtitan) or every-<k>; default: the framework's")
-    p.add_argument("--precision", default="bf16-mixed")
+    p.add_argument("--precision", default=None, help="default: bf16-mixed, fp16-mixed on GPUs without bf16, fp32 on the K80")
     p.add_argument("--optimizer", default="adamw")
     p.add_argument("--schedule", default="1f1b", choices=list(SCHEDULES))
     p.add_argument("--virtual-stages", type=POSITIVE_INT, default=1)
@@ -175,10 +176,11 @@ def load_cluster(args):
                    speed_spread=getattr(args, "speed_spread", None))
 
 
-def strategy_from_args(args, n_gpus: int):
+def strategy_from_args(args, n_gpus: int, gpu=None):
     dp = args.dp or max(1, n_gpus // (args.tp * args.pp * args.cp))
+    precision = args.precision or (native_mixed_precision(gpu) if gpu is not None else "bf16-mixed")
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
-                    zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=args.precision,
+                    zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=precision,
                     optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
                     bucket_mib=args.bucket_mib, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
@@ -201,7 +203,7 @@ ALLOCATOR = {None: None, "expandable": True, "fixed": False}  # --allocator -> S
 
 def cmd_predict(args) -> int:
     model, cl = load_model(args), load_cluster(args)
-    s = strategy_from_args(args, cl.n_gpus)
+    s = strategy_from_args(args, cl.n_gpus, cl.gpu)
     p = predict(model, cl, s, profile=args.profile, level=args.level, memory_headroom=args.memory_headroom)
     kernels = kernel_breakdown(model, cl, s, profile=args.profile) if args.kernels else None
     if args.json:

@@ -15,6 +15,7 @@ from pathlib import Path
 from perfmodel import cli
 from perfmodel.cli import POSITIVE_FLOAT, POSITIVE_INT
 from perfmodel.core.errors import InvalidInputError
+from perfmodel.hardware.gpu import native_mixed_precision
 from perfmodel.workload.stack import FRAMEWORKS
 from perfmodel.core.readers import read_json_file, read_toml_file
 from perfmodel.explore.caveats import search_intervals
@@ -79,9 +80,10 @@ def _out(df, args, figure=None) -> None:
 
 
 def cmd_compare(args) -> int:
+    model, cl = cli.load_model(args), cli.load_cluster(args)
     defaults = {k: getattr(args, k) for k in ("global_batch", "micro_batch", "precision", "recompute")
                 if getattr(args, k) is not None}
-    model, cl = cli.load_model(args), cli.load_cluster(args)
+    defaults.setdefault("precision", native_mixed_precision(cl.gpu))
     df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults, level=args.level,
                  memory_headroom=args.memory_headroom)
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs); * = fastest that fits\n")
@@ -111,7 +113,7 @@ def _sweep_values(over: str, values: list[str]):
 
 def cmd_sweep(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
-    s = cli.strategy_from_args(args, cl.n_gpus)
+    s = cli.strategy_from_args(args, cl.n_gpus, cl.gpu)
     df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
                profile=args.profile, scaling=args.scaling, level=args.level, memory_headroom=args.memory_headroom)
     how = f" ({args.scaling} scaling)" if args.over in ("nodes", "gpus") else ""

@@ -42,7 +42,7 @@ def cmd_sites(args) -> int:
     sites = load_multi_cluster(args.sites)
     model = load_model(args)
     site = (strategy_from_args(args, sites.n_gpus) if args.across == "pp"
-            else {s.name: strategy_from_args(args, s.cluster.n_gpus) for s in sites.sites})
+            else {s.name: strategy_from_args(args, s.cluster.n_gpus, s.cluster.gpu) for s in sites.sites})
     strategy = MultiSiteStrategy(site, sync=args.sync, inner_steps=args.inner_steps,
                                  outer_precision=args.outer_precision, streaming_fragments=args.fragments,
                                  overlap_steps=args.overlap_steps, across=args.across, algorithm=args.algorithm)

@@ -73,7 +73,7 @@ def cmd_plan(args) -> int:
         cluster, step_s, bounds, note = _mixed(model, args, strategy)
     else:
         cluster = load_cluster(args)
-        strategy, step_s, bounds = strategy_from_args(args, cluster.n_gpus), None, None
+        strategy, step_s, bounds = strategy_from_args(args, cluster.n_gpus, cluster.gpu), None, None
         note = f"{cluster.nodes} x {cluster.gpus_per_node} {cluster.gpu.name}"
     plan = plan_training(model, cluster, strategy, args.steps, provider=args.provider, region=args.region,
                          step_time_s=step_s, interval_s=args.interval_s, trials=args.trials, seed=args.seed,
