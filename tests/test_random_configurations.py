@@ -6,6 +6,7 @@ transformer); a seeded sample of the space keeps such paths covered.
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -72,6 +73,7 @@ def test_random_configurations_predict_or_refuse_clearly(seed):
         values = [p.step_time, p.tokens_per_second, p.tflops_per_gpu, p.mfu, p.peak_memory, *p.interval]
         assert all(np.isfinite(float(v)) and float(v) > 0 for v in values), (model.name, cluster, s, values)
         assert p.interval[0] <= p.step_time <= p.interval[1]
+        json.dumps(p.to_dict(), allow_nan=False, default=str)  # its export is strict JSON: no NaN anywhere
         predicted += 1
         with_cp += s.cp > 1
         with_ep += s.ep > 1
@@ -184,3 +186,24 @@ def test_every_stack_predicts_every_kind_of_model_or_refuses_clearly(framework):
             with pytest.raises(pm.UnsupportedError, match="traced graph: framework=.* trains its own transformer"):
                 pm.predict(model, pm.cluster("dgx-h100"), pm.Strategy(framework=framework))
     assert predicted >= 3
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_parameter_server_runs_export_strict_json(seed):
+    # synchronous and asynchronous servers, on generic one-GPU VMs (no server vCPU count: the CPU term unpriced)
+    rng = random.Random(300 + seed)
+    unpriced_cpu = 0
+    for _ in range(12):
+        model = rng.choice(["resnet-cifar32", "shake-shake-small", "resnet50", "gpt2-small"])
+        cluster = pm.cluster(rng.choice(["v100", "k80", "h200", "dgx-1-v100"]), nodes=rng.choice([1, 2, 4]))
+        s = pm.Strategy(micro_batch=rng.choice([32, 128]), precision=rng.choice(["fp32", "fp16-mixed"]),
+                        optimizer="sgd", ps_servers=rng.choice([1, 2]), ps_async=rng.random() < 0.7)
+        try:
+            p = pm.predict(model, cluster, s)
+        except PerfModelError as e:
+            assert str(e) and "\n" not in str(e).strip()
+            continue
+        out = json.loads(json.dumps(p.to_dict(), allow_nan=False, default=str))
+        assert out["step_time"] > 0 and ("ps" in out) == s.ps_async
+        unpriced_cpu += s.ps_async and None in out["ps"]["server_cpu_s"]
+    assert unpriced_cpu >= 1  # the sample reaches the case that once wrote NaN
