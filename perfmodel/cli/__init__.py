@@ -29,7 +29,7 @@ from perfmodel.fit.device import CPU, choose_gpu, host_slug, measured_device
 from perfmodel.fit.nccl_tests import import_logs
 from perfmodel.fit.tables import read_compute_table
 from perfmodel.hardware import cluster, load_gpu
-from perfmodel.hardware.gpu import native_mixed_precision
+from perfmodel.explore.stack_options import mixed_precision
 from perfmodel.parallel.strategy import PS_PLACEMENTS, SCHEDULES, TP_COMM_OVERLAPS, Strategy, parse_stage_layers
 from perfmodel.predict import predict
 from perfmodel.profiles.origin import profile_origin
@@ -178,7 +178,7 @@ def load_cluster(args):
 
 def strategy_from_args(args, n_gpus: int, gpu=None):
     dp = args.dp or max(1, n_gpus // (args.tp * args.pp * args.cp))
-    precision = args.precision or (native_mixed_precision(gpu) if gpu is not None else "bf16-mixed")
+    precision = args.precision or (mixed_precision(gpu) if gpu is not None else "bf16-mixed")
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, micro_batch=args.micro_batch, global_batch=args.global_batch,
                     zero=args.zero, fsdp=args.fsdp, recompute=args.recompute, precision=precision,
                     optimizer=args.optimizer, schedule=args.schedule, virtual_stages=args.virtual_stages,

@@ -15,7 +15,7 @@ from pathlib import Path
 from perfmodel import cli
 from perfmodel.cli import POSITIVE_FLOAT, POSITIVE_INT
 from perfmodel.core.errors import InvalidInputError
-from perfmodel.hardware.gpu import native_mixed_precision
+from perfmodel.explore.stack_options import mixed_precision
 from perfmodel.workload.stack import FRAMEWORKS
 from perfmodel.core.readers import read_json_file, read_toml_file
 from perfmodel.explore.caveats import search_intervals
@@ -83,7 +83,7 @@ def cmd_compare(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
     defaults = {k: getattr(args, k) for k in ("global_batch", "micro_batch", "precision", "recompute")
                 if getattr(args, k) is not None}
-    defaults.setdefault("precision", native_mixed_precision(cl.gpu))
+    defaults.setdefault("precision", mixed_precision(cl.gpu))
     df = compare(model, cl, _strategies(args.strategies), profile=args.profile, defaults=defaults, level=args.level,
                  memory_headroom=args.memory_headroom)
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs); * = fastest that fits\n")

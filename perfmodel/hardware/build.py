@@ -26,6 +26,9 @@ from perfmodel.core.checks import check_int
 CLUSTER_FIELDS = ("name", "nodes", "node", "description", "servers", "workers")
 
 
+GENERIC_SOURCE = "generic node (assumed)"  # how a generic node's source begins
+
+
 def gpu_node(gpu: GPU, gpus_per_node: int = 1) -> Node:
     """A generic node of ``gpus_per_node`` copies of ``gpu`` (no preset behind it).
 
@@ -48,8 +51,6 @@ def gpu_node(gpu: GPU, gpus_per_node: int = 1) -> Node:
         f"{intra.name} inside, 1 x {nic.name} NIC",
     )
 
-
-GENERIC_SOURCE = "generic node (assumed)"
 
 
 def generic_fabric_caveats(cluster) -> tuple:

@@ -46,15 +46,6 @@ def normalize_dtype(dtype: str) -> str:
     return key
 
 
-def native_mixed_precision(gpu) -> str:
-    """The training precision a run on ``gpu`` takes when none is named (the command line's default):
-    bf16 autocast where the GPU has bf16 tensor cores, else fp16 autocast (V100, T4, P100), else fp32 (K80)."""
-    for dtype, precision in (("bf16", "bf16-mixed"), ("fp16", "fp16-mixed")):
-        if dtype in gpu.peak_flops:
-            return precision
-    return "fp32"
-
-
 @dataclass(frozen=True, repr=False)
 class GPU:
     """A GPU model. ``peak_flops`` maps dtype (fp32, tf32, bf16, fp16, fp8) to FLOP/s."""

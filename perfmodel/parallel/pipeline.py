@@ -14,7 +14,7 @@ from perfmodel.core.algebra import floats, maximum, pick, where
 from perfmodel.costs.comm import collective_time, hierarchical_time, lookup_entry
 from perfmodel.parallel.config import Schedule, StepConfig
 from perfmodel.parallel.placement import pipeline_crossings
-from perfmodel.parallel.looped_bfs import late_chunk_waits
+from perfmodel.parallel.looped_bfs import LOOPED_BFS, late_chunk_waits
 from perfmodel.parallel.zero_bubble import SPLITS_EVERY_BACKWARD, V_SHAPED, ZERO_BUBBLE, drain_ratio
 
 
@@ -152,7 +152,7 @@ def v_shaped(c: StepConfig):
 
 def holds_all(c: StepConfig):
     """Whether ``c``'s schedule runs every forward of the step before its first backward (GPipe, looped BFS)."""
-    return (c.schedule == Schedule.GPIPE) | (c.schedule == Schedule.LOOPED_BFS)
+    return _runs(c, ("gpipe", LOOPED_BFS))
 
 
 def pipeline_time(model, t: PhaseTimes, sts: list[Stage], c: StepConfig, wgrad_share=0.0, weight_recompute=0.0):
