@@ -354,6 +354,10 @@ def test_sweep_other_axes(l13b):
     assert "scaling_efficiency" not in seq
     gpus = sweep(SMALL, "gpu", ["a100-sxm4-80gb", "h100-sxm5-80gb"], cluster=pm.cluster("h100"))
     assert list(gpus["gpu"]) == ["a100-sxm4-80gb", "h100-sxm5-80gb"]
+    own = sweep(SMALL, "gpu", ["v100", "h100"], cluster=h, own_precision=True)
+    assert list(own["precision"]) == ["fp16-mixed", "bf16-mixed"]
+    with pytest.raises(InvalidInputError, match="'own_precision' applies to a sweep over 'gpu' only"):
+        sweep(SMALL, "seq", [1024], cluster=h, own_precision=True)
     rec = sweep(SMALL, "recompute", ["none", "full"], cluster=h)
     assert rec.loc[1, "step_time"] > rec.loc[0, "step_time"] and rec.loc[1, "peak_memory"] < rec.loc[0, "peak_memory"]
 

@@ -290,3 +290,14 @@ def test_without_precision_the_cli_takes_what_the_gpu_runs(capsys):
     assert main(["compare", "--model", "resnet50", "--gpu", "t4", "--strategies", "micro_batch=16"]) == 0
     assert main(["predict", "--model", "resnet50", "--gpu", "v100", "--precision", "bf16-mixed"]) == 2
     assert "v100-sxm2-32gb has no bf16 support" in capsys.readouterr().err
+
+
+def test_a_sweep_over_gpu_types_runs_each_at_its_own_precision(capsys):
+    """Over GPUs of different generations, --precision left out is each GPU's own; given, it holds for all."""
+    assert main(["sweep", "--model", "gpt2-small", "--over", "gpu", "--values", "h100,v100,k80"]) == 0
+    out = capsys.readouterr().out
+    for gpu, precision in (("h100", "bf16-mixed"), ("v100", "fp16-mixed"), ("k80", "fp32")):
+        assert re.search(rf"^ *{gpu} +1 +{precision} ", out, re.M), out
+    assert main(["sweep", "--model", "gpt2-small", "--over", "gpu", "--values", "h100,v100",
+                 "--precision", "bf16-mixed"]) == 2
+    assert "sweep over gpu='v100': v100-sxm2-32gb has no bf16 support" in capsys.readouterr().err

@@ -115,13 +115,14 @@ def cmd_sweep(args) -> int:
     model, cl = cli.load_model(args), cli.load_cluster(args)
     s = cli.strategy_from_args(args, cl.n_gpus, cl.gpu)
     df = sweep(model, args.over, _sweep_values(args.over, args.values), cluster=cl, strategy=s,
-               profile=args.profile, scaling=args.scaling, level=args.level, memory_headroom=args.memory_headroom)
+               profile=args.profile, scaling=args.scaling, level=args.level, memory_headroom=args.memory_headroom,
+               own_precision=args.over == "gpu" and args.precision is None)
     how = f" ({args.scaling} scaling)" if args.over in ("nodes", "gpus") else ""
     print(f"{getattr(model, 'name', '')} on {cl.gpu.name}: sweep over {args.over}{how}, strategy {df.attrs['strategy']}")
     if df.attrs.get("batch_note"):
         print(df.attrs["batch_note"])
     print()
-    columns = dict.fromkeys((args.over, "gpus", "label", "global_batch", "step_time", "interval", "tokens_per_second",
+    columns = dict.fromkeys((args.over, "gpus", *(("precision",) if df["precision"].nunique() > 1 else ()), "label", "global_batch", "step_time", "interval", "tokens_per_second",
                              "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits", "bottleneck"))
     print(format_table(df, tuple(columns), best_column=None))
     print(_notes(df))

@@ -17,6 +17,7 @@ import pandas as pd
 
 from perfmodel.core.errors import InvalidInputError, PerfModelError
 from perfmodel.explore.compare import label_of, prediction_row
+from perfmodel.explore.stack_options import mixed_precision
 from perfmodel.interval import DEFAULT_LEVEL
 from perfmodel.predict import predict
 from perfmodel.parallel.strategy import Strategy, fill_dp
@@ -57,15 +58,16 @@ def _rescaled(s: Strategy, n_gpus: int, scaling: str, base_batch: int) -> Strate
     return replace(s, dp=dp, global_batch=batch)
 
 
-def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: int):
-    """(model, cluster, strategy) of one sweep point."""
+def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: int, own_precision: bool = False):
+    """(model, cluster, strategy) of one sweep point; over GPU types with ``own_precision``, at that GPU's own."""
     if over in SCALE_AXES:
         cl = _resize(cl, over, value)
         return model, cl, _rescaled(s, cl.n_gpus, scaling, base_batch)
     if over == "seq":
         return model.with_(seq=check_int("seq", value)), cl, s
     if over == "gpu":
-        return model, make_cluster(str(value), nodes=cl.nodes), s
+        c = make_cluster(str(value), nodes=cl.nodes)
+        return model, c, replace(s, precision=mixed_precision(c.gpu)) if own_precision else s
     if over in ("global_batch", "micro_batch"):
         return model, cl, replace(s, **{over: check_int(over, value)})
     changes = {over: value}
@@ -76,7 +78,8 @@ def _point(model, cl, s: Strategy, over: str, value, scaling: str, base_batch: i
 
 
 def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None = None, profile=None,
-          scaling: str = "weak", level: float = DEFAULT_LEVEL, memory_headroom: float = 0.0) -> pd.DataFrame:
+          scaling: str = "weak", level: float = DEFAULT_LEVEL, memory_headroom: float = 0.0,
+          own_precision: bool = False) -> pd.DataFrame:
     """One row per value of ``over`` (``pm.predict`` of each point), in the given order, each interval
     stated at ``level``, each point fitting when it leaves ``memory_headroom`` of each GPU's memory free.
 
@@ -87,9 +90,16 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     ``scaling`` ("weak" or "strong") says what a sweep over nodes or gpus does to the
     global batch; ``df.attrs["batch_note"]`` says it in words. Speed-up and scaling
     efficiency are relative to the first point that fits, NaN where a point does not.
+    Over "gpu", ``own_precision=True`` runs each GPU at its own mixed precision (bf16 autocast, fp16
+    without bf16 tensor cores, fp32 on the K80: what ``pm.search`` tries by default) instead of the
+    strategy's, so GPUs of different generations share one sweep; the ``precision`` column says which.
     """
     check_choice("over", over, AXES)
     check_choice("scaling", scaling, SCALINGS)
+    if own_precision not in (True, False):
+        raise InvalidInputError(f"'own_precision' must be True or False: got {own_precision!r}")
+    if own_precision and over != "gpu":
+        raise InvalidInputError(f"'own_precision' applies to a sweep over 'gpu' only: got over={over!r}")
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise InvalidInputError(f"'values' must be a list of values to sweep over: got {values!r}")
     values = list(values)
@@ -103,7 +113,7 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     rows = []
     for value in values:
         try:
-            m, c, st = _point(model, cl, s, over, value, scaling, s.batch)
+            m, c, st = _point(model, cl, s, over, value, scaling, s.batch, own_precision)
             p = predict(m, c, st, profile=profile, level=level, memory_headroom=memory_headroom)
         except PerfModelError as exc:
             raise type(exc)(f"sweep over {over}={value!r}: {exc}") from None
