@@ -1,4 +1,4 @@
-"""from_hf_config: published parameter counts of ten public configs, mapping details, errors."""
+"""from_hf_config: published parameter counts of thirteen public configs, mapping details, errors."""
 
 import dataclasses
 import json
@@ -15,7 +15,8 @@ PUBLISHED = {
     "llama-2-7b-hf": 6_738_415_616, "meta-llama-3-8b": 8_030_261_248, "mistral-7b-v0.1": 7_241_732_096,
     "mixtral-8x7b-v0.1": 46_702_792_704, "qwen2-7b": 7_615_616_512, "gpt2": 124_439_808,
     "pythia-1.4b": 1_414_647_808, "falcon-7b": 6_921_720_704, "bert-base-uncased": 110_000_000,
-    "mpt-7b": 6_649_286_656,
+    "mpt-7b": 6_649_286_656, "qwen3-4b": 4_022_468_096, "gemma-7b": 8_537_680_896,
+    "mistral-nemo-base-2407": 12_247_782_400,
 }
 
 
@@ -27,7 +28,8 @@ def test_parameter_counts_within_one_percent(name):
 
 
 def test_exact_where_the_architecture_is_expressible():
-    for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b", "mpt-7b"):
+    for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b", "mpt-7b",
+                 "qwen3-4b", "gemma-7b", "mistral-nemo-base-2407"):
         assert from_hf_config(FIXTURES / f"{name}.json").params == PUBLISHED[name]
 
 
@@ -83,8 +85,8 @@ def test_missing_keys_are_named():
 
 def test_unsupported_shapes_and_bad_files(tmp_path):
     cfg = json.loads((FIXTURES / "mistral-7b-v0.1.json").read_text())
-    with pytest.raises(pm.UnsupportedError, match="head_dim=160 .* != hidden_size=4096"):
-        from_hf_config({**cfg, "head_dim": 160})
+    with pytest.raises(pm.InvalidInputError, match="'head_dim' must be"):
+        from_hf_config({**cfg, "head_dim": "128"})
     with pytest.raises(pm.InvalidInputError, match="does not exist"):
         from_hf_config(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
@@ -112,3 +114,20 @@ def test_mpt_mapping_follows_mptconfig():
         from_hf_config({**cfg, "attn_config": {"attn_type": "cross_attention"}})
     with pytest.raises(pm.InvalidInputError, match="'attn_config' and 'ffn_config' of an MPT config"):
         from_hf_config({**cfg, "attn_config": [1]})
+
+
+def test_head_dim_apart_from_hidden_and_qk_norms():
+    """Gemma (16 heads of 256 over hidden 3072), Qwen3-4B and Mistral-NeMo (32 heads of 128 over 2560 and 5120):
+    q and the attention output are heads · head_dim wide; Qwen3 normalises q and k per head."""
+    gemma = from_hf_config(FIXTURES / "gemma-7b.json")
+    assert (gemma.head_dim, gemma.attn_width, gemma.tied_embeddings, gemma.qk_norm) == (256, 4096, True, False)
+    # Gemma Team 2024 (arXiv:2403.08295) Table 2: 7,751,248,896 non-embedding parameters
+    assert gemma.params - gemma.embedding_params == 7_751_248_896
+    qwen3 = from_hf_config(FIXTURES / "qwen3-4b.json")
+    assert (qwen3.head_dim, qwen3.attn_width, qwen3.qkv_out, qwen3.qk_norm) == (128, 4096, 6144, True)
+    assert qwen3.layer_params()["norms"] == 2 * 2560 + 2 * 128
+    mistral = json.loads((FIXTURES / "mistral-7b-v0.1.json").read_text())
+    tied = from_hf_config({**mistral, "head_dim": 128})  # hidden / heads written out: the same model
+    assert tied == from_hf_config(mistral) and tied.explicit_head_dim is None
+    wide = from_hf_config({**mistral, "head_dim": 160})
+    assert wide.params - tied.params == 32 * (4096 * (32 + 2 * 8) * 32 + 32 * 32 * 4096)

@@ -5,6 +5,8 @@ import math
 import pytest
 
 import perfmodel as pm
+from perfmodel.costs.memory import layer_activation_bytes
+from perfmodel.workload.kernels import layer_kernels
 from perfmodel.workload.presets import preset_info
 
 torch = pytest.importorskip("torch")
@@ -22,8 +24,10 @@ class Block(nn.Module):
         kw = {"bias": m.bias} if m.norm == "layernorm" else {}
         self.m = m
         self.ln1, self.ln2 = norm(h, **kw), norm(h, **kw)
-        self.qkv = nn.Linear(h, h + 2 * m.kv_heads * d, bias=m.bias)
-        self.proj = nn.Linear(h, h, bias=m.bias)
+        self.qkv = nn.Linear(h, m.attn_width + 2 * m.kv_heads * d, bias=m.bias)
+        self.proj = nn.Linear(m.attn_width, h, bias=m.bias)
+        # Qwen3's q_norm / k_norm: one RMSNorm over each head's head_dim (transformers modeling_qwen3.py)
+        self.q_norm, self.k_norm = (nn.RMSNorm(d), nn.RMSNorm(d)) if m.qk_norm else (nn.Identity(), nn.Identity())
         width = 2 * m.ffn_hidden if m.activation == "swiglu" else m.ffn_hidden
         self.fc1 = nn.Linear(h, width, bias=m.bias)
         self.fc2 = nn.Linear(m.ffn_hidden, h, bias=m.bias)
@@ -31,12 +35,12 @@ class Block(nn.Module):
     def forward(self, x):
         m = self.m
         B, T, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split([h, m.kv_heads * m.head_dim, m.kv_heads * m.head_dim], dim=-1)
-        q = q.view(B, T, m.heads, m.head_dim).transpose(1, 2)
-        k = k.view(B, T, m.kv_heads, m.head_dim).transpose(1, 2)
+        q, k, v = self.qkv(self.ln1(x)).split([m.attn_width, m.kv_heads * m.head_dim, m.kv_heads * m.head_dim], dim=-1)
+        q = self.q_norm(q.view(B, T, m.heads, m.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(B, T, m.kv_heads, m.head_dim)).transpose(1, 2)
         v = v.view(B, T, m.kv_heads, m.head_dim).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=m.causal, enable_gqa=m.kv_heads != m.heads)
-        x = x + self.proj(y.transpose(1, 2).reshape(B, T, h))
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, m.attn_width))
         a = self.fc1(self.ln2(x))
         if m.activation == "swiglu":
             g, u = a.chunk(2, dim=-1)
@@ -73,6 +77,12 @@ CASES = {
     "gpt-tied-nobias": dict(layers=2, hidden=64, heads=4, seq=32, vocab=96, tied_embeddings=True, bias=False),
     "llama-gqa": dict(layers=3, hidden=64, heads=8, kv_heads=2, seq=16, vocab=80, activation="swiglu",
                       norm="rmsnorm", bias=False, position="rotary", ffn_hidden=96),
+    # heads · head_dim above hidden, per-head q/k norms (Qwen3-4B's shape in small)
+    "qwen3-wide-heads": dict(layers=2, hidden=40, heads=8, kv_heads=2, head_dim=16, seq=16, vocab=80,
+                             activation="swiglu", norm="rmsnorm", bias=False, position="rotary", ffn_hidden=96,
+                             qk_norm=True),
+    "gemma-narrow-hidden": dict(layers=2, hidden=48, heads=4, head_dim=32, seq=16, vocab=80, activation="swiglu",
+                                norm="rmsnorm", bias=False, position="rotary", ffn_hidden=64, tied_embeddings=True),
 }
 
 
@@ -128,6 +138,7 @@ def test_gpt_flops_closed_form():
     (dict(activation="swish"), "unknown activation 'swish'"),
     (dict(norm="batchnorm"), "known: layernorm, rmsnorm"),
     (dict(experts=2, experts_per_token=3), "'experts_per_token' must be <= experts=2: got 3"),
+    (dict(qk_norm="yes"), "'qk_norm' must be True or False: got 'yes'"),
 ])
 def test_bad_input_names_the_field(kwargs, message):
     kind = pm.InvalidInputError if "unknown" not in message and "known" not in message else pm.UnknownNameError
@@ -137,6 +148,32 @@ def test_bad_input_names_the_field(kwargs, message):
     with pytest.raises(kind) as err:  # the dataclass checks itself too: pm.Transformer(...) is no way around
         pm.Transformer(**{**dict(kv_heads=kwargs.get("heads", 12)), **kwargs})
     assert message in str(err.value)
+
+
+def test_an_explicit_head_dim_sets_the_attention_width():
+    """heads · head_dim wide queries and attention output, priced in the QKV and projection GEMMs, the saved
+    attention output and, with qk_norm, two norm kernels per pass over q and k."""
+    base = dict(layers=2, hidden=2560, heads=32, kv_heads=8, seq=1024, vocab=1000, activation="swiglu",
+                norm="rmsnorm", bias=False, position="rotary", ffn_hidden=9728)
+    tied = pm.transformer(**base)
+    wide = pm.transformer(**base, head_dim=128)
+    assert (tied.head_dim, tied.attn_width, wide.head_dim, wide.attn_width) == (80, 2560, 128, 4096)
+    fwd, _ = layer_kernels(wide, 1, tp=2)
+    proj = next(k for k in fwd if k.name == "attn.proj")
+    assert proj.flops == 2 * 1024 * (4096 / 2) * 2560  # tokens × heads·head_dim / tp × hidden
+    assert not any("_norm" in k.name for k in fwd)
+    normed = wide.with_(qk_norm=True)
+    fwd_n, bwd_n = layer_kernels(normed, 1, tp=2)
+    names = {k.name: k for k in fwd_n + bwd_n}
+    assert names["attn.q_norm"].size["x"] == 1024 * 16 * 128 and names["attn.k_norm.bwd"].size["x"] == 1024 * 4 * 128
+    kw = dict(tp=1, sp=False, precision="bf16-mixed", recompute="none")
+    # the attention output, q k v and the rotary outputs (eager PyTorch saves them), 2 B each, 48 wider per head
+    grown = 2 * (4096 - 2560) + 2 * (32 + 2 * 8) * 48 + 2 * (32 + 8) * 48
+    assert layer_activation_bytes(wide, **kw) - layer_activation_bytes(tied, **kw) == grown
+    assert layer_activation_bytes(normed, **kw) - layer_activation_bytes(wide, **kw) == 2 * 40 * 128 + 4 * 40
+    assert normed.with_(hidden=3072).head_dim == 128  # an explicit head width stays when hidden changes
+    with pytest.raises(pm.InvalidInputError, match="'head_dim' must be an integer >= 1: got 0"):
+        pm.transformer(**base, head_dim=0)
 
 
 def test_sizes_beyond_any_model_and_unknown_fields_are_refused():

@@ -89,13 +89,8 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
     casts = 2 * gemm_in * h / sp_div if is_mixed(precision) else 0.0  # normed inputs feeding QKV and MLP
     if compiled:  # Inductor's min-cut partitioner recomputes the normed inputs from x and rstd
         casts = 0.0
-    heads, kv = model.heads / tp, model.kv_heads / tp
-    qkv = lo * (heads + 2 * kv) * model.head_dim               # QKV output, kept by attention
-    rope = lo * (heads + kv) * model.head_dim if model.position == "rotary" and st.rope_saves and not compiled \
-        else 0.0
-    attn_out = lo * h / tp + 4.0 * heads                       # output + fp32 log-sum-exp
-    if gemm_in < 2.0:
-        attn_out = attn_out + gemm_in * h / tp                 # the projection's own fp8 input
+    rope_saved = model.position == "rotary" and st.rope_saves and not compiled
+    attention = _attention_saved_bytes(model, tp, lo, gemm_in, rope_saved)
     # fc1 output(s) + the fc2 input: eager SwiGLU keeps gate, up, silu and product; gelu fc1 out, act out
     fc1_tensors = st.swiglu_saved - 1 if model.activation == "swiglu" else 1
     mlp = (lo * fc1_tensors + (gemm_in if is_mixed(precision) else lo)) * f / tp
@@ -103,7 +98,22 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         mlp = 2 * lo * f / tp
     if model.experts > 1:
         mlp = mlp * model.experts_per_token + lo * h * model.experts_per_token  # expert inputs (permuted)
-    return norm_inputs + casts + qkv + rope + attn_out + mlp
+    return norm_inputs + casts + attention + mlp
+
+
+def _attention_saved_bytes(model: Transformer, tp, lo: float, gemm_in: float, rope_saved: bool):
+    """Bytes per token the attention of one block saves: q, k, v (and, with ``qk_norm``, the per-head norms'
+    16-bit inputs and fp32 rstd), the rotary outputs where the stack's RoPE saves them, the attention output
+    (heads · head_dim wide) with FlashAttention's fp32 log-sum-exp, and under TE fp8 the projection's fp8 input."""
+    heads, kv, d = model.heads / tp, model.kv_heads / tp, model.head_dim
+    qkv = lo * (heads + 2 * kv) * d                            # QKV output, kept by attention
+    if model.qk_norm:
+        qkv = qkv + lo * (heads + kv) * d + 4.0 * (heads + kv)
+    rope = lo * (heads + kv) * d if rope_saved else 0.0
+    attn_out = lo * model.attn_width / tp + 4.0 * heads       # output + fp32 log-sum-exp
+    if gemm_in < 2.0:
+        attn_out = attn_out + gemm_in * model.attn_width / tp  # the projection's own fp8 input
+    return qkv + rope + attn_out
 
 
 def korthikanti_layer_bytes(seq, micro_batch, hidden, heads, *, tp=1, sp=False, recompute="none"):

@@ -72,7 +72,7 @@ def formula_flops(r: dict, m) -> float:
     if kind == "korthikanti-model":  # Korthikanti et al. 2022 §6: model FLOPs (MFU), 3 passes
         return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
     if kind == "model-6n":       # 6 × GEMM parameters (LM head included) + attention 12·l·s·h per token
-        gemm = n_layers * (h * m.qkv_out + h * h + h * m.mlp_in_out + m.ffn_hidden * h) + v * h
+        gemm = n_layers * (h * m.qkv_out + m.attn_width * h + h * m.mlp_in_out + m.ffn_hidden * h) + v * h
         return 6 * b * s * gemm + 12 * n_layers * s * h * b * s
     raise InvalidInputError(f"'flops_formula' of {r['name']!r} must be one of narayanan, korthikanti-model, "
                             f"model-6n: got {kind!r}")

@@ -37,20 +37,21 @@ def _need(cfg: dict, family: str, *keys) -> list:
 
 
 def _llama(cfg: dict, family: str) -> dict:
-    """Llama, Mistral, Mixtral, Qwen2: pre-RMSNorm, rotary, gated MLP, no biases, untied by default."""
+    """Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma: pre-RMSNorm, rotary, gated MLP, no biases; untied by default
+    (Gemma: tied); ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo: heads · head_dim need not
+    be hidden); Qwen3's per-head q/k norms (transformers ``modeling_qwen3.py`` ``Qwen3Attention``)."""
     layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
                                               "intermediate_size", "vocab_size")
     head_dim = cfg.get("head_dim")
-    if head_dim is not None and check_int("head_dim", head_dim) * heads != hidden:
-        raise UnsupportedError(f"head_dim={head_dim} × num_attention_heads={heads} != hidden_size={hidden}: "
-                               "perfmodel.transformer ties head_dim to hidden/heads")
-    act = str(cfg.get("hidden_act", "silu"))
+    # Gemma's configs name the MLP's activation hidden_activation (transformers GemmaConfig), older ones hidden_act
+    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu")
     if act not in GATED:
         raise UnsupportedError(f"hidden_act={act!r} in a gated MLP is not modelled (known: {', '.join(sorted(GATED))})")
     out = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=heads if cfg.get("num_key_value_heads") is None else cfg["num_key_value_heads"],
                ffn_hidden=ffn, vocab=vocab, seq=cfg.get("max_position_embeddings", 4096), activation="swiglu",
                norm="rmsnorm", bias=bool(cfg.get("attention_bias", False) and cfg.get("mlp_bias", False)),
-               tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), position="rotary")
+               tied_embeddings=bool(cfg.get("tie_word_embeddings", family == "gemma")), position="rotary",
+               head_dim=None if head_dim is None else check_int("head_dim", head_dim), qk_norm=family == "qwen3")
     if family == "mixtral":
         out["experts"], out["experts_per_token"] = _need(cfg, family, "num_local_experts", "num_experts_per_tok")
     return out
@@ -109,9 +110,6 @@ def _mpt(cfg: dict, family: str) -> dict:
     attn, ffn = cfg.get("attn_config") or {}, cfg.get("ffn_config") or {}
     if not isinstance(attn, dict) or not isinstance(ffn, dict):
         raise InvalidInputError("'attn_config' and 'ffn_config' of an MPT config must be JSON objects")
-    if cfg.get("head_dim") is not None and check_int("head_dim", cfg["head_dim"]) * heads != hidden:
-        raise UnsupportedError(f"head_dim={cfg['head_dim']} × n_heads={heads} != d_model={hidden}: "
-                               "perfmodel.transformer ties head_dim to hidden/heads")
     kind = attn.get("attn_type", "multihead_attention")
     kv = {"multihead_attention": heads, "multiquery_attention": 1}.get(kind)
     if kind == "grouped_query_attention":
@@ -128,10 +126,11 @@ def _mpt(cfg: dict, family: str) -> dict:
                 activation="swiglu" if ffn.get("ffn_type") == "mptglu" else "gelu",
                 norm="rmsnorm" if "rmsnorm" in str(cfg.get("norm_type", "")) else "layernorm",
                 bias=not bool(cfg.get("no_bias", False)), tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-                position=position)
+                position=position, head_dim=None if cfg.get("head_dim") is None else check_int("head_dim", cfg["head_dim"]))
 
 
-FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "gpt2": _gpt2,
+FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama, "gemma": _llama,
+            "gpt2": _gpt2,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}
 

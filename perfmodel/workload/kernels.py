@@ -109,6 +109,11 @@ class _Builder:
         heads, kv, d = m.heads / self.tp, m.kv_heads / self.tp, m.head_dim
         f_qkv, b_qkv = self.linear("attn.qkv", self.T, h, m.qkv_out / self.tp, cast_input=self.mixed)
         fwd, bwd = list(f_qkv), []
+        if m.qk_norm:  # a norm over each head of q and of k (Qwen3 q_norm/k_norm on head_dim), 16-bit
+            for part, nh in (("q", heads), ("k", kv)):
+                fwd.append(mem(f"attn.{part}_norm", m.norm, "fwd", self.T * nh * d, rows=self.T * nh, dtype=self.low))
+                bwd.append(mem(f"attn.{part}_norm.bwd", m.norm, "bwd", self.T * nh * d, rows=self.T * nh,
+                               dtype=self.low))
         if m.position == "rotary":  # plain-PyTorch rotary on q and k (cat/mul), bf16
             for part, nh in (("q", heads), ("k", kv)):
                 fwd.append(mem(f"attn.rope_{part}", "rope", "fwd", self.T * nh * d, dtype=self.low))
@@ -121,7 +126,7 @@ class _Builder:
         flops = 4.0 * self.b * heads * m.seq ** 2 * d     # FlopCounterMode convention: full s²
         fwd.append(Kernel("attn.sdpa", "sdpa", "fwd", size, 1, flops, "fwd", self.low))
         bwd.append(Kernel("attn.sdpa.bwd", "sdpa", "bwd", size, 1, 2.5 * flops, "bwd", self.low))
-        f_o, b_o = self.linear("attn.proj", self.T, h / self.tp, h)
+        f_o, b_o = self.linear("attn.proj", self.T, m.attn_width / self.tp, h)
         return fwd + f_o, b_o + bwd[::-1] + b_qkv
 
     def mlp(self, tokens, count=1, prefix="mlp"):

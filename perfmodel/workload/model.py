@@ -19,6 +19,7 @@ ARCHS = ("decoder", "encoder")
 # Bounds far above any model trained so far; they keep every count exact in 64-bit arithmetic
 SIZE_LIMITS = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "seq": 2**30, "vocab": 2**30, "kv_heads": 2**16,
                "ffn_hidden": 2**23, "experts": 2**16, "experts_per_token": 2**16}
+HEAD_DIM_LIMIT = 2**12  # far above any head width trained (Gemma's 256)
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class Transformer:
     and to Llama's 2/3·4·hidden rounded up to a multiple of 256 for SwiGLU.
     MoE layers replace the MLP by ``experts`` MLPs of which each token uses
     ``experts_per_token`` (Shazeer et al. 2017; Mixtral, Jiang et al. 2024).
+    ``explicit_head_dim`` is the head width where it is not hidden / heads (Gemma: 16 heads of 256
+    over hidden 3072; Qwen3-4B, Mistral-NeMo: heads · head_dim above hidden), None where it is;
+    ``qk_norm`` normalises q and k per head before the rotary embedding (Qwen3, OLMo 2).
     """
 
     layers: int = 12
@@ -48,12 +52,18 @@ class Transformer:
     experts: int = 1
     experts_per_token: int = 1
     name: str = "transformer"
+    explicit_head_dim: int | None = None
+    qk_norm: bool = False
 
     def __post_init__(self):
         """Every field checked with a message naming it, however the model was made."""
         for field, bound in SIZE_LIMITS.items():
             object.__setattr__(self, field, check_int(field, getattr(self, field), maximum=bound))
-        check_divides("heads", self.heads, "hidden", self.hidden)
+        if self.explicit_head_dim is None:
+            check_divides("heads", self.heads, "hidden", self.hidden)
+        else:
+            object.__setattr__(self, "explicit_head_dim",
+                               check_int("head_dim", self.explicit_head_dim, maximum=HEAD_DIM_LIMIT))
         if self.heads % self.kv_heads:
             valid = ", ".join(str(d) for d in range(1, self.heads + 1) if self.heads % d == 0)
             raise InvalidInputError(f"'kv_heads' must divide heads={self.heads}: got {self.kv_heads} (valid: {valid})")
@@ -64,7 +74,7 @@ class Transformer:
         if self.experts_per_token > self.experts:
             raise InvalidInputError(
                 f"'experts_per_token' must be <= experts={self.experts}: got {self.experts_per_token}")
-        for flag in ("bias", "tied_embeddings", "causal"):
+        for flag in ("bias", "tied_embeddings", "causal", "qk_norm"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         object.__setattr__(self, "name", str(self.name))
@@ -72,12 +82,17 @@ class Transformer:
     # -- derived sizes ---------------------------------------------------
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.explicit_head_dim or self.hidden // self.heads
+
+    @property
+    def attn_width(self) -> int:
+        """Width of the queries and of the attention output: heads·head_dim (hidden unless head_dim is explicit)."""
+        return self.heads * self.head_dim
 
     @property
     def qkv_out(self) -> int:
-        """Output width of the fused QKV projection: h + 2·kv_heads·head_dim."""
-        return self.hidden + 2 * self.kv_heads * self.head_dim
+        """Output width of the fused QKV projection: heads·head_dim + 2·kv_heads·head_dim."""
+        return self.attn_width + 2 * self.kv_heads * self.head_dim
 
     @property
     def mlp_in_out(self) -> int:
@@ -92,11 +107,12 @@ class Transformer:
     def layer_params(self) -> dict[str, int]:
         """Parameters of one block, by part (dense; MoE counts every expert)."""
         h, b = self.hidden, int(self.bias)
-        attn = h * self.qkv_out + b * self.qkv_out + h * h + b * h
+        attn = h * self.qkv_out + b * self.qkv_out + self.attn_width * h + b * h
         mlp_one = h * self.mlp_in_out + b * self.mlp_in_out + self.ffn_hidden * h + b * h
         router = h * self.experts if self.experts > 1 else 0
+        qk_norms = 2 * self.head_dim if self.qk_norm else 0  # one weight of head_dim each for q and k
         return {"attention": attn, "mlp": mlp_one * self.experts + router,
-                "norms": 2 * self._norm_params()}
+                "norms": 2 * self._norm_params() + qk_norms}
 
     @property
     def embedding_params(self) -> int:
@@ -157,11 +173,16 @@ class Transformer:
                                                 vocab_multiple=vocab_multiple)
 
     def with_(self, **changes) -> Transformer:
-        return transformer(**{**self.__dict__, **changes})
+        """The model with ``changes`` (``transformer``'s arguments); an explicit head_dim stays as it is."""
+        fields = dict(self.__dict__)
+        fields["head_dim"] = fields.pop("explicit_head_dim")
+        return transformer(**{**fields, **changes})
 
     def __repr__(self) -> str:
+        extra = f", head_dim={self.explicit_head_dim}" if self.explicit_head_dim else ""
+        extra += ", qk_norm=True" if self.qk_norm else ""
         return (f"Transformer(name={self.name!r}, layers={self.layers}, hidden={self.hidden}, "
-                f"heads={self.heads}, kv_heads={self.kv_heads}, seq={self.seq}, vocab={self.vocab}, "
+                f"heads={self.heads}, kv_heads={self.kv_heads}{extra}, seq={self.seq}, vocab={self.vocab}, "
                 f"params={self.params / 1e9:.3g}B)")
 
 
@@ -176,13 +197,23 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 activation: str = "gelu", norm: str = "layernorm", bias: bool = True,
                 tied_embeddings: bool = False, position: str = "learned", causal: bool = True,
                 arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
-                name: str = "transformer") -> Transformer:
-    """Describe a transformer; every argument is validated with a message naming it."""
+                name: str = "transformer", head_dim: int | None = None, qk_norm: bool = False) -> Transformer:
+    """Describe a transformer; every argument is validated with a message naming it.
+
+    ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
+    must then divide; given, the queries and the attention output are heads · head_dim wide.
+    """
     kv_heads = heads if kv_heads is None else kv_heads
+    if head_dim is not None:
+        head_dim = check_int("head_dim", head_dim, maximum=HEAD_DIM_LIMIT)
+        hidden_ = check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"])
+        heads_ = check_int("heads", heads, maximum=SIZE_LIMITS["heads"])
+        if head_dim * heads_ == hidden_:
+            head_dim = None  # the tied width: one model, however it was written
     if ffn_hidden is None:
         check_choice("activation", activation, ACTIVATIONS)
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
-                       str(name))
+                       str(name), head_dim, qk_norm)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import inspect
 from functools import lru_cache
 from importlib import resources
 
@@ -43,8 +43,8 @@ def _key(name: str) -> str:
 
 
 def _check_fields(fields) -> None:
-    """Every key a field of Transformer (transformer() would raise a bare TypeError otherwise)."""
-    known = [f.name for f in dataclasses.fields(Transformer)]
+    """Every key an argument of ``transformer()`` (it would raise a bare TypeError otherwise)."""
+    known = list(inspect.signature(transformer).parameters)
     for field in fields:
         if field not in known:
             raise unknown_name("model field", field, known)
