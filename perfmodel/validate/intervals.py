@@ -129,7 +129,7 @@ def memory_fallback_scores(rows: list[Scored]) -> list[float]:
 
 def regime_and_width(table: dict, r: Scored, level: float) -> tuple[str, float, float]:
     """The regime a row falls in under ``table``, and its log centre and half-width (as predict has them)."""
-    shape = type("Shape", (), {"hidden": r.hidden, "seq": r.seq, "experts": r.experts})
+    shape = type("Shape", (), {name: getattr(r, name) for name in iv.RANGE_FIELDS})  # every field the range checks
     reason = iv.uncalibrated_reason(table, kind=r.kind, stack=r.stack, model=shape, profile_gpu=r.profile_gpu,
                                     cluster_gpu=r.cluster_gpu, paths=dict(r.paths))
     raw = iv.regimes(r.kind, r.share, r.host_share, reason, r.framework, r.step_s)
