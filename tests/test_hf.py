@@ -1,4 +1,4 @@
-"""from_hf_config: published parameter counts of thirteen public configs, mapping details, errors."""
+"""from_hf_config: published parameter counts of fourteen public configs, mapping details, errors."""
 
 import dataclasses
 import json
@@ -16,7 +16,7 @@ PUBLISHED = {
     "mixtral-8x7b-v0.1": 46_702_792_704, "qwen2-7b": 7_615_616_512, "gpt2": 124_439_808,
     "pythia-1.4b": 1_414_647_808, "falcon-7b": 6_921_720_704, "bert-base-uncased": 110_000_000,
     "mpt-7b": 6_649_286_656, "qwen3-4b": 4_022_468_096, "gemma-7b": 8_537_680_896,
-    "mistral-nemo-base-2407": 12_247_782_400,
+    "mistral-nemo-base-2407": 12_247_782_400, "phi-3-mini-4k-instruct": 3_821_079_552,
 }
 
 
@@ -29,7 +29,8 @@ def test_parameter_counts_within_one_percent(name):
 
 def test_exact_where_the_architecture_is_expressible():
     for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b", "mpt-7b",
-                 "qwen3-4b", "gemma-7b", "mistral-nemo-base-2407"):
+                 "qwen3-4b", "gemma-7b", "mistral-nemo-base-2407",
+                 "phi-3-mini-4k-instruct"):
         assert from_hf_config(FIXTURES / f"{name}.json").params == PUBLISHED[name]
 
 

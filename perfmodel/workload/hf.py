@@ -37,7 +37,7 @@ def _need(cfg: dict, family: str, *keys) -> list:
 
 
 def _llama(cfg: dict, family: str) -> dict:
-    """Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma: pre-RMSNorm, rotary, gated MLP, no biases; untied by default
+    """Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3 (its fused gate_up_proj: the same GEMM): pre-RMSNorm, rotary, gated MLP, no biases; untied by default
     (Gemma: tied); ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo: heads · head_dim need not
     be hidden); Qwen3's per-head q/k norms (transformers ``modeling_qwen3.py`` ``Qwen3Attention``)."""
     layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
@@ -130,6 +130,7 @@ def _mpt(cfg: dict, family: str) -> dict:
 
 
 FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama, "gemma": _llama,
+            "phi3": _llama,
             "gpt2": _gpt2,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}
