@@ -1,4 +1,4 @@
-"""from_hf_config: published parameter counts of fourteen public configs, mapping details, errors."""
+"""from_hf_config: published parameter counts of fifteen public configs, mapping details, errors."""
 
 import dataclasses
 import json
@@ -17,6 +17,7 @@ PUBLISHED = {
     "pythia-1.4b": 1_414_647_808, "falcon-7b": 6_921_720_704, "bert-base-uncased": 110_000_000,
     "mpt-7b": 6_649_286_656, "qwen3-4b": 4_022_468_096, "gemma-7b": 8_537_680_896,
     "mistral-nemo-base-2407": 12_247_782_400, "phi-3-mini-4k-instruct": 3_821_079_552,
+    "olmo-2-1124-7b": 7_298_617_344,
 }
 
 
@@ -30,7 +31,7 @@ def test_parameter_counts_within_one_percent(name):
 def test_exact_where_the_architecture_is_expressible():
     for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b", "mpt-7b",
                  "qwen3-4b", "gemma-7b", "mistral-nemo-base-2407",
-                 "phi-3-mini-4k-instruct"):
+                 "phi-3-mini-4k-instruct", "olmo-2-1124-7b"):
         assert from_hf_config(FIXTURES / f"{name}.json").params == PUBLISHED[name]
 
 
@@ -121,12 +122,14 @@ def test_head_dim_apart_from_hidden_and_qk_norms():
     """Gemma (16 heads of 256 over hidden 3072), Qwen3-4B and Mistral-NeMo (32 heads of 128 over 2560 and 5120):
     q and the attention output are heads · head_dim wide; Qwen3 normalises q and k per head."""
     gemma = from_hf_config(FIXTURES / "gemma-7b.json")
-    assert (gemma.head_dim, gemma.attn_width, gemma.tied_embeddings, gemma.qk_norm) == (256, 4096, True, False)
+    assert (gemma.head_dim, gemma.attn_width, gemma.tied_embeddings, gemma.qk_norm) == (256, 4096, True, "none")
     # Gemma Team 2024 (arXiv:2403.08295) Table 2: 7,751,248,896 non-embedding parameters
     assert gemma.params - gemma.embedding_params == 7_751_248_896
     qwen3 = from_hf_config(FIXTURES / "qwen3-4b.json")
-    assert (qwen3.head_dim, qwen3.attn_width, qwen3.qkv_out, qwen3.qk_norm) == (128, 4096, 6144, True)
+    assert (qwen3.head_dim, qwen3.attn_width, qwen3.qkv_out, qwen3.qk_norm) == (128, 4096, 6144, "head")
     assert qwen3.layer_params()["norms"] == 2 * 2560 + 2 * 128
+    olmo2 = from_hf_config(FIXTURES / "olmo-2-1124-7b.json")
+    assert olmo2.qk_norm == "full" and olmo2.layer_params()["norms"] == 2 * 4096 + 4096 + 4096
     mistral = json.loads((FIXTURES / "mistral-7b-v0.1.json").read_text())
     tied = from_hf_config({**mistral, "head_dim": 128})  # hidden / heads written out: the same model
     assert tied == from_hf_config(mistral) and tied.explicit_head_dim is None

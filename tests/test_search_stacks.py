@@ -295,7 +295,7 @@ def test_fixed_fields_hold_for_every_row_and_read_back():
 def test_rows_of_a_model_with_wide_heads_and_qk_norms_are_what_predict_says(framework):
     """heads · head_dim above hidden and per-head q/k norms (Qwen3-4B's shape in small): search's vectorised rows
     price the same kernels and saved bytes as predict."""
-    wide = pm.transformer(layers=4, hidden=640, heads=8, kv_heads=2, head_dim=128, qk_norm=True, seq=1024,
+    wide = pm.transformer(layers=4, hidden=640, heads=8, kv_heads=2, head_dim=128, qk_norm="head", seq=1024,
                           vocab=32000, activation="swiglu", norm="rmsnorm", position="rotary", bias=False)
     top = pm.search(wide, H100, 16, top_k=2, framework=framework, **SMALL)
     for _, row in top.iterrows():

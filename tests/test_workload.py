@@ -27,7 +27,8 @@ class Block(nn.Module):
         self.qkv = nn.Linear(h, m.attn_width + 2 * m.kv_heads * d, bias=m.bias)
         self.proj = nn.Linear(m.attn_width, h, bias=m.bias)
         # Qwen3's q_norm / k_norm: one RMSNorm over each head's head_dim (transformers modeling_qwen3.py)
-        self.q_norm, self.k_norm = (nn.RMSNorm(d), nn.RMSNorm(d)) if m.qk_norm else (nn.Identity(), nn.Identity())
+        self.q_norm, self.k_norm = {"none": (nn.Identity(), nn.Identity()), "head": (nn.RMSNorm(d), nn.RMSNorm(d)),
+                                    "full": (nn.RMSNorm([m.heads, d]), nn.RMSNorm([m.kv_heads, d]))}[m.qk_norm]
         width = 2 * m.ffn_hidden if m.activation == "swiglu" else m.ffn_hidden
         self.fc1 = nn.Linear(h, width, bias=m.bias)
         self.fc2 = nn.Linear(m.ffn_hidden, h, bias=m.bias)
@@ -80,7 +81,10 @@ CASES = {
     # heads · head_dim above hidden, per-head q/k norms (Qwen3-4B's shape in small)
     "qwen3-wide-heads": dict(layers=2, hidden=40, heads=8, kv_heads=2, head_dim=16, seq=16, vocab=80,
                              activation="swiglu", norm="rmsnorm", bias=False, position="rotary", ffn_hidden=96,
-                             qk_norm=True),
+                             qk_norm="head"),
+    # OLMo 2's norms over the whole q and k (OLMo-core attention.py: q_norm of d_model, k_norm of kv_heads·head_dim)
+    "olmo2-full-qk-norm": dict(layers=2, hidden=64, heads=4, kv_heads=2, seq=16, vocab=80, activation="swiglu",
+                               norm="rmsnorm", bias=False, position="rotary", ffn_hidden=96, qk_norm="full"),
     "gemma-narrow-hidden": dict(layers=2, hidden=48, heads=4, head_dim=32, seq=16, vocab=80, activation="swiglu",
                                 norm="rmsnorm", bias=False, position="rotary", ffn_hidden=64, tied_embeddings=True),
 }
@@ -138,7 +142,7 @@ def test_gpt_flops_closed_form():
     (dict(activation="swish"), "unknown activation 'swish'"),
     (dict(norm="batchnorm"), "known: layernorm, rmsnorm"),
     (dict(experts=2, experts_per_token=3), "'experts_per_token' must be <= experts=2: got 3"),
-    (dict(qk_norm="yes"), "'qk_norm' must be True or False: got 'yes'"),
+    (dict(qk_norm="yes"), "unknown qk_norm 'yes'"),
 ])
 def test_bad_input_names_the_field(kwargs, message):
     kind = pm.InvalidInputError if "unknown" not in message and "known" not in message else pm.UnknownNameError
@@ -162,7 +166,7 @@ def test_an_explicit_head_dim_sets_the_attention_width():
     proj = next(k for k in fwd if k.name == "attn.proj")
     assert proj.flops == 2 * 1024 * (4096 / 2) * 2560  # tokens × heads·head_dim / tp × hidden
     assert not any("_norm" in k.name for k in fwd)
-    normed = wide.with_(qk_norm=True)
+    normed = wide.with_(qk_norm="head")
     fwd_n, bwd_n = layer_kernels(normed, 1, tp=2)
     names = {k.name: k for k in fwd_n + bwd_n}
     assert names["attn.q_norm"].size["x"] == 1024 * 16 * 128 and names["attn.k_norm.bwd"].size["x"] == 1024 * 4 * 128
@@ -171,6 +175,11 @@ def test_an_explicit_head_dim_sets_the_attention_width():
     grown = 2 * (4096 - 2560) + 2 * (32 + 2 * 8) * 48 + 2 * (32 + 8) * 48
     assert layer_activation_bytes(wide, **kw) - layer_activation_bytes(tied, **kw) == grown
     assert layer_activation_bytes(normed, **kw) - layer_activation_bytes(wide, **kw) == 2 * 40 * 128 + 4 * 40
+    whole = wide.with_(qk_norm="full")  # OLMo 2: one row per token for q and one for k
+    q_norm = next(k for k in layer_kernels(whole, 1, tp=2)[0] if k.name == "attn.q_norm")
+    assert (q_norm.size["x"], q_norm.size["rows"]) == (1024 * 16 * 128, 1024)
+    assert layer_activation_bytes(whole, **kw) - layer_activation_bytes(wide, **kw) == 2 * 40 * 128 + 4 * 2
+    assert whole.layer_params()["norms"] - wide.layer_params()["norms"] == 4096 + 8 * 128
     assert normed.with_(hidden=3072).head_dim == 128  # an explicit head width stays when hidden changes
     with pytest.raises(pm.InvalidInputError, match="'head_dim' must be an integer >= 1: got 0"):
         pm.transformer(**base, head_dim=0)

@@ -102,13 +102,13 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
 
 
 def _attention_saved_bytes(model: Transformer, tp, lo: float, gemm_in: float, rope_saved: bool):
-    """Bytes per token the attention of one block saves: q, k, v (and, with ``qk_norm``, the per-head norms'
-    16-bit inputs and fp32 rstd), the rotary outputs where the stack's RoPE saves them, the attention output
+    """Bytes per token the attention of one block saves: q, k, v (and, with ``qk_norm``, the q/k norms'
+    16-bit inputs and an fp32 rstd per normed row: per head, or one each for q and k), the rotary outputs where the stack's RoPE saves them, the attention output
     (heads · head_dim wide) with FlashAttention's fp32 log-sum-exp, and under TE fp8 the projection's fp8 input."""
     heads, kv, d = model.heads / tp, model.kv_heads / tp, model.head_dim
     qkv = lo * (heads + 2 * kv) * d                            # QKV output, kept by attention
-    if model.qk_norm:
-        qkv = qkv + lo * (heads + kv) * d + 4.0 * (heads + kv)
+    if model.qk_norm != "none":
+        qkv = qkv + lo * (heads + kv) * d + 4.0 * ((heads + kv) if model.qk_norm == "head" else 2.0)
     rope = lo * (heads + kv) * d if rope_saved else 0.0
     attn_out = lo * model.attn_width / tp + 4.0 * heads       # output + fp32 log-sum-exp
     if gemm_in < 2.0:

@@ -36,7 +36,7 @@ def model_of(r: dict):
     return transformer(int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq"]), int(r["vocab"]),
                        kv_heads=int(r["kv_heads"]), ffn_hidden=int(r["ffn_hidden"]), activation=r["activation"],
                        norm=r["norm"], bias=_yes(r["bias"]), tied_embeddings=_yes(r["tied"]),
-                       position=r["position"], name=r["name"])
+                       position=r["position"], name=r["name"], qk_norm=r.get("qk_norm") or "none")
 
 
 def cluster_of(r: dict):

@@ -18,6 +18,9 @@ from perfmodel.core.checks import check_int, read_json_file
 from perfmodel.core.errors import InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
 
+# q/k norms by family: Qwen3's over each head (transformers modeling_qwen3.py ``Qwen3Attention``), OLMo 2's over
+# the whole q and k (modeling_olmo2.py ``Olmo2Attention``: RMSNorm(heads · head_dim), RMSNorm(kv_heads · head_dim))
+QK_NORM_OF = {"qwen3": "head", "olmo2": "full"}
 GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models
 
 
@@ -37,9 +40,10 @@ def _need(cfg: dict, family: str, *keys) -> list:
 
 
 def _llama(cfg: dict, family: str) -> dict:
-    """Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3 (its fused gate_up_proj: the same GEMM): pre-RMSNorm, rotary, gated MLP, no biases; untied by default
-    (Gemma: tied); ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo: heads · head_dim need not
-    be hidden); Qwen3's per-head q/k norms (transformers ``modeling_qwen3.py`` ``Qwen3Attention``)."""
+    """Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3 (its fused gate_up_proj: the same GEMM) and OLMo 2 (its two
+    norms on the branch outputs instead of their inputs: norms of the same size): RMSNorm, rotary, gated MLP, no
+    biases; untied by default (Gemma: tied); ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo:
+    heads · head_dim need not be hidden); the q/k norms of ``QK_NORM_OF``."""
     layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
                                               "intermediate_size", "vocab_size")
     head_dim = cfg.get("head_dim")
@@ -51,7 +55,7 @@ def _llama(cfg: dict, family: str) -> dict:
                ffn_hidden=ffn, vocab=vocab, seq=cfg.get("max_position_embeddings", 4096), activation="swiglu",
                norm="rmsnorm", bias=bool(cfg.get("attention_bias", False) and cfg.get("mlp_bias", False)),
                tied_embeddings=bool(cfg.get("tie_word_embeddings", family == "gemma")), position="rotary",
-               head_dim=None if head_dim is None else check_int("head_dim", head_dim), qk_norm=family == "qwen3")
+               head_dim=None if head_dim is None else check_int("head_dim", head_dim), qk_norm=QK_NORM_OF.get(family, "none"))
     if family == "mixtral":
         out["experts"], out["experts_per_token"] = _need(cfg, family, "num_local_experts", "num_experts_per_tok")
     return out
@@ -129,7 +133,7 @@ def _mpt(cfg: dict, family: str) -> dict:
                 position=position, head_dim=None if cfg.get("head_dim") is None else check_int("head_dim", cfg["head_dim"]))
 
 
-FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama, "gemma": _llama,
+FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama, "gemma": _llama, "olmo2": _llama,
             "phi3": _llama,
             "gpt2": _gpt2,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,

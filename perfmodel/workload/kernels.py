@@ -109,11 +109,11 @@ class _Builder:
         heads, kv, d = m.heads / self.tp, m.kv_heads / self.tp, m.head_dim
         f_qkv, b_qkv = self.linear("attn.qkv", self.T, h, m.qkv_out / self.tp, cast_input=self.mixed)
         fwd, bwd = list(f_qkv), []
-        if m.qk_norm:  # a norm over each head of q and of k (Qwen3 q_norm/k_norm on head_dim), 16-bit
-            for part, nh in (("q", heads), ("k", kv)):
-                fwd.append(mem(f"attn.{part}_norm", m.norm, "fwd", self.T * nh * d, rows=self.T * nh, dtype=self.low))
-                bwd.append(mem(f"attn.{part}_norm.bwd", m.norm, "bwd", self.T * nh * d, rows=self.T * nh,
-                               dtype=self.low))
+        if m.qk_norm != "none":  # norms of q and of k, 16-bit: over each head's head_dim (Qwen3) or each token's
+            for part, nh in (("q", heads), ("k", kv)):  # whole q or k (OLMo 2)
+                rows = self.T * nh if m.qk_norm == "head" else self.T
+                fwd.append(mem(f"attn.{part}_norm", m.norm, "fwd", self.T * nh * d, rows=rows, dtype=self.low))
+                bwd.append(mem(f"attn.{part}_norm.bwd", m.norm, "bwd", self.T * nh * d, rows=rows, dtype=self.low))
         if m.position == "rotary":  # plain-PyTorch rotary on q and k (cat/mul), bf16
             for part, nh in (("q", heads), ("k", kv)):
                 fwd.append(mem(f"attn.rope_{part}", "rope", "fwd", self.T * nh * d, dtype=self.low))

@@ -16,6 +16,7 @@ ACTIVATIONS = ("gelu", "swiglu", "relu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rotary", "none")
 ARCHS = ("decoder", "encoder")
+QK_NORMS = ("none", "head", "full")  # norms of q and k: none, per head (Qwen3), over the whole width (OLMo 2)
 # Bounds far above any model trained so far; they keep every count exact in 64-bit arithmetic
 SIZE_LIMITS = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "seq": 2**30, "vocab": 2**30, "kv_heads": 2**16,
                "ffn_hidden": 2**23, "experts": 2**16, "experts_per_token": 2**16}
@@ -32,7 +33,9 @@ class Transformer:
     ``experts_per_token`` (Shazeer et al. 2017; Mixtral, Jiang et al. 2024).
     ``explicit_head_dim`` is the head width where it is not hidden / heads (Gemma: 16 heads of 256
     over hidden 3072; Qwen3-4B, Mistral-NeMo: heads · head_dim above hidden), None where it is;
-    ``qk_norm`` normalises q and k per head before the rotary embedding (Qwen3, OLMo 2).
+    ``qk_norm`` normalises q and k before the rotary embedding: "head", one norm over each head's head_dim
+    (Qwen3's ``q_norm``/``k_norm``); "full", one over all of q and one over all of k (OLMo 2, OLMo-core's
+    ``qk_norm``); "none".
     """
 
     layers: int = 12
@@ -53,7 +56,7 @@ class Transformer:
     experts_per_token: int = 1
     name: str = "transformer"
     explicit_head_dim: int | None = None
-    qk_norm: bool = False
+    qk_norm: str = "none"
 
     def __post_init__(self):
         """Every field checked with a message naming it, however the model was made."""
@@ -74,7 +77,8 @@ class Transformer:
         if self.experts_per_token > self.experts:
             raise InvalidInputError(
                 f"'experts_per_token' must be <= experts={self.experts}: got {self.experts_per_token}")
-        for flag in ("bias", "tied_embeddings", "causal", "qk_norm"):
+        check_choice("qk_norm", self.qk_norm, QK_NORMS)
+        for flag in ("bias", "tied_embeddings", "causal"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         object.__setattr__(self, "name", str(self.name))
@@ -110,7 +114,9 @@ class Transformer:
         attn = h * self.qkv_out + b * self.qkv_out + self.attn_width * h + b * h
         mlp_one = h * self.mlp_in_out + b * self.mlp_in_out + self.ffn_hidden * h + b * h
         router = h * self.experts if self.experts > 1 else 0
-        qk_norms = 2 * self.head_dim if self.qk_norm else 0  # one weight of head_dim each for q and k
+        # a weight of head_dim each for q and k ("head"), or of q's and k's whole widths ("full")
+        qk_norms = {"none": 0, "head": 2 * self.head_dim, "full": self.attn_width + self.kv_heads * self.head_dim}
+        qk_norms = qk_norms[self.qk_norm]
         return {"attention": attn, "mlp": mlp_one * self.experts + router,
                 "norms": 2 * self._norm_params() + qk_norms}
 
@@ -180,7 +186,7 @@ class Transformer:
 
     def __repr__(self) -> str:
         extra = f", head_dim={self.explicit_head_dim}" if self.explicit_head_dim else ""
-        extra += ", qk_norm=True" if self.qk_norm else ""
+        extra += f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else ""
         return (f"Transformer(name={self.name!r}, layers={self.layers}, hidden={self.hidden}, "
                 f"heads={self.heads}, kv_heads={self.kv_heads}{extra}, seq={self.seq}, vocab={self.vocab}, "
                 f"params={self.params / 1e9:.3g}B)")
@@ -197,7 +203,7 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 activation: str = "gelu", norm: str = "layernorm", bias: bool = True,
                 tied_embeddings: bool = False, position: str = "learned", causal: bool = True,
                 arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
-                name: str = "transformer", head_dim: int | None = None, qk_norm: bool = False) -> Transformer:
+                name: str = "transformer", head_dim: int | None = None, qk_norm: str = "none") -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it.
 
     ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
