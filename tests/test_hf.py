@@ -1,4 +1,4 @@
-"""from_hf_config: published parameter counts of fifteen public configs, mapping details, errors."""
+"""from_hf_config: published parameter counts of sixteen public configs, mapping details, errors."""
 
 import dataclasses
 import json
@@ -17,7 +17,7 @@ PUBLISHED = {
     "pythia-1.4b": 1_414_647_808, "falcon-7b": 6_921_720_704, "bert-base-uncased": 110_000_000,
     "mpt-7b": 6_649_286_656, "qwen3-4b": 4_022_468_096, "gemma-7b": 8_537_680_896,
     "mistral-nemo-base-2407": 12_247_782_400, "phi-3-mini-4k-instruct": 3_821_079_552,
-    "olmo-2-1124-7b": 7_298_617_344,
+    "olmo-2-1124-7b": 7_298_617_344, "qwen3-30b-a3b": 30_532_122_624,
 }
 
 
@@ -31,7 +31,8 @@ def test_parameter_counts_within_one_percent(name):
 def test_exact_where_the_architecture_is_expressible():
     for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b", "mpt-7b",
                  "qwen3-4b", "gemma-7b", "mistral-nemo-base-2407",
-                 "phi-3-mini-4k-instruct", "olmo-2-1124-7b"):
+                 "phi-3-mini-4k-instruct", "olmo-2-1124-7b",
+                 "qwen3-30b-a3b"):
         assert from_hf_config(FIXTURES / f"{name}.json").params == PUBLISHED[name]
 
 
@@ -128,6 +129,12 @@ def test_head_dim_apart_from_hidden_and_qk_norms():
     qwen3 = from_hf_config(FIXTURES / "qwen3-4b.json")
     assert (qwen3.head_dim, qwen3.attn_width, qwen3.qkv_out, qwen3.qk_norm) == (128, 4096, 6144, "head")
     assert qwen3.layer_params()["norms"] == 2 * 2560 + 2 * 128
+    moe = from_hf_config(FIXTURES / "qwen3-30b-a3b.json")
+    assert (moe.experts, moe.experts_per_token, moe.ffn_hidden, moe.qk_norm) == (128, 8, 768, "head")
+    assert moe.active_params == 3_353_032_704  # the model card: 3.3B activated
+    cfg = json.loads((FIXTURES / "qwen3-30b-a3b.json").read_text())
+    with pytest.raises(pm.UnsupportedError, match="partly dense and partly MoE is not modelled"):
+        from_hf_config({**cfg, "mlp_only_layers": [0, 1]})
     olmo2 = from_hf_config(FIXTURES / "olmo-2-1124-7b.json")
     assert olmo2.qk_norm == "full" and olmo2.layer_params()["norms"] == 2 * 4096 + 4096 + 4096
     mistral = json.loads((FIXTURES / "mistral-7b-v0.1.json").read_text())

@@ -20,7 +20,7 @@ from perfmodel.workload.model import Transformer, transformer
 
 # q/k norms by family: Qwen3's over each head (transformers modeling_qwen3.py ``Qwen3Attention``), OLMo 2's over
 # the whole q and k (modeling_olmo2.py ``Olmo2Attention``: RMSNorm(heads · head_dim), RMSNorm(kv_heads · head_dim))
-QK_NORM_OF = {"qwen3": "head", "olmo2": "full"}
+QK_NORM_OF = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "full"}
 GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models
 
 
@@ -40,7 +40,7 @@ def _need(cfg: dict, family: str, *keys) -> list:
 
 
 def _llama(cfg: dict, family: str) -> dict:
-    """Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3 (its fused gate_up_proj: the same GEMM) and OLMo 2 (its two
+    """Llama, Mistral, Mixtral, Qwen2, Qwen3 (and its MoE: experts of moe_intermediate_size), Gemma, Phi-3 (its fused gate_up_proj: the same GEMM) and OLMo 2 (its two
     norms on the branch outputs instead of their inputs: norms of the same size): RMSNorm, rotary, gated MLP, no
     biases; untied by default (Gemma: tied); ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo:
     heads · head_dim need not be hidden); the q/k norms of ``QK_NORM_OF``."""
@@ -58,7 +58,21 @@ def _llama(cfg: dict, family: str) -> dict:
                head_dim=None if head_dim is None else check_int("head_dim", head_dim), qk_norm=QK_NORM_OF.get(family, "none"))
     if family == "mixtral":
         out["experts"], out["experts_per_token"] = _need(cfg, family, "num_local_experts", "num_experts_per_tok")
+    if family == "qwen3_moe":
+        _every_layer_moe(cfg)
+        out["experts"], out["experts_per_token"], out["ffn_hidden"] = _need(
+            cfg, family, "num_experts", "num_experts_per_tok", "moe_intermediate_size")
     return out
+
+
+def _every_layer_moe(cfg: dict) -> None:
+    """Qwen3-MoE's blocks are all MoE unless ``mlp_only_layers`` or ``decoder_sparse_step`` say otherwise
+    (transformers ``modeling_qwen3_moe.py`` ``Qwen3MoeDecoderLayer``); a mix of dense and MoE blocks is not modelled."""
+    dense, step = cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step", 1)
+    if dense or step != 1:
+        raise UnsupportedError(f"mlp_only_layers={dense!r}, decoder_sparse_step={step!r}: a model whose blocks are "
+                               "partly dense and partly MoE is not modelled (every block MoE: mlp_only_layers=[], "
+                               "decoder_sparse_step=1)")
 
 
 def _gpt2(cfg: dict, family: str) -> dict:
@@ -133,7 +147,7 @@ def _mpt(cfg: dict, family: str) -> dict:
                 position=position, head_dim=None if cfg.get("head_dim") is None else check_int("head_dim", cfg["head_dim"]))
 
 
-FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama, "gemma": _llama, "olmo2": _llama,
+FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama, "qwen3_moe": _llama, "gemma": _llama, "olmo2": _llama,
             "phi3": _llama,
             "gpt2": _gpt2,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
