@@ -59,7 +59,8 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
     lp = model.layer_params()
     layer = float(sum(lp.values()))
     h = model.hidden
-    gemm_layer = float(h * model.qkv_out + model.attn_width * h + model.experts * (h * model.mlp_in_out + model.ffn_hidden * h)
+    gemm_layer = float(h * model.qkv_out + model.attn_width * h
+                       + model.experts * (h * model.mlp_in_out + model.ffn_hidden * h)
                        + (h * model.experts if model.experts > 1 else 0))
     pad = 0.0
     if c is not None:

@@ -122,8 +122,10 @@ def cmd_sweep(args) -> int:
     if df.attrs.get("batch_note"):
         print(df.attrs["batch_note"])
     print()
-    columns = dict.fromkeys((args.over, "gpus", *(("precision",) if df["precision"].nunique() > 1 else ()), "label", "global_batch", "step_time", "interval", "tokens_per_second",
-                             "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits", "bottleneck"))
+    precision = ("precision",) if df["precision"].nunique() > 1 else ()  # GPU types each at their own
+    columns = dict.fromkeys((args.over, "gpus", *precision, "label", "global_batch", "step_time", "interval",
+                             "tokens_per_second", "scaling_efficiency", "speedup", "mfu", "peak_memory", "fits",
+                             "bottleneck"))
     print(format_table(df, tuple(columns), best_column=None))
     print(_notes(df))
     _out(df, args, sweep_figure)

@@ -102,9 +102,10 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
 
 
 def _attention_saved_bytes(model: Transformer, tp, lo: float, gemm_in: float, rope_saved: bool):
-    """Bytes per token the attention of one block saves: q, k, v (and, with ``qk_norm``, the q/k norms'
-    16-bit inputs and an fp32 rstd per normed row: per head, or one each for q and k), the rotary outputs where the stack's RoPE saves them, the attention output
-    (heads · head_dim wide) with FlashAttention's fp32 log-sum-exp, and under TE fp8 the projection's fp8 input."""
+    """Bytes per token the attention of one block saves: q, k, v (with ``qk_norm``, also the q/k norms' 16-bit
+    inputs and an fp32 rstd per normed row: per head, or one each for q and k), the rotary outputs where the
+    stack's RoPE saves them, the attention output (heads · head_dim wide) with FlashAttention's fp32
+    log-sum-exp, and under TE fp8 the projection's fp8 input."""
     heads, kv, d = model.heads / tp, model.kv_heads / tp, model.head_dim
     qkv = lo * (heads + 2 * kv) * d                            # QKV output, kept by attention
     if model.qk_norm != "none":

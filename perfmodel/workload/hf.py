@@ -39,14 +39,19 @@ def _need(cfg: dict, family: str, *keys) -> list:
     return values
 
 
+def _head_dim(cfg: dict):
+    """The config's ``head_dim`` (None where it gives none: hidden / heads)."""
+    return None if cfg.get("head_dim") is None else check_int("head_dim", cfg["head_dim"])
+
+
 def _llama(cfg: dict, family: str) -> dict:
-    """Llama, Mistral, Mixtral, Qwen2, Qwen3 (and its MoE: experts of moe_intermediate_size), Gemma, Phi-3 (its fused gate_up_proj: the same GEMM) and OLMo 2 (its two
-    norms on the branch outputs instead of their inputs: norms of the same size): RMSNorm, rotary, gated MLP, no
-    biases; untied by default (Gemma: tied); ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo:
-    heads · head_dim need not be hidden); the q/k norms of ``QK_NORM_OF``."""
+    """Llama, Mistral, Mixtral, Qwen2, Qwen3 (and its MoE: experts of moe_intermediate_size), Gemma, Phi-3 (its
+    fused gate_up_proj: the same GEMM) and OLMo 2 (its two norms on the branch outputs instead of their inputs:
+    norms of the same size): RMSNorm, rotary, gated MLP, no biases; untied by default (Gemma: tied);
+    ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo: heads · head_dim need not be hidden);
+    the q/k norms of ``QK_NORM_OF``."""
     layers, hidden, heads, ffn, vocab = _need(cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads",
                                               "intermediate_size", "vocab_size")
-    head_dim = cfg.get("head_dim")
     # Gemma's configs name the MLP's activation hidden_activation (transformers GemmaConfig), older ones hidden_act
     act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu")
     if act not in GATED:
@@ -55,7 +60,7 @@ def _llama(cfg: dict, family: str) -> dict:
                ffn_hidden=ffn, vocab=vocab, seq=cfg.get("max_position_embeddings", 4096), activation="swiglu",
                norm="rmsnorm", bias=bool(cfg.get("attention_bias", False) and cfg.get("mlp_bias", False)),
                tied_embeddings=bool(cfg.get("tie_word_embeddings", family == "gemma")), position="rotary",
-               head_dim=None if head_dim is None else check_int("head_dim", head_dim), qk_norm=QK_NORM_OF.get(family, "none"))
+               head_dim=_head_dim(cfg), qk_norm=QK_NORM_OF.get(family, "none"))
     if family == "mixtral":
         out["experts"], out["experts_per_token"] = _need(cfg, family, "num_local_experts", "num_experts_per_tok")
     if family == "qwen3_moe":
@@ -144,12 +149,11 @@ def _mpt(cfg: dict, family: str) -> dict:
                 activation="swiglu" if ffn.get("ffn_type") == "mptglu" else "gelu",
                 norm="rmsnorm" if "rmsnorm" in str(cfg.get("norm_type", "")) else "layernorm",
                 bias=not bool(cfg.get("no_bias", False)), tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-                position=position, head_dim=None if cfg.get("head_dim") is None else check_int("head_dim", cfg["head_dim"]))
+                position=position, head_dim=_head_dim(cfg))
 
 
-FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama, "qwen3_moe": _llama, "gemma": _llama, "olmo2": _llama,
-            "phi3": _llama,
-            "gpt2": _gpt2,
+FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama,
+            "qwen3_moe": _llama, "gemma": _llama, "olmo2": _llama, "phi3": _llama, "gpt2": _gpt2,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}
 
