@@ -135,6 +135,8 @@ def test_head_dim_apart_from_hidden_and_qk_norms():
     cfg = json.loads((FIXTURES / "qwen3-30b-a3b.json").read_text())
     with pytest.raises(pm.UnsupportedError, match="partly dense and partly MoE is not modelled"):
         from_hf_config({**cfg, "mlp_only_layers": [0, 1]})
+    with pytest.raises(pm.UnsupportedError, match="model_type 'gemma2' is not modelled: four norms per block"):
+        from_hf_config({**json.loads((FIXTURES / "gemma-7b.json").read_text()), "model_type": "gemma2"})
     olmo2 = from_hf_config(FIXTURES / "olmo-2-1124-7b.json")
     assert olmo2.qk_norm == "full" and olmo2.layer_params()["norms"] == 2 * 4096 + 4096 + 4096
     mistral = json.loads((FIXTURES / "mistral-7b-v0.1.json").read_text())

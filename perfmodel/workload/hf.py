@@ -158,6 +158,19 @@ FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _lla
             "mpt": _mpt}
 
 
+# families close to a supported one by name whose blocks differ in what is priced (transformers' modeling files)
+NOT_MODELLED = {
+    "gemma2": "four norms per block, attention and final-logit softcapping, sliding-window attention on every "
+              "other block",
+    "gemma3": "a vision encoder, and sliding-window attention on five blocks of six",
+    "gemma3_text": "sliding-window attention on five blocks of six, four norms per block",
+    "qwen2_moe": "shared experts beside the routed ones",
+    "deepseek_v2": "multi-head latent attention (compressed K/V) and shared experts",
+    "deepseek_v3": "multi-head latent attention (compressed K/V), shared experts and dense first blocks",
+    "llama4": "interleaved dense and MoE blocks with a shared expert, chunked attention",
+}
+
+
 def read_config(path_or_dict) -> dict:
     """The config as a dict: from a dict, a ``config.json`` path, or a folder holding one."""
     if isinstance(path_or_dict, dict):
@@ -185,6 +198,9 @@ def from_hf_config(path_or_dict, *, seq: int | None = None, name: str | None = N
         raise InvalidInputError(f"config has no 'model_type' (supported: {', '.join(sorted(FAMILIES))})")
     if not isinstance(family, str):
         raise InvalidInputError(f"'model_type' must be a name (supported: {', '.join(sorted(FAMILIES))}): got {family!r}")
+    if family in NOT_MODELLED:  # a known family: say what is missing, not which name is close
+        raise UnsupportedError(f"model_type {family!r} is not modelled: {NOT_MODELLED[family]} (supported: "
+                               f"{', '.join(sorted(FAMILIES))}; pm.transformer(...) describes an approximation)")
     if family not in FAMILIES:
         raise unknown_name("model_type", family, FAMILIES)
     fields = FAMILIES[family](cfg, family)
