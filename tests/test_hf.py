@@ -113,6 +113,9 @@ def test_mpt_mapping_follows_mptconfig():
     gqa = from_hf_config({**cfg, "attn_config": {"attn_type": "grouped_query_attention", "kv_n_heads": 8},
                           "ffn_config": {"ffn_type": "mptglu", "ffn_hidden_size": 11008}})
     assert (gqa.kv_heads, gqa.activation, gqa.ffn_hidden) == (8, "swiglu", 11008)
+    for ratio in ("4", None, float("nan"), {}):  # found by random configs: a bare TypeError or ValueError before
+        with pytest.raises(pm.InvalidInputError, match="'expansion_ratio' must be a finite number"):
+            from_hf_config({**cfg, "expansion_ratio": ratio})
     with pytest.raises(pm.UnsupportedError, match="attn_type='cross_attention' is not modelled"):
         from_hf_config({**cfg, "attn_config": {"attn_type": "cross_attention"}})
     with pytest.raises(pm.InvalidInputError, match="'attn_config' and 'ffn_config' of an MPT config"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfmodel.core.checks import check_int, read_json_file
+from perfmodel.core.checks import check_int, check_positive, read_json_file
 from perfmodel.core.errors import InvalidInputError, UnsupportedError, unknown_name
 from perfmodel.workload.model import Transformer, transformer
 
@@ -140,7 +140,7 @@ def _mpt(cfg: dict, family: str) -> dict:
     if kv is None:
         raise UnsupportedError(f"attn_type={kind!r} is not modelled (known: multihead_attention, "
                                "multiquery_attention, grouped_query_attention)")
-    ratio = cfg.get("expansion_ratio", 4)
+    ratio = check_positive("expansion_ratio", cfg.get("expansion_ratio", 4))
     ffn_hidden = ffn.get("ffn_hidden_size") or int(hidden * ratio)  # ffn.py resolve_ffn_hidden_size
     position = "rotary" if attn.get("rope") else "none" if attn.get("alibi") else \
         "learned" if cfg.get("learned_pos_emb", True) else "none"
