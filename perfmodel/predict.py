@@ -23,6 +23,7 @@ from perfmodel.parallel.ps_async import AsyncPS, async_ps, server_count, server_
 from perfmodel.workload.variables import model_variables
 from perfmodel.profiles.origin import profile_origin
 from perfmodel.costs.cnn import cnn_caveats
+from perfmodel.workload.stack import window_caveats
 from perfmodel.workload.stacks.composer import fc_type_caveats, run_strategy
 from perfmodel.costs import memory as mem_costs, stack_memory
 from perfmodel.profiles.profile import Profile, list_profiles, load_profile
@@ -263,7 +264,8 @@ def predict(model, cluster=None, strategy: Strategy | None = None, *, profile=No
                    (s.batch, s.micro_batch, run.precision, s.recompute, s.framework, s.attention, level, headroom),
                    lambda: _numbers(model, cluster, prof, run, out, level, headroom))
     return Prediction.of({**got, "strategy": s, "breakdown": dict(got["breakdown"]), "memory": dict(got["memory"]),
-                          "caveats": got["caveats"] + fc_type_caveats(s) + generic_fabric_caveats(cluster)})
+                          "caveats": got["caveats"] + fc_type_caveats(s) + generic_fabric_caveats(cluster)
+                          + window_caveats(model, s)})
 
 
 def _checked(model, cluster, s: Strategy) -> tuple:

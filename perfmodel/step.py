@@ -112,7 +112,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
              "loss": "eager" if c.loss == "chunked" else c.loss, "tensor_cores": tensor_core_dtypes(gpu_name),
              "memory_format": c.memory_format, "norm_kernels": c.norm_kernels, "float8_recipe": c.float8_recipe,
-             "fp8_params": c.fp8_params}
+             "fp8_params": c.fp8_params, "sliding_windows": c.cp == 1}  # a ring runs the whole square
     multiple = vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))

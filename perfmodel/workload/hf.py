@@ -61,6 +61,7 @@ def _llama(cfg: dict, family: str) -> dict:
                norm="rmsnorm", bias=bool(cfg.get("attention_bias", False) and cfg.get("mlp_bias", False)),
                tied_embeddings=bool(cfg.get("tie_word_embeddings", family == "gemma")), position="rotary",
                head_dim=_head_dim(cfg), qk_norm=QK_NORM_OF.get(family, "none"))
+    out["window"] = _window(cfg, family)
     if family == "mixtral":
         out["experts"], out["experts_per_token"] = _need(cfg, family, "num_local_experts", "num_experts_per_tok")
     if family == "qwen3_moe":
@@ -68,6 +69,19 @@ def _llama(cfg: dict, family: str) -> dict:
         out["experts"], out["experts_per_token"], out["ffn_hidden"] = _need(
             cfg, family, "num_experts", "num_experts_per_tok", "moe_intermediate_size")
     return out
+
+
+def _window(cfg: dict, family: str) -> int:
+    """The sliding window every block attends within (0: none): Mistral's, Mixtral's and Phi-3's ``sliding_window``
+    (null: none); Qwen's applies only with ``use_sliding_window`` and then to some blocks, which is not modelled."""
+    if family in ("qwen2", "qwen3", "qwen3_moe"):
+        if cfg.get("use_sliding_window"):
+            raise UnsupportedError("use_sliding_window=true: Qwen's sliding window on the blocks past "
+                                   "max_window_layers is not modelled (every block or none: model.window)")
+        return 0
+    if family not in ("mistral", "mixtral", "phi3") or cfg.get("sliding_window") is None:
+        return 0
+    return check_int("sliding_window", cfg["sliding_window"])
 
 
 def _every_layer_moe(cfg: dict) -> None:

@@ -123,6 +123,8 @@ class _Builder:
         bwd.append(mem("attn.split.bwd", "copy", "bwd", self.T * m.qkv_out / self.tp, variant="fwd", dtype=self.low))
         size = {"batch": self.b, "heads": heads, "kv_heads": kv, "seq": float(m.seq), "head_dim": float(d),
                 "causal": float(m.causal)}
+        if m.causal and 0 < m.window < m.seq:  # a kernel that skips blocks outside it runs less (stack._attention)
+            size["window"] = float(m.window)
         flops = 4.0 * self.b * heads * m.seq ** 2 * d     # FlopCounterMode convention: full s²
         fwd.append(Kernel("attn.sdpa", "sdpa", "fwd", size, 1, flops, "fwd", self.low))
         bwd.append(Kernel("attn.sdpa.bwd", "sdpa", "bwd", size, 1, 2.5 * flops, "bwd", self.low))

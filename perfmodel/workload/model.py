@@ -33,6 +33,8 @@ class Transformer:
     ``experts_per_token`` (Shazeer et al. 2017; Mixtral, Jiang et al. 2024).
     ``explicit_head_dim`` is the head width where it is not hidden / heads (Gemma: 16 heads of 256
     over hidden 3072; Qwen3-4B, Mistral-NeMo: heads · head_dim above hidden), None where it is;
+    ``window`` > 0 is sliding-window attention on every block: each query attends to itself and the
+    window − 1 tokens before it (Mistral 7B v0.1: 4096; Phi-3-mini-4k: 2047); 0 is full causal attention.
     ``qk_norm`` normalises q and k before the rotary embedding: "head", one norm over each head's head_dim
     (Qwen3's ``q_norm``/``k_norm``); "full", one over all of q and one over all of k (OLMo 2, OLMo-core's
     ``qk_norm``); "none".
@@ -57,6 +59,7 @@ class Transformer:
     name: str = "transformer"
     explicit_head_dim: int | None = None
     qk_norm: str = "none"
+    window: int = 0
 
     def __post_init__(self):
         """Every field checked with a message naming it, however the model was made."""
@@ -78,6 +81,7 @@ class Transformer:
             raise InvalidInputError(
                 f"'experts_per_token' must be <= experts={self.experts}: got {self.experts_per_token}")
         check_choice("qk_norm", self.qk_norm, QK_NORMS)
+        object.__setattr__(self, "window", check_int("window", self.window, minimum=0, maximum=SIZE_LIMITS["seq"]))
         for flag in ("bias", "tied_embeddings", "causal"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
@@ -187,6 +191,7 @@ class Transformer:
     def __repr__(self) -> str:
         extra = f", head_dim={self.explicit_head_dim}" if self.explicit_head_dim else ""
         extra += f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else ""
+        extra += f", window={self.window}" if self.window else ""
         return (f"Transformer(name={self.name!r}, layers={self.layers}, hidden={self.hidden}, "
                 f"heads={self.heads}, kv_heads={self.kv_heads}{extra}, seq={self.seq}, vocab={self.vocab}, "
                 f"params={self.params / 1e9:.3g}B)")
@@ -203,7 +208,8 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 activation: str = "gelu", norm: str = "layernorm", bias: bool = True,
                 tied_embeddings: bool = False, position: str = "learned", causal: bool = True,
                 arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
-                name: str = "transformer", head_dim: int | None = None, qk_norm: str = "none") -> Transformer:
+                name: str = "transformer", head_dim: int | None = None, qk_norm: str = "none",
+                window: int = 0) -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it.
 
     ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
@@ -221,5 +227,5 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
-                       str(name), head_dim, qk_norm)
+                       str(name), head_dim, qk_norm, window)
 
