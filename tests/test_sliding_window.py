@@ -42,6 +42,10 @@ def test_the_window_shortens_the_step_only_where_a_kernel_skips_blocks():
         s = pm.Strategy(micro_batch=1, attention=attention)
         a, b = pm.predict(full, H100, s), pm.predict(windowed, H100, s)
         assert b.step_time < a.step_time and not b.caveats
+        # model FLOPs count the scores computed: 3 passes x layers x 4 h d x (causal pairs of s, of the window)
+        s_, w, per_pair = 8192, 2048, 3 * 2 * 4 * 16 * 128
+        pairs = s_ * (s_ + 1) / 2 - (2 * s_ / w - 1) * w ** 2 * (s_ + 1) / (2 * s_)
+        assert a.model_flops - b.model_flops == pytest.approx(per_pair * pairs, rel=1e-9)
     s = pm.Strategy(micro_batch=1)
     p = pm.predict(windowed, H100, s)
     assert p.step_time == pm.predict(full, H100, s).step_time
