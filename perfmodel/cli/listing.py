@@ -9,6 +9,7 @@ from perfmodel.hardware import list_gpus, list_nodes, load_gpu, load_node
 from perfmodel.profiles.origin import origin_word, profile_origin
 from perfmodel.profiles.profile import list_profiles, load_profile
 from perfmodel.workload.graph import GraphModel
+from perfmodel.workload.hf import FAMILIES
 from perfmodel.workload.presets import list_presets, preset
 from perfmodel.workload.stacks import STACKS
 from perfmodel.workload.stacks.composer import TAKES_FC_TYPE
@@ -95,4 +96,7 @@ LISTINGS = {"models": _models, "gpus": _gpus, "nodes": _nodes, "profiles": _prof
 def listing(what: str) -> str:
     """The aligned table of ``what``: one of ``LISTINGS``."""
     head, rows = LISTINGS[what]()
+    if what == "models":  # what --model takes besides these names
+        return (_table(head, rows) + "\n\n--model also takes a Hugging Face config.json (model_type "
+                f"{', '.join(sorted(FAMILIES))}), a Hub id with the 'hf' extra, or a model TOML (docs/workloads.md)")
     return _table(head, rows)
