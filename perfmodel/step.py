@@ -112,7 +112,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
     stack = {"precision": precision, "framework": c.framework, "attention": c.attention, "compiled": c.compile,
              "loss": "eager" if c.loss == "chunked" else c.loss, "tensor_cores": tensor_core_dtypes(gpu_name),
              "memory_format": c.memory_format, "norm_kernels": c.norm_kernels, "float8_recipe": c.float8_recipe,
-             "fp8_params": c.fp8_params, "sliding_windows": c.cp == 1}  # a ring runs the whole square
+             "fp8_params": c.fp8_params, "cp": c.cp}
     multiple = vocab_multiple(c.framework)
     lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
         model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
@@ -414,23 +414,24 @@ def _critical_path(model, local, coll, lay, c, t: ComputeTimes, sts, precision, 
         off = PhaseTimes(*offload.offload_seconds(*host, c, acts, c.micro_batch * local.seq, local.layers, t.wall,
                                                      precision=precision))
         t = replace(t, wall=t.wall + off, gpu=t.gpu + off)
-    weight_recompute = weight_groups(local) * t.layer_recompute[0]  # a split weight pass's recomputations
-    t, share = _split_backward(local, t, c, wgrad_share(t) if np.any(zero_bubble(c)) else 0.0)
+    # (wall, GPU) seconds a split weight-gradient pass recomputes over checkpointed eager blocks
+    regrouped = tuple(weight_groups(local) * x for x in t.layer_recompute)
+    t, share = _split_backward(t, c, wgrad_share(t) if np.any(zero_bubble(c)) else 0.0, regrouped)
     timed = t.wall + comm
-    return (comm, timed, *pipeline_time(model, timed, sts, c, share, weight_recompute),
+    return (comm, timed, *pipeline_time(model, timed, sts, c, share, regrouped[0]),
             _outputs(model, c, t, comm, sts, recompute))
 
 
-def _split_backward(model, t: ComputeTimes, c: StepConfig, share):
+def _split_backward(t: ComputeTimes, c: StepConfig, share, regrouped):
     """``t`` and the weight-gradient share as torch's split backward runs them where interleaved ZB or ZBV splits
     every backward (parallel/zero_bubble.py): over compiled blocks each pass runs the whole backward (twice the
     layer's backward, half of it deferred); over checkpointed eager blocks the weight-gradient pass recomputes the
-    forward once per weight group (the recomputed kernels that many times more, deferred with the weight
-    gradients)."""
+    forward once per weight group (``regrouped``: those recomputations' wall and GPU seconds, deferred with the
+    weight gradients)."""
     rerun, split = reruns_backward(c), splits_every_backward(c)
     again = pick(rerun, 1.0, 0.0)
     eager = np.logical_and(split, np.logical_not(rerun))
-    wall_r, gpu_r = (pick(eager, weight_groups(model) * x, 0.0) for x in t.layer_recompute)
+    wall_r, gpu_r = (pick(eager, x, 0.0) for x in regrouped)
     if not (np.any(rerun) or np.any(wall_r)):
         return t, share
     wall_b, gpu_b = t.wall.layer_b, t.gpu.layer_b

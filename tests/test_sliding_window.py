@@ -33,7 +33,7 @@ def test_a_windowed_kernel_is_causal_attention_over_the_window_for_more_sequence
     assert pairs(k) == 2 * (8192 * 2048 - 2048 ** 2 / 2)
     assert k.flops == _sdpa(full, "flash2").flops * 7 * (2048 / 8192) ** 2
     assert _sdpa(windowed, "flash").size == _sdpa(full, "flash").size  # SDPA: the whole square
-    assert _sdpa(windowed, "flash3", sliding_windows=False).size == _sdpa(full, "flash3").size  # a ring's
+    assert _sdpa(windowed, "flash3", cp=2).size == _sdpa(full, "flash3").size  # a ring's
 
 
 def test_the_window_shortens_the_step_only_where_a_kernel_skips_blocks():

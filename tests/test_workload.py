@@ -1,5 +1,6 @@
 """Transformer workloads: parameter and FLOP counts against torch, presets, validation."""
 
+import dataclasses
 import math
 
 import pytest
@@ -162,6 +163,8 @@ def test_an_explicit_head_dim_sets_the_attention_width():
     tied = pm.transformer(**base)
     wide = pm.transformer(**base, head_dim=128)
     assert (tied.head_dim, tied.attn_width, wide.head_dim, wide.attn_width) == (80, 2560, 128, 4096)
+    # the tied width written out is the tied model, however the model was made
+    assert pm.transformer(**base, head_dim=80) == tied == dataclasses.replace(tied, explicit_head_dim=80)
     fwd, _ = layer_kernels(wide, 1, tp=2)
     proj = next(k for k in fwd if k.name == "attn.proj")
     assert proj.flops == 2 * 1024 * (4096 / 2) * 2560  # tokens × heads·head_dim / tp × hidden

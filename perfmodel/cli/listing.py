@@ -91,12 +91,12 @@ def _frameworks():
 
 
 LISTINGS = {"models": _models, "gpus": _gpus, "nodes": _nodes, "profiles": _profiles, "frameworks": _frameworks}
+# a line under a listing: what else the option it lists takes
+FOOTNOTES = {"models": f"--model also takes a Hugging Face config.json (model_type {', '.join(sorted(FAMILIES))}), "
+                       "a Hub id with the 'hf' extra, or a model TOML (docs/workloads.md)"}
 
 
 def listing(what: str) -> str:
     """The aligned table of ``what``: one of ``LISTINGS``."""
     head, rows = LISTINGS[what]()
-    if what == "models":  # what --model takes besides these names
-        return (_table(head, rows) + "\n\n--model also takes a Hugging Face config.json (model_type "
-                f"{', '.join(sorted(FAMILIES))}), a Hub id with the 'hf' extra, or a model TOML (docs/workloads.md)")
-    return _table(head, rows)
+    return _table(head, rows) + (f"\n\n{FOOTNOTES[what]}" if what in FOOTNOTES else "")

@@ -21,7 +21,7 @@ from perfmodel.explore.stack_options import mixed_precision
 from perfmodel.interval import DEFAULT_LEVEL
 from perfmodel.predict import predict
 from perfmodel.parallel.strategy import Strategy, fill_dp
-from perfmodel.core.checks import check_choice, check_int
+from perfmodel.core.checks import check_choice, check_flag, check_int
 from perfmodel.workload.presets import as_model
 from perfmodel.hardware import Cluster, as_cluster, cluster as make_cluster
 from perfmodel.hardware.build import part_of_node
@@ -96,8 +96,7 @@ def sweep(model, over: str, values, *, cluster=None, strategy: Strategy | None =
     """
     check_choice("over", over, AXES)
     check_choice("scaling", scaling, SCALINGS)
-    if own_precision not in (True, False):
-        raise InvalidInputError(f"'own_precision' must be True or False: got {own_precision!r}")
+    own_precision = check_flag("own_precision", own_precision)
     if own_precision and over != "gpu":
         raise InvalidInputError(f"'own_precision' applies to a sweep over 'gpu' only: got over={over!r}")
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):

@@ -65,11 +65,12 @@ class Transformer:
         """Every field checked with a message naming it, however the model was made."""
         for field, bound in SIZE_LIMITS.items():
             object.__setattr__(self, field, check_int(field, getattr(self, field), maximum=bound))
+        if self.explicit_head_dim is not None:
+            head_dim = check_int("head_dim", self.explicit_head_dim, maximum=HEAD_DIM_LIMIT)
+            # the tied width written out is the tied model: one model, however it was written
+            object.__setattr__(self, "explicit_head_dim", None if head_dim * self.heads == self.hidden else head_dim)
         if self.explicit_head_dim is None:
             check_divides("heads", self.heads, "hidden", self.hidden)
-        else:
-            object.__setattr__(self, "explicit_head_dim",
-                               check_int("head_dim", self.explicit_head_dim, maximum=HEAD_DIM_LIMIT))
         if self.heads % self.kv_heads:
             valid = ", ".join(str(d) for d in range(1, self.heads + 1) if self.heads % d == 0)
             raise InvalidInputError(f"'kv_heads' must divide heads={self.heads}: got {self.kv_heads} (valid: {valid})")
@@ -216,12 +217,6 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
     must then divide; given, the queries and the attention output are heads · head_dim wide.
     """
     kv_heads = heads if kv_heads is None else kv_heads
-    if head_dim is not None:
-        head_dim = check_int("head_dim", head_dim, maximum=HEAD_DIM_LIMIT)
-        hidden_ = check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"])
-        heads_ = check_int("heads", heads, maximum=SIZE_LIMITS["heads"])
-        if head_dim * heads_ == hidden_:
-            head_dim = None  # the tied width: one model, however it was written
     if ffn_hidden is None:
         check_choice("activation", activation, ACTIVATIONS)
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)

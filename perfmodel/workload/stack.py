@@ -159,15 +159,22 @@ def float8_gemm(k: Kernel, st, recipe: str = "", fp8_params=False) -> list[Kerne
     return torchao_float8(k, recipe or "tensorwise", fp8_gather=bool(fp8_params))
 
 
-def windowed(k: Kernel, attention: str, sliding_windows: bool = True) -> Kernel:
-    """The attention kernel ``k`` without its ``window`` mark: under a kernel that skips blocks outside the window
-    (``WINDOWED_ATTENTIONS``, and ``sliding_windows``: no context-parallel ring), the same block work as
-    causal attention over the window for b·(2s/W − 1) sequences: b·(s·W − W²/2) query-key pairs (each of the first
-    W queries attends to those before it, each later one to W); else the full causal square (flash-attn
-    ``flash_api.cpp``: the key blocks wholly left of the window are not loaded)."""
+def skips_window(attention: str, cp) -> bool:
+    """Whether a sliding window shortens the attention: a kernel that skips the blocks outside it
+    (``WINDOWED_ATTENTIONS``), not in a context-parallel ring (which runs each step's whole block)."""
+    return attention in WINDOWED_ATTENTIONS and cp == 1
+
+
+def windowed(k: Kernel, attention: str, cp=1) -> Kernel:
+    """The attention kernel ``k`` without its ``window`` mark: where the window is skipped (``skips_window``), the
+    same block work as causal attention over the window for b·(2s/W − 1) sequences: b·(s·W − W²/2) query-key
+    pairs (each of the first W queries attends to those before it, each later one to W); else the full causal
+    square (flash-attn ``flash_api.cpp``: the key blocks wholly left of the window are not loaded)."""
+    if "window" not in k.size:
+        return k
     size = dict(k.size)
-    w = size.pop("window", 0.0)
-    if not w or attention not in WINDOWED_ATTENTIONS or not sliding_windows:
+    w = size.pop("window")
+    if not skips_window(attention, cp):
         return replace(k, size=size)
     s = size["seq"]
     sequences = 2.0 * s / w - 1.0
@@ -178,21 +185,20 @@ def windowed(k: Kernel, attention: str, sliding_windows: bool = True) -> Kernel:
 def window_caveats(model, s) -> tuple:
     """What a sliding-window model's prediction priced as full causal attention, in words."""
     w, seq = getattr(model, "window", 0), getattr(model, "seq", 0)
-    if not w or w >= seq or not getattr(model, "causal", True):
+    if not w or w >= seq or not getattr(model, "causal", True) or skips_window(s.attention, s.cp):
         return ()
     if s.cp > 1:
         return (f"sliding window {w} of {seq} tokens priced as full causal attention: the context-parallel ring "
                 "runs every step's whole block",)
-    if s.attention not in WINDOWED_ATTENTIONS:
-        return (f"sliding window {w} of {seq} tokens priced as full causal attention: attention={s.attention!r} "
-                "skips no block outside the window (torch SDPA takes a mask); attention='flash2' or 'flash3' "
-                "prices flash-attn's windowed kernel",)
-    return ()
+    return (f"sliding window {w} of {seq} tokens priced as full causal attention: attention={s.attention!r} "
+            "skips no block outside the window (torch SDPA takes a mask); attention='flash2' or 'flash3' "
+            "prices flash-attn's windowed kernel",)
 
 
-def _attention(k: Kernel, attention: str, unpads: bool, sliding_windows: bool = True) -> list[Kernel]:
-    """An attention kernel as ``attention`` runs it (``unpads``: with MPT's copies around flash-attn 2)."""
-    k = windowed(k, attention, sliding_windows)
+def _attention(k: Kernel, attention: str, unpads: bool, cp=1) -> list[Kernel]:
+    """An attention kernel as ``attention`` runs it (``unpads``: with MPT's copies around flash-attn 2; ``cp``: its
+    context-parallel size, for a sliding window)."""
+    k = windowed(k, attention, cp)
     if attention == "unfused":
         return unfused_attention(k)
     if attention in KERNEL_VARIANTS:
@@ -202,7 +208,7 @@ def _attention(k: Kernel, attention: str, unpads: bool, sliding_windows: bool = 
 
 def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash", compiled=False, loss="eager",
                   tensor_cores=(), memory_format="channels_last", norm_kernels="fused", float8_recipe="",
-                  fp8_params=False, sliding_windows=True):
+                  fp8_params=False, cp=1):
     """The kernel list of a step as another software stack runs it.
 
     ``framework="megatron"`` (Megatron-LM / Megatron-DeepSpeed mixed precision, Micikevicius et al. 2018): the
@@ -219,7 +225,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
     ``cudnn_tf32`` runs its convolutions as tf32 where they include tf32; ``memory_format="contiguous"``
     (NCHW) gives each dense or grouped convolution pass in one of them cuDNN's transposes (``stacks/layout.py``);
     ``norm_kernels="composite"`` runs an eager step's RMSNorms as their elementwise ops (``stacks/norms.py``);
-    ``sliding_windows``: whether a windowed kernel skips blocks (``windowed``; not in a context-parallel ring).
+    ``cp``: the context-parallel size, which decides whether a sliding window is skipped (``windowed``).
     """
     check_choice("framework", framework, FRAMEWORKS)
     check_choice("attention", attention, ATTENTIONS)
@@ -246,7 +252,7 @@ def adapt_kernels(kernels, *, precision, framework="pytorch", attention="flash",
             out.extend(fused_loss(k))
             continue
         if k.cls == "sdpa":
-            out.extend(_attention(k, attention, unpads, sliding_windows))
+            out.extend(_attention(k, attention, unpads, cp))
             continue
         if float8 and k.cls == "gemm" and k.dtype == "fp8":
             out.extend(float8_gemm(k, st, float8_recipe, fp8_params))
