@@ -18,6 +18,7 @@ PUBLISHED = {
     "mpt-7b": 6_649_286_656, "qwen3-4b": 4_022_468_096, "gemma-7b": 8_537_680_896,
     "mistral-nemo-base-2407": 12_247_782_400, "phi-3-mini-4k-instruct": 3_821_079_552,
     "olmo-2-1124-7b": 7_298_617_344, "qwen3-30b-a3b": 30_532_122_624,
+    "qwen1.5-moe-a2.7b-chat": 14_300_000_000, "olmoe-1b-7b-0924": 6_900_000_000,
 }
 
 
@@ -147,3 +148,23 @@ def test_head_dim_apart_from_hidden_and_qk_norms():
     assert tied == from_hf_config(mistral) and tied.explicit_head_dim is None
     wide = from_hf_config({**mistral, "head_dim": 160})
     assert wide.params - tied.params == 32 * (4096 * (32 + 2 * 8) * 32 + 32 * 32 * 4096)
+
+
+def test_shared_experts_and_olmoe():
+    """Qwen2-MoE: 60 routed experts of 1408 (4 per token) beside a gated shared expert of 5632 on every token;
+    OLMoE: 64 experts of 1024, 8 per token, q/k norms over the whole q and k. Active counts: the model card's
+    2.7B activated (Qwen1.5-MoE-A2.7B) and the OLMoE paper's 1.3B active (Muennighoff et al. 2024)."""
+    qwen = from_hf_config(FIXTURES / "qwen1.5-moe-a2.7b-chat.json")
+    assert (qwen.experts, qwen.experts_per_token, qwen.ffn_hidden, qwen.shared_ffn, qwen.shared_gate) == \
+        (60, 4, 1408, 5632, True)
+    assert qwen.shared_params == 3 * 2048 * 5632 + 2048
+    assert qwen.active_params == pytest.approx(2.7e9, rel=0.01)
+    olmoe = from_hf_config(FIXTURES / "olmoe-1b-7b-0924.json")
+    assert (olmoe.experts, olmoe.experts_per_token, olmoe.ffn_hidden, olmoe.qk_norm, olmoe.shared_ffn) == \
+        (64, 8, 1024, "full", 0)
+    assert olmoe.active_params == pytest.approx(1.3e9, rel=0.02)
+    cfg = json.loads((FIXTURES / "qwen1.5-moe-a2.7b-chat.json").read_text())
+    with pytest.raises(pm.UnsupportedError, match="partly dense and partly MoE is not modelled"):
+        from_hf_config({**cfg, "decoder_sparse_step": 2})
+    with pytest.raises(pm.InvalidInputError, match="shared_expert_intermediate_size"):
+        from_hf_config({k: v for k, v in cfg.items() if k != "shared_expert_intermediate_size"})

@@ -30,9 +30,13 @@ class Block(nn.Module):
         # Qwen3's q_norm / k_norm: one RMSNorm over each head's head_dim (transformers modeling_qwen3.py)
         self.q_norm, self.k_norm = {"none": (nn.Identity(), nn.Identity()), "head": (nn.RMSNorm(d), nn.RMSNorm(d)),
                                     "full": (nn.RMSNorm([m.heads, d]), nn.RMSNorm([m.kv_heads, d]))}[m.qk_norm]
-        width = 2 * m.ffn_hidden if m.activation == "swiglu" else m.ffn_hidden
-        self.fc1 = nn.Linear(h, width, bias=m.bias)
-        self.fc2 = nn.Linear(m.ffn_hidden, h, bias=m.bias)
+        if m.experts == 1:
+            self.mlp = MLP(m, m.ffn_hidden)
+        else:  # a router, the routed experts and, where the model has one, a shared expert with its gate
+            self.router = nn.Linear(h, m.experts, bias=False)
+            self.experts = nn.ModuleList(MLP(m, m.ffn_hidden) for _ in range(m.experts))
+            self.shared = MLP(m, m.shared_ffn) if m.shared_ffn else None
+            self.shared_gate = nn.Linear(h, 1, bias=False) if m.shared_gate else None
 
     def forward(self, x):
         m = self.m
@@ -43,13 +47,37 @@ class Block(nn.Module):
         v = v.view(B, T, m.kv_heads, m.head_dim).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=m.causal, enable_gqa=m.kv_heads != m.heads)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, m.attn_width))
-        a = self.fc1(self.ln2(x))
-        if m.activation == "swiglu":
+        return x + (self.mlp(self.ln2(x)) if m.experts == 1 else self.moe(self.ln2(x).view(B * T, h)).view(B, T, h))
+
+    def moe(self, x):
+        """Top-k routing made balanced (token i to experts i·k … i·k + k − 1 mod experts), so every expert sees
+        tokens·k/experts tokens, as the predictor assumes; Qwen2-MoE's shared expert and gate on every token."""
+        m, n = self.m, x.shape[0]
+        weights = self.router(x).softmax(-1)
+        slots = (torch.arange(n * m.experts_per_token) % m.experts).view(n, m.experts_per_token)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            token = (slots == e).nonzero(as_tuple=True)[0].to(x.device)  # routing on the host: x may be on meta
+            out = out.index_add(0, token, expert(x[token]) * weights[token, e, None])
+        if self.shared is not None:
+            shared = self.shared(x)
+            out = out + (torch.sigmoid(self.shared_gate(x)) * shared if self.shared_gate is not None else shared)
+        return out
+
+
+class MLP(nn.Module):
+    def __init__(self, m, width):
+        super().__init__()
+        self.swiglu = m.activation == "swiglu"
+        self.fc1 = nn.Linear(m.hidden, 2 * width if self.swiglu else width, bias=m.bias)
+        self.fc2 = nn.Linear(width, m.hidden, bias=m.bias)
+
+    def forward(self, x):
+        a = self.fc1(x)
+        if self.swiglu:
             g, u = a.chunk(2, dim=-1)
-            a = F.silu(g) * u
-        else:
-            a = F.gelu(a)
-        return x + self.fc2(a)
+            return self.fc2(F.silu(g) * u)
+        return self.fc2(F.gelu(a))
 
 
 class Net(nn.Module):
@@ -86,6 +114,14 @@ CASES = {
     # OLMo 2's norms over the whole q and k (OLMo-core attention.py: q_norm of d_model, k_norm of kv_heads·head_dim)
     "olmo2-full-qk-norm": dict(layers=2, hidden=64, heads=4, kv_heads=2, seq=16, vocab=80, activation="swiglu",
                                norm="rmsnorm", bias=False, position="rotary", ffn_hidden=96, qk_norm="full"),
+    # routed experts (Mixtral-like) and Qwen2-MoE's shared expert with its sigmoid gate beside them
+    "moe": dict(layers=2, hidden=32, heads=4, seq=16, vocab=80, activation="swiglu", norm="rmsnorm", bias=False,
+                position="rotary", ffn_hidden=24, experts=4, experts_per_token=2),
+    "moe-shared-gated": dict(layers=2, hidden=32, heads=4, seq=16, vocab=80, activation="swiglu", norm="rmsnorm",
+                             bias=False, position="rotary", ffn_hidden=24, experts=4, experts_per_token=2,
+                             shared_ffn=40, shared_gate=True),
+    "moe-shared-gelu-bias": dict(layers=2, hidden=32, heads=4, seq=16, vocab=80, ffn_hidden=24, experts=4,
+                                 experts_per_token=1, shared_ffn=48),
     "gemma-narrow-hidden": dict(layers=2, hidden=48, heads=4, head_dim=32, seq=16, vocab=80, activation="swiglu",
                                 norm="rmsnorm", bias=False, position="rotary", ffn_hidden=64, tied_embeddings=True),
 }

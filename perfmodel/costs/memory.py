@@ -91,14 +91,24 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         casts = 0.0
     rope_saved = model.position == "rotary" and st.rope_saves and not compiled
     attention = _attention_saved_bytes(model, tp, lo, gemm_in, rope_saved)
-    # fc1 output(s) + the fc2 input: eager SwiGLU keeps gate, up, silu and product; gelu fc1 out, act out
-    fc1_tensors = st.swiglu_saved - 1 if model.activation == "swiglu" else 1
-    mlp = (lo * fc1_tensors + (gemm_in if is_mixed(precision) else lo)) * f / tp
-    if compiled and model.activation == "swiglu":  # Inductor saves gate and up, recomputes silu(gate)·up
-        mlp = 2 * lo * f / tp
+    mlp = _mlp_saved_bytes(model, f, tp, lo, gemm_in if is_mixed(precision) else lo, st.swiglu_saved, compiled)
     if model.experts > 1:
         mlp = mlp * model.experts_per_token + lo * h * model.experts_per_token  # expert inputs (permuted)
+    if model.shared_ffn:  # the shared expert on every token: its MLP's tensors and its input's 16-bit cast; a gate
+        shared = _mlp_saved_bytes(model, model.shared_ffn, tp, lo, gemm_in if is_mixed(precision) else lo,
+                                  st.swiglu_saved, compiled)  # adds its own input cast and the shared output
+        mlp = mlp + shared + (1 + model.shared_gate) * casts / 2 + lo * h * model.shared_gate
     return norm_inputs + casts + attention + mlp
+
+
+def _mlp_saved_bytes(model: Transformer, f, tp, lo: float, fc2_in: float, swiglu_saved: int, compiled: bool):
+    """Bytes per token one MLP of width ``f`` saves: the fc1 output(s) and the fc2 input (eager SwiGLU keeps gate,
+    up, silu and product, as many as the stack's ``swiglu_saved``; GELU the fc1 output and the activation's);
+    compiled SwiGLU keeps gate and up (Inductor recomputes silu(gate)·up)."""
+    if compiled and model.activation == "swiglu":
+        return 2 * lo * f / tp
+    fc1_tensors = swiglu_saved - 1 if model.activation == "swiglu" else 1
+    return (lo * fc1_tensors + fc2_in) * f / tp
 
 
 def _attention_saved_bytes(model: Transformer, tp, lo: float, gemm_in: float, rope_saved: bool):

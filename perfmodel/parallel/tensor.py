@@ -83,6 +83,7 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     if c.tp_comm_overlap and gemms is not None:
         ub_f, ub_b = _overlapped(model, c, gemms, ag, rs, sms)
         fwd, bwd = pick(on & sp, ub_f, fwd), pick(on & sp, ub_b, bwd)
+    fwd, bwd = (x + _shared_expert_seconds(model, on, sp, ag, rs, ar) for x in (fwd, bwd))
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back
     # (Megatron: reduce_scatter_to_sequence_parallel_region's backward; DTensor: Shard(1) -> Replicate)
@@ -90,6 +91,13 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
                       embed_b=pick(on & sp, ag, 0.0),
                       head_f=pick(on, pick(sp, ag, 0.0) + loss_time(model, coll, lay, c), 0.0),
                       head_b=pick(on, pick(sp, rs, ar), 0.0))
+
+
+def _shared_expert_seconds(model, on, sp, ag, rs, ar):
+    """A shared expert's collectives each way: it is a tensor-parallel MLP of its own (Megatron-Core
+    ``SharedExpertMLP``), its input gathered and its output reduce-scattered (without SP, all-reduced) forward,
+    their transposes backward, not overlapped; 0 without one."""
+    return pick(on, pick(sp, ag + rs, ar), 0.0) if getattr(model, "shared_ffn", 0) else 0.0
 
 
 def _overlapped(model, c: StepConfig, gemms, ag, rs, sms):

@@ -20,7 +20,8 @@ from perfmodel.workload.model import Transformer, transformer
 
 # q/k norms by family: Qwen3's over each head (transformers modeling_qwen3.py ``Qwen3Attention``), OLMo 2's over
 # the whole q and k (modeling_olmo2.py ``Olmo2Attention``: RMSNorm(heads · head_dim), RMSNorm(kv_heads · head_dim))
-QK_NORM_OF = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "full"}
+# OLMoE's likewise (modeling_olmoe.py ``OlmoeAttention``: RMSNorm(hidden_size), RMSNorm(kv_heads · head_dim))
+QK_NORM_OF = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "full", "olmoe": "full"}
 GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models
 
 
@@ -45,7 +46,7 @@ def _head_dim(cfg: dict):
 
 
 def _llama(cfg: dict, family: str) -> dict:
-    """Llama, Mistral, Mixtral, Qwen2, Qwen3 (and its MoE: experts of moe_intermediate_size), Gemma, Phi-3 (its
+    """Llama, Mistral, Mixtral, Qwen2, Qwen3 (and their MoE models: ``_moe``), OLMoE, Gemma, Phi-3 (its
     fused gate_up_proj: the same GEMM) and OLMo 2 (its two norms on the branch outputs instead of their inputs:
     norms of the same size): RMSNorm, rotary, gated MLP, no biases; untied by default (Gemma: tied);
     ``head_dim`` where the config gives one (Gemma, Qwen3, Mistral-NeMo: heads · head_dim need not be hidden);
@@ -62,19 +63,33 @@ def _llama(cfg: dict, family: str) -> dict:
                tied_embeddings=bool(cfg.get("tie_word_embeddings", family == "gemma")), position="rotary",
                head_dim=_head_dim(cfg), qk_norm=QK_NORM_OF.get(family, "none"))
     out["window"] = _window(cfg, family)
+    out.update(_moe(cfg, family))
+    return out
+
+
+def _moe(cfg: dict, family: str) -> dict:
+    """The experts of a MoE family: Mixtral's ``num_local_experts`` of intermediate_size; OLMoE's ``num_experts`` of
+    intermediate_size; Qwen3-MoE's and Qwen2-MoE's ``num_experts`` of moe_intermediate_size, and Qwen2-MoE's shared
+    expert of ``shared_expert_intermediate_size`` with its sigmoid gate (transformers ``modeling_qwen2_moe.py``
+    ``Qwen2MoeSparseMoeBlock``: ``shared_expert``, ``shared_expert_gate`` = Linear(hidden, 1, bias=False))."""
     if family == "mixtral":
-        out["experts"], out["experts_per_token"] = _need(cfg, family, "num_local_experts", "num_experts_per_tok")
-    if family == "qwen3_moe":
-        _every_layer_moe(cfg)
-        out["experts"], out["experts_per_token"], out["ffn_hidden"] = _need(
-            cfg, family, "num_experts", "num_experts_per_tok", "moe_intermediate_size")
+        return dict(zip(("experts", "experts_per_token"), _need(cfg, family, "num_local_experts", "num_experts_per_tok")))
+    if family == "olmoe":
+        return dict(zip(("experts", "experts_per_token"), _need(cfg, family, "num_experts", "num_experts_per_tok")))
+    if family not in ("qwen3_moe", "qwen2_moe"):
+        return {}
+    _every_layer_moe(cfg)
+    out = dict(zip(("experts", "experts_per_token", "ffn_hidden"),
+                   _need(cfg, family, "num_experts", "num_experts_per_tok", "moe_intermediate_size")))
+    if family == "qwen2_moe":
+        out["shared_ffn"], out["shared_gate"] = _need(cfg, family, "shared_expert_intermediate_size")[0], True
     return out
 
 
 def _window(cfg: dict, family: str) -> int:
     """The sliding window every block attends within (0: none): Mistral's, Mixtral's and Phi-3's ``sliding_window``
     (null: none); Qwen's applies only with ``use_sliding_window`` and then to some blocks, which is not modelled."""
-    if family in ("qwen2", "qwen3", "qwen3_moe"):
+    if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         if cfg.get("use_sliding_window"):
             raise UnsupportedError("use_sliding_window=true: Qwen's sliding window on the blocks past "
                                    "max_window_layers is not modelled (every block or none: model.window)")
@@ -85,8 +100,9 @@ def _window(cfg: dict, family: str) -> int:
 
 
 def _every_layer_moe(cfg: dict) -> None:
-    """Qwen3-MoE's blocks are all MoE unless ``mlp_only_layers`` or ``decoder_sparse_step`` say otherwise
-    (transformers ``modeling_qwen3_moe.py`` ``Qwen3MoeDecoderLayer``); a mix of dense and MoE blocks is not modelled."""
+    """Qwen3-MoE's and Qwen2-MoE's blocks are all MoE unless ``mlp_only_layers`` or ``decoder_sparse_step`` say
+    otherwise (transformers ``modeling_qwen3_moe.py`` ``Qwen3MoeDecoderLayer``, ``modeling_qwen2_moe.py``
+    ``Qwen2MoeDecoderLayer``); a mix of dense and MoE blocks is not modelled."""
     dense, step = cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step", 1)
     if dense or step != 1:
         raise UnsupportedError(f"mlp_only_layers={dense!r}, decoder_sparse_step={step!r}: a model whose blocks are "
@@ -167,7 +183,8 @@ def _mpt(cfg: dict, family: str) -> dict:
 
 
 FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama,
-            "qwen3_moe": _llama, "gemma": _llama, "olmo2": _llama, "phi3": _llama, "gpt2": _gpt2,
+            "qwen3_moe": _llama, "qwen2_moe": _llama, "olmoe": _llama, "gemma": _llama, "olmo2": _llama,
+            "phi3": _llama, "gpt2": _gpt2,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}
 
@@ -178,7 +195,6 @@ NOT_MODELLED = {
               "other block",
     "gemma3": "a vision encoder, and sliding-window attention on five blocks of six",
     "gemma3_text": "sliding-window attention on five blocks of six, four norms per block",
-    "qwen2_moe": "shared experts beside the routed ones",
     "deepseek_v2": "multi-head latent attention (compressed K/V) and shared experts",
     "deepseek_v3": "multi-head latent attention (compressed K/V), shared experts and dense first blocks",
     "llama4": "interleaved dense and MoE blocks with a shared expert, chunked attention",

@@ -131,12 +131,12 @@ class _Builder:
         f_o, b_o = self.linear("attn.proj", self.T, m.attn_width / self.tp, h)
         return fwd + f_o, b_o + bwd[::-1] + b_qkv
 
-    def mlp(self, tokens, count=1, prefix="mlp"):
+    def mlp(self, tokens, count=1, prefix="mlp", width=None):
         m, h = self.m, self.m.hidden
-        f = m.ffn_hidden / self.tp
+        f = (width or m.ffn_hidden) / self.tp
         act = "swiglu" if m.activation == "swiglu" else "gelu"
         f_in, b_in = self.linear(f"{prefix}.fc1", tokens, h, (2 if act == "swiglu" else 1) * f,
-                                 count=count, cast_input=self.mixed and prefix == "mlp")
+                                 count=count, cast_input=self.mixed and not prefix.startswith("moe.expert"))
         a_f = mem(f"{prefix}.{act}", act, "fwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
         a_b = mem(f"{prefix}.{act}.bwd", act, "bwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
         f_out, b_out = self.linear(f"{prefix}.fc2", tokens, f, h, count=count)
@@ -155,7 +155,24 @@ class _Builder:
         perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4
         f_p = [mem("moe.permute", "copy", "fwd", perm, count=2, variant="fwd")]
         b_p = [mem("moe.permute.bwd", "copy", "bwd", perm, count=2, variant="fwd")]
-        return f_r + f_p + f_e, b_e + b_p + b_r
+        f_s, b_s = self.shared_expert() if m.shared_ffn else ([], [])
+        return f_r + f_p + f_e + f_s, b_s + b_e + b_p + b_r
+
+    def shared_expert(self):
+        """The shared expert on every local token (tensor-parallel like the dense MLP; Megatron-Core
+        ``SharedExpertMLP``), its optional sigmoid gate, and the add of its output to the routed experts'
+        (transformers ``modeling_qwen2_moe.py`` ``Qwen2MoeSparseMoeBlock.forward``)."""
+        m, h = self.m, self.m.hidden
+        fwd, bwd = self.mlp(self.T, prefix="moe.shared", width=m.shared_ffn)
+        out = self.T * h  # 16-bit under autocast: the outputs of GEMMs
+        if m.shared_gate:  # sigmoid(x · w) over one column, then the (tokens × hidden) product; backward: the
+            f_g, b_g = self.linear("moe.shared_gate", self.T, h, 1, bias=False,  # product's two gradients
+                                   cast_input=self.mixed)
+            fwd = fwd + f_g + [mem("moe.shared_gate.mul", "residual_add", "fwd", out, rows=self.T, dtype=self.low)]
+            bwd = [mem("moe.shared_gate.mul.bwd", "residual_add", "bwd", out, rows=self.T, count=2, variant="fwd",
+                       dtype=self.low)] + bwd + b_g
+        fwd = fwd + [mem("moe.shared_add", "residual_add", "fwd", out, rows=self.T, dtype=self.low)]
+        return fwd, bwd
 
     def layer(self):
         n1f, n1b = self.norm("ln1")

@@ -38,6 +38,11 @@ class Transformer:
     ``qk_norm`` normalises q and k before the rotary embedding: "head", one norm over each head's head_dim
     (Qwen3's ``q_norm``/``k_norm``); "full", one over all of q and one over all of k (OLMo 2, OLMo-core's
     ``qk_norm``); "none".
+    ``shared_ffn`` > 0 (MoE only) is the width of a shared expert, an MLP of the block's activation that every
+    token runs beside its routed experts, its output added to theirs (Qwen2-MoE's
+    ``shared_expert_intermediate_size``; DeepSeekMoE's n_shared_experts × moe_intermediate_size, one MLP of that
+    width in its code); ``shared_gate`` scales that output by sigmoid(x · w), w a hidden × 1 weight (Qwen2-MoE's
+    ``shared_expert_gate``).
     """
 
     layers: int = 12
@@ -60,6 +65,8 @@ class Transformer:
     explicit_head_dim: int | None = None
     qk_norm: str = "none"
     window: int = 0
+    shared_ffn: int = 0
+    shared_gate: bool = False
 
     def __post_init__(self):
         """Every field checked with a message naming it, however the model was made."""
@@ -83,10 +90,22 @@ class Transformer:
                 f"'experts_per_token' must be <= experts={self.experts}: got {self.experts_per_token}")
         check_choice("qk_norm", self.qk_norm, QK_NORMS)
         object.__setattr__(self, "window", check_int("window", self.window, minimum=0, maximum=SIZE_LIMITS["seq"]))
+        self._check_shared()
         for flag in ("bias", "tied_embeddings", "causal"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         object.__setattr__(self, "name", str(self.name))
+
+    def _check_shared(self) -> None:
+        shared = check_int("shared_ffn", self.shared_ffn, minimum=0, maximum=SIZE_LIMITS["ffn_hidden"])
+        object.__setattr__(self, "shared_ffn", shared)
+        if not isinstance(self.shared_gate, bool):
+            raise InvalidInputError(f"'shared_gate' must be True or False: got {self.shared_gate!r}")
+        if shared and self.experts == 1:
+            raise InvalidInputError(f"'shared_ffn'={shared} is a shared expert beside routed ones: it needs experts > 1 "
+                                    "(a dense model's MLP is ffn_hidden)")
+        if self.shared_gate and not shared:
+            raise InvalidInputError("'shared_gate'=True gates a shared expert: it needs shared_ffn > 0")
 
     # -- derived sizes ---------------------------------------------------
     @property
@@ -108,6 +127,19 @@ class Transformer:
         """Width of the MLP's first projection (gate and up both for SwiGLU)."""
         return 2 * self.ffn_hidden if self.activation == "swiglu" else self.ffn_hidden
 
+    def mlp_weights(self, ffn: int) -> int:
+        """Weight elements of one MLP of width ``ffn`` in this model's activation (gate and up for SwiGLU)."""
+        return self.hidden * (2 * ffn if self.activation == "swiglu" else ffn) + ffn * self.hidden
+
+    @property
+    def shared_params(self) -> int:
+        """Parameters of a block's shared expert and its gate (0 without one)."""
+        if not self.shared_ffn:
+            return 0
+        b = int(self.bias)
+        width = 2 * self.shared_ffn if self.activation == "swiglu" else self.shared_ffn
+        return self.mlp_weights(self.shared_ffn) + b * (width + self.hidden) + self.hidden * int(self.shared_gate)
+
     # -- parameters ------------------------------------------------------
     def _norm_params(self) -> int:
         # LayerNorm has a weight and (with bias) a bias; RMSNorm a weight only.
@@ -122,7 +154,7 @@ class Transformer:
         # a weight of head_dim each for q and k ("head"), or of q's and k's whole widths ("full")
         qk_norms = {"none": 0, "head": 2 * self.head_dim, "full": self.attn_width + self.kv_heads * self.head_dim}
         qk_norms = qk_norms[self.qk_norm]
-        return {"attention": attn, "mlp": mlp_one * self.experts + router,
+        return {"attention": attn, "mlp": mlp_one * self.experts + router + self.shared_params,
                 "norms": 2 * self._norm_params() + qk_norms}
 
     @property
@@ -153,7 +185,7 @@ class Transformer:
             return self.params
         h, b = self.hidden, int(self.bias)
         mlp_one = h * self.mlp_in_out + b * self.mlp_in_out + self.ffn_hidden * h + b * h
-        return self.params - (self.experts - self.experts_per_token) * mlp_one * self.layers
+        return self.params - (self.experts - self.experts_per_token) * mlp_one * self.layers  # shared ones all run
 
     # -- FLOPs -----------------------------------------------------------
     def flops_per_step(self, batch: int, *, attention_backward: float = 2.5) -> float:
@@ -193,6 +225,8 @@ class Transformer:
         extra = f", head_dim={self.explicit_head_dim}" if self.explicit_head_dim else ""
         extra += f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else ""
         extra += f", window={self.window}" if self.window else ""
+        extra += f", experts={self.experts}, experts_per_token={self.experts_per_token}" if self.experts > 1 else ""
+        extra += f", shared_ffn={self.shared_ffn}" if self.shared_ffn else ""
         return (f"Transformer(name={self.name!r}, layers={self.layers}, hidden={self.hidden}, "
                 f"heads={self.heads}, kv_heads={self.kv_heads}{extra}, seq={self.seq}, vocab={self.vocab}, "
                 f"params={self.params / 1e9:.3g}B)")
@@ -210,7 +244,7 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 tied_embeddings: bool = False, position: str = "learned", causal: bool = True,
                 arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
                 name: str = "transformer", head_dim: int | None = None, qk_norm: str = "none",
-                window: int = 0) -> Transformer:
+                window: int = 0, shared_ffn: int = 0, shared_gate: bool = False) -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it.
 
     ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
@@ -222,5 +256,5 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
-                       str(name), head_dim, qk_norm, window)
+                       str(name), head_dim, qk_norm, window, shared_ffn, shared_gate)
 
