@@ -38,7 +38,7 @@ def test_every_validation_source_is_scored_once(rows):
         counts[r.source] = counts.get(r.source, 0) + 1
     # measured_sample.csv repeats train_dev.jsonl and published_runs.csv rows: none are counted twice
     assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45, "published stacks": 10,
-                      "published checks": 110, "cpu steps": 3}
+                      "published checks": 114, "cpu steps": 3}
     assert all(math.isfinite(r.log_ratio) for r in rows)
 
 
@@ -350,24 +350,29 @@ def test_other_regimes_without_data_are_labelled():
     assert iv.fallback_half_width(iv.EMPTY_TABLE, 0.9) == pytest.approx(math.log(4))  # no pool at all
 
 
-def test_a_mixture_of_experts_is_outside_every_calibrated_regime():
-    # no validation row has experts: a MoE step takes the honest fallback, not a dense regime's width
+def test_mixtures_of_experts_are_calibrated_within_the_rows_experts_only():
+    # the DGX Cloud Grok-1 proxy rows (8 experts) are the only MoE rows: 8 experts is in range, 60 is not and
+    # takes the honest fallback, not a dense regime's width; a table without MoE rows says no row has experts
     table = iv._shipped()
-    assert table["shape_range"]["experts"] == [1, 1]
-    moe = pm.predict("mixtral-8x7b", pm.cluster("dgx-h100", nodes=2),
-                     pm.Strategy(framework="megatron", tp=2, ep=4, micro_batch=1, sequence_parallel=True))
-    assert moe.interval_regime == "uncalibrated: a mixture of experts (experts=8): no validation row has experts"
-    dense = pm.predict("llama-3-8b", pm.cluster("dgx-h100", nodes=2), pm.Strategy(framework="megatron", micro_batch=1))
+    assert table["shape_range"]["experts"] == [1, 8]
+    cluster = pm.cluster("dgx-h100", nodes=2)
+    mixtral = pm.predict("mixtral-8x7b", cluster,
+                         pm.Strategy(framework="megatron", tp=2, ep=4, micro_batch=1, sequence_parallel=True))
+    assert not mixtral.interval_regime.startswith("uncalibrated")
+    wide = pm.preset("mixtral-8x7b").with_(experts=64, experts_per_token=8, ffn_hidden=1792)
+    moe = pm.predict(wide, cluster, pm.Strategy(framework="megatron", tp=2, ep=4, micro_batch=1,
+                                                sequence_parallel=True))
+    assert moe.interval_regime == "uncalibrated: experts=64 outside calibrated 1-8"
+    dense = pm.predict("llama-3-8b", cluster, pm.Strategy(framework="megatron", micro_batch=1))
     assert not dense.interval_regime.startswith("uncalibrated")
     assert moe.interval[1] / moe.step_time > dense.interval[1] / dense.step_time
-    # a table with MoE rows would widen the range; one without the field does not check it
-    assert iv.uncalibrated_reason({**table, "shape_range": {**table["shape_range"], "experts": [1, 16]}},
-                                  kind="datasheet", stack="megatron/flash", model=pm.preset("mixtral-8x7b"),
-                                  profile_gpu="h100-sxm5-80gb", cluster_gpu="h100-sxm5-80gb") is None
+    dense_only = {**table, "shape_range": {**table["shape_range"], "experts": [1, 1]}}
+    assert iv.uncalibrated_reason(dense_only, kind="datasheet", stack="megatron/flash", model=wide,
+                                  profile_gpu="h100-sxm5-80gb", cluster_gpu="h100-sxm5-80gb") == \
+        "a mixture of experts (experts=64): no validation row has experts"
     no_field = {k: v for k, v in table["shape_range"].items() if k != "experts"}
     assert iv.uncalibrated_reason({**table, "shape_range": no_field}, kind="datasheet", stack="megatron/flash",
-                                  model=pm.preset("mixtral-8x7b"), profile_gpu="h100-sxm5-80gb",
-                                  cluster_gpu="h100-sxm5-80gb") is None
+                                  model=wide, profile_gpu="h100-sxm5-80gb", cluster_gpu="h100-sxm5-80gb") is None
 
 
 def test_a_table_of_another_schema_reads_as_uncalibrated(tmp_path, monkeypatch):

@@ -82,10 +82,20 @@ DGX_CLOUD_MEDIAN_LIMIT, DGX_CLOUD_ROW_LIMIT = 0.10, 0.25
 
 
 def test_dgx_cloud_nemo_rows_within_the_stated_tolerance(results):
-    rows = results[results.name.str.startswith("dgxc-")]
-    assert len(rows) == 24 and set(rows.gpu) == {"h100-sxm5-80gb"}
+    rows = results[results.name.str.startswith("dgxc-")]  # 24 dense rows and 4 of the Grok-1 MoE proxy
+    assert len(rows) == 28 and set(rows.gpu) == {"h100-sxm5-80gb"}
     assert np.median(rows.error.abs()) < DGX_CLOUD_MEDIAN_LIMIT
     assert (rows.error.abs() < DGX_CLOUD_ROW_LIMIT).all(), rows.loc[rows.error.abs() >= DGX_CLOUD_ROW_LIMIT, "name"]
+
+
+def test_the_moe_rows_price_their_experts_as_the_recipe_runs_them():
+    # Grok-1 proxy: 8 experts, 2 per token, ep 2 at 8 GPUs and 8 at 2,048 (grok1/configure.sh @741c886)
+    cases = {c.label: c for c in read_published_checks() if c.label.startswith("dgxc-grok1-")}
+    assert sorted(cases) == ["dgxc-grok1-2048-bf16", "dgxc-grok1-2048-fp8", "dgxc-grok1-8-bf16", "dgxc-grok1-8-fp8"]
+    for c in cases.values():
+        assert (c.model.experts, c.model.experts_per_token, c.model.ffn_hidden) == (8, 2, 32768)
+        assert c.strategy.ep == (2 if c.cluster.n_gpus == 8 else 8)
+        assert c.strategy.dp * c.strategy.tp * c.strategy.pp * c.strategy.cp == c.cluster.n_gpus
 
 
 def test_cli_validate_published(capsys):

@@ -36,7 +36,8 @@ def model_of(r: dict):
     return transformer(int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq"]), int(r["vocab"]),
                        kv_heads=int(r["kv_heads"]), ffn_hidden=int(r["ffn_hidden"]), activation=r["activation"],
                        norm=r["norm"], bias=_yes(r["bias"]), tied_embeddings=_yes(r["tied"]),
-                       position=r["position"], name=r["name"], qk_norm=r.get("qk_norm") or "none")
+                       position=r["position"], name=r["name"], qk_norm=r.get("qk_norm") or "none",
+                       experts=int(r.get("experts") or 1), experts_per_token=int(r.get("experts_per_token") or 1))
 
 
 def cluster_of(r: dict):
@@ -60,7 +61,7 @@ def strategy_of(r: dict):
                     grad_reduce_fp32=_yes(r["grad_reduce_fp32"]) if r.get("grad_reduce_fp32") else None,
                     cp_comm=r.get("cp_comm") or None, tp_comm_overlap=r.get("tp_comm_overlap") or None,
                     optimizer_states=r.get("optimizer_states") or None, fp8_params=_yes(r.get("fp8_params") or "false"),
-                    norm_kernels=r.get("norm_kernels") or "fused")
+                    norm_kernels=r.get("norm_kernels") or "fused", ep=int(r.get("ep") or 1))
 
 
 def formula_flops(r: dict, m) -> float:
@@ -71,8 +72,9 @@ def formula_flops(r: dict, m) -> float:
         return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
     if kind == "korthikanti-model":  # Korthikanti et al. 2022 §6: model FLOPs (MFU), 3 passes
         return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
-    if kind == "model-6n":       # 6 × GEMM parameters (LM head included) + attention 12·l·s·h per token
-        gemm = n_layers * (h * m.qkv_out + m.attn_width * h + h * m.mlp_in_out + m.ffn_hidden * h) + v * h
+    if kind == "model-6n":       # 6 × GEMM parameters a token uses (LM head included) + attention 12·l·s·h per token
+        mlp = m.experts_per_token * m.mlp_weights(m.ffn_hidden) + m.mlp_weights(m.shared_ffn)  # MoE: its experts
+        gemm = n_layers * (h * m.qkv_out + m.attn_width * h + mlp) + v * h
         return 6 * b * s * gemm + 12 * n_layers * s * h * b * s
     raise InvalidInputError(f"'flops_formula' of {r['name']!r} must be one of narayanan, korthikanti-model, "
                             f"model-6n: got {kind!r}")
