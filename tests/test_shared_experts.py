@@ -87,3 +87,20 @@ def test_a_shared_expert_costs_time_and_memory():
     assert with_shared.step_time > routed.step_time
     assert with_shared.peak_memory > routed.peak_memory
     assert np.isfinite(with_shared.mfu) and 0 < with_shared.mfu < 1
+
+
+def test_search_tries_expert_parallel_sizes_for_a_moe_model():
+    from perfmodel.explore.search import expert_choices
+    assert expert_choices(pm.preset("llama-3-8b"), None) == 1
+    assert expert_choices(SHARED, None) == (1, 2, 4, 8)
+    assert expert_choices(pm.transformer(layers=2, hidden=64, heads=4, experts=60, experts_per_token=4), None) == (1, 2, 4)
+    kw = dict(top_k=40, framework="megatron", precision="bf16-mixed", max_micro_batch=2, max_virtual_stages=2)
+    default = pm.search(SHARED, H100, 16, **kw)
+    assert default["ep"].max() > 1  # the default space holds the expert-parallel layouts
+    for _, row in default.head(3).iterrows():
+        p = pm.predict(SHARED, H100, strategy_of(row))
+        np.testing.assert_allclose([row["step_time"], row["peak_memory"]], [p.step_time, p.peak_memory], rtol=1e-9)
+    assert set(pm.search(SHARED, H100, 16, ep=1, **kw)["ep"]) == {1}
+    assert set(pm.search(SHARED, H100, 16, ep=[2, 4], **kw)["ep"]) <= {2, 4}
+    with pytest.raises(pm.InvalidInputError, match="'ep'=3 must divide"):
+        pm.search(SHARED, H100, 16, ep=3, **kw)

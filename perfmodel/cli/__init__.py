@@ -136,10 +136,10 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_stack_args(p: argparse.ArgumentParser, framework_args=None) -> None:
-    """The software stack, the context- and expert-parallel sizes: Strategy fields search holds fixed too
-    (``framework_args``: what adds --framework and --compile instead of one framework, compiled or not)."""
+    """The software stack, the context- and expert-parallel sizes (``framework_args``: what adds --framework and
+    --compile instead of one framework, compiled or not)."""
     p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
-    p.add_argument("--ep", type=POSITIVE_INT, default=1, help="expert-parallel size (MoE): experts split over ep data-parallel ranks")
+    p.add_argument("--ep", type=POSITIVE_INT, default=None, help="expert-parallel size (MoE; default 1, search: the powers of two dividing its experts)")
     if framework_args:
         framework_args(p)
     else:
@@ -185,7 +185,7 @@ def strategy_from_args(args, n_gpus: int, gpu=None):
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
                     bucket_mib=args.bucket_mib, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep, compile=args.compile, loss=getattr(args, "loss", None),
+                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep or 1, compile=args.compile, loss=getattr(args, "loss", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False),
                     ps_placement=getattr(args, "ps_placement", None), ps_local_reduce=getattr(args, "ps_local_reduce", False),
                     offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None),

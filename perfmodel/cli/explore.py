@@ -192,7 +192,7 @@ def cmd_search(args) -> int:
     a = df.attrs
     rejected = ", ".join(f"{k} {v:,}" for k, v in a["rejected"].items())
     with_cp = (f", context parallel {args.cp}" if args.cp > 1 else "") + (f", expert parallel {args.ep}"
-                                                                          if args.ep > 1 else "")
+                                                                          if (args.ep or 1) > 1 else "")
     with_cp += f", holding {args.fixed}" if args.fixed else ""
     print(f"{getattr(model, 'name', '')} on {cl.name} ({cl.n_gpus} GPUs{with_cp}), global batch {args.global_batch}: "
           f"{a['evaluated']:,} configurations evaluated in {a['seconds'] * 1e3:.0f} ms "
@@ -203,7 +203,8 @@ def cmd_search(args) -> int:
     df.attrs.update(a, model=getattr(model, "name", ""), gpu=cl.gpu.name)
     df.insert(0, "rank", range(1, len(df) + 1))
     shown = df.assign(stack=[stack_label(row) for _, row in df.iterrows()])  # which framework, precision, ...
-    print(format_table(shown, ("rank", "dp", "tp", "pp", "virtual_stages", "micro_batch", "micro_batches", "zero",
+    split = tuple(k for k in ("cp", "ep") if k in df.columns and (df[k] > 1).any())  # context and expert parallel
+    print(format_table(shown, ("rank", "dp", "tp", "pp", *split, "virtual_stages", "micro_batch", "micro_batches", "zero",
                                "recompute", "sequence_parallel", "stack", "step_time", "interval", "tokens_per_second",
                                "tflops_per_gpu", "mfu", "peak_memory", "usd_per_million_tokens", "bottleneck", "caveat"),
                        best_column=None))

@@ -25,7 +25,7 @@ from perfmodel.core.errors import InfeasibleError, InvalidInputError, PerfModelE
 from perfmodel.explore.chunks import CHUNK, RESULTS, Job, Ranking
 from perfmodel.explore.pruning import price_jobs
 from perfmodel.explore.space import FSDP_CHOICES, REASONS, enumerate_space
-from perfmodel.explore.stack_options import (TRANSFORMER_FRAMEWORKS, check_frameworks, cp_sizes, default_frameworks,
+from perfmodel.explore.stack_options import (TRANSFORMER_FRAMEWORKS, check_frameworks, default_frameworks, layouts,
                                              job_specs, job_zeros, runs_ring, searched_fields)
 from perfmodel.explore.ties import mark_ties
 from perfmodel.interval import DEFAULT_LEVEL, check_level
@@ -86,10 +86,20 @@ FRAMEWORK_CHOICES = TRANSFORMER_FRAMEWORKS  # the default frameworks of a transf
 # and larger ones, toward Megatron-Core's default of 40M parameters (160 MB of fp32 gradients, ~153 MiB)
 BUCKET_CHOICES = (25.0, 100.0, 400.0)
 CP_CHOICES = (1, 2, 4, 8, 16)  # context-parallel sizes the default space tries (those the GPUs and sequence allow)
+EP_CHOICES = (1, 2, 4, 8, 16, 32, 64)  # expert-parallel sizes tried for a MoE model (those dividing its experts)
 
 
-def _stack_of(opts, fw: str, cp: int) -> dict:
-    """The stack fields search holds fixed for framework ``fw`` at context-parallel size ``cp``."""
+def expert_choices(model, ep):
+    """``search``'s ``ep`` as given (one size, or a list), or where None the default: 1 for a dense model, the
+    ``EP_CHOICES`` dividing a MoE model's experts (the GPUs are checked per cluster, ``stack_options.layouts``)."""
+    if ep is not None:
+        return ep
+    experts = getattr(model, "experts", 1)
+    return tuple(e for e in EP_CHOICES if experts % e == 0) if experts > 1 else 1
+
+
+def _stack_of(opts, fw: str, cp: int, ep: int) -> dict:
+    """The stack fields search holds fixed for framework ``fw`` at context- and expert-parallel sizes ``cp``, ``ep``."""
     st = opts["stack"]
 
     def overlap(name, plain):  # the overlap switches are Megatron-LM's; PyTorch has ``plain`` only
@@ -98,7 +108,7 @@ def _stack_of(opts, fw: str, cp: int) -> dict:
 
     return {"framework": fw, "attention": st["attention"] or default_attention(fw, cp),  # None: its own (its ring's)
             "tp_overlap": overlap("tp_overlap", False),
-            "dp_overlap": overlap("dp_overlap", True), "cp": cp, "ep": st["ep"]}
+            "dp_overlap": overlap("dp_overlap", True), "cp": cp, "ep": ep}
 
 
 def _fixed(fixed) -> dict:
@@ -158,12 +168,13 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
                            lambda n, v: v if v in (None, "") else check_choice(n, v, tuple(TP_COMM_OVERLAPS)))
     zero = _values("zero", zero, lambda n, v: check_int(n, v, minimum=0))
     sequence_parallel = _values("sequence_parallel", stack.pop("sequence_parallel"), check_flag)
-    cp_fixed = isinstance(stack["cp"], int)
+    cp_fixed, ep_fixed = isinstance(stack["cp"], int), isinstance(stack["ep"], int)
     stack = {**stack, "framework": frameworks, "tp_overlap": _choices(stack["tp_overlap"], bool),
              "dp_overlap": _values("dp_overlap", stack["dp_overlap"], check_flag),
-             "cp": _choices(stack["cp"], int), "offload_layers": offload, "tp_comm_overlap": overlaps,
+             "cp": _choices(stack["cp"], int), "ep": _values("ep", stack["ep"], check_int),
+             "offload_layers": offload, "tp_comm_overlap": overlaps,
              "schedule": schedules}
-    for name in ("tp_overlap", "dp_overlap", "cp"):
+    for name in ("tp_overlap", "dp_overlap", "cp", "ep"):
         if not stack[name]:
             raise InvalidInputError(f"{name!r} must list at least one value: got an empty list")
     check_choice("optimizer", optimizer, OPTIMIZERS)
@@ -173,14 +184,14 @@ def _options(precision, recompute, zero, optimizer, placement, stack):
     ring = [fw for fw in frameworks or ("megatron",) if runs_ring(fw, stack["attention"])]
     if not cp_fixed:  # a list of cp sizes keeps those the stacks can run (with expert parallelism the layout
         # places ep inside dp, so cp stays 1 unless asked for)
-        stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1 or (ring and stack["ep"] == 1))
-    for cp, overlap in product(stack["cp"], stack["tp_overlap"]):
-        base = Strategy(dp=stack["ep"], optimizer=optimizer, placement=placement,
+        stack["cp"] = tuple(cp for cp in stack["cp"] if check_int("cp", cp) == 1 or (ring and 1 in stack["ep"]))
+    for cp, overlap, ep in product(stack["cp"], stack["tp_overlap"], stack["ep"]):
+        base = Strategy(dp=ep, optimizer=optimizer, placement=placement,
                         framework=(ring if cp > 1 and ring else frameworks or ("megatron",))[-1],
-                        attention=stack["attention"], cp=check_int("cp", cp), ep=stack["ep"], tp_overlap=overlap,
+                        attention=stack["attention"], cp=check_int("cp", cp), ep=ep, tp_overlap=overlap,
                         dp_overlap=stack["dp_overlap"][0])
     return {"precision": precision, "recompute": recompute, "zero": zero, "optimizer": optimizer,
-            "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed,
+            "placement": placement, "stack": stack, "base": base, "cp_fixed": cp_fixed, "ep_fixed": ep_fixed,
             "sequence_parallel": sequence_parallel}
 
 
@@ -278,8 +289,8 @@ def _job_base(opts, spec, stack: dict, fixed: dict, zero: int) -> Strategy:
     """The ``Strategy`` of a job's fields search does not vary (the space sets dp, tp, pp, zero ... per row; an
     overlap job's tensor group and sequence parallelism, a zero-bubble job's stages, only validate it here)."""
     tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
-    return Strategy(dp=opts["stack"]["ep"], optimizer=opts["optimizer"], placement=opts["placement"], zero=zero,
-                    framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=stack["ep"],
+    return Strategy(dp=spec.ep, optimizer=opts["optimizer"], placement=opts["placement"], zero=zero,
+                    framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=spec.ep,
                     compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
                     precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
                     tp_comm_overlap=spec.tp_comm_overlap or None, pp=2 if zb else 1,
@@ -294,12 +305,12 @@ def _job_space(spaces: dict, model, cl, global_batch, opts, limits, spec, stack:
     tp > 1 with sequence parallelism."""
     tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
     key = (zeros, spec.cp, stack["tp_overlap"], stack["dp_overlap"], 1 if spec.offload_layers else None,
-           stacks.stack(spec.framework).engine == "deepspeed", tpo, spec.schedule)
+           stacks.stack(spec.framework).engine == "deepspeed", tpo, spec.schedule, spec.ep)
     space_of = functools.partial(
         enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=zeros,
         sequence_parallel=(True,) if tpo else opts["sequence_parallel"], cp=spec.cp,
         tp_overlap=stack["tp_overlap"], dp_overlap=stack["dp_overlap"], max_pp=key[4],
-        pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, **limits)
+        pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, **{**limits, "ep": spec.ep})
     if key not in spaces:
         spaces[key] = space_of(empty_ok=True)
     return spaces[key], None if tpo or zb else space_of
@@ -320,14 +331,14 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
         prof = default_profile(cl) if profile is None else profile_for(cl, profile)
         price = price_per_gpu_hour(prices, cl) * cl.n_gpus if prices is not None else None
         capacity.append(f"{cl.gpu.mem_bytes / 2**30:.0f} GiB on {cl.name}")
-        specs = job_specs(model, cl, choices, cp_sizes(model, cl, opts["stack"], opts["cp_fixed"]))
+        specs = job_specs(model, cl, choices, layouts(model, cl, opts["stack"], opts["cp_fixed"], opts["ep_fixed"]))
         if not specs:
             asked = ", ".join(f"{k}={v!r}" for k, v in choices.items() if v is not None and k != "fixed")
             raise InvalidInputError(f"no framework of the search takes the options asked for together ({asked}): "
                                     "see docs/stacks.md for which stacks take each")
         spaces, shown, last = {}, searched_fields(specs), None  # the varied stack fields: a column in every row
         for spec in specs:
-            stack = _stack_of(opts, spec.framework, spec.cp)
+            stack = _stack_of(opts, spec.framework, spec.cp, spec.ep)
             fsdp_stack = stacks.stack(spec.framework).sharding in ("fsdp1", "fsdp2")
             zeros = (3,) if fsdp_stack else job_zeros(spec, opts["zero"], fixed)
             if opts["zero"] and not zeros:  # fp8 parameters under Megatron-Core, no distributed optimizer asked for
@@ -363,7 +374,7 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
            sequence_parallel=(False, True),
            precision=None, optimizer: str = "adamw", placement: str = "tp-pp-dp",
            max_tp_nodes: int = 1, framework=None, attention: str | None = None, tp_overlap=(False, True),
-           dp_overlap=(True, False), cp=CP_CHOICES, ep: int = 1, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
+           dp_overlap=(True, False), cp=CP_CHOICES, ep=None, bucket_mib=BUCKET_CHOICES, chunk: int = CHUNK,
            workers: int | None = 1, level: float = DEFAULT_LEVEL, compile=None, offload_layers=None,
            tp_comm_overlap=None, schedule=None, prune: bool = True, fixed: dict | None = None,
            memory_headroom: float = 0.0) -> pd.DataFrame:
@@ -382,8 +393,8 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     the overlap switches are Megatron-LM's: plain PyTorch is searched with its own behaviour
     unless one value is asked for). ``bucket_mib`` lists the DDP / ZeRO-1/2 gradient buckets
     tried (MiB; ZeRO-3 and FSDP rows take the first). ``cp``, the context-parallel size, is
-    one value or a list (sizes the GPUs or the sequence cannot take are left out); ``ep``,
-    the expert-parallel size, is one value. The space is priced ``chunk`` grid cells at a
+    one value or a list (sizes the GPUs or the sequence cannot take are left out); ``ep`` too
+    (None: ``expert_choices``; several: cp > 1 only where cp is one value). The space is priced ``chunk`` grid cells at a
     time, keeping only the ``top_k`` best: memory stays bounded whatever its size; with
     ``prune`` a job whose family's root bounds it out of the top rows is not priced (the same
     table). ``workers`` > 1 shares the jobs among that many forked processes (None: the CPUs
@@ -403,13 +414,13 @@ def search(model, cluster, global_batch: int, *, top_k: int = 10, sort_by: str |
     model = as_model(model)
     opts = _options(precision, recompute, zero, optimizer, placement,
                     {"framework": framework, "attention": attention, "tp_overlap": tp_overlap, "dp_overlap": dp_overlap,
-                     "cp": cp, "ep": ep, "sequence_parallel": sequence_parallel, "compile": compile,
+                     "cp": cp, "ep": expert_choices(model, ep), "sequence_parallel": sequence_parallel, "compile": compile,
                      "offload_layers": offload_layers, "tp_comm_overlap": tp_comm_overlap, "schedule": schedule})
     _check_graph(model, opts)
     opts.update(level=check_level(level), fixed=_fixed(fixed), memory_headroom=check_headroom(memory_headroom))
     sort_by, larger_is_better = _sort_column(sort_by, prices)
     limits = {"max_micro_batch": max_micro_batch, "max_virtual_stages": max_virtual_stages,
-              "max_tp_nodes": max_tp_nodes, "ep": ep, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}
+              "max_tp_nodes": max_tp_nodes, "fsdp": fsdp, "bucket_mib": _buckets(bucket_mib)}
     jobs, rejected, detail, capacity = _jobs(model, cluster, global_batch, opts, limits, profile, prices)
     per_step = (int(global_batch), int(global_batch) * model.seq) if check_flag("prune", prune) else None
     ranking = Ranking(top_k, sort_by, larger_is_better, per_step)

@@ -47,7 +47,7 @@ FLOAT8 = "fp8-mixed"
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One (framework, cp, compile, offload, precision, recompute, tensor-parallel overlap) to price over a space."""
+    """One (framework, cp, compile, offload, precision, recompute, tensor-parallel overlap, ep) to price over a space."""
 
     framework: str
     cp: int
@@ -55,7 +55,7 @@ class JobSpec:
     offload_layers: int
     precision: str
     recompute: str
-    family: tuple   # (framework, cp, precision, tp_comm_overlap, schedule, extras[, compile for a split backward]):
+    family: tuple   # (framework, cp, precision, tp_comm_overlap, schedule, extras, ep[, compile for a split backward]):
     # the specs one root bounds
     root: bool      # no recomputation, no offload, compiled where the stack compiles (but a split backward's)
     # Strategy.tp_comm_overlap ("" none): its jobs price only tp > 1 with sequence parallelism
@@ -65,6 +65,7 @@ class JobSpec:
     schedule: str = "interleaved"
     # (field, value) pairs of ``SEARCHED_FIELDS`` this job sets away from its stack's default
     extras: tuple = ()
+    ep: int = 1     # the expert-parallel size (MoE)
 
 
 # the tensor-parallel overlaps searched by default beside none (Strategy.tp_comm_overlap): Megatron-Core's
@@ -152,28 +153,31 @@ def _offload_choices(spec, model, offload, given: bool) -> tuple:
     return tuple(dict.fromkeys(int(k) for k in offload))
 
 
-def cp_sizes(model, cl, st: dict, fixed: bool) -> list:
-    """The context-parallel sizes of ``st["cp"]`` that ``cl`` and ``model`` allow.
+def layouts(model, cl, st: dict, cp_fixed: bool, ep_fixed: bool = True) -> list:
+    """The (context-parallel, expert-parallel) sizes of ``st["cp"]`` × ``st["ep"]`` that ``cl`` and ``model`` allow.
 
-    A tuple keeps those the cluster and model allow (cp divides the GPUs, the sequence splits into
-    2 × cp chunks), as the space keeps only the tp that divide the GPUs; a single value that does
-    not fit (``fixed``) is an error.
+    A tuple keeps those the cluster and model allow (cp divides the GPUs, the sequence splits into 2 × cp
+    chunks; ep divides the experts and the GPUs), as the space keeps only the tp that divide the GPUs; a single
+    value that does not fit (``cp_fixed``, ``ep_fixed``) is an error. Both above 1 only where cp was asked for as
+    one value: expert parallelism takes its ranks from the data-parallel ones, which context parallelism divides.
     """
-    cps = []
-    for cp in st["cp"]:
+    pairs = []
+    for cp, ep in ((cp, ep) for cp in st["cp"] for ep in st["ep"]):
         if cl.n_gpus % cp:
-            if fixed:
+            if cp_fixed:
                 raise InvalidInputError(f"'cp'={cp} must divide the GPU count {cl.n_gpus} of {cl.name}")
             continue
-        if cp > 1 or st["ep"] > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
+        if cp > 1 and ep > 1 and not cp_fixed:
+            continue
+        if cp > 1 or ep > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
             try:
-                check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=st["ep"], micro_batch=1))
+                check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=ep, micro_batch=1))
             except PerfModelError:
-                if fixed or cp == 1:
+                if (cp_fixed or cp == 1) and (ep_fixed or ep == 1):
                     raise
                 continue
-        cps.append(cp)
-    return cps
+        pairs.append((cp, ep))
+    return pairs
 
 
 def runs_ring(framework: str, attention: str | None) -> bool:
@@ -181,15 +185,15 @@ def runs_ring(framework: str, attention: str | None) -> bool:
     return (attention or stacks.stack(framework).default_attention) not in NO_RING_ATTENTIONS
 
 
-def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
-    """Every (framework, cp, compile, offload, precision, recompute) of the space on ``cl``, in
-    enumeration order. ``options``: framework (a tuple, or None for the default),
-    compile, precision, recompute and offload_layers as ``search`` received them (None: default)."""
+def job_specs(model, cl, options: dict, pairs: list) -> list[JobSpec]:
+    """Every (framework, cp, ep, compile, offload, precision, recompute) of the space on ``cl``, in
+    enumeration order; ``pairs``: the (cp, ep) sizes (:func:`layouts`). ``options``: framework (a tuple, or None
+    for the default), compile, precision, recompute and offload_layers as ``search`` received them (None: default)."""
     given = options["framework"] is not None
     frameworks = options["framework"] if given else default_frameworks(model)
     tp_can_split = cl.gpus_per_node > 1 and not isinstance(model, GraphModel)
     out = []
-    for cp in cps:
+    for cp, ep in pairs:
         for fw in frameworks:
             spec = stacks.stack(fw)
             if cp > 1 and not runs_ring(fw, options.get("attention")):
@@ -209,10 +213,10 @@ def job_specs(model, cl, options: dict, cps: list) -> list[JobSpec]:
                     # compiled blocks run a split backward twice (parallel/zero_bubble.py): there compiling can
                     # lose, so each compile setting is a family of its own, with its own root
                     split = sch in ZERO_BUBBLE
-                    family = (under, cp, p, o, sch, x_family) + ((c,) if split else ())
+                    family = (under, cp, p, o, sch, x_family, ep) + ((c,) if split else ())
                     for r in policies if not k else [r for r in policies if r == "none"]:
                         root = under == fw and r == "none" and not k and (split or c == max(compiles)) and x_root
-                        out.append(JobSpec(fw, cp, c, k, p, r, family, root, o, sch, x))
+                        out.append(JobSpec(fw, cp, c, k, p, r, family, root, o, sch, x, ep))
     return out
 
 
