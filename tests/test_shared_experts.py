@@ -104,3 +104,8 @@ def test_search_tries_expert_parallel_sizes_for_a_moe_model():
     assert set(pm.search(SHARED, H100, 16, ep=[2, 4], **kw)["ep"]) <= {2, 4}
     with pytest.raises(pm.InvalidInputError, match="'ep'=3 must divide"):
         pm.search(SHARED, H100, 16, ep=3, **kw)
+
+
+def test_an_expert_parallel_list_a_dense_model_cannot_take_says_why():
+    with pytest.raises(pm.InvalidInputError, match="needs a mixture-of-experts model"):
+        pm.search("llama-3-8b", H100, 16, ep=[2, 4], top_k=1, max_micro_batch=1)

@@ -96,7 +96,7 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         mlp = mlp * model.experts_per_token + lo * h * model.experts_per_token  # expert inputs (permuted)
     if model.shared_ffn:  # the shared expert on every token: its MLP's tensors and its input's 16-bit cast; a gate
         shared = _mlp_saved_bytes(model, model.shared_ffn, tp, lo, gemm_in if is_mixed(precision) else lo,
-                                  st.swiglu_saved, compiled)  # adds its own input cast and the shared output
+                                  st.swiglu_saved, compiled)  # also casts its input and keeps the shared output
         mlp = mlp + shared + (1 + model.shared_gate) * casts / 2 + lo * h * model.shared_gate
     return norm_inputs + casts + attention + mlp
 

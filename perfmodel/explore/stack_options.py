@@ -161,7 +161,7 @@ def layouts(model, cl, st: dict, cp_fixed: bool, ep_fixed: bool = True) -> list:
     value that does not fit (``cp_fixed``, ``ep_fixed``) is an error. Both above 1 only where cp was asked for as
     one value: expert parallelism takes its ranks from the data-parallel ones, which context parallelism divides.
     """
-    pairs = []
+    pairs, refused = [], None
     for cp, ep in ((cp, ep) for cp in st["cp"] for ep in st["ep"]):
         if cl.n_gpus % cp:
             if cp_fixed:
@@ -172,11 +172,14 @@ def layouts(model, cl, st: dict, cp_fixed: bool, ep_fixed: bool = True) -> list:
         if cp > 1 or ep > 1:  # the sequence (2·cp chunks) and expert rules, once, on the simplest layout
             try:
                 check_against(model, cl.n_gpus, Strategy(dp=cl.n_gpus // cp, cp=cp, ep=ep, micro_batch=1))
-            except PerfModelError:
+            except PerfModelError as e:
                 if (cp_fixed or cp == 1) and (ep_fixed or ep == 1):
                     raise
+                refused = e
                 continue
         pairs.append((cp, ep))
+    if not pairs and refused is not None:  # every size asked for refused: say why, for the last of them
+        raise refused
     return pairs
 
 
