@@ -91,13 +91,15 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         casts = 0.0
     rope_saved = model.position == "rotary" and st.rope_saves and not compiled
     attention = _attention_saved_bytes(model, tp, lo, gemm_in, rope_saved)
-    mlp = _mlp_saved_bytes(model, f, tp, lo, gemm_in if is_mixed(precision) else lo, st.swiglu_saved, compiled)
+    mlp_kw = {"tp": tp, "lo": lo, "fc2_in": gemm_in if is_mixed(precision) else lo, "swiglu_saved": st.swiglu_saved,
+              "compiled": compiled}
+    mlp = _mlp_saved_bytes(model, f, **mlp_kw)
     if model.experts > 1:
         mlp = mlp * model.experts_per_token + lo * h * model.experts_per_token  # expert inputs (permuted)
     if model.shared_ffn:  # the shared expert on every token: its MLP's tensors and its input's 16-bit cast; a gate
-        shared = _mlp_saved_bytes(model, model.shared_ffn, tp, lo, gemm_in if is_mixed(precision) else lo,
-                                  st.swiglu_saved, compiled)  # also casts its input and keeps the shared output
-        mlp = mlp + shared + (1 + model.shared_gate) * casts / 2 + lo * h * model.shared_gate
+        # also casts its input and keeps the shared output for the product's gradient
+        mlp = mlp + _mlp_saved_bytes(model, model.shared_ffn, **mlp_kw) + (1 + model.shared_gate) * casts / 2 \
+            + lo * h * model.shared_gate
     return norm_inputs + casts + attention + mlp
 
 

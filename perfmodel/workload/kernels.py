@@ -131,12 +131,14 @@ class _Builder:
         f_o, b_o = self.linear("attn.proj", self.T, m.attn_width / self.tp, h)
         return fwd + f_o, b_o + bwd[::-1] + b_qkv
 
-    def mlp(self, tokens, count=1, prefix="mlp", width=None):
+    def mlp(self, tokens, count=1, prefix="mlp", width=None, cast_input=True):
+        """An MLP of ``width`` (the model's ``ffn_hidden``) over ``tokens``; ``cast_input``: its input is the fp32
+        normed stream autocast casts (False for routed experts, whose permuted inputs are 16-bit already)."""
         m, h = self.m, self.m.hidden
         f = (width or m.ffn_hidden) / self.tp
         act = "swiglu" if m.activation == "swiglu" else "gelu"
         f_in, b_in = self.linear(f"{prefix}.fc1", tokens, h, (2 if act == "swiglu" else 1) * f,
-                                 count=count, cast_input=self.mixed and not prefix.startswith("moe.expert"))
+                                 count=count, cast_input=self.mixed and cast_input)
         a_f = mem(f"{prefix}.{act}", act, "fwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
         a_b = mem(f"{prefix}.{act}.bwd", act, "bwd", np.multiply(tokens, f), rows=tokens, count=count, dtype=self.low)
         f_out, b_out = self.linear(f"{prefix}.fc2", tokens, f, h, count=count)
@@ -151,7 +153,7 @@ class _Builder:
         m = self.m
         f_r, b_r = self.linear("moe.router", self.T, m.hidden, m.experts, bias=False, cast_input=self.mixed)
         per_expert = self.T * m.experts_per_token * self.ep / m.experts
-        f_e, b_e = self.mlp(per_expert, count=m.experts // self.ep, prefix="moe.expert")
+        f_e, b_e = self.mlp(per_expert, count=m.experts // self.ep, prefix="moe.expert", cast_input=False)
         perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4
         f_p = [mem("moe.permute", "copy", "fwd", perm, count=2, variant="fwd")]
         b_p = [mem("moe.permute.bwd", "copy", "bwd", perm, count=2, variant="fwd")]

@@ -122,23 +122,27 @@ class Transformer:
         """Output width of the fused QKV projection: heads·head_dim + 2·kv_heads·head_dim."""
         return self.attn_width + 2 * self.kv_heads * self.head_dim
 
+    def _fc1_width(self, ffn: int) -> int:
+        """Width of the first projection of an MLP of width ``ffn`` (gate and up both for SwiGLU)."""
+        return 2 * ffn if self.activation == "swiglu" else ffn
+
     @property
     def mlp_in_out(self) -> int:
         """Width of the MLP's first projection (gate and up both for SwiGLU)."""
-        return 2 * self.ffn_hidden if self.activation == "swiglu" else self.ffn_hidden
+        return self._fc1_width(self.ffn_hidden)
 
     def mlp_weights(self, ffn: int) -> int:
-        """Weight elements of one MLP of width ``ffn`` in this model's activation (gate and up for SwiGLU)."""
-        return self.hidden * (2 * ffn if self.activation == "swiglu" else ffn) + ffn * self.hidden
+        """Weight elements of one MLP of width ``ffn`` in this model's activation (0 for width 0)."""
+        return self.hidden * self._fc1_width(ffn) + ffn * self.hidden
+
+    def _mlp_params(self, ffn: int) -> int:
+        """Parameters of one MLP of width ``ffn``: its weights and, with ``bias``, its two biases."""
+        return self.mlp_weights(ffn) + int(self.bias) * (self._fc1_width(ffn) + self.hidden) if ffn else 0
 
     @property
     def shared_params(self) -> int:
         """Parameters of a block's shared expert and its gate (0 without one)."""
-        if not self.shared_ffn:
-            return 0
-        b = int(self.bias)
-        width = 2 * self.shared_ffn if self.activation == "swiglu" else self.shared_ffn
-        return self.mlp_weights(self.shared_ffn) + b * (width + self.hidden) + self.hidden * int(self.shared_gate)
+        return self._mlp_params(self.shared_ffn) + self.hidden * int(self.shared_gate)
 
     # -- parameters ------------------------------------------------------
     def _norm_params(self) -> int:
@@ -149,7 +153,7 @@ class Transformer:
         """Parameters of one block, by part (dense; MoE counts every expert)."""
         h, b = self.hidden, int(self.bias)
         attn = h * self.qkv_out + b * self.qkv_out + self.attn_width * h + b * h
-        mlp_one = h * self.mlp_in_out + b * self.mlp_in_out + self.ffn_hidden * h + b * h
+        mlp_one = self._mlp_params(self.ffn_hidden)
         router = h * self.experts if self.experts > 1 else 0
         # a weight of head_dim each for q and k ("head"), or of q's and k's whole widths ("full")
         qk_norms = {"none": 0, "head": 2 * self.head_dim, "full": self.attn_width + self.kv_heads * self.head_dim}
@@ -183,9 +187,8 @@ class Transformer:
         """Parameters one token touches (MoE: only its experts)."""
         if self.experts == 1:
             return self.params
-        h, b = self.hidden, int(self.bias)
-        mlp_one = h * self.mlp_in_out + b * self.mlp_in_out + self.ffn_hidden * h + b * h
-        return self.params - (self.experts - self.experts_per_token) * mlp_one * self.layers  # shared ones all run
+        idle = (self.experts - self.experts_per_token) * self._mlp_params(self.ffn_hidden)  # shared ones all run
+        return self.params - idle * self.layers
 
     # -- FLOPs -----------------------------------------------------------
     def flops_per_step(self, batch: int, *, attention_backward: float = 2.5) -> float:
