@@ -31,6 +31,10 @@ QUICK_MEDIAN_MAX_PCT = 20.0  # measured medians 4.3-12.8% over nine runs on a qu
 # measured 13.5-22.4 ms over the day on this machine: its drift, not the model, sets this margin)
 DDP_CHECK_MODEL, DDP_MAX_PCT = "tiny-gpt", 35.0
 OTHER_LOAD_MAX = 0.15  # share of the CPUs other processes may use before timings are not compared
+# how far the host's speed may move between calibrating and running (Validation.drift: the calibration's
+# tiny steps re-timed after the runs) before the timings are not compared: beyond it the drift alone
+# could carry the median past QUICK_MEDIAN_MAX_PCT (docs/validation.md)
+DRIFT_MAX = 0.20
 
 
 def _env():
@@ -191,11 +195,17 @@ def quick_validation(tmp_path_factory):
 
 
 def _skip_if_busy(found, record_property):
-    """Timings taken while other processes used the CPUs do not test the predictor: skip, saying so."""
+    """Timings taken while other processes used the CPUs, or on a host whose speed moved since it was
+    calibrated, do not test the predictor: skip, saying so."""
     record_property("other_load", found.other_load)
+    record_property("drift", found.drift)
     if found.other_load is not None and found.other_load > OTHER_LOAD_MAX:
         pytest.skip(f"other processes used {found.other_load:.0%} of the CPUs during the runs "
                     f"(> {OTHER_LOAD_MAX:.0%}): timings not comparable\n" + loop.results_table(found.results))
+    if found.drift is not None and abs(found.drift) > DRIFT_MAX:
+        pytest.skip(f"the calibration's tiny steps re-timed after the runs moved {found.drift:+.0%} "
+                    f"(beyond ±{DRIFT_MAX:.0%}): this host's speed changed between calibrating and running, "
+                    "timings not comparable\n" + loop.results_table(found.results) + "\n" + "\n".join(found.notes))
 
 
 @pytest.mark.slow

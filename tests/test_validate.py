@@ -245,6 +245,22 @@ def test_side_by_side_factor_is_the_median_step_ratio_and_refuses_unrelated_tabl
         host.side_by_side_factor(_steps(1.0), [_steps(1.0, layers=(8,))])
 
 
+def test_speed_drift_is_the_ratio_of_summed_step_times_and_ignores_other_rows():
+    then = pd.concat([_steps(1.0, layers=(1, 2, 8)), _cpu_table()], ignore_index=True)
+    # re-timed: only the steps; the 8-block step (time 8 -> 4) outweighs the two short ones (3 -> 3)
+    now = pd.concat([_steps(1.0, layers=(1, 2)), _steps(0.5, layers=(8,))], ignore_index=True)
+    assert host.speed_drift(then, now) == pytest.approx(7 / 11 - 1)
+    assert host.speed_drift(then, then) == pytest.approx(0.0)
+    # the calibration's attention rows hold words in ``causal``; re-timed steps leave it blank (float NaN)
+    attention = pd.DataFrame({"op": ["sdpa"], "phase": "fwd", "timing": "eager", "dtype": "fp32", "causal": "true",
+                              "time_s": 1e-3, "reps": 3})
+    blank = now.assign(causal=float("nan"))
+    assert host.speed_drift(pd.concat([then, attention], ignore_index=True), blank) == pytest.approx(7 / 11 - 1)
+    slower = _cpu_table().assign(time_s=lambda t: 2 * t.time_s)  # no steps: nothing says how the steps moved
+    with pytest.raises(InvalidInputError, match="shares no train_step row with the calibration table"):
+        host.speed_drift(_cpu_table(), slower)
+
+
 def test_few_point_entries_and_bf16_alias():
     table = _cpu_table()
     gemm = {"form": "mem_affine", "params": {"t0": 0.0, "beta": 1.0, "t_cpu": 0.0}}

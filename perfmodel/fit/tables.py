@@ -35,6 +35,11 @@ def twin_rows(left: pd.DataFrame, right: pd.DataFrame, *, ignore=(), suffix: str
     """Rows of ``left`` beside their measurements of the same case in ``right`` (every key column
     but ``ignore``; blanks match blanks), ``right``'s measured columns suffixed."""
     keys = [k for k in COMPUTE_KEY_COLUMNS if k not in ignore and k in left.columns and k in right.columns]
+    # a key that holds words on one side and only blanks (float NaN) on the other: compare both as objects
+    mixed = [k for k in keys if left[k].dtype != right[k].dtype
+             and not (pd.api.types.is_numeric_dtype(left[k]) and pd.api.types.is_numeric_dtype(right[k]))]
+    if mixed:
+        left, right = left.astype(dict.fromkeys(mixed, object)), right.astype(dict.fromkeys(mixed, object))
     return left.merge(right, on=keys, suffixes=("", suffix))
 
 

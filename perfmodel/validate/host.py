@@ -17,7 +17,7 @@ t_launch) / x_i), marked as such in each entry's ``source``.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import copy
 from pathlib import Path
@@ -208,6 +208,56 @@ def side_by_side_factor(alone: pd.DataFrame, shared: list[pd.DataFrame]) -> dict
     return {"side_by_side_factor": float(used.time_s_shared.sum() / used.time_s.sum()),
             "side_by_side_source": f"sum of times side by side / alone over {rows} "
                                    f"of {len(shared)} side-by-side table(s)"}
+
+
+@dataclass(frozen=True)
+class Host:
+    """A calibrated CPU host: what one process alone runs on, and what processes side by side run on.
+
+    ``gpu``/``profile``: the host as one device with the machine to itself.
+    ``node``/``shared_profile``: ``procs`` devices joined by the measured gloo
+    loopback link; the profile is the lone one scaled by how much slower the
+    processes run side by side (cores, caches and memory bandwidth are shared
+    on a CPU, unlike GPUs), with the DDP per-bucket cost.
+    """
+
+    gpu: Path
+    profile: Path
+    node: Path
+    shared_profile: Path
+    notes: tuple = ()
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> Host:
+        """The host a calibrating run wrote into ``folder`` (or the folder of its profile.json)."""
+        folder = Path(folder)
+        folder = folder.parent if folder.suffix == ".json" else folder
+        files = {k: folder / v for k, v in HOST_FILES.items()}
+        missing = [str(p) for p in files.values() if not p.is_file()]
+        if missing:
+            raise InvalidInputError(f"{folder} is not a calibrated host folder: missing {', '.join(missing)} "
+                                    "(run perfmodel validate without --profile to calibrate one)")
+        return cls(**files)
+
+
+HOST_FILES = {"gpu": "cpu-host.toml", "profile": "profile.json", "node": "cpu-host-node.toml",
+              "shared_profile": "profile-shared.json"}
+
+
+def speed_drift(calibrated: pd.DataFrame, again: pd.DataFrame) -> float:
+    """How far this host's speed moved since calibration: Σ time now / Σ time then - 1 over the whole
+    tiny training steps (``train_step`` rows) both tables timed; negative: faster now.
+
+    A CPU host's speed drifts (the same step measured 13.5-22.4 ms over one day on a 2-core machine,
+    docs/validation.md) with load no process list shows, e.g. another guest on the same physical cores;
+    re-timing the steps after the runs tells whether calibration and runs saw one machine.
+    """
+    both = twin_rows(calibrated, again, suffix="_again")
+    both = both[(both.op == "train_step") & (both.time_s > 0) & (both.time_s_again > 0)]
+    if both.empty:
+        raise InvalidInputError("the re-timed table shares no train_step row with the calibration table: "
+                                "cannot tell whether this host's speed moved")
+    return float(both.time_s_again.sum() / both.time_s.sum() - 1.0)
 
 
 def _cpu_seconds() -> tuple[float, float] | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from perfmodel.predict import predict
 from perfmodel.profiles.profile import Profile
 from perfmodel.validate import host
 from perfmodel.validate.launch import failure_line
-from perfmodel.validate.host import OtherLoad
+from perfmodel.validate.host import HOST_FILES, Host, OtherLoad  # noqa: F401 (loop.Host: the public name)
 
 # gradient all-reduces follow compute that has swept the caches: time them so (8x a core's L2 here)
 COLD_BYTES = "32MiB"
@@ -99,40 +100,6 @@ GPU_RUNS = (
     Run("gpt-2.7b", {"layers": 32, "hidden": 2560, "heads": 32, "seq": 2048, "vocab": 50304}, 4),
     Run("llama-like-1b", _LLAMA_1B, 4, global_batch=16),
 )
-
-
-@dataclass(frozen=True)
-class Host:
-    """A calibrated CPU host: what one process alone runs on, and what processes side by side run on.
-
-    ``gpu``/``profile``: the host as one device with the machine to itself.
-    ``node``/``shared_profile``: ``procs`` devices joined by the measured gloo
-    loopback link; the profile is the lone one scaled by how much slower the
-    processes run side by side (cores, caches and memory bandwidth are shared
-    on a CPU, unlike GPUs), with the DDP per-bucket cost.
-    """
-
-    gpu: Path
-    profile: Path
-    node: Path
-    shared_profile: Path
-    notes: tuple = ()
-
-    @classmethod
-    def from_folder(cls, folder: str | Path) -> Host:
-        """The host a calibrating run wrote into ``folder`` (or the folder of its profile.json)."""
-        folder = Path(folder)
-        folder = folder.parent if folder.suffix == ".json" else folder
-        files = {k: folder / v for k, v in HOST_FILES.items()}
-        missing = [str(p) for p in files.values() if not p.is_file()]
-        if missing:
-            raise InvalidInputError(f"{folder} is not a calibrated host folder: missing {', '.join(missing)} "
-                                    "(run perfmodel validate without --profile to calibrate one)")
-        return cls(**files)
-
-
-HOST_FILES = {"gpu": "cpu-host.toml", "profile": "profile.json", "node": "cpu-host-node.toml",
-              "shared_profile": "profile-shared.json"}
 
 
 # --- subprocesses --------------------------------------------------------------------------------
@@ -287,7 +254,8 @@ def calibrate_host(work_dir: str | Path, *, threads: int = 1, procs: int = 2, qu
     together = replace(together, host={**together.host, **_ddp_overhead(together, shared[0] / "ddp_steps.csv",
                                                                           files["node"], procs, threads, log)})
     together.save(files["shared_profile"])
-    notes = tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
+    notes = (f"host: {meta.get('cpu_model', 'unknown CPU')}, {meta.get('cpu_count', '?')} CPUs",)
+    notes += tuple(f"few-point estimate (fewer than 4 points to fit): {k}" for k in profile.meta["few_point_classes"])
     notes += tuple(f"alias: {k} = gemm:fp32 (no bf16 on this host)" for k in profile.meta["aliased_classes"])
     return Host(**files, notes=notes)
 
@@ -422,6 +390,9 @@ class Validation:
 
     ``other_load``: share of the CPUs other processes used meanwhile (None where
     unknown); timings taken beside other work say little about the predictor.
+    ``drift``: on a CPU host, how much longer (+) or shorter (-) its calibration's
+    tiny training steps took when re-timed after the runs (``host.speed_drift``;
+    None on a GPU): a host whose speed moved is not the host that was calibrated.
     """
 
     results: pd.DataFrame
@@ -429,6 +400,15 @@ class Validation:
     notes: tuple
     other_load: float | None
     work_dir: Path
+    drift: float | None = None
+
+
+def _speed_drift(tables: Path, work: Path, threads: int) -> float:
+    """Re-time the calibration's tiny training steps (about 5 s) and compare with ``tables``."""
+    again = work / "tables-again"
+    shutil.rmtree(again, ignore_errors=True)  # a folder already there would be resumed, not re-timed
+    _checked(_compute_commands(again, True, None)[0] + ["--ops", "train_step"], threads, "calibration.compute")
+    return host.speed_drift(read_compute_table(tables), read_compute_table(again))
 
 
 def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool = True, threads: int = 1,
@@ -445,14 +425,14 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
     device = _device()
     with OtherLoad() as calibrating:
         if device == "cpu":
-            host = Host.from_folder(profile) if profile else calibrate_host(work, threads=threads, procs=procs,
-                                                                            quick=quick, log=log)
-            notes = host.notes
+            machine = Host.from_folder(profile) if profile else calibrate_host(work, threads=threads,
+                                                                               procs=procs, quick=quick, log=log)
+            notes, tables = machine.notes, machine.profile.parent / "tables"
 
             def target(run):
                 if run.procs == 1:
-                    return str(host.gpu.resolve()), str(host.profile.resolve())
-                return str(host.node.resolve()), str(host.shared_profile.resolve())
+                    return str(machine.gpu.resolve()), str(machine.profile.resolve())
+                return str(machine.node.resolve()), str(machine.shared_profile.resolve())
         else:
             name, notes = gpu or _cuda_gpu_name(), ()
 
@@ -462,6 +442,8 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
         out_csv = work / "measured.csv"
         failures = measure_runs(_runs(runs, device, quick), out_csv, target=target, device=device,
                                 threads=threads, steps=steps, warmup=warmup, log=log)
+    # a calibrated folder copied without its tables cannot be re-timed against
+    drift = _speed_drift(tables, work, threads) if device == "cpu" and (tables / "compute.csv").is_file() else None
     notes = notes + tuple(f"run failed: {f}" for f in failures)
     # the busier phase counts: a burst while calibrating skews the fits as much as one while training
     # (a phase under 1 s, e.g. loading a calibrated host, is too short for /proc/stat's 10 ms ticks)
@@ -470,8 +452,11 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
     if other_load is not None:
         notes += (f"other processes used up to {other_load:.0%} of this machine's CPU time meanwhile "
                   f"(calibration {_share(calibrating.fraction)}, runs {_share(running.fraction)})",)
+    if drift is not None:
+        notes += (f"re-timed after the runs, the calibration's tiny training steps ran {abs(drift):.0%} "
+                  f"{'slower' if drift > 0 else 'faster'} than when calibrated",)
     results, bad = validate_measured(out_csv) if out_csv.exists() else (pd.DataFrame(), [])
-    return Validation(results, bad, notes, other_load, work)
+    return Validation(results, bad, notes, other_load, work, drift)
 
 
 def _share(fraction) -> str:
