@@ -32,7 +32,7 @@ QUICK_MEDIAN_MAX_PCT = 20.0  # measured medians 4.3-12.8% over nine runs on a qu
 DDP_CHECK_MODEL, DDP_MAX_PCT = "tiny-gpt", 35.0
 OTHER_LOAD_MAX = 0.15  # share of the CPUs other processes may use before timings are not compared
 # how far the host's speed may move between calibrating and running (Validation.drift: the calibration's
-# tiny steps re-timed after the runs) before the timings are not compared: beyond it the drift alone
+# tiny steps re-timed just before and just after the runs) before the timings are not compared: beyond it the drift alone
 # could carry the median past QUICK_MEDIAN_MAX_PCT (docs/validation.md)
 DRIFT_MAX = 0.20
 
@@ -203,7 +203,7 @@ def _skip_if_busy(found, record_property):
         pytest.skip(f"other processes used {found.other_load:.0%} of the CPUs during the runs "
                     f"(> {OTHER_LOAD_MAX:.0%}): timings not comparable\n" + loop.results_table(found.results))
     if found.drift is not None and abs(found.drift) > DRIFT_MAX:
-        pytest.skip(f"the calibration's tiny steps re-timed after the runs moved {found.drift:+.0%} "
+        pytest.skip(f"the calibration's tiny steps re-timed beside the runs moved {found.drift:+.0%} "
                     f"(beyond ±{DRIFT_MAX:.0%}): this host's speed changed between calibrating and running, "
                     "timings not comparable\n" + loop.results_table(found.results) + "\n" + "\n".join(found.notes))
 

@@ -391,8 +391,9 @@ class Validation:
     ``other_load``: share of the CPUs other processes used meanwhile (None where
     unknown); timings taken beside other work say little about the predictor.
     ``drift``: on a CPU host, how much longer (+) or shorter (-) its calibration's
-    tiny training steps took when re-timed after the runs (``host.speed_drift``;
-    None on a GPU): a host whose speed moved is not the host that was calibrated.
+    tiny training steps took when re-timed just before and just after the runs, the
+    larger move of the two (``host.speed_drift``; None on a GPU): a host whose speed
+    moved is not the host that was calibrated.
     """
 
     results: pd.DataFrame
@@ -403,9 +404,9 @@ class Validation:
     drift: float | None = None
 
 
-def _speed_drift(tables: Path, work: Path, threads: int) -> float:
+def _speed_drift(tables: Path, work: Path, threads: int, when: str) -> float:
     """Re-time the calibration's tiny training steps (about 5 s) and compare with ``tables``."""
-    again = work / "tables-again"
+    again = work / f"tables-again-{when}"
     shutil.rmtree(again, ignore_errors=True)  # a folder already there would be resumed, not re-timed
     _checked(_compute_commands(again, True, None)[0] + ["--ops", "train_step"], threads, "calibration.compute")
     return host.speed_drift(read_compute_table(tables), read_compute_table(again))
@@ -438,12 +439,15 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
 
             def target(run):
                 return name, profile
+    # re-timed just before and just after the runs (a calibrated folder copied without its tables cannot be)
+    drifts = device == "cpu" and (tables / "compute.csv").is_file()
+    before = _speed_drift(tables, work, threads, "before") if drifts else None
     with OtherLoad() as running:
         out_csv = work / "measured.csv"
         failures = measure_runs(_runs(runs, device, quick), out_csv, target=target, device=device,
                                 threads=threads, steps=steps, warmup=warmup, log=log)
-    # a calibrated folder copied without its tables cannot be re-timed against
-    drift = _speed_drift(tables, work, threads) if device == "cpu" and (tables / "compute.csv").is_file() else None
+    after = _speed_drift(tables, work, threads, "after") if drifts else None
+    drift = max(before, after, key=abs) if drifts else None
     notes = notes + tuple(f"run failed: {f}" for f in failures)
     # the busier phase counts: a burst while calibrating skews the fits as much as one while training
     # (a phase under 1 s, e.g. loading a calibrated host, is too short for /proc/stat's 10 ms ticks)
@@ -452,9 +456,10 @@ def validate_runs(work_dir: str | Path, *, profile=None, gpu=None, quick: bool =
     if other_load is not None:
         notes += (f"other processes used up to {other_load:.0%} of this machine's CPU time meanwhile "
                   f"(calibration {_share(calibrating.fraction)}, runs {_share(running.fraction)})",)
-    if drift is not None:
-        notes += (f"re-timed after the runs, the calibration's tiny training steps ran {abs(drift):.0%} "
-                  f"{'slower' if drift > 0 else 'faster'} than when calibrated",)
+    if drifts:
+        notes += ("the calibration's tiny training steps re-timed ran " + " and ".join(
+            f"{abs(d):.0%} {'slower' if d > 0 else 'faster'} {when} the runs"
+            for d, when in ((before, "before"), (after, "after"))) + " than when calibrated",)
     results, bad = validate_measured(out_csv) if out_csv.exists() else (pd.DataFrame(), [])
     return Validation(results, bad, notes, other_load, work, drift)
 
