@@ -285,7 +285,7 @@ def _numbers(model, cluster, prof: Profile, s: Strategy, quantities, level: floa
     memory = {k: float(v) for k, v in out["memory"].items()}
     step = float(out["step_time"])
     iv = bounds(step, breakdown, profile=prof, cluster=cluster, model=model, framework=s.framework,
-                attention=s.attention, precision=s.precision, level=level, paths=priced_paths(s))
+                attention=s.attention, precision=s.precision, level=level, paths=priced_paths(s, model, prof.gpu))
     mem = memory_bounds(float(out["peak_memory"]), framework=s.framework, n_gpus=n_gpus, level=level)
     return FrozenDict(
         model=getattr(model, "name", type(model).__name__), cluster=cluster.name, profile=prof.name,

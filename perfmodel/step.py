@@ -24,7 +24,7 @@ from perfmodel.costs import offload
 from perfmodel.costs.compute import copy_pricer, kernel_time, phase_time
 from perfmodel.costs.host import HostCosts
 from perfmodel.core.errors import PerfModelError
-from perfmodel.hardware import tensor_core_dtypes
+from perfmodel.hardware import compute_capability, tensor_core_dtypes
 from perfmodel.core.frozen import FrozenDict
 from perfmodel.core.memo import PLAIN_TYPES, ChainMemo, canonical, fields_key, memo_by_fields, scalar_fields
 from perfmodel.parallel.config import StepConfig
@@ -46,6 +46,7 @@ from perfmodel.workload import kernels as steps
 from perfmodel.workload.ops import Kernel, mem as mem_kernel
 from perfmodel.workload.stack import adapt_kernels
 from perfmodel.workload.stacks import megatron_code
+from perfmodel.workload.stacks.experts import group_expert_kernels, grouped_experts
 
 def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
     """Parameter counts by part (``ParamCounts``).
@@ -114,8 +115,12 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
              "memory_format": c.memory_format, "norm_kernels": c.norm_kernels, "float8_recipe": c.float8_recipe,
              "fp8_params": c.fp8_params, "cp": c.cp}
     multiple = vocab_multiple(c.framework)
-    lf, lb = (adapt_kernels(ks, **stack) for ks in steps.layer_kernels(
-        model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision, recompute=recompute, ep=c.ep))
+    layer = steps.layer_kernels(model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision,
+                                recompute=recompute, ep=c.ep)
+    if getattr(model, "experts", 1) > 1 and grouped_experts(c.grouped_experts, c.framework, compute_capability(gpu_name),
+                                                            gpu_name):
+        layer = tuple(group_expert_kernels(ks, model.experts // c.ep) for ks in layer)
+    lf, lb = (adapt_kernels(ks, **stack) for ks in layer)
     ring = ring_kernels(lf, lb, c.cp, bool(getattr(model, "causal", True)), c.framework, c.cp_comm)
     ef, eb = (adapt_kernels(ks, **stack) for ks in steps.embedding_kernels(
         model, c.micro_batch, tp=c.tp, precision=precision, vocab_multiple=multiple))
@@ -127,7 +132,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
 
 # the StepConfig fields kernel_lists reads
 COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm",
-                  "memory_format", "norm_kernels", "float8_recipe", "fp8_params", "tp_comm_overlap")
+                  "memory_format", "norm_kernels", "float8_recipe", "fp8_params", "tp_comm_overlap", "grouped_experts")
 
 
 @memo_by_fields(COMPUTE_FIELDS)

@@ -10,6 +10,8 @@ import perfmodel as pm
 from perfmodel import interval as iv
 from perfmodel.explore.search import strategy_of
 from perfmodel.parallel.paths import OFF, PATHS, placement_path, priced_paths, schedule_path
+from perfmodel.predict import default_profile
+from perfmodel.profiles.profile import load_profile
 from perfmodel.validate.interval_rows import validation_cases
 
 MODEL, CLUSTER = pm.preset("llama-3-8b"), pm.cluster("h200", gpus_per_node=8)
@@ -51,7 +53,8 @@ def test_a_path_the_rows_ran_keeps_the_calibrated_regime():
 def test_the_table_records_exactly_the_paths_its_validation_rows_ran():
     ran = {name: set() for name in PATHS}
     for _, case in validation_cases():
-        for name, value in priced_paths(case.strategy).items():
+        gpu = (load_profile(case.profile) if case.profile else default_profile(case.cluster)).gpu
+        for name, value in priced_paths(case.strategy, case.model, gpu).items():
             ran[name].add(value)
     table = iv.calibration_table()["validated_paths"]
     assert {k: set(v) for k, v in table.items()} == ran  # stale after the rows change: regenerate the table

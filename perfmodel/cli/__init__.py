@@ -39,12 +39,10 @@ from perfmodel.analysis.kernel_breakdown import kernel_breakdown
 from perfmodel.workload.hf import from_hf_config
 from perfmodel.workload.hf_hub import from_hf_hub
 from perfmodel.workload.presets import model_from_toml, preset
-from perfmodel.workload.stacks import FRAMEWORKS
 from perfmodel.workload.stack import ATTENTIONS
 from perfmodel.costs.memory import OPTIMIZER_STATES
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, MEMORY_FORMATS
-from perfmodel.workload.stacks.float8 import RECIPES
-from perfmodel.workload.stacks.composer import FC_TYPES
+from perfmodel.workload.stacks import FRAMEWORKS, composer, float8
 from perfmodel.validate.host import write_host_gpu
 from perfmodel.fit.compute import POWER_ONSET_S
 from perfmodel.fit.build import build_profile
@@ -102,9 +100,8 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    "greedy by bytes or round-robin (default: the framework's)")
     p.add_argument("--ps-local-reduce", action="store_true", help="synchronous ps: a machine sums its GPUs' gradients "
                    "and pushes once (tf_cnn_benchmarks distributed_replicated)")
-    p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=None,
-                   help="gradient bucket size in MiB (default: the framework's; 25 as torch's bucket_cap_mb, "
-                        "Megatron-Core max(4e7, 1e6 x dp) fp32 elements)")
+    p.add_argument("--bucket-mib", type=POSITIVE_FLOAT, default=None, help="gradient bucket size in MiB (default: the "
+                   "framework's; 25 as torch's bucket_cap_mb, Megatron-Core max(4e7, 1e6 x dp) fp32 elements)")
     p.add_argument("--bucket-mb", type=renamed_bucket, help=argparse.SUPPRESS)
     p.add_argument("--placement", default="tp-pp-dp", help="order groups fill the nodes (default tp-pp-dp)")
     p.add_argument("--stage-layers", default=None, help="uneven pipeline split, layers per stage: e.g. 7,8,8,7")
@@ -122,16 +119,18 @@ def add_strategy_args(p: argparse.ArgumentParser) -> None:
                    help="megatron: fp32 (distributed optimizer), remainders (Apex, NeMo 1.x), bf16; docs/memory.md")
     p.add_argument("--fp8-params", action="store_true", help="fp8-mixed: GEMM weights as fp8 parameters (megatron: NeMo "
                    "fp8_params, --fp8-param-gather), or gathered in fp8 (torchtitan: enable_fsdp_float8_all_gather)")
-    p.add_argument("--float8-recipe", default=None, choices=list(dict.fromkeys(r for names in RECIPES.values() for r in names)),
+    p.add_argument("--float8-recipe", default=None, choices=list(dict.fromkeys(r for names in float8.RECIPES.values() for r in names)),
                    help="fp8 scaling: torchao's recipes (torchtitan), TE's delayed or tensorwise (default: the framework's)")
     p.add_argument("--memory-format", default=DEFAULT_MEMORY_FORMAT, choices=list(MEMORY_FORMATS),
                    help="CNN activations: channels_last (NHWC) or contiguous (NCHW: cuDNN transposes; docs/cnn.md)")
     p.add_argument("--norm-kernels", default="fused", choices=["fused", "composite"],
                    help="eager RMSNorm: one fused kernel, or HF's / fms's elementwise ops (docs/stacks.md)")
-    p.add_argument("--fc-type", default=None, choices=list(FC_TYPES), help="composer: MPT's linears, torch (amp_fp8 runs "
+    p.add_argument("--fc-type", default=None, choices=list(composer.FC_TYPES), help="composer: MPT's linears, torch (amp_fp8 runs "
                    "them bf16) or te (fp8); default te under fp8-mixed, as llm-foundry's tutorial pairs them")
     p.add_argument("--allocator", default=None, choices=["expandable", "fixed"], help="PyTorch's caching allocator: "
                    "expandable_segments on or off (default: as the framework's launch scripts set it; docs/memory.md)")
+    p.add_argument("--experts-gemm", default=None, choices=list(EXPERTS_GEMM)[1:], help="MoE: routed experts as one "
+                   "grouped GEMM per linear or one GEMM each (default: the framework's; docs/stacks.md)")
     add_stack_args(p)
 
 
@@ -193,12 +192,13 @@ def strategy_from_args(args, n_gpus: int, gpu=None):
                     optimizer_states=getattr(args, "optimizer_states", None), fp8_params=getattr(args, "fp8_params", False),
                     memory_format=getattr(args, "memory_format", DEFAULT_MEMORY_FORMAT),
                     norm_kernels=getattr(args, "norm_kernels", "fused"), float8_recipe=getattr(args, "float8_recipe", None),
-                    fc_type=getattr(args, "fc_type", None),
-                    expandable_segments=ALLOCATOR[getattr(args, "allocator", None)])
+                    fc_type=getattr(args, "fc_type", None), expandable_segments=ALLOCATOR[getattr(args, "allocator", None)],
+                    grouped_experts=EXPERTS_GEMM[getattr(args, "experts_gemm", None)])
 
 
-GRAD_REDUCE = {None: None, "fp32": True, "bf16": False}  # --grad-reduce -> Strategy.grad_reduce_fp32
-ALLOCATOR = {None: None, "expandable": True, "fixed": False}  # --allocator -> Strategy.expandable_segments
+# --grad-reduce, --allocator and --experts-gemm as Strategy.grad_reduce_fp32, expandable_segments and grouped_experts
+GRAD_REDUCE, ALLOCATOR = {None: None, "fp32": True, "bf16": False}, {None: None, "expandable": True, "fixed": False}
+EXPERTS_GEMM = {None: None, "grouped": True, "loop": False}
 
 
 def cmd_predict(args) -> int:

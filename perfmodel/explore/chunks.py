@@ -122,7 +122,7 @@ def chunks(model, job: Job, opts, chunk: int, eager=None, floor=None):
             cols = Columns({**numeric, **{k: np.broadcast_to(part.flat(grid[k]), (m,)) for k in now}},
                            functools.partial(_later_columns, part, grid, [k for k in names if k not in now]))
             yield cols, functools.partial(_row_columns, model, cl, prof, precision, recompute, stack, opts["level"],
-                                          priced_paths(job.base))
+                                          priced_paths(job.base, model, prof.gpu))
 
 
 def _later_columns(part, grid: dict, names: list, cells: np.ndarray) -> dict:

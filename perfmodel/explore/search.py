@@ -57,7 +57,7 @@ _NAME = lambda v: v if isinstance(v, str) and v else None  # noqa: E731
 _FLAG = lambda v: None if v is None or v != v else bool(v)  # noqa: E731
 FIXED_FIELDS = {"grad_reduce_fp32": _FLAG, "optimizer_states": _NAME, "fp8_params": bool, "float8_recipe": _NAME,
                 "norm_kernels": str, "loss": _NAME, "cp_comm": _NAME, "memory_format": str, "fc_type": _NAME,
-                "expandable_segments": _FLAG}
+                "expandable_segments": _FLAG, "grouped_experts": _FLAG}
 FIXED_FLAGS = tuple(name for name, cast in FIXED_FIELDS.items() if cast in (bool, _FLAG))  # true or false
 
 

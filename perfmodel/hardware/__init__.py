@@ -10,6 +10,7 @@ Hardware is data: one TOML file per GPU and node preset, one for the links
 
 from perfmodel.hardware.build import as_cluster, cluster, gpu_node, part_of_node
 from perfmodel.hardware.catalog import (
+    compute_capability,
     list_gpus,
     list_links,
     list_nodes,
@@ -31,6 +32,7 @@ __all__ = [
     "Link",
     "Node",
     "cluster",
+    "compute_capability",
     "gpu_node",
     "list_gpus",
     "list_links",

@@ -30,6 +30,7 @@ GPU_OPTIONAL = (
     "aliases",
     "description",
     "year",
+    "compute_capability",
     "source",
     "sources",
     "memory_usable",
@@ -166,6 +167,18 @@ def _plausible(value: float, field: str, bounds: tuple[float, float], unit: str)
     return value
 
 
+def _capability(value) -> float | None:
+    """A CUDA compute capability written "major.minor" (e.g. "9.0"), as a number; None where not given."""
+    if value is None:
+        return None
+    text = str(value)
+    major, _, minor = text.partition(".")
+    if not (major.isdigit() and minor.isdigit() and len(minor) == 1):
+        raise InvalidInputError(f"'compute_capability' must be written major.minor, e.g. \"9.0\" (sm_90) or "
+                                f"\"8.0\" (sm_80): got {value!r}")
+    return float(text)
+
+
 def gpu_from_dict(data: Mapping, where: str, default_name: str = "") -> GPU:
     """Build a GPU from one TOML table (units parsed); errors name ``where``."""
     with _located(where):
@@ -204,6 +217,7 @@ def gpu_from_dict(data: Mapping, where: str, default_name: str = "") -> GPU:
             source=str(data.get("source", "")),
             nvlink=_link_name(data, "nvlink", ("nvlink",)),
             year=None if year is None else check_int("year", year),
+            compute_capability=_capability(data.get("compute_capability")),
             description=str(data.get("description", "")),
             sources=_sources(data),
         )
@@ -352,6 +366,15 @@ def tensor_core_dtypes(gpu_name: str) -> tuple:
         return load_gpu(gpu_name).tensor_core_dtypes
     except PerfModelError:
         return ("tf32", "bf16", "fp16", "fp8")
+
+
+def compute_capability(gpu_name: str) -> float | None:
+    """The named GPU's CUDA compute capability (9.0 for sm_90); None for a GPU not in the catalog or one whose
+    description does not give it."""
+    try:
+        return load_gpu(gpu_name).compute_capability
+    except PerfModelError:
+        return None
 
 
 def load_link(name) -> Link:

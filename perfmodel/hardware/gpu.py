@@ -69,6 +69,7 @@ class GPU:
     source: str = ""
     nvlink: str | None = None  # link name of its NVLink generation, e.g. "nvlink4"
     year: int | None = None
+    compute_capability: float | None = None  # CUDA's major.minor, e.g. 9.0 for sm_90 (Hopper)
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=FrozenMap)  # per-field sources
 

@@ -77,7 +77,7 @@ FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stage
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
 SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
                  "offload_layers", "grad_reduce_fp32", "cp_comm", "ps_local_reduce", "optimizer_states", "fp8_params",
-                 "memory_format", "norm_kernels", "float8_recipe", "expandable_segments")
+                 "memory_format", "norm_kernels", "float8_recipe", "expandable_segments", "grouped_experts")
 
 
 def _frozen(value, dtype):
@@ -156,6 +156,7 @@ class StepConfig:
     norm_kernels: str = "fused"  # the eager model code's RMSNorm (workload/stacks/norms.py)
     float8_recipe: str = ""  # the fp8 GEMMs' scaling recipe ("" without fp8; workload/stacks/float8.py)
     expandable_segments: bool | None = None  # PyTorch's allocator setting (None: the stack's launch; Strategy)
+    grouped_experts: bool | None = None  # routed experts as grouped GEMMs (None: the stack's; stacks/experts.py)
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -184,7 +185,7 @@ class StepConfig:
                    optimizer_states=s.optimizer_states, fp8_params=s.fp8_params,
                    memory_format=s.memory_format, norm_kernels=s.norm_kernels,
                    float8_recipe=float8_recipe(stack(s.framework).float8, s.float8_recipe, s.framework, s.precision),
-                   expandable_segments=s.expandable_segments)
+                   expandable_segments=s.expandable_segments, grouped_experts=s.grouped_experts)
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

@@ -5,7 +5,8 @@ runs. Some options pick another timing model for a large part of the step on top
 bubble and memory (``parallel/pipeline.py``, ``parallel/zero_bubble.py``), parameter servers' rounds, activation
 offload's copies over PCIe (``workload/stacks/offload.py``), a tensor-parallel overlap, a context-parallel K/V
 exchange (``workload/stacks/context.py``), the order ranks are placed in (``parallel/placement.py``), an fp8 scaling
-recipe's casts (``workload/stacks/float8.py``). Each is one entry of :func:`priced_paths`; the calibration table
+recipe's casts (``workload/stacks/float8.py``), a MoE step's routed experts grouped or looped
+(``workload/stacks/experts.py``). Each is one entry of :func:`priced_paths`; the calibration table
 records the values its validation rows ran (``validated_paths``), and a step taking a value none ran is labelled
 uncalibrated (``perfmodel.interval.uncalibrated_reason``), whatever its stack. ``OFF``: the option does not act
 on the step (no pipeline, one parallel group, no fp8 ...).
@@ -13,13 +14,15 @@ on the step (no pipeline, one parallel group, no fp8 ...).
 
 from __future__ import annotations
 
+from perfmodel.hardware import compute_capability
 from perfmodel.workload.stacks import stack
 from perfmodel.workload.stacks.context import cp_exchange
+from perfmodel.workload.stacks.experts import grouped_experts
 from perfmodel.workload.stacks.float8 import float8_recipe
 
 OFF = "off"
 PATHS = ("schedule", "parameter_servers", "activation_offload", "tp_comm_overlap", "cp_comm", "placement",
-         "float8_recipe")
+         "float8_recipe", "experts_gemm")
 
 
 def schedule_path(pp: int, virtual_stages: int, schedule: str) -> str:
@@ -35,8 +38,17 @@ def placement_path(placement: str, tp: int, pp: int, dp: int) -> str:
     return placement if (tp > 1) + (pp > 1) + (dp > 1) >= 2 else OFF
 
 
-def priced_paths(s) -> dict:
-    """Each of ``PATHS`` as ``Strategy`` ``s`` takes it (a name per path; ``s.dp`` None counts as 1)."""
+def experts_gemm_path(s, model, gpu: str) -> str:
+    """How a MoE step runs its routed experts on ``gpu`` (the profile's): "grouped" or "loop"; ``OFF`` for a
+    dense model or none given."""
+    if model is None or getattr(model, "experts", 1) <= 1:
+        return OFF
+    return "grouped" if grouped_experts(s.grouped_experts, s.framework, compute_capability(gpu), gpu) else "loop"
+
+
+def priced_paths(s, model=None, gpu: str = "") -> dict:
+    """Each of ``PATHS`` as ``Strategy`` ``s`` takes it (a name per path; ``s.dp`` None counts as 1); ``model`` and
+    ``gpu`` (the profile's) decide the experts' path."""
     recipe = OFF
     if s.precision == "fp8-mixed":
         kind = stack(s.framework).float8  # torchao's and Transformer Engine's recipes share names ("tensorwise")
@@ -47,4 +59,4 @@ def priced_paths(s) -> dict:
             "tp_comm_overlap": s.tp_comm_overlap or OFF,
             "cp_comm": cp_exchange(s.framework, s.cp_comm) if s.cp > 1 else OFF,
             "placement": placement_path(s.placement, s.tp, s.pp, s.dp or 1),
-            "float8_recipe": recipe}
+            "float8_recipe": recipe, "experts_gemm": experts_gemm_path(s, model, gpu)}

@@ -23,6 +23,7 @@ from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad, takes_reduce_dtype
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.composer import check_fc_type
+from perfmodel.workload.stacks.experts import check_grouped_experts
 from perfmodel.workload.stacks.float8 import check_fp8_params, float8_recipe
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
 from perfmodel.workload.stacks.layout import DEFAULT_MEMORY_FORMAT, check_memory_format
@@ -142,6 +143,9 @@ class Strategy:
     # PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: only the allocated bytes must
     # fit (costs/stack_memory.py ALLOCATORS); None: as the stack's launch scripts set it (torchtitan on, others off)
     expandable_segments: bool | None = None
+    # a MoE layer's routed experts as one grouped GEMM per linear (torchtitan use_grouped_mm, Megatron-Core
+    # --moe-grouped-gemm: workload/stacks/experts.py); None: the stack's default (torchtitan on from SM90)
+    grouped_experts: bool | None = None
     bucket_mb: None = field(default=None, repr=False)  # the old name, refused with a message (MB vs MiB)
 
     def __post_init__(self):
@@ -193,6 +197,7 @@ class Strategy:
         check_norm_kernels(self.norm_kernels, self.framework)
         float8_recipe(stack(self.framework).float8, self.float8_recipe, self.framework, self.precision, self.fp8_params)
         check_fc_type(self.framework, self.fc_type)
+        object.__setattr__(self, "grouped_experts", check_grouped_experts(self.grouped_experts, self.framework))
 
     def _check_optimizer_layout(self):
         """``optimizer_states`` (Megatron-Core's optimizer) and ``fp8_params`` (its model code; torchtitan's float8)."""

@@ -163,7 +163,7 @@ def score(source: str, case: Case) -> Scored:
                   memory_log_ratio=_memory_log_ratio(case, p), n_gpus=case.cluster.n_gpus,
                   memory_reading="allocated" if case.peak_memory_bytes else "reserved",
                   power_capped=iv.power_capped(prof), run_source=run_source(source, case),
-                  experts=int(getattr(case.model, "experts", 1)), paths=tuple(sorted(priced_paths(s).items())))
+                  experts=int(getattr(case.model, "experts", 1)), paths=tuple(sorted(priced_paths(s, case.model, prof.gpu).items())))
 
 
 OWN_RUNS = ("h200 train_dev", "h200 gpu_runs", "cpu steps", "measured_sample")
