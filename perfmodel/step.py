@@ -57,21 +57,24 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
     """
     if hasattr(model, "param_parts"):  # workloads other than the transformer builder's (no experts)
         return ParamCounts(**model.param_parts())
-    lp = model.layer_params()
-    layer = float(sum(lp.values()))
+    lp, share = model.layer_params(), model.moe_share  # per average block: dense ones hold dense_ffn's MLP
+    dense = (1 - share) * (model.dense_mlp_params - lp["mlp"])
+    layer = float(sum(lp.values())) + dense
     h = model.hidden
     gemm_layer = float(h * model.qkv_out + model.attn_width * h + model.experts * model.mlp_weights(model.ffn_hidden)
                        + (h * model.experts if model.experts > 1 else 0)
                        + model.mlp_weights(model.shared_ffn) + h * int(model.shared_gate))
+    gemm_layer += (1 - share) * (model.mlp_weights(model.dense_ffn) - (gemm_layer - h * model.qkv_out
+                                                                      - model.attn_width * h))
     pad = 0.0
     if c is not None:
         multiple = vocab_multiple(c.framework)
         pad = (steps.vocab_shard(model.vocab, c.tp, multiple) * floats(c.tp) - model.vocab) * h
     # expert parallelism: a rank holds experts/ep of each MoE layer's experts (the router and a shared expert stay)
-    experts = float(lp["mlp"] - h * model.experts - model.shared_params) if model.experts > 1 else 0.0
+    experts = share * float(lp["mlp"] - h * model.experts - model.shared_params) if model.experts > 1 else 0.0
     expert_layer = experts / ep
     layer = layer - experts + expert_layer
-    gemm_layer = gemm_layer - (model.experts - model.experts / ep) * model.mlp_weights(model.ffn_hidden)
+    gemm_layer = gemm_layer - share * (model.experts - model.experts / ep) * model.mlp_weights(model.ffn_hidden)
     head_gemm = float(model.vocab * h) + pad  # a tied matrix is still cast for the LM head GEMM
     return ParamCounts(layer=layer, embed=float(model.embedding_params) + pad,
                        head=float(model.head_params) + (0.0 if model.tied_embeddings else pad),

@@ -137,8 +137,12 @@ def test_head_dim_apart_from_hidden_and_qk_norms():
     assert (moe.experts, moe.experts_per_token, moe.ffn_hidden, moe.qk_norm) == (128, 8, 768, "head")
     assert moe.active_params == 3_353_032_704  # the model card: 3.3B activated
     cfg = json.loads((FIXTURES / "qwen3-30b-a3b.json").read_text())
-    with pytest.raises(pm.UnsupportedError, match="partly dense and partly MoE is not modelled"):
-        from_hf_config({**cfg, "mlp_only_layers": [0, 1]})
+    # Qwen3MoeDecoderLayer: a block in mlp_only_layers runs Qwen3MoeMLP of intermediate_size instead of the experts
+    mixed = from_hf_config({**cfg, "mlp_only_layers": [0, 1]})
+    assert (mixed.dense_layers, mixed.dense_ffn) == (2, 6144)
+    assert moe.params - mixed.params == 2 * (128 * 3 * 2048 * 768 + 2048 * 128 - 3 * 2048 * 6144)
+    with pytest.raises(pm.InvalidInputError, match="'mlp_only_layers' must be a list of block indices from 0 to 47"):
+        from_hf_config({**cfg, "mlp_only_layers": [48]})
     with pytest.raises(pm.UnsupportedError, match="model_type 'gemma2' is not modelled: four norms per block"):
         from_hf_config({**json.loads((FIXTURES / "gemma-7b.json").read_text()), "model_type": "gemma2"})
     olmo2 = from_hf_config(FIXTURES / "olmo-2-1124-7b.json")
@@ -164,7 +168,9 @@ def test_shared_experts_and_olmoe():
         (64, 8, 1024, "full", 0)
     assert olmoe.active_params == pytest.approx(1.3e9, rel=0.02)
     cfg = json.loads((FIXTURES / "qwen1.5-moe-a2.7b-chat.json").read_text())
-    with pytest.raises(pm.UnsupportedError, match="partly dense and partly MoE is not modelled"):
-        from_hf_config({**cfg, "decoder_sparse_step": 2})
+    # decoder_sparse_step 2: blocks 1, 3, 5, ... have experts (the (i + 1) % step == 0 ones), the rest one MLP
+    assert from_hf_config({**cfg, "decoder_sparse_step": 2}).dense_layers == 12
+    with pytest.raises(pm.UnsupportedError, match="no block has experts"):
+        from_hf_config({**cfg, "decoder_sparse_step": 25})
     with pytest.raises(pm.InvalidInputError, match="shared_expert_intermediate_size"):
         from_hf_config({k: v for k, v in cfg.items() if k != "shared_expert_intermediate_size"})

@@ -18,9 +18,10 @@ F = torch.nn.functional
 class Block(nn.Module):
     """A pre-norm block written the way the predictor describes one (GPT or Llama style)."""
 
-    def __init__(self, m):
+    def __init__(self, m, dense=False):
         super().__init__()
         h, d = m.hidden, m.head_dim
+        self.dense = m.experts == 1 or dense  # a MoE model's dense_layers first blocks have one MLP (DeepSeek-V3)
         norm = nn.LayerNorm if m.norm == "layernorm" else nn.RMSNorm
         kw = {"bias": m.bias} if m.norm == "layernorm" else {}
         self.m = m
@@ -30,8 +31,8 @@ class Block(nn.Module):
         # Qwen3's q_norm / k_norm: one RMSNorm over each head's head_dim (transformers modeling_qwen3.py)
         self.q_norm, self.k_norm = {"none": (nn.Identity(), nn.Identity()), "head": (nn.RMSNorm(d), nn.RMSNorm(d)),
                                     "full": (nn.RMSNorm([m.heads, d]), nn.RMSNorm([m.kv_heads, d]))}[m.qk_norm]
-        if m.experts == 1:
-            self.mlp = MLP(m, m.ffn_hidden)
+        if self.dense:
+            self.mlp = MLP(m, m.ffn_hidden if m.experts == 1 else m.dense_ffn)
         else:  # a router, the routed experts and, where the model has one, a shared expert with its gate
             self.router = nn.Linear(h, m.experts, bias=False)
             self.experts = nn.ModuleList(MLP(m, m.ffn_hidden) for _ in range(m.experts))
@@ -47,7 +48,7 @@ class Block(nn.Module):
         v = v.view(B, T, m.kv_heads, m.head_dim).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=m.causal, enable_gqa=m.kv_heads != m.heads)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, m.attn_width))
-        return x + (self.mlp(self.ln2(x)) if m.experts == 1 else self.moe(self.ln2(x).view(B * T, h)).view(B, T, h))
+        return x + (self.mlp(self.ln2(x)) if self.dense else self.moe(self.ln2(x).view(B * T, h)).view(B, T, h))
 
     def moe(self, x):
         """Top-k routing made balanced (token i to experts i·k … i·k + k − 1 mod experts), so every expert sees
@@ -86,7 +87,7 @@ class Net(nn.Module):
         self.m = m
         self.tok = nn.Embedding(m.vocab, m.hidden)
         self.pos = nn.Embedding(m.seq, m.hidden) if m.position == "learned" else None
-        self.blocks = nn.ModuleList(Block(m) for _ in range(m.layers))
+        self.blocks = nn.ModuleList(Block(m, dense=i < m.dense_layers) for i in range(m.layers))
         norm = nn.LayerNorm if m.norm == "layernorm" else nn.RMSNorm
         self.ln_f = norm(m.hidden, **({"bias": m.bias} if m.norm == "layernorm" else {}))
         self.head = nn.Linear(m.hidden, m.vocab, bias=False)
@@ -122,6 +123,10 @@ CASES = {
                              shared_ffn=40, shared_gate=True),
     "moe-shared-gelu-bias": dict(layers=2, hidden=32, heads=4, seq=16, vocab=80, ffn_hidden=24, experts=4,
                                  experts_per_token=1, shared_ffn=48),
+    # DeepSeek-V3's layout in small: a dense first block of its own width, then routed and shared experts
+    "moe-dense-first": dict(layers=3, hidden=32, heads=4, seq=16, vocab=80, activation="swiglu", norm="rmsnorm",
+                            bias=False, position="rotary", ffn_hidden=24, experts=4, experts_per_token=2,
+                            shared_ffn=40, dense_layers=1, dense_ffn=72),
     "gemma-narrow-hidden": dict(layers=2, hidden=48, heads=4, head_dim=32, seq=16, vocab=80, activation="swiglu",
                                 norm="rmsnorm", bias=False, position="rotary", ffn_hidden=64, tied_embeddings=True),
 }

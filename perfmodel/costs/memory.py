@@ -100,6 +100,8 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
         # also casts its input and keeps the shared output for the product's gradient
         mlp = mlp + _mlp_saved_bytes(model, model.shared_ffn, **mlp_kw) + (1 + model.shared_gate) * casts / 2 \
             + lo * h * model.shared_gate
+    if model.dense_layers:  # the average block (workload/model.py moe_share)
+        mlp = model.moe_share * mlp + (1 - model.moe_share) * _mlp_saved_bytes(model, model.dense_ffn, **mlp_kw)
     return norm_inputs + casts + attention + mlp
 
 

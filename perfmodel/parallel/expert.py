@@ -25,7 +25,8 @@ def ep_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute) -> P
     lo = wire_bytes(precision).activation
     tokens = c.micro_batch * model.seq / pick(np.asarray(c.sequence_parallel, bool), c.tp, 1.0)
     size = tokens * model.experts_per_token * model.hidden * lo
-    fwd = 2.0 * hierarchical_time(coll, "all_to_all", size, *lay["ep"])
+    # per average block: only the MoE blocks exchange tokens (workload/model.py moe_share)
+    fwd = 2.0 * hierarchical_time(coll, "all_to_all", size, *lay["ep"]) * model.moe_share
     return PhaseTimes(layer_f=fwd, layer_b=fwd + (fwd if recompute == "full" else 0.0))
 
 

@@ -97,7 +97,9 @@ def _shared_expert_seconds(model, on, sp, ag, rs, ar):
     """A shared expert's collectives each way: it is a tensor-parallel MLP of its own (Megatron-Core
     ``SharedExpertMLP``), its input gathered and its output reduce-scattered (without SP, all-reduced) forward,
     their transposes backward, not overlapped; 0 without one."""
-    return pick(on, pick(sp, ag + rs, ar), 0.0) if getattr(model, "shared_ffn", 0) else 0.0
+    if not getattr(model, "shared_ffn", 0):
+        return 0.0
+    return pick(on, pick(sp, ag + rs, ar), 0.0) * model.moe_share  # per average block: the MoE blocks have one
 
 
 def _overlapped(model, c: StepConfig, gemms, ag, rs, sms):

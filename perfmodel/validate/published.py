@@ -74,6 +74,7 @@ def formula_flops(r: dict, m) -> float:
         return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
     if kind == "model-6n":       # 6 × GEMM parameters a token uses (LM head included) + attention 12·l·s·h per token
         mlp = m.experts_per_token * m.mlp_weights(m.ffn_hidden) + m.mlp_weights(m.shared_ffn)  # MoE: its experts
+        mlp = m.moe_share * mlp + (1 - m.moe_share) * m.mlp_weights(m.dense_ffn)  # and its dense blocks' MLP
         gemm = n_layers * (h * m.qkv_out + m.attn_width * h + mlp) + v * h
         return 6 * b * s * gemm + 12 * n_layers * s * h * b * s
     raise InvalidInputError(f"'flops_formula' of {r['name']!r} must be one of narayanan, korthikanti-model, "

@@ -78,9 +78,11 @@ def _moe(cfg: dict, family: str) -> dict:
         return dict(zip(("experts", "experts_per_token"), _need(cfg, family, "num_experts", "num_experts_per_tok")))
     if family not in ("qwen3_moe", "qwen2_moe"):
         return {}
-    _every_layer_moe(cfg)
     out = dict(zip(("experts", "experts_per_token", "ffn_hidden"),
                    _need(cfg, family, "num_experts", "num_experts_per_tok", "moe_intermediate_size")))
+    dense = _dense_layers(cfg, family)
+    if dense:  # those blocks run Qwen2MoeMLP / Qwen3MoeMLP of intermediate_size
+        out.update(dense_layers=dense, dense_ffn=_need(cfg, family, "intermediate_size")[0])
     if family == "qwen2_moe":
         out["shared_ffn"], out["shared_gate"] = _need(cfg, family, "shared_expert_intermediate_size")[0], True
     return out
@@ -99,15 +101,22 @@ def _window(cfg: dict, family: str) -> int:
     return check_int("sliding_window", cfg["sliding_window"])
 
 
-def _every_layer_moe(cfg: dict) -> None:
-    """Qwen3-MoE's and Qwen2-MoE's blocks are all MoE unless ``mlp_only_layers`` or ``decoder_sparse_step`` say
-    otherwise (transformers ``modeling_qwen3_moe.py`` ``Qwen3MoeDecoderLayer``, ``modeling_qwen2_moe.py``
-    ``Qwen2MoeDecoderLayer``); a mix of dense and MoE blocks is not modelled."""
-    dense, step = cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step", 1)
-    if dense or step != 1:
-        raise UnsupportedError(f"mlp_only_layers={dense!r}, decoder_sparse_step={step!r}: a model whose blocks are "
-                               "partly dense and partly MoE is not modelled (every block MoE: mlp_only_layers=[], "
-                               "decoder_sparse_step=1)")
+def _dense_layers(cfg: dict, family: str) -> int:
+    """How many of Qwen3-MoE's and Qwen2-MoE's blocks run a dense MLP: block i does when i is in ``mlp_only_layers``
+    or (i + 1) is not a multiple of ``decoder_sparse_step`` (transformers ``modeling_qwen3_moe.py``
+    ``Qwen3MoeDecoderLayer``, ``modeling_qwen2_moe.py`` ``Qwen2MoeDecoderLayer``). Where they sit is not modelled:
+    the step is priced per average block (docs/workloads.md)."""
+    layers = _need(cfg, family, "num_hidden_layers")[0]
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < layers for i in only):
+        raise InvalidInputError(f"'mlp_only_layers' must be a list of block indices from 0 to {layers - 1}: "
+                                f"got {only!r}")
+    step = check_int("decoder_sparse_step", cfg.get("decoder_sparse_step", 1))
+    dense = sum(1 for i in range(layers) if i in only or (i + 1) % step)
+    if dense >= layers:
+        raise UnsupportedError(f"mlp_only_layers={only!r}, decoder_sparse_step={step}: no block has experts "
+                               "(describe the model as dense)")
+    return dense
 
 
 def _gpt2(cfg: dict, family: str) -> dict:
@@ -195,9 +204,12 @@ NOT_MODELLED = {
               "other block",
     "gemma3": "a vision encoder, and sliding-window attention on five blocks of six",
     "gemma3_text": "sliding-window attention on five blocks of six, four norms per block",
-    "deepseek_v2": "multi-head latent attention (compressed K/V) and shared experts",
-    "deepseek_v3": "multi-head latent attention (compressed K/V), shared experts and dense first blocks",
-    "llama4": "interleaved dense and MoE blocks with a shared expert, chunked attention",
+    "deepseek_v2": "multi-head latent attention (compressed K/V; its shared experts and dense first blocks are: "
+                   "pm.transformer(shared_ffn=..., dense_layers=..., dense_ffn=...))",
+    "deepseek_v3": "multi-head latent attention (compressed K/V; its shared experts and dense first blocks are: "
+                   "pm.transformer(shared_ffn=..., dense_layers=..., dense_ffn=...)) and multi-token prediction",
+    "llama4": "chunked attention and no positions on every fourth block (its interleaved dense and MoE blocks "
+              "with a shared expert are: pm.transformer(dense_layers=..., shared_ffn=...))",
 }
 
 

@@ -182,10 +182,18 @@ class _Builder:
         r1f, r1b = self.residual("res1")
         n2f, n2b = self.norm("ln2")
         mf, mb = self.moe() if self.m.experts > 1 else self.mlp(self.T)
+        if self.m.dense_layers:  # the average block: the experts in moe_share of the blocks, a dense MLP in the rest
+            share, (df, db) = self.m.moe_share, self.mlp(self.T, width=self.m.dense_ffn)
+            mf, mb = _weighted(mf, share) + _weighted(df, 1 - share), _weighted(mb, share) + _weighted(db, 1 - share)
         r2f, r2b = self.residual("res2")
         fwd = n1f + af + r1f + n2f + mf + r2f
         bwd = mb + n2b + r2b + ab + n1b + r1b
         return fwd, bwd
+
+
+def _weighted(kernels, share):
+    """``kernels`` run in ``share`` of the blocks: their counts per average block."""
+    return [replace(k, count=np.multiply(k.count, share)) for k in kernels]
 
 
 def layer_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",

@@ -43,6 +43,9 @@ class Transformer:
     ``shared_expert_intermediate_size``; DeepSeekMoE's n_shared_experts × moe_intermediate_size, one MLP of that
     width in its code); ``shared_gate`` scales that output by sigmoid(x · w), w a hidden × 1 weight (Qwen2-MoE's
     ``shared_expert_gate``).
+    ``dense_layers`` of a MoE model's blocks run one dense MLP of width ``dense_ffn`` instead of the experts
+    (DeepSeek-V3's and GLM-4.5's ``first_k_dense_replace`` first blocks, Qwen-MoE's ``mlp_only_layers``); the
+    parameter count is exact, the step is priced per average block (``moe_share``, docs/workloads.md).
     """
 
     layers: int = 12
@@ -67,6 +70,8 @@ class Transformer:
     window: int = 0
     shared_ffn: int = 0
     shared_gate: bool = False
+    dense_layers: int = 0
+    dense_ffn: int = 0
 
     def __post_init__(self):
         """Every field checked with a message naming it, however the model was made."""
@@ -106,6 +111,16 @@ class Transformer:
                                     "(a dense model's MLP is ffn_hidden)")
         if self.shared_gate and not shared:
             raise InvalidInputError("'shared_gate'=True gates a shared expert: it needs shared_ffn > 0")
+        dense = check_int("dense_layers", self.dense_layers, minimum=0, maximum=max(self.layers - 1, 0))
+        width = check_int("dense_ffn", self.dense_ffn, minimum=0, maximum=SIZE_LIMITS["ffn_hidden"])
+        object.__setattr__(self, "dense_layers", dense)
+        object.__setattr__(self, "dense_ffn", width)
+        if dense and self.experts == 1:
+            raise InvalidInputError(f"'dense_layers'={dense} are the dense blocks of a mixture-of-experts model: it "
+                                    "needs experts > 1 (a dense model's blocks are all dense)")
+        if bool(dense) != bool(width):
+            raise InvalidInputError(f"'dense_layers' and 'dense_ffn' go together (blocks with a dense MLP, and its "
+                                    f"width): got dense_layers={dense}, dense_ffn={width}")
 
     # -- derived sizes ---------------------------------------------------
     @property
@@ -179,8 +194,20 @@ class Transformer:
         return final_norm + lm
 
     @property
+    def moe_share(self) -> float:
+        """The fraction of blocks whose MLP is the experts (1 for a dense model, whose MLP is its own)."""
+        return (self.layers - self.dense_layers) / self.layers
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """Parameters of a dense block's MLP in a MoE model (0 without dense blocks)."""
+        return self._mlp_params(self.dense_ffn) if self.dense_layers else 0
+
+    @property
     def params(self) -> int:
-        return self.embedding_params + self.layers * sum(self.layer_params().values()) + self.head_params
+        moe_mlp = self.layer_params()["mlp"]
+        return (self.embedding_params + self.layers * sum(self.layer_params().values()) + self.head_params
+                - self.dense_layers * (moe_mlp - self.dense_mlp_params))
 
     @property
     def active_params(self) -> int:
@@ -188,7 +215,7 @@ class Transformer:
         if self.experts == 1:
             return self.params
         idle = (self.experts - self.experts_per_token) * self._mlp_params(self.ffn_hidden)  # shared ones all run
-        return self.params - idle * self.layers
+        return self.params - idle * (self.layers - self.dense_layers)
 
     # -- FLOPs -----------------------------------------------------------
     def flops_per_step(self, batch: int, *, attention_backward: float = 2.5) -> float:
@@ -230,6 +257,7 @@ class Transformer:
         extra += f", window={self.window}" if self.window else ""
         extra += f", experts={self.experts}, experts_per_token={self.experts_per_token}" if self.experts > 1 else ""
         extra += f", shared_ffn={self.shared_ffn}" if self.shared_ffn else ""
+        extra += f", dense_layers={self.dense_layers}, dense_ffn={self.dense_ffn}" if self.dense_layers else ""
         return (f"Transformer(name={self.name!r}, layers={self.layers}, hidden={self.hidden}, "
                 f"heads={self.heads}, kv_heads={self.kv_heads}{extra}, seq={self.seq}, vocab={self.vocab}, "
                 f"params={self.params / 1e9:.3g}B)")
@@ -247,7 +275,8 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 tied_embeddings: bool = False, position: str = "learned", causal: bool = True,
                 arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
                 name: str = "transformer", head_dim: int | None = None, qk_norm: str = "none",
-                window: int = 0, shared_ffn: int = 0, shared_gate: bool = False) -> Transformer:
+                window: int = 0, shared_ffn: int = 0, shared_gate: bool = False, dense_layers: int = 0,
+                dense_ffn: int = 0) -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it.
 
     ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
@@ -259,5 +288,5 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
-                       str(name), head_dim, qk_norm, window, shared_ffn, shared_gate)
+                       str(name), head_dim, qk_norm, window, shared_ffn, shared_gate, dense_layers, dense_ffn)
 
