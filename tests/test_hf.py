@@ -19,6 +19,7 @@ PUBLISHED = {
     "mistral-nemo-base-2407": 12_247_782_400, "phi-3-mini-4k-instruct": 3_821_079_552,
     "olmo-2-1124-7b": 7_298_617_344, "qwen3-30b-a3b": 30_532_122_624,
     "qwen1.5-moe-a2.7b-chat": 14_300_000_000, "olmoe-1b-7b-0924": 6_900_000_000,
+    "deepseek-v3": 671_000_000_000, "deepseek-v2-lite": 15_700_000_000,
 }
 
 
@@ -73,7 +74,7 @@ def test_unknown_model_type_lists_supported():
     msg = str(info.value)
     assert msg.startswith("unknown model_type 't5'")
     assert all(family in msg for family in FAMILIES)
-    with pytest.raises(pm.InvalidInputError, match="config has no 'model_type' \\(supported: bert, falcon"):
+    with pytest.raises(pm.InvalidInputError, match="config has no 'model_type' \\(supported: bert, deepseek_v2, deepseek_v3, falcon"):
         from_hf_config({"hidden_size": 8})
 
 
@@ -174,3 +175,26 @@ def test_shared_experts_and_olmoe():
         from_hf_config({**cfg, "decoder_sparse_step": 25})
     with pytest.raises(pm.InvalidInputError, match="shared_expert_intermediate_size"):
         from_hf_config({k: v for k, v in cfg.items() if k != "shared_expert_intermediate_size"})
+
+
+def test_deepseek_latent_attention_shared_experts_and_dense_first_blocks():
+    """DeepSeek-V3: 671B parameters, 37B activated (its report, §1; the Hub's 685B adds the 14B multi-token-
+    prediction module); V2-Lite: 15.7B, 2.4B activated (DeepSeek-V2 report, appendix B), the embedding left out of
+    its active count as here 2.45B. Each from its parts: latent attention, 3 and 1 dense first blocks."""
+    v3 = from_hf_config(FIXTURES / "deepseek-v3.json")
+    assert (v3.kv_lora_rank, v3.q_lora_rank, v3.head_dim, v3.rope_head_dim, v3.v_dim) == (512, 1536, 128, 64, 128)
+    assert (v3.experts, v3.experts_per_token, v3.shared_ffn, v3.dense_layers, v3.dense_ffn) == (256, 8, 2048, 3, 18432)
+    attention = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert v3.layer_params()["attention"] == attention and v3.layer_params()["norms"] == 2 * 7168 + 1536 + 512
+    assert v3.params == 671_026_404_352 and v3.active_params == pytest.approx(37.5e9, rel=0.01)
+    lite = from_hf_config(FIXTURES / "deepseek-v2-lite.json")
+    assert (lite.q_lora_rank, lite.shared_ffn, lite.dense_layers) == (0, 2 * 1408, 1)
+    assert lite.params == 15_706_484_224
+    assert lite.active_params - lite.embedding_params == pytest.approx(2.4e9, rel=0.03)
+    cfg = json.loads((FIXTURES / "deepseek-v2-lite.json").read_text())
+    assert from_hf_config({**cfg, "first_k_dense_replace": 0}).dense_layers == 0
+    assert from_hf_config({**cfg, "moe_layer_freq": 2}).dense_layers == 14  # blocks 1, 3, ... and block 0
+    with pytest.raises(pm.UnsupportedError, match="attention_bias=true in latent attention is not modelled"):
+        from_hf_config({**cfg, "attention_bias": True})
+    with pytest.raises(pm.InvalidInputError, match="lacks required keys: kv_lora_rank"):
+        from_hf_config({k: v for k, v in cfg.items() if k != "kv_lora_rank"})

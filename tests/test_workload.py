@@ -26,7 +26,16 @@ class Block(nn.Module):
         kw = {"bias": m.bias} if m.norm == "layernorm" else {}
         self.m = m
         self.ln1, self.ln2 = norm(h, **kw), norm(h, **kw)
-        self.qkv = nn.Linear(h, m.attn_width + 2 * m.kv_heads * d, bias=m.bias)
+        if m.kv_lora_rank:  # DeepSeek's latent attention (transformers DeepseekV3Attention), rotary left out
+            qk = m.heads * (d + m.rope_head_dim)
+            self.q = (nn.Sequential(nn.Linear(h, m.q_lora_rank, bias=False), nn.RMSNorm(m.q_lora_rank),
+                                    nn.Linear(m.q_lora_rank, qk, bias=False)) if m.q_lora_rank
+                      else nn.Linear(h, qk, bias=False))
+            self.kv_a = nn.Linear(h, m.kv_lora_rank + m.rope_head_dim, bias=False)
+            self.kv_norm = nn.RMSNorm(m.kv_lora_rank)
+            self.kv_b = nn.Linear(m.kv_lora_rank, m.heads * (d + m.v_dim), bias=False)
+        else:
+            self.qkv = nn.Linear(h, m.attn_width + 2 * m.kv_heads * d, bias=m.bias)
         self.proj = nn.Linear(m.attn_width, h, bias=m.bias)
         # Qwen3's q_norm / k_norm: one RMSNorm over each head's head_dim (transformers modeling_qwen3.py)
         self.q_norm, self.k_norm = {"none": (nn.Identity(), nn.Identity()), "head": (nn.RMSNorm(d), nn.RMSNorm(d)),
@@ -39,9 +48,23 @@ class Block(nn.Module):
             self.shared = MLP(m, m.shared_ffn) if m.shared_ffn else None
             self.shared_gate = nn.Linear(h, 1, bias=False) if m.shared_gate else None
 
+    def latent(self, x):
+        """q, k, v (batch, heads, tokens, width) of latent attention: k's rotary part shared by the heads."""
+        m, (B, T, _) = self.m, x.shape
+        d, dr = m.head_dim, m.rope_head_dim
+        q = self.q(x).view(B, T, m.heads, d + dr).transpose(1, 2)
+        latent, k_pe = self.kv_a(x).split([m.kv_lora_rank, dr], dim=-1)
+        k_nope, v = self.kv_b(self.kv_norm(latent)).view(B, T, m.heads, d + m.v_dim).split([d, m.v_dim], dim=-1)
+        k = torch.cat([k_nope, k_pe.view(B, T, 1, dr).expand(B, T, m.heads, dr)], dim=-1)
+        return q, k.transpose(1, 2), v.transpose(1, 2)
+
     def forward(self, x):
         m = self.m
         B, T, h = x.shape
+        if m.kv_lora_rank:
+            y = F.scaled_dot_product_attention(*self.latent(self.ln1(x)), is_causal=m.causal)
+            x = x + self.proj(y.transpose(1, 2).reshape(B, T, m.attn_width))
+            return x + (self.mlp(self.ln2(x)) if self.dense else self.moe(self.ln2(x).view(B * T, h)).view(B, T, h))
         q, k, v = self.qkv(self.ln1(x)).split([m.attn_width, m.kv_heads * m.head_dim, m.kv_heads * m.head_dim], dim=-1)
         q = self.q_norm(q.view(B, T, m.heads, m.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(B, T, m.kv_heads, m.head_dim)).transpose(1, 2)
@@ -127,6 +150,14 @@ CASES = {
     "moe-dense-first": dict(layers=3, hidden=32, heads=4, seq=16, vocab=80, activation="swiglu", norm="rmsnorm",
                             bias=False, position="rotary", ffn_hidden=24, experts=4, experts_per_token=2,
                             shared_ffn=40, dense_layers=1, dense_ffn=72),
+    # DeepSeek-V3's attention in small: q and K/V latents, q·k wider than v (head_dim + rope_head_dim vs v_head_dim)
+    "mla-moe-dense-first": dict(layers=3, hidden=32, heads=4, seq=16, vocab=80, activation="swiglu", norm="rmsnorm",
+                                bias=False, position="rotary", ffn_hidden=24, experts=4, experts_per_token=2,
+                                shared_ffn=24, dense_layers=1, dense_ffn=72, head_dim=16, kv_lora_rank=12,
+                                q_lora_rank=20, rope_head_dim=8, v_head_dim=12),
+    # DeepSeek-V2-Lite's: q projected directly
+    "mla-direct-q": dict(layers=2, hidden=32, heads=4, seq=16, vocab=80, activation="swiglu", norm="rmsnorm",
+                         bias=False, position="rotary", ffn_hidden=48, head_dim=8, kv_lora_rank=16, rope_head_dim=4),
     "gemma-narrow-hidden": dict(layers=2, hidden=48, heads=4, head_dim=32, seq=16, vocab=80, activation="swiglu",
                                 norm="rmsnorm", bias=False, position="rotary", ffn_hidden=64, tied_embeddings=True),
 }

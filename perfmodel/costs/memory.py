@@ -115,12 +115,27 @@ def _mlp_saved_bytes(model: Transformer, f, tp, lo: float, fc2_in: float, swiglu
     return (lo * fc1_tensors + fc2_in) * f / tp
 
 
+def _latent_saved_bytes(model: Transformer, heads, lo: float, gemm_in: float, rope_saved: bool):
+    """Bytes per token latent attention saves (``workload/kernels.py`` ``latent_attention``): each latent as its
+    RMSNorm's input and, normed, as the up projection's input, with an fp32 rstd; the concatenated q and k and
+    v that attention keeps; the rotary outputs where the stack's RoPE saves them; the output with its fp32
+    log-sum-exp (and under TE fp8 the projection's fp8 input)."""
+    dn, dr, dv = model.head_dim, model.rope_head_dim, model.v_dim
+    latents = sum(2 * lo * r + 4.0 for r in (model.q_lora_rank, model.kv_lora_rank) if r) + lo * dr
+    qkv = lo * heads * (2 * (dn + dr) + dv)
+    rope = lo * (heads + 1) * dr if rope_saved else 0.0
+    out = lo * heads * dv + 4.0 * heads + (gemm_in * heads * dv if gemm_in < 2.0 else 0.0)
+    return latents + qkv + rope + out
+
+
 def _attention_saved_bytes(model: Transformer, tp, lo: float, gemm_in: float, rope_saved: bool):
     """Bytes per token the attention of one block saves: q, k, v (with ``qk_norm``, also the q/k norms' 16-bit
     inputs and an fp32 rstd per normed row: per head, or one each for q and k), the rotary outputs where the
     stack's RoPE saves them, the attention output (heads · head_dim wide) with FlashAttention's fp32
     log-sum-exp, and under TE fp8 the projection's fp8 input."""
     heads, kv, d = model.heads / tp, model.kv_heads / tp, model.head_dim
+    if model.kv_lora_rank:  # latent attention: its latents and their norms, q, k and v of their own widths
+        return _latent_saved_bytes(model, heads, lo, gemm_in, rope_saved)
     qkv = lo * (heads + 2 * kv) * d                            # QKV output, kept by attention
     if model.qk_norm != "none":
         qkv = qkv + lo * (heads + kv) * d + 4.0 * ((heads + kv) if model.qk_norm == "head" else 2.0)

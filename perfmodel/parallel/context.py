@@ -76,7 +76,7 @@ def ring_merges(k: Kernel, cp: int, plan: RingPlan) -> list[Kernel]:
 def _ring_sends(model, coll, lay, c: StepConfig, plan: RingPlan, precision):
     """(seconds of one K/V send, of one K/V + dK/dV send, of the K/V all-gather, of one dK/dV send)."""
     lo = wire_bytes(precision).activation
-    kv = 2.0 * c.micro_batch * model.seq * model.kv_heads / c.tp * model.head_dim * lo
+    kv = 2.0 * c.micro_batch * model.seq * model.kv_heads / c.tp * model.attention_head_dim * lo
     grad = kv / lo * plan.grad_kv_bytes
     inter = np.asarray(lay["cp"][1]) > 1  # the ring leaves the node
 
@@ -92,7 +92,7 @@ def _exposed_gather(model, coll, lay, c: StepConfig, plan: RingPlan, gather):
     """(forward, backward) seconds of an all-gather ring whose collectives no block hides (Transformer
     Engine ``AttnFuncWithCPAndKVAllGather``): the K/V gather before the blocks; backward gathers again
     and reduce-scatters the full-sequence dK/dV (nccl-tests S: the cp·(s/cp) K/V elements, 16-bit)."""
-    grads = 2.0 * c.micro_batch * model.seq * model.kv_heads / c.tp * model.head_dim * plan.grad_kv_bytes
+    grads = 2.0 * c.micro_batch * model.seq * model.kv_heads / c.tp * model.attention_head_dim * plan.grad_kv_bytes
     scatter = hierarchical_time(coll, "reduce_scatter", c.cp * grads, *lay["cp"], algorithm="ring")
     return gather, gather + scatter
 

@@ -193,7 +193,7 @@ def block_weights(model, tp=1) -> list:
     """Elements of a Megatron-LM block's gathered weights in forward order (fused QKV, projection, fc1,
     fc2) on one tensor-parallel rank: ``parallel.data.DS_BLOCK_GATHERS`` of them."""
     h = model.hidden
-    return [h * model.qkv_out / tp, model.attn_width * h / tp, h * model.mlp_in_out / tp,
+    return [model.attention_in_weights / tp, model.attn_width * h / tp, h * model.mlp_in_out / tp,
             model.ffn_hidden * h / tp]
 
 

@@ -75,7 +75,7 @@ def formula_flops(r: dict, m) -> float:
     if kind == "model-6n":       # 6 × GEMM parameters a token uses (LM head included) + attention 12·l·s·h per token
         mlp = m.experts_per_token * m.mlp_weights(m.ffn_hidden) + m.mlp_weights(m.shared_ffn)  # MoE: its experts
         mlp = m.moe_share * mlp + (1 - m.moe_share) * m.mlp_weights(m.dense_ffn)  # and its dense blocks' MLP
-        gemm = n_layers * (h * m.qkv_out + m.attn_width * h + mlp) + v * h
+        gemm = n_layers * (m.attention_in_weights + m.attn_width * h + mlp) + v * h
         return 6 * b * s * gemm + 12 * n_layers * s * h * b * s
     raise InvalidInputError(f"'flops_formula' of {r['name']!r} must be one of narayanan, korthikanti-model, "
                             f"model-6n: got {kind!r}")

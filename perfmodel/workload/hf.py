@@ -119,6 +119,34 @@ def _dense_layers(cfg: dict, family: str) -> int:
     return dense
 
 
+def _deepseek(cfg: dict, family: str) -> dict:
+    """DeepSeek-V2 and -V3 (transformers ``modeling_deepseek_v3.py``; V2's modeling file on the Hub): multi-head
+    latent attention (``q_lora_rank``, null in V2-Lite: q projected directly; ``kv_lora_rank``; per head
+    ``qk_nope_head_dim`` + ``qk_rope_head_dim`` for q and k, ``v_head_dim`` for v), ``n_routed_experts`` of
+    ``moe_intermediate_size`` (``num_experts_per_tok`` per token) beside ``n_shared_experts`` shared ones (one MLP
+    of n_shared × moe_intermediate_size, ``DeepseekV3MoE.shared_experts``), and a dense MLP of ``intermediate_size``
+    in block i unless i >= ``first_k_dense_replace`` and i % ``moe_layer_freq`` == 0. Not modelled: V3's
+    per-expert ``e_score_correction_bias`` (n_routed_experts per MoE block) and the multi-token-prediction
+    module (``num_nextn_predict_layers``), which the Hugging Face model does not build."""
+    if cfg.get("attention_bias"):
+        raise UnsupportedError("attention_bias=true in latent attention is not modelled (DeepSeek's are false)")
+    layers, hidden, heads, ffn, vocab, experts, top_k, width, kv_rank, nope, rope, v = _need(
+        cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+        "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank", "qk_nope_head_dim",
+        "qk_rope_head_dim", "v_head_dim")
+    first = check_int("first_k_dense_replace", cfg.get("first_k_dense_replace") or 0, minimum=0)
+    freq = check_int("moe_layer_freq", cfg.get("moe_layer_freq") or 1)
+    dense = sum(1 for i in range(layers) if not (i >= first and i % freq == 0))
+    shared = check_int("n_shared_experts", cfg.get("n_shared_experts") or 0, minimum=0)
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=heads, vocab=vocab, ffn_hidden=width,
+                seq=cfg.get("max_position_embeddings", 4096), activation="swiglu", norm="rmsnorm", bias=False,
+                tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), position="rotary", head_dim=nope,
+                experts=experts, experts_per_token=top_k, shared_ffn=shared * width,
+                dense_layers=dense, dense_ffn=ffn if dense else 0, kv_lora_rank=kv_rank,
+                q_lora_rank=check_int("q_lora_rank", cfg.get("q_lora_rank") or 0, minimum=0), rope_head_dim=rope,
+                v_head_dim=v)
+
+
 def _gpt2(cfg: dict, family: str) -> dict:
     """GPT-2: learned positions, pre-LayerNorm, GELU MLP of n_inner (4h), biases, tied head."""
     layers, hidden, heads, vocab = _need(cfg, family, ("n_layer", "num_hidden_layers"), ("n_embd", "hidden_size"),
@@ -193,7 +221,7 @@ def _mpt(cfg: dict, family: str) -> dict:
 
 FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama,
             "qwen3_moe": _llama, "qwen2_moe": _llama, "olmoe": _llama, "gemma": _llama, "olmo2": _llama,
-            "phi3": _llama, "gpt2": _gpt2,
+            "phi3": _llama, "gpt2": _gpt2, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}
 
@@ -204,10 +232,6 @@ NOT_MODELLED = {
               "other block",
     "gemma3": "a vision encoder, and sliding-window attention on five blocks of six",
     "gemma3_text": "sliding-window attention on five blocks of six, four norms per block",
-    "deepseek_v2": "multi-head latent attention (compressed K/V; its shared experts and dense first blocks are: "
-                   "pm.transformer(shared_ffn=..., dense_layers=..., dense_ffn=...))",
-    "deepseek_v3": "multi-head latent attention (compressed K/V; its shared experts and dense first blocks are: "
-                   "pm.transformer(shared_ffn=..., dense_layers=..., dense_ffn=...)) and multi-token prediction",
     "llama4": "chunked attention and no positions on every fourth block (its interleaved dense and MoE blocks "
               "with a shared expert are: pm.transformer(dense_layers=..., shared_ffn=...))",
 }

@@ -105,6 +105,8 @@ class _Builder:
         return [k], bwd
 
     def attention(self):
+        if self.m.kv_lora_rank:
+            return self.latent_attention()
         m, h = self.m, self.m.hidden
         heads, kv, d = m.heads / self.tp, m.kv_heads / self.tp, m.head_dim
         f_qkv, b_qkv = self.linear("attn.qkv", self.T, h, m.qkv_out / self.tp, cast_input=self.mixed)
@@ -121,15 +123,58 @@ class _Builder:
         # q, k, v are views of the fused QKV output: backward of the split concatenates
         # their gradients into one (tokens × qkv_out) tensor, a copy kernel
         bwd.append(mem("attn.split.bwd", "copy", "bwd", self.T * m.qkv_out / self.tp, variant="fwd", dtype=self.low))
+        f_a, b_a = self.core(heads, kv)
+        f_o, b_o = self.linear("attn.proj", self.T, m.attn_width / self.tp, h)
+        return fwd + f_a + f_o, b_o + b_a + bwd[::-1] + b_qkv
+
+    def core(self, heads, kv):
+        """The attention kernel (FlashAttention-style: no s² tensor) at ``Transformer.attention_head_dim``."""
+        m, d = self.m, self.m.attention_head_dim
         size = {"batch": self.b, "heads": heads, "kv_heads": kv, "seq": float(m.seq), "head_dim": float(d),
                 "causal": float(m.causal)}
         if m.causal and 0 < m.window < m.seq:  # a kernel that skips blocks outside it runs less (stack._attention)
             size["window"] = float(m.window)
         flops = 4.0 * self.b * heads * m.seq ** 2 * d     # FlopCounterMode convention: full s²
-        fwd.append(Kernel("attn.sdpa", "sdpa", "fwd", size, 1, flops, "fwd", self.low))
-        bwd.append(Kernel("attn.sdpa.bwd", "sdpa", "bwd", size, 1, 2.5 * flops, "bwd", self.low))
+        return ([Kernel("attn.sdpa", "sdpa", "fwd", size, 1, flops, "fwd", self.low)],
+                [Kernel("attn.sdpa.bwd", "sdpa", "bwd", size, 1, 2.5 * flops, "bwd", self.low)])
+
+    def latent_attention(self):
+        """Multi-head latent attention as transformers ``DeepseekV3Attention`` runs it: q down (``q_a_proj``),
+        RMSNorm, up (``q_b_proj``) or one ``q_proj``; ``kv_a_proj_with_mqa`` to the K/V latent and k's rotary part,
+        RMSNorm of the latent, ``kv_b_proj`` up to each head's k (no position) and v; rotary on q's and k's rotary
+        parts; q and k concatenated (k's rotary part expanded over the heads); attention; ``o_proj``. The down
+        projections are whole on every tensor-parallel rank (Megatron-Core ``MLASelfAttention``: duplicated), the
+        up and output ones split by heads."""
+        m, h = self.m, self.m.hidden
+        heads, dn, dr, dv = m.heads / self.tp, m.head_dim, m.rope_head_dim, m.v_dim
+        qk = heads * (dn + dr)
+        fwd, bwd = [], []
+        if m.q_lora_rank:
+            for k_f, k_b in (self.linear("attn.q_a", self.T, h, m.q_lora_rank, cast_input=self.mixed),
+                             self._latent_norm("attn.q_a_norm", m.q_lora_rank),
+                             self.linear("attn.q_b", self.T, m.q_lora_rank, qk)):
+                fwd, bwd = fwd + k_f, k_b + bwd
+        else:
+            f_q, b_q = self.linear("attn.q", self.T, h, qk, cast_input=self.mixed)
+            fwd, bwd = fwd + f_q, b_q + bwd
+        for k_f, k_b in (self.linear("attn.kv_a", self.T, h, m.kv_lora_rank + dr, cast_input=self.mixed),
+                         self._latent_norm("attn.kv_a_norm", m.kv_lora_rank),
+                         self.linear("attn.kv_b", self.T, m.kv_lora_rank, heads * (dn + dv))):
+            fwd, bwd = fwd + k_f, k_b + bwd
+        for part, width in (("q", heads * dr), ("k", dr)):
+            fwd.append(mem(f"attn.rope_{part}", "rope", "fwd", self.T * width, dtype=self.low))
+            bwd.insert(0, mem(f"attn.rope_{part}.bwd", "rope", "bwd", self.T * width, dtype=self.low))
+        # q = cat(q_nope, q_pe), k = cat(k_nope, k_pe.expand(heads)): two copies forward, their splits backward
+        fwd.append(mem("attn.qk_cat", "copy", "fwd", 2 * self.T * qk, variant="fwd", dtype=self.low))
+        bwd.insert(0, mem("attn.qk_cat.bwd", "copy", "bwd", 2 * self.T * qk, variant="fwd", dtype=self.low))
+        f_a, b_a = self.core(heads, heads)
         f_o, b_o = self.linear("attn.proj", self.T, m.attn_width / self.tp, h)
-        return fwd + f_o, b_o + bwd[::-1] + b_qkv
+        return fwd + f_a + f_o, b_o + b_a + bwd
+
+    def _latent_norm(self, name, width):
+        """An RMSNorm of a latent (16-bit, one row per token)."""
+        return ([mem(name, "rmsnorm", "fwd", self.T * width, rows=self.T, dtype=self.low)],
+                [mem(name + ".bwd", "rmsnorm", "bwd", self.T * width, rows=self.T, dtype=self.low)])
 
     def mlp(self, tokens, count=1, prefix="mlp", width=None, cast_input=True):
         """An MLP of ``width`` (the model's ``ffn_hidden``) over ``tokens``; ``cast_input``: its input is the fp32

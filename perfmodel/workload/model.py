@@ -46,6 +46,10 @@ class Transformer:
     ``dense_layers`` of a MoE model's blocks run one dense MLP of width ``dense_ffn`` instead of the experts
     (DeepSeek-V3's and GLM-4.5's ``first_k_dense_replace`` first blocks, Qwen-MoE's ``mlp_only_layers``); the
     parameter count is exact, the step is priced per average block (``moe_share``, docs/workloads.md).
+    ``kv_lora_rank`` > 0 is multi-head latent attention (DeepSeek-V2, Liu et al. 2024 §2.1; transformers
+    ``modeling_deepseek_v3.py`` ``DeepseekV3Attention``): K and V come up from a ``kv_lora_rank`` latent (normed),
+    q from a ``q_lora_rank`` one (0: projected directly), each head's q and k carrying ``head_dim`` dimensions
+    without position and ``rope_head_dim`` rotary ones (k's shared by the heads), v ``v_head_dim`` (0: head_dim).
     """
 
     layers: int = 12
@@ -72,6 +76,10 @@ class Transformer:
     shared_gate: bool = False
     dense_layers: int = 0
     dense_ffn: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self):
         """Every field checked with a message naming it, however the model was made."""
@@ -96,6 +104,7 @@ class Transformer:
         check_choice("qk_norm", self.qk_norm, QK_NORMS)
         object.__setattr__(self, "window", check_int("window", self.window, minimum=0, maximum=SIZE_LIMITS["seq"]))
         self._check_shared()
+        self._check_latent()
         for flag in ("bias", "tied_embeddings", "causal"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
@@ -122,15 +131,52 @@ class Transformer:
             raise InvalidInputError(f"'dense_layers' and 'dense_ffn' go together (blocks with a dense MLP, and its "
                                     f"width): got dense_layers={dense}, dense_ffn={width}")
 
+    def _check_latent(self) -> None:
+        for name in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim"):
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=0, maximum=SIZE_LIMITS["hidden"]))
+        given = [n for n in ("q_lora_rank", "rope_head_dim", "v_head_dim") if getattr(self, n)]
+        if not self.kv_lora_rank:
+            if given:
+                raise InvalidInputError(f"{given[0]!r}={getattr(self, given[0])} belongs to multi-head latent "
+                                        "attention: it needs kv_lora_rank > 0")
+            return
+        if self.kv_heads != self.heads or self.qk_norm != "none" or self.bias:
+            raise InvalidInputError(f"multi-head latent attention (kv_lora_rank={self.kv_lora_rank}) has a key and a "
+                                    "value per head, no q/k norms and no biases: it needs kv_heads = heads, "
+                                    f"qk_norm='none', bias=False (got kv_heads={self.kv_heads}, heads={self.heads}, "
+                                    f"qk_norm={self.qk_norm!r}, bias={self.bias})")
+
     # -- derived sizes ---------------------------------------------------
+    @property
+    def v_dim(self) -> int:
+        """Each head's value width: v_head_dim under latent attention where given, else head_dim."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def attention_head_dim(self) -> float:
+        """The head width attention is priced at: head_dim, or under latent attention the mean of q·k's
+        (head_dim + rope_head_dim) and v's widths, which carries its FLOPs, 2·b·heads·s²·(d_qk + d_v)."""
+        return (self.head_dim + self.rope_head_dim + self.v_dim) / 2 if self.kv_lora_rank else self.head_dim
+
+    @property
+    def attention_in_weights(self) -> int:
+        """Weights of the attention's projections before its output projection: the fused QKV, or under latent
+        attention q's (down, up or direct), the K/V down projection with k's rotary part, and the K/V up one."""
+        if not self.kv_lora_rank:
+            return self.hidden * self.qkv_out
+        h, heads, qk = self.hidden, self.heads, self.head_dim + self.rope_head_dim
+        q = h * self.q_lora_rank + self.q_lora_rank * heads * qk if self.q_lora_rank else h * heads * qk
+        return q + h * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * heads * (self.head_dim + self.v_dim)
+
     @property
     def head_dim(self) -> int:
         return self.explicit_head_dim or self.hidden // self.heads
 
     @property
     def attn_width(self) -> int:
-        """Width of the queries and of the attention output: heads·head_dim (hidden unless head_dim is explicit)."""
-        return self.heads * self.head_dim
+        """Width of the attention output (and of the queries without latent attention): heads·head_dim, hidden
+        unless head_dim is explicit; under latent attention heads·v_dim."""
+        return self.heads * self.v_dim
 
     @property
     def qkv_out(self) -> int:
@@ -167,14 +213,15 @@ class Transformer:
     def layer_params(self) -> dict[str, int]:
         """Parameters of one block, by part (dense; MoE counts every expert)."""
         h, b = self.hidden, int(self.bias)
-        attn = h * self.qkv_out + b * self.qkv_out + self.attn_width * h + b * h
+        attn = self.attention_in_weights + b * self.qkv_out + self.attn_width * h + b * h
         mlp_one = self._mlp_params(self.ffn_hidden)
         router = h * self.experts if self.experts > 1 else 0
         # a weight of head_dim each for q and k ("head"), or of q's and k's whole widths ("full")
         qk_norms = {"none": 0, "head": 2 * self.head_dim, "full": self.attn_width + self.kv_heads * self.head_dim}
         qk_norms = qk_norms[self.qk_norm]
+        latent = self.q_lora_rank + self.kv_lora_rank  # latent attention's RMSNorms of its two latents
         return {"attention": attn, "mlp": mlp_one * self.experts + router + self.shared_params,
-                "norms": 2 * self._norm_params() + qk_norms}
+                "norms": 2 * self._norm_params() + qk_norms + latent}
 
     @property
     def embedding_params(self) -> int:
@@ -258,6 +305,7 @@ class Transformer:
         extra += f", experts={self.experts}, experts_per_token={self.experts_per_token}" if self.experts > 1 else ""
         extra += f", shared_ffn={self.shared_ffn}" if self.shared_ffn else ""
         extra += f", dense_layers={self.dense_layers}, dense_ffn={self.dense_ffn}" if self.dense_layers else ""
+        extra += f", kv_lora_rank={self.kv_lora_rank}" if self.kv_lora_rank else ""
         return (f"Transformer(name={self.name!r}, layers={self.layers}, hidden={self.hidden}, "
                 f"heads={self.heads}, kv_heads={self.kv_heads}{extra}, seq={self.seq}, vocab={self.vocab}, "
                 f"params={self.params / 1e9:.3g}B)")
@@ -276,7 +324,8 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 arch: str = "decoder", experts: int = 1, experts_per_token: int = 1,
                 name: str = "transformer", head_dim: int | None = None, qk_norm: str = "none",
                 window: int = 0, shared_ffn: int = 0, shared_gate: bool = False, dense_layers: int = 0,
-                dense_ffn: int = 0) -> Transformer:
+                dense_ffn: int = 0, kv_lora_rank: int = 0, q_lora_rank: int = 0, rope_head_dim: int = 0,
+                v_head_dim: int = 0) -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it.
 
     ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
@@ -288,5 +337,6 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
-                       str(name), head_dim, qk_norm, window, shared_ffn, shared_gate, dense_layers, dense_ffn)
+                       str(name), head_dim, qk_norm, window, shared_ffn, shared_gate, dense_layers, dense_ffn,
+                       kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim)
 
