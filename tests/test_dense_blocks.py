@@ -81,3 +81,11 @@ def test_with_and_the_toml_form_keep_the_dense_blocks(tmp_path):
     path.write_text("\n".join(f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}".replace("'", '"')
                               for k, v in {**BASE, "dense_layers": 2, "dense_ffn": 4096}.items()))
     assert model_from_toml(path).params == MIXED.params
+
+
+def test_no_validation_row_ran_dense_blocks_and_the_interval_says_so():
+    s = pm.Strategy(dp=8, ep=8, micro_batch=1, framework="megatron", zero=1)
+    small = dict(BASE, experts=8, shared_ffn=0)  # within the calibrated experts range (1-8)
+    assert pm.predict(pm.transformer(**small, dense_layers=2, dense_ffn=4096), H100, s).interval_regime == \
+        "uncalibrated: dense_blocks=on in no validation row"
+    assert "dense_blocks" not in pm.predict(pm.transformer(**small), H100, s).interval_regime

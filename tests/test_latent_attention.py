@@ -77,3 +77,12 @@ def test_deepseek_v2_lite_is_priced_and_search_agrees_with_predict(framework, fi
     for _, row in top.iterrows():
         q = pm.predict(lite, H100, strategy_of(row))
         np.testing.assert_allclose([row["step_time"], row["peak_memory"]], [q.step_time, q.peak_memory], rtol=1e-9)
+
+
+def test_no_validation_row_ran_latent_attention_and_the_interval_says_so():
+    s = pm.Strategy(dp=8, micro_batch=1, framework="megatron", zero=1)
+    p = pm.predict(MODEL, H100, s)
+    assert p.interval_regime == "uncalibrated: latent_attention=on in no validation row"
+    standard = pm.predict(pm.transformer(**{**MLA, "kv_lora_rank": 0, "q_lora_rank": 0, "rope_head_dim": 0,
+                                            "v_head_dim": 0}), H100, s)
+    assert "latent_attention" not in standard.interval_regime
