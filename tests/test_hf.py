@@ -19,7 +19,7 @@ PUBLISHED = {
     "mistral-nemo-base-2407": 12_247_782_400, "phi-3-mini-4k-instruct": 3_821_079_552,
     "olmo-2-1124-7b": 7_298_617_344, "qwen3-30b-a3b": 30_532_122_624,
     "qwen1.5-moe-a2.7b-chat": 14_300_000_000, "olmoe-1b-7b-0924": 6_900_000_000,
-    "deepseek-v3": 671_000_000_000, "deepseek-v2-lite": 15_700_000_000,
+    "deepseek-v3": 671_000_000_000, "deepseek-v2-lite": 15_700_000_000, "glm-4.5-air": 106_000_000_000,
 }
 
 
@@ -74,7 +74,7 @@ def test_unknown_model_type_lists_supported():
     msg = str(info.value)
     assert msg.startswith("unknown model_type 't5'")
     assert all(family in msg for family in FAMILIES)
-    with pytest.raises(pm.InvalidInputError, match="config has no 'model_type' \\(supported: bert, deepseek_v2, deepseek_v3, falcon"):
+    with pytest.raises(pm.InvalidInputError, match="config has no 'model_type' \\(supported: bert, deepseek_v2, deepseek_v3, falcon, gemma, glm4_moe"):
         from_hf_config({"hidden_size": 8})
 
 
@@ -198,3 +198,18 @@ def test_deepseek_latent_attention_shared_experts_and_dense_first_blocks():
         from_hf_config({**cfg, "attention_bias": True})
     with pytest.raises(pm.InvalidInputError, match="lacks required keys: kv_lora_rank"):
         from_hf_config({k: v for k, v in cfg.items() if k != "kv_lora_rank"})
+
+
+def test_glm_4_5_air_dense_first_block_and_shared_expert():
+    """GLM-4.5-Air: 106B total, 12B activated (the model card), here 106,851,586,048 and 12.18B without the
+    embedding and the head: 96 heads of 128 over hidden 4096 (8 KV heads), 128 experts of 1408 (8 per token) and
+    one shared, a dense first block of 10944; its q/k/v biases (14,336 per block) are not modelled."""
+    air = from_hf_config(FIXTURES / "glm-4.5-air.json")
+    assert (air.heads, air.kv_heads, air.head_dim, air.experts, air.experts_per_token) == (96, 8, 128, 128, 8)
+    assert (air.shared_ffn, air.dense_layers, air.dense_ffn, air.qk_norm, air.bias) == (1408, 1, 10944, "none", False)
+    assert air.params == 106_851_586_048
+    assert air.active_params - air.embedding_params - air.head_params == pytest.approx(12e9, rel=0.02)
+    cfg = json.loads((FIXTURES / "glm-4.5-air.json").read_text())
+    assert from_hf_config({**cfg, "use_qk_norm": True}).qk_norm == "head"
+    with pytest.raises(pm.UnsupportedError, match="no block has experts"):
+        from_hf_config({**cfg, "first_k_dense_replace": 46})

@@ -76,6 +76,8 @@ def _moe(cfg: dict, family: str) -> dict:
         return dict(zip(("experts", "experts_per_token"), _need(cfg, family, "num_local_experts", "num_experts_per_tok")))
     if family == "olmoe":
         return dict(zip(("experts", "experts_per_token"), _need(cfg, family, "num_experts", "num_experts_per_tok")))
+    if family == "glm4_moe":
+        return _glm4_moe(cfg, family)
     if family not in ("qwen3_moe", "qwen2_moe"):
         return {}
     out = dict(zip(("experts", "experts_per_token", "ffn_hidden"),
@@ -99,6 +101,25 @@ def _window(cfg: dict, family: str) -> int:
     if family not in ("mistral", "mixtral", "phi3") or cfg.get("sliding_window") is None:
         return 0
     return check_int("sliding_window", cfg["sliding_window"])
+
+
+def _glm4_moe(cfg: dict, family: str) -> dict:
+    """GLM-4.5's experts (transformers ``modeling_glm4_moe.py``): ``n_routed_experts`` of ``moe_intermediate_size``
+    beside ``n_shared_experts`` shared ones (one MLP of that many times the width), a dense MLP of
+    ``intermediate_size`` in the first ``first_k_dense_replace`` blocks, per-head q/k norms where ``use_qk_norm``.
+    Approximated: its q/k/v biases (``attention_bias``; none here, as for Qwen2) and its rotary embedding on
+    ``partial_rotary_factor`` of each head (priced over the whole head, as GPT-NeoX's); not counted: the router's
+    per-expert bias and the multi-token-prediction block the Hugging Face model does not build."""
+    layers, experts, top_k, width = _need(cfg, family, "num_hidden_layers", "n_routed_experts", "num_experts_per_tok",
+                                          "moe_intermediate_size")
+    dense = min(check_int("first_k_dense_replace", cfg.get("first_k_dense_replace") or 0, minimum=0), layers)
+    if dense >= layers:
+        raise UnsupportedError(f"first_k_dense_replace={dense} of {layers} blocks: no block has experts "
+                               "(describe the model as dense)")
+    shared = check_int("n_shared_experts", cfg.get("n_shared_experts") or 0, minimum=0)
+    return dict(experts=experts, experts_per_token=top_k, ffn_hidden=width, shared_ffn=shared * width,
+                dense_layers=dense, dense_ffn=_need(cfg, family, "intermediate_size")[0] if dense else 0,
+                qk_norm="head" if cfg.get("use_qk_norm") else "none", bias=False)
 
 
 def _dense_layers(cfg: dict, family: str) -> int:
@@ -220,7 +241,7 @@ def _mpt(cfg: dict, family: str) -> dict:
 
 
 FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama,
-            "qwen3_moe": _llama, "qwen2_moe": _llama, "olmoe": _llama, "gemma": _llama, "olmo2": _llama,
+            "qwen3_moe": _llama, "qwen2_moe": _llama, "olmoe": _llama, "glm4_moe": _llama, "gemma": _llama, "olmo2": _llama,
             "phi3": _llama, "gpt2": _gpt2, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}
