@@ -32,9 +32,15 @@ QUICK_MEDIAN_MAX_PCT = 20.0  # measured medians 4.3-12.8% over nine runs on a qu
 DDP_CHECK_MODEL, DDP_MAX_PCT = "tiny-gpt", 35.0
 OTHER_LOAD_MAX = 0.15  # share of the CPUs other processes may use before timings are not compared
 # how far the host's speed may move between calibrating and running (Validation.drift: the calibration's
-# tiny steps re-timed just before and just after the runs) before the timings are not compared: beyond it the drift alone
-# could carry the median past QUICK_MEDIAN_MAX_PCT (docs/validation.md)
-DRIFT_MAX = 0.20
+# tiny steps re-timed just before and just after the runs) before the timings are not compared at all; below it
+# each bound widens by the drift measured (_bound): a host 15% faster than when calibrated moves every row
+# by about 15% with no fault of the predictor (docs/validation.md)
+DRIFT_MAX = 0.25
+
+
+def _bound(pct: float, found) -> float:
+    """``pct`` widened by the host's own measured speed change since calibration (percentage points)."""
+    return pct + (100.0 * abs(found.drift) if found.drift is not None else 0.0)
 
 
 def _env():
@@ -181,8 +187,8 @@ def _misses(found) -> bool:
     if found.results.empty:
         return False
     ddp = found.results[found.results.dp == 2].set_index("model")["error_pct"]
-    return (loop.summarize(found.results)["median_abs_error_pct"] > QUICK_MEDIAN_MAX_PCT
-            or (DDP_CHECK_MODEL in ddp and abs(ddp[DDP_CHECK_MODEL]) > DDP_MAX_PCT))
+    return (loop.summarize(found.results)["median_abs_error_pct"] > _bound(QUICK_MEDIAN_MAX_PCT, found)
+            or (DDP_CHECK_MODEL in ddp and abs(ddp[DDP_CHECK_MODEL]) > _bound(DDP_MAX_PCT, found)))
 
 
 @pytest.fixture(scope="session")
@@ -194,18 +200,23 @@ def quick_validation(tmp_path_factory):
     return _validate(tmp_path_factory) if _misses(found) else found
 
 
-def _skip_if_busy(found, record_property):
-    """Timings taken while other processes used the CPUs, or on a host whose speed moved since it was
-    calibrated, do not test the predictor: skip, saying so."""
+def _judge(found, within: bool, record_property, what: str) -> None:
+    """Pass when the timings are ``within`` their bound; a miss fails, unless other processes used the CPUs or the
+    host's speed moved beyond DRIFT_MAX since it was calibrated: such timings do not test the predictor, so the
+    miss is a skip, saying so (a pass on such a host still counts)."""
     record_property("other_load", found.other_load)
     record_property("drift", found.drift)
+    if within:
+        return
+    detail = loop.results_table(found.results) + "\n" + "\n".join(found.notes)
     if found.other_load is not None and found.other_load > OTHER_LOAD_MAX:
-        pytest.skip(f"other processes used {found.other_load:.0%} of the CPUs during the runs "
-                    f"(> {OTHER_LOAD_MAX:.0%}): timings not comparable\n" + loop.results_table(found.results))
+        pytest.skip(f"{what} missed while other processes used {found.other_load:.0%} of the CPUs "
+                    f"(> {OTHER_LOAD_MAX:.0%}): timings not comparable\n" + detail)
     if found.drift is not None and abs(found.drift) > DRIFT_MAX:
-        pytest.skip(f"the calibration's tiny steps re-timed beside the runs moved {found.drift:+.0%} "
-                    f"(beyond ±{DRIFT_MAX:.0%}): this host's speed changed between calibrating and running, "
-                    "timings not comparable\n" + loop.results_table(found.results) + "\n" + "\n".join(found.notes))
+        pytest.skip(f"{what} missed on a host whose speed moved {found.drift:+.0%} since it was calibrated "
+                    f"(the calibration's tiny steps re-timed beside the runs; beyond ±{DRIFT_MAX:.0%}): timings not "
+                    "comparable\n" + detail)
+    pytest.fail(f"{what} missed\n" + detail)
 
 
 @pytest.mark.slow
@@ -219,8 +230,8 @@ def test_quick_validation_median_error(quick_validation, record_property):
     for key, value in summary.items():
         record_property(key, value)
     print("\n" + loop.results_table(found.results) + "\n" + "\n".join(found.notes))
-    _skip_if_busy(found, record_property)
-    assert summary["median_abs_error_pct"] <= QUICK_MEDIAN_MAX_PCT, loop.results_table(found.results)
+    median, bound = summary["median_abs_error_pct"], _bound(QUICK_MEDIAN_MAX_PCT, found)
+    _judge(found, median <= bound, record_property, f"median |error| {median:.1f}% against {bound:.1f}%")
 
 
 @pytest.mark.slow
@@ -232,8 +243,9 @@ def test_ddp_step_matches_prediction(quick_validation, record_property):
     for model, error in ddp.items():
         record_property(f"ddp_error_pct_{model}", round(float(error), 1))
     print(f"\nDDP (gloo, 2 processes) step error: {', '.join(f'{m} {e:+.1f}%' for m, e in ddp.items())}")
-    _skip_if_busy(quick_validation, record_property)
-    assert abs(ddp[DDP_CHECK_MODEL]) <= DDP_MAX_PCT
+    error, bound = abs(ddp[DDP_CHECK_MODEL]), _bound(DDP_MAX_PCT, quick_validation)
+    _judge(quick_validation, error <= bound, record_property, f"{DDP_CHECK_MODEL} DDP |error| {error:.1f}% against "
+           f"{bound:.1f}%")
 
 
 @pytest.mark.slow
