@@ -61,11 +61,10 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
     dense = (1 - share) * (model.dense_mlp_params - lp["mlp"])
     layer = float(sum(lp.values())) + dense
     h = model.hidden
-    gemm_layer = float(model.attention_in_weights + model.attn_width * h + model.experts * model.mlp_weights(model.ffn_hidden)
-                       + (h * model.experts if model.experts > 1 else 0)
-                       + model.mlp_weights(model.shared_ffn) + h * int(model.shared_gate))
-    gemm_layer += (1 - share) * (model.mlp_weights(model.dense_ffn) - (gemm_layer - model.attention_in_weights
-                                                                      - model.attn_width * h))
+    moe_gemms = (model.experts * model.mlp_weights(model.ffn_hidden) + (h * model.experts if model.experts > 1 else 0)
+                 + model.mlp_weights(model.shared_ffn) + h * int(model.shared_gate))  # a dense model: its one MLP
+    gemm_layer = float(model.attention_in_weights + model.attn_width * h + share * moe_gemms
+                       + (1 - share) * model.mlp_weights(model.dense_ffn))
     pad = 0.0
     if c is not None:
         multiple = vocab_multiple(c.framework)

@@ -103,23 +103,31 @@ def _window(cfg: dict, family: str) -> int:
     return check_int("sliding_window", cfg["sliding_window"])
 
 
-def _glm4_moe(cfg: dict, family: str) -> dict:
-    """GLM-4.5's experts (transformers ``modeling_glm4_moe.py``): ``n_routed_experts`` of ``moe_intermediate_size``
-    beside ``n_shared_experts`` shared ones (one MLP of that many times the width), a dense MLP of
-    ``intermediate_size`` in the first ``first_k_dense_replace`` blocks, per-head q/k norms where ``use_qk_norm``.
-    Approximated: its q/k/v biases (``attention_bias``; none here, as for Qwen2) and its rotary embedding on
-    ``partial_rotary_factor`` of each head (priced over the whole head, as GPT-NeoX's); not counted: the router's
-    per-expert bias and the multi-token-prediction block the Hugging Face model does not build."""
+def _deepseek_moe(cfg: dict, family: str) -> dict:
+    """The experts of DeepSeekMoE-style configs (DeepSeek-V2/V3, GLM-4.5): ``n_routed_experts`` of
+    ``moe_intermediate_size`` (``num_experts_per_tok`` per token) beside ``n_shared_experts`` shared ones (one MLP of
+    n_shared × that width, ``DeepseekV3MoE.shared_experts``), and a dense MLP of ``intermediate_size`` in block i
+    unless i >= ``first_k_dense_replace`` and i % ``moe_layer_freq`` == 0 (transformers ``DeepseekV3DecoderLayer``;
+    GLM-4.5 has no ``moe_layer_freq``: 1)."""
     layers, experts, top_k, width = _need(cfg, family, "num_hidden_layers", "n_routed_experts", "num_experts_per_tok",
                                           "moe_intermediate_size")
-    dense = min(check_int("first_k_dense_replace", cfg.get("first_k_dense_replace") or 0, minimum=0), layers)
+    first = check_int("first_k_dense_replace", cfg.get("first_k_dense_replace") or 0, minimum=0)
+    freq = check_int("moe_layer_freq", cfg.get("moe_layer_freq") or 1)
+    dense = sum(1 for i in range(layers) if not (i >= first and i % freq == 0))
     if dense >= layers:
-        raise UnsupportedError(f"first_k_dense_replace={dense} of {layers} blocks: no block has experts "
-                               "(describe the model as dense)")
+        raise UnsupportedError(f"first_k_dense_replace={first}, moe_layer_freq={freq} of {layers} blocks: no block "
+                               "has experts (describe the model as dense)")
     shared = check_int("n_shared_experts", cfg.get("n_shared_experts") or 0, minimum=0)
     return dict(experts=experts, experts_per_token=top_k, ffn_hidden=width, shared_ffn=shared * width,
-                dense_layers=dense, dense_ffn=_need(cfg, family, "intermediate_size")[0] if dense else 0,
-                qk_norm="head" if cfg.get("use_qk_norm") else "none", bias=False)
+                dense_layers=dense, dense_ffn=_need(cfg, family, "intermediate_size")[0] if dense else 0)
+
+
+def _glm4_moe(cfg: dict, family: str) -> dict:
+    """GLM-4.5's experts (transformers ``modeling_glm4_moe.py``: ``_deepseek_moe``) and per-head q/k norms where
+    ``use_qk_norm``. Approximated: its q/k/v biases (``attention_bias``; none here, as for Qwen2) and its rotary
+    embedding on ``partial_rotary_factor`` of each head (priced over the whole head, as GPT-NeoX's); not counted:
+    the router's per-expert bias and the multi-token-prediction block the Hugging Face model does not build."""
+    return dict(_deepseek_moe(cfg, family), qk_norm="head" if cfg.get("use_qk_norm") else "none", bias=False)
 
 
 def _dense_layers(cfg: dict, family: str) -> int:
@@ -143,29 +151,20 @@ def _dense_layers(cfg: dict, family: str) -> int:
 def _deepseek(cfg: dict, family: str) -> dict:
     """DeepSeek-V2 and -V3 (transformers ``modeling_deepseek_v3.py``; V2's modeling file on the Hub): multi-head
     latent attention (``q_lora_rank``, null in V2-Lite: q projected directly; ``kv_lora_rank``; per head
-    ``qk_nope_head_dim`` + ``qk_rope_head_dim`` for q and k, ``v_head_dim`` for v), ``n_routed_experts`` of
-    ``moe_intermediate_size`` (``num_experts_per_tok`` per token) beside ``n_shared_experts`` shared ones (one MLP
-    of n_shared × moe_intermediate_size, ``DeepseekV3MoE.shared_experts``), and a dense MLP of ``intermediate_size``
-    in block i unless i >= ``first_k_dense_replace`` and i % ``moe_layer_freq`` == 0. Not modelled: V3's
+    ``qk_nope_head_dim`` + ``qk_rope_head_dim`` for q and k, ``v_head_dim`` for v) and the experts of
+    ``_deepseek_moe``. Not modelled: V3's
     per-expert ``e_score_correction_bias`` (n_routed_experts per MoE block) and the multi-token-prediction
     module (``num_nextn_predict_layers``), which the Hugging Face model does not build."""
     if cfg.get("attention_bias"):
         raise UnsupportedError("attention_bias=true in latent attention is not modelled (DeepSeek's are false)")
-    layers, hidden, heads, ffn, vocab, experts, top_k, width, kv_rank, nope, rope, v = _need(
-        cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
-        "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank", "qk_nope_head_dim",
-        "qk_rope_head_dim", "v_head_dim")
-    first = check_int("first_k_dense_replace", cfg.get("first_k_dense_replace") or 0, minimum=0)
-    freq = check_int("moe_layer_freq", cfg.get("moe_layer_freq") or 1)
-    dense = sum(1 for i in range(layers) if not (i >= first and i % freq == 0))
-    shared = check_int("n_shared_experts", cfg.get("n_shared_experts") or 0, minimum=0)
-    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=heads, vocab=vocab, ffn_hidden=width,
+    layers, hidden, heads, vocab, kv_rank, nope, rope, v = _need(
+        cfg, family, "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "kv_lora_rank",
+        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=heads, vocab=vocab,
                 seq=cfg.get("max_position_embeddings", 4096), activation="swiglu", norm="rmsnorm", bias=False,
                 tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), position="rotary", head_dim=nope,
-                experts=experts, experts_per_token=top_k, shared_ffn=shared * width,
-                dense_layers=dense, dense_ffn=ffn if dense else 0, kv_lora_rank=kv_rank,
-                q_lora_rank=check_int("q_lora_rank", cfg.get("q_lora_rank") or 0, minimum=0), rope_head_dim=rope,
-                v_head_dim=v)
+                kv_lora_rank=kv_rank, q_lora_rank=check_int("q_lora_rank", cfg.get("q_lora_rank") or 0, minimum=0),
+                rope_head_dim=rope, v_head_dim=v, **_deepseek_moe(cfg, family))
 
 
 def _gpt2(cfg: dict, family: str) -> dict:
