@@ -20,6 +20,8 @@ PUBLISHED = {
     "olmo-2-1124-7b": 7_298_617_344, "qwen3-30b-a3b": 30_532_122_624,
     "qwen1.5-moe-a2.7b-chat": 14_300_000_000, "olmoe-1b-7b-0924": 6_900_000_000,
     "deepseek-v3": 671_000_000_000, "deepseek-v2-lite": 15_700_000_000, "glm-4.5-air": 106_000_000_000,
+    "gemma-2-2b": 2_614_341_888, "gemma-2-9b": 9_241_705_984, "gemma-2-27b": 27_227_128_320,
+    "gemma-3-1b-it": 999_885_952,
 }
 
 
@@ -34,7 +36,7 @@ def test_exact_where_the_architecture_is_expressible():
     for name in ("llama-2-7b-hf", "meta-llama-3-8b", "mistral-7b-v0.1", "mixtral-8x7b-v0.1", "gpt2", "pythia-1.4b", "mpt-7b",
                  "qwen3-4b", "gemma-7b", "mistral-nemo-base-2407",
                  "phi-3-mini-4k-instruct", "olmo-2-1124-7b",
-                 "qwen3-30b-a3b"):
+                 "qwen3-30b-a3b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b-it"):
         assert from_hf_config(FIXTURES / f"{name}.json").params == PUBLISHED[name]
 
 
@@ -74,7 +76,8 @@ def test_unknown_model_type_lists_supported():
     msg = str(info.value)
     assert msg.startswith("unknown model_type 't5'")
     assert all(family in msg for family in FAMILIES)
-    with pytest.raises(pm.InvalidInputError, match="config has no 'model_type' \\(supported: bert, deepseek_v2, deepseek_v3, falcon, gemma, glm4_moe"):
+    with pytest.raises(pm.InvalidInputError, match="config has no 'model_type' \\(supported: bert, deepseek_v2, deepseek_v3, falcon, gemma, gemma2, "
+                       "gemma3_text, glm4_moe"):
         from_hf_config({"hidden_size": 8})
 
 
@@ -144,8 +147,8 @@ def test_head_dim_apart_from_hidden_and_qk_norms():
     assert moe.params - mixed.params == 2 * (128 * 3 * 2048 * 768 + 2048 * 128 - 3 * 2048 * 6144)
     with pytest.raises(pm.InvalidInputError, match="'mlp_only_layers' must be a list of block indices from 0 to 47"):
         from_hf_config({**cfg, "mlp_only_layers": [48]})
-    with pytest.raises(pm.UnsupportedError, match="model_type 'gemma2' is not modelled: four norms per block"):
-        from_hf_config({**json.loads((FIXTURES / "gemma-7b.json").read_text()), "model_type": "gemma2"})
+    with pytest.raises(pm.UnsupportedError, match="model_type 'gemma3' is not modelled: a vision encoder"):
+        from_hf_config({"model_type": "gemma3", "text_config": {}})
     olmo2 = from_hf_config(FIXTURES / "olmo-2-1124-7b.json")
     assert olmo2.qk_norm == "full" and olmo2.layer_params()["norms"] == 2 * 4096 + 4096 + 4096
     mistral = json.loads((FIXTURES / "mistral-7b-v0.1.json").read_text())

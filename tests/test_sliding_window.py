@@ -73,8 +73,10 @@ def test_configs_and_bad_values():
     assert pm.from_hf_config(FIXTURES / "phi-3-mini-4k-instruct.json").window == 2047
     qwen2 = json.loads((FIXTURES / "qwen2-7b.json").read_text())
     assert pm.from_hf_config(qwen2).window == 0  # sliding_window set, use_sliding_window false
-    with pytest.raises(pm.UnsupportedError, match="use_sliding_window=true"):
-        pm.from_hf_config({**qwen2, "use_sliding_window": True})
+    # Qwen2Config: the window on the blocks from max_window_layers on (Qwen2-7B's 28 = all its blocks: none)
+    assert pm.from_hf_config({**qwen2, "use_sliding_window": True}).window == 0
+    some = pm.from_hf_config({**qwen2, "use_sliding_window": True, "max_window_layers": 21})
+    assert (some.window, some.global_layers, some.window_share) == (131072, 21, 7 / 28)
     with pytest.raises(pm.InvalidInputError, match="'window' must be an integer >= 0: got -1"):
         pm.transformer(**BASE, window=-1)
     assert "window=2048" in repr(pm.transformer(**BASE, window=2048))

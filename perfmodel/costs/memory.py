@@ -83,9 +83,10 @@ def layer_activation_bytes(model: Transformer, *, tp=1, sp=False, precision="bf1
     megatron = framework == "megatron"
     gemm_in = 1.0 if megatron and precision == "fp8-mixed" else 2.0  # saved GEMM inputs (TE fp8: 1 byte)
     stats = 8.0 if model.norm == "layernorm" else 4.0
-    norm_inputs = 2 * (stream * h + stats) / sp_div            # two norm inputs (+ mean/rstd)
+    norms = 4 if model.post_norms else 2                      # pre-norms (and Gemma's norms of the branch outputs)
+    norm_inputs = norms * (stream * h + stats) / sp_div        # the norms' inputs (+ mean/rstd)
     if norm_kernels == "composite" and model.norm == "rmsnorm" and not compiled:  # stacks/norms.py: its fp32 copy
-        norm_inputs = 2 * (composite_saved_bytes(stream) * h + stats) / sp_div      # and normalized input
+        norm_inputs = norms * (composite_saved_bytes(stream) * h + stats) / sp_div  # and normalized input
     casts = 2 * gemm_in * h / sp_div if is_mixed(precision) else 0.0  # normed inputs feeding QKV and MLP
     if compiled:  # Inductor's min-cut partitioner recomputes the normed inputs from x and rstd
         casts = 0.0

@@ -6,8 +6,9 @@ bubble and memory (``parallel/pipeline.py``, ``parallel/zero_bubble.py``), param
 offload's copies over PCIe (``workload/stacks/offload.py``), a tensor-parallel overlap, a context-parallel K/V
 exchange (``workload/stacks/context.py``), the order ranks are placed in (``parallel/placement.py``), an fp8 scaling
 recipe's casts (``workload/stacks/float8.py``), a MoE step's routed experts grouped or looped
-(``workload/stacks/experts.py``); and two block forms the model may take, latent attention and a MoE model's
-dense blocks priced per average block (``workload/model.py``). Each is one entry of :func:`priced_paths`; the calibration table
+(``workload/stacks/experts.py``); and three block forms the model may take, latent attention, a MoE model's
+dense blocks priced per average block, and a sliding window shorter than the sequence (on every block or on all but
+``global_layers``, per average block: ``workload/model.py``). Each is one entry of :func:`priced_paths`; the calibration table
 records the values its validation rows ran (``validated_paths``), and a step taking a value none ran is labelled
 uncalibrated (``perfmodel.interval.uncalibrated_reason``), whatever its stack. ``OFF``: the option does not act
 on the step (no pipeline, one parallel group, no fp8 ...).
@@ -23,7 +24,7 @@ from perfmodel.workload.stacks.float8 import float8_recipe
 
 OFF = "off"
 PATHS = ("schedule", "parameter_servers", "activation_offload", "tp_comm_overlap", "cp_comm", "placement",
-         "float8_recipe", "experts_gemm", "latent_attention", "dense_blocks")
+         "float8_recipe", "experts_gemm", "latent_attention", "dense_blocks", "sliding_window")
 
 
 def schedule_path(pp: int, virtual_stages: int, schedule: str) -> str:
@@ -62,4 +63,5 @@ def priced_paths(s, model=None, gpu: str = "") -> dict:
             "placement": placement_path(s.placement, s.tp, s.pp, s.dp or 1),
             "float8_recipe": recipe, "experts_gemm": experts_gemm_path(s, model, gpu),
             "latent_attention": "on" if getattr(model, "kv_lora_rank", 0) else OFF,
-            "dense_blocks": "on" if getattr(model, "dense_layers", 0) else OFF}
+            "dense_blocks": "on" if getattr(model, "dense_layers", 0) else OFF,
+            "sliding_window": "on" if 0 < getattr(model, "window", 0) < getattr(model, "seq", 0) else OFF}

@@ -23,6 +23,8 @@ from perfmodel.workload.model import Transformer, transformer
 # OLMoE's likewise (modeling_olmoe.py ``OlmoeAttention``: RMSNorm(hidden_size), RMSNorm(kv_heads · head_dim))
 QK_NORM_OF = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "full", "olmoe": "full"}
 GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models
+WINDOWED = {"mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text"}
+LAYER_TYPES = {"sliding_attention", "full_attention"}
 
 
 def _need(cfg: dict, family: str, *keys) -> list:
@@ -60,9 +62,9 @@ def _llama(cfg: dict, family: str) -> dict:
     out = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=heads if cfg.get("num_key_value_heads") is None else cfg["num_key_value_heads"],
                ffn_hidden=ffn, vocab=vocab, seq=cfg.get("max_position_embeddings", 4096), activation="swiglu",
                norm="rmsnorm", bias=bool(cfg.get("attention_bias", False) and cfg.get("mlp_bias", False)),
-               tied_embeddings=bool(cfg.get("tie_word_embeddings", family == "gemma")), position="rotary",
+               tied_embeddings=bool(cfg.get("tie_word_embeddings", family.startswith("gemma"))), position="rotary",
                head_dim=_head_dim(cfg), qk_norm=QK_NORM_OF.get(family, "none"))
-    out["window"] = _window(cfg, family)
+    out.update(_window(cfg, family))
     out.update(_moe(cfg, family))
     return out
 
@@ -90,17 +92,45 @@ def _moe(cfg: dict, family: str) -> dict:
     return out
 
 
-def _window(cfg: dict, family: str) -> int:
-    """The sliding window every block attends within (0: none): Mistral's, Mixtral's and Phi-3's ``sliding_window``
-    (null: none); Qwen's applies only with ``use_sliding_window`` and then to some blocks, which is not modelled."""
-    if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
-        if cfg.get("use_sliding_window"):
-            raise UnsupportedError("use_sliding_window=true: Qwen's sliding window on the blocks past "
-                                   "max_window_layers is not modelled (every block or none: model.window)")
-        return 0
-    if family not in ("mistral", "mixtral", "phi3") or cfg.get("sliding_window") is None:
-        return 0
-    return check_int("sliding_window", cfg["sliding_window"])
+def _window(cfg: dict, family: str) -> dict:
+    """The sliding window (0: none) and the blocks that attend to the whole context instead (``global_layers``).
+    A config's ``layer_types`` ("sliding_attention" / "full_attention" per block, transformers >= 4.53) decides where
+    given; else each family's default (transformers' configuration files): Mistral's, Mixtral's and Phi-3's
+    ``sliding_window`` on every block (null: none); Qwen's only with ``use_sliding_window``, on the blocks from
+    ``max_window_layers`` on; Gemma 2's on every other block (block i when i + 1 is odd); Gemma 3's on all but
+    every ``sliding_window_pattern``-th (default 6)."""
+    qwen = family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+    size = cfg.get("sliding_window")
+    if size is None or (qwen and not cfg.get("use_sliding_window")) or family not in WINDOWED:
+        return {"window": 0, "global_layers": 0}
+    window, layers = check_int("sliding_window", size), check_int("num_hidden_layers", cfg["num_hidden_layers"])
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not set(types) <= LAYER_TYPES:
+            raise InvalidInputError(f"'layer_types' must list one of {sorted(LAYER_TYPES)} per block "
+                                    f"({layers} blocks): got {types!r}")
+        sliding = types.count("sliding_attention")
+    elif qwen:
+        sliding = max(layers - check_int("max_window_layers", cfg.get("max_window_layers", layers), minimum=0), 0)
+    elif family == "gemma2":
+        sliding = (layers + 1) // 2
+    elif family == "gemma3_text":
+        sliding = layers - layers // check_int("sliding_window_pattern", cfg.get("sliding_window_pattern", 6))
+    else:
+        sliding = layers
+    return {"window": window if sliding else 0, "global_layers": layers - sliding if sliding else 0}
+
+
+def _gemma(cfg: dict, family: str) -> dict:
+    """Gemma 2 and Gemma 3 (text): Llama-shaped blocks with a norm on each branch's output too (transformers
+    ``Gemma2DecoderLayer``: ``post_attention_layernorm``, ``post_feedforward_layernorm``), the sliding window on
+    some blocks (``_window``), the logits capped at ``final_logit_softcapping`` (``Gemma2ForCausalLM``), and in
+    Gemma 3 per-head q/k norms (``Gemma3Attention``: ``q_norm``, ``k_norm`` of head_dim)."""
+    out = _llama(cfg, family)
+    cap = cfg.get("final_logit_softcapping")
+    out.update(post_norms=True, logit_softcap=0.0 if cap is None else check_positive("final_logit_softcapping", cap),
+               qk_norm="head" if family == "gemma3_text" else "none")
+    return out
 
 
 def _deepseek_moe(cfg: dict, family: str) -> dict:
@@ -241,6 +271,7 @@ def _mpt(cfg: dict, family: str) -> dict:
 
 FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama,
             "qwen3_moe": _llama, "qwen2_moe": _llama, "olmoe": _llama, "glm4_moe": _llama, "gemma": _llama, "olmo2": _llama,
+            "gemma2": _gemma, "gemma3_text": _gemma,
             "phi3": _llama, "gpt2": _gpt2, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}
@@ -248,10 +279,8 @@ FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _lla
 
 # families close to a supported one by name whose blocks differ in what is priced (transformers' modeling files)
 NOT_MODELLED = {
-    "gemma2": "four norms per block, attention and final-logit softcapping, sliding-window attention on every "
-              "other block",
-    "gemma3": "a vision encoder, and sliding-window attention on five blocks of six",
-    "gemma3_text": "sliding-window attention on five blocks of six, four norms per block",
+    "gemma3": "a vision encoder beside the language model (its text_config, model_type gemma3_text, is modelled: "
+              "pm.from_hf_config(config['text_config']))",
     "llama4": "chunked attention and no positions on every fourth block (its interleaved dense and MoE blocks "
               "with a shared expert are: pm.transformer(dense_layers=..., shared_ffn=...))",
 }

@@ -128,15 +128,23 @@ class _Builder:
         return fwd + f_a + f_o, b_o + b_a + bwd[::-1] + b_qkv
 
     def core(self, heads, kv):
-        """The attention kernel (FlashAttention-style: no s² tensor) at ``Transformer.attention_head_dim``."""
+        """The attention kernel (FlashAttention-style: no s² tensor) at ``Transformer.attention_head_dim``; with a
+        sliding window on some blocks only, the average block's: the windowed kernel in ``window_share`` of the
+        blocks, the whole causal one in the rest."""
         m, d = self.m, self.m.attention_head_dim
         size = {"batch": self.b, "heads": heads, "kv_heads": kv, "seq": float(m.seq), "head_dim": float(d),
                 "causal": float(m.causal)}
-        if m.causal and 0 < m.window < m.seq:  # a kernel that skips blocks outside it runs less (stack._attention)
-            size["window"] = float(m.window)
         flops = 4.0 * self.b * heads * m.seq ** 2 * d     # FlopCounterMode convention: full s²
-        return ([Kernel("attn.sdpa", "sdpa", "fwd", size, 1, flops, "fwd", self.low)],
-                [Kernel("attn.sdpa.bwd", "sdpa", "bwd", size, 1, 2.5 * flops, "bwd", self.low)])
+        fwd = [Kernel("attn.sdpa", "sdpa", "fwd", size, 1, flops, "fwd", self.low)]
+        bwd = [Kernel("attn.sdpa.bwd", "sdpa", "bwd", size, 1, 2.5 * flops, "bwd", self.low)]
+        if not (m.causal and 0 < m.window < m.seq):
+            return fwd, bwd
+        # a kernel that skips the blocks outside the window runs less (stack.windowed)
+        near = [replace(k, size={**size, "window": float(m.window)}) for k in fwd + bwd]
+        share = m.window_share
+        if share == 1.0:
+            return near[:1], near[1:]
+        return _weighted(near[:1], share) + _weighted(fwd, 1 - share), _weighted(near[1:], share) + _weighted(bwd, 1 - share)
 
     def latent_attention(self):
         """Multi-head latent attention as transformers ``DeepseekV3Attention`` runs it: q down (``q_a_proj``),
@@ -230,6 +238,9 @@ class _Builder:
         if self.m.dense_layers:  # the average block: the experts in moe_share of the blocks, a dense MLP in the rest
             share, (df, db) = self.m.moe_share, self.mlp(self.T, width=self.m.dense_ffn)
             mf, mb = _weighted(mf, share) + _weighted(df, 1 - share), _weighted(mb, share) + _weighted(db, 1 - share)
+        if self.m.post_norms:  # Gemma 2/3: each branch's output normed before its residual add
+            (p1f, p1b), (p2f, p2b) = self.norm("ln1_post"), self.norm("ln2_post")
+            af, ab, mf, mb = af + p1f, p1b + ab, mf + p2f, p2b + mb
         r2f, r2b = self.residual("res2")
         fwd = n1f + af + r1f + n2f + mf + r2f
         bwd = mb + n2b + r2b + ab + n1b + r1b
@@ -299,6 +310,13 @@ def transformer_head_kernels(model, micro_batch, *, tp=1, sp=False, precision="b
     nf, nb = bld.norm("final_norm")
     lf, lb = bld.linear("lm_head", T, model.hidden, V, bias=False, cast_input=bld.mixed)
     fwd, bwd = nf + lf, []
+    if model.logit_softcap:  # cap · tanh(logits / cap): three elementwise kernels each way on the 16-bit logits
+        fwd += [mem("softcap.div", "copy", "fwd", T * V, variant="fwd", dtype=bld.low),
+                mem("softcap.tanh", "gelu", "fwd", T * V, dtype=bld.low),
+                mem("softcap.mul", "copy", "fwd", T * V, variant="fwd", dtype=bld.low)]
+        bwd += [mem("softcap.div.bwd", "copy", "bwd", T * V, variant="fwd", dtype=bld.low),
+                mem("softcap.tanh.bwd", "gelu", "bwd", T * V, dtype=bld.low),
+                mem("softcap.mul.bwd", "copy", "bwd", T * V, variant="fwd", dtype=bld.low)]
     if bld.mixed:  # logits.float(): the loss runs on fp32 logits
         fwd.append(mem("logits.float", "cast_bf16_to_fp32", "fwd", T * V, variant="fwd"))
         bwd.append(mem("logits.grad_cast", "cast_fp32_to_bf16", "bwd", T * V, variant="fwd"))

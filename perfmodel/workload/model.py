@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.core.errors import InvalidInputError
-from perfmodel.core.checks import check_choice, check_divides, check_int
+from perfmodel.core.checks import check_choice, check_divides, check_int, check_positive
 from perfmodel.workload import kernels
 
 ACTIVATIONS = ("gelu", "swiglu", "relu")
@@ -33,8 +33,11 @@ class Transformer:
     ``experts_per_token`` (Shazeer et al. 2017; Mixtral, Jiang et al. 2024).
     ``explicit_head_dim`` is the head width where it is not hidden / heads (Gemma: 16 heads of 256
     over hidden 3072; Qwen3-4B, Mistral-NeMo: heads · head_dim above hidden), None where it is;
-    ``window`` > 0 is sliding-window attention on every block: each query attends to itself and the
-    window − 1 tokens before it (Mistral 7B v0.1: 4096; Phi-3-mini-4k: 2047); 0 is full causal attention.
+    ``window`` > 0 is sliding-window attention: each query attends to itself and the window − 1 tokens before it
+    (Mistral 7B v0.1: 4096; Phi-3-mini-4k: 2047), on every block but ``global_layers`` of them, which attend to the
+    whole context (Gemma 2: every other block; Gemma 3: one in six); 0 is full causal attention everywhere.
+    ``post_norms`` adds a norm on each branch's output before its residual add (Gemma 2 and 3: four per block).
+    ``logit_softcap`` > 0 caps the logits as cap · tanh(logits / cap) (Gemma 2's ``final_logit_softcapping``).
     ``qk_norm`` normalises q and k before the rotary embedding: "head", one norm over each head's head_dim
     (Qwen3's ``q_norm``/``k_norm``); "full", one over all of q and one over all of k (OLMo 2, OLMo-core's
     ``qk_norm``); "none".
@@ -72,6 +75,9 @@ class Transformer:
     explicit_head_dim: int | None = None
     qk_norm: str = "none"
     window: int = 0
+    global_layers: int = 0
+    post_norms: bool = False
+    logit_softcap: float = 0.0
     shared_ffn: int = 0
     shared_gate: bool = False
     dense_layers: int = 0
@@ -102,13 +108,22 @@ class Transformer:
             raise InvalidInputError(
                 f"'experts_per_token' must be <= experts={self.experts}: got {self.experts_per_token}")
         check_choice("qk_norm", self.qk_norm, QK_NORMS)
-        object.__setattr__(self, "window", check_int("window", self.window, minimum=0, maximum=SIZE_LIMITS["seq"]))
+        self._check_window()
         self._check_shared()
         self._check_latent()
-        for flag in ("bias", "tied_embeddings", "causal"):
+        for flag in ("bias", "tied_embeddings", "causal", "post_norms"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         object.__setattr__(self, "name", str(self.name))
+
+    def _check_window(self) -> None:
+        object.__setattr__(self, "window", check_int("window", self.window, minimum=0, maximum=SIZE_LIMITS["seq"]))
+        full = check_int("global_layers", self.global_layers, minimum=0, maximum=max(self.layers - 1, 0))
+        object.__setattr__(self, "global_layers", full)
+        if full and not self.window:
+            raise InvalidInputError(f"'global_layers'={full} are the blocks without the sliding window: it needs "
+                                    "window > 0 (without a window every block attends to the whole context)")
+        object.__setattr__(self, "logit_softcap", check_positive("logit_softcap", self.logit_softcap, allow_zero=True))
 
     def _check_shared(self) -> None:
         shared = check_int("shared_ffn", self.shared_ffn, minimum=0, maximum=SIZE_LIMITS["ffn_hidden"])
@@ -147,6 +162,11 @@ class Transformer:
                                     f"qk_norm={self.qk_norm!r}, bias={self.bias})")
 
     # -- derived sizes ---------------------------------------------------
+    @property
+    def window_share(self) -> float:
+        """The fraction of blocks whose attention runs within the sliding window (0 without one)."""
+        return (self.layers - self.global_layers) / self.layers if self.window else 0.0
+
     @property
     def v_dim(self) -> int:
         """Each head's value width: v_head_dim under latent attention where given, else head_dim."""
@@ -221,7 +241,7 @@ class Transformer:
         qk_norms = qk_norms[self.qk_norm]
         latent = self.q_lora_rank + self.kv_lora_rank  # latent attention's RMSNorms of its two latents
         return {"attention": attn, "mlp": mlp_one * self.experts + router + self.shared_params,
-                "norms": 2 * self._norm_params() + qk_norms + latent}
+                "norms": (2 + 2 * self.post_norms) * self._norm_params() + qk_norms + latent}
 
     @property
     def embedding_params(self) -> int:
@@ -302,6 +322,9 @@ class Transformer:
         extra = f", head_dim={self.explicit_head_dim}" if self.explicit_head_dim else ""
         extra += f", qk_norm={self.qk_norm!r}" if self.qk_norm != "none" else ""
         extra += f", window={self.window}" if self.window else ""
+        extra += f", global_layers={self.global_layers}" if self.global_layers else ""
+        extra += ", post_norms=True" if self.post_norms else ""
+        extra += f", logit_softcap={self.logit_softcap:g}" if self.logit_softcap else ""
         extra += f", experts={self.experts}, experts_per_token={self.experts_per_token}" if self.experts > 1 else ""
         extra += f", shared_ffn={self.shared_ffn}" if self.shared_ffn else ""
         extra += f", dense_layers={self.dense_layers}, dense_ffn={self.dense_ffn}" if self.dense_layers else ""
@@ -325,7 +348,8 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 name: str = "transformer", head_dim: int | None = None, qk_norm: str = "none",
                 window: int = 0, shared_ffn: int = 0, shared_gate: bool = False, dense_layers: int = 0,
                 dense_ffn: int = 0, kv_lora_rank: int = 0, q_lora_rank: int = 0, rope_head_dim: int = 0,
-                v_head_dim: int = 0) -> Transformer:
+                v_head_dim: int = 0, global_layers: int = 0, post_norms: bool = False,
+                logit_softcap: float = 0.0) -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it.
 
     ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
@@ -337,6 +361,6 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
-                       str(name), head_dim, qk_norm, window, shared_ffn, shared_gate, dense_layers, dense_ffn,
-                       kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim)
+                       str(name), head_dim, qk_norm, window, global_layers, post_norms, logit_softcap, shared_ffn,
+                       shared_gate, dense_layers, dense_ffn, kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim)
 
