@@ -43,7 +43,7 @@ class Block(nn.Module):
         if self.dense:
             self.mlp = MLP(m, m.ffn_hidden if m.experts == 1 else m.dense_ffn)
         else:  # a router, the routed experts and, where the model has one, a shared expert with its gate
-            self.router = nn.Linear(h, m.experts, bias=False)
+            self.router = nn.Linear(h, m.experts, bias=m.bias)  # gpt-oss: a bias per expert
             self.experts = nn.ModuleList(MLP(m, m.ffn_hidden) for _ in range(m.experts))
             self.shared = MLP(m, m.shared_ffn) if m.shared_ffn else None
             self.shared_gate = nn.Linear(h, 1, bias=False) if m.shared_gate else None

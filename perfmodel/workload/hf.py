@@ -23,7 +23,8 @@ from perfmodel.workload.model import Transformer, transformer
 # OLMoE's likewise (modeling_olmoe.py ``OlmoeAttention``: RMSNorm(hidden_size), RMSNorm(kv_heads · head_dim))
 QK_NORM_OF = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "full", "olmoe": "full"}
 GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models
-WINDOWED = {"mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text"}
+WINDOWED = {"mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text",
+            "gpt_oss"}
 LAYER_TYPES = {"sliding_attention", "full_attention"}
 
 
@@ -119,6 +120,19 @@ def _window(cfg: dict, family: str) -> dict:
     else:
         sliding = layers
     return {"window": window if sliding else 0, "global_layers": layers - sliding if sliding else 0}
+
+
+def _gpt_oss(cfg: dict, family: str) -> dict:
+    """gpt-oss (transformers ``modeling_gpt_oss.py``): Llama-shaped blocks with biases on q, k, v and o
+    (``attention_bias``), a learned sink logit per head (``GptOssAttention.sinks``), ``num_local_experts`` experts
+    of intermediate_size with biases and a router with a bias per expert (``GptOssExperts``, ``GptOssTopKRouter``),
+    a sliding window on every other block (``layer_types``). Its SwiGLU variant (clamped at ``swiglu_limit``,
+    σ(1.702·x)) is priced as SwiGLU; the released checkpoints' MXFP4 experts are trained here in the step's
+    precision."""
+    out = _llama(cfg, family)
+    experts, top = _need(cfg, family, "num_local_experts", ("num_experts_per_tok", "experts_per_token"))
+    out.update(bias=True, attention_sinks=True, experts=experts, experts_per_token=top)
+    return out
 
 
 def _gemma(cfg: dict, family: str) -> dict:
@@ -271,7 +285,7 @@ def _mpt(cfg: dict, family: str) -> dict:
 
 FAMILIES = {"llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama, "qwen3": _llama,
             "qwen3_moe": _llama, "qwen2_moe": _llama, "olmoe": _llama, "glm4_moe": _llama, "gemma": _llama, "olmo2": _llama,
-            "gemma2": _gemma, "gemma3_text": _gemma,
+            "gemma2": _gemma, "gemma3_text": _gemma, "gpt_oss": _gpt_oss,
             "phi3": _llama, "gpt2": _gpt2, "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
             "gpt_neox": _neox, "falcon": _falcon, "bert": _bert,
             "mpt": _mpt}

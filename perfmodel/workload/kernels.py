@@ -204,7 +204,7 @@ class _Builder:
         receiving the routed tokens of all ep ranks: tokens·top_k·ep/experts.
         """
         m = self.m
-        f_r, b_r = self.linear("moe.router", self.T, m.hidden, m.experts, bias=False, cast_input=self.mixed)
+        f_r, b_r = self.linear("moe.router", self.T, m.hidden, m.experts, cast_input=self.mixed)
         per_expert = self.T * m.experts_per_token * self.ep / m.experts
         f_e, b_e = self.mlp(per_expert, count=m.experts // self.ep, prefix="moe.expert", cast_input=False)
         perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4

@@ -38,6 +38,8 @@ class Transformer:
     whole context (Gemma 2: every other block; Gemma 3: one in six); 0 is full causal attention everywhere.
     ``post_norms`` adds a norm on each branch's output before its residual add (Gemma 2 and 3: four per block).
     ``logit_softcap`` > 0 caps the logits as cap · tanh(logits / cap) (Gemma 2's ``final_logit_softcapping``).
+    ``attention_sinks`` gives each head a learned logit every query's softmax includes (gpt-oss's ``sinks``).
+    With ``bias`` a MoE router has a bias per expert too (gpt-oss's ``GptOssTopKRouter``).
     ``qk_norm`` normalises q and k before the rotary embedding: "head", one norm over each head's head_dim
     (Qwen3's ``q_norm``/``k_norm``); "full", one over all of q and one over all of k (OLMo 2, OLMo-core's
     ``qk_norm``); "none".
@@ -78,6 +80,7 @@ class Transformer:
     global_layers: int = 0
     post_norms: bool = False
     logit_softcap: float = 0.0
+    attention_sinks: bool = False
     shared_ffn: int = 0
     shared_gate: bool = False
     dense_layers: int = 0
@@ -111,7 +114,7 @@ class Transformer:
         self._check_window()
         self._check_shared()
         self._check_latent()
-        for flag in ("bias", "tied_embeddings", "causal", "post_norms"):
+        for flag in ("bias", "tied_embeddings", "causal", "post_norms", "attention_sinks"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(f"{flag!r} must be True or False: got {getattr(self, flag)!r}")
         object.__setattr__(self, "name", str(self.name))
@@ -233,9 +236,9 @@ class Transformer:
     def layer_params(self) -> dict[str, int]:
         """Parameters of one block, by part (dense; MoE counts every expert)."""
         h, b = self.hidden, int(self.bias)
-        attn = self.attention_in_weights + b * self.qkv_out + self.attn_width * h + b * h
+        attn = self.attention_in_weights + b * self.qkv_out + self.attn_width * h + b * h + self.heads * self.attention_sinks
         mlp_one = self._mlp_params(self.ffn_hidden)
-        router = h * self.experts if self.experts > 1 else 0
+        router = (h + b) * self.experts if self.experts > 1 else 0
         # a weight of head_dim each for q and k ("head"), or of q's and k's whole widths ("full")
         qk_norms = {"none": 0, "head": 2 * self.head_dim, "full": self.attn_width + self.kv_heads * self.head_dim}
         qk_norms = qk_norms[self.qk_norm]
@@ -325,6 +328,7 @@ class Transformer:
         extra += f", global_layers={self.global_layers}" if self.global_layers else ""
         extra += ", post_norms=True" if self.post_norms else ""
         extra += f", logit_softcap={self.logit_softcap:g}" if self.logit_softcap else ""
+        extra += ", attention_sinks=True" if self.attention_sinks else ""
         extra += f", experts={self.experts}, experts_per_token={self.experts_per_token}" if self.experts > 1 else ""
         extra += f", shared_ffn={self.shared_ffn}" if self.shared_ffn else ""
         extra += f", dense_layers={self.dense_layers}, dense_ffn={self.dense_ffn}" if self.dense_layers else ""
@@ -349,7 +353,7 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
                 window: int = 0, shared_ffn: int = 0, shared_gate: bool = False, dense_layers: int = 0,
                 dense_ffn: int = 0, kv_lora_rank: int = 0, q_lora_rank: int = 0, rope_head_dim: int = 0,
                 v_head_dim: int = 0, global_layers: int = 0, post_norms: bool = False,
-                logit_softcap: float = 0.0) -> Transformer:
+                logit_softcap: float = 0.0, attention_sinks: bool = False) -> Transformer:
     """Describe a transformer; every argument is validated with a message naming it.
 
     ``head_dim`` left out (or equal to hidden / heads) ties the head width to hidden / heads, which heads
@@ -361,6 +365,7 @@ def transformer(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int =
         ffn_hidden = _default_ffn(check_int("hidden", hidden, maximum=SIZE_LIMITS["hidden"]), activation)
     return Transformer(layers, hidden, heads, seq, vocab, kv_heads, ffn_hidden, activation, norm,
                        bias, tied_embeddings, position, causal, arch, experts, experts_per_token,
-                       str(name), head_dim, qk_norm, window, global_layers, post_norms, logit_softcap, shared_ffn,
+                       str(name), head_dim, qk_norm, window, global_layers, post_norms, logit_softcap,
+                       attention_sinks, shared_ffn,
                        shared_gate, dense_layers, dense_ffn, kv_lora_rank, q_lora_rank, rope_head_dim, v_head_dim)
 
