@@ -68,6 +68,8 @@ def test_capped_logits_cost_three_elementwise_kernels_each_way_and_keep_the_tanh
     a, b = pm.predict(plain, H100, s), pm.predict(capped, H100, s)
     assert b.step_time > a.step_time
     assert b.memory["loss"] - a.memory["loss"] == pytest.approx(2.0 * 2 * 8192 * 32000)  # bf16 tanh output
+    chunked = pm.Strategy(micro_batch=2, loss="chunked")  # no logits tensor of the whole batch, capped or not
+    assert pm.predict(capped, H100, chunked).memory["loss"] == pm.predict(plain, H100, chunked).memory["loss"]
 
 
 def test_search_rows_of_a_gemma_model_are_what_predict_says():

@@ -134,6 +134,7 @@ def test_list_tells_entries_apart(capsys):
     out = capsys.readouterr().out
     assert re.search(r"^gpt2-small +124M +1\.9 GiB", out, re.M) and re.search(r"^llama-3-70b +70\.\dB", out, re.M)
     assert re.search(r"^resnet20-cifar-tf +269K .* traced graph \(CNN/ViT\)$", out, re.M)  # no transformer shape
+    assert re.search(r"^gemma-3-1b +1B +", out, re.M)  # 999,885,952 rounds up to the next unit, not "1e+03M"
     assert re.search(r"^--model also takes a Hugging Face config.json \(model_type .*qwen3_moe\)", out, re.M)
     assert main(["list", "gpus"]) == 0
     out = capsys.readouterr().out

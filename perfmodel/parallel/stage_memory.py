@@ -48,7 +48,8 @@ def activation_terms(model, c: StepConfig, *, precision, recompute, seq):
     logits = tokens * steps.vocab_shard(model.vocab, tp, vocab_multiple(framework))
     per_logit, per_logit_fwd = stack_memory.loss_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework))
     chunked = stack_memory.chunked_loss_bytes(tokens, model.hidden, lo) if c.loss == "chunked" else 0.0
-    capped = lo * logits if getattr(model, "logit_softcap", 0.0) else 0.0  # the tanh output softcapping saves
+    # the tanh output softcapping saves (a chunked loss never holds the whole logits, capped or not)
+    capped = lo * logits if getattr(model, "logit_softcap", 0.0) and c.loss != "chunked" else 0.0
     loss = per_logit * logits + chunked + capped         # eager: log-softmax output, its gradient, the result, fp32
     loss_fwd = per_logit_fwd * logits + chunked + capped  # eager: (bf16 logits +) fp32 cast + log-softmax output
     hole = stack_memory.loss_hole_bytes_per_logit(c.loss, lo, megatron=megatron_code(framework)) * logits
