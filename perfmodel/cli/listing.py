@@ -26,9 +26,10 @@ def _table(head, rows) -> str:
 
 
 def _count(n: float) -> str:
+    shown = float(f"{n:.3g}")  # rounded first: 999,885,952 is "1B", not "1e+03M"
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if float(f"{n:.3g}") >= scale:  # rounded first: 999,885,952 is "1B", not "1e+03M"
-            return f"{float(f'{n:.3g}') / scale:.3g}{unit}"
+        if shown >= scale:
+            return f"{shown / scale:.3g}{unit}"
     return f"{n:.0f}"
 
 

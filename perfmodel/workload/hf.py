@@ -21,7 +21,8 @@ from perfmodel.workload.model import Transformer, transformer
 # q/k norms by family: Qwen3's over each head (transformers modeling_qwen3.py ``Qwen3Attention``), OLMo 2's over
 # the whole q and k (modeling_olmo2.py ``Olmo2Attention``: RMSNorm(heads · head_dim), RMSNorm(kv_heads · head_dim))
 # OLMoE's likewise (modeling_olmoe.py ``OlmoeAttention``: RMSNorm(hidden_size), RMSNorm(kv_heads · head_dim))
-QK_NORM_OF = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "full", "olmoe": "full"}
+# Gemma 3's per head (modeling_gemma3.py ``Gemma3Attention``: q_norm, k_norm of head_dim)
+QK_NORM_OF = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "full", "olmoe": "full", "gemma3_text": "head"}
 GATED = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}  # gated (SwiGLU-shaped) MLP in Llama-style models
 WINDOWED = {"mistral", "mixtral", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text",
             "gpt_oss"}
@@ -138,12 +139,11 @@ def _gpt_oss(cfg: dict, family: str) -> dict:
 def _gemma(cfg: dict, family: str) -> dict:
     """Gemma 2 and Gemma 3 (text): Llama-shaped blocks with a norm on each branch's output too (transformers
     ``Gemma2DecoderLayer``: ``post_attention_layernorm``, ``post_feedforward_layernorm``), the sliding window on
-    some blocks (``_window``), the logits capped at ``final_logit_softcapping`` (``Gemma2ForCausalLM``), and in
-    Gemma 3 per-head q/k norms (``Gemma3Attention``: ``q_norm``, ``k_norm`` of head_dim)."""
+    some blocks (``_window``), the logits capped at ``final_logit_softcapping`` (``Gemma2ForCausalLM``); Gemma 3's
+    per-head q/k norms come from ``QK_NORM_OF``."""
     out = _llama(cfg, family)
     cap = cfg.get("final_logit_softcapping")
-    out.update(post_norms=True, logit_softcap=0.0 if cap is None else check_positive("final_logit_softcapping", cap),
-               qk_norm="head" if family == "gemma3_text" else "none")
+    out.update(post_norms=True, logit_softcap=0.0 if cap is None else check_positive("final_logit_softcapping", cap))
     return out
 
 
