@@ -120,8 +120,8 @@ def test_fit_collectives_sorts_rows_into_levels():
 
 def test_reference_table_follows_the_schema():
     ref = load_reference_allreduce()
-    assert set(TABLE_COLUMNS) <= set(ref.columns) and len(ref) == 72
-    assert sorted(ref.groupby("system").size()) == [24, 24, 24]
+    assert set(TABLE_COLUMNS) <= set(ref.columns) and len(ref) == 96
+    assert sorted(ref.groupby("system").size()) == [24, 24, 24, 24]
     busbw = busbw_from_time("all_reduce", ref["size_bytes"], ref["group_size"], ref["time_s"])
     np.testing.assert_allclose(busbw, ref["busbw_GBps"] * 1e9, rtol=1e-12)
 
@@ -140,16 +140,17 @@ def test_published_allreduce_fits_within_10_percent(system):
     assert big <= 0.10  # 1 MiB .. 8 GiB
 
 
-@pytest.mark.parametrize("system, busbw_1gib", [("a100", 228.10), ("h100", 466.35), ("h200", 467.58)])
-def test_bundled_entries_match_refit_and_published_points(system, busbw_1gib):
+@pytest.mark.parametrize("system, busbw_1gib, gpus", [("a100", 228.10, 8), ("h100", 466.35, 8), ("h200", 467.58, 8),
+                                                      ("gb200", 646.87, 4)])
+def test_bundled_entries_match_refit_and_published_points(system, busbw_1gib, gpus):
     entry = bundled_allreduce_entry(system)
     assert tuple(entry) == ENTRY_KEYS and entry["n_points"] == 24
     refit = fit_reference_allreduce(system)
     for name, value in entry["params"].items():
         assert refit["params"][name] == pytest.approx(value, rel=1e-3, abs=1e-12)
-    t = collective_time(entry, "all_reduce", 2**30, 8)
-    assert float(busbw_from_time("all_reduce", 2**30, 8, t)) == pytest.approx(busbw_1gib * 1e9, rel=0.10)
-    algorithm = "ring/tree" if system == "a100" else "NVLS"
+    t = collective_time(entry, "all_reduce", 2**30, gpus)
+    assert float(busbw_from_time("all_reduce", 2**30, gpus, t)) == pytest.approx(busbw_1gib * 1e9, rel=0.10)
+    algorithm = {"a100": "ring/tree", "gb200": "ring"}.get(system, "NVLS")
     assert f"NCCL algorithm {algorithm}" in entry["source"]
 
 

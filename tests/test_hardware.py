@@ -28,6 +28,8 @@ from perfmodel.hardware import (
 CATALOG_GPUS = [
     "a100-sxm4-40gb",
     "a100-sxm4-80gb",
+    "b200-sxm-180gb",
+    "gb200-186gb",
     "h100-sxm5-80gb",
     "h100-sxm5-96gb-hbm2e-500w",
     "h200-sxm-141gb",
@@ -223,6 +225,9 @@ def test_link_figures():
     assert load_link("nvlink4-nvswitch").nccl_busbw_bytes_per_s == 370e9
     assert load_link("nvlink4-nvswitch").nccl_allreduce_busbw_bytes_per_s == 480e9
     assert load_link("nvlink3-nvswitch").nccl_busbw_bytes_per_s == 230e9
+    assert load_link("nvlink5").bw_bytes_per_s == 2 * load_link("nvlink4").bw_bytes_per_s  # 18 links x 50 GB/s
+    assert load_link("nvlink5-nvswitch").nccl_busbw_bytes_per_s == 740e9  # NVLink 4's ring share, carried
+    assert load_link("nvlink5-nvswitch").nccl_allreduce_busbw_bytes_per_s == 680e9  # Azure ND GB200 v6, 8 GB
     # PCIe 3.0 x16: 8 GT/s x 16 lanes x 128/130 / 8 bits = 15.75 GB/s
     assert load_link("pcie3").bw_bytes_per_s == pytest.approx(8e9 * 16 * 128 / 130 / 8, rel=1e-4)
     assert load_link("pcie5").bw_bytes_per_s == pytest.approx(
@@ -254,11 +259,12 @@ def test_link_kind_is_checked():
 
 
 def test_node_presets():
-    assert list_nodes() == ["dgx-1-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "grand-teton-h100",
-                            "hgx-h200", "hgx-h200-4gpu"]
+    assert list_nodes() == ["dgx-1-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-b200", "dgx-h100", "gb200-nvl72",
+                            "grand-teton-h100", "hgx-h200", "hgx-h200-4gpu"]
+    sizes = {"hgx-h200-4gpu": 4, "gb200-nvl72": 72}  # the NVL72's node is its NVLink domain
     for name in list_nodes():
         node = load_node(name)
-        assert node.name == name and node.gpus_per_node == (4 if name == "hgx-h200-4gpu" else 8) and node.source
+        assert node.name == name and node.gpus_per_node == sizes.get(name, 8) and node.source
 
 
 @pytest.mark.parametrize(
@@ -269,6 +275,8 @@ def test_node_presets():
         ("dgx-h100", "h100-sxm5-80gb", "nvlink4-nvswitch", "ib-ndr", 8 * 50e9),
         ("grand-teton-h100", "h100-sxm5-96gb-hbm2e-500w", "nvlink4-nvswitch", "eth400", 8 * 50e9),
         ("hgx-h200", "h200-sxm-141gb", "nvlink4-nvswitch", "ib-ndr", 8 * 50e9),
+        ("dgx-b200", "b200-sxm-180gb", "nvlink5-nvswitch", "ib-ndr", 8 * 50e9),
+        ("gb200-nvl72", "gb200-186gb", "nvlink5-nvswitch", "ib-ndr", 72 * 50e9),
         ("dgx-1-v100", "v100-sxm2-32gb", "nvlink2", "ib-edr", 4 * 12.5e9),
     ],
 )

@@ -244,7 +244,9 @@ def test_catalog_gpu_from_device_names():
     assert catalog_gpu("NVIDIA H200") == "h200-sxm-141gb"
     assert catalog_gpu("NVIDIA A100-SXM4-40GB") == "a100-sxm4-40gb"
     assert catalog_gpu("Tesla V100-SXM2-32GB") == "v100-sxm2-32gb"
-    assert catalog_gpu("NVIDIA B200") is None
+    assert catalog_gpu("NVIDIA B200") == "b200-sxm-180gb"
+    assert catalog_gpu("NVIDIA GB200") == "gb200-186gb"
+    assert catalog_gpu("NVIDIA B300 SXM6 AC") is None
 
 
 # --- item 8: help texts and documented numbers match the code ---------------------------------------

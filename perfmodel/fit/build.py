@@ -175,10 +175,14 @@ def _fill_from_datasheet(compute: dict, gpu, report: pd.DataFrame, *, fill: bool
     return report
 
 
-def bundled_profiles() -> dict[str, Profile]:
-    """Every bundled profile, by name: the fitted H200 ones and datasheet-scaled ones for the other GPUs."""
+def bundled_profiles(only: tuple[str, ...] = ()) -> dict[str, Profile]:
+    """Every bundled profile, by name: the fitted H200 ones and datasheet-scaled ones for the other GPUs;
+    ``only``: just these datasheet-scaled catalog GPUs (a GPU added to the catalog, the others untouched)."""
     h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb", fill=False,
                             collectives=intra_collectives("h200-sxm-141gb"))
+    if only:
+        return {gpu: seeded(with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))))
+                for gpu in only}
     calibrated, _ = build_profile([CALIBRATED_H200_TABLES], gpu="h200-sxm-141gb", name=CALIBRATED_H200_PROFILE,
                                   fill=False, collectives=intra_collectives("h200-sxm-141gb"))
     # the datasheet profiles are scaled from the H200's fits as measured, before published terms join it
@@ -267,18 +271,32 @@ def _h200_channel_ranges() -> dict[str, dict]:
     return {f.name: class_channel_ranges(read_compute_table(f)) for f in (CALIBRATED_H200_TABLES, BUNDLED_H200_TABLES)}
 
 
+def _datasheet_gpu(name: str) -> str:
+    """The catalog name of ``name``, refused where its bundled profile is not datasheet-scaled."""
+    gpu = _gpu(name).name
+    fitted = {REFERENCE_PROFILE, *SAME_COMPUTE_AT_TDP, *CONV_CARRIED}
+    if gpu in fitted:
+        raise InvalidInputError(f"'--only' takes a datasheet-scaled catalog GPU; {gpu!r} is built with the others "
+                                f"(run without --only); not with --only: {', '.join(sorted(fitted))}")
+    return gpu
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--cnn-classes", action="store_true",
                         help="refit only the CNN classes of the bundled profiles seeded from public tables "
                              "(and of the GPUs they are carried to), keeping every other entry as bundled")
+    parser.add_argument("--only", action="append", metavar="GPU",
+                        help="write only this datasheet-scaled catalog GPU's profile (repeatable): a GPU added to "
+                             "the catalog gets its profile without the others being refitted")
     args = parser.parse_args(argv)
     PROFILES_DIR.mkdir(exist_ok=True)
     if args.cnn_classes:
         bundled = {p.stem: load_profile(p) for p in sorted(PROFILES_DIR.glob("*.json"))}
         profiles = {name: with_channel_ranges(p) for name, p in {**bundled, **refit_cnn_classes(bundled)}.items()}
     else:
-        profiles = bundled_profiles()
+        only = tuple(_datasheet_gpu(name) for name in args.only or ())
+        profiles = bundled_profiles(only)
     for name, profile in profiles.items():
         profile.save(PROFILES_DIR / f"{name}.json")
         print(f"wrote {name}.json ({len(profile.compute)} compute classes)")

@@ -40,12 +40,14 @@ MIN_DISTINCT_SIZES = 4
 FIT_LEVELS = ("intra", "inter", "world")
 # packaged copies of public nccl-tests results (each row names its source)
 REFERENCE_ALLREDUCE = "nccl_allreduce_busbw_single_node.csv"
-BUNDLED_SYSTEMS = {"a100": "Azure ND A100 v4", "h100": "Azure ND H100 v5", "h200": "Azure ND H200 v5"}
-SYSTEM_ALIASES = {"dgx-a100": "a100", "dgx-h100": "h100", "hgx-h200": "h200"}
+BUNDLED_SYSTEMS = {"a100": "Azure ND A100 v4", "h100": "Azure ND H100 v5", "h200": "Azure ND H200 v5",
+                   "gb200": "Azure ND GB200 v6"}
+SYSTEM_ALIASES = {"dgx-a100": "a100", "dgx-h100": "h100", "hgx-h200": "h200", "gb200-nvl72": "gb200"}
 ALGORITHM_NOTE = {  # which NCCL algorithm the curve shows (source column of the CSV)
     "a100": "ring/tree (A100 has no NVLink SHARP)",
     "h100": "NVLS (NVLink SHARP in-switch reduction; a ring reaches ~370 GB/s, NVIDIA/nccl-tests#212)",
     "h200": "NVLS (NVLink SHARP in-switch reduction; a ring reaches ~370 GB/s, NVIDIA/nccl-tests#212)",
+    "gb200": "ring (as the Azure file states), 4 GPUs of one NVL72 domain",
 }
 
 
@@ -260,16 +262,18 @@ def fit_reference_allreduce(system: str) -> dict:
 
 
 def bundled_allreduce_entry(system: str) -> dict:
-    """Fitted 8-GPU NVLink all_reduce entry bundled for ``system`` (a100, h100, h200)."""
+    """Fitted NVLink all_reduce entry bundled for ``system`` (a100, h100, h200: 8 GPUs; gb200: 4)."""
     return datasheet.bundled_allreduce_entry(_system_key(system))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the bundled JSON entries")
+    parser.add_argument("--only", choices=sorted(BUNDLED_SYSTEMS), action="append",
+                        help="fit (and with --write rewrite) only this system's curve; repeatable")
     args = parser.parse_args(argv)
     print("system  form            CV MAPE all   CV MAPE 1MiB-8GiB   busbw asymptote GB/s")
-    for key in BUNDLED_SYSTEMS:
+    for key in args.only or BUNDLED_SYSTEMS:
         entry = fit_reference_allreduce(key)
         rows = load_reference_allreduce()
         rows = rows[rows["system"].str.startswith(BUNDLED_SYSTEMS[key])]

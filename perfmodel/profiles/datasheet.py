@@ -24,7 +24,7 @@ from perfmodel.core.choices import ENTRY_KEYS
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.hardware import load_gpu
 from perfmodel.profiles.profile import Profile
-from perfmodel.profiles.reference import calibrate_gemm, stream_copy_bw
+from perfmodel.profiles.reference import calibrate_gemm, calibrate_mamf, stream_copy_bw
 
 GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 REFERENCE_PROFILE = "h200-sxm-141gb"  # the measured profile datasheet profiles are scaled from
@@ -36,7 +36,7 @@ def _gpu(name):
 
 
 def bundled_allreduce_entry(system: str) -> dict:
-    """Fitted 8-GPU NVLink all_reduce entry bundled for ``system`` (a100, h100, h200)."""
+    """Fitted NVLink all_reduce entry bundled for ``system`` (a100, h100, h200: 8 GPUs; gb200: 4)."""
     with (DATA / f"nvlink_allreduce_{system}.json").open() as fh:
         return json.load(fh)
 
@@ -140,6 +140,7 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
     derive_missing_gemm(compute, target, target)
     if published:
         calibrate_gemm(compute, target.name)
+        calibrate_mamf(compute, target.name, reference.compute, ref.name)
     meta = {"created": _dt.date.today().isoformat(), "derived_from": reference.name,
             "method": "reference fits scaled by datasheet peak FLOP/s, memory bandwidth and SM count "
                       "(each GEMM parameter by the resource it stands for: scale_gemm)"}
@@ -149,7 +150,10 @@ def datasheet_profile(gpu: str, reference: Profile, *, collectives: dict | None 
 
 # GPU -> the 8-GPU NVSwitch all-reduce curve fitted to its published nccl-tests numbers
 NVLINK_ALLREDUCE = {"a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100", "h100-sxm5-80gb": "h100",
-                    "h200-sxm-141gb": "h200"}
+                    "h200-sxm-141gb": "h200", "gb200-186gb": "gb200",
+                    # no HGX B200 curve is published here: the GB200's, over the same NVLink 5 ports and
+                    # NVSwitch generation (an assumption, docs/hardware.md "Blackwell")
+                    "b200-sxm-180gb": "gb200"}
 
 
 def intra_collectives(gpu: str) -> dict:

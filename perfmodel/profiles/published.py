@@ -11,6 +11,10 @@ Tables under ``data/reference/`` (source and date on every row):
   flash-attn's ``flash_attn_triton.py``, which MPT's ``attn_impl='triton'`` copies) on the A100. The figures fix
   batch x seq = 16k tokens and heads x head_dim = 2048; FLOPs = 4·b·heads·s²·d forward,
   halved when causal, 2.5x that backward, 3.5x forward+backward (the papers' convention).
+* ``attention_carried.csv``: a kernel's curves for a GPU with none published, carried from a donor GPU's
+  published curves at the ratio one harness measured on both (Azure's FlashAttention-2 forward+backward at
+  one shape on a GB200 and an H100, for the GB200 and the B200): FlashAttention-2 does not use Blackwell's
+  new tensor-core instructions, so it runs near its Hopper rate, not at the datasheet peak ratio.
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
   (Maximum Achievable Matmul FLOPS, stas00/ml-engineering), used as a check, not fitted.
 * ``gemm_published.csv``: GEMM rates over shapes of a GPU's own kernels, GPU time alone
@@ -48,6 +52,7 @@ GEMM_CHECKS_CSV = REFERENCE / "gemm_checks_published.csv"
 GEMM_CSV = REFERENCE / "gemm_published.csv"
 SAME_ARCH_CSV = REFERENCE / "gemm_same_architecture.csv"
 OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
+ATTENTION_CARRIED_CSV = REFERENCE / "attention_carried.csv"
 FLOAT8_LINEAR_CSV = REFERENCE / "float8_linear_published.csv"
 ATTENTION_KERNELS = ("fa2", "fa3", "cudnn", "fa1", "triton")
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (FlashAttention-2 paper, §4.1)
@@ -68,13 +73,42 @@ def attention_flops(batch, heads, seq, head_dim, causal, which: str = "fwd"):
     return fwd * (BWD_FLOPS_FACTOR if which == "bwd" else 1.0)
 
 
+@lru_cache(maxsize=1)
+def attention_carried_table() -> pd.DataFrame:
+    """gpu, kernel, donor, measured_on, measured_tflops, donor_tflops, clock_scale, source."""
+    return pd.read_csv(ATTENTION_CARRIED_CSV)
+
+
+def carried_attention(gpu: str, kernel: str) -> tuple[str, float, str] | None:
+    """(donor GPU, rate factor, source) where ``gpu``'s ``kernel`` curves are carried from a donor's: the
+    factor is measured / donor rate of one harness on both (times ``clock_scale`` where measured on a
+    sibling at another clock); None where none is carried."""
+    t = attention_carried_table()
+    hit = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    if hit.empty:
+        return None
+    r = hit.iloc[0]
+    return str(r.donor), float(r.measured_tflops / r.donor_tflops * r.clock_scale), str(r.source)
+
+
+def _kernel_rows(gpu: str, kernel: str) -> pd.DataFrame:
+    """``gpu``'s published rows of ``kernel``, else a donor's with every rate times the carried factor."""
+    t = attention_table()
+    own = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    carried = carried_attention(gpu, kernel) if own.empty else None
+    if carried is None:
+        return own
+    donor, factor, _ = carried
+    return t[(t.gpu == donor) & (t.kernel == kernel)].assign(gpu=gpu, tflops=lambda d: d.tflops * factor)
+
+
 def attention_rows(gpu: str, kernel: str = "fa2") -> pd.DataFrame:
     """Compute-table rows (op ``sdpa``: phase ``fwd`` and ``fwdbwd``, seconds per call) of ``kernel``
-    on ``gpu``, in the schema :class:`perfmodel.fit.compute.ComputeFitter` reads; empty if none."""
+    on ``gpu`` (published, or carried: :func:`carried_attention`), in the schema
+    :class:`perfmodel.fit.compute.ComputeFitter` reads; empty if none."""
     if kernel not in ATTENTION_KERNELS:
         raise unknown_name("published attention kernel", kernel, ATTENTION_KERNELS)
-    t = attention_table()
-    t = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    t = _kernel_rows(gpu, kernel)
     if t.empty:
         return pd.DataFrame()
     t = t.assign(time_s=attention_flops(t.batch, t.heads, t.seq, t.head_dim, t.causal, "fwd")
@@ -111,8 +145,11 @@ def _rows(series: pd.Series, phase: str) -> pd.DataFrame:
 
 def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
     """The figures ``kernel``'s rows on ``gpu`` come from, each named once (None if there are none)."""
-    t = attention_table()
-    t = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    t = _kernel_rows(gpu, kernel)
+    carried = carried_attention(gpu, kernel)
+    if carried is not None and not t.empty and not (attention_table().gpu == gpu).any():
+        donor, factor, source = carried
+        return f"{attention_source(donor, kernel)}, carried from {donor} at x{factor:.3f} ({source})"
     parts = t.source.str.split(r"; (?:label hidden by the legend: bar height |bar labels )?digitised ", regex=True)
     figures, dates = parts.str[0], parts.str[-1]
     return None if t.empty else " + ".join(dict.fromkeys(figures)) + f" (bar labels digitised {dates.max()})"

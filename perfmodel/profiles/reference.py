@@ -14,6 +14,12 @@ Azure/AI-benchmarking-guide), they replace that assumption:
   STREAM rows takes its published same-device copy bandwidth
   (``data/reference/copy_bandwidth_published.csv``, counted as STREAM counts: read + write).
 
+Where a GPU has neither, the Maximum Achievable Matmul FLOPS rows (``data/reference/gemm_mamf.csv``:
+one harness's best ``torch.matmul`` rate over a shape search, on many GPUs) set its rate: at its own
+MAMF shape it runs the fraction of MAMF the reference GPU's fit runs at the reference's MAMF shape.
+The search's upward bias (the profiles' fits run 9-16% below MAMF at its shapes on the A100, H100
+and H200) cancels, so a MAMF row is never matched as a rate.
+
 Where only a harness's best rate over square sizes is published
 (``data/reference/gemm_best_square.csv``: ``torch.mm`` on GeForce cards), the rate
 parameters are scaled by measured best rate / the fit's best rate over the same sizes.
@@ -37,6 +43,10 @@ from perfmodel.forms.registry import get_form
 REFERENCE_CSV = Path(__file__).with_name("data") / "reference" / "gpu_microbench_measured.csv"
 BEST_SQUARE_CSV = REFERENCE_CSV.with_name("gemm_best_square.csv")
 COPY_CSV = REFERENCE_CSV.with_name("copy_bandwidth_published.csv")
+MAMF_CSV = REFERENCE_CSV.with_name("gemm_mamf.csv")
+# a GPU with no MAMF row of a dtype takes its die's: stas00/ml-engineering's bf16 table lists the H100 SXM
+# with the note "H200 is the same" (one GH100 at 700 W; this project carries the H200's curve to the H100)
+MAMF_SAME_DIE = {"h200-sxm-141gb": "h100-sxm5-80gb"}
 BEST_SQUARE_DTYPES = ("fp16", "bf16")  # its fp32 column may be TF32 or not (the harness leaves it to torch)
 GPU_NAMES = {"A100-SXM4-80GB": ("a100-sxm4-80gb", "a100-sxm4-40gb"), "H100 80GB HBM3": ("h100-sxm5-80gb",),
              "H200 141GB": ("h200-sxm-141gb",)}
@@ -137,6 +147,50 @@ def calibrate_best_square(compute: dict, gpu: str) -> None:
         ratios = [best_square_ratio(entry, r.sizes, r.tflops) for r in sub.itertuples()]
         note = f"{len(sub)} published best {dtype} torch.mm rates ({sub.source.iloc[0].split()[0]})"
         compute[f"gemm:{dtype}"] = _scale_rates(entry, float(np.median(ratios)), note)
+
+
+@lru_cache(maxsize=1)
+def _mamf_table() -> pd.DataFrame:
+    return pd.read_csv(MAMF_CSV)
+
+
+def mamf_row(gpu: str, dtype: str):
+    """``gpu``'s MAMF row in ``dtype`` (its die's where it has none of its own; ``MAMF_SAME_DIE``), or None."""
+    t = _mamf_table()
+    for name in (gpu, MAMF_SAME_DIE.get(gpu)):
+        hit = t[(t.gpu == name) & (t.dtype == dtype)]
+        if len(hit):
+            return hit.iloc[0]
+    return None
+
+
+def _rate(entry: dict, row) -> float:
+    """FLOP/s of the GEMM ``entry`` prices at the shape of MAMF ``row``."""
+    m, n, k = (float(row[c]) for c in ("m", "n", "k"))
+    return 2.0 * m * n * k / float(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, m=m, n=n, k=k))
+
+
+def calibrate_mamf(compute: dict, gpu: str, reference: dict, reference_gpu: str) -> None:
+    """Scale the GEMM rates of a datasheet-scaled ``compute`` (in place) so that, at ``gpu``'s own MAMF
+    shape, it runs the fraction of MAMF the ``reference`` fits run at the reference GPU's MAMF shape: one
+    harness's best rate on both GPUs, its search bias cancelling, in place of the datasheet peak ratio.
+    fp16 follows bf16 (one tensor-core rate). Only where ``gpu`` has no GEMMs of its own published."""
+    if not measured_gemms(gpu).empty or not best_square_gemms(gpu).empty:
+        return
+    ratios = {}  # from the entries as scaled, before any is moved (fp16 takes bf16's)
+    for own in ("bf16", "fp8"):
+        entry, ref_entry = compute.get(f"gemm:{own}"), reference.get(f"gemm:{own}")
+        target, ref = mamf_row(gpu, own), mamf_row(reference_gpu, own)
+        if entry is not None and ref_entry is not None and target is not None and ref is not None:
+            fraction = _rate(ref_entry, ref) / (float(ref.tflops) * 1e12)
+            ratios[own] = fraction, fraction * float(target.tflops) * 1e12 / _rate(entry, target)
+    for dtype in ("bf16", "fp16", "fp8"):
+        own = "bf16" if dtype == "fp16" else dtype
+        if f"gemm:{dtype}" in compute and own in ratios:
+            fraction, ratio = ratios[own]
+            compute[f"gemm:{dtype}"] = _scale_rates(compute[f"gemm:{dtype}"], ratio,
+                                                    f"{fraction:.1%} of {gpu}'s {own} MAMF at its shape, the fraction "
+                                                    f"the {reference_gpu} fit runs of its own ({MAMF_CSV.name})")
 
 
 def calibrate_gemm(compute: dict, gpu: str) -> None:

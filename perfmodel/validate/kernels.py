@@ -81,8 +81,16 @@ def gemm_checks() -> pd.DataFrame:
         t, _ = kernel_time(p, k)
         pred = 2.0 * r.m * r.n * r.k / float(t) / 1e12
         rows.append({"gpu": r.gpu, "dtype": r["dtype"], "shape": f"{r.m}x{r.n}x{r.k}", "published": r.tflops,
-                     "predicted": pred, "error": pred / r.tflops - 1})
+                     "predicted": pred, "error": pred / r.tflops - 1, "role": _mamf_role(p, r["dtype"])})
     return pd.DataFrame(rows)
+
+
+def _mamf_role(profile, dtype: str) -> str:
+    """"check", or "calibrates" where a GPU without published GEMMs of its own takes the ratio of its MAMF
+    row to the H200's in place of the datasheet peak ratio (profiles/reference.py ``calibrate_mamf``): the fit
+    then runs the H200's fraction of MAMF, so the row checks nothing of its own."""
+    source = str(profile.compute.get(f"gemm:{dtype}", {}).get("source", ""))
+    return "calibrates" if "MAMF at its shape" in source else "check"
 
 
 def float8_linear_checks(gpu: str = "h100-sxm5-80gb") -> pd.DataFrame:

@@ -1,0 +1,105 @@
+"""Blackwell in the catalog: the B200 (HGX/DGX B200) and the GB200 (NVL72), their nodes and how their
+datasheet-scaled profiles take the published measurements there are (docs/hardware.md, "Blackwell")."""
+
+from __future__ import annotations
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.core.errors import UnsupportedError
+from perfmodel.costs.compute import kernel_time
+from perfmodel.hardware import load_gpu
+from perfmodel.profiles.datasheet import bundled_allreduce_entry, datasheet_profile
+from perfmodel.profiles.profile import load_profile
+from perfmodel.profiles.published import attention_flops, attention_rows, carried_attention
+from perfmodel.profiles.reference import _rate, calibrate_mamf, mamf_row
+from perfmodel.workload.ops import Kernel
+
+B200, GB200 = "b200-sxm-180gb", "gb200-186gb"
+
+
+def test_catalog_entries():
+    b, g = load_gpu("b200"), load_gpu("gb200")
+    assert (b.name, g.name) == (B200, GB200)
+    assert b.compute_capability == g.compute_capability == 10.0
+    assert b.sm_count == 148 and b.mem_bytes == 182642 * 2**20  # what CUDA reports on a B200
+    assert b.peak_flops["bf16"] == 2250e12 and g.peak_flops["bf16"] == 2500e12
+    assert b.peak_flops["fp8"] == 2 * b.peak_flops["bf16"]
+    dgx, nvl = pm.cluster("dgx-b200"), pm.cluster("gb200-nvl72")
+    assert dgx.n_gpus == 8 and dgx.gpu.name == B200
+    assert nvl.n_gpus == 72 and nvl.gpu.name == GB200  # one NVLink domain of 72
+
+
+def _mamf_fraction(profile_compute: dict, gpu: str, dtype: str) -> float:
+    row = mamf_row(gpu, dtype)
+    return _rate(profile_compute[f"gemm:{dtype}"], row) / (float(row.tflops) * 1e12)
+
+
+@pytest.mark.parametrize("gpu", [B200, GB200])
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_gemm_runs_the_reference_fraction_of_its_mamf(gpu, dtype):
+    """At its own MAMF shape a Blackwell GEMM runs the fraction of MAMF the H200's fit runs at the H200's
+    (bf16: the H100 row, the same die), not the datasheet peak ratio's rate."""
+    h200 = load_profile("h200-sxm-141gb").compute
+    want = _mamf_fraction(h200, "h200-sxm-141gb", dtype)
+    assert 0.80 < want < 0.90  # the fits run 10-16% below a best-of-search rate
+    # rel 0.5%: the bundled H200 profile is the fit after its published terms joined, the B200 was scaled before
+    assert _mamf_fraction(load_profile(gpu).compute, gpu, dtype) == pytest.approx(want, rel=5e-3)
+
+
+def test_mamf_calibration_moves_rates_and_leaves_published_gpus_alone():
+    h200 = load_profile("h200-sxm-141gb")
+    plain = datasheet_profile(B200, h200, published=False).compute
+    row = mamf_row(B200, "bf16")
+    scaled = dict(plain)
+    calibrate_mamf(scaled, B200, h200.compute, h200.gpu)
+    # the datasheet ratio alone would run the B200 at another fraction: the calibration moved it
+    assert _rate(scaled["gemm:bf16"], row) != pytest.approx(_rate(plain["gemm:bf16"], row), rel=0.01)
+    assert scaled["gemm:fp16"]["params"]["R"] / plain["gemm:fp16"]["params"]["R"] == pytest.approx(
+        scaled["gemm:bf16"]["params"]["R"] / plain["gemm:bf16"]["params"]["R"])  # one tensor-core rate
+    a100 = datasheet_profile("a100-sxm4-80gb", h200, published=False).compute
+    before = {k: dict(v["params"]) for k, v in a100.items() if k.startswith("gemm:")}
+    calibrate_mamf(a100, "a100-sxm4-80gb", h200.compute, h200.gpu)  # Azure's GEMMs calibrate it: untouched
+    assert {k: v["params"] for k, v in a100.items() if k.startswith("gemm:")} == before
+
+
+def _fa2_fwdbwd_tflops(gpu: str) -> float:
+    p = load_profile(gpu)
+    size = {"batch": 2.0, "heads": 16.0, "kv_heads": 16.0, "seq": 8192.0, "head_dim": 128.0, "causal": True}
+    fwd, bwd = (float(kernel_time(p, Kernel("sdpa", "sdpa", w, size, variant=f"fa2.{w}", dtype="bf16"))[0])
+                for w in ("fwd", "bwd"))
+    return float(attention_flops(2, 16, 8192, 128, True, "fwd")) * 3.5 / (fwd + bwd) / 1e12
+
+
+def test_flash_attention_2_runs_near_its_hopper_rate():
+    """Azure's same FlashAttention-2 benchmark: 373.9 TFLOP/s on a GB200 against 327.9 on an H100 (x1.14),
+    where the datasheet peak ratio is 2.53: the carried curves keep the measured ratio."""
+    donor, factor, _ = carried_attention(GB200, "fa2")
+    assert donor == "h100-sxm5-80gb" and factor == pytest.approx(373.9 / 327.9)
+    assert len(attention_rows(GB200, "fa2")) == len(attention_rows(donor, "fa2"))
+    h100 = _fa2_fwdbwd_tflops("h100-sxm5-80gb")
+    assert _fa2_fwdbwd_tflops(GB200) / h100 == pytest.approx(373.9 / 327.9, rel=0.05)
+    assert _fa2_fwdbwd_tflops(B200) / h100 == pytest.approx(373.9 / 327.9 * 1965 / 2062, rel=0.05)
+
+
+def test_flash_attention_3_is_refused_on_blackwell():
+    with pytest.raises(UnsupportedError, match="Hopper GPUs only"):
+        pm.predict("llama-3-8b", pm.cluster("dgx-b200"), pm.Strategy(attention="flash3", micro_batch=1))
+
+
+def test_nvlink5_all_reduce_curve_is_the_gb200s():
+    want = bundled_allreduce_entry("gb200")["params"]
+    for gpu in (B200, GB200):
+        assert load_profile(gpu).collectives["intra"]["all_reduce"]["params"] == want
+
+
+def test_a_step_on_blackwell_is_faster_and_says_it_is_datasheet_scaled():
+    s = pm.Strategy(framework="torchtitan", micro_batch=2, recompute="selective-op")
+    h200 = pm.predict("llama-3-8b", pm.cluster("hgx-h200"), s)
+    b200 = pm.predict("llama-3-8b", pm.cluster("dgx-b200"), s)
+    fa2 = pm.predict("llama-3-8b", pm.cluster("dgx-b200"), pm.Strategy(framework="torchtitan", micro_batch=2,
+                                                                      recompute="selective-op", attention="flash2"))
+    assert 1.5 < h200.step_time / b200.step_time < 2.5
+    assert b200.step_time < fa2.step_time  # FlashAttention-2 does not scale to Blackwell; cuDNN is priced so
+    lo, hi = b200.interval
+    assert (hi - lo) / b200.step_time > (h200.interval[1] - h200.interval[0]) / h200.step_time  # less known
