@@ -12,7 +12,7 @@ from perfmodel.hardware import load_gpu
 from perfmodel.profiles.datasheet import bundled_allreduce_entry, datasheet_profile
 from perfmodel.profiles.profile import load_profile
 from perfmodel.profiles.published import attention_flops, attention_rows, carried_attention
-from perfmodel.profiles.reference import _rate, calibrate_mamf, mamf_row
+from perfmodel.profiles.reference import calibrate_mamf, gemm_rate_at, mamf_calibrates, mamf_row
 from perfmodel.workload.ops import Kernel
 
 B200, GB200 = "b200-sxm-180gb", "gb200-186gb"
@@ -32,7 +32,7 @@ def test_catalog_entries():
 
 def _mamf_fraction(profile_compute: dict, gpu: str, dtype: str) -> float:
     row = mamf_row(gpu, dtype)
-    return _rate(profile_compute[f"gemm:{dtype}"], row) / (float(row.tflops) * 1e12)
+    return gemm_rate_at(profile_compute[f"gemm:{dtype}"], row) / (float(row.tflops) * 1e12)
 
 
 @pytest.mark.parametrize("gpu", [B200, GB200])
@@ -54,9 +54,10 @@ def test_mamf_calibration_moves_rates_and_leaves_published_gpus_alone():
     scaled = dict(plain)
     calibrate_mamf(scaled, B200, h200.compute, h200.gpu)
     # the datasheet ratio alone would run the B200 at another fraction: the calibration moved it
-    assert _rate(scaled["gemm:bf16"], row) != pytest.approx(_rate(plain["gemm:bf16"], row), rel=0.01)
+    assert gemm_rate_at(scaled["gemm:bf16"], row) != pytest.approx(gemm_rate_at(plain["gemm:bf16"], row), rel=0.01)
     assert scaled["gemm:fp16"]["params"]["R"] / plain["gemm:fp16"]["params"]["R"] == pytest.approx(
         scaled["gemm:bf16"]["params"]["R"] / plain["gemm:bf16"]["params"]["R"])  # one tensor-core rate
+    assert mamf_calibrates(B200, "bf16") and not mamf_calibrates("a100-sxm4-80gb", "bf16")
     a100 = datasheet_profile("a100-sxm4-80gb", h200, published=False).compute
     before = {k: dict(v["params"]) for k, v in a100.items() if k.startswith("gemm:")}
     calibrate_mamf(a100, "a100-sxm4-80gb", h200.compute, h200.gpu)  # Azure's GEMMs calibrate it: untouched

@@ -16,7 +16,8 @@ Tables under ``data/reference/`` (source and date on every row):
   one shape on a GB200 and an H100, for the GB200 and the B200): FlashAttention-2 does not use Blackwell's
   new tensor-core instructions, so it runs near its Hopper rate, not at the datasheet peak ratio.
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
-  (Maximum Achievable Matmul FLOPS, stas00/ml-engineering), used as a check, not fitted.
+  (Maximum Achievable Matmul FLOPS, stas00/ml-engineering; read by ``profiles/reference.py``): a check of the
+  GPUs with GEMMs of their own published, the rate of those without (``reference.calibrate_mamf``).
 * ``gemm_published.csv``: GEMM rates over shapes of a GPU's own kernels, GPU time alone
   (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16; m, n, k from 256 to 4096),
   DeepBench's P100 training GEMMs (fp32 and 16-bit inputs; tools/deepbench_gemm.py) and Azure's A100
@@ -43,10 +44,10 @@ import pandas as pd
 
 from perfmodel.core.errors import unknown_name
 from perfmodel.hardware import load_gpu
+from perfmodel.profiles.reference import mamf_table
 
 REFERENCE = Path(__file__).with_name("data") / "reference"
 ATTENTION_CSV = REFERENCE / "attention_published.csv"
-MAMF_CSV = REFERENCE / "gemm_mamf.csv"
 # GEMM rates published for a GPU as a check of its profile, never fitted (the MAMF file's columns)
 GEMM_CHECKS_CSV = REFERENCE / "gemm_checks_published.csv"
 GEMM_CSV = REFERENCE / "gemm_published.csv"
@@ -144,10 +145,12 @@ def _rows(series: pd.Series, phase: str) -> pd.DataFrame:
 
 
 def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
-    """The figures ``kernel``'s rows on ``gpu`` come from, each named once (None if there are none)."""
-    t = _kernel_rows(gpu, kernel)
-    carried = carried_attention(gpu, kernel)
-    if carried is not None and not t.empty and not (attention_table().gpu == gpu).any():
+    """The figures ``kernel``'s rows on ``gpu`` come from, each named once (None if there are none); for
+    carried rows, the donor's figures and the ratio they were carried at."""
+    t = attention_table()
+    t = t[(t.gpu == gpu) & (t.kernel == kernel)]
+    carried = carried_attention(gpu, kernel) if t.empty else None
+    if carried is not None:
         donor, factor, source = carried
         return f"{attention_source(donor, kernel)}, carried from {donor} at x{factor:.3f} ({source})"
     parts = t.source.str.split(r"; (?:label hidden by the legend: bar height |bar labels )?digitised ", regex=True)
@@ -159,12 +162,6 @@ def attention_source(gpu: str, kernel: str = "fa2") -> str | None:
 def float8_linear_table() -> pd.DataFrame:
     """Every published float8-linear speedup row: gpu, recipe, m, k, n (the forward's), speedup, source."""
     return pd.read_csv(FLOAT8_LINEAR_CSV)
-
-
-@lru_cache(maxsize=1)
-def mamf_table() -> pd.DataFrame:
-    """Maximum Achievable Matmul FLOPS rows: gpu, dtype, m, n, k, tflops, torch, source."""
-    return pd.read_csv(MAMF_CSV)
 
 
 def gemm_check_table() -> pd.DataFrame:

@@ -150,13 +150,14 @@ def calibrate_best_square(compute: dict, gpu: str) -> None:
 
 
 @lru_cache(maxsize=1)
-def _mamf_table() -> pd.DataFrame:
+def mamf_table() -> pd.DataFrame:
+    """Maximum Achievable Matmul FLOPS rows: gpu, dtype, m, n, k, tflops, torch, source."""
     return pd.read_csv(MAMF_CSV)
 
 
 def mamf_row(gpu: str, dtype: str):
     """``gpu``'s MAMF row in ``dtype`` (its die's where it has none of its own; ``MAMF_SAME_DIE``), or None."""
-    t = _mamf_table()
+    t = mamf_table()
     for name in (gpu, MAMF_SAME_DIE.get(gpu)):
         hit = t[(t.gpu == name) & (t.dtype == dtype)]
         if len(hit):
@@ -164,10 +165,18 @@ def mamf_row(gpu: str, dtype: str):
     return None
 
 
-def _rate(entry: dict, row) -> float:
+def gemm_rate_at(entry: dict, row) -> float:
     """FLOP/s of the GEMM ``entry`` prices at the shape of MAMF ``row``."""
     m, n, k = (float(row[c]) for c in ("m", "n", "k"))
     return 2.0 * m * n * k / float(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, m=m, n=n, k=k))
+
+
+def mamf_calibrates(gpu: str, dtype: str | None = None) -> bool:
+    """Whether ``gpu``'s own MAMF row (of ``dtype``, or of any) sets its GEMM rates: it has one and no GEMMs
+    of its own published (Azure's cuBLASLt rows or best square rates, which take precedence)."""
+    t = mamf_table()
+    own = (t.gpu == gpu) & (t.dtype == dtype if dtype else True)
+    return bool(own.any()) and measured_gemms(gpu).empty and best_square_gemms(gpu).empty
 
 
 def calibrate_mamf(compute: dict, gpu: str, reference: dict, reference_gpu: str) -> None:
@@ -175,15 +184,15 @@ def calibrate_mamf(compute: dict, gpu: str, reference: dict, reference_gpu: str)
     shape, it runs the fraction of MAMF the ``reference`` fits run at the reference GPU's MAMF shape: one
     harness's best rate on both GPUs, its search bias cancelling, in place of the datasheet peak ratio.
     fp16 follows bf16 (one tensor-core rate). Only where ``gpu`` has no GEMMs of its own published."""
-    if not measured_gemms(gpu).empty or not best_square_gemms(gpu).empty:
+    if not mamf_calibrates(gpu):
         return
     ratios = {}  # from the entries as scaled, before any is moved (fp16 takes bf16's)
     for own in ("bf16", "fp8"):
         entry, ref_entry = compute.get(f"gemm:{own}"), reference.get(f"gemm:{own}")
         target, ref = mamf_row(gpu, own), mamf_row(reference_gpu, own)
         if entry is not None and ref_entry is not None and target is not None and ref is not None:
-            fraction = _rate(ref_entry, ref) / (float(ref.tflops) * 1e12)
-            ratios[own] = fraction, fraction * float(target.tflops) * 1e12 / _rate(entry, target)
+            fraction = gemm_rate_at(ref_entry, ref) / (float(ref.tflops) * 1e12)
+            ratios[own] = fraction, fraction * float(target.tflops) * 1e12 / gemm_rate_at(entry, target)
     for dtype in ("bf16", "fp16", "fp8"):
         own = "bf16" if dtype == "fp16" else dtype
         if f"gemm:{dtype}" in compute and own in ratios:

@@ -26,7 +26,7 @@ from perfmodel.costs.compute import kernel_time
 from perfmodel.fit.published_float8 import block_seconds
 from perfmodel.profiles.published import (attention_flops, attention_pass_flops, attention_table, float8_linear_table,
                                           gemm_check_table)
-from perfmodel.profiles.reference import microbench_rows
+from perfmodel.profiles.reference import mamf_calibrates, microbench_rows
 from perfmodel.validate.published import read_published_stacks
 from perfmodel.workload.ops import Kernel
 
@@ -81,16 +81,9 @@ def gemm_checks() -> pd.DataFrame:
         t, _ = kernel_time(p, k)
         pred = 2.0 * r.m * r.n * r.k / float(t) / 1e12
         rows.append({"gpu": r.gpu, "dtype": r["dtype"], "shape": f"{r.m}x{r.n}x{r.k}", "published": r.tflops,
-                     "predicted": pred, "error": pred / r.tflops - 1, "role": _mamf_role(p, r["dtype"])})
+                     "predicted": pred, "error": pred / r.tflops - 1,
+                     "role": "calibrates" if mamf_calibrates(r.gpu, r["dtype"]) else "check"})
     return pd.DataFrame(rows)
-
-
-def _mamf_role(profile, dtype: str) -> str:
-    """"check", or "calibrates" where a GPU without published GEMMs of its own takes the ratio of its MAMF
-    row to the H200's in place of the datasheet peak ratio (profiles/reference.py ``calibrate_mamf``): the fit
-    then runs the H200's fraction of MAMF, so the row checks nothing of its own."""
-    source = str(profile.compute.get(f"gemm:{dtype}", {}).get("source", ""))
-    return "calibrates" if "MAMF at its shape" in source else "check"
 
 
 def float8_linear_checks(gpu: str = "h100-sxm5-80gb") -> pd.DataFrame:
