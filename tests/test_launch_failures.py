@@ -50,3 +50,22 @@ def test_a_multi_process_launch_is_tried_twice_and_a_single_one_once(monkeypatch
                                  target=lambda r: ("cpu-host", None), log=logged.append)
     assert len(calls) == 1 and failures == [f"{run.label} procs=1: exit 1: RuntimeError: The server socket has "
                                             "failed to listen on any local network address."]
+
+
+def test_a_retried_launch_leaves_one_row_of_its_run(monkeypatch, tmp_path: Path):
+    """A rank that fails after rank 0 wrote the run's row makes the launch exit non-zero: the retry must not leave
+    that row beside its own (the run would be scored twice)."""
+    out = tmp_path / "out.csv"
+    out.write_text("model,dp\nearlier,1\n")
+    attempts = []
+
+    def fake_call(cmd, threads, what, timeout_s=900.0):
+        attempts.append(what)
+        with out.open("a") as f:
+            f.write("tiny,2\n")  # rank 0 writes its row on every attempt
+        return _done(1, TORCHRUN_TAIL) if len(attempts) == 1 else _done(0, stdout="row written\n")
+
+    monkeypatch.setattr(loop, "_call", fake_call)
+    run = replace(loop.DDP_CALIBRATION_RUNS[0], procs=2)
+    assert loop.measure_runs([run], out, target=lambda r: ("cpu-host", None), log=lambda line: None) == []
+    assert out.read_text() == "model,dp\nearlier,1\ntiny,2\n" and len(attempts) == 2

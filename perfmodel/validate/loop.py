@@ -158,15 +158,25 @@ def measure_runs(runs, out_csv: str | Path, *, target, device: str = "cpu", thre
         gpu, profile = target(run)
         cmd = train_command(run, Path(out_csv), gpu=gpu, device=device, steps=steps, warmup=warmup,
                             profile=profile)
+        before = Path(out_csv).read_bytes() if Path(out_csv).exists() else None
         out = _call(cmd, threads, f"training {run.label}")
         if out.returncode != 0 and run.procs > 1:  # torchrun's standalone rendezvous can fail once on a busy host
             log(f"{run.label} procs={run.procs}: exit {out.returncode} ({failure_line(out)}); launching it again")
+            _restore(Path(out_csv), before)  # a rank that failed after rank 0 wrote its row: one row per run
             out = _call(cmd, threads, f"training {run.label}")
         if out.returncode != 0:
             failures.append(f"{run.label} procs={run.procs}: exit {out.returncode}: {failure_line(out)}")
         else:
             log(out.stdout.strip().splitlines()[-1])
     return failures
+
+
+def _restore(path: Path, content: bytes | None) -> None:
+    """``path`` as it was before a failed attempt (absent if it was)."""
+    if content is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(content)
 
 
 # --- calibrating this host ----------------------------------------------------------------------
