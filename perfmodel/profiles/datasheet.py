@@ -24,7 +24,8 @@ from perfmodel.core.choices import ENTRY_KEYS
 from perfmodel.core.units import DTYPE_BYTES
 from perfmodel.hardware import load_gpu
 from perfmodel.profiles.profile import Profile
-from perfmodel.profiles.reference import calibrate_gemm, calibrate_mamf, stream_copy_bw
+from perfmodel.profiles.mamf import calibrate_mamf
+from perfmodel.profiles.reference import calibrate_gemm, stream_copy_bw
 
 GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 REFERENCE_PROFILE = "h200-sxm-141gb"  # the measured profile datasheet profiles are scaled from

@@ -17,7 +17,7 @@ Tables under ``data/reference/`` (source and date on every row):
   new tensor-core instructions, so it runs near its Hopper rate, not at the datasheet peak ratio.
 * ``gemm_mamf.csv``: the best bf16/fp8 ``torch.matmul`` rate found by a shape search
   (Maximum Achievable Matmul FLOPS, stas00/ml-engineering; read by ``profiles/reference.py``): a check of the
-  GPUs with GEMMs of their own published, the rate of those without (``reference.calibrate_mamf``).
+  GPUs with GEMMs of their own published, the rate of those without (``profiles.mamf.calibrate_mamf``).
 * ``gemm_published.csv``: GEMM rates over shapes of a GPU's own kernels, GPU time alone
   (``timing = kernel``): XLA's measured matmul table for sm_90 (bf16; m, n, k from 256 to 4096),
   DeepBench's P100 training GEMMs (fp32 and 16-bit inputs; tools/deepbench_gemm.py) and Azure's A100

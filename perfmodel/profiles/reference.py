@@ -14,8 +14,9 @@ Azure/AI-benchmarking-guide), they replace that assumption:
   STREAM rows takes its published same-device copy bandwidth
   (``data/reference/copy_bandwidth_published.csv``, counted as STREAM counts: read + write).
 
-Where a GPU has neither, the Maximum Achievable Matmul FLOPS rows (``data/reference/gemm_mamf.csv``:
-one harness's best ``torch.matmul`` rate over a shape search, on many GPUs) set its rate: at its own
+Where a GPU has neither in a dtype, the Maximum Achievable Matmul FLOPS rows (``data/reference/gemm_mamf.csv``:
+one harness's best ``torch.matmul`` rate over a shape search, on many GPUs) set its rate
+(``profiles.mamf.calibrate_mamf``, which also knows the shapes ``fit.published_gemm`` fits): at its own
 MAMF shape it runs the fraction of MAMF the reference GPU's fit runs at the reference's MAMF shape.
 The search's upward bias (the profiles' fits run 9-16% below MAMF at its shapes on the A100, H100
 and H200) cancels, so a MAMF row is never matched as a rate.
@@ -49,7 +50,10 @@ MAMF_CSV = REFERENCE_CSV.with_name("gemm_mamf.csv")
 MAMF_SAME_DIE = {"h200-sxm-141gb": "h100-sxm5-80gb"}
 BEST_SQUARE_DTYPES = ("fp16", "bf16")  # its fp32 column may be TF32 or not (the harness leaves it to torch)
 GPU_NAMES = {"A100-SXM4-80GB": ("a100-sxm4-80gb", "a100-sxm4-40gb"), "H100 80GB HBM3": ("h100-sxm5-80gb",),
-             "H200 141GB": ("h200-sxm-141gb",)}
+             "H200 141GB": ("h200-sxm-141gb",), "GB200 185GB": ("gb200-186gb",)}
+# a GPU with no GEMMs of its own published takes its die's, scaled by the two GPUs' MAMF ratio in that dtype
+# (one harness on both): the B200 is the GB200's die (GB100) with a lower power limit and clock
+GEMMS_SAME_DIE = {"b200-sxm-180gb": "gb200-186gb"}
 SAME_HBM = {"a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb"}  # the 40 GB A100 has other memory
 MIN_DIM = 4096
 
@@ -80,7 +84,11 @@ def _shape(param: str):
 
 
 def measured_gemms(gpu: str) -> pd.DataFrame:
-    """Published GEMM rows of ``gpu``: dtype, m, n, k, time_s."""
+    """Published GEMM rows of ``gpu``: dtype, m, n, k, time_s, source. A GPU of ``GEMMS_SAME_DIE`` takes its
+    die's, each time scaled by the die's MAMF / this GPU's MAMF in the row's dtype (dtypes without both left out)."""
+    donor = GEMMS_SAME_DIE.get(gpu)
+    if donor is not None:
+        return _carried_gemms(gpu, donor)
     t = _table()
     t = t[(t.catalog == gpu) & t.benchmark.str.startswith("cuBLASLt GEMM")]
     out = []
@@ -92,7 +100,20 @@ def measured_gemms(gpu: str) -> pd.DataFrame:
         dtype = r.benchmark.split()[-1].lower()
         out.append({"dtype": dtype, "m": m, "n": n, "k": k, "time_s": 2.0 * m * n * k / (r.value * 1e12),
                     "source": r.source})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=["dtype", "m", "n", "k", "time_s", "source"])
+
+
+def _carried_gemms(gpu: str, donor: str) -> pd.DataFrame:
+    rows = measured_gemms(donor)
+    keep = []
+    for dtype, sub in rows.groupby("dtype"):
+        own, theirs = mamf_row(gpu, dtype), mamf_row(donor, dtype)
+        if own is None or theirs is None:
+            continue
+        ratio = float(own.tflops) / float(theirs.tflops)
+        keep.append(sub.assign(time_s=sub.time_s / ratio,
+                               source=[f"{s} (carried from {donor} x{ratio:.3f}, the MAMF ratio)" for s in sub.source]))
+    return pd.concat(keep, ignore_index=True) if keep else rows.iloc[0:0]
 
 
 @lru_cache(maxsize=1)
@@ -133,7 +154,7 @@ def best_square_ratio(entry: dict, sizes, tflops: float) -> float:
     return float(tflops * 1e12 / np.max(2.0 * n**3 / pred))
 
 
-def _scale_rates(entry: dict, ratio: float, note: str) -> dict:
+def scale_rates(entry: dict, ratio: float, note: str) -> dict:
     params = {name: value * ratio if name in ("R", "R_mis") else value for name, value in entry["params"].items()}
     return {**entry, "params": params, "source": f"{entry.get('source', '')}; rate x{ratio:.3f} to match {note}"}
 
@@ -146,7 +167,7 @@ def calibrate_best_square(compute: dict, gpu: str) -> None:
             continue
         ratios = [best_square_ratio(entry, r.sizes, r.tflops) for r in sub.itertuples()]
         note = f"{len(sub)} published best {dtype} torch.mm rates ({sub.source.iloc[0].split()[0]})"
-        compute[f"gemm:{dtype}"] = _scale_rates(entry, float(np.median(ratios)), note)
+        compute[f"gemm:{dtype}"] = scale_rates(entry, float(np.median(ratios)), note)
 
 
 @lru_cache(maxsize=1)
@@ -171,37 +192,6 @@ def gemm_rate_at(entry: dict, row) -> float:
     return 2.0 * m * n * k / float(get_form(entry["form"]).evaluate({**entry["params"], "t_cpu": 0.0}, m=m, n=n, k=k))
 
 
-def mamf_calibrates(gpu: str, dtype: str | None = None) -> bool:
-    """Whether ``gpu``'s own MAMF row (of ``dtype``, or of any) sets its GEMM rates: it has one and no GEMMs
-    of its own published (Azure's cuBLASLt rows or best square rates, which take precedence)."""
-    t = mamf_table()
-    own = (t.gpu == gpu) & (t.dtype == dtype if dtype else True)
-    return bool(own.any()) and measured_gemms(gpu).empty and best_square_gemms(gpu).empty
-
-
-def calibrate_mamf(compute: dict, gpu: str, reference: dict, reference_gpu: str) -> None:
-    """Scale the GEMM rates of a datasheet-scaled ``compute`` (in place) so that, at ``gpu``'s own MAMF
-    shape, it runs the fraction of MAMF the ``reference`` fits run at the reference GPU's MAMF shape: one
-    harness's best rate on both GPUs, its search bias cancelling, in place of the datasheet peak ratio.
-    fp16 follows bf16 (one tensor-core rate). Only where ``gpu`` has no GEMMs of its own published."""
-    if not mamf_calibrates(gpu):
-        return
-    ratios = {}  # from the entries as scaled, before any is moved (fp16 takes bf16's)
-    for own in ("bf16", "fp8"):
-        entry, ref_entry = compute.get(f"gemm:{own}"), reference.get(f"gemm:{own}")
-        target, ref = mamf_row(gpu, own), mamf_row(reference_gpu, own)
-        if entry is not None and ref_entry is not None and target is not None and ref is not None:
-            fraction = gemm_rate_at(ref_entry, ref) / (float(ref.tflops) * 1e12)
-            ratios[own] = fraction, fraction * float(target.tflops) * 1e12 / gemm_rate_at(entry, target)
-    for dtype in ("bf16", "fp16", "fp8"):
-        own = "bf16" if dtype == "fp16" else dtype
-        if f"gemm:{dtype}" in compute and own in ratios:
-            fraction, ratio = ratios[own]
-            compute[f"gemm:{dtype}"] = _scale_rates(compute[f"gemm:{dtype}"], ratio,
-                                                    f"{fraction:.1%} of {gpu}'s {own} MAMF at its shape, the fraction "
-                                                    f"the {reference_gpu} fit runs of its own ({MAMF_CSV.name})")
-
-
 def calibrate_gemm(compute: dict, gpu: str) -> None:
     """Scale GEMM rates of ``compute`` (in place) to match ``gpu``'s published GEMMs."""
     calibrate_best_square(compute, gpu)
@@ -219,5 +209,5 @@ def calibrate_gemm(compute: dict, gpu: str) -> None:
             form = get_form(entry["form"])
             pred = form.evaluate({**entry["params"], "t_cpu": 0.0}, m=sub.m.values, n=sub.n.values, k=sub.k.values)
             ratio = float(np.median(pred / sub.time_s.values))
-            compute[key] = _scale_rates(entry, ratio, f"{len(sub)} published {dtype} GEMMs >= {MIN_DIM}^3 "
+            compute[key] = scale_rates(entry, ratio, f"{len(sub)} published {dtype} GEMMs >= {MIN_DIM}^3 "
                                                       f"({sub.source.iloc[0].split()[0]})")

@@ -26,7 +26,8 @@ from perfmodel.costs.compute import kernel_time
 from perfmodel.fit.published_float8 import block_seconds
 from perfmodel.profiles.published import (attention_flops, attention_pass_flops, attention_table, float8_linear_table,
                                           gemm_check_table)
-from perfmodel.profiles.reference import mamf_calibrates, microbench_rows
+from perfmodel.profiles.mamf import mamf_calibrates
+from perfmodel.profiles.reference import microbench_rows
 from perfmodel.validate.published import read_published_stacks
 from perfmodel.workload.ops import Kernel
 
