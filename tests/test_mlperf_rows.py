@@ -69,3 +69,13 @@ def test_result_logs_are_nvidias_unless_the_folder_names_its_submitter(tmp_path)
     subprocess.run([*git, "commit", "-q", "-m", "logs"], check=True)
     assert result_logs(str(tmp_path), "eos") == ["a", "b"]
     assert result_logs(str(tmp_path), "Oracle/oci") == ["c"]
+
+
+def test_the_gb200_llama_rows_are_nvl72_racks_of_64_gpus():
+    rows = {c.label: c for c in read_published_checks() if c.label.startswith("mlperf-v5.0-llama31-405b-gb200")}
+    assert len(rows) == 7
+    r = rows["mlperf-v5.0-llama31-405b-gb200-2496-cw"]
+    s, node = r.strategy, r.cluster.node
+    assert (s.tp, s.pp, s.virtual_stages, s.cp, s.dp, s.global_batch) == (4, 8, 8, 2, 39, 1248)
+    assert r.cluster.gpu.name == "gb200-186gb" and r.cluster.n_gpus == 2496  # 39 racks of 16 trays of 4
+    assert node.gpus_per_node == 64 and node.nics_per_node == 64 and r.measured == 5.8258

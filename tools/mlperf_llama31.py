@@ -1,4 +1,4 @@
-"""Step times of NVIDIA's MLPerf Training Llama 3.1 405B submissions on H100, read from their public result logs.
+"""Step times of the MLPerf Training Llama 3.1 405B submissions on H100 and GB200, read from their public result logs.
 
     python -m tools.mlperf_llama31 CLONE_OF_training_results_v5.0
 
@@ -6,7 +6,8 @@
 wall time (``tracked_stats`` ``train_step_time``, ``NVIDIA/benchmarks/llama31_405b/implementations/*/
 custom_callbacks.py``), evaluations apart (``validation_step_time``). The printed step is the median over every
 logged training step of the system's runs, with the run's batch keys. The rows of
-``perfmodel/data/published_check_runs.csv`` named ``mlperf-v5.0-llama31-*`` carry these medians.
+``perfmodel/data/published_check_runs.csv`` named ``mlperf-v5.0-llama31-*`` carry these medians: NVIDIA's on Eos
+(DGX H100) and Tyche (GB200 NVL72), and IBM, CoreWeave and NVIDIA's on Carina (GB200 NVL72, CoreWeave's cloud).
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ SYSTEMS = [("mlperf-v5.0-llama31-405b-512", "eos-dfw_n64_ngc25.01_nemo"),
            ("mlperf-v5.0-llama31-405b-2048", "eos-dfw_n256_ngc25.01_nemo"),
            ("mlperf-v5.0-llama31-405b-2432", "eos-dfw_n304_ngc25.01_nemo"),
            ("mlperf-v5.0-llama31-405b-2560", "eos-dfw_n320_ngc25.01_nemo"),
-           ("mlperf-v5.0-llama31-405b-8192", "eos-dfw_n1024_ngc25.01_nemo")]
+           ("mlperf-v5.0-llama31-405b-8192", "eos-dfw_n1024_ngc25.01_nemo"),
+           # GB200 NVL72 racks, NeMo 25.04; a folder of another submitter is named with it (tools.mlperf_gpt3.result_logs)
+           ("mlperf-v5.0-llama31-405b-gb200-256", "tyche_ngpu256_ngc25.04_nemo"),
+           ("mlperf-v5.0-llama31-405b-gb200-512", "tyche_ngpu512_ngc25.04_nemo"),
+           *((f"mlperf-v5.0-llama31-405b-gb200-{n}-cw", f"IBM+CoreWeave+NVIDIA/carina_ngpu{n}_ngc25.04_nemo")
+             for n in (512, 1024, 1536, 2048, 2496))]
 KEYS = ("global_batch_size", "max_sequence_length", "gradient_accumulation_steps")
 
 
