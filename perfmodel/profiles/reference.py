@@ -210,4 +210,4 @@ def calibrate_gemm(compute: dict, gpu: str) -> None:
             pred = form.evaluate({**entry["params"], "t_cpu": 0.0}, m=sub.m.values, n=sub.n.values, k=sub.k.values)
             ratio = float(np.median(pred / sub.time_s.values))
             compute[key] = scale_rates(entry, ratio, f"{len(sub)} published {dtype} GEMMs >= {MIN_DIM}^3 "
-                                                      f"({sub.source.iloc[0].split()[0]})")
+                                                     f"({sub.source.iloc[0].split()[0]})")
