@@ -181,20 +181,24 @@ def bundled_profiles(only: tuple[str, ...] = ()) -> dict[str, Profile]:
     h200, _ = build_profile([BUNDLED_H200_TABLES], gpu="h200-sxm-141gb", name="h200-sxm-141gb", fill=False,
                             collectives=intra_collectives("h200-sxm-141gb"))
     if only:
-        return {gpu: seeded(with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))))
-                for gpu in only}
+        return {gpu: _datasheet_bundled(gpu, h200) for gpu in only}
     calibrated, _ = build_profile([CALIBRATED_H200_TABLES], gpu="h200-sxm-141gb", name=CALIBRATED_H200_PROFILE,
                                   fill=False, collectives=intra_collectives("h200-sxm-141gb"))
     # the datasheet profiles are scaled from the H200's fits as measured, before published terms join it
     out = {h200.gpu: with_published(h200), CALIBRATED_H200_PROFILE: with_published(calibrated)}
     for gpu in list_gpus():
         if gpu not in out and gpu not in SAME_COMPUTE_AT_TDP:
-            out[gpu] = seeded(with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))))
+            out[gpu] = _datasheet_bundled(gpu, h200)
     for gpu, donor in CONV_CARRIED.items():
         out[gpu] = carried_conv(out[gpu], out[donor])
     for gpu, at_tdp in SAME_COMPUTE_AT_TDP.items():  # a power-capped GPU: its die's profile at TDP, clocked down
         out[gpu] = power_capped_profile(gpu, out[at_tdp])
     return out
+
+
+def _datasheet_bundled(gpu: str, h200: Profile) -> Profile:
+    """``gpu``'s bundled datasheet-scaled profile: the H200's fits scaled, its published kernels and seed tables fitted in."""
+    return seeded(with_published(datasheet_profile(gpu, h200, collectives=intra_collectives(gpu))))
 
 
 def seeded(profile: Profile) -> Profile:

@@ -112,6 +112,7 @@ class Transformer:
                 f"'experts_per_token' must be <= experts={self.experts}: got {self.experts_per_token}")
         check_choice("qk_norm", self.qk_norm, QK_NORMS)
         self._check_window()
+        object.__setattr__(self, "logit_softcap", check_positive("logit_softcap", self.logit_softcap, allow_zero=True))
         self._check_shared()
         self._check_latent()
         for flag in ("bias", "tied_embeddings", "causal", "post_norms", "attention_sinks"):
@@ -126,7 +127,6 @@ class Transformer:
         if full and not self.window:
             raise InvalidInputError(f"'global_layers'={full} are the blocks without the sliding window: it needs "
                                     "window > 0 (without a window every block attends to the whole context)")
-        object.__setattr__(self, "logit_softcap", check_positive("logit_softcap", self.logit_softcap, allow_zero=True))
 
     def _check_shared(self) -> None:
         shared = check_int("shared_ffn", self.shared_ffn, minimum=0, maximum=SIZE_LIMITS["ffn_hidden"])
