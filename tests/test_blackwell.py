@@ -15,6 +15,7 @@ from perfmodel.profiles.profile import load_profile
 from perfmodel.profiles.published import attention_flops, attention_rows, carried_attention
 from perfmodel.profiles.mamf import calibrate_mamf, mamf_calibrates, own_gemm_dtypes
 from perfmodel.profiles.reference import gemm_rate_at, mamf_row, measured_gemms
+from perfmodel.validate.kernels import generation_checks
 from perfmodel.workload.ops import Kernel
 
 B200, GB200 = "b200-sxm-180gb", "gb200-186gb"
@@ -38,15 +39,28 @@ def _mamf_fraction(profile_compute: dict, gpu: str, dtype: str) -> float:
 
 
 @pytest.mark.parametrize("gpu", [B200, GB200])
-def test_bf16_gemm_runs_the_reference_fraction_of_its_mamf(gpu):
-    """At its own MAMF shape a Blackwell bf16 GEMM runs the fraction of MAMF the H200's fit runs at the H200's
-    (the H100 row, the same die), not the datasheet peak ratio's rate: no bf16 GEMMs of either are published."""
-    dtype = "bf16"
+def test_bf16_gemm_runs_the_reference_fraction_of_its_mamf_times_the_boards_fp8_bias(gpu):
+    """No bf16 GEMMs of either Blackwell GPU are published, fp8 ones are (Azure's, the B200's carried): at its own
+    bf16 MAMF shape the GPU runs the fraction of MAMF the H200's fit runs at the H200's (the H100 row, the same
+    die), times how much further below its fp8 MAMF the published fp8 rate runs than the H200's does."""
     h200 = load_profile("h200-sxm-141gb").compute
-    want = _mamf_fraction(h200, "h200-sxm-141gb", dtype)
-    assert 0.80 < want < 0.90  # the fits run 10-16% below a best-of-search rate
-    # rel 0.5%: the bundled H200 profile is the fit after its published terms joined, the B200 was scaled before
-    assert _mamf_fraction(load_profile(gpu).compute, gpu, dtype) == pytest.approx(want, rel=5e-3)
+    ref_bf16, ref_fp8 = (_mamf_fraction(h200, "h200-sxm-141gb", d) for d in ("bf16", "fp8"))
+    assert 0.80 < ref_bf16 < 0.90 and 0.80 < ref_fp8 < 0.90  # the fits run 10-20% below a best-of-search rate
+    own = load_profile(gpu).compute
+    bias = _mamf_fraction(own, gpu, "fp8") / ref_fp8
+    assert 0.75 < bias < 0.95  # the search runs further above Azure's sustained fp8 rate on Blackwell
+    # rel 1.5%: the bundled H200 profile is the fit after its published terms joined (two of its fractions here),
+    # the Blackwell ones were scaled from it before
+    assert _mamf_fraction(own, gpu, "bf16") == pytest.approx(ref_bf16 * bias, rel=1.5e-2)
+
+
+def test_blackwell_over_hopper_bf16_rate_is_near_xlas_measured_ratio():
+    """XLA's matmul tables measure bf16 GEMMs of sm_100 and sm_90 with one generator: 1.82-2.12x at 4096^3 batches
+    of 1-4. Priced by MAMF alone the profiles gave 2.25-2.49x (+17...+36%); with the fp8 bias, within 12%."""
+    checks = generation_checks()
+    assert set(checks.gpu) == {B200, GB200} and len(checks) == 6
+    assert checks.error.abs().max() < 0.12
+    assert (checks.predicted < 2.1).all()  # not the 2.5x the datasheet peak ratio gives
 
 
 def test_mamf_calibration_moves_rates_and_leaves_published_gpus_alone():

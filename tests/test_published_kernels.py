@@ -54,10 +54,11 @@ def test_long_sequences_saturate_near_the_16k_rate():
 
 def test_gemm_rates_match_maximum_achievable_matmul_flops_and_fp8_is_not_twice_bf16():
     rows = checks.gemm_checks()
-    # Blackwell fp8 runs Azure's sustained rates, which MAMF's burst best tops by 24% at 8192^3 (docs/hardware.md)
-    blackwell_fp8 = rows.gpu.isin(["b200-sxm-180gb", "gb200-186gb"]) & (rows.dtype == "fp8")
-    assert len(rows[blackwell_fp8]) == 2 and rows[blackwell_fp8].error.between(-0.35, -0.20).all(), rows
-    assert (rows[~blackwell_fp8].error.abs() < 0.20).all(), rows
+    # Blackwell fp8 runs Azure's sustained rates, which MAMF's burst best tops by 24% at 8192^3, and bf16 carries
+    # that bias of the board's search (docs/hardware.md, "Blackwell")
+    blackwell = rows.gpu.isin(["b200-sxm-180gb", "gb200-186gb"])
+    assert len(rows[blackwell]) == 4 and rows[blackwell].error.between(-0.35, -0.20).all(), rows
+    assert (rows[~blackwell].error.abs() < 0.20).all(), rows
     capped = rows[rows.gpu == "h100-sxm5-96gb-hbm2e-500w"]  # FBGEMM#2546 on "H100 500W": within 5%
     assert len(capped) == 3 and (capped.error.abs() < 0.05).all(), capped
     h100 = rows[rows.gpu == H100].set_index("dtype")

@@ -51,6 +51,10 @@ ATTENTION_CSV = REFERENCE / "attention_published.csv"
 # GEMM rates published for a GPU as a check of its profile, never fitted (the MAMF file's columns)
 GEMM_CHECKS_CSV = REFERENCE / "gemm_checks_published.csv"
 GEMM_CSV = REFERENCE / "gemm_published.csv"
+# XLA's measured matmul table of two generations, one generator on both (never fitted): the ratio of their rates
+# at one shape checks a profile carried from one generation to the other
+GENERATIONS_CSV = REFERENCE / "gemm_generations_published.csv"
+GENERATION_GPUS = {"sm_100": ("gb200-186gb", "b200-sxm-180gb"), "sm_90": ("h100-sxm5-80gb",)}
 SAME_ARCH_CSV = REFERENCE / "gemm_same_architecture.csv"
 OVERLAP_CSV = REFERENCE / "overlap_slowdown.csv"
 ATTENTION_CARRIED_CSV = REFERENCE / "attention_carried.csv"
@@ -167,6 +171,12 @@ def float8_linear_table() -> pd.DataFrame:
 def gemm_check_table() -> pd.DataFrame:
     """Every GEMM rate that checks a profile (not fitted): the MAMF rows and ``GEMM_CHECKS_CSV``'s."""
     return pd.concat([mamf_table(), pd.read_csv(GEMM_CHECKS_CSV)], ignore_index=True)
+
+
+@lru_cache(maxsize=1)
+def generation_table() -> pd.DataFrame:
+    """XLA's rows of two GPU generations at shared shapes: key (sm_100, sm_90), dtype, batch, m, n, k, tflops."""
+    return pd.read_csv(GENERATIONS_CSV)
 
 
 @lru_cache(maxsize=1)

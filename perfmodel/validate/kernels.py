@@ -6,7 +6,8 @@
    (fitted: the error is in-sample) and the Azure AI-benchmarking-guide FlashAttention-2
    point (not fitted: a check);
 2. GEMM: each profile against the Maximum Achievable Matmul FLOPS rows and FBGEMM's 500 W H100 rows
-   (``gemm_checks_published.csv``; not fitted: a check);
+   (``gemm_checks_published.csv``; not fitted: a check), and the Blackwell profiles' bf16 rate over the H100's
+   against XLA's sm_100 / sm_90 matmul tables (``gemm_generations_published.csv``; a check);
 3. float8 linears: torchao's published LayerNorm -> Linear -> Sigmoid speedups over bfloat16 against the profile's
    pricing with its fitted ``fp8_linear:<recipe>`` (fitted: in-sample; ``cv_mape`` holds the held-out error);
 4. runs: TorchTitan (Liang et al. 2024, arXiv 2410.06511) Tables 1-2, Llama 3.1 8B on 8 H100 (96 GB
@@ -24,8 +25,8 @@ import perfmodel as pm
 from perfmodel.core.entry import no_options, run_command
 from perfmodel.costs.compute import kernel_time
 from perfmodel.fit.published_float8 import block_seconds
-from perfmodel.profiles.published import (attention_flops, attention_pass_flops, attention_table, float8_linear_table,
-                                          gemm_check_table)
+from perfmodel.profiles.published import (GENERATION_GPUS, attention_flops, attention_pass_flops, attention_table,
+                                          float8_linear_table, gemm_check_table, generation_table)
 from perfmodel.profiles.mamf import mamf_calibrates
 from perfmodel.profiles.reference import microbench_rows
 from perfmodel.validate.published import read_published_stacks
@@ -87,6 +88,30 @@ def gemm_checks() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _gemm_tflops(gpu: str, dtype: str, m: float, n: float, k: float) -> float:
+    kernel = Kernel("mm", "gemm", "fwd", {"m": m, "n": n, "k": k}, 1, 2.0 * m * n * k, "fwd", dtype)
+    return 2.0 * m * n * k / float(kernel_time(pm.load_profile(gpu), kernel)[0]) / 1e12
+
+
+def generation_checks(newer: str = "sm_100", older: str = "sm_90") -> pd.DataFrame:
+    """Each profile of the ``newer`` generation over the ``older``'s, GEMM rate at XLA's shapes, against the ratio
+    of XLA's two tables there (one generator on both GPUs; a batched row priced as batch x m rows; check)."""
+    t = generation_table()
+    base_gpu = GENERATION_GPUS[older][0]
+    rows = []
+    for (dtype, b, m, n, k), sub in t.groupby(["dtype", "batch", "m", "n", "k"]):
+        rates = dict(zip(sub.key, sub.tflops))
+        if newer not in rates or older not in rates:
+            continue
+        base = _gemm_tflops(base_gpu, dtype, b * m, n, k)
+        for gpu in GENERATION_GPUS[newer]:
+            pred = _gemm_tflops(gpu, dtype, b * m, n, k) / base
+            published = rates[newer] / rates[older]
+            rows.append({"gpu": gpu, "over": base_gpu, "dtype": dtype, "shape": f"{b}x{m}x{n}x{k}",
+                         "published": published, "predicted": pred, "error": pred / published - 1})
+    return pd.DataFrame(rows)
+
+
 def float8_linear_checks(gpu: str = "h100-sxm5-80gb") -> pd.DataFrame:
     """Published against predicted speedup of each float8 linear row of ``gpu`` (perfmodel/fit/published_float8.py)."""
     p = pm.load_profile(gpu)
@@ -137,6 +162,8 @@ def main(argv=None) -> None:
                   f"({hit[0] / hit[1] - 1:+.1%}, check)")
     print("\nGEMM at the Maximum Achievable Matmul FLOPS shapes and FBGEMM's 500 W H100 shapes (check):")
     print(gemm_checks().round(3).to_string(index=False))
+    print("\nbf16 GEMM rate of sm_100 over sm_90 at XLA's shapes (its matmul table; check):")
+    print(generation_checks().round(3).to_string(index=False))
     f8 = float8_linear_checks()
     print("\ntorchao float8 linear speedups over bf16, H100 (fitted: fp8_linear:<recipe>):")
     print(f8[f8.recipe == "tensorwise"].round(3).to_string(index=False))
