@@ -38,7 +38,7 @@ def test_every_validation_source_is_scored_once(rows):
         counts[r.source] = counts.get(r.source, 0) + 1
     # measured_sample.csv repeats train_dev.jsonl and published_runs.csv rows: none are counted twice
     assert counts == {"h200 train_dev": 3, "h200 gpu_runs": 20, "published": 45, "published stacks": 10,
-                      "published checks": 127, "cpu steps": 3}
+                      "published checks": 139, "cpu steps": 3}
     assert all(math.isfinite(r.log_ratio) for r in rows)
 
 
@@ -312,10 +312,10 @@ def test_intervals_widen_for_datasheet_profiles_and_unvalidated_stacks():
     assert a100.interval_regime == "datasheet/low-comm/megatron"
     stack = pm.predict("gpt2-small", "h200", pm.Strategy(micro_batch=32, attention="unfused"))
     assert stack.interval_regime == "uncalibrated: stack pytorch/unfused not validated"
-    # a checked datasheet regime is as wide as its rows make it: datasheet/low-comm/megatron's 73 rows (since the
-    # GB200 rows, docs/accuracy.md) leave it about as wide as the measured H200's; never checked is wider than both
+    # a checked datasheet regime is as wide as its rows make it: datasheet/low-comm/megatron's 85 rows (since the
+    # GB200 rows, docs/accuracy.md) leave it a little wider than the measured H200's; never checked is wider than both
     assert _rel(unchecked) > max(_rel(a100), _rel(measured)) and _rel(stack) > _rel(measured)
-    assert _rel(a100) == pytest.approx(_rel(measured), rel=0.25)
+    assert _rel(measured) <= _rel(a100) < 1.5 * _rel(measured)
     table = iv.calibration_table()
     # no data: the pooled interval of the profile's origin (a datasheet profile's at least the measured pool's)
     assert _rel(unchecked) == pytest.approx(iv.fallback_half_width(table, 0.9, "datasheet"))

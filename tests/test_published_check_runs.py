@@ -95,9 +95,10 @@ def test_dgx_cloud_nemo_rows_within_the_stated_tolerance(results):
 GB200_MEDIAN_LIMIT, GB200_ROW_LIMIT = 0.06, 0.10
 
 
-# DGX Cloud's GB200 Llama 3.1 405B recipe (v25.05, NeMo 25.04.01; measured: fp8 +11.7 ... +12.7%, bf16 +24.1 ... +25.1%):
-# bf16 GEMMs at the MAMF fraction, no sustained bf16 GEMM of a Blackwell GPU being published (docs/validation.md)
-GB200_DGXC_ROW_LIMIT = 0.30
+# DGX Cloud's GB200 recipes (v25.05, NeMo 25.04.01), Llama 3.1 405B and Nemotron-4 340B, bf16 and fp8: +3.1 ... +12.4%
+# with bf16 GEMMs at the board's fp8 search bias; at the plain MAMF fraction the bf16 rows were +20.0 ... +30.3%
+# (docs/validation.md, "Blackwell bf16 GEMMs with the board's own search bias")
+GB200_DGXC_ROW_LIMIT = 0.15
 
 
 def test_gb200_mlperf_rows_within_the_stated_tolerance(results):
@@ -107,7 +108,7 @@ def test_gb200_mlperf_rows_within_the_stated_tolerance(results):
     assert np.median(rows.error.abs()) < GB200_MEDIAN_LIMIT
     assert (rows.error.abs() < GB200_ROW_LIMIT).all(), rows.loc[rows.error.abs() >= GB200_ROW_LIMIT, "name"]
     dgxc = gb200[gb200.name.str.startswith("dgxc-gb200-")]
-    assert len(dgxc) == 6 and dgxc.fits.all() and (dgxc.error.abs() < GB200_DGXC_ROW_LIMIT).all()
+    assert len(dgxc) == 18 and dgxc.fits.all() and (dgxc.error.abs() < GB200_DGXC_ROW_LIMIT).all(), dgxc
 
 
 def test_the_moe_rows_price_their_experts_as_the_recipe_runs_them():
