@@ -69,11 +69,13 @@ def param_counts(model, c: StepConfig | None = None, ep=1) -> ParamCounts:
     if c is not None:
         multiple = vocab_multiple(c.framework)
         pad = (steps.vocab_shard(model.vocab, c.tp, multiple) * floats(c.tp) - model.vocab) * h
-    # expert parallelism: a rank holds experts/ep of each MoE layer's experts (the router and a shared expert stay)
+    # expert parallelism: a rank holds experts/ep of each MoE layer's experts (the router and a shared expert stay),
+    # split over etp ranks: counted here x tp/etp, so the callers' division by tp leaves the etp split
+    fold = 1.0 if c is None else c.expert_fold
     experts = share * float(lp["mlp"] - h * model.experts - model.shared_params) if model.experts > 1 else 0.0
-    expert_layer = experts / ep
+    expert_layer = experts / ep * fold
     layer = layer - experts + expert_layer
-    gemm_layer = gemm_layer - share * (model.experts - model.experts / ep) * model.mlp_weights(model.ffn_hidden)
+    gemm_layer = gemm_layer - share * (model.experts - model.experts / ep * fold) * model.mlp_weights(model.ffn_hidden)
     head_gemm = float(model.vocab * h) + pad  # a tied matrix is still cast for the LM head GEMM
     return ParamCounts(layer=layer, embed=float(model.embedding_params) + pad,
                        head=float(model.head_params) + (0.0 if model.tied_embeddings else pad),
@@ -118,7 +120,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
              "fp8_params": c.fp8_params, "cp": c.cp}
     multiple = vocab_multiple(c.framework)
     layer = steps.layer_kernels(model, c.micro_batch, tp=c.tp, sp=c.sequence_parallel, precision=precision,
-                                recompute=recompute, ep=c.ep)
+                                recompute=recompute, ep=c.ep, etp=c.etp)
     if getattr(model, "experts", 1) > 1 and grouped_experts(c.grouped_experts, c.framework, compute_capability(gpu_name),
                                                             gpu_name):
         layer = tuple(group_expert_kernels(ks, model.experts // c.ep) for ks in layer)
@@ -134,7 +136,7 @@ def kernel_lists(model, c: StepConfig, precision, recompute, gpu_name: str = "")
 
 # the StepConfig fields kernel_lists reads
 COMPUTE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "framework", "attention", "compile", "loss", "cp", "ep", "cp_comm",
-                  "memory_format", "norm_kernels", "float8_recipe", "fp8_params", "tp_comm_overlap", "grouped_experts")
+                  "memory_format", "norm_kernels", "float8_recipe", "fp8_params", "tp_comm_overlap", "grouped_experts", "etp")
 
 
 @memo_by_fields(COMPUTE_FIELDS)
@@ -230,8 +232,9 @@ def optimizer_time(profile, c: StepConfig, stage_params, shard_ranks, *, optimiz
     stage shard over shard_ranks / ep (expert parallelism). ``c.micro_batches`` may be a
     sympy symbol (``perfmodel.analysis.symbolic``).
     """
-    local = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 1)
-    accumulated = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 2)
+    experts_over = shard_ranks * c.expert_fold  # the expert data-parallel ranks (x tp/etp under etp)
+    local = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 1, experts_over)
+    accumulated = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 2, experts_over)
     kernels = [Kernel("optimizer", optimizer, "opt", {"params": local}, 1, 0.0, "fwd", "fp32")]
     if megatron_code(c.framework) and steps.is_mixed(precision):
         kernels.append(mem_kernel("master_to_model", "cast_fp32_to_bf16", "opt", local, variant="fwd"))
@@ -367,16 +370,16 @@ def _assemble(c: StepConfig, critical, exposed, memory, spread: float = FLEET_SP
 # The StepConfig fields each memoised piece of ``evaluate`` reads (beyond the pieces it is given);
 # tests/test_fast_predict.py checks them against the fields the pieces do read.
 ALL_FIELDS = tuple(f.name for f in fields(StepConfig))
-SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "stage_layers", "framework", "schedule")
-CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep",
+SHAPE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "stage_layers", "framework", "schedule")
+CRITICAL_FIELDS = ("tp", "sequence_parallel", "tp_overlap", "tp_comm_overlap", "micro_batch", "cp", "ep", "etp",
                    "framework", "micro_batches", "virtual_stages", "stage_layers", "pp", "offload_layers", "cp_comm",
                    "schedule", "compile")
 # (dp is dp × cp here, as the data-parallel pieces read it)
-EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
+EXPOSED_FIELDS = ("dp", "cp", "tp", "ep", "etp", "pp", "shard_stage", "bucket_bytes", "fsdp", "hybrid", "ps_servers",
                   "dp_overlap", "micro_batch", "micro_batches", "virtual_stages", "sequence_parallel", "framework",
                   "schedule", "grad_reduce_fp32", "ps_local_reduce", "fp8_params")
 STEP_FIELDS = ("micro_batches", "cp", "dp", "tp", "pp")
-MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "micro_batch", "micro_batches", "virtual_stages", "schedule",
+MEMORY_FIELDS = ("dp", "tp", "pp", "ep", "etp", "micro_batch", "micro_batches", "virtual_stages", "schedule",
                  "shard_stage", "sequence_parallel", "ps_servers", "bucket_bytes", "hybrid", "fsdp", "reshard",
                  "framework", "attention", "compile", "loss", "offload_layers", "stage_layers", "grad_reduce_fp32",
                  "optimizer_states", "fp8_params", "norm_kernels", "expandable_segments")
@@ -407,7 +410,7 @@ def _dp_config(one, c: StepConfig) -> StepConfig:
 
 def _shape(model, c: StepConfig, gpn, placement):
     """(placement of the groups, the same with dp × cp ranks, the pipeline stages, parameter counts)."""
-    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep)
+    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep, etp=c.etp)
     return lay, {**lay, "dp": lay["dp_cp"]}, stages(model, c), param_counts(model, c, c.ep)
 
 

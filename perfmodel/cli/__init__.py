@@ -139,6 +139,7 @@ def add_stack_args(p: argparse.ArgumentParser, framework_args=None) -> None:
     --compile instead of one framework, compiled or not)."""
     p.add_argument("--cp", type=POSITIVE_INT, default=1, help="context-parallel size: the sequence split over cp ranks")
     p.add_argument("--ep", type=POSITIVE_INT, default=None, help="expert-parallel size (MoE; default 1, search: the powers of two dividing its experts)")
+    p.add_argument("--etp", type=POSITIVE_INT, default=None, help="megatron: expert tensor-parallel size, each expert split over etp ranks, the ep x etp grid folded over tp x cp x dp (default: tp)")
     if framework_args:
         framework_args(p)
     else:
@@ -146,8 +147,7 @@ def add_stack_args(p: argparse.ArgumentParser, framework_args=None) -> None:
                        "with its defaults: pytorch (eager autocast), megatron, torchtitan (FSDP2), fsdp1, ... "
                        "(docs/stacks.md)")
         p.add_argument("--compile", action="store_true", help="torch.compile of each block (Inductor fusion)")
-    p.add_argument("--attention", default=None, choices=list(ATTENTIONS),
-                   help="attention kernel (default: the framework's; docs/hardware.md)")
+    p.add_argument("--attention", default=None, choices=list(ATTENTIONS), help="attention kernel (default: the framework's; docs/hardware.md)")
     p.add_argument("--tp-overlap", action="store_true", help="Megatron's asynchronous tensor-parallel communication")
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
                    help="gradient reduction after the backward pass (Megatron-LM local DDP, DeepSpeed pipeline); with --zero 3, gathers and reduce-scatters serialized with compute (DeepSpeed ZeRO-3, early 2021)")
@@ -184,7 +184,7 @@ def strategy_from_args(args, n_gpus: int, gpu=None):
                     sequence_parallel=args.sequence_parallel, ps_servers=args.ps_servers,
                     bucket_mib=args.bucket_mib, placement=args.placement, stage_layers=parse_stage_layers(args.stage_layers or ""),
                     framework=args.framework, attention=args.attention, tp_overlap=args.tp_overlap,
-                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep or 1, compile=args.compile, loss=getattr(args, "loss", None),
+                    dp_overlap=args.dp_overlap, cp=args.cp, ep=args.ep or 1, etp=getattr(args, "etp", None), compile=args.compile, loss=getattr(args, "loss", None),
                     tp_comm_overlap=getattr(args, "tp_comm_overlap", None), ps_async=getattr(args, "ps_async", False),
                     ps_placement=getattr(args, "ps_placement", None), ps_local_reduce=getattr(args, "ps_local_reduce", False),
                     offload_layers=getattr(args, "offload_layers", 0), cp_comm=getattr(args, "cp_comm", None),

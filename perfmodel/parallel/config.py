@@ -77,7 +77,7 @@ FLOAT_FIELDS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stage
 BOOL_FIELDS = ("sequence_parallel", "hybrid", "fsdp", "reshard", "tp_overlap", "dp_overlap")
 SHARED_FIELDS = ("stage_layers", "framework", "attention", "cp", "ep", "compile", "loss", "tp_comm_overlap",
                  "offload_layers", "grad_reduce_fp32", "cp_comm", "ps_local_reduce", "optimizer_states", "fp8_params",
-                 "memory_format", "norm_kernels", "float8_recipe", "expandable_segments", "grouped_experts")
+                 "memory_format", "norm_kernels", "float8_recipe", "expandable_segments", "grouped_experts", "etp")
 
 
 def _frozen(value, dtype):
@@ -157,6 +157,7 @@ class StepConfig:
     float8_recipe: str = ""  # the fp8 GEMMs' scaling recipe ("" without fp8; workload/stacks/float8.py)
     expandable_segments: bool | None = None  # PyTorch's allocator setting (None: the stack's launch; Strategy)
     grouped_experts: bool | None = None  # routed experts as grouped GEMMs (None: the stack's; stacks/experts.py)
+    etp: int | None = None  # ranks each expert's linears split over (None: tp; Strategy.etp)
 
     def __post_init__(self):
         for name in FLOAT_FIELDS:
@@ -167,9 +168,15 @@ class StepConfig:
             object.__setattr__(self, "stage_layers", tuple(self.stage_layers))
         object.__setattr__(self, "cp", int(self.cp))
         object.__setattr__(self, "ep", int(self.ep))
+        object.__setattr__(self, "etp", None if self.etp is None else int(self.etp))
         object.__setattr__(self, "compile", bool(self.compile))
         object.__setattr__(self, "tp_comm_overlap", self.tp_comm_overlap or "")
         object.__setattr__(self, "offload_layers", int(self.offload_layers))
+
+    @property
+    def expert_fold(self):
+        """tp / etp: how many times more ranks share a stage's experts than tp alone (1 where etp is unset)."""
+        return 1.0 if self.etp is None else np.asarray(self.tp, float) / self.etp
 
     @classmethod
     def from_strategy(cls, s) -> StepConfig:
@@ -185,7 +192,7 @@ class StepConfig:
                    optimizer_states=s.optimizer_states, fp8_params=s.fp8_params,
                    memory_format=s.memory_format, norm_kernels=s.norm_kernels,
                    float8_recipe=float8_recipe(stack(s.framework).float8, s.float8_recipe, s.framework, s.precision),
-                   expandable_segments=s.expandable_segments, grouped_experts=s.grouped_experts)
+                   expandable_segments=s.expandable_segments, grouped_experts=s.grouped_experts, etp=s.etp)
 
     @classmethod
     def from_space(cls, arrays: Mapping, base) -> StepConfig:

@@ -35,9 +35,11 @@ def expert_shard_ranks(shard_ranks, ep):
     return np.maximum(floats(shard_ranks) / ep, 1.0)
 
 
-def sharded(params, expert, shard_ranks, ep, on):
+def sharded(params, expert, shard_ranks, ep, on, expert_ranks=None):
     """Parameters a rank keeps where sharding is ``on``: the dense ones over ``shard_ranks``, its
-    experts over ``expert_shard_ranks``."""
+    experts over ``expert_shard_ranks`` of ``expert_ranks`` (the expert data-parallel ranks times ep:
+    ``shard_ranks`` unless etp folds tp ranks in)."""
     dense = params - expert
+    over = shard_ranks if expert_ranks is None else expert_ranks
     return (dense / pick(on, shard_ranks, 1.0)
-            + expert / pick(on, expert_shard_ranks(shard_ranks, ep), 1.0))
+            + expert / pick(on, expert_shard_ranks(over, ep), 1.0))

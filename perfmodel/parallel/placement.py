@@ -53,11 +53,16 @@ def _product(a, b):
     return a[0] * b[0], a[1] * b[1]
 
 
-def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1, ep=1) -> dict[str, tuple]:
-    """For each of "tp", "cp", "ep", "pp", "dp" and "dp_cp": (ranks_per_node, nodes) under the given order."""
+def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1, ep=1, etp=None) -> dict[str, tuple]:
+    """For each of "tp", "cp", "ep", "etp", "pp", "dp" and "dp_cp": (ranks_per_node, nodes) under the given order.
+
+    With ``etp`` set, the experts have a grid of their own (Megatron-Core ``parallel_state``, core_v0.12.0: the
+    expert rank generator takes the same order with tp -> etp and cp 1): etp consecutive ranks, then the ep group
+    of ranks spaced etp apart, folded over the tp, cp and data-parallel ranks of a stage."""
     check_choice("placement", order, ORDERS)
-    sizes = {"tp": np.asarray(tp, float), "cp": np.asarray(cp, float), "ep": np.asarray(ep, float),
-             "pp": np.asarray(pp, float), "dp": np.asarray(dp, float) / np.asarray(ep, float)}
+    inside_dp = np.asarray(1.0 if etp is not None else ep, float)  # folded experts leave the dp grid whole
+    sizes = {"tp": np.asarray(tp, float), "cp": np.asarray(cp, float), "ep": inside_dp,
+             "pp": np.asarray(pp, float), "dp": np.asarray(dp, float) / inside_dp}
     stride = np.ones_like(sizes["tp"] * sizes["pp"] * sizes["dp"] * sizes["cp"])
     names = order.split("-")
     names[names.index("tp") + 1:names.index("tp") + 1] = ["cp", "ep"]
@@ -67,6 +72,10 @@ def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1, ep=1) -> di
         stride = stride * sizes[name]
     out["dp"] = _product(out["ep"], out["dp"])  # the whole data-parallel group: ep × the other replicas
     out["dp_cp"] = _product(out["dp"], out["cp"])
+    out["etp"] = out["tp"]
+    if etp is not None:
+        out["etp"] = group_layout(np.asarray(etp, float), np.ones_like(stride), gpus_per_node)
+        out["ep"] = group_layout(np.asarray(ep, float), np.asarray(etp, float) * np.ones_like(stride), gpus_per_node)
     return out
 
 

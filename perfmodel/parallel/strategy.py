@@ -23,6 +23,7 @@ from perfmodel.workload.kernels import PRECISIONS
 from perfmodel.workload.stacks import check_stack_options, stack, takes_main_grad, takes_reduce_dtype
 from perfmodel.workload.stacks.checkpointing import check_recompute
 from perfmodel.workload.stacks.composer import check_fc_type
+from perfmodel.parallel.expert_checks import check_expert_grid, check_experts, check_expert_tp
 from perfmodel.workload.stacks.experts import check_grouped_experts
 from perfmodel.workload.stacks.float8 import check_fp8_params, float8_recipe
 from perfmodel.workload.stacks.context import check_cp_comm, default_attention
@@ -101,6 +102,10 @@ class Strategy:
     # expert parallelism (Megatron-Core --expert-model-parallel-size): a MoE layer's experts split
     # over ep of the data-parallel ranks, tokens exchanged by all-to-all
     ep: int = 1
+    # expert tensor parallelism (Megatron-Core --expert-tensor-parallel-size, "parallel folding" since
+    # core_r0.10): each expert's linears split over etp ranks instead of tp, the ep x etp expert grid laid
+    # over the tp x cp x dp ranks of a stage; None: tp, Megatron-Core's default
+    etp: int | None = None
     # torch.compile of each block (Inductor fuses memory-bound chains; docs/stacks.md)
     compile: bool = False
     # cross-entropy: "eager" (fp32 logits whole), "compiled" (Inductor-fused, 16-bit logits saved),
@@ -198,6 +203,12 @@ class Strategy:
         float8_recipe(stack(self.framework).float8, self.float8_recipe, self.framework, self.precision, self.fp8_params)
         check_fc_type(self.framework, self.fc_type)
         object.__setattr__(self, "grouped_experts", check_grouped_experts(self.grouped_experts, self.framework))
+        object.__setattr__(self, "etp", check_expert_tp(self.etp, self.tp, self.framework))
+
+    @property
+    def expert_tp(self) -> int:
+        """Ranks each expert's linears split over: ``etp``, or tp where unset (Megatron-Core's default)."""
+        return self.tp if self.etp is None else self.etp
 
     def _check_optimizer_layout(self):
         """``optimizer_states`` (Megatron-Core's optimizer) and ``fp8_params`` (its model code; torchtitan's float8)."""
@@ -310,9 +321,7 @@ class Strategy:
                                     f"blocks: use attention='flash', 'flash2', 'flash3' or 'cudnn' (got {self.attention!r})")
         if self.dp is None:  # the checks below need dp: they run again once fill_dp has set it
             return
-        if self.ep > 1 and (self.dp * self.cp) % self.ep:
-            raise InvalidInputError(f"expert-parallel ranks are data-parallel ranks: 'ep'={self.ep} must divide "
-                                    f"dp × cp = {self.dp * self.cp}")
+        check_expert_grid(self.ep, self.etp, tp=self.tp, cp=self.cp, dp=self.dp)
         if self.ep > 1 and self.tp > 1 and not self.sequence_parallel:
             raise InvalidInputError(f"expert parallelism with tensor parallelism needs sequence_parallel=True "
                                     f"(Megatron-Core requires it for MoE; got tp={self.tp})")
@@ -437,14 +446,6 @@ def _nearest(value: int, valid: list[int]) -> int:
     return min(valid, key=lambda d: (abs(d - value), d))
 
 
-def _check_experts(model, ep: int) -> None:
-    experts = getattr(model, "experts", 1)
-    if experts <= 1:
-        raise InvalidInputError(f"expert parallelism ('ep'={ep}) needs a mixture-of-experts model "
-                                f"(got experts={experts})")
-    check_divides("ep", ep, "experts", experts)
-
-
 def check_against(model, n_gpus: int, s: Strategy) -> None:
     """Raise a clear error when ``s`` cannot run ``model`` on ``n_gpus`` GPUs.
 
@@ -472,8 +473,7 @@ def check_against(model, n_gpus: int, s: Strategy) -> None:
     if s.framework == "tensorflow":
         check_tensorflow(model, s)
     check_offload_layers(s.framework, s.offload_layers, getattr(model, "layers", 0))
-    if s.ep > 1:
-        _check_experts(model, s.ep)
+    check_experts(model, s.ep, s.etp, s.tp)
     if s.cp > 1:
         seq = getattr(model, "seq", None)
         if seq is None or not hasattr(model, "heads"):

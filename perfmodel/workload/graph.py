@@ -225,8 +225,9 @@ class GraphModel:
                 out.append(_kernel(op, batch, dt))
         return out
 
-    def layer_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", recompute="none", ep=1):
-        """(forward, backward) kernels of the whole model for one micro-batch (loss excluded)."""
+    def layer_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", recompute="none", ep=1, etp=None):
+        """(forward, backward) kernels of the whole model for one micro-batch (loss excluded; no experts: ep and etp
+        change nothing)."""
         self._check_parallel(tp, sp)
         check_choice("recompute", recompute, RECOMPUTE)
         fwd = self._kernels("fwd", micro_batch, precision)

@@ -56,12 +56,13 @@ def _numeric(x):
 class _Builder:
     """Collects forward and backward kernels of one layer stack for one precision."""
 
-    def __init__(self, model, micro_batch, tp, sp, precision, ep=1):
+    def __init__(self, model, micro_batch, tp, sp, precision, ep=1, etp=None):
         self.m, self.precision, self.ep = model, precision, ep
         self.mixed = is_mixed(precision)
         self.low = activation_dtype(precision)
         self.b = _numeric(micro_batch)
         self.tp = _numeric(tp)
+        self.etp = self.tp if etp is None else float(etp)        # ranks an expert's linears split over
         self.T = self.b * model.seq                              # tokens per micro-batch
         if np.ndim(sp) == 0 and not _is_symbolic(self.T):      # tokens seen by norms
             self.Tn = self.T / self.tp if bool(sp) else self.T
@@ -184,11 +185,12 @@ class _Builder:
         return ([mem(name, "rmsnorm", "fwd", self.T * width, rows=self.T, dtype=self.low)],
                 [mem(name + ".bwd", "rmsnorm", "bwd", self.T * width, rows=self.T, dtype=self.low)])
 
-    def mlp(self, tokens, count=1, prefix="mlp", width=None, cast_input=True):
-        """An MLP of ``width`` (the model's ``ffn_hidden``) over ``tokens``; ``cast_input``: its input is the fp32
-        normed stream autocast casts (False for routed experts, whose permuted inputs are 16-bit already)."""
+    def mlp(self, tokens, count=1, prefix="mlp", width=None, cast_input=True, split=None):
+        """An MLP of ``width`` (the model's ``ffn_hidden``) over ``tokens``, split over ``split`` ranks (tp);
+        ``cast_input``: its input is the fp32 normed stream autocast casts (False for routed experts, whose permuted
+        inputs are 16-bit already)."""
         m, h = self.m, self.m.hidden
-        f = (width or m.ffn_hidden) / self.tp
+        f = (width or m.ffn_hidden) / (self.tp if split is None else split)
         act = "swiglu" if m.activation == "swiglu" else "gelu"
         f_in, b_in = self.linear(f"{prefix}.fc1", tokens, h, (2 if act == "swiglu" else 1) * f,
                                  count=count, cast_input=self.mixed and cast_input)
@@ -201,13 +203,17 @@ class _Builder:
         """Router + ``experts`` MLPs each seeing tokens·top_k/experts tokens (balanced routing).
 
         With expert parallelism over ``ep`` ranks a rank holds experts/ep of them, each
-        receiving the routed tokens of all ep ranks: tokens·top_k·ep/experts.
+        receiving the routed tokens of all ep ranks: tokens·top_k·ep/experts. Split over etp ranks
+        (Megatron-Core ``MoEAlltoAllTokenDispatcher``, core_v0.12.0: all-to-all over ep of the rank's
+        1/tp sequence shard, then gathered over the etp ranks), an expert sees etp/tp of that, whole
+        widths / etp; etp = tp (the default) gives the line above.
         """
         m = self.m
         f_r, b_r = self.linear("moe.router", self.T, m.hidden, m.experts, cast_input=self.mixed)
-        per_expert = self.T * m.experts_per_token * self.ep / m.experts
-        f_e, b_e = self.mlp(per_expert, count=m.experts // self.ep, prefix="moe.expert", cast_input=False)
-        perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4
+        per_expert = self.T * m.experts_per_token * self.ep / m.experts * self.etp / self.tp
+        f_e, b_e = self.mlp(per_expert, count=m.experts // self.ep, prefix="moe.expert", cast_input=False,
+                            split=self.etp)
+        perm = self.T * m.experts_per_token * m.hidden * DTYPE_BYTES[self.low] / 4 * self.etp / self.tp
         f_p = [mem("moe.permute", "copy", "fwd", perm, count=2, variant="fwd")]
         b_p = [mem("moe.permute.bwd", "copy", "bwd", perm, count=2, variant="fwd")]
         f_s, b_s = self.shared_expert() if m.shared_ffn else ([], [])
@@ -253,17 +259,17 @@ def _weighted(kernels, share):
 
 
 def layer_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
-                  recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
+                  recompute="none", ep=1, etp=None) -> tuple[list[Kernel], list[Kernel]]:
     """Kernels of one layer of any workload (a traced graph: the whole model): (forward, backward)."""
     check_choice("precision", precision, PRECISIONS)
     check_recompute(recompute)
-    return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute, ep=ep)
+    return model.layer_kernels(micro_batch, tp=tp, sp=sp, precision=precision, recompute=recompute, ep=ep, etp=etp)
 
 
 def transformer_layer_kernels(model, micro_batch, *, tp=1, sp=False, precision="bf16-mixed",
-                              recompute="none", ep=1) -> tuple[list[Kernel], list[Kernel]]:
+                              recompute="none", ep=1, etp=None) -> tuple[list[Kernel], list[Kernel]]:
     """Kernels of one transformer block: (forward, backward incl. recomputation)."""
-    fwd, bwd = _Builder(model, micro_batch, tp, sp, precision, ep).layer()
+    fwd, bwd = _Builder(model, micro_batch, tp, sp, precision, ep, etp).layer()
     return fwd, recomputed_kernels(fwd, recompute, model) + bwd
 
 

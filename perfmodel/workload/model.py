@@ -303,9 +303,9 @@ class Transformer:
         return float(total + attn * (1 + attention_backward))
 
     # -- the kernels one step launches (perfmodel.workload.kernels builds them) ------------------
-    def layer_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", recompute="none", ep=1):
+    def layer_kernels(self, micro_batch, *, tp=1, sp=False, precision="bf16-mixed", recompute="none", ep=1, etp=None):
         return kernels.transformer_layer_kernels(self, micro_batch, tp=tp, sp=sp, precision=precision,
-                                                 recompute=recompute, ep=ep)
+                                                 recompute=recompute, ep=ep, etp=etp)
 
     def embedding_kernels(self, micro_batch, *, tp=1, precision="bf16-mixed", vocab_multiple=1):
         return kernels.transformer_embedding_kernels(self, micro_batch, tp=tp, precision=precision,

@@ -1,0 +1,110 @@
+"""Expert tensor parallelism (Megatron-Core --expert-tensor-parallel-size, parallel folding): each expert's linears
+split over etp ranks instead of tp, the ep x etp expert grid folded over a stage's tp x cp x dp ranks."""
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.parallel.config import StepConfig
+from perfmodel.parallel.placement import layout
+from perfmodel.step import param_counts
+from perfmodel.workload.kernels import layer_kernels
+
+MOE = pm.transformer(layers=4, hidden=1024, heads=8, seq=1024, vocab=32000, activation="swiglu", norm="rmsnorm",
+                     bias=False, position="rotary", ffn_hidden=512, experts=8, experts_per_token=2)
+NODE = pm.cluster("dgx-h100", nodes=2)  # 16 GPUs
+
+
+def _megatron(**kw):
+    base = dict(framework="megatron", tp=2, pp=1, sequence_parallel=True, micro_batch=1, global_batch=32)
+    return pm.Strategy(**{**base, **kw})
+
+
+def test_etp_unset_or_equal_to_tp_prices_the_same():
+    unset = pm.predict(MOE, NODE, _megatron(ep=4))
+    same = pm.predict(MOE, NODE, _megatron(ep=4, etp=2))
+    assert same.step_time == pytest.approx(unset.step_time)
+    assert same.peak_memory == pytest.approx(unset.peak_memory)
+    assert _megatron(ep=4).expert_tp == 2 and _megatron(ep=4, etp=1).expert_tp == 1
+
+
+def test_an_expert_split_over_etp_ranks_sees_etp_over_tp_of_the_gathered_tokens_at_full_width():
+    tokens, k = 2 * MOE.seq, MOE.experts_per_token
+    for ep, etp in ((1, 1), (4, 1), (4, 2)):
+        fwd, _ = layer_kernels(MOE, 2, tp=2, sp=True, ep=ep, etp=etp)
+        fc1 = [x for x in fwd if x.name == "moe.expert.fc1"]
+        assert len(fc1) == 1 and fc1[0].count == MOE.experts // ep
+        # m: the expert's rows, tokens · top_k · ep / experts gathered over etp of the tp sequence shards
+        assert fc1[0].size["m"] == pytest.approx(tokens * k * ep / MOE.experts * etp / 2)
+        assert fc1[0].size["n"] == pytest.approx(2 * 512 / etp)  # gate and up, split over etp
+        # the rank's routed FLOPs are the same whatever etp: tokens · top_k / tp of whole experts
+        routed = sum(x.flops * x.count for x in fwd if x.cls == "gemm" and x.name.startswith("moe.expert."))
+        assert routed == pytest.approx(2 * tokens * k * 3 * 1024 * 512 / 2)
+
+
+def test_a_rank_holds_its_experts_over_etp_and_shards_their_states_over_the_expert_data_parallel_ranks():
+    s = pm.Strategy(framework="megatron", tp=2, dp=8, ep=4, etp=1, sequence_parallel=True, micro_batch=1, zero=1)
+    c = StepConfig.from_strategy(s)
+    assert c.expert_fold == pytest.approx(2.0)
+    folded, plain = param_counts(MOE, c, 4), param_counts(MOE, None, 4)
+    # the callers divide by tp: the expert share is counted x tp/etp so that leaves experts / (ep · etp)
+    assert folded.expert_layer / 2 == pytest.approx(8 / 4 * 3 * 1024 * 512 / 1)
+    assert folded.expert_layer == pytest.approx(2 * plain.expert_layer)
+    one = pm.predict(MOE, NODE, _megatron(ep=4, etp=1, zero=1))
+    two = pm.predict(MOE, NODE, _megatron(ep=4, zero=1))
+    # bf16 weights of the routed experts: 4 layers x 2 experts x 3·1024·512, whole (etp 1) against halves (tp 2)
+    assert one.memory["weights"] - two.memory["weights"] == pytest.approx(4 * 2 * 3 * 1024 * 512 * 2 / 2, rel=1e-6)
+    # fp32 master and Adam states (12 B): twice the experts per rank over twice the expert data-parallel ranks
+    assert one.memory["optimizer"] == pytest.approx(two.memory["optimizer"], rel=1e-6)
+
+
+def test_the_folded_expert_grid_lies_over_tp_ranks_and_lands_the_all_to_all_in_one_node():
+    # tp 2, dp 8 on two 8-GPU nodes: ep 8 over data-parallel ranks spaced tp apart spans both nodes, folded
+    # (etp 1) it is 8 consecutive ranks of one node
+    plain = layout(8, 2, 1, 8, cp=1, ep=8)
+    folded = layout(8, 2, 1, 8, cp=1, ep=8, etp=1)
+    assert (float(plain["ep"][0]), float(plain["ep"][1])) == (4.0, 2.0)
+    assert (float(folded["ep"][0]), float(folded["ep"][1])) == (8.0, 1.0)
+    assert float(folded["etp"][0]) == 1.0 and folded["dp"] == plain["dp"]  # the dense grid is untouched
+    one = pm.predict(MOE, NODE, _megatron(ep=8, etp=1))
+    two = pm.predict(MOE, NODE, _megatron(ep=4))
+    # no expert collectives over tp, and the all-to-all within NVLink: less tensor-parallel time per step
+    assert one.breakdown["tp_comm"] < two.breakdown["tp_comm"]
+
+
+def test_deepseek_v3_style_folding_is_accepted_where_ep_exceeds_dp():
+    # DGX Cloud's DeepSeek-V3 recipe on 128 GB200 (v25.05): TP 2, PP 4, EP 32, ETP 1, DP 16
+    s = pm.Strategy(framework="megatron", tp=2, pp=4, dp=16, ep=32, etp=1, sequence_parallel=True, micro_batch=1)
+    assert s.expert_tp == 1
+    with pytest.raises(pm.InvalidInputError, match="'ep'=32 must divide dp × cp = 16"):
+        pm.Strategy(framework="megatron", tp=2, pp=4, dp=16, ep=32, sequence_parallel=True, micro_batch=1)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(framework="pytorch", tp=2, etp=1), pm.UnsupportedError, "'etp'=1 .* use framework='megatron'"),
+    (dict(framework="megatron", tp=2, dp=8, ep=4, etp=3, sequence_parallel=True), pm.InvalidInputError,
+     r"ep × etp = 4 × 3 must divide a stage's tp × cp × dp = 16"),
+    (dict(framework="megatron", tp=2, etp=0), pm.InvalidInputError, "'etp'"),
+])
+def test_bad_etp_names_the_field(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        pm.Strategy(**kwargs)
+
+
+def test_etp_on_a_dense_model_or_an_expert_width_it_does_not_divide_is_refused():
+    dense = pm.transformer(layers=2, hidden=1024, heads=8, seq=1024, vocab=32000)
+    with pytest.raises(pm.InvalidInputError, match="'etp'=1 splits a mixture-of-experts model's experts"):
+        pm.predict(dense, NODE, _megatron(etp=1))
+    odd = pm.transformer(**{**dict(layers=2, hidden=1024, heads=8, seq=1024, vocab=32000, experts=8,
+                                   experts_per_token=2), "ffn_hidden": 510})
+    with pytest.raises(pm.InvalidInputError, match="etp"):
+        pm.predict(odd, pm.cluster("dgx-h100", nodes=1), _megatron(tp=1, dp=8, ep=2, etp=4, sequence_parallel=False))
+
+
+def test_the_command_line_takes_etp(capsys):
+    from perfmodel.cli import main
+    args = ["predict", "--model", "mixtral-8x7b", "--gpu", "h100", "--nodes", "2", "--gpus-per-node", "8",
+            "--framework", "megatron", "--tp", "2", "--ep", "8", "--sequence-parallel", "--global-batch", "64"]
+    assert main(args + ["--etp", "1"]) == 0
+    folded = capsys.readouterr().out
+    assert main(args) == 0
+    assert folded != capsys.readouterr().out
