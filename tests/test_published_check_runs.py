@@ -57,6 +57,30 @@ def test_a_row_without_a_measurement_is_refused(tmp_path):
         read_published_checks(path)
 
 
+def _write_rows(tmp_path, rows):
+    path = tmp_path / "checks.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_a_row_may_name_a_preset_and_a_folded_expert_grid(tmp_path):
+    with open(CHECK_RUNS_CSV, newline="") as f:
+        base = next(r for r in csv.DictReader(f) if r["name"] == "dgxc-gb200-llama405-128-bf16")
+    # DGX Cloud's DeepSeek-V3 recipe on 128 GB200 (v25.05): TP 2, PP 4, EP 32, ETP 1, grouped experts
+    row = dict(base, name="deepseek", preset="deepseek-v3", layers="61", hidden="7168", heads="128", seq="4096",
+               vocab="129280", node="gb200-nvl72", nodes="2", tp="2", pp="4", dp="16", cp="1", ep="32", etp="1",
+               grouped_experts="true", global_batch="1024", schedule="1f1b", virtual_stages="1",
+               stage_layers="15 16 16 14", tp_comm_overlap="", published_step_s="34.168")
+    case = read_published_checks(_write_rows(tmp_path, [row]))[0]
+    assert (case.model.experts, case.model.kv_lora_rank, case.model.dense_layers) == (256, 512, 3)
+    assert (case.strategy.ep, case.strategy.etp, case.strategy.grouped_experts) == (32, 1, True)
+    with pytest.raises(InvalidInputError, match="names preset 'deepseek-v3' but its hidden differ"):
+        read_published_checks(_write_rows(tmp_path, [dict(row, hidden="4096")]))
+
+
 def test_scoring_reports_every_stack_and_gpu(results):
     assert set(results["stack"]) >= {"megatron", "deepspeed", "fsdp1", "torchtitan"}  # composer: no check rows (docs/stacks.md)
     assert set(results["gpu"]) == {"a100-sxm4-40gb", "a100-sxm4-80gb", "gb200-186gb", "h100-sxm5-80gb",

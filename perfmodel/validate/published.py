@@ -31,8 +31,19 @@ def _yes(text: str) -> bool:
     return text.strip().lower() == "true"
 
 
+PRESET_COLUMNS = ("layers", "hidden", "heads", "seq", "vocab")  # what a row naming a preset must agree with
+
+
 def model_of(r: dict):
-    """The transformer of one published row."""
+    """The transformer of one published row: its columns, or the preset it names (``preset``), which its
+    layer, width, head, sequence and vocabulary columns must match."""
+    if r.get("preset"):
+        m = preset(r["preset"])
+        wrong = [c for c in PRESET_COLUMNS if int(r[c]) != getattr(m, c)]
+        if wrong:
+            raise InvalidInputError(f"row {r['name']!r} names preset {r['preset']!r} but its {', '.join(wrong)} "
+                                    f"differ from the preset's ({', '.join(str(getattr(m, c)) for c in wrong)})")
+        return m
     return transformer(int(r["layers"]), int(r["hidden"]), int(r["heads"]), int(r["seq"]), int(r["vocab"]),
                        kv_heads=int(r["kv_heads"]), ffn_hidden=int(r["ffn_hidden"]), activation=r["activation"],
                        norm=r["norm"], bias=_yes(r["bias"]), tied_embeddings=_yes(r["tied"]),
@@ -61,7 +72,9 @@ def strategy_of(r: dict):
                     grad_reduce_fp32=_yes(r["grad_reduce_fp32"]) if r.get("grad_reduce_fp32") else None,
                     cp_comm=r.get("cp_comm") or None, tp_comm_overlap=r.get("tp_comm_overlap") or None,
                     optimizer_states=r.get("optimizer_states") or None, fp8_params=_yes(r.get("fp8_params") or "false"),
-                    norm_kernels=r.get("norm_kernels") or "fused", ep=int(r.get("ep") or 1))
+                    norm_kernels=r.get("norm_kernels") or "fused", ep=int(r.get("ep") or 1),
+                    etp=int(r["etp"]) if r.get("etp") else None,
+                    grouped_experts=_yes(r["grouped_experts"]) if r.get("grouped_experts") else None)
 
 
 def formula_flops(r: dict, m) -> float:
