@@ -108,3 +108,13 @@ def test_the_command_line_takes_etp(capsys):
     folded = capsys.readouterr().out
     assert main(args) == 0
     assert folded != capsys.readouterr().out
+
+
+def test_search_holds_a_fixed_etp_for_megatron_and_refuses_it_for_other_stacks():
+    df = pm.search(MOE, NODE, 32, framework=("megatron",), ep=8, fixed={"etp": 1}, top_k=5000, max_micro_batch=2)
+    assert len(df) and (df.etp == 1).all()
+    folded = df[df.tp > 1]
+    assert len(folded) and ((folded.tp * folded.dp) % (folded.ep * folded.etp) == 0).all()
+    assert (folded.dp < folded.ep).any()  # ep over more ranks than dp: only a folded grid allows it
+    with pytest.raises(pm.InvalidInputError, match="no job of the search takes fixed"):
+        pm.search(MOE, NODE, 32, framework=("pytorch",), ep=8, fixed={"etp": 1})

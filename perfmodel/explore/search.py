@@ -57,7 +57,8 @@ _NAME = lambda v: v if isinstance(v, str) and v else None  # noqa: E731
 _FLAG = lambda v: None if v is None or v != v else bool(v)  # noqa: E731
 FIXED_FIELDS = {"grad_reduce_fp32": _FLAG, "optimizer_states": _NAME, "fp8_params": bool, "float8_recipe": _NAME,
                 "norm_kernels": str, "loss": _NAME, "cp_comm": _NAME, "memory_format": str, "fc_type": _NAME,
-                "expandable_segments": _FLAG, "grouped_experts": _FLAG}
+                "expandable_segments": _FLAG, "grouped_experts": _FLAG,
+                "etp": lambda v: None if v is None or v != v else int(v)}  # Megatron-Core's folded experts
 FIXED_FLAGS = tuple(name for name, cast in FIXED_FIELDS.items() if cast in (bool, _FLAG))  # true or false
 
 
@@ -289,7 +290,7 @@ def _job_base(opts, spec, stack: dict, fixed: dict, zero: int) -> Strategy:
     """The ``Strategy`` of a job's fields search does not vary (the space sets dp, tp, pp, zero ... per row; an
     overlap job's tensor group and sequence parallelism, a zero-bubble job's stages, only validate it here)."""
     tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
-    return Strategy(dp=spec.ep, optimizer=opts["optimizer"], placement=opts["placement"], zero=zero,
+    return Strategy(dp=spec.ep * (fixed.get("etp") or 1), optimizer=opts["optimizer"], placement=opts["placement"], zero=zero,
                     framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=spec.ep,
                     compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
                     precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
@@ -305,12 +306,12 @@ def _job_space(spaces: dict, model, cl, global_batch, opts, limits, spec, stack:
     tp > 1 with sequence parallelism."""
     tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
     key = (zeros, spec.cp, stack["tp_overlap"], stack["dp_overlap"], 1 if spec.offload_layers else None,
-           stacks.stack(spec.framework).engine == "deepspeed", tpo, spec.schedule, spec.ep)
+           stacks.stack(spec.framework).engine == "deepspeed", tpo, spec.schedule, spec.ep, opts.get("fixed", {}).get("etp"))
     space_of = functools.partial(
         enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=zeros,
         sequence_parallel=(True,) if tpo else opts["sequence_parallel"], cp=spec.cp,
         tp_overlap=stack["tp_overlap"], dp_overlap=stack["dp_overlap"], max_pp=key[4],
-        pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, **{**limits, "ep": spec.ep})
+        pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, etp=key[9], **{**limits, "ep": spec.ep})
     if key not in spaces:
         spaces[key] = space_of(empty_ok=True)
     return spaces[key], None if tpo or zb else space_of
@@ -342,6 +343,9 @@ def _jobs(model, cluster, global_batch, opts, limits, profile, prices):
             fsdp_stack = stacks.stack(spec.framework).sharding in ("fsdp1", "fsdp2")
             zeros = (3,) if fsdp_stack else job_zeros(spec, opts["zero"], fixed)
             if opts["zero"] and not zeros:  # fp8 parameters under Megatron-Core, no distributed optimizer asked for
+                continue
+            if fixed.get("etp") is not None and spec.framework != "megatron":  # Megatron-Core's option only
+                refused.append(f"fixed etp={fixed['etp']} is Megatron-Core's (got framework={spec.framework!r})")
                 continue
             space, plain = _job_space(spaces, model, cl, global_batch, opts, limits, spec, stack, zeros)
             last = plain or last

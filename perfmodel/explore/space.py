@@ -207,7 +207,7 @@ def _grid(n_gpus, global_batch, pairs, micro_batches, virtual, zero, sp, overlap
 ROW_CLASSES = 8  # (pp = 1 with virtual stages, dp = 1, tp = 1): the row flags the kept cells depend on
 
 
-def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False, schedule="interleaved"):
+def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False, schedule="interleaved", etp=None):
     """(reason, rule text, mask of configurations breaking it), in order of application."""
     heads, kv = getattr(model, "heads", None), getattr(model, "kv_heads", None)
     layers = model.layers
@@ -222,8 +222,11 @@ def _rules(model, global_batch, g, cp=1, ep=1, pipeline_engine=False, schedule="
     rules.append(("divisibility", f"pp must be <= layers={layers}", pp > layers))
     rules.append(("divisibility", f"interleaving needs layers={layers} (or layers + 2: embedding and loss counted "
                   "as layers) divisible by pp × virtual_stages", (v > 1) & ~interleaves(layers, pp * v)))
+    if etp is not None:  # Megatron-Core's folded expert grid: ep × etp over a stage's tp × cp × dp ranks
+        rules.append(("divisibility", f"ep × etp = {ep} × {etp} must divide tp × cp × dp", (tp * cp * dp) % (ep * etp) != 0))
     if ep > 1:  # expert-parallel ranks are data-parallel ranks; MoE with tp > 1 needs sequence parallelism
-        rules.append(("divisibility", f"ep={ep} must divide dp × cp", (dp * cp) % ep != 0))
+        if etp is None:
+            rules.append(("divisibility", f"ep={ep} must divide dp × cp", (dp * cp) % ep != 0))
         rules.append(("divisibility", "expert parallelism with tp > 1 needs sequence parallelism",
                       (tp > 1) & (g["sequence_parallel"] == 0)))
     if pipeline_engine:  # parallel/deepspeed.py check_pipeline_engine: what DeepSpeed's PipelineEngine refuses
@@ -260,22 +263,22 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
                     max_tp_nodes: int = 1, cp: int = 1, ep: int = 1, tp_overlap=(False,),
                     fsdp=(None,), bucket_mib=(25.0,), dp_overlap=(True,), empty_ok: bool = False,
                     max_pp: int | None = None, pipeline_engine: bool = False, min_tp: int = 1,
-                    schedule: str = "interleaved") -> Space:
+                    schedule: str = "interleaved", etp: int | None = None) -> Space:
     """All configurations of ``model`` on ``n_gpus`` GPUs for ``global_batch`` that pass the rules.
 
     Micro-batches run 1..``max_micro_batch``, virtual stages 1..``max_virtual_stages`` (more than one: the
     ``schedule``, interleaved or zero-bubble, whose forms' rules apply); tensor groups span at most
-    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes); ``tp_overlap`` lists the
-    choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1), ``fsdp``
+    ``max_tp_nodes`` nodes (tp <= gpus_per_node × max_tp_nodes); ``tp_overlap`` lists the choices of Megatron-LM's asynchronous tensor-parallel communication (only with tp > 1), ``fsdp``
     the PyTorch FSDP modes tried beside the ZeRO stages (None: none; "hybrid" only on more than
     one node, where it differs from "full"), ``bucket_mib`` the DDP / ZeRO-1/2 gradient buckets (MiB, as
     ``Strategy.bucket_mib``; the first one only where nothing is bucketed) and ``dp_overlap`` whether the
     gradient reduction overlaps backward (Megatron-LM --overlap-grad-reduce; values after the first only
     where gradients are bucketed). ``max_pp`` bounds the pipeline size (1 for activation offload, which
     Megatron-Core refuses with pipelining); ``min_tp`` the tensor group (2 for an overlap of its collectives).
-    ``cp`` and ``ep`` are the context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp). Raises
-    InfeasibleError naming the rule that removed the last configuration (unless ``empty_ok``:
-    then the empty space comes back with its counts, for a search over several such spaces).
+    ``cp`` and ``ep`` are the context- and expert-parallel sizes search holds fixed (``n_gpus`` is then GPUs / cp), ``etp``
+    Megatron-Core's expert tensor-parallel size where held (None: each row's tp). Raises InfeasibleError naming the rule
+    that removed the last configuration (unless ``empty_ok``: then the empty space comes back with its counts, for a
+    search over several such spaces).
     """
     n_gpus, global_batch = check_size("n_gpus", n_gpus, limit="gpus"), check_size("global_batch", global_batch)
     max_micro_batch = check_size("max_micro_batch", max_micro_batch)
@@ -310,7 +313,7 @@ def enumerate_space(model, n_gpus: int, gpus_per_node: int, global_batch: int, *
         why += ["sequence_parallel=True needs tp > 1 (add False)"] if False not in sequence_parallel else []
         raise InfeasibleError(f"no parallel configuration of {n_gpus} GPUs is left: {'; '.join(why) or 'none passed'}")
     rejected, detail = _apply_rules(model, global_batch, g, alive, cp, ep,
-                                    None if empty_ok else (n_gpus, max_micro_batch), pipeline_engine, schedule)
+                                    None if empty_ok else (n_gpus, max_micro_batch), pipeline_engine, schedule, etp)
     rows, cells = alive.final()
     grid = _trimmed({k: v[rows] if v.shape[0] > 1 else v for k, v in g.items()}, cells)  # the rows left
     return Space(arrays=grid.columns_flat(), rejected=rejected, detail=detail, n_gpus=n_gpus,
@@ -376,14 +379,14 @@ class Alive:
 
 
 def _apply_rules(model, global_batch, g, alive: Alive, cp, ep, raise_empty, pipeline_engine=False,
-                 schedule="interleaved"):
+                 schedule="interleaved", etp=None):
     """Remove from ``alive`` the cells each rule rejects, in order; (counts per reason, counts per rule).
     ``raise_empty`` (n_gpus, max_micro_batch): raise InfeasibleError when a rule empties the space.
     A rule on the rows alone (dp, tp, pp, micro-batch, virtual stages) is counted on each row's
     alive cells, not cell by cell (the same counts)."""
     rejected, detail = dict.fromkeys(REASONS, 0), {}
     ndim = 1 + len(FACTORED_AXES)
-    for reason, text, bad in _rules(model, global_batch, g, cp, ep, pipeline_engine, schedule):
+    for reason, text, bad in _rules(model, global_batch, g, cp, ep, pipeline_engine, schedule, etp):
         per_row = _row_rule(bad, ndim)
         if per_row is not None:
             per_row = np.broadcast_to(per_row, alive.rows.shape)
