@@ -410,7 +410,9 @@ def _dp_config(one, c: StepConfig) -> StepConfig:
 
 def _shape(model, c: StepConfig, gpn, placement):
     """(placement of the groups, the same with dp × cp ranks, the pipeline stages, parameter counts)."""
-    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep, etp=c.etp)
+    # Megatron-Core lays the experts out with a generator of their own since core_r0.10 (etp = tp unless set)
+    grid = c.etp if c.etp is not None or c.framework != "megatron" or c.ep == 1 else c.tp
+    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep, etp=grid)
     return lay, {**lay, "dp": lay["dp_cp"]}, stages(model, c), param_counts(model, c, c.ep)
 
 

@@ -1,6 +1,8 @@
 """Expert tensor parallelism (Megatron-Core --expert-tensor-parallel-size, parallel folding): each expert's linears
 split over etp ranks instead of tp, the ep x etp expert grid folded over a stage's tp x cp x dp ranks."""
 
+import dataclasses
+
 import pytest
 
 import perfmodel as pm
@@ -118,3 +120,14 @@ def test_search_holds_a_fixed_etp_for_megatron_and_refuses_it_for_other_stacks()
     assert (folded.dp < folded.ep).any()  # ep over more ranks than dp: only a folded grid allows it
     with pytest.raises(pm.InvalidInputError, match="no job of the search takes fixed"):
         pm.search(MOE, NODE, 32, framework=("pytorch",), ep=8, fixed={"etp": 1})
+
+
+def test_megatron_lays_its_experts_out_by_their_own_generator_also_when_etp_is_unset():
+    # core_r0.10 on: etp (= tp) fastest, then ep, context parallel size 1 in the expert grid, so with cp 2 the
+    # ep ranks are tp apart, not tp x cp apart as in the older tp-cp-ep-dp-pp order the other stacks keep
+    s = _megatron(ep=4, cp=2, dp=4, global_batch=16)
+    unset, folded = pm.predict(MOE, NODE, s), pm.predict(MOE, NODE, dataclasses.replace(s, etp=2))
+    assert unset.step_time == pytest.approx(folded.step_time)
+    generator, older = layout(4, 2, 1, 8, cp=2, ep=4, etp=2)["ep"], layout(4, 2, 1, 8, cp=2, ep=4)["ep"]
+    assert (float(generator[0]), float(generator[1])) == (4.0, 1.0)  # ranks 0, 2, 4, 6: one node
+    assert (float(older[0]), float(older[1])) == (2.0, 2.0)  # ranks 0, 4, 8, 12: two nodes
