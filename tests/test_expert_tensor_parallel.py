@@ -131,3 +131,9 @@ def test_megatron_lays_its_experts_out_by_their_own_generator_also_when_etp_is_u
     generator, older = layout(4, 2, 1, 8, cp=2, ep=4, etp=2)["ep"], layout(4, 2, 1, 8, cp=2, ep=4)["ep"]
     assert (float(generator[0]), float(generator[1])) == (4.0, 1.0)  # ranks 0, 2, 4, 6: one node
     assert (float(older[0]), float(older[1])) == (2.0, 2.0)  # ranks 0, 4, 8, 12: two nodes
+
+
+def test_a_folded_expert_grid_no_validation_row_ran_is_labelled_uncalibrated():
+    folded = pm.predict(MOE, NODE, _megatron(ep=8, etp=1))
+    assert folded.interval_regime.startswith("uncalibrated: expert_grid=folded in no validation row")
+    assert "expert_grid" not in pm.predict(MOE, NODE, _megatron(ep=4)).interval_regime

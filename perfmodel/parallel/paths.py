@@ -6,7 +6,7 @@ bubble and memory (``parallel/pipeline.py``, ``parallel/zero_bubble.py``), param
 offload's copies over PCIe (``workload/stacks/offload.py``), a tensor-parallel overlap, a context-parallel K/V
 exchange (``workload/stacks/context.py``), the order ranks are placed in (``parallel/placement.py``), an fp8 scaling
 recipe's casts (``workload/stacks/float8.py``), a MoE step's routed experts grouped or looped
-(``workload/stacks/experts.py``); and three block forms the model may take, latent attention, a MoE model's
+(``workload/stacks/experts.py``) and laid out on a folded expert grid (``Strategy.etp``); and three block forms the model may take, latent attention, a MoE model's
 dense blocks priced per average block, and a sliding window shorter than the sequence (on every block or on all but
 ``global_layers``, per average block: ``workload/model.py``). Each is one entry of :func:`priced_paths`; the calibration table
 records the values its validation rows ran (``validated_paths``), and a step taking a value none ran is labelled
@@ -24,7 +24,7 @@ from perfmodel.workload.stacks.float8 import float8_recipe
 
 OFF = "off"
 PATHS = ("schedule", "parameter_servers", "activation_offload", "tp_comm_overlap", "cp_comm", "placement",
-         "float8_recipe", "experts_gemm", "latent_attention", "dense_blocks", "sliding_window")
+         "float8_recipe", "experts_gemm", "expert_grid", "latent_attention", "dense_blocks", "sliding_window")
 
 
 def schedule_path(pp: int, virtual_stages: int, schedule: str) -> str:
@@ -48,6 +48,14 @@ def experts_gemm_path(s, model, gpu: str) -> str:
     return "grouped" if grouped_experts(s.grouped_experts, s.framework, compute_capability(gpu), gpu) else "loop"
 
 
+def expert_grid_path(s, model) -> str:
+    """Where a MoE step's experts split: "folded" over etp ranks other than tp (Megatron-Core's parallel folding,
+    ``Strategy.etp``), "tp" otherwise; ``OFF`` for a dense model or none given."""
+    if model is None or getattr(model, "experts", 1) <= 1:
+        return OFF
+    return "folded" if s.etp is not None and s.etp != s.tp else "tp"
+
+
 def priced_paths(s, model=None, gpu: str = "") -> dict:
     """Each of ``PATHS`` as ``Strategy`` ``s`` takes it (a name per path; ``s.dp`` None counts as 1); ``model`` and
     ``gpu`` (the profile's) decide the experts' path."""
@@ -62,6 +70,7 @@ def priced_paths(s, model=None, gpu: str = "") -> dict:
             "cp_comm": cp_exchange(s.framework, s.cp_comm) if s.cp > 1 else OFF,
             "placement": placement_path(s.placement, s.tp, s.pp, s.dp or 1),
             "float8_recipe": recipe, "experts_gemm": experts_gemm_path(s, model, gpu),
+            "expert_grid": expert_grid_path(s, model),
             "latent_attention": "on" if getattr(model, "kv_lora_rank", 0) else OFF,
             "dense_blocks": "on" if getattr(model, "dense_layers", 0) else OFF,
             "sliding_window": "on" if 0 < getattr(model, "window", 0) < getattr(model, "seq", 0) else OFF}
