@@ -137,3 +137,13 @@ def test_a_folded_expert_grid_no_validation_row_ran_is_labelled_uncalibrated():
     folded = pm.predict(MOE, NODE, _megatron(ep=8, etp=1))
     assert folded.interval_regime.startswith("uncalibrated: expert_grid=folded in no validation row")
     assert "expert_grid" not in pm.predict(MOE, NODE, _megatron(ep=4)).interval_regime
+
+
+def test_the_command_line_search_holds_etp(capsys):
+    from perfmodel.cli import main
+    assert main(["search", "--model", "mixtral-8x7b", "--gpu", "h100", "--nodes", "2", "--gpus-per-node", "8",
+                 "--framework", "megatron", "--ep", "8", "--fixed", "etp=1", "--global-batch", "64", "--top-k", "2",
+                 "--max-micro-batch", "1"]) == 0
+    assert "expert_grid=folded in no validation row" in capsys.readouterr().out
+    with pytest.raises(pm.InvalidInputError, match="'etp' must be an integer"):
+        pm.search(MOE, NODE, 32, framework=("megatron",), ep=8, fixed={"etp": "x"})

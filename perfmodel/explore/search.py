@@ -32,7 +32,7 @@ from perfmodel.interval import DEFAULT_LEVEL, check_level
 from perfmodel.predict import BOTTLENECK_WORDS, BREAKDOWN_KEYS, check_headroom, default_profile, profile_for
 from perfmodel.parallel.looped_bfs import LOOPED_BFS
 from perfmodel.parallel.strategy import CHUNKED_SCHEDULES, OPTIMIZERS, PLACEMENTS, SCHEDULES, TP_COMM_OVERLAPS, Strategy
-from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive
+from perfmodel.core.checks import check_choice, check_flag, check_int, check_positive, check_size
 from perfmodel.workload.presets import as_model
 from perfmodel.workload import stacks
 from perfmodel.workload.kernels import PRECISIONS, RECOMPUTE, gemm_dtype  # noqa: F401 (RECOMPUTE re-exported)
@@ -121,7 +121,11 @@ def _fixed(fixed) -> dict:
     for name in fixed:
         if name not in FIXED_FIELDS:
             raise unknown_name("fixed field", name, FIXED_FIELDS)
-    return dict(fixed)
+    out = dict(fixed)
+    if out.get("etp") is not None:  # a size the space's rules compute with ("1" as the command line gives it)
+        text = str(out["etp"]).strip()
+        out["etp"] = check_size("etp", int(text) if text.isdigit() else out["etp"], limit="tp")
+    return out
 
 
 def _buckets(bucket_mib) -> tuple:
