@@ -147,3 +147,9 @@ def test_the_command_line_search_holds_etp(capsys):
     assert "expert_grid=folded in no validation row" in capsys.readouterr().out
     with pytest.raises(pm.InvalidInputError, match="'etp' must be an integer"):
         pm.search(MOE, NODE, 32, framework=("megatron",), ep=8, fixed={"etp": "x"})
+
+
+def test_symbolic_step_times_refuse_a_folded_expert_grid():
+    from perfmodel.analysis.symbolic import symbolic_step_time
+    with pytest.raises(pm.UnsupportedError, match="etp unset or 1; got tp=1, cp=1, ep=1, etp=2"):
+        symbolic_step_time(MOE, NODE, _megatron(tp=1, dp=16, etp=2, sequence_parallel=False, zero=0))

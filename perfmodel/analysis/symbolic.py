@@ -84,9 +84,10 @@ def symbolic_step_time(model, cluster, strategy, *, free=("micro_batch",), profi
         raise UnsupportedError(f"symbolic step times do not cover framework={strategy.framework!r} (its engine's "
                                "host work, p2p and reduction after the last backward): use pm.predict, or "
                                "framework='megatron'")
-    if strategy.tp > 1 or strategy.cp > 1 or strategy.ep > 1:
+    if strategy.tp > 1 or strategy.cp > 1 or strategy.ep > 1 or strategy.expert_tp > 1:
         raise UnsupportedError("symbolic step times do not cover tensor, context or expert parallelism yet "
-                               f"(use tp=1, cp=1, ep=1; got tp={strategy.tp}, cp={strategy.cp}, ep={strategy.ep})")
+                               f"(use tp=1, cp=1, ep=1, etp unset or 1; got tp={strategy.tp}, cp={strategy.cp}, "
+                               f"ep={strategy.ep}, etp={strategy.etp})")
     model = as_model(model)
     if not isinstance(model, Transformer):
         raise UnsupportedError(f"symbolic step times cover transformers (pm.transformer, pm.preset of one); "
