@@ -35,7 +35,7 @@ from perfmodel.parallel.expert import ep_comm_times, sharded
 from perfmodel.parallel.fabric import parameter_server_links
 from perfmodel.parallel.pipeline import (ParamCounts, PhaseTimes, p2p_time, pipeline_time, reruns_backward,
                                          splits_every_backward, stages, zero_bubble)
-from perfmodel.parallel.placement import layout
+from perfmodel.parallel.placement import expert_grid, layout
 from perfmodel.parallel.zero_bubble import weight_groups
 from perfmodel.parallel.stage_memory import activation_terms, memory_terms, vocab_multiple
 from perfmodel.parallel.stragglers import FLEET_SPREAD, device_spread, lagged_seconds, slowest_device_lag
@@ -410,9 +410,7 @@ def _dp_config(one, c: StepConfig) -> StepConfig:
 
 def _shape(model, c: StepConfig, gpn, placement):
     """(placement of the groups, the same with dp × cp ranks, the pipeline stages, parameter counts)."""
-    # Megatron-Core lays the experts out with a generator of their own since core_r0.10 (etp = tp unless set)
-    grid = c.etp if c.etp is not None or c.framework != "megatron" or c.ep == 1 else c.tp
-    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep, etp=grid)
+    lay = layout(c.dp, c.tp, c.pp, gpn, placement, cp=c.cp, ep=c.ep, etp=expert_grid(c.framework, c.ep, c.tp, c.etp))
     return lay, {**lay, "dp": lay["dp_cp"]}, stages(model, c), param_counts(model, c, c.ep)
 
 

@@ -53,7 +53,7 @@ from perfmodel.parallel.config import StepConfig, bucket_bytes
 from perfmodel.parallel.data import DDP_FIRST_BUCKET_BYTES, _overlapped, _split, ddp_bucket_passes
 from perfmodel.parallel.fabric import cluster_collectives
 from perfmodel.parallel.pipeline import p2p_time
-from perfmodel.parallel.placement import layout
+from perfmodel.parallel.placement import expert_grid, layout
 from perfmodel.parallel.wire import activation_bytes, wire_bytes
 from perfmodel.predict import default_profile, predict
 from perfmodel.profiles.profile import load_profile
@@ -191,7 +191,8 @@ def site_steps(model, multi: MultiCluster, strategy: MultiSiteStrategy, profile=
         given = _site_profile(profile, site)
         p = predict(model, site.cluster, s, profile=given)
         prof = default_profile(site.cluster) if given is None else load_profile(given)
-        lay = layout(s.dp, s.tp, s.pp, site.cluster.gpus_per_node, s.placement, cp=s.cp, ep=s.ep)
+        lay = layout(s.dp, s.tp, s.pp, site.cluster.gpus_per_node, s.placement, cp=s.cp, ep=s.ep,
+                     etp=expert_grid(s.framework, s.ep, s.tp, s.etp))
         out.append(SiteStep(site.name, s, p, cluster_collectives(site.cluster, prof),
                             tuple(float(v) for v in lay["dp_cp"]), site.cluster.n_gpus, prof))
     return tuple(out)

@@ -79,6 +79,15 @@ def layout(dp, tp, pp, gpus_per_node, order: str = "tp-pp-dp", cp=1, ep=1, etp=N
     return out
 
 
+def expert_grid(framework: str, ep, tp, etp):
+    """The ``etp`` :func:`layout` takes: the strategy's where set; Megatron-Core's expert rank generator (core_r0.10
+    on, ``parallel_state``: etp = tp by default) where experts split (ep > 1); else None, the older tp-cp-ep-dp-pp
+    order the other stacks keep."""
+    if etp is not None or framework != "megatron" or ep == 1:
+        return etp
+    return tp
+
+
 def pipeline_crossings(pp_layout) -> np.ndarray:
     """Stage boundaries that cross a node: consecutive stages fill a node, then move on."""
     _, nodes = pp_layout
