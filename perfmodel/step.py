@@ -232,9 +232,8 @@ def optimizer_time(profile, c: StepConfig, stage_params, shard_ranks, *, optimiz
     stage shard over shard_ranks / ep (expert parallelism). ``c.micro_batches`` may be a
     sympy symbol (``perfmodel.analysis.symbolic``).
     """
-    experts_over = shard_ranks * c.expert_fold  # the expert data-parallel ranks (x tp/etp under etp)
-    local = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 1, experts_over)
-    accumulated = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 2, experts_over)
+    local = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 1, c.expert_fold)
+    accumulated = sharded(stage_params, expert_params, shard_ranks, c.ep, c.shard_stage >= 2, c.expert_fold)
     kernels = [Kernel("optimizer", optimizer, "opt", {"params": local}, 1, 0.0, "fwd", "fp32")]
     if megatron_code(c.framework) and steps.is_mixed(precision):
         kernels.append(mem_kernel("master_to_model", "cast_fp32_to_bf16", "opt", local, variant="fwd"))

@@ -13,7 +13,7 @@ from perfmodel.hardware import load_gpu
 from perfmodel.profiles.datasheet import bundled_allreduce_entry, datasheet_profile
 from perfmodel.profiles.profile import load_profile
 from perfmodel.profiles.published import attention_flops, attention_rows, carried_attention
-from perfmodel.profiles.mamf import calibrate_mamf, mamf_calibrates, own_gemm_dtypes
+from perfmodel.profiles.mamf import calibrate_mamf, mamf_calibrates, mamf_fraction, own_gemm_dtypes
 from perfmodel.profiles.reference import gemm_rate_at, mamf_row, measured_gemms
 from perfmodel.validate.kernels import generation_checks
 from perfmodel.workload.ops import Kernel
@@ -33,25 +33,20 @@ def test_catalog_entries():
     assert nvl.n_gpus == 72 and nvl.gpu.name == GB200  # one NVLink domain of 72
 
 
-def _mamf_fraction(profile_compute: dict, gpu: str, dtype: str) -> float:
-    row = mamf_row(gpu, dtype)
-    return gemm_rate_at(profile_compute[f"gemm:{dtype}"], row) / (float(row.tflops) * 1e12)
-
-
 @pytest.mark.parametrize("gpu", [B200, GB200])
 def test_bf16_gemm_runs_the_reference_fraction_of_its_mamf_times_the_boards_fp8_bias(gpu):
     """No bf16 GEMMs of either Blackwell GPU are published, fp8 ones are (Azure's, the B200's carried): at its own
     bf16 MAMF shape the GPU runs the fraction of MAMF the H200's fit runs at the H200's (the H100 row, the same
     die), times how much further below its fp8 MAMF the published fp8 rate runs than the H200's does."""
     h200 = load_profile("h200-sxm-141gb").compute
-    ref_bf16, ref_fp8 = (_mamf_fraction(h200, "h200-sxm-141gb", d) for d in ("bf16", "fp8"))
+    ref_bf16, ref_fp8 = (mamf_fraction(h200, "h200-sxm-141gb", d) for d in ("bf16", "fp8"))
     assert 0.80 < ref_bf16 < 0.90 and 0.80 < ref_fp8 < 0.90  # the fits run 10-20% below a best-of-search rate
     own = load_profile(gpu).compute
-    bias = _mamf_fraction(own, gpu, "fp8") / ref_fp8
+    bias = mamf_fraction(own, gpu, "fp8") / ref_fp8
     assert 0.75 < bias < 0.95  # the search runs further above Azure's sustained fp8 rate on Blackwell
     # rel 1.5%: the bundled H200 profile is the fit after its published terms joined (two of its fractions here),
     # the Blackwell ones were scaled from it before
-    assert _mamf_fraction(own, gpu, "bf16") == pytest.approx(ref_bf16 * bias, rel=1.5e-2)
+    assert mamf_fraction(own, gpu, "bf16") == pytest.approx(ref_bf16 * bias, rel=1.5e-2)
 
 
 def test_blackwell_over_hopper_bf16_rate_is_near_xlas_measured_ratio():
@@ -91,7 +86,7 @@ def _rate_over_published(gpu: str) -> tuple[float, float]:
             float(np.median(flops / rows.time_s)))
 
 
-def test_fp8_gemms_are_azures_sustained_rates_not_the_mamf_fraction():
+def test_fp8_gemms_are_azures_sustained_rates_not_themamf_fraction():
     """Azure's cuBLASLt fp8 GEMMs on the GB200 (random data, 10,000 warm-up calls) run 2.83-2.91 PFLOP/s at
     4096^3 and above, 80% of the 3.62 the MAMF search found: they set the fp8 rate, MAMF only the bf16 one."""
     assert own_gemm_dtypes(GB200) == {"fp8"} and not mamf_calibrates(GB200, "fp8") and mamf_calibrates(GB200, "bf16")

@@ -30,16 +30,15 @@ def ep_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute) -> P
     return PhaseTimes(layer_f=fwd, layer_b=fwd + (fwd if recompute == "full" else 0.0))
 
 
-def expert_shard_ranks(shard_ranks, ep):
-    """Ranks a rank's experts shard over: the shard_ranks / ep replicas that hold the same experts."""
-    return np.maximum(floats(shard_ranks) / ep, 1.0)
+def expert_shard_ranks(shard_ranks, ep, fold=1.0):
+    """Ranks a rank's experts shard over: the shard_ranks / ep replicas that hold the same experts, times ``fold``
+    (``StepConfig.expert_fold``, tp / etp: the tensor-parallel ranks a folded expert grid adds to them)."""
+    return np.maximum(floats(shard_ranks) * fold / ep, 1.0)
 
 
-def sharded(params, expert, shard_ranks, ep, on, expert_ranks=None):
+def sharded(params, expert, shard_ranks, ep, on, fold=1.0):
     """Parameters a rank keeps where sharding is ``on``: the dense ones over ``shard_ranks``, its
-    experts over ``expert_shard_ranks`` of ``expert_ranks`` (the expert data-parallel ranks times ep:
-    ``shard_ranks`` unless etp folds tp ranks in)."""
+    experts over ``expert_shard_ranks``."""
     dense = params - expert
-    over = shard_ranks if expert_ranks is None else expert_ranks
     return (dense / pick(on, shard_ranks, 1.0)
-            + expert / pick(on, expert_shard_ranks(over, ep), 1.0))
+            + expert / pick(on, expert_shard_ranks(shard_ranks, ep, fold), 1.0))

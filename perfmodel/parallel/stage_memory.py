@@ -75,7 +75,7 @@ def stage_memory(model, c: StepConfig, st: Stage, p: ParamCounts, acts, shard_ra
                   optimizer_states=c.optimizer_states, fp8_params=c.fp8_params)
     dense = mem.static_bytes(params - expert, gemm - expert, zero=c.shard_stage, dp=shard_ranks, **states)
     experts = mem.static_bytes(expert, expert, zero=c.shard_stage,
-                               dp=expert_shard_ranks(shard_ranks * c.expert_fold, c.ep), **states)
+                               dp=expert_shard_ranks(shard_ranks, c.ep, c.expert_fold), **states)
     terms = {k: dense[k] + experts[k] for k in dense}
     te_gemm = st.layers * p.gemm_layer / tp  # the blocks' GEMM weights: Transformer Engine's linears
     terms["fp8_weights"] = mem.fp8_weight_bytes(precision, framework) * te_gemm  # TE's cache, or the fp8 parameters

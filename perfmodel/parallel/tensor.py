@@ -83,8 +83,8 @@ def tp_comm_times(model, coll, lay, c: StepConfig, *, precision, recompute, hidd
     if c.tp_comm_overlap and gemms is not None:
         ub_f, ub_b = _overlapped(model, c, gemms, ag, rs, sms)
         fwd, bwd = pick(on & sp, ub_f, fwd), pick(on & sp, ub_b, bwd)
-    folded = _folded_experts(model, c, coll, lay, act, fwd, bwd)  # the routed experts' half under etp, then a shared one's
-    fwd, bwd = (x + _shared_expert_seconds(model, on, sp, ag, rs, ar) for x in folded)
+    routed = _routed_experts(model, c, coll, lay, act, fwd, bwd)  # the routed experts' half, then a shared one's
+    fwd, bwd = (x + _shared_expert_seconds(model, on, sp, ag, rs, ar) for x in routed)
     bwd = bwd + fwd * checkpointed_share(recompute)  # a checkpointed block's forward collectives run again
     # the embedding's reduce-scatter (no SP: all-reduce) and, under SP, its gradient's all-gather back
     # (Megatron: reduce_scatter_to_sequence_parallel_region's backward; DTensor: Shard(1) -> Replicate)
@@ -102,22 +102,24 @@ def _shared_expert_seconds(model, on, sp, ag, rs, ar):
     return pick(on, pick(sp, ag + rs, ar), 0.0) * model.moe_share  # per average block: the MoE blocks have one
 
 
-def _folded_experts(model, c: StepConfig, coll, lay, act, fwd, bwd):
-    """(forward, backward) block collectives with the routed experts split over etp ranks, not tp.
+def _routed_experts(model, c: StepConfig, coll, lay, act, fwd, bwd):
+    """(forward, backward) block collectives with a MoE block's routed experts as Megatron-Core runs them.
 
-    A block's tensor-parallel collectives are half the attention's, half the MLP's. In a MoE block under
-    Megatron-Core's parallel folding (``MoEAlltoAllTokenDispatcher``, core_v0.12.0) the routed tokens of the
-    rank's 1/tp shard go by all-to-all over ep (``expert.ep_comm_times``), then are gathered over the etp ranks
-    and their outputs reduce-scattered back: tokens/tp · top_k · etp vectors, no collective at etp = 1. Those
-    replace the MLP half in the MoE blocks; etp unset or equal to tp leaves the dense MLP's pricing as it was."""
-    if c.etp is None or getattr(model, "experts", 1) <= 1:
+    A block's tensor-parallel collectives are half the attention's, half the MLP's. In a MoE block Megatron-Core's
+    ``MoEAlltoAllTokenDispatcher`` (core_v0.12.0; core_r0.10.0 alike) keeps the rank's 1/tp sequence shard, sends
+    its routed tokens by all-to-all over ep (``expert.ep_comm_times``), then gathers them over the etp ranks (tp
+    unless set) and reduce-scatters the experts' outputs back: tokens/tp · top_k · etp vectors each way, none at
+    etp = 1, and no userbuffers overlap (the experts are not TE's overlapped linears). Those replace the MLP half
+    in the MoE blocks (a shared expert adds its own, ``_shared_expert_seconds``). The other stacks' MoE blocks are
+    priced as their dense ones."""
+    if getattr(model, "experts", 1) <= 1 or c.framework != "megatron":
         return fwd, bwd
-    size = act * model.experts_per_token * c.etp / np.asarray(c.tp, float)
-    pair = 0.0
-    if c.etp > 1:
-        pair = (hierarchical_time(coll, "all_gather", size, *lay["etp"], algorithm="ring")
-                + hierarchical_time(coll, "reduce_scatter", size, *lay["etp"], algorithm="ring"))
-    share = pick(np.asarray(c.tp, float) == c.etp, 0.0, model.moe_share)  # etp = tp given: as unset
+    tp = np.asarray(c.tp, float)
+    etp = tp if c.etp is None else np.asarray(c.etp, float)
+    size = act * model.experts_per_token * etp / tp
+    pair = pick(etp > 1, hierarchical_time(coll, "all_gather", size, *lay["etp"], algorithm="ring")
+                + hierarchical_time(coll, "reduce_scatter", size, *lay["etp"], algorithm="ring"), 0.0)
+    share = model.moe_share
     return fwd - share * fwd / 2 + share * pair, bwd - share * bwd / 2 + share * pair
 
 

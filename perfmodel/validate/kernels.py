@@ -72,25 +72,21 @@ def azure_flash_check(gpu: str) -> tuple[float, float] | None:
     return float(total / (fwd + bwd)), float(t.value.iloc[0])
 
 
+def _gemm_tflops(gpu: str, dtype: str, m: float, n: float, k: float) -> float:
+    kernel = Kernel("mm", "gemm", "fwd", {"m": m, "n": n, "k": k}, 1, 2.0 * m * n * k, "fwd", dtype)
+    return 2.0 * m * n * k / float(kernel_time(pm.load_profile(gpu), kernel)[0]) / 1e12
+
+
 def gemm_checks() -> pd.DataFrame:
     """Predicted vs published TFLOP/s at each Maximum Achievable Matmul FLOPS shape and each other published
     GEMM rate that checks a profile (``gemm_check_table``: FBGEMM's on the 500 W H100)."""
     rows = []
     for _, r in gemm_check_table().iterrows():
-        p = pm.load_profile(r.gpu)
-        k = Kernel("mm", "gemm", "fwd", {"m": float(r.m), "n": float(r.n), "k": float(r.k)}, 1,
-                   2.0 * r.m * r.n * r.k, "fwd", r["dtype"])
-        t, _ = kernel_time(p, k)
-        pred = 2.0 * r.m * r.n * r.k / float(t) / 1e12
+        pred = _gemm_tflops(r.gpu, r["dtype"], float(r.m), float(r.n), float(r.k))
         rows.append({"gpu": r.gpu, "dtype": r["dtype"], "shape": f"{r.m}x{r.n}x{r.k}", "published": r.tflops,
                      "predicted": pred, "error": pred / r.tflops - 1,
                      "role": "calibrates" if mamf_calibrates(r.gpu, r["dtype"]) else "check"})
     return pd.DataFrame(rows)
-
-
-def _gemm_tflops(gpu: str, dtype: str, m: float, n: float, k: float) -> float:
-    kernel = Kernel("mm", "gemm", "fwd", {"m": m, "n": n, "k": k}, 1, 2.0 * m * n * k, "fwd", dtype)
-    return 2.0 * m * n * k / float(kernel_time(pm.load_profile(gpu), kernel)[0]) / 1e12
 
 
 def generation_checks(newer: str = "sm_100", older: str = "sm_90") -> pd.DataFrame:
