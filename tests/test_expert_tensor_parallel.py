@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 import perfmodel as pm
+from perfmodel.explore.search import strategy_of
 from perfmodel.parallel.config import StepConfig
 from perfmodel.parallel.placement import layout
 from perfmodel.step import param_counts
@@ -153,3 +154,19 @@ def test_symbolic_step_times_refuse_a_folded_expert_grid():
     from perfmodel.analysis.symbolic import symbolic_step_time
     with pytest.raises(pm.UnsupportedError, match="etp unset or 1; got tp=1, cp=1, ep=1, etp=2"):
         symbolic_step_time(MOE, NODE, _megatron(tp=1, dp=16, etp=2, sequence_parallel=False, zero=0))
+
+
+def test_the_default_search_tries_whole_experts_beside_the_default_grid_for_megatron_moe_only():
+    df = pm.search(MOE, NODE, 32, framework=("megatron",), ep=(4, 8), top_k=5000, max_micro_batch=1)
+    folded, plain = df[df.etp == 1], df[df.etp.isna()]
+    assert len(folded) and len(plain)
+    assert (folded.tp > 1).all()  # at tp 1 whole experts are the default grid: not priced twice
+    assert ((folded.tp * folded.dp) % folded.ep == 0).all()
+    row = folded.iloc[0]  # a folded row is priced as the strategy it names
+    again = pm.predict(MOE, NODE, strategy_of(row))
+    assert again.step_time == pytest.approx(row.step_time)
+    assert again.interval_regime.startswith("uncalibrated: expert_grid=folded")
+    held = pm.search(MOE, NODE, 32, framework=("megatron",), ep=8, fixed={"etp": 2}, top_k=50, max_micro_batch=1)
+    assert (held.etp == 2).all()  # a held etp is not varied
+    dense = dataclasses.replace(MOE, experts=1, experts_per_token=1, ffn_hidden=1024)
+    assert "etp" not in pm.search(dense, NODE, 32, framework=("megatron",), top_k=5, max_micro_batch=1).columns

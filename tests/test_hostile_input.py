@@ -230,6 +230,8 @@ def test_7_overlap_flags_read_from_text_and_numbers(tmp_path):
     df = pm.compare("gpt2-small", "h200", ["tp_overlap=true", "tp_overlap=1,dp_overlap=off"])
     assert len(df) == 2
     assert pm.Strategy(tp_overlap="yes", dp_overlap=0) == pm.Strategy(tp_overlap=True, dp_overlap=False)
+    # a table cell (a search row read back) holds numpy's bool
+    assert pm.Strategy(tp_overlap=np.True_, dp_overlap=np.False_) == pm.Strategy(tp_overlap=True, dp_overlap=False)
     with pytest.raises(pm.InvalidInputError, match="'tp_overlap' must be True or False"):
         pm.Strategy(tp_overlap=2)
 

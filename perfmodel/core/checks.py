@@ -9,6 +9,8 @@ import math
 import numbers
 from collections.abc import Iterable
 
+import numpy as np
+
 from perfmodel.core import readers
 from perfmodel.core.errors import InvalidInputError, unknown_name
 
@@ -33,9 +35,9 @@ TRUE_WORDS, FALSE_WORDS = ("true", "yes", "on", "1"), ("false", "no", "off", "0"
 
 
 def check_flag(name: str, value) -> bool:
-    """``value`` as a bool: True/False, 1/0, or text written by a user ("true", "off", "1", ...)."""
-    if isinstance(value, bool):
-        return value
+    """``value`` as a bool: True/False (numpy's too: a table cell), 1/0, or text written by a user ("true", "off", ...)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
     if isinstance(value, numbers.Integral) and value in (0, 1):
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:

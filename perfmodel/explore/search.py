@@ -294,7 +294,7 @@ def _job_base(opts, spec, stack: dict, fixed: dict, zero: int) -> Strategy:
     """The ``Strategy`` of a job's fields search does not vary (the space sets dp, tp, pp, zero ... per row; an
     overlap job's tensor group and sequence parallelism, a zero-bubble job's stages, only validate it here)."""
     tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
-    return Strategy(dp=spec.ep * (fixed.get("etp") or 1), optimizer=opts["optimizer"], placement=opts["placement"], zero=zero,
+    return Strategy(dp=spec.ep * (_etp(spec, fixed) or 1), optimizer=opts["optimizer"], placement=opts["placement"], zero=zero,
                     framework=spec.framework, attention=stack["attention"], cp=spec.cp, ep=spec.ep,
                     compile=spec.compile, offload_layers=spec.offload_layers, recompute=spec.recompute,
                     precision=spec.precision, tp=2 if tpo else 1, sequence_parallel=tpo,
@@ -303,22 +303,30 @@ def _job_base(opts, spec, stack: dict, fixed: dict, zero: int) -> Strategy:
                     **dict(spec.extras), **fixed)
 
 
+def _etp(spec, fixed: dict):
+    """The expert tensor-parallel size a job holds: the one it searches (``spec.extras``), else ``fixed``'s (None: tp)."""
+    return dict(spec.extras).get("etp", fixed.get("etp"))
+
+
 def _job_space(spaces: dict, model, cl, global_batch, opts, limits, spec, stack: dict, zeros: tuple):
     """(the space of a job, enumerated once per distinct enumeration in ``spaces``; the call that enumerates it, where
     it is a plain space, whose error an empty search raises: it names the rules, else None). torchtitan and FSDP1
     share theirs, DeepSpeed's pipeline engine has its own; an overlap of tensor-parallel collectives needs them:
     tp > 1 with sequence parallelism."""
     tpo, zb = bool(spec.tp_comm_overlap), spec.schedule != "interleaved"
+    folded = "etp" in dict(spec.extras)  # a searched etp: its rows at tp 1 are the default job's (etp = tp = 1)
     key = (zeros, spec.cp, stack["tp_overlap"], stack["dp_overlap"], 1 if spec.offload_layers else None,
-           stacks.stack(spec.framework).engine == "deepspeed", tpo, spec.schedule, spec.ep, opts.get("fixed", {}).get("etp"))
+           stacks.stack(spec.framework).engine == "deepspeed", tpo, spec.schedule, spec.ep,
+           _etp(spec, opts.get("fixed", {})), folded)
     space_of = functools.partial(
         enumerate_space, model, cl.n_gpus // spec.cp, cl.gpus_per_node, global_batch, zero=zeros,
         sequence_parallel=(True,) if tpo else opts["sequence_parallel"], cp=spec.cp,
         tp_overlap=stack["tp_overlap"], dp_overlap=stack["dp_overlap"], max_pp=key[4],
-        pipeline_engine=key[5], min_tp=2 if tpo else 1, schedule=spec.schedule, etp=key[9], **{**limits, "ep": spec.ep})
+        pipeline_engine=key[5], min_tp=2 if tpo or folded else 1, schedule=spec.schedule, etp=key[9],
+        **{**limits, "ep": spec.ep})
     if key not in spaces:
         spaces[key] = space_of(empty_ok=True)
-    return spaces[key], None if tpo or zb else space_of
+    return spaces[key], None if tpo or zb or folded else space_of
 
 
 def _jobs(model, cluster, global_batch, opts, limits, profile, prices):

@@ -86,7 +86,11 @@ SEARCHED_OVERLAPS = {"megatron": ("userbuffers", "userbuffers-nemo"), "torchtita
 # weight cast). Megatron-Core's bf16 gradients are their own family (a bucket of bucket_mib holds twice the
 # gradients, so fewer buckets overlap the backward and the last one, left for after it, can be longer: not a
 # bound), and so are its fp8 parameters (zero >= 1 only: job_zeros).
-SEARCHED_FIELDS = {"megatron": {"grad_reduce_fp32": ((None, False), False), "fp8_params": ((False, True), False)},
+# - megatron, MoE models only: --expert-tensor-parallel-size 1 beside its default (etp = tp): each expert whole on
+#   its rank, the ep x 1 expert grid folded over a stage's tp x cp x dp ranks (Megatron-Core core_v0.12.0
+#   parallel_state; the layout of DGX Cloud's DeepSeek-V3 recipes); its jobs price tp > 1 only (at tp 1 the two agree)
+SEARCHED_FIELDS = {"megatron": {"grad_reduce_fp32": ((None, False), False), "fp8_params": ((False, True), False),
+                                "etp": ((None, 1), False)},
                    "torchtitan": {"grad_reduce_fp32": ((None, False), True), "fp8_params": ((False, True), True)}}
 # the chunked pipeline schedules searched by default (Strategy.schedule with virtual stages): torch's zero-bubble
 # ones for torchtitan, which pipelines with torch.distributed.pipelining (parallel/zero_bubble.py)
@@ -195,6 +199,7 @@ def job_specs(model, cl, options: dict, pairs: list) -> list[JobSpec]:
     given = options["framework"] is not None
     frameworks = options["framework"] if given else default_frameworks(model)
     tp_can_split = cl.gpus_per_node > 1 and not isinstance(model, GraphModel)
+    moe = getattr(model, "experts", 1) > 1 and tp_can_split
     out = []
     for cp, ep in pairs:
         for fw in frameworks:
@@ -212,7 +217,7 @@ def job_specs(model, cl, options: dict, pairs: list) -> list[JobSpec]:
                 for o, sch, (x, x_family, x_root) in (
                         (o, sch, x) for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split)
                         for sch in _schedule_choices(fw, k, options.get("schedule"))
-                        for x in extra_choices(fw, p, options.get("fixed") or {})):
+                        for x in extra_choices(fw, p, options.get("fixed") or {}, moe=moe)):
                     # compiled blocks run a split backward twice (parallel/zero_bubble.py): there compiling can
                     # lose, so each compile setting is a family of its own, with its own root
                     split = sch in ZERO_BUBBLE
@@ -223,13 +228,14 @@ def job_specs(model, cl, options: dict, pairs: list) -> list[JobSpec]:
     return out
 
 
-def extra_choices(fw: str, precision: str, fixed: dict) -> list[tuple]:
+def extra_choices(fw: str, precision: str, fixed: dict, moe: bool = False) -> list[tuple]:
     """The ``SEARCHED_FIELDS`` settings of framework ``fw`` at ``precision``, each (the (field, value) pairs it
     sets away from the stack's default; those that name its family; whether it can be its family's root: each
-    bounding field at its last value); a field in ``fixed`` is held, not varied."""
+    bounding field at its last value); a field in ``fixed`` is held, not varied; ``etp`` only where ``moe`` (a
+    model with routed experts whose tensor group can form)."""
     settings = [((), (), True)]
     for name, (values, bounds) in SEARCHED_FIELDS.get(fw, {}).items():
-        if name in fixed or (name == "fp8_params" and precision != FLOAT8):
+        if name in fixed or (name == "fp8_params" and precision != FLOAT8) or (name == "etp" and not moe):
             continue
         settings = [(x + (((name, v),) if v != values[0] else ()), family + ((name, v),) * (not bounds),
                      root and (v == values[-1] or not bounds)) for x, family, root in settings for v in values]
