@@ -156,7 +156,7 @@ def test_symbolic_step_times_refuse_a_folded_expert_grid():
         symbolic_step_time(MOE, NODE, _megatron(tp=1, dp=16, etp=2, sequence_parallel=False, zero=0))
 
 
-def test_the_default_search_tries_whole_experts_beside_the_default_grid_for_megatron_moe_only():
+def test_the_default_search_tries_megatron_moe_options_for_moe_models_only():
     df = pm.search(MOE, NODE, 32, framework=("megatron",), ep=(4, 8), top_k=5000, max_micro_batch=1)
     folded, plain = df[df.etp == 1], df[df.etp.isna()]
     assert len(folded) and len(plain)
@@ -165,7 +165,10 @@ def test_the_default_search_tries_whole_experts_beside_the_default_grid_for_mega
     row = folded.iloc[0]  # a folded row is priced as the strategy it names
     again = pm.predict(MOE, NODE, strategy_of(row))
     assert again.step_time == pytest.approx(row.step_time)
-    assert again.interval_regime.startswith("uncalibrated: expert_grid=folded")
+    assert again.interval_regime.startswith("uncalibrated: ")  # no validation row runs a folded grid
+    # grouped expert GEMMs (--moe-grouped-gemm) beside one GEMM per expert, where a rank holds several experts
+    assert set(df[df.ep == 4].grouped_experts.map(str)) == {"None", "True"}
+    assert set(df[df.ep == 8].grouped_experts.map(str)) == {"None"}  # one expert per rank: the two agree
     held = pm.search(MOE, NODE, 32, framework=("megatron",), ep=8, fixed={"etp": 2}, top_k=50, max_micro_batch=1)
     assert (held.etp == 2).all()  # a held etp is not varied
     dense = dataclasses.replace(MOE, experts=1, experts_per_token=1, ffn_hidden=1024)

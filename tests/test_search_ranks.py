@@ -57,10 +57,10 @@ def test_the_own_stack_space_holds_the_published_plan():
                     sequence_parallel=True, schedule="interleaved", virtual_stages=2, grad_reduce_fp32=False,
                     optimizer_states="remainders")
     kw, gaps = like_space(s)
-    # fp8 parameters and the expert grid: fields the default space varies under Megatron-LM, held at the plan's
-    # own values (off; unset: etp = tp)
+    # fp8 parameters and the MoE options: fields the default space varies under Megatron-LM, held at the plan's
+    # own values (off; unset: etp = tp, one GEMM per expert)
     assert gaps == () and kw["fixed"] == {"grad_reduce_fp32": False, "optimizer_states": "remainders",
-                                          "fp8_params": False, "etp": None}
+                                          "fp8_params": False, "etp": None, "grouped_experts": None}
     assert kw["zero"] == (1,) and kw["cp"] == (1,) and kw["max_virtual_stages"] == 16
     df = pm.search(m, c, 32, top_k=5000, **kw)
     mine = df[(df.dp == 2) & (df.tp == 2) & (df.pp == 2) & (df.virtual_stages == 2) & (df.micro_batch == 1)]

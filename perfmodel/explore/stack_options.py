@@ -88,10 +88,13 @@ SEARCHED_OVERLAPS = {"megatron": ("userbuffers", "userbuffers-nemo"), "torchtita
 # bound), and so are its fp8 parameters (zero >= 1 only: job_zeros).
 # - megatron, MoE models only: --expert-tensor-parallel-size 1 beside its default (etp = tp): each expert whole on
 #   its rank, the ep x 1 expert grid folded over a stage's tp x cp x dp ranks (Megatron-Core core_v0.12.0
-#   parallel_state; the layout of DGX Cloud's DeepSeek-V3 recipes); its jobs price tp > 1 only (at tp 1 the two agree)
+#   parallel_state; the layout of DGX Cloud's DeepSeek-V3 recipes); its jobs price tp > 1 only (at tp 1 the two agree);
+#   and --moe-grouped-gemm beside its default, one GEMM per local expert (core_r0.9 gpt_layer_specs.py: TEGroupedMLP
+#   against SequentialMLP; NeMo's MoE recipes turn it on): not a bound, a grouped GEMM's shapes are not the loop's
 SEARCHED_FIELDS = {"megatron": {"grad_reduce_fp32": ((None, False), False), "fp8_params": ((False, True), False),
-                                "etp": ((None, 1), False)},
+                                "etp": ((None, 1), False), "grouped_experts": ((None, True), False)},
                    "torchtitan": {"grad_reduce_fp32": ((None, False), True), "fp8_params": ((False, True), True)}}
+MOE_FIELDS = ("etp", "grouped_experts")  # searched only for a model with routed experts
 # the chunked pipeline schedules searched by default (Strategy.schedule with virtual stages): torch's zero-bubble
 # ones for torchtitan, which pipelines with torch.distributed.pipelining (parallel/zero_bubble.py)
 SEARCHED_SCHEDULES = {"torchtitan": CHUNKED_SCHEDULES}
@@ -199,9 +202,9 @@ def job_specs(model, cl, options: dict, pairs: list) -> list[JobSpec]:
     given = options["framework"] is not None
     frameworks = options["framework"] if given else default_frameworks(model)
     tp_can_split = cl.gpus_per_node > 1 and not isinstance(model, GraphModel)
-    moe = getattr(model, "experts", 1) > 1 and tp_can_split
     out = []
     for cp, ep in pairs:
+        moe = moe_fields(model, ep, tp_can_split)
         for fw in frameworks:
             spec = stacks.stack(fw)
             if cp > 1 and not runs_ring(fw, options.get("attention")):
@@ -217,7 +220,7 @@ def job_specs(model, cl, options: dict, pairs: list) -> list[JobSpec]:
                 for o, sch, (x, x_family, x_root) in (
                         (o, sch, x) for o in _overlap_choices(fw, c, options.get("tp_comm_overlap"), tp_can_split)
                         for sch in _schedule_choices(fw, k, options.get("schedule"))
-                        for x in extra_choices(fw, p, options.get("fixed") or {}, moe=moe)):
+                        for x in extra_choices(fw, p, options.get("fixed") or {}, moe)):
                     # compiled blocks run a split backward twice (parallel/zero_bubble.py): there compiling can
                     # lose, so each compile setting is a family of its own, with its own root
                     split = sch in ZERO_BUBBLE
@@ -228,14 +231,23 @@ def job_specs(model, cl, options: dict, pairs: list) -> list[JobSpec]:
     return out
 
 
-def extra_choices(fw: str, precision: str, fixed: dict, moe: bool = False) -> list[tuple]:
+def moe_fields(model, ep: int, tp_can_split: bool) -> tuple:
+    """The ``MOE_FIELDS`` a job at expert-parallel size ``ep`` varies: none for a dense model; a folded expert grid
+    where a tensor group can form; grouped GEMMs where a rank holds several experts (with one, the two agree)."""
+    experts = getattr(model, "experts", 1)
+    if experts <= 1:
+        return ()
+    return tuple(f for f in MOE_FIELDS if (f != "etp" or tp_can_split) and (f != "grouped_experts" or experts // ep > 1))
+
+
+def extra_choices(fw: str, precision: str, fixed: dict, moe: tuple = ()) -> list[tuple]:
     """The ``SEARCHED_FIELDS`` settings of framework ``fw`` at ``precision``, each (the (field, value) pairs it
     sets away from the stack's default; those that name its family; whether it can be its family's root: each
-    bounding field at its last value); a field in ``fixed`` is held, not varied; ``etp`` only where ``moe`` (a
-    model with routed experts whose tensor group can form)."""
+    bounding field at its last value); a field in ``fixed`` is held, not varied; of ``MOE_FIELDS`` those in ``moe``
+    (what a model with routed experts takes)."""
     settings = [((), (), True)]
     for name, (values, bounds) in SEARCHED_FIELDS.get(fw, {}).items():
-        if name in fixed or (name == "fp8_params" and precision != FLOAT8) or (name == "etp" and not moe):
+        if name in fixed or (name == "fp8_params" and precision != FLOAT8) or (name in MOE_FIELDS and name not in moe):
             continue
         settings = [(x + (((name, v),) if v != values[0] else ()), family + ((name, v),) * (not bounds),
                      root and (v == values[-1] or not bounds)) for x, family, root in settings for v in values]
