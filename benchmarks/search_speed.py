@@ -9,6 +9,9 @@ Cases:
 * wide: Llama-3-70B on 1,024 H100s (128 x dgx-h100), global batch 1536, a
   wider space (micro-batch up to 32, virtual stages up to 16, tensor groups
   over up to 2 nodes, bf16 and fp8 precision): the throughput case.
+* moe: Mixtral 8x7B on 64 H100s (8 x dgx-h100), global batch 512, default search
+  options: every stack, expert-parallel sizes 1-8, and under Megatron-LM its
+  whole-expert grid and grouped expert GEMMs (docs/explore.md).
 
 Each case runs once to warm up (profile loading, imports), then ``--repeat``
 times; the median is printed. Configurations counted are those priced (that
@@ -35,6 +38,8 @@ def cases(quick: bool):
            1536 if not quick else 128,
            {"max_micro_batch": 32, "max_virtual_stages": 16, "max_tp_nodes": 2,
             "precision": ("bf16-mixed", "fp8-mixed")})
+    yield ("moe", pm.preset("mixtral-8x7b"), pm.cluster("dgx-h100", nodes=8 if not quick else 2),
+           512 if not quick else 64, {})
 
 
 def measure(model, cluster, batch, options, repeat: int) -> dict:
