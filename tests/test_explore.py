@@ -531,6 +531,12 @@ def test_a_search_row_names_its_stack_in_a_few_words():
         "megatron fp8 grad-bf16 states-remainders fp8-params"
     assert stack_label({"framework": "torchtitan", "precision": "fp8-mixed", "float8_recipe": "rowwise",
                         "grad_reduce_fp32": float("nan")}) == "torchtitan fp8 rowwise"
+    # a MoE row's expert options where set (None, NaN: the stack's default)
+    assert stack_label({"framework": "megatron", "etp": 1.0, "grouped_experts": np.True_}) == \
+        "megatron etp1 grouped-experts"
+    assert stack_label({"framework": "torchtitan", "etp": float("nan"), "grouped_experts": False}) == \
+        "torchtitan looped-experts"
+    assert stack_label({"framework": "megatron", "etp": None, "grouped_experts": None}) == "megatron"
 
 
 def test_search_tries_the_mixed_precision_the_gpu_has():

@@ -86,7 +86,8 @@ def stack_label(row) -> str:
     """A search row's software stack in a few words: the framework, then what is not its default (a precision
     other than bf16 autocast, compile, FSDP's mode, the tensor-parallel overlap, a zero-bubble schedule, cp,
     activation offload; the fields ``search(fixed=...)`` held: bf16 gradients, optimizer states, fp8 parameters, a
-    float8 recipe not the default), e.g. ``megatron fp8 userbuffers`` or ``torchtitan compile zbv``."""
+    float8 recipe not the default; a MoE row's expert options), e.g. ``megatron fp8 userbuffers`` or
+    ``torchtitan compile zbv``."""
     words = [str(row.get("framework", ""))]
     precision = str(row.get("precision", "bf16-mixed"))
     words += [] if precision == "bf16-mixed" else [precision.removesuffix("-mixed")]
@@ -106,7 +107,17 @@ def stack_label(row) -> str:
     words += [f"states-{states}"] if isinstance(states, str) and states else []
     words += ["fp8-params"] if bool(row.get("fp8_params", False)) else []
     words += [recipe] if isinstance(recipe, str) and recipe and recipe not in ("tensorwise", "delayed") else []
-    return " ".join(w for w in words if w)
+    return " ".join(w for w in words + _expert_words(row) if w)
+
+
+def _expert_words(row) -> list[str]:
+    """A MoE row's expert options where set (None or NaN: the stack's default): the expert tensor-parallel size
+    (``etp1``) and grouped or looped expert GEMMs."""
+    etp, grouped = row.get("etp"), row.get("grouped_experts")
+    words = [f"etp{int(etp)}"] if etp is not None and etp == etp else []
+    if grouped is not None and grouped == grouped:
+        words.append("grouped-experts" if bool(grouped) else "looped-experts")
+    return words
 
 
 def format_table(df: pd.DataFrame, columns, *, best_column: str | None = "best") -> str:
