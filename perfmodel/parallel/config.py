@@ -174,9 +174,14 @@ class StepConfig:
         object.__setattr__(self, "offload_layers", int(self.offload_layers))
 
     @property
+    def expert_tp(self):
+        """Ranks each expert's linears split over: ``etp``, or tp where unset (Megatron-Core's default)."""
+        return np.asarray(self.tp, float) if self.etp is None else np.asarray(self.etp, float)
+
+    @property
     def expert_fold(self):
         """tp / etp: how many times more ranks share a stage's experts than tp alone (1 where etp is unset)."""
-        return 1.0 if self.etp is None else np.asarray(self.tp, float) / self.etp
+        return 1.0 if self.etp is None else np.asarray(self.tp, float) / self.expert_tp
 
     @classmethod
     def from_strategy(cls, s) -> StepConfig:

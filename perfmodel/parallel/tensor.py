@@ -114,9 +114,8 @@ def _routed_experts(model, c: StepConfig, coll, lay, act, fwd, bwd):
     priced as their dense ones."""
     if getattr(model, "experts", 1) <= 1 or c.framework != "megatron":
         return fwd, bwd
-    tp = np.asarray(c.tp, float)
-    etp = tp if c.etp is None else np.asarray(c.etp, float)
-    size = act * model.experts_per_token * etp / tp
+    etp = c.expert_tp
+    size = act * model.experts_per_token * etp / np.asarray(c.tp, float)
     pair = pick(etp > 1, hierarchical_time(coll, "all_gather", size, *lay["etp"], algorithm="ring")
                 + hierarchical_time(coll, "reduce_scatter", size, *lay["etp"], algorithm="ring"), 0.0)
     share = model.moe_share
